@@ -1,0 +1,570 @@
+#include "llama2_model.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+namespace llama2 {
+
+static_assert(std::endian::native == std::endian::little, "the checkpoint files are little-endian");
+
+namespace {
+
+template <typename... Parts>
+[[noreturn]] void fail(const Parts&... parts) {
+    std::ostringstream message;
+    (message << ... << parts);
+    throw std::runtime_error(message.str());
+}
+
+std::vector<char> read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) fail("cannot open '", path, "'");
+    const std::streamoff size = in.tellg();
+    if (size < 0) fail("cannot determine the size of '", path, "'");
+    std::vector<char> bytes(static_cast<size_t>(size));
+    in.seekg(0);
+    if (!in.read(bytes.data(), size)) fail("cannot read '", path, "'");
+    return bytes;
+}
+
+template <typename T>
+std::vector<T> read_array_file(const std::string& path) {
+    const std::vector<char> bytes = read_file(path);
+    if (bytes.size() % sizeof(T) != 0) {
+        fail("'", path, "' is ", bytes.size(), " bytes, not a whole number of ", sizeof(T), "-byte values");
+    }
+    std::vector<T> values(bytes.size() / sizeof(T));
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    return values;
+}
+
+void check_qjit(qjit_status status, const char* call) {
+    if (status != QJIT_OK) {
+        fail(call, " failed: ", qjit_status_string(status), ": ", qjit_last_error());
+    }
+}
+
+// ---- building blocks of the forward pass (run.c semantics, fp32 arithmetic) ----
+
+// out[t] = weight * x[t] / rms(x[t]) for each of `rows` rows of `size` values.
+void rmsnorm(float* out, const float* x, const float* weight, int rows, int size) {
+    for (int r = 0; r < rows; ++r) {
+        const float* xr = x + size_t(r) * size;
+        float* outr = out + size_t(r) * size;
+        float ss = 0.0f;
+        for (int j = 0; j < size; ++j) ss += xr[j] * xr[j];
+        ss /= float(size);
+        ss += 1e-5f;
+        ss = 1.0f / std::sqrt(ss);
+        for (int j = 0; j < size; ++j) outr[j] = weight[j] * (ss * xr[j]);
+    }
+}
+
+// Rotates the adjacent pairs (2i, 2i+1) of every head in `vec` (`size` values) for position `pos`.
+void rope(float* vec, int size, int head_size, int pos) {
+    for (int i = 0; i < size; i += 2) {
+        const int head_dim = i % head_size;
+        const float freq = 1.0f / std::pow(10000.0f, float(head_dim) / float(head_size));
+        const float angle = float(pos) * freq;
+        const float fcr = std::cos(angle);
+        const float fci = std::sin(angle);
+        const float v0 = vec[i];
+        const float v1 = vec[i + 1];
+        vec[i] = v0 * fcr - v1 * fci;
+        vec[i + 1] = v0 * fci + v1 * fcr;
+    }
+}
+
+void softmax(float* x, int size) {
+    const float max_val = *std::max_element(x, x + size);
+    float sum = 0.0f;
+    for (int i = 0; i < size; ++i) {
+        x[i] = std::exp(x[i] - max_val);
+        sum += x[i];
+    }
+    for (int i = 0; i < size; ++i) x[i] /= sum;
+}
+
+void add_in_place(float* x, const float* delta, size_t count) {
+    for (size_t i = 0; i < count; ++i) x[i] += delta[i];
+}
+
+// ---- linear layer implementations ----
+
+class DenseLinear final : public Linear {
+public:
+    DenseLinear(const float* weights_n_by_k, int64_t n, int64_t k)
+        : n_(n), k_(k), weights_(weights_n_by_k, weights_n_by_k + n * k) {}
+
+    void forward(const float* x, int64_t m, float* y) const override {
+        for (int64_t row = 0; row < m; ++row) {
+            const float* xr = x + row * k_;
+            float* yr = y + row * n_;
+            for (int64_t out = 0; out < n_; ++out) {
+                const float* w = weights_.data() + out * k_;
+                float sum = 0.0f;
+                for (int64_t in = 0; in < k_; ++in) sum += w[in] * xr[in];
+                yr[out] = sum;
+            }
+        }
+    }
+    int64_t in_features() const override { return k_; }
+    int64_t out_features() const override { return n_; }
+    int64_t weight_bytes() const override { return n_ * k_ * int64_t(sizeof(float)); }
+    std::string describe() const override { return "fp32 dense loops"; }
+
+private:
+    int64_t n_, k_;
+    std::vector<float> weights_;
+};
+
+class QjitLinear final : public Linear {
+public:
+    QjitLinear(std::shared_ptr<qjit_context> context, const qjit_quant_config& config,
+               const float* weights_n_by_k, int64_t n, int64_t k)
+        : context_(std::move(context)), n_(n), k_(k) {
+        check_qjit(qjit_linear_create_from_f32(context_.get(), &config, k, n, weights_n_by_k,
+                                               QJIT_LAYOUT_N_BY_K, &layer_),
+                   "qjit_linear_create_from_f32");
+    }
+    ~QjitLinear() override { qjit_linear_destroy(layer_); }
+    QjitLinear(const QjitLinear&) = delete;
+    QjitLinear& operator=(const QjitLinear&) = delete;
+
+    void forward(const float* x, int64_t m, float* y) const override {
+        check_qjit(qjit_linear_forward(layer_, x, m, y), "qjit_linear_forward");
+    }
+    int64_t in_features() const override { return k_; }
+    int64_t out_features() const override { return n_; }
+    int64_t weight_bytes() const override {
+        qjit_linear_info info{};
+        check_qjit(qjit_linear_get_info(layer_, &info), "qjit_linear_get_info");
+        return info.weight_bytes;
+    }
+    std::string describe() const override {
+        const char* text = nullptr;
+        check_qjit(qjit_linear_describe(layer_, &text), "qjit_linear_describe");
+        return text;
+    }
+
+private:
+    std::shared_ptr<qjit_context> context_;  // declared first: outlives layer_
+    qjit_linear* layer_ = nullptr;
+    int64_t n_, k_;
+};
+
+}  // namespace
+
+// ---- checkpoint ----
+
+Checkpoint load_checkpoint(const std::string& path) {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) fail("cannot open checkpoint '", path, "'");
+    const int64_t file_size = in.tellg();
+    in.seekg(0);
+
+    int32_t header[7];
+    if (file_size < int64_t(sizeof header) || !in.read(reinterpret_cast<char*>(header), sizeof header)) {
+        fail("checkpoint '", path, "' is ", file_size, " bytes, too short for the 28-byte header");
+    }
+    Checkpoint ck;
+    Config& c = ck.config;
+    c.dim = header[0];
+    c.hidden_dim = header[1];
+    c.n_layers = header[2];
+    c.n_heads = header[3];
+    c.n_kv_heads = header[4];
+    c.vocab_size = header[5];
+    c.seq_len = header[6];
+    // A negative vocab_size marks a separate classifier matrix after the RoPE tables.
+    ck.shared_classifier = c.vocab_size > 0;
+    if (c.vocab_size < 0 && c.vocab_size != INT32_MIN) c.vocab_size = -c.vocab_size;
+
+    constexpr int kLimit = 1 << 20;  // far above any llama2.c model; keeps the size arithmetic exact
+    const std::pair<const char*, int> fields[] = {
+        {"dim", c.dim}, {"hidden_dim", c.hidden_dim}, {"n_layers", c.n_layers}, {"n_heads", c.n_heads},
+        {"n_kv_heads", c.n_kv_heads}, {"vocab_size", c.vocab_size}, {"seq_len", c.seq_len}};
+    for (const auto& [name, value] : fields) {
+        if (value < 1 || value > kLimit) {
+            fail("checkpoint '", path, "': header field ", name, " = ", value, " is out of range [1, ", kLimit,
+                 "]");
+        }
+    }
+    if (c.dim % c.n_heads != 0 || c.head_size() % 2 != 0) {
+        fail("checkpoint '", path, "': dim ", c.dim, " does not split into ", c.n_heads,
+             " heads of an even size");
+    }
+    if (c.n_kv_heads > c.n_heads || c.n_heads % c.n_kv_heads != 0) {
+        fail("checkpoint '", path, "': n_heads ", c.n_heads, " is not a multiple of n_kv_heads ", c.n_kv_heads);
+    }
+
+    const int64_t dim = c.dim, hidden = c.hidden_dim, layers = c.n_layers, vocab = c.vocab_size;
+    const int64_t kv_dim = c.kv_dim(), head_size = c.head_size();
+    struct Tensor {
+        std::vector<float>* dest;  // NULL: read and dropped (run.c ignores the RoPE tables)
+        int64_t floats;
+    };
+    const Tensor tensors[] = {
+        {&ck.token_embedding, vocab * dim},
+        {&ck.rms_att, layers * dim},
+        {&ck.wq, layers * dim * dim},
+        {&ck.wk, layers * kv_dim * dim},
+        {&ck.wv, layers * kv_dim * dim},
+        {&ck.wo, layers * dim * dim},
+        {&ck.rms_ffn, layers * dim},
+        {&ck.w1, layers * hidden * dim},
+        {&ck.w2, layers * dim * hidden},
+        {&ck.w3, layers * hidden * dim},
+        {&ck.rms_final, dim},
+        {nullptr, c.seq_len * head_size / 2},  // freq_cis_real
+        {nullptr, c.seq_len * head_size / 2},  // freq_cis_imag
+        {ck.shared_classifier ? nullptr : &ck.classifier, ck.shared_classifier ? 0 : vocab * dim},
+    };
+    int64_t expected = sizeof header;
+    for (const Tensor& t : tensors) expected += t.floats * int64_t(sizeof(float));
+    if (file_size != expected) {
+        fail("checkpoint '", path, "' is ", file_size, " bytes, but its header (dim ", c.dim, ", hidden ",
+             c.hidden_dim, ", layers ", c.n_layers, ", heads ", c.n_heads, "/", c.n_kv_heads, ", vocab ",
+             c.vocab_size, ", seq_len ", c.seq_len, ") implies ", expected, " bytes");
+    }
+
+    std::vector<float> skipped;
+    for (const Tensor& t : tensors) {
+        std::vector<float>& dest = t.dest ? *t.dest : skipped;
+        dest.resize(size_t(t.floats));
+        if (!in.read(reinterpret_cast<char*>(dest.data()), std::streamsize(t.floats * sizeof(float)))) {
+            fail("cannot read checkpoint '", path, "'");
+        }
+    }
+    for (const Tensor& t : tensors) {
+        if (!t.dest) continue;
+        for (float v : *t.dest) {
+            if (!std::isfinite(v)) fail("checkpoint '", path, "' holds a weight that is not finite");
+        }
+    }
+    if (ck.shared_classifier) ck.classifier = ck.token_embedding;
+    return ck;
+}
+
+// ---- backends ----
+
+std::unique_ptr<Linear> DenseBackend::make_linear(const float* weights_n_by_k, int64_t n, int64_t k) {
+    return std::make_unique<DenseLinear>(weights_n_by_k, n, k);
+}
+
+QjitBackend::QjitBackend(const qjit_quant_config& config, const qjit_context_options* options)
+    : config_(config) {
+    qjit_context* context = nullptr;
+    check_qjit(qjit_context_create(options, &context), "qjit_context_create");
+    context_.reset(context, [](qjit_context* c) { qjit_context_destroy(c); });
+}
+
+std::unique_ptr<Linear> QjitBackend::make_linear(const float* weights_n_by_k, int64_t n, int64_t k) {
+    return std::make_unique<QjitLinear>(context_, config_, weights_n_by_k, n, k);
+}
+
+std::string QjitBackend::name() const { return "qjit " + describe_quant_config(config_); }
+
+qjit_quant_config make_quant_config(int bits, int group_size, bool symmetric) {
+    qjit_quant_config config;
+    qjit_quant_config_init(&config);
+    config.bits = bits;
+    config.group_size = group_size;
+    config.symmetric = symmetric ? 1 : 0;
+    return config;
+}
+
+std::string describe_quant_config(const qjit_quant_config& config) {
+    std::ostringstream out;
+    out << "int" << config.bits << ' ';
+    if (config.group_size == QJIT_GROUP_PER_COLUMN) {
+        out << "per-column";
+    } else {
+        out << 'g' << config.group_size;
+    }
+    out << (config.symmetric ? " sym" : " asym") << (config.scale_dtype == QJIT_DTYPE_F16 ? " f16" : " f32");
+    return out.str();
+}
+
+// ---- model ----
+
+Model::Model(std::shared_ptr<const Checkpoint> checkpoint, LinearBackend& backend,
+             LinearBackend* classifier_backend)
+    : checkpoint_(std::move(checkpoint)) {
+    if (!checkpoint_) fail("Model: checkpoint is NULL");
+    const Checkpoint& ck = *checkpoint_;
+    const Config& c = ck.config;
+    const int64_t dim = c.dim, kv_dim = c.kv_dim(), hidden = c.hidden_dim;
+
+    layers_.resize(size_t(c.n_layers));
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+        Layer& layer = layers_[size_t(l)];
+        layer.wq = backend.make_linear(ck.wq.data() + l * dim * dim, dim, dim);
+        layer.wk = backend.make_linear(ck.wk.data() + l * kv_dim * dim, kv_dim, dim);
+        layer.wv = backend.make_linear(ck.wv.data() + l * kv_dim * dim, kv_dim, dim);
+        layer.wo = backend.make_linear(ck.wo.data() + l * dim * dim, dim, dim);
+        layer.w1 = backend.make_linear(ck.w1.data() + l * hidden * dim, hidden, dim);
+        layer.w2 = backend.make_linear(ck.w2.data() + l * dim * hidden, dim, hidden);
+        layer.w3 = backend.make_linear(ck.w3.data() + l * hidden * dim, hidden, dim);
+    }
+    LinearBackend& cls_backend = classifier_backend ? *classifier_backend : backend;
+    classifier_ = cls_backend.make_linear(ck.classifier.data(), c.vocab_size, dim);
+
+    const size_t cache_size = size_t(c.n_layers) * size_t(c.seq_len) * size_t(kv_dim);
+    key_cache_.assign(cache_size, 0.0f);
+    value_cache_.assign(cache_size, 0.0f);
+    scores_.assign(size_t(c.seq_len), 0.0f);
+}
+
+void Model::ensure_capacity(int tokens) {
+    if (tokens <= capacity_) return;
+    const Config& c = config();
+    const size_t t = size_t(tokens);
+    x_.resize(t * size_t(c.dim));
+    xb_.resize(t * size_t(c.dim));
+    q_.resize(t * size_t(c.dim));
+    att_out_.resize(t * size_t(c.dim));
+    delta_.resize(t * size_t(c.dim));
+    hb_.resize(t * size_t(c.hidden_dim));
+    hb2_.resize(t * size_t(c.hidden_dim));
+    logits_.resize(t * size_t(c.vocab_size));
+    capacity_ = tokens;
+}
+
+// Causal multi-head attention of `count` queries (positions pos0..) over the cached keys and values.
+void Model::attention(int layer, int pos0, int count) {
+    const Config& c = config();
+    const int head_size = c.head_size(), kv_dim = c.kv_dim();
+    const int kv_mul = c.n_heads / c.n_kv_heads;  // query heads per key/value head
+    const float inv_sqrt = 1.0f / std::sqrt(float(head_size));
+    const float* keys = key_cache_.data() + size_t(layer) * size_t(c.seq_len) * size_t(kv_dim);
+    const float* values = value_cache_.data() + size_t(layer) * size_t(c.seq_len) * size_t(kv_dim);
+
+    for (int t = 0; t < count; ++t) {
+        const int pos = pos0 + t;
+        for (int h = 0; h < c.n_heads; ++h) {
+            const float* q = q_.data() + size_t(t) * size_t(c.dim) + size_t(h) * size_t(head_size);
+            const size_t kv_offset = size_t(h / kv_mul) * size_t(head_size);
+            for (int s = 0; s <= pos; ++s) {
+                const float* k = keys + size_t(s) * size_t(kv_dim) + kv_offset;
+                float score = 0.0f;
+                for (int i = 0; i < head_size; ++i) score += q[i] * k[i];
+                scores_[size_t(s)] = score * inv_sqrt;
+            }
+            softmax(scores_.data(), pos + 1);
+            float* out = att_out_.data() + size_t(t) * size_t(c.dim) + size_t(h) * size_t(head_size);
+            std::fill(out, out + head_size, 0.0f);
+            for (int s = 0; s <= pos; ++s) {
+                const float* v = values + size_t(s) * size_t(kv_dim) + kv_offset;
+                const float a = scores_[size_t(s)];
+                for (int i = 0; i < head_size; ++i) out[i] += a * v[i];
+            }
+        }
+    }
+}
+
+std::span<const float> Model::forward(std::span<const int> tokens, int pos0) {
+    const Config& c = config();
+    const Checkpoint& ck = *checkpoint_;
+    const int count = int(tokens.size());
+    if (count < 1) fail("Model::forward: no tokens");
+    if (pos0 != cached_positions_) {
+        fail("Model::forward: pos0 ", pos0, " does not follow the ", cached_positions_, " cached positions");
+    }
+    if (int64_t(pos0) + count > c.seq_len) {
+        fail("Model::forward: positions ", pos0, "..", int64_t(pos0) + count - 1, " exceed seq_len ", c.seq_len);
+    }
+    for (int token : tokens) {
+        if (token < 0 || token >= c.vocab_size) fail("Model::forward: token ", token, " is outside the vocabulary");
+    }
+    ensure_capacity(count);
+
+    const size_t dim = size_t(c.dim), kv_dim = size_t(c.kv_dim()), hidden = size_t(c.hidden_dim);
+    const size_t rows = size_t(count);
+    for (size_t t = 0; t < rows; ++t) {
+        const float* row = ck.token_embedding.data() + size_t(tokens[t]) * dim;
+        std::copy(row, row + dim, x_.data() + t * dim);
+    }
+
+    for (int l = 0; l < c.n_layers; ++l) {
+        const Layer& layer = layers_[size_t(l)];
+        const size_t cache_row = (size_t(l) * size_t(c.seq_len) + size_t(pos0)) * kv_dim;
+        float* k = key_cache_.data() + cache_row;  // keys and values go straight into the cache
+        float* v = value_cache_.data() + cache_row;
+
+        // attention block
+        rmsnorm(xb_.data(), x_.data(), ck.rms_att.data() + size_t(l) * dim, count, c.dim);
+        layer.wq->forward(xb_.data(), count, q_.data());
+        layer.wk->forward(xb_.data(), count, k);
+        layer.wv->forward(xb_.data(), count, v);
+        for (size_t t = 0; t < rows; ++t) {
+            rope(q_.data() + t * dim, c.dim, c.head_size(), pos0 + int(t));
+            rope(k + t * kv_dim, c.kv_dim(), c.head_size(), pos0 + int(t));
+        }
+        attention(l, pos0, count);
+        layer.wo->forward(att_out_.data(), count, delta_.data());
+        add_in_place(x_.data(), delta_.data(), rows * dim);
+
+        // SwiGLU feed-forward block
+        rmsnorm(xb_.data(), x_.data(), ck.rms_ffn.data() + size_t(l) * dim, count, c.dim);
+        layer.w1->forward(xb_.data(), count, hb_.data());
+        layer.w3->forward(xb_.data(), count, hb2_.data());
+        for (size_t i = 0; i < rows * hidden; ++i) {
+            float gate = hb_[i];
+            gate *= 1.0f / (1.0f + std::exp(-gate));
+            hb_[i] = gate * hb2_[i];
+        }
+        layer.w2->forward(hb_.data(), count, delta_.data());
+        add_in_place(x_.data(), delta_.data(), rows * dim);
+    }
+
+    rmsnorm(xb_.data(), x_.data(), ck.rms_final.data(), count, c.dim);
+    classifier_->forward(xb_.data(), count, logits_.data());
+    cached_positions_ = pos0 + count;
+    return {logits_.data(), rows * size_t(c.vocab_size)};
+}
+
+std::span<const float> Model::forward_sequence(std::span<const int> tokens) {
+    reset();
+    return forward(tokens, 0);
+}
+
+std::span<const float> Model::step(int token) { return forward(std::span<const int>(&token, 1), cached_positions_); }
+
+int64_t Model::linear_weight_bytes() const {
+    int64_t total = classifier_->weight_bytes();
+    for (const Layer& layer : layers_) {
+        for (const auto* linear : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w1, &layer.w2, &layer.w3}) {
+            total += (*linear)->weight_bytes();
+        }
+    }
+    return total;
+}
+
+const Linear& Model::layer_linear(int layer, int which) const {
+    if (layer < 0 || layer >= int(layers_.size())) fail("Model::layer_linear: no layer ", layer);
+    const Layer& l = layers_[size_t(layer)];
+    const std::unique_ptr<Linear>* linears[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3};
+    if (which < 0 || which >= 7) fail("Model::layer_linear: no matrix ", which);
+    return **linears[which];
+}
+
+// ---- evaluation ----
+
+int argmax(std::span<const float> values) {
+    int best = 0;
+    for (size_t i = 1; i < values.size(); ++i) {
+        if (values[i] > values[size_t(best)]) best = int(i);
+    }
+    return best;
+}
+
+NllResult evaluate_nll(Model& model, std::span<const uint16_t> tokens) {
+    const int vocab = model.config().vocab_size;
+    if (tokens.empty() || tokens[0] != kBosToken) fail("evaluate_nll: the token stream must start with BOS");
+
+    NllResult result;
+    double total = 0.0;
+    std::vector<int> inputs;
+    size_t begin = 0;
+    while (begin < tokens.size()) {
+        size_t end = begin + 1;
+        while (end < tokens.size() && tokens[end] != kBosToken) ++end;
+
+        // Positions 0..len-2 predict tokens 1..len-1.
+        inputs.assign(tokens.begin() + std::ptrdiff_t(begin), tokens.begin() + std::ptrdiff_t(end) - 1);
+        double sequence_nll = 0.0;
+        if (!inputs.empty()) {
+            const std::span<const float> logits = model.forward_sequence(inputs);
+            for (size_t t = 0; t < inputs.size(); ++t) {
+                const float* row = logits.data() + t * size_t(vocab);
+                const int target = tokens[begin + t + 1];
+                if (target >= vocab) fail("evaluate_nll: token ", target, " is outside the vocabulary");
+                const double max_logit = *std::max_element(row, row + vocab);
+                double sum = 0.0;
+                for (int i = 0; i < vocab; ++i) sum += std::exp(double(row[i]) - max_logit);
+                sequence_nll += max_logit + std::log(sum) - double(row[target]);
+            }
+        }
+        result.sequence_nll.push_back(sequence_nll);
+        result.tokens += int64_t(inputs.size());
+        total += sequence_nll;
+        begin = end;
+    }
+    result.mean_nll = result.tokens > 0 ? total / double(result.tokens) : 0.0;
+    return result;
+}
+
+std::vector<int> greedy_decode(Model& model, int steps) {
+    if (steps < 0 || steps > model.config().seq_len) {
+        fail("greedy_decode: steps ", steps, " is outside [0, seq_len ", model.config().seq_len, "]");
+    }
+    std::vector<int> tokens{kBosToken};
+    model.reset();
+    for (int i = 0; i < steps; ++i) tokens.push_back(argmax(model.step(tokens.back())));
+    return tokens;
+}
+
+// ---- tokenizer ----
+
+Tokenizer::Tokenizer(const std::string& path, int vocab_size) {
+    const std::vector<char> bytes = read_file(path);
+    size_t offset = 0;
+    auto take = [&](void* dest, size_t size) {
+        if (bytes.size() - offset < size) fail("tokenizer '", path, "' is truncated at byte ", offset);
+        std::memcpy(dest, bytes.data() + offset, size);
+        offset += size;
+    };
+    int32_t max_token_length = 0;
+    take(&max_token_length, sizeof max_token_length);
+    vocab_.resize(size_t(vocab_size));
+    for (std::string& piece : vocab_) {
+        float score = 0.0f;
+        int32_t length = 0;
+        take(&score, sizeof score);
+        take(&length, sizeof length);
+        if (length < 0 || length > max_token_length + 16) {
+            fail("tokenizer '", path, "': a token length of ", length, " at byte ", offset, " is invalid");
+        }
+        piece.resize(size_t(length));
+        take(piece.data(), piece.size());
+    }
+}
+
+std::string Tokenizer::piece(int previous, int token) const {
+    if (token < 0 || token >= int(vocab_.size())) fail("Tokenizer: token ", token, " is outside the vocabulary");
+    std::string text = vocab_[size_t(token)];
+    if (previous == kBosToken && !text.empty() && text[0] == ' ') text.erase(0, 1);
+    // Byte fallback tokens are spelled <0xXX>.
+    if (text.size() == 6 && text.starts_with("<0x") && text[5] == '>' && std::isxdigit(uint8_t(text[3])) &&
+        std::isxdigit(uint8_t(text[4]))) {
+        text = std::string(1, char(std::stoi(text.substr(3, 2), nullptr, 16)));
+    }
+    // run.c's safe_printf: a lone byte that is neither printable nor whitespace is not printed.
+    if (text.size() == 1 && !std::isprint(uint8_t(text[0])) && !std::isspace(uint8_t(text[0]))) return {};
+    return text;
+}
+
+std::string Tokenizer::decode(std::span<const int> tokens) const {
+    std::string text;
+    for (size_t i = 1; i < tokens.size(); ++i) {
+        if (tokens[i] == kBosToken) break;  // run.c stops generating at BOS
+        text += piece(tokens[i - 1], tokens[i]);
+    }
+    return text;
+}
+
+// ---- file helpers ----
+
+std::vector<uint16_t> read_u16_file(const std::string& path) { return read_array_file<uint16_t>(path); }
+std::vector<int32_t> read_i32_file(const std::string& path) { return read_array_file<int32_t>(path); }
+std::vector<float> read_f32_file(const std::string& path) { return read_array_file<float>(path); }
+
+}  // namespace llama2

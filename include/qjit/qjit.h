@@ -1,0 +1,161 @@
+/*
+ * qjit: run-time generated kernels for weight-only quantized linear layers.
+ *
+ * The C API (C99). Every function returns a qjit_status; on failure,
+ * qjit_last_error() returns a message (thread-local) that names the bad
+ * argument. Handles are opaque. A context must outlive the layers made with it.
+ *
+ * A linear layer computes   y[m][n] = sum_k x[m][k] * W[k][n]
+ * with fp32 activations x (m x K, row-major) and outputs y (m x N, row-major).
+ * W (K x N) is stored quantized along K in groups of `group_size` rows:
+ *     W[k][n] = scale[g][n] * (q[k][n] - zero[g][n]),   g = group of row k.
+ */
+#ifndef QJIT_QJIT_H
+#define QJIT_QJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define QJIT_API
+#else
+#define QJIT_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QJIT_VERSION_MAJOR 0
+#define QJIT_VERSION_MINOR 1
+#define QJIT_VERSION_PATCH 0
+
+typedef enum qjit_status {
+    QJIT_OK = 0,
+    QJIT_ERROR_INVALID_ARGUMENT = 1, /* a null pointer, an out-of-range value, mismatched sizes */
+    QJIT_ERROR_UNSUPPORTED = 2,      /* valid request this build or machine cannot serve */
+    QJIT_ERROR_OUT_OF_MEMORY = 3,
+    QJIT_ERROR_IO = 4,               /* a file could not be opened, read or written */
+    QJIT_ERROR_CORRUPT_DATA = 5,     /* a file is truncated, fails its checksum or is malformed */
+    QJIT_ERROR_NO_DEVICE = 6,        /* no usable GPU (reserved for the CUDA backend) */
+    QJIT_ERROR_INTERNAL = 7
+} qjit_status;
+
+/* Names of the instruction sets a context may use, in increasing order. */
+typedef enum qjit_isa {
+    QJIT_ISA_AUTO = 0,        /* the best the CPU and OS support */
+    QJIT_ISA_PORTABLE = 1,    /* plain C++ only */
+    QJIT_ISA_AVX2 = 2,        /* AVX2 + FMA */
+    QJIT_ISA_AVX512 = 3,      /* AVX-512 F/BW/VL */
+    QJIT_ISA_AVX512_VNNI = 4
+} qjit_isa;
+
+typedef enum qjit_dtype {
+    QJIT_DTYPE_F32 = 0,
+    QJIT_DTYPE_F16 = 1
+} qjit_dtype;
+
+/* How a dense fp32 weight matrix is laid out in memory. */
+typedef enum qjit_weight_layout {
+    QJIT_LAYOUT_K_BY_N = 0, /* W[k][n]: row k holds the N weights that input k feeds */
+    QJIT_LAYOUT_N_BY_K = 1  /* W[n][k]: PyTorch nn.Linear.weight, llama2.c matrices */
+} qjit_weight_layout;
+
+/* The zero-point convention of a GPTQ checkpoint (its "checkpoint_format"). */
+typedef enum qjit_gptq_format {
+    QJIT_GPTQ_V1 = 1, /* "gptq": qzeros hold zero - 1 (AutoGPTQ, older GPTQModel) */
+    QJIT_GPTQ_V2 = 2  /* "gptq_v2": qzeros hold the zero point as is */
+} qjit_gptq_format;
+
+/* group_size value meaning one group spanning all K rows (one scale per column). */
+#define QJIT_GROUP_PER_COLUMN (-1)
+
+typedef struct qjit_context qjit_context;
+typedef struct qjit_linear qjit_linear;
+
+typedef struct qjit_context_options {
+    int num_threads;             /* 0: one per available core */
+    const char* tuning_db_path;  /* NULL: $QJIT_TUNING_DB, else $XDG_CACHE_HOME/qjit/tuning.yaml */
+    qjit_isa max_isa;            /* cap on the instruction set; QJIT_ISA_AUTO: no cap ($QJIT_MAX_ISA may cap) */
+    int verbosity;               /* 0 quiet; 1 one line per layer creation on stderr ($QJIT_VERBOSE) */
+} qjit_context_options;
+
+/* How fp32 weights are quantized (round-to-nearest from each group's min/max). */
+typedef struct qjit_quant_config {
+    int bits;               /* 2, 3, 4 or 8 */
+    int group_size;         /* 16, 32, 64, 128, 256 or QJIT_GROUP_PER_COLUMN */
+    int symmetric;          /* nonzero: zero point fixed at 2^(bits-1) */
+    qjit_dtype scale_dtype; /* F16 rounds each scale to half precision before quantizing */
+} qjit_quant_config;
+
+/* GPTQ tensors exactly as AutoGPTQ / GPTQModel store them (int32 words, little-endian bit order). */
+typedef struct qjit_gptq_tensors {
+    int bits;                     /* 2, 3, 4 or 8 */
+    int group_size;               /* as in the checkpoint's quantize_config; -1: per column */
+    const int32_t* qweight;       /* [ceil(K*bits/32)][N]: values packed along K, value i at bit bits*i */
+    const int32_t* qzeros;        /* [G][ceil(N*bits/32)]: zero points packed along N */
+    const void* scales;           /* [G][N] of scale_dtype */
+    qjit_dtype scale_dtype;
+    const int32_t* g_idx;         /* [K] group of each row, or NULL for g_idx[k] = k / group_size */
+    qjit_gptq_format checkpoint_format;
+} qjit_gptq_tensors;
+
+/* What a layer is: shape, format and storage footprint. */
+typedef struct qjit_linear_info {
+    int64_t k;
+    int64_t n;
+    int bits;
+    int group_size;         /* rows per group; K when per column */
+    int symmetric;
+    int act_order;          /* nonzero: rows stored permuted, activations gathered at run time */
+    int64_t weight_bytes;   /* packed weights + scales + zero points, the bytes one forward streams */
+} qjit_linear_info;
+
+/* ---- library ---- */
+QJIT_API const char* qjit_version(void);              /* "MAJOR.MINOR.PATCH" */
+QJIT_API const char* qjit_status_string(qjit_status status);
+QJIT_API const char* qjit_last_error(void);           /* message of this thread's last failure; "" if none */
+
+/* ---- context ---- */
+QJIT_API void qjit_context_options_init(qjit_context_options* options);
+/* options may be NULL for the defaults. */
+QJIT_API qjit_status qjit_context_create(const qjit_context_options* options, qjit_context** context);
+QJIT_API qjit_status qjit_context_destroy(qjit_context* context);   /* NULL is a no-op */
+QJIT_API qjit_status qjit_context_num_threads(const qjit_context* context, int* num_threads);
+
+/* ---- linear layers ---- */
+QJIT_API void qjit_quant_config_init(qjit_quant_config* config); /* 4-bit, group 128, asymmetric, f16 scales */
+
+/* Quantize fp32 weights (K x N logically, stored as `layout`). The weights are copied. */
+QJIT_API qjit_status qjit_linear_create_from_f32(qjit_context* context, const qjit_quant_config* config,
+                                                 int64_t k, int64_t n, const float* weights,
+                                                 qjit_weight_layout layout, qjit_linear** layer);
+
+/* Import a GPTQ layer of K inputs and N outputs. The tensors are copied. With act-order (a g_idx that is
+ * not k / group_size) rows are sorted by group and activations are gathered by that order at run time. */
+QJIT_API qjit_status qjit_linear_create_from_gptq(qjit_context* context, int64_t k, int64_t n,
+                                                  const qjit_gptq_tensors* tensors, qjit_linear** layer);
+
+QJIT_API qjit_status qjit_linear_destroy(qjit_linear* layer); /* NULL is a no-op */
+
+/* y (m x N) = x (m x K) * W. m >= 1. x and y must not overlap. Safe to call from several threads. */
+QJIT_API qjit_status qjit_linear_forward(qjit_linear* layer, const float* x, int64_t m, float* y);
+
+/* The dense fp32 matrix the layer represents, written as W[k][n] in the original row order. */
+QJIT_API qjit_status qjit_linear_dequantize(const qjit_linear* layer, float* weights_k_by_n);
+
+QJIT_API qjit_status qjit_linear_get_info(const qjit_linear* layer, qjit_linear_info* info);
+
+/* A string naming the layer's format, kernel and tiling; owned by the layer. */
+QJIT_API qjit_status qjit_linear_describe(const qjit_linear* layer, const char** description);
+
+/* Save a packed layer (versioned, self-describing, checksummed). The file is replaced atomically:
+ * an existing file is left untouched if the write fails. */
+QJIT_API qjit_status qjit_linear_save(const qjit_linear* layer, const char* path);
+QJIT_API qjit_status qjit_linear_load(qjit_context* context, const char* path, qjit_linear** layer);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* QJIT_QJIT_H */

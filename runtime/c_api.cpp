@@ -1,0 +1,213 @@
+// The C API: argument checks, then calls into the runtime. Every entry point is wrapped by
+// guarded(), so nothing throws across the C boundary.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "qjit/qjit.h"
+#include "runtime/context.hpp"
+#include "runtime/error.hpp"
+#include "runtime/gptq_import.hpp"
+#include "runtime/layer_file.hpp"
+#include "runtime/linear_layer.hpp"
+#include "runtime/quantize_rtn.hpp"
+#include "runtime/reference.hpp"
+
+using namespace qjit;
+
+namespace {
+
+// Largest K or N accepted: row indices are stored as int32.
+constexpr int64_t kMaxDimension = int64_t(1) << 31;
+
+void require_shape(int64_t k, int64_t n) {
+    require(k >= 1 && k < kMaxDimension, "k is ", k, "; expected 1 .. 2^31-1");
+    require(n >= 1 && n < kMaxDimension, "n is ", n, "; expected 1 .. 2^31-1");
+}
+
+// W[n][k] -> W[k][n], in tiles that stay in cache.
+std::vector<float> transpose_to_k_by_n(const float* w, int64_t k, int64_t n) {
+    constexpr int64_t kTile = 32;
+    std::vector<float> out(size_t(k * n));
+    for (int64_t c0 = 0; c0 < n; c0 += kTile)
+        for (int64_t r0 = 0; r0 < k; r0 += kTile)
+            for (int64_t c = c0; c < std::min(n, c0 + kTile); ++c)
+                for (int64_t r = r0; r < std::min(k, r0 + kTile); ++r) out[size_t(r * n + c)] = w[c * k + r];
+    return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+#define QJIT_STRINGIFY_(x) #x
+#define QJIT_STRINGIFY(x) QJIT_STRINGIFY_(x)
+
+const char* qjit_version(void) {
+    return QJIT_STRINGIFY(QJIT_VERSION_MAJOR) "." QJIT_STRINGIFY(QJIT_VERSION_MINOR) "." QJIT_STRINGIFY(
+        QJIT_VERSION_PATCH);
+}
+
+const char* qjit_status_string(qjit_status status) {
+    switch (status) {
+        case QJIT_OK: return "ok";
+        case QJIT_ERROR_INVALID_ARGUMENT: return "invalid argument";
+        case QJIT_ERROR_UNSUPPORTED: return "unsupported";
+        case QJIT_ERROR_OUT_OF_MEMORY: return "out of memory";
+        case QJIT_ERROR_IO: return "i/o error";
+        case QJIT_ERROR_CORRUPT_DATA: return "corrupt data";
+        case QJIT_ERROR_NO_DEVICE: return "no CUDA device";
+        case QJIT_ERROR_INTERNAL: return "internal error";
+    }
+    return "unknown status";
+}
+
+const char* qjit_last_error(void) { return last_error(); }
+
+void qjit_context_options_init(qjit_context_options* options) {
+    if (!options) return;
+    options->num_threads = 0;
+    options->tuning_db_path = nullptr;
+    options->max_isa = QJIT_ISA_AUTO;
+    options->verbosity = 0;
+}
+
+qjit_status qjit_context_create(const qjit_context_options* options, qjit_context** context) {
+    return guarded([&] {
+        require(context != nullptr, "context (the output pointer) is NULL");
+        *context = nullptr;
+        *context = make_context(options).release();
+    });
+}
+
+qjit_status qjit_context_destroy(qjit_context* context) {
+    return guarded([&] { delete context; });
+}
+
+qjit_status qjit_context_num_threads(const qjit_context* context, int* num_threads) {
+    return guarded([&] {
+        require(context != nullptr, "context is NULL");
+        require(num_threads != nullptr, "num_threads is NULL");
+        *num_threads = context->num_threads;
+    });
+}
+
+void qjit_quant_config_init(qjit_quant_config* config) {
+    if (!config) return;
+    config->bits = 4;
+    config->group_size = 128;
+    config->symmetric = 0;
+    config->scale_dtype = QJIT_DTYPE_F16;
+}
+
+qjit_status qjit_linear_create_from_f32(qjit_context* context, const qjit_quant_config* config, int64_t k,
+                                        int64_t n, const float* weights, qjit_weight_layout layout,
+                                        qjit_linear** layer) {
+    return guarded([&] {
+        require(layer != nullptr, "layer (the output pointer) is NULL");
+        *layer = nullptr;
+        require(context != nullptr, "context is NULL");
+        require(config != nullptr, "config is NULL");
+        require(weights != nullptr, "weights is NULL");
+        require_shape(k, n);
+        validate_bits(config->bits);
+        require(config->scale_dtype == QJIT_DTYPE_F32 || config->scale_dtype == QJIT_DTYPE_F16,
+                "config->scale_dtype is ", int(config->scale_dtype), "; expected QJIT_DTYPE_F32 or QJIT_DTYPE_F16");
+        require(layout == QJIT_LAYOUT_K_BY_N || layout == QJIT_LAYOUT_N_BY_K, "layout is ", int(layout),
+                "; expected QJIT_LAYOUT_K_BY_N or QJIT_LAYOUT_N_BY_K");
+        const RtnConfig rtn{config->bits, resolve_group_size(config->group_size, k), config->symmetric != 0,
+                            config->scale_dtype};
+        QuantizedMatrix matrix;
+        if (layout == QJIT_LAYOUT_K_BY_N) {
+            matrix = quantize_rtn(rtn, k, n, weights);
+        } else {
+            matrix = quantize_rtn(rtn, k, n, transpose_to_k_by_n(weights, k, n).data());
+        }
+        *layer = make_linear(context, std::move(matrix)).release();
+    });
+}
+
+qjit_status qjit_linear_create_from_gptq(qjit_context* context, int64_t k, int64_t n,
+                                         const qjit_gptq_tensors* tensors, qjit_linear** layer) {
+    return guarded([&] {
+        require(layer != nullptr, "layer (the output pointer) is NULL");
+        *layer = nullptr;
+        require(context != nullptr, "context is NULL");
+        require(tensors != nullptr, "tensors is NULL");
+        require_shape(k, n);
+        *layer = make_linear(context, import_gptq(k, n, *tensors)).release();
+    });
+}
+
+qjit_status qjit_linear_destroy(qjit_linear* layer) {
+    return guarded([&] { delete layer; });
+}
+
+qjit_status qjit_linear_forward(qjit_linear* layer, const float* x, int64_t m, float* y) {
+    return guarded([&] {
+        require(layer != nullptr, "layer is NULL");
+        require(x != nullptr, "x is NULL");
+        require(y != nullptr, "y is NULL");
+        require(m >= 1, "m is ", m, "; expected >= 1");
+        const int64_t k = layer->params.k, n = layer->params.n;
+        require(m <= INT64_MAX / std::max(k, n), "m is ", m, "; m x K or m x N overflows");
+        const auto* x_begin = reinterpret_cast<const char*>(x);
+        const auto* y_begin = reinterpret_cast<const char*>(y);
+        const bool overlap = x_begin < y_begin + m * n * int64_t(sizeof(float)) &&
+                             y_begin < x_begin + m * k * int64_t(sizeof(float));
+        require(!overlap, "x and y overlap");
+        linear_forward(*layer, x, m, y);
+    });
+}
+
+qjit_status qjit_linear_dequantize(const qjit_linear* layer, float* weights_k_by_n) {
+    return guarded([&] {
+        require(layer != nullptr, "layer is NULL");
+        require(weights_k_by_n != nullptr, "weights_k_by_n is NULL");
+        const std::vector<float> w = dequantize(unpack_linear(*layer));
+        std::copy(w.begin(), w.end(), weights_k_by_n);
+    });
+}
+
+qjit_status qjit_linear_get_info(const qjit_linear* layer, qjit_linear_info* info) {
+    return guarded([&] {
+        require(layer != nullptr, "layer is NULL");
+        require(info != nullptr, "info is NULL");
+        const QuantParams& p = layer->params;
+        info->k = p.k;
+        info->n = p.n;
+        info->bits = p.bits;
+        info->group_size = int(p.group_size);
+        info->symmetric = p.symmetric;
+        info->act_order = p.act_order();
+        info->weight_bytes = weight_bytes(*layer);
+    });
+}
+
+qjit_status qjit_linear_describe(const qjit_linear* layer, const char** description) {
+    return guarded([&] {
+        require(layer != nullptr, "layer is NULL");
+        require(description != nullptr, "description is NULL");
+        *description = layer->description.c_str();
+    });
+}
+
+qjit_status qjit_linear_save(const qjit_linear* layer, const char* path) {
+    return guarded([&] {
+        require(layer != nullptr, "layer is NULL");
+        require(path != nullptr && *path, "path is NULL or empty");
+        save_layer(*layer, path);
+    });
+}
+
+qjit_status qjit_linear_load(qjit_context* context, const char* path, qjit_linear** layer) {
+    return guarded([&] {
+        require(layer != nullptr, "layer (the output pointer) is NULL");
+        *layer = nullptr;
+        require(context != nullptr, "context is NULL");
+        require(path != nullptr && *path, "path is NULL or empty");
+        *layer = load_layer(context, path).release();
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,60 @@
+#include "runtime/context.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+#include "runtime/error.hpp"
+#include "tuner/cpu_isa.hpp"
+
+namespace qjit {
+
+namespace {
+
+const char* env(const char* name) {
+    const char* value = std::getenv(name);
+    return value && *value ? value : nullptr;
+}
+
+std::string default_tuning_db_path() {
+    if (const char* path = env("QJIT_TUNING_DB")) return path;
+    if (const char* cache = env("XDG_CACHE_HOME")) return concat(cache, "/qjit/tuning.yaml");
+    if (const char* home = env("HOME")) return concat(home, "/.cache/qjit/tuning.yaml");
+    return "qjit-tuning.yaml";
+}
+
+qjit_isa isa_cap(const qjit_context_options& options) {
+    require(options.max_isa >= QJIT_ISA_AUTO && options.max_isa <= QJIT_ISA_AVX512_VNNI, "options.max_isa is ",
+            int(options.max_isa), "; not a qjit_isa value");
+    qjit_isa cap = options.max_isa == QJIT_ISA_AUTO ? QJIT_ISA_AVX512_VNNI : options.max_isa;
+    if (const char* name = env("QJIT_MAX_ISA")) {
+        const std::optional<qjit_isa> parsed = parse_isa_name(name);
+        require(parsed.has_value(), "QJIT_MAX_ISA is '", name,
+                "'; expected one of auto, portable, avx2, avx512, avx512_vnni");
+        if (*parsed != QJIT_ISA_AUTO) cap = std::min(cap, *parsed);
+    }
+    return cap;
+}
+
+}  // namespace
+
+std::unique_ptr<qjit_context> make_context(const qjit_context_options* user_options) {
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    if (user_options) options = *user_options;
+    require(options.num_threads >= 0 && options.num_threads <= 1024, "options.num_threads is ", options.num_threads,
+            "; expected 0 (all cores) .. 1024");
+    require(options.verbosity >= 0, "options.verbosity is ", options.verbosity, "; expected >= 0");
+
+    auto context = std::make_unique<qjit_context>();
+    context->num_threads =
+        options.num_threads > 0 ? options.num_threads : std::max(1, int(std::thread::hardware_concurrency()));
+    context->isa = std::min(detect_cpu_isa(), isa_cap(options));
+    context->tuning_db_path = options.tuning_db_path ? options.tuning_db_path : default_tuning_db_path();
+    context->verbosity = options.verbosity;
+    if (const char* verbose = env("QJIT_VERBOSE")) context->verbosity = std::max(context->verbosity, std::atoi(verbose));
+    context->pool = std::make_unique<ThreadPool>(context->num_threads);
+    return context;
+}
+
+}  // namespace qjit

@@ -1,0 +1,177 @@
+#include "runtime/layer_file.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "runtime/crc32.hpp"
+#include "runtime/error.hpp"
+
+namespace qjit {
+
+namespace {
+
+constexpr char kMagic[8] = {'Q', 'J', 'I', 'T', 'L', 'A', 'Y', 'R'};
+constexpr size_t kPreambleBytes = sizeof kMagic + 2 * sizeof(uint32_t);
+constexpr const char* kLayoutName = "kblock32";
+
+template <typename T>
+void append_raw(std::string& out, const T* data, size_t count) {
+    if (count > 0) out.append(reinterpret_cast<const char*>(data), count * sizeof(T));
+}
+
+void append_u32(std::string& out, uint32_t value) { append_raw(out, &value, 1); }
+
+uint32_t read_u32(const std::string& image, size_t offset) {
+    uint32_t value;
+    std::memcpy(&value, image.data() + offset, sizeof value);
+    return value;
+}
+
+[[noreturn]] void corrupt(const std::string& why) { fail(QJIT_ERROR_CORRUPT_DATA, why); }
+
+// Reads the section of `count` elements at `offset`, advancing it.
+template <typename T>
+std::vector<T> read_section(const std::string& image, size_t& offset, size_t end, const char* name,
+                            uint64_t count) {
+    const uint64_t bytes = count * sizeof(T);
+    if (count > (end - offset) / sizeof(T)) corrupt(concat("section '", name, "' needs ", bytes, " bytes; ",
+                                                           end - offset, " remain"));
+    std::vector<T> values(static_cast<size_t>(count));
+    if (count > 0) std::memcpy(values.data(), image.data() + offset, size_t(bytes));
+    offset += size_t(bytes);
+    return values;
+}
+
+}  // namespace
+
+std::string serialize_layer(const qjit_linear& layer) {
+    const QuantParams& p = layer.params;
+    const nlohmann::json header = {
+        {"qjit_version", qjit_version()},
+        {"layout", kLayoutName},
+        {"k", p.k},
+        {"n", p.n},
+        {"bits", p.bits},
+        {"group_size", p.group_size},
+        {"symmetric", p.symmetric},
+        {"scale_dtype", p.scale_dtype == QJIT_DTYPE_F16 ? "f16" : "f32"},
+        {"sections", {{"codes_u32", layer.codes.words.size()},
+                      {"scales_f32", p.scales.size()},
+                      {"zeros_u16", p.zeros.size()},
+                      {"row_order_i32", p.row_order.size()}}},
+    };
+    const std::string header_text = header.dump();
+
+    std::string image(kMagic, sizeof kMagic);
+    append_u32(image, kLayerFileVersion);
+    append_u32(image, uint32_t(header_text.size()));
+    image += header_text;
+    append_raw(image, layer.codes.words.data(), layer.codes.words.size());
+    append_raw(image, p.scales.data(), p.scales.size());
+    append_raw(image, p.zeros.data(), p.zeros.size());
+    append_raw(image, p.row_order.data(), p.row_order.size());
+    append_u32(image, crc32(image.data(), image.size()));
+    return image;
+}
+
+QuantizedMatrix deserialize_layer(const std::string& image) {
+    if (image.size() < kPreambleBytes + sizeof(uint32_t))
+        corrupt(concat("file is ", image.size(), " bytes, too short for a qjit layer (truncated?)"));
+    if (std::memcmp(image.data(), kMagic, sizeof kMagic) != 0) corrupt("not a qjit layer file (bad magic)");
+    const uint32_t version = read_u32(image, sizeof kMagic);
+    if (version != kLayerFileVersion)
+        fail(QJIT_ERROR_UNSUPPORTED, "layer file format version ", version, "; this qjit reads version ",
+             kLayerFileVersion);
+    const size_t end = image.size() - sizeof(uint32_t);
+    const uint32_t stored_crc = read_u32(image, end), actual_crc = crc32(image.data(), end);
+    if (stored_crc != actual_crc) corrupt("checksum mismatch: the file is corrupt or truncated");
+
+    const uint32_t header_bytes = read_u32(image, sizeof kMagic + sizeof(uint32_t));
+    if (header_bytes > end - kPreambleBytes) corrupt("header length runs past the end of the file");
+    nlohmann::json header;
+    try {
+        header = nlohmann::json::parse(image.substr(kPreambleBytes, header_bytes));
+    } catch (const nlohmann::json::exception& e) {
+        corrupt(concat("header is not valid JSON: ", e.what()));
+    }
+
+    QuantizedMatrix matrix;
+    QuantParams& p = matrix.params;
+    uint64_t code_words = 0;
+    try {
+        const std::string layout = header.at("layout").get<std::string>();
+        if (layout != kLayoutName) corrupt(concat("layout '", layout, "' is not one this qjit reads"));
+        p.k = header.at("k").get<int64_t>();
+        p.n = header.at("n").get<int64_t>();
+        p.bits = header.at("bits").get<int>();
+        p.group_size = header.at("group_size").get<int64_t>();
+        p.symmetric = header.at("symmetric").get<bool>();
+        p.scale_dtype = header.at("scale_dtype").get<std::string>() == "f16" ? QJIT_DTYPE_F16 : QJIT_DTYPE_F32;
+        const nlohmann::json& sections = header.at("sections");
+        code_words = sections.at("codes_u32").get<uint64_t>();
+        size_t offset = kPreambleBytes + header_bytes;
+        const std::vector<uint32_t> words = read_section<uint32_t>(image, offset, end, "codes", code_words);
+        p.scales = read_section<float>(image, offset, end, "scales", sections.at("scales_f32").get<uint64_t>());
+        p.zeros = read_section<uint16_t>(image, offset, end, "zeros", sections.at("zeros_u16").get<uint64_t>());
+        p.row_order =
+            read_section<int32_t>(image, offset, end, "row_order", sections.at("row_order_i32").get<uint64_t>());
+        if (offset != end) corrupt(concat(end - offset, " unexpected bytes after the last section"));
+        if (p.k < 1 || p.n < 1 || !(p.bits == 2 || p.bits == 3 || p.bits == 4 || p.bits == 8) || p.group_size < 1)
+            corrupt(concat("header describes an invalid layer: k=", p.k, " n=", p.n, " bits=", p.bits,
+                           " group_size=", p.group_size));
+        if (code_words != PackedCodes::word_count(p.bits, p.k, p.n))
+            corrupt(concat("codes section holds ", code_words, " words; a ", p.k, " x ", p.n, " ", p.bits,
+                           "-bit layer needs ", PackedCodes::word_count(p.bits, p.k, p.n)));
+        PackedCodes packed{p.bits, p.k, p.n, words};
+        matrix.codes = unpack_codes(packed);
+        validate(matrix);
+    } catch (const nlohmann::json::exception& e) {
+        corrupt(concat("header is missing a field or has a wrong type: ", e.what()));
+    } catch (const Error& e) {
+        if (e.status() != QJIT_ERROR_INVALID_ARGUMENT) throw;
+        corrupt(concat("inconsistent contents: ", e.what()));
+    }
+    return matrix;
+}
+
+void save_layer(const qjit_linear& layer, const std::string& path) {
+    const std::string image = serialize_layer(layer);
+    static std::atomic<unsigned> counter{0};
+    const std::string temporary = concat(path, ".tmp.", getpid(), ".", counter++);
+    FILE* file = std::fopen(temporary.c_str(), "wb");
+    if (!file) fail(QJIT_ERROR_IO, "cannot create '", temporary, "': ", std::strerror(errno));
+    const bool written = std::fwrite(image.data(), 1, image.size(), file) == image.size() &&
+                         std::fflush(file) == 0 && fsync(fileno(file)) == 0;
+    const int write_errno = errno;
+    if (std::fclose(file) != 0 || !written) {
+        std::remove(temporary.c_str());
+        fail(QJIT_ERROR_IO, "cannot write '", temporary, "': ", std::strerror(write_errno));
+    }
+    if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+        const int rename_errno = errno;
+        std::remove(temporary.c_str());
+        fail(QJIT_ERROR_IO, "cannot rename '", temporary, "' to '", path, "': ", std::strerror(rename_errno));
+    }
+}
+
+std::unique_ptr<qjit_linear> load_layer(qjit_context* context, const std::string& path) {
+    std::ifstream file(path, std::ios::binary);
+    if (!file) fail(QJIT_ERROR_IO, "cannot open '", path, "': ", std::strerror(errno));
+    std::ostringstream contents;
+    contents << file.rdbuf();
+    if (file.bad()) fail(QJIT_ERROR_IO, "cannot read '", path, "'");
+    try {
+        return make_linear(context, deserialize_layer(contents.str()));
+    } catch (const Error& e) {
+        fail(e.status(), "'", path, "': ", e.what());
+    }
+}
+
+}  // namespace qjit

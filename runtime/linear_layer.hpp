@@ -1,0 +1,34 @@
+// A quantized linear layer as the C API hands it out: the packed weights, their metadata, the
+// kernel that runs them and a description of both.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/context.hpp"
+#include "runtime/packed_codes.hpp"
+#include "runtime/quantized_matrix.hpp"
+
+struct qjit_linear {
+    qjit_context* context = nullptr;
+    qjit::QuantParams params;
+    qjit::PackedCodes codes;
+    std::string description;
+};
+
+namespace qjit {
+
+// Packs a validated matrix for the context's kernel; logs one line when the context is verbose.
+std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix matrix);
+
+// y (m x N) = x (m x K, original row order) * W.
+void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y);
+
+// The logical matrix back from the packed layer (the oracle's input).
+QuantizedMatrix unpack_linear(const qjit_linear& layer);
+
+// Bytes a forward streams: packed codes, scales and (asymmetric only) zero points.
+int64_t weight_bytes(const qjit_linear& layer);
+
+}  // namespace qjit

@@ -1,0 +1,95 @@
+#include "runtime/portable_kernel.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace qjit {
+
+namespace {
+
+constexpr int kPanel = PortableTiling::kPanelColumns;
+constexpr int kRows = PortableTiling::kBatchRows;
+
+// Decodes the codes of one weight row for columns [n0, n0 + width) into floats (see packed_codes.hpp).
+template <int Bits>
+inline void decode_row(const PackedCodes& codes, int64_t row, int64_t n0, int width, float* out) {
+    const int64_t n = codes.n;
+    const int r = int(row % PackedCodes::kBlockRows);
+    const uint32_t* block = codes.words.data() + (row / PackedCodes::kBlockRows) * Bits * n + n0;
+    if constexpr (Bits == 3) {
+        const uint32_t* low_plane = block + (r / 16) * n;
+        const uint32_t* high_plane = block + 2 * n;
+        const int shift = 2 * (r % 16);
+        for (int j = 0; j < width; ++j)
+            out[j] = float(((low_plane[j] >> shift) & 3u) | (((high_plane[j] >> r) & 1u) << 2));
+    } else {
+        constexpr int kPerWord = 32 / Bits;
+        constexpr uint32_t kMask = (1u << Bits) - 1u;
+        const uint32_t* words = block + (r / kPerWord) * n;
+        const int shift = Bits * (r % kPerWord);
+        for (int j = 0; j < width; ++j) out[j] = float((words[j] >> shift) & kMask);
+    }
+}
+
+// One column panel for up to kRows activation rows. Per group, with s and z the group's scale
+// and zero: sum_r x_r * s * (q_r - z) = s * (sum_r x_r q_r - z * sum_r x_r), so the inner loop
+// only multiplies raw codes and the scale and zero are applied once per group.
+template <int Bits>
+void forward_panel(const QuantParams& p, const PackedCodes& codes, const float* x, int rows, float* y,
+                   int64_t n0, int width) {
+    float q[kPanel];
+    float dot[kRows][kPanel];
+    float out[kRows][kPanel] = {};
+    for (int64_t r0 = 0, g = 0; r0 < p.k; r0 += p.group_size, ++g) {
+        const int64_t r1 = std::min(p.k, r0 + p.group_size);
+        float x_sum[kRows] = {};
+        std::memset(dot, 0, sizeof dot);
+        for (int64_t r = r0; r < r1; ++r) {
+            decode_row<Bits>(codes, r, n0, width, q);
+            for (int i = 0; i < rows; ++i) {
+                const float xv = x[i * p.k + r];
+                x_sum[i] += xv;
+                for (int j = 0; j < width; ++j) dot[i][j] += xv * q[j];
+            }
+        }
+        const float* scale = &p.scales[size_t(g * p.n + n0)];
+        const uint16_t* zero = &p.zeros[size_t(g * p.n + n0)];
+        for (int i = 0; i < rows; ++i)
+            for (int j = 0; j < width; ++j) out[i][j] += scale[j] * (dot[i][j] - float(zero[j]) * x_sum[i]);
+    }
+    for (int i = 0; i < rows; ++i) std::memcpy(y + i * p.n + n0, out[i], sizeof(float) * size_t(width));
+}
+
+template <int Bits>
+void forward_all(const QuantParams& p, const PackedCodes& codes, const float* x, int64_t m, float* y,
+                 ThreadPool& pool) {
+    const int64_t panels = (p.n + kPanel - 1) / kPanel;
+    const int64_t row_blocks = (m + kRows - 1) / kRows;
+    auto task = [&](int64_t t) {
+        const int64_t panel = t % panels, row_block = t / panels;
+        const int64_t n0 = panel * kPanel, m0 = row_block * kRows;
+        forward_panel<Bits>(p, codes, x + m0 * p.k, int(std::min<int64_t>(kRows, m - m0)), y + m0 * p.n, n0,
+                            int(std::min<int64_t>(kPanel, p.n - n0)));
+    };
+    // Below this many weight-row visits a dispatch to the pool costs more than it saves.
+    constexpr int64_t kMinParallelWork = 1 << 16;
+    if (p.k * p.n * m < kMinParallelWork) {
+        for (int64_t t = 0; t < panels * row_blocks; ++t) task(t);
+    } else {
+        pool.parallel_for(panels * row_blocks, task);
+    }
+}
+
+}  // namespace
+
+void portable_forward(const QuantParams& params, const PackedCodes& codes, const float* x, int64_t m, float* y,
+                      ThreadPool& pool) {
+    switch (params.bits) {
+        case 2: return forward_all<2>(params, codes, x, m, y, pool);
+        case 3: return forward_all<3>(params, codes, x, m, y, pool);
+        case 4: return forward_all<4>(params, codes, x, m, y, pool);
+        case 8: return forward_all<8>(params, codes, x, m, y, pool);
+    }
+}
+
+}  // namespace qjit

@@ -1,0 +1,22 @@
+// The portable CPU path: plain C++, multithreaded over column panels. It serves every format and
+// stays as the fallback for what the generated kernels do not cover.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/packed_codes.hpp"
+#include "runtime/quantized_matrix.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace qjit {
+
+struct PortableTiling {
+    static constexpr int kPanelColumns = 64;  // columns one task owns (and accumulates in registers/L1)
+    static constexpr int kBatchRows = 4;      // activation rows sharing one decode of a weight row
+};
+
+// y[m][n] = sum_r x[m][r] * W[r][n] with x already in storage row order (act-order gathered).
+void portable_forward(const QuantParams& params, const PackedCodes& codes, const float* x, int64_t m, float* y,
+                      ThreadPool& pool);
+
+}  // namespace qjit

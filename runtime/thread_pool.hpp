@@ -1,0 +1,51 @@
+// A persistent pool of worker threads. The calling thread works too, so a pool of size T runs
+// T - 1 workers. Workers sleep on a condition variable between jobs.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace qjit {
+
+class ThreadPool {
+public:
+    explicit ThreadPool(int num_threads);
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+
+    int size() const { return int(workers_.size()) + 1; }
+
+    // Calls task(i) for every i in [0, num_tasks), spread over the pool. When another thread is
+    // already running a job on this pool, the caller runs its own tasks alone instead of waiting.
+    template <typename Task>
+    void parallel_for(int64_t num_tasks, Task& task) {
+        run(num_tasks, [](void* closure, int64_t i) { (*static_cast<Task*>(closure))(i); }, &task);
+    }
+
+private:
+    using TaskFn = void (*)(void*, int64_t);
+    void run(int64_t num_tasks, TaskFn fn, void* closure);
+    void work_on_current_job();
+    void worker_loop();
+
+    std::vector<std::thread> workers_;
+    std::mutex mutex_;
+    std::condition_variable job_posted_;
+    std::condition_variable job_finished_;
+    uint64_t generation_ = 0;  // bumped for each job; workers wait for a new value
+    int workers_running_ = 0;  // workers still inside the current job
+    bool stopping_ = false;
+    std::atomic<bool> busy_{false};
+
+    TaskFn fn_ = nullptr;
+    void* closure_ = nullptr;
+    int64_t num_tasks_ = 0;
+    std::atomic<int64_t> next_task_{0};
+};
+
+}  // namespace qjit

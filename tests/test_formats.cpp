@@ -1,0 +1,141 @@
+// Every weight format (bits x group x symmetric x act-order) through the portable path against the
+// oracle, on odd shapes (K and N in {1, 7, 64, 172, 1000, 4096}) and batches 1, 3 and 16.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <tuple>
+
+#include "runtime/linear_layer.hpp"
+#include "runtime/quantize_rtn.hpp"
+#include "runtime/reference.hpp"
+#include "test_support.hpp"
+
+namespace qjit {
+namespace {
+
+using test::ContextPtr;
+using test::LinearPtr;
+
+struct Shape {
+    int64_t k, n;
+};
+constexpr Shape kShapes[] = {{1, 4096}, {7, 1000}, {64, 172}, {172, 64}, {1000, 7}, {4096, 1}, {4096, 172}, {1000, 1000}};
+constexpr int64_t kBatches[] = {1, 3, 16};
+
+using Format = std::tuple<int /*bits*/, int /*group_size*/, bool /*symmetric*/, bool /*act_order*/>;
+
+class FormatTest : public ::testing::TestWithParam<Format> {};
+
+// A random permutation standing in for GPTQ's act-order row sort.
+std::vector<int32_t> random_row_order(int64_t k, uint32_t seed) {
+    std::vector<int32_t> order(static_cast<size_t>(k));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+    return order;
+}
+
+TEST_P(FormatTest, PortablePathMatchesOracle) {
+    const auto [bits, group_size, symmetric, act_order] = GetParam();
+    ContextPtr context = test::make_test_context();
+    uint32_t seed = 1;
+    for (const Shape shape : kShapes) {
+        SCOPED_TRACE(testing::Message() << "K=" << shape.k << " N=" << shape.n);
+        const std::vector<float> weights = test::random_floats(size_t(shape.k * shape.n), seed++);
+        const RtnConfig config{bits, resolve_group_size(group_size, shape.k), symmetric, QJIT_DTYPE_F16};
+        QuantizedMatrix matrix = quantize_rtn(config, shape.k, shape.n, weights.data());
+        if (act_order && shape.k > 1) matrix.params.row_order = random_row_order(shape.k, seed++);
+        const std::unique_ptr<qjit_linear> layer = make_linear(context.get(), matrix);
+
+        for (const int64_t m : kBatches) {
+            SCOPED_TRACE(testing::Message() << "m=" << m);
+            const std::vector<float> x = test::random_floats(size_t(m * shape.k), seed++);
+            std::vector<float> y(size_t(m * shape.n)), expected(y.size());
+            ASSERT_EQ(qjit_linear_forward(layer.get(), x.data(), m, y.data()), QJIT_OK) << qjit_last_error();
+            reference_forward(matrix, x.data(), m, expected.data());
+            test::expect_within(y, expected, test::forward_error_bound(matrix, x.data(), m));
+        }
+    }
+}
+
+// The public entry point quantizes exactly as quantize_rtn does, from either weight layout.
+// (fp32 weights carry no act-order; the GPTQ import tests cover it through the C API.)
+using RtnFormat = std::tuple<int /*bits*/, int /*group_size*/, bool /*symmetric*/>;
+class CApiQuantizeTest : public ::testing::TestWithParam<RtnFormat> {};
+
+TEST_P(CApiQuantizeTest, MatchesTheBaselineQuantizer) {
+    const auto [bits, group_size, symmetric] = GetParam();
+    ContextPtr context = test::make_test_context();
+    const int64_t k = 172, n = 33;
+    const std::vector<float> weights = test::random_floats(size_t(k * n), 7);
+    std::vector<float> transposed(weights.size());
+    for (int64_t r = 0; r < k; ++r)
+        for (int64_t c = 0; c < n; ++c) transposed[size_t(c * k + r)] = weights[size_t(r * n + c)];
+    const QuantizedMatrix expected =
+        quantize_rtn({bits, resolve_group_size(group_size, k), symmetric, QJIT_DTYPE_F32}, k, n, weights.data());
+
+    const qjit_quant_config config{bits, group_size, symmetric, QJIT_DTYPE_F32};
+    for (const auto& [layout, source] : {std::pair{QJIT_LAYOUT_K_BY_N, &weights}, {QJIT_LAYOUT_N_BY_K, &transposed}}) {
+        qjit_linear* raw = nullptr;
+        ASSERT_EQ(qjit_linear_create_from_f32(context.get(), &config, k, n, source->data(), layout, &raw), QJIT_OK)
+            << qjit_last_error();
+        LinearPtr layer(raw);
+        const QuantizedMatrix got = unpack_linear(*layer);
+        EXPECT_EQ(got.codes, expected.codes);
+        EXPECT_EQ(got.params.scales, expected.params.scales);
+        EXPECT_EQ(got.params.zeros, expected.params.zeros);
+        std::vector<float> dense(size_t(k * n));
+        ASSERT_EQ(qjit_linear_dequantize(layer.get(), dense.data()), QJIT_OK);
+        EXPECT_EQ(dense, dequantize(expected));
+    }
+}
+
+std::string format_label(int bits, int group_size, bool symmetric, bool act_order) {
+    return "q" + std::to_string(bits) + (group_size < 0 ? "col" : "g" + std::to_string(group_size)) +
+           (symmetric ? "_sym" : "_asym") + (act_order ? "_actorder" : "");
+}
+
+const auto kAllBits = ::testing::Values(2, 3, 4, 8);
+const auto kAllGroups = ::testing::Values(16, 32, 64, 128, 256, QJIT_GROUP_PER_COLUMN);
+
+INSTANTIATE_TEST_SUITE_P(AllFormats, FormatTest, ::testing::Combine(kAllBits, kAllGroups, ::testing::Bool(), ::testing::Bool()),
+                         [](const testing::TestParamInfo<Format>& info) {
+                             const auto [bits, group_size, symmetric, act_order] = info.param;
+                             return format_label(bits, group_size, symmetric, act_order);
+                         });
+INSTANTIATE_TEST_SUITE_P(AllFormats, CApiQuantizeTest, ::testing::Combine(kAllBits, kAllGroups, ::testing::Bool()),
+                         [](const testing::TestParamInfo<RtnFormat>& info) {
+                             const auto [bits, group_size, symmetric] = info.param;
+                             return format_label(bits, group_size, symmetric, false);
+                         });
+
+// Quantization error of the baseline quantizer stays within half a step of each group's scale.
+TEST(RtnQuantizer, RoundTripErrorIsAtMostHalfAStep) {
+    const int64_t k = 200, n = 9;
+    const std::vector<float> weights = test::random_floats(size_t(k * n), 3, -2.0f, 0.5f);
+    for (const int bits : {2, 3, 4, 8}) {
+        for (const bool symmetric : {false, true}) {
+            const QuantizedMatrix q = quantize_rtn({bits, 64, symmetric, QJIT_DTYPE_F32}, k, n, weights.data());
+            const std::vector<float> dense = dequantize(q);
+            for (int64_t r = 0; r < k; ++r)
+                for (int64_t c = 0; c < n; ++c) {
+                    const float step = q.params.scales[size_t((r / 64) * n + c)];
+                    // Symmetric ranges give up the top half-step on the positive side (GPTQ's convention).
+                    const float allowed = symmetric ? 1.0f * step : 0.5f * step * (1 + 1e-5f);
+                    EXPECT_LE(std::fabs(dense[size_t(r * n + c)] - weights[size_t(r * n + c)]), allowed)
+                        << "bits=" << bits << " r=" << r << " c=" << c;
+                }
+        }
+    }
+}
+
+TEST(RtnQuantizer, AllZeroGroupAndF16ScalesStayFinite) {
+    const std::vector<float> zeros(64 * 3, 0.0f);
+    const QuantizedMatrix q = quantize_rtn({4, 32, false, QJIT_DTYPE_F16}, 64, 3, zeros.data());
+    for (float w : dequantize(q)) EXPECT_EQ(w, 0.0f);
+    const std::vector<float> tiny(32, 1e-9f);
+    const QuantizedMatrix t = quantize_rtn({4, 32, true, QJIT_DTYPE_F16}, 32, 1, tiny.data());
+    for (float s : t.params.scales) EXPECT_GT(s, 0.0f);
+}
+
+}  // namespace
+}  // namespace qjit

@@ -1,0 +1,181 @@
+// End-to-end tests on a real trained model: karpathy's stories260K llama2.c checkpoint, run through
+// bench/llama2_model (dense fp32 and qjit backends) and checked against the golden outputs in
+// shared/models/reference (see shared/models/README.md).
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "llama2_model.hpp"
+
+namespace {
+
+const std::string kModelsDir = QJIT_SHARED_MODELS_DIR;
+const std::string kCheckpointPath = kModelsDir + "/stories260K/stories260K.bin";
+const std::string kReferenceDir = kModelsDir + "/reference/";
+
+std::shared_ptr<const llama2::Checkpoint> stories260k() {
+    static const auto checkpoint =
+        std::make_shared<const llama2::Checkpoint>(llama2::load_checkpoint(kCheckpointPath));
+    return checkpoint;
+}
+
+std::vector<int> reference_greedy_tokens() {
+    const std::vector<int32_t> tokens = llama2::read_i32_file(kReferenceDir + "stories260K_greedy_tokens.i32");
+    return {tokens.begin(), tokens.end()};
+}
+
+double reference_mean_nll() {
+    std::ifstream in(kReferenceDir + "stories260K_tinystories_val_first200para_nll.json");
+    const std::string json{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const std::string key = "\"mean_nll_nats\"";
+    const size_t at = json.find(key);
+    if (at == std::string::npos) throw std::runtime_error("the reference JSON has no " + key);
+    return std::strtod(json.c_str() + json.find(':', at) + 1, nullptr);
+}
+
+// The first BOS-delimited sequence of the perplexity set.
+std::vector<int> first_nll_sequence() {
+    const std::vector<uint16_t> tokens =
+        llama2::read_u16_file(kReferenceDir + "tinystories_val_first200para.tok512.u16");
+    std::vector<int> sequence{tokens.at(0)};
+    for (size_t i = 1; i < tokens.size() && tokens[i] != llama2::kBosToken; ++i) sequence.push_back(tokens[i]);
+    return sequence;
+}
+
+size_t leading_matches(const std::vector<int>& a, const std::vector<int>& b) {
+    size_t n = 0;
+    while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+    return n;
+}
+
+float max_abs_diff(std::span<const float> a, std::span<const float> b) {
+    float worst = 0.0f;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+    return worst;
+}
+
+class RealModel : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!std::filesystem::is_directory(kModelsDir)) {
+            GTEST_SKIP() << "models folder " << kModelsDir << " is missing; skipping the real-model tests";
+        }
+    }
+};
+
+// (i) The runner itself: dense fp32 logits, batched and step by step, against the float64 reference.
+TEST_F(RealModel, Fp32LogitsMatchReference) {
+    const std::vector<float> reference = llama2::read_f32_file(kReferenceDir + "stories260K_greedy_logits_64x512.f32");
+    const std::vector<int> greedy = reference_greedy_tokens();
+    ASSERT_GE(greedy.size(), 65u);
+    const int positions = 64;
+    const int vocab = stories260k()->config.vocab_size;
+    ASSERT_EQ(reference.size(), size_t(positions) * size_t(vocab));
+    const std::vector<int> inputs(greedy.begin(), greedy.begin() + positions);
+
+    llama2::DenseBackend dense;
+    llama2::Model model(stories260k(), dense);
+    const std::span<const float> logits = model.forward_sequence(inputs);
+    ASSERT_EQ(logits.size(), reference.size());
+    EXPECT_LE(max_abs_diff(logits, reference), 1e-4f);
+    for (int t = 0; t < positions; ++t) {
+        EXPECT_EQ(llama2::argmax(logits.subspan(size_t(t) * vocab, size_t(vocab))), greedy[size_t(t) + 1])
+            << "position " << t;
+    }
+
+    model.reset();
+    float worst_step = 0.0f;
+    for (int t = 0; t < positions; ++t) {
+        const std::span<const float> row = model.step(inputs[size_t(t)]);
+        worst_step = std::max(worst_step, max_abs_diff(row, std::span(reference).subspan(size_t(t) * vocab, size_t(vocab))));
+    }
+    EXPECT_LE(worst_step, 1e-4f);
+}
+
+// (ii) 8-bit per-column symmetric weights through qjit: greedy decoding and perplexity.
+TEST_F(RealModel, QjitInt8GreedyDecodeMatchesReference) {
+    const std::vector<int> reference = reference_greedy_tokens();
+    llama2::QjitBackend backend(llama2::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true));
+    llama2::Model model(stories260k(), backend);
+    const std::vector<int> tokens = llama2::greedy_decode(model, int(reference.size()) - 1);
+    const size_t generated_matching = leading_matches(tokens, reference) - 1;  // BOS is not generated
+    std::printf("int8 per-column: %zu of %zu generated tokens match the reference\n", generated_matching,
+                reference.size() - 1);
+    EXPECT_GE(generated_matching, 64u);
+}
+
+TEST_F(RealModel, QjitInt8MeanNllMatchesReference) {
+    const std::vector<uint16_t> tokens = llama2::read_u16_file(kReferenceDir + "tinystories_val_first200para.tok512.u16");
+    llama2::QjitBackend backend(llama2::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true));
+    llama2::Model model(stories260k(), backend);
+    const llama2::NllResult result = llama2::evaluate_nll(model, tokens);
+    const double reference = reference_mean_nll();
+    std::printf("int8 per-column mean NLL %.5f, reference fp32 %.5f\n", result.mean_nll, reference);
+    EXPECT_EQ(result.tokens, 19380);
+    EXPECT_EQ(result.sequence_nll.size(), 200u);
+    EXPECT_NEAR(result.mean_nll, reference, 0.002);
+}
+
+// (iii) One m = T call per layer and T calls with m = 1 (KV cache) compute the same logits.
+TEST_F(RealModel, QjitBatchedForwardMatchesKvCacheSteps) {
+    const std::vector<int> sequence = first_nll_sequence();
+    const size_t vocab = size_t(stories260k()->config.vocab_size);
+    const qjit_quant_config configs[] = {llama2::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true),
+                                         llama2::make_quant_config(4, 32, false)};
+    for (const qjit_quant_config& config : configs) {
+        SCOPED_TRACE(llama2::describe_quant_config(config));
+        llama2::QjitBackend backend(config);
+        llama2::Model model(stories260k(), backend);
+        const std::span<const float> batched_view = model.forward_sequence(sequence);
+        const std::vector<float> batched(batched_view.begin(), batched_view.end());
+        ASSERT_EQ(batched.size(), sequence.size() * vocab);
+
+        model.reset();
+        float worst = 0.0f;
+        for (size_t t = 0; t < sequence.size(); ++t) {
+            const std::span<const float> row = model.step(sequence[t]);
+            worst = std::max(worst, max_abs_diff(row, std::span(batched).subspan(t * vocab, vocab)));
+        }
+        EXPECT_LE(worst, 1e-3f);
+    }
+}
+
+TEST_F(RealModel, DamagedCheckpointIsRejected) {
+    std::ifstream in(kCheckpointPath, std::ios::binary);
+    const std::vector<char> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    ASSERT_GT(bytes.size(), 1000u);
+    const std::string path = ::testing::TempDir() + "qjit_truncated_stories260K.bin";
+
+    auto expect_rejected = [&](const std::vector<char>& content, const std::string& needle) {
+        {
+            std::ofstream out(path, std::ios::binary | std::ios::trunc);
+            out.write(content.data(), std::streamsize(content.size()));
+        }
+        try {
+            llama2::load_checkpoint(path);
+            ADD_FAILURE() << "a damaged checkpoint was accepted (expected an error mentioning '" << needle << "')";
+        } catch (const std::runtime_error& e) {
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        }
+    };
+    expect_rejected(std::vector<char>(bytes.begin(), bytes.end() - 4), "bytes");   // truncated
+    expect_rejected(std::vector<char>(bytes.begin(), bytes.begin() + 10), "header");
+    std::vector<char> bad_heads = bytes;
+    bad_heads[12] = 7;  // n_heads = 7 does not divide dim 64
+    expect_rejected(bad_heads, "heads");
+    std::remove(path.c_str());
+    EXPECT_THROW(llama2::load_checkpoint(kModelsDir + "/no/such/file.bin"), std::runtime_error);
+}
+
+}  // namespace

@@ -1,0 +1,82 @@
+// Helpers shared by the test suites: random data, the oracle's error bound, RAII for C handles.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "qjit/qjit.h"
+#include "runtime/quantized_matrix.hpp"
+
+namespace qjit::test {
+
+inline std::vector<float> random_floats(size_t count, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uniform(lo, hi);
+    std::vector<float> values(count);
+    for (float& v : values) v = uniform(rng);
+    return values;
+}
+
+struct ContextDeleter {
+    void operator()(qjit_context* c) const { qjit_context_destroy(c); }
+};
+struct LinearDeleter {
+    void operator()(qjit_linear* l) const { qjit_linear_destroy(l); }
+};
+using ContextPtr = std::unique_ptr<qjit_context, ContextDeleter>;
+using LinearPtr = std::unique_ptr<qjit_linear, LinearDeleter>;
+
+inline ContextPtr make_test_context(int threads = 2) {
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.num_threads = threads;
+    qjit_context* context = nullptr;
+    EXPECT_EQ(qjit_context_create(&options, &context), QJIT_OK) << qjit_last_error();
+    return ContextPtr(context);
+}
+
+// Worst-case fp32 error of a kernel that, per group, sums x*q and x, applies s*(dot - z*xsum) and
+// sums the groups, against the oracle (which also rounds each dequantized weight to fp32): each
+// of the at most (group rows + groups + 3) roundings on a path contributes at most FLT_EPSILON/2
+// of the absolute terms sum_k |x_k| * s * (q + z). Twice that is the bound.
+inline std::vector<double> forward_error_bound(const QuantizedMatrix& matrix, const float* x, int64_t m) {
+    const QuantParams& p = matrix.params;
+    const double steps = double(std::min(p.group_size, p.k) + p.num_groups() + 3);
+    std::vector<double> bound(size_t(m * p.n), 0.0);
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t r = 0; r < p.k; ++r) {
+            const int64_t original = p.act_order() ? p.row_order[size_t(r)] : r;
+            const double xv = std::fabs(double(x[i * p.k + original]));
+            const int64_t g = r / p.group_size;
+            for (int64_t c = 0; c < p.n; ++c) {
+                const size_t meta = size_t(g * p.n + c);
+                const double terms = double(matrix.codes[size_t(r * p.n + c)]) + double(p.zeros[meta]);
+                bound[size_t(i * p.n + c)] += xv * std::fabs(double(p.scales[meta])) * terms;
+            }
+        }
+    for (double& b : bound) b = b * steps * FLT_EPSILON + 1e-30;
+    return bound;
+}
+
+// Expects |actual - expected| <= bound elementwise; reports the first few violations.
+inline void expect_within(const std::vector<float>& actual, const std::vector<float>& expected,
+                          const std::vector<double>& bound) {
+    ASSERT_EQ(actual.size(), expected.size());
+    int reported = 0;
+    for (size_t i = 0; i < actual.size() && reported < 5; ++i) {
+        const double error = std::fabs(double(actual[i]) - double(expected[i]));
+        if (!(error <= bound[i])) {
+            ADD_FAILURE() << "element " << i << ": got " << actual[i] << ", oracle " << expected[i] << ", error "
+                          << error << " > bound " << bound[i];
+            ++reported;
+        }
+    }
+}
+
+}  // namespace qjit::test
