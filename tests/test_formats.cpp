@@ -97,16 +97,21 @@ std::string format_label(int bits, int group_size, bool symmetric, bool act_orde
 const auto kAllBits = ::testing::Values(2, 3, 4, 8);
 const auto kAllGroups = ::testing::Values(16, 32, 64, 128, 256, QJIT_GROUP_PER_COLUMN);
 
-INSTANTIATE_TEST_SUITE_P(AllFormats, FormatTest, ::testing::Combine(kAllBits, kAllGroups, ::testing::Bool(), ::testing::Bool()),
-                         [](const testing::TestParamInfo<Format>& info) {
-                             const auto [bits, group_size, symmetric, act_order] = info.param;
-                             return format_label(bits, group_size, symmetric, act_order);
-                         });
+std::string format_test_name(const testing::TestParamInfo<Format>& info) {
+    const auto [bits, group_size, symmetric, act_order] = info.param;
+    return format_label(bits, group_size, symmetric, act_order);
+}
+
+std::string rtn_test_name(const testing::TestParamInfo<RtnFormat>& info) {
+    const auto [bits, group_size, symmetric] = info.param;
+    return format_label(bits, group_size, symmetric, false);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFormats, FormatTest,
+                         ::testing::Combine(kAllBits, kAllGroups, ::testing::Bool(), ::testing::Bool()),
+                         format_test_name);
 INSTANTIATE_TEST_SUITE_P(AllFormats, CApiQuantizeTest, ::testing::Combine(kAllBits, kAllGroups, ::testing::Bool()),
-                         [](const testing::TestParamInfo<RtnFormat>& info) {
-                             const auto [bits, group_size, symmetric] = info.param;
-                             return format_label(bits, group_size, symmetric, false);
-                         });
+                         rtn_test_name);
 
 // Quantization error of the baseline quantizer stays within half a step of each group's scale.
 TEST(RtnQuantizer, RoundTripErrorIsAtMostHalfAStep) {
