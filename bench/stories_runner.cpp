@@ -3,7 +3,7 @@
 //   (b) mean NLL over the reference TinyStories sequences for bits 2/3/4/8 x group 32/64/per column x
 //       symmetric/asymmetric, next to the dense fp32 figure and the reference mean.
 //
-// Usage: stories_runner [--models-dir DIR] [--steps N] [--threads N] [--fp32-classifier]
+// Usage: stories_runner [--models-dir DIR] [--steps N] [--threads N] [--fp32-classifier] [--f32-scales]
 
 #include <algorithm>
 #include <chrono>
@@ -29,15 +29,17 @@ struct Options {
     int steps = 256;
     int threads = 0;               // 0: qjit's default (one per core)
     bool fp32_classifier = false;  // keep the classifier dense instead of quantizing it too
+    qjit_dtype scale_dtype = QJIT_DTYPE_F16;
 };
 
 void print_usage(const char* program) {
     std::printf(
-        "usage: %s [--models-dir DIR] [--steps N] [--threads N] [--fp32-classifier]\n"
+        "usage: %s [--models-dir DIR] [--steps N] [--threads N] [--fp32-classifier] [--f32-scales]\n"
         "  --models-dir DIR   folder with stories260K/ and reference/ (default %s)\n"
         "  --steps N          greedy decoding steps (default 256)\n"
         "  --threads N        qjit context threads (default 0: one per core)\n"
-        "  --fp32-classifier  quantize only wq..w3 and keep the classifier in fp32\n",
+        "  --fp32-classifier  quantize only wq..w3 and keep the classifier in fp32\n"
+        "  --f32-scales       keep quantization scales in fp32 (default: f16, qjit's default)\n",
         program, QJIT_SHARED_MODELS_DIR);
 }
 
@@ -78,6 +80,8 @@ std::optional<Options> parse_args(int argc, char** argv) {
             options.threads = *v;
         } else if (arg == "--fp32-classifier") {
             options.fp32_classifier = true;
+        } else if (arg == "--f32-scales") {
+            options.scale_dtype = QJIT_DTYPE_F32;
         } else if (arg == "--help" || arg == "-h") {
             print_usage(argv[0]);
             std::exit(0);
@@ -157,12 +161,18 @@ int run_main(const Options& options) {
     std::printf("stories_runner: qjit %s, models from %s\n", qjit_version(), dir.c_str());
     std::printf("model: dim %d, hidden %d, layers %d, heads %d (kv %d), vocab %d, seq_len %d\n", c.dim,
                 c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len);
-    std::printf("quantized: wq wk wv wo w1 w2 w3%s; scales f16 (qjit default)\n\n",
-                options.fp32_classifier ? " (classifier kept fp32)" : " and the classifier");
+    const char* scales = options.scale_dtype == QJIT_DTYPE_F16 ? "f16 (qjit default)" : "f32";
+    std::printf("quantized: wq wk wv wo w1 w2 w3%s; scales %s\n\n",
+                options.fp32_classifier ? " (classifier kept fp32)" : " and the classifier", scales);
+    auto quant_config = [&](int bits, int group_size, bool symmetric) {
+        qjit_quant_config config = llama2::make_quant_config(bits, group_size, symmetric);
+        config.scale_dtype = options.scale_dtype;
+        return config;
+    };
 
     // (a) greedy decoding, one token at a time through the KV cache.
     {
-        llama2::QjitBackend backend(llama2::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true), &context_options);
+        llama2::QjitBackend backend(quant_config(8, QJIT_GROUP_PER_COLUMN, true), &context_options);
         llama2::Model model(checkpoint, backend, options.fp32_classifier ? &dense : nullptr);
         const int steps = std::min(options.steps, c.seq_len);
         const auto start = std::chrono::steady_clock::now();
@@ -206,7 +216,7 @@ int run_main(const Options& options) {
                 "nats; %.2f s)\n\n",
                 fp32_nll, fp32_nll - reference_mean[0], max_sequence_diff, fp32.eval_s);
 
-    std::printf("qjit, scales f16, %s; ΔNLL = NLL - fp32 dense NLL\n",
+    std::printf("qjit, scales %s, %s; ΔNLL = NLL - fp32 dense NLL\n", scales,
                 options.fp32_classifier ? "classifier fp32" : "classifier quantized too");
     std::printf("bits  group       zero    mean NLL       ΔNLL  weight KiB  build s   eval s\n");
     const int group_sizes[] = {32, 64, QJIT_GROUP_PER_COLUMN};
@@ -217,7 +227,7 @@ int run_main(const Options& options) {
                 std::printf("%-4d  %-10s  %-5s  ", bits, group_name.c_str(), symmetric ? "sym" : "asym");
                 std::fflush(stdout);
                 try {
-                    llama2::QjitBackend backend(llama2::make_quant_config(bits, group, symmetric), &context_options);
+                    llama2::QjitBackend backend(quant_config(bits, group, symmetric), &context_options);
                     const Run run = run_nll(checkpoint, backend, options.fp32_classifier ? &dense : nullptr, nll_tokens);
                     std::printf("%9.5f  %+9.5f  %10.1f  %7.3f  %7.3f\n", run.nll.mean_nll, run.nll.mean_nll - fp32_nll,
                                 double(run.weight_bytes) / 1024.0, run.build_s, run.eval_s);

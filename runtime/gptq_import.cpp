@@ -1,7 +1,7 @@
 #include "runtime/gptq_import.hpp"
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -12,16 +12,6 @@ namespace qjit {
 
 namespace {
 
-// The int a C caller stored in an enum field. In C++, reading the enum itself is undefined when the
-// value lies outside the range its enumerators span; a stray value must be an error, not a crash.
-template <typename Enum>
-int stored_int(const Enum& field) {
-    static_assert(sizeof(Enum) == sizeof(int));
-    int value;
-    std::memcpy(&value, &field, sizeof value);
-    return value;
-}
-
 void check_arguments(int64_t k, int64_t n, const qjit_gptq_tensors& tensors) {
     require(k >= 1 && n >= 1, "GPTQ layer shape k x n = ", k, " x ", n, " is empty; k and n must be at least 1");
     require(k <= std::numeric_limits<int32_t>::max(), "k = ", k, " is too large; GPTQ row indices are int32");
@@ -29,12 +19,12 @@ void check_arguments(int64_t k, int64_t n, const qjit_gptq_tensors& tensors) {
     require(tensors.qweight != nullptr, "tensors.qweight is NULL");
     require(tensors.qzeros != nullptr, "tensors.qzeros is NULL");
     require(tensors.scales != nullptr, "tensors.scales is NULL");
-    const int scale_dtype = stored_int(tensors.scale_dtype);
-    require(scale_dtype == QJIT_DTYPE_F16 || scale_dtype == QJIT_DTYPE_F32, "tensors.scale_dtype is ", scale_dtype,
+    const qjit_dtype scale_dtype = tensors.scale_dtype;  // the *_MAX_ENUM member makes any int a valid value
+    require(scale_dtype == QJIT_DTYPE_F16 || scale_dtype == QJIT_DTYPE_F32, "tensors.scale_dtype is ", int(scale_dtype),
             "; expected QJIT_DTYPE_F16 (1) or QJIT_DTYPE_F32 (0)");
-    const int checkpoint_format = stored_int(tensors.checkpoint_format);
+    const qjit_gptq_format checkpoint_format = tensors.checkpoint_format;
     require(checkpoint_format == QJIT_GPTQ_V1 || checkpoint_format == QJIT_GPTQ_V2, "tensors.checkpoint_format is ",
-            checkpoint_format, "; expected QJIT_GPTQ_V1 (1) or QJIT_GPTQ_V2 (2)");
+            int(checkpoint_format), "; expected QJIT_GPTQ_V1 (1) or QJIT_GPTQ_V2 (2)");
 }
 
 // Value `index` of a little-endian bitstream of `bits`-bit values held in int32 words that lie
@@ -85,8 +75,8 @@ std::vector<int32_t> read_row_groups(const int32_t* g_idx, int64_t k, int64_t ro
     for (int64_t group = 0; group < groups; ++group) {
         const int64_t expected = group + 1 < groups ? rows_per_group : k - (groups - 1) * rows_per_group;
         require(rows_in_group[size_t(group)] == expected, "tensors.g_idx puts ", rows_in_group[size_t(group)],
-                " rows in group ", group, "; a GPTQ group of K = ", k, " rows in groups of ", rows_per_group, " holds ",
-                expected);
+                " rows in group ", group, "; with K = ", k, " rows in groups of ", rows_per_group, ", group ", group,
+                " must hold ", expected);
     }
     return group_of_row;
 }
@@ -121,12 +111,6 @@ std::vector<uint8_t> read_codes(const int32_t* qweight, int bits, int64_t k, int
     return codes;
 }
 
-bool all_equal(const std::vector<uint16_t>& values, uint16_t expected) {
-    for (uint16_t value : values)
-        if (value != expected) return false;
-    return true;
-}
-
 }  // namespace
 
 QuantizedMatrix import_gptq(int64_t k, int64_t n, const qjit_gptq_tensors& tensors) {
@@ -141,7 +125,8 @@ QuantizedMatrix import_gptq(int64_t k, int64_t n, const qjit_gptq_tensors& tenso
     const int64_t groups = p.num_groups();
     p.scales = read_scales(tensors, groups, n);
     p.zeros = read_zeros(tensors, groups, n);
-    p.symmetric = all_equal(p.zeros, uint16_t(1u << (p.bits - 1)));
+    const uint16_t middle = uint16_t(1u << (p.bits - 1));
+    p.symmetric = std::all_of(p.zeros.begin(), p.zeros.end(), [&](uint16_t zero) { return zero == middle; });
     const std::vector<int32_t> group_of_row = read_row_groups(tensors.g_idx, k, p.group_size, groups);
     p.row_order = sort_rows_by_group(group_of_row, p.group_size, groups);
     result.codes = read_codes(tensors.qweight, p.bits, k, n, p.row_order);

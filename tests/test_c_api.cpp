@@ -1,1 +1,221 @@
-// placeholder
+// Every C API call with bad arguments returns the documented status and a message naming the
+// argument, and never crashes.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "test_support.hpp"
+
+namespace {
+
+using qjit::test::ContextPtr;
+using qjit::test::LinearPtr;
+
+// Expects `status` with a last-error message that mentions `word`.
+#define EXPECT_STATUS(call, status, word)                                                      \
+    do {                                                                                       \
+        EXPECT_EQ((call), (status)) << qjit_last_error();                                      \
+        EXPECT_NE(std::string(qjit_last_error()).find(word), std::string::npos)                \
+            << "message '" << qjit_last_error() << "' does not name '" << (word) << "'";       \
+    } while (0)
+
+class CApiTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        context_ = qjit::test::make_test_context();
+        qjit_quant_config_init(&config_);
+        weights_ = qjit::test::random_floats(size_t(kK * kN), 1);
+        qjit_linear* raw = nullptr;
+        ASSERT_EQ(qjit_linear_create_from_f32(context_.get(), &config_, kK, kN, weights_.data(), QJIT_LAYOUT_K_BY_N,
+                                              &raw),
+                  QJIT_OK);
+        layer_.reset(raw);
+    }
+    qjit_status create(const qjit_quant_config& config, int64_t k = kK, int64_t n = kN) {
+        qjit_linear* raw = reinterpret_cast<qjit_linear*>(0x1);  // must be reset to NULL on failure
+        const qjit_status status =
+            qjit_linear_create_from_f32(context_.get(), &config, k, n, weights_.data(), QJIT_LAYOUT_K_BY_N, &raw);
+        if (status == QJIT_OK) qjit_linear_destroy(raw);
+        else EXPECT_EQ(raw, nullptr);
+        return status;
+    }
+
+    static constexpr int64_t kK = 200, kN = 24;
+    ContextPtr context_;
+    qjit_quant_config config_;
+    std::vector<float> weights_;
+    LinearPtr layer_;
+};
+
+TEST(CApiLibrary, VersionAndStatusStrings) {
+    EXPECT_STREQ(qjit_version(), "0.1.0");
+    EXPECT_STREQ(qjit_status_string(QJIT_OK), "ok");
+    EXPECT_STREQ(qjit_status_string(QJIT_ERROR_CORRUPT_DATA), "corrupt data");
+    EXPECT_STREQ(qjit_status_string(static_cast<qjit_status>(99)), "unknown status");
+}
+
+TEST(CApiContext, BadOptions) {
+    EXPECT_STATUS(qjit_context_create(nullptr, nullptr), QJIT_ERROR_INVALID_ARGUMENT, "context");
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    qjit_context* context = nullptr;
+    options.num_threads = -1;
+    EXPECT_STATUS(qjit_context_create(&options, &context), QJIT_ERROR_INVALID_ARGUMENT, "num_threads");
+    EXPECT_EQ(context, nullptr);
+    qjit_context_options_init(&options);
+    options.max_isa = static_cast<qjit_isa>(42);
+    EXPECT_STATUS(qjit_context_create(&options, &context), QJIT_ERROR_INVALID_ARGUMENT, "max_isa");
+    EXPECT_STATUS(qjit_context_num_threads(nullptr, nullptr), QJIT_ERROR_INVALID_ARGUMENT, "context");
+    EXPECT_EQ(qjit_context_destroy(nullptr), QJIT_OK);
+}
+
+TEST(CApiContext, MaxIsaEnvironmentVariableIsChecked) {
+    setenv("QJIT_MAX_ISA", "avx9000", 1);
+    qjit_context* context = nullptr;
+    EXPECT_STATUS(qjit_context_create(nullptr, &context), QJIT_ERROR_INVALID_ARGUMENT, "QJIT_MAX_ISA");
+    setenv("QJIT_MAX_ISA", "avx2", 1);
+    EXPECT_EQ(qjit_context_create(nullptr, &context), QJIT_OK) << qjit_last_error();
+    qjit_context_destroy(context);
+    unsetenv("QJIT_MAX_ISA");
+}
+
+TEST(CApiContext, DefaultsToEveryCoreAndSucceedsQuietly) {
+    qjit_context* context = nullptr;
+    ASSERT_EQ(qjit_context_create(nullptr, &context), QJIT_OK);
+    EXPECT_STREQ(qjit_last_error(), "");
+    int threads = 0;
+    EXPECT_EQ(qjit_context_num_threads(context, &threads), QJIT_OK);
+    EXPECT_GE(threads, 1);
+    qjit_context_destroy(context);
+}
+
+TEST_F(CApiTest, CreateFromF32RejectsBadArguments) {
+    qjit_linear* raw = nullptr;
+    EXPECT_STATUS(qjit_linear_create_from_f32(nullptr, &config_, kK, kN, weights_.data(), QJIT_LAYOUT_K_BY_N, &raw),
+                  QJIT_ERROR_INVALID_ARGUMENT, "context");
+    EXPECT_STATUS(qjit_linear_create_from_f32(context_.get(), nullptr, kK, kN, weights_.data(), QJIT_LAYOUT_K_BY_N,
+                                              &raw),
+                  QJIT_ERROR_INVALID_ARGUMENT, "config");
+    EXPECT_STATUS(qjit_linear_create_from_f32(context_.get(), &config_, kK, kN, nullptr, QJIT_LAYOUT_K_BY_N, &raw),
+                  QJIT_ERROR_INVALID_ARGUMENT, "weights");
+    EXPECT_STATUS(qjit_linear_create_from_f32(context_.get(), &config_, kK, kN, weights_.data(), QJIT_LAYOUT_K_BY_N,
+                                              nullptr),
+                  QJIT_ERROR_INVALID_ARGUMENT, "layer");
+    EXPECT_STATUS(qjit_linear_create_from_f32(context_.get(), &config_, kK, kN, weights_.data(),
+                                              static_cast<qjit_weight_layout>(7), &raw),
+                  QJIT_ERROR_INVALID_ARGUMENT, "layout");
+
+    qjit_quant_config bad = config_;
+    bad.bits = 5;
+    EXPECT_STATUS(create(bad), QJIT_ERROR_INVALID_ARGUMENT, "bits");
+    bad = config_;
+    bad.group_size = 0;
+    EXPECT_STATUS(create(bad), QJIT_ERROR_INVALID_ARGUMENT, "group_size");
+    bad.group_size = 100;
+    EXPECT_STATUS(create(bad), QJIT_ERROR_INVALID_ARGUMENT, "group_size");
+    bad = config_;
+    bad.scale_dtype = static_cast<qjit_dtype>(3);
+    EXPECT_STATUS(create(bad), QJIT_ERROR_INVALID_ARGUMENT, "scale_dtype");
+    EXPECT_STATUS(create(config_, 0, kN), QJIT_ERROR_INVALID_ARGUMENT, "k");
+    EXPECT_STATUS(create(config_, kK, -3), QJIT_ERROR_INVALID_ARGUMENT, "n");
+    EXPECT_STATUS(create(config_, int64_t(1) << 40, kN), QJIT_ERROR_INVALID_ARGUMENT, "k");
+}
+
+TEST_F(CApiTest, CreateFromF32RejectsNonFiniteWeights) {
+    weights_[5 * kN + 3] = std::nanf("");
+    EXPECT_STATUS(create(config_), QJIT_ERROR_INVALID_ARGUMENT, "weights[5][3]");
+}
+
+TEST_F(CApiTest, ForwardRejectsBadArguments) {
+    std::vector<float> x(3 * kK, 1.0f), y(3 * kN);
+    EXPECT_STATUS(qjit_linear_forward(nullptr, x.data(), 3, y.data()), QJIT_ERROR_INVALID_ARGUMENT, "layer");
+    EXPECT_STATUS(qjit_linear_forward(layer_.get(), nullptr, 3, y.data()), QJIT_ERROR_INVALID_ARGUMENT, "x");
+    EXPECT_STATUS(qjit_linear_forward(layer_.get(), x.data(), 3, nullptr), QJIT_ERROR_INVALID_ARGUMENT, "y");
+    EXPECT_STATUS(qjit_linear_forward(layer_.get(), x.data(), 0, y.data()), QJIT_ERROR_INVALID_ARGUMENT, "m");
+    EXPECT_STATUS(qjit_linear_forward(layer_.get(), x.data(), -1, y.data()), QJIT_ERROR_INVALID_ARGUMENT, "m");
+    EXPECT_STATUS(qjit_linear_forward(layer_.get(), x.data(), 1, x.data() + 10), QJIT_ERROR_INVALID_ARGUMENT,
+                  "overlap");
+    EXPECT_EQ(qjit_linear_forward(layer_.get(), x.data(), 3, y.data()), QJIT_OK);
+}
+
+TEST_F(CApiTest, QueriesRejectNullAndReportTheLayer) {
+    qjit_linear_info info;
+    const char* description = nullptr;
+    EXPECT_STATUS(qjit_linear_get_info(nullptr, &info), QJIT_ERROR_INVALID_ARGUMENT, "layer");
+    EXPECT_STATUS(qjit_linear_get_info(layer_.get(), nullptr), QJIT_ERROR_INVALID_ARGUMENT, "info");
+    EXPECT_STATUS(qjit_linear_describe(nullptr, &description), QJIT_ERROR_INVALID_ARGUMENT, "layer");
+    EXPECT_STATUS(qjit_linear_describe(layer_.get(), nullptr), QJIT_ERROR_INVALID_ARGUMENT, "description");
+    EXPECT_STATUS(qjit_linear_dequantize(nullptr, weights_.data()), QJIT_ERROR_INVALID_ARGUMENT, "layer");
+    EXPECT_STATUS(qjit_linear_dequantize(layer_.get(), nullptr), QJIT_ERROR_INVALID_ARGUMENT, "weights");
+    EXPECT_EQ(qjit_linear_destroy(nullptr), QJIT_OK);
+
+    ASSERT_EQ(qjit_linear_get_info(layer_.get(), &info), QJIT_OK);
+    EXPECT_EQ(info.k, kK);
+    EXPECT_EQ(info.n, kN);
+    EXPECT_EQ(info.bits, 4);
+    EXPECT_EQ(info.group_size, 128);
+    EXPECT_EQ(info.symmetric, 0);
+    EXPECT_EQ(info.act_order, 0);
+    // 200 rows -> 7 blocks of 32 rows x 4 words x 24 columns; 2 groups of f32 scales and u16 zeros.
+    EXPECT_EQ(info.weight_bytes, 7 * 4 * 24 * 4 + 2 * 24 * (4 + 2));
+    ASSERT_EQ(qjit_linear_describe(layer_.get(), &description), QJIT_OK);
+    EXPECT_NE(std::string(description).find("gemm_q4g128_asym_f32_portable"), std::string::npos) << description;
+}
+
+TEST_F(CApiTest, SaveAndLoadRejectBadArguments) {
+    qjit_linear* raw = nullptr;
+    EXPECT_STATUS(qjit_linear_save(nullptr, "x.qjit"), QJIT_ERROR_INVALID_ARGUMENT, "layer");
+    EXPECT_STATUS(qjit_linear_save(layer_.get(), nullptr), QJIT_ERROR_INVALID_ARGUMENT, "path");
+    EXPECT_STATUS(qjit_linear_save(layer_.get(), ""), QJIT_ERROR_INVALID_ARGUMENT, "path");
+    EXPECT_STATUS(qjit_linear_save(layer_.get(), "/nonexistent-dir/x.qjit"), QJIT_ERROR_IO, "/nonexistent-dir");
+    EXPECT_STATUS(qjit_linear_load(nullptr, "x.qjit", &raw), QJIT_ERROR_INVALID_ARGUMENT, "context");
+    EXPECT_STATUS(qjit_linear_load(context_.get(), nullptr, &raw), QJIT_ERROR_INVALID_ARGUMENT, "path");
+    EXPECT_STATUS(qjit_linear_load(context_.get(), "x.qjit", nullptr), QJIT_ERROR_INVALID_ARGUMENT, "layer");
+    EXPECT_STATUS(qjit_linear_load(context_.get(), "/nonexistent-dir/x.qjit", &raw), QJIT_ERROR_IO,
+                  "/nonexistent-dir");
+    EXPECT_EQ(raw, nullptr);
+}
+
+TEST_F(CApiTest, GptqCreateRejectsNullTensors) {
+    qjit_linear* raw = nullptr;
+    EXPECT_STATUS(qjit_linear_create_from_gptq(context_.get(), kK, kN, nullptr, &raw), QJIT_ERROR_INVALID_ARGUMENT,
+                  "tensors");
+    qjit_gptq_tensors tensors{};
+    EXPECT_STATUS(qjit_linear_create_from_gptq(nullptr, kK, kN, &tensors, &raw), QJIT_ERROR_INVALID_ARGUMENT,
+                  "context");
+    EXPECT_STATUS(qjit_linear_create_from_gptq(context_.get(), 0, kN, &tensors, &raw), QJIT_ERROR_INVALID_ARGUMENT,
+                  "k");
+}
+
+TEST_F(CApiTest, LastErrorIsPerThread) {
+    EXPECT_NE(qjit_linear_forward(nullptr, nullptr, 1, nullptr), QJIT_OK);
+    std::string other_thread_message = "unset";
+    std::thread([&] { other_thread_message = qjit_last_error(); }).join();
+    EXPECT_EQ(other_thread_message, "");
+    EXPECT_NE(std::string(qjit_last_error()), "");
+}
+
+TEST_F(CApiTest, ConcurrentForwardsOnOneLayerAgree) {
+    // Large enough that each forward goes through the thread pool, which the callers then contend for.
+    const int64_t k = 512, n = 256, m = 5;
+    const std::vector<float> weights = qjit::test::random_floats(size_t(k * n), 8);
+    qjit_linear* raw = nullptr;
+    ASSERT_EQ(qjit_linear_create_from_f32(context_.get(), &config_, k, n, weights.data(), QJIT_LAYOUT_K_BY_N, &raw),
+              QJIT_OK);
+    LinearPtr layer(raw);
+    const std::vector<float> x = qjit::test::random_floats(size_t(m * k), 9);
+    std::vector<float> expected(size_t(m * n));
+    ASSERT_EQ(qjit_linear_forward(layer.get(), x.data(), m, expected.data()), QJIT_OK);
+    std::vector<std::vector<float>> results(4, std::vector<float>(size_t(m * n)));
+    std::vector<std::thread> threads;
+    for (auto& result : results)
+        threads.emplace_back([&] {
+            for (int i = 0; i < 20; ++i) qjit_linear_forward(layer.get(), x.data(), m, result.data());
+        });
+    for (auto& t : threads) t.join();
+    for (const auto& result : results) EXPECT_EQ(result, expected);
+}
+
+}  // namespace

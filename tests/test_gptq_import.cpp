@@ -266,13 +266,6 @@ void expect_matches_known(const qjit::QuantizedMatrix& matrix, const KnownLayer&
 
 const std::vector<int> kAllBits = {2, 3, 4, 8};
 
-// Stores an arbitrary int in an enum field, as a C caller can (a C++ cast would be undefined).
-template <typename Enum>
-void store_int(Enum& field, int value) {
-    static_assert(sizeof(Enum) == sizeof(int));
-    std::memcpy(&field, &value, sizeof value);
-}
-
 // ---- tests of the importer ----
 
 TEST(GptqImport, RoundTripIsBitExact) {
@@ -512,11 +505,11 @@ TEST_F(GptqCApi, RejectsBadInputsWithAMessage) {
         {"g_idx entry out of range", 64, 8, [&](qjit_gptq_tensors& t) { t.g_idx = g_idx_out_of_range.data(); }, "g_idx"},
         {"g_idx entry negative", 64, 8, [&](qjit_gptq_tensors& t) { t.g_idx = g_idx_negative.data(); }, "g_idx"},
         {"g_idx unequal groups", 64, 8, [&](qjit_gptq_tensors& t) { t.g_idx = g_idx_unequal.data(); }, "group 0"},
-        {"checkpoint_format 0", 64, 8, [](qjit_gptq_tensors& t) { store_int(t.checkpoint_format, 0); },
+        {"checkpoint_format 0", 64, 8, [](qjit_gptq_tensors& t) { t.checkpoint_format = static_cast<qjit_gptq_format>(0); },
          "checkpoint_format"},
-        {"checkpoint_format 3", 64, 8, [](qjit_gptq_tensors& t) { store_int(t.checkpoint_format, 3); },
+        {"checkpoint_format 3", 64, 8, [](qjit_gptq_tensors& t) { t.checkpoint_format = static_cast<qjit_gptq_format>(3); },
          "checkpoint_format"},
-        {"scale_dtype 7", 64, 8, [](qjit_gptq_tensors& t) { store_int(t.scale_dtype, 7); }, "scale_dtype"},
+        {"scale_dtype 7", 64, 8, [](qjit_gptq_tensors& t) { t.scale_dtype = static_cast<qjit_dtype>(7); }, "scale_dtype"},
         {"infinite scale", 64, 8, [&](qjit_gptq_tensors& t) { t.scales = infinite_scales.data(); }, "scales"},
     };
     for (const BadCase& bad : cases) {

@@ -1,1 +1,152 @@
-// placeholder
+// Saved layers load back identical; corrupt, truncated or foreign files are reported, never
+// trusted; a failed save leaves the file it would have replaced intact.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "runtime/error.hpp"
+#include "runtime/layer_file.hpp"
+#include "runtime/quantize_rtn.hpp"
+#include "test_support.hpp"
+
+namespace qjit {
+namespace {
+
+using test::ContextPtr;
+using test::LinearPtr;
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_file(const std::string& path, const std::string& contents) {
+    std::ofstream(path, std::ios::binary) << contents;
+}
+
+class LayerFileTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        directory_ = std::filesystem::temp_directory_path() /
+                     ("qjit_layer_file_" + std::to_string(getpid()) + "_" +
+                      ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        std::filesystem::create_directories(directory_);
+        context_ = test::make_test_context();
+    }
+    void TearDown() override { std::filesystem::remove_all(directory_); }
+
+    // A small layer; with act_order its rows are stored in a shuffled order.
+    std::unique_ptr<qjit_linear> make_layer(int bits, int64_t k, int64_t n, bool act_order) {
+        const std::vector<float> weights = test::random_floats(size_t(k * n), uint32_t(bits * 7 + k));
+        QuantizedMatrix matrix = quantize_rtn({bits, 32, false, QJIT_DTYPE_F16}, k, n, weights.data());
+        if (act_order) {
+            for (int64_t r = 0; r < k; ++r) matrix.params.row_order.push_back(int32_t((r * 7 + 3) % k));
+        }
+        return make_linear(context_.get(), std::move(matrix));
+    }
+    std::string path(const std::string& name) const { return (directory_ / name).string(); }
+
+    std::filesystem::path directory_;
+    ContextPtr context_;
+};
+
+TEST_F(LayerFileTest, RoundTripIsExactForEveryBitWidth) {
+    for (const int bits : {2, 3, 4, 8}) {
+        const auto layer = make_layer(bits, 100, 9, bits == 3);
+        ASSERT_EQ(qjit_linear_save(layer.get(), path("layer.qjit").c_str()), QJIT_OK) << qjit_last_error();
+        qjit_linear* raw = nullptr;
+        ASSERT_EQ(qjit_linear_load(context_.get(), path("layer.qjit").c_str(), &raw), QJIT_OK) << qjit_last_error();
+        LinearPtr loaded(raw);
+        EXPECT_EQ(loaded->codes.words, layer->codes.words);
+        EXPECT_EQ(loaded->params.scales, layer->params.scales);
+        EXPECT_EQ(loaded->params.zeros, layer->params.zeros);
+        EXPECT_EQ(loaded->params.row_order, layer->params.row_order);
+        EXPECT_EQ(loaded->params.scale_dtype, layer->params.scale_dtype);
+        EXPECT_EQ(loaded->description, layer->description);
+        const std::vector<float> x = test::random_floats(3 * 100, 5);
+        std::vector<float> y_saved(3 * 9), y_loaded(3 * 9);
+        ASSERT_EQ(qjit_linear_forward(layer.get(), x.data(), 3, y_saved.data()), QJIT_OK);
+        ASSERT_EQ(qjit_linear_forward(loaded.get(), x.data(), 3, y_loaded.data()), QJIT_OK);
+        EXPECT_EQ(y_saved, y_loaded);
+    }
+}
+
+TEST_F(LayerFileTest, EveryTruncationIsReportedAsCorrupt) {
+    const auto layer = make_layer(3, 40, 3, true);
+    const std::string image = serialize_layer(*layer);
+    for (size_t length = 0; length < image.size(); ++length) {
+        try {
+            deserialize_layer(image.substr(0, length));
+            ADD_FAILURE() << "a file truncated to " << length << " of " << image.size() << " bytes was accepted";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.status(), QJIT_ERROR_CORRUPT_DATA) << "length " << length << ": " << e.what();
+        }
+    }
+}
+
+TEST_F(LayerFileTest, EveryFlippedByteIsReported) {
+    const auto layer = make_layer(4, 40, 3, false);
+    const std::string image = serialize_layer(*layer);
+    for (size_t at = 0; at < image.size(); ++at) {
+        std::string damaged = image;
+        damaged[at] = char(damaged[at] ^ 0x5a);
+        try {
+            deserialize_layer(damaged);
+            ADD_FAILURE() << "a file with byte " << at << " flipped was accepted";
+        } catch (const Error& e) {
+            // The version field is checked before the checksum, so a flip there says "unsupported".
+            EXPECT_TRUE(e.status() == QJIT_ERROR_CORRUPT_DATA || e.status() == QJIT_ERROR_UNSUPPORTED)
+                << "byte " << at << ": " << e.what();
+        }
+    }
+}
+
+TEST_F(LayerFileTest, CorruptFileThroughTheCApi) {
+    const auto layer = make_layer(4, 64, 5, false);
+    ASSERT_EQ(qjit_linear_save(layer.get(), path("good.qjit").c_str()), QJIT_OK);
+    std::string image = read_file(path("good.qjit"));
+    image[image.size() / 2] ^= 1;
+    write_file(path("bad.qjit"), image);
+    write_file(path("short.qjit"), image.substr(0, 30));
+    write_file(path("foreign.qjit"), "GGUF this is some other format entirely");
+    qjit_linear* raw = nullptr;
+    EXPECT_EQ(qjit_linear_load(context_.get(), path("bad.qjit").c_str(), &raw), QJIT_ERROR_CORRUPT_DATA);
+    EXPECT_NE(std::string(qjit_last_error()).find("checksum"), std::string::npos) << qjit_last_error();
+    EXPECT_EQ(qjit_linear_load(context_.get(), path("short.qjit").c_str(), &raw), QJIT_ERROR_CORRUPT_DATA);
+    EXPECT_EQ(qjit_linear_load(context_.get(), path("foreign.qjit").c_str(), &raw), QJIT_ERROR_CORRUPT_DATA);
+    EXPECT_NE(std::string(qjit_last_error()).find("magic"), std::string::npos) << qjit_last_error();
+    EXPECT_EQ(raw, nullptr);
+}
+
+TEST_F(LayerFileTest, FailedSaveKeepsTheExistingFile) {
+    const auto original = make_layer(4, 64, 5, false);
+    ASSERT_EQ(qjit_linear_save(original.get(), path("layer.qjit").c_str()), QJIT_OK);
+    const std::string before = read_file(path("layer.qjit"));
+    const auto bigger = make_layer(8, 4096, 64, false);
+
+    // A child process whose file-size limit makes the write fail half way.
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        const rlimit limit{4096, 4096};
+        setrlimit(RLIMIT_FSIZE, &limit);
+        _exit(qjit_linear_save(bigger.get(), path("layer.qjit").c_str()) == QJIT_ERROR_IO ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the save should fail with QJIT_ERROR_IO";
+    EXPECT_EQ(read_file(path("layer.qjit")), before);
+    int files = 0;
+    for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(directory_)) ++files;
+    EXPECT_EQ(files, 1) << "the temporary file was left behind";
+}
+
+}  // namespace
+}  // namespace qjit

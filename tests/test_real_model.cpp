@@ -147,6 +147,8 @@ TEST_F(RealModel, QjitBatchedForwardMatchesKvCacheSteps) {
             const std::span<const float> row = model.step(sequence[t]);
             worst = std::max(worst, max_abs_diff(row, std::span(batched).subspan(t * vocab, vocab)));
         }
+        std::printf("%s: batched vs KV-cache steps, max |logit diff| %.2g\n",
+                    llama2::describe_quant_config(config).c_str(), double(worst));
         EXPECT_LE(worst, 1e-3f);
     }
 }

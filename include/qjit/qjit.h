@@ -38,8 +38,12 @@ typedef enum qjit_status {
     QJIT_ERROR_IO = 4,               /* a file could not be opened, read or written */
     QJIT_ERROR_CORRUPT_DATA = 5,     /* a file is truncated, fails its checksum or is malformed */
     QJIT_ERROR_NO_DEVICE = 6,        /* no usable GPU (reserved for the CUDA backend) */
-    QJIT_ERROR_INTERNAL = 7
+    QJIT_ERROR_INTERNAL = 7,
+    QJIT_STATUS_MAX_ENUM = 0x7fffffff /* keeps the enum 32-bit; not a status */
 } qjit_status;
+
+/* Each enum ends in a *_MAX_ENUM member so that it is 32-bit wide and any non-negative int a
+ * caller passes is a valid value of it (and is rejected with a message if it names nothing). */
 
 /* Names of the instruction sets a context may use, in increasing order. */
 typedef enum qjit_isa {
@@ -47,24 +51,28 @@ typedef enum qjit_isa {
     QJIT_ISA_PORTABLE = 1,    /* plain C++ only */
     QJIT_ISA_AVX2 = 2,        /* AVX2 + FMA */
     QJIT_ISA_AVX512 = 3,      /* AVX-512 F/BW/VL */
-    QJIT_ISA_AVX512_VNNI = 4
+    QJIT_ISA_AVX512_VNNI = 4,
+    QJIT_ISA_MAX_ENUM = 0x7fffffff
 } qjit_isa;
 
 typedef enum qjit_dtype {
     QJIT_DTYPE_F32 = 0,
-    QJIT_DTYPE_F16 = 1
+    QJIT_DTYPE_F16 = 1,
+    QJIT_DTYPE_MAX_ENUM = 0x7fffffff
 } qjit_dtype;
 
 /* How a dense fp32 weight matrix is laid out in memory. */
 typedef enum qjit_weight_layout {
     QJIT_LAYOUT_K_BY_N = 0, /* W[k][n]: row k holds the N weights that input k feeds */
-    QJIT_LAYOUT_N_BY_K = 1  /* W[n][k]: PyTorch nn.Linear.weight, llama2.c matrices */
+    QJIT_LAYOUT_N_BY_K = 1, /* W[n][k]: PyTorch nn.Linear.weight, llama2.c matrices */
+    QJIT_LAYOUT_MAX_ENUM = 0x7fffffff
 } qjit_weight_layout;
 
 /* The zero-point convention of a GPTQ checkpoint (its "checkpoint_format"). */
 typedef enum qjit_gptq_format {
     QJIT_GPTQ_V1 = 1, /* "gptq": qzeros hold zero - 1 (AutoGPTQ, older GPTQModel) */
-    QJIT_GPTQ_V2 = 2  /* "gptq_v2": qzeros hold the zero point as is */
+    QJIT_GPTQ_V2 = 2, /* "gptq_v2": qzeros hold the zero point as is */
+    QJIT_GPTQ_MAX_ENUM = 0x7fffffff
 } qjit_gptq_format;
 
 /* group_size value meaning one group spanning all K rows (one scale per column). */
