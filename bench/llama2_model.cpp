@@ -127,12 +127,12 @@ private:
 
 class QjitLinear final : public Linear {
 public:
-    QjitLinear(std::shared_ptr<qjit_context> context, const qjit_quant_config& config,
-               const float* weights_n_by_k, int64_t n, int64_t k)
+    QjitLinear(std::shared_ptr<qjit_context> context, const qjit_quant_config& config, const float* weights_n_by_k,
+               int64_t n, int64_t k)
         : context_(std::move(context)), n_(n), k_(k) {
-        check_qjit(qjit_linear_create_from_f32(context_.get(), &config, k, n, weights_n_by_k,
-                                               QJIT_LAYOUT_N_BY_K, &layer_),
-                   "qjit_linear_create_from_f32");
+        check_qjit(
+            qjit_linear_create_from_f32(context_.get(), &config, k, n, weights_n_by_k, QJIT_LAYOUT_N_BY_K, &layer_),
+            "qjit_linear_create_from_f32");
     }
     ~QjitLinear() override { qjit_linear_destroy(layer_); }
     QjitLinear(const QjitLinear&) = delete;
@@ -189,17 +189,16 @@ Checkpoint load_checkpoint(const std::string& path) {
 
     constexpr int kLimit = 1 << 20;  // far above any llama2.c model; keeps the size arithmetic exact
     const std::pair<const char*, int> fields[] = {
-        {"dim", c.dim}, {"hidden_dim", c.hidden_dim}, {"n_layers", c.n_layers}, {"n_heads", c.n_heads},
-        {"n_kv_heads", c.n_kv_heads}, {"vocab_size", c.vocab_size}, {"seq_len", c.seq_len}};
+        {"dim", c.dim},         {"hidden_dim", c.hidden_dim}, {"n_layers", c.n_layers},
+        {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads}, {"vocab_size", c.vocab_size},
+        {"seq_len", c.seq_len}};
     for (const auto& [name, value] : fields) {
         if (value < 1 || value > kLimit) {
-            fail("checkpoint '", path, "': header field ", name, " = ", value, " is out of range [1, ", kLimit,
-                 "]");
+            fail("checkpoint '", path, "': header field ", name, " = ", value, " is out of range [1, ", kLimit, "]");
         }
     }
     if (c.dim % c.n_heads != 0 || c.head_size() % 2 != 0) {
-        fail("checkpoint '", path, "': dim ", c.dim, " does not split into ", c.n_heads,
-             " heads of an even size");
+        fail("checkpoint '", path, "': dim ", c.dim, " does not split into ", c.n_heads, " heads of an even size");
     }
     if (c.n_kv_heads > c.n_heads || c.n_heads % c.n_kv_heads != 0) {
         fail("checkpoint '", path, "': n_heads ", c.n_heads, " is not a multiple of n_kv_heads ", c.n_kv_heads);
@@ -230,9 +229,9 @@ Checkpoint load_checkpoint(const std::string& path) {
     int64_t expected = sizeof header;
     for (const Tensor& t : tensors) expected += t.floats * int64_t(sizeof(float));
     if (file_size != expected) {
-        fail("checkpoint '", path, "' is ", file_size, " bytes, but its header (dim ", c.dim, ", hidden ",
-             c.hidden_dim, ", layers ", c.n_layers, ", heads ", c.n_heads, "/", c.n_kv_heads, ", vocab ",
-             c.vocab_size, ", seq_len ", c.seq_len, ") implies ", expected, " bytes");
+        fail("checkpoint '", path, "' is ", file_size, " bytes, but its header (dim ", c.dim, ", hidden ", c.hidden_dim,
+             ", layers ", c.n_layers, ", heads ", c.n_heads, "/", c.n_kv_heads, ", vocab ", c.vocab_size, ", seq_len ",
+             c.seq_len, ") implies ", expected, " bytes");
     }
 
     std::vector<float> skipped;
@@ -259,8 +258,7 @@ std::unique_ptr<Linear> DenseBackend::make_linear(const float* weights_n_by_k, i
     return std::make_unique<DenseLinear>(weights_n_by_k, n, k);
 }
 
-QjitBackend::QjitBackend(const qjit_quant_config& config, const qjit_context_options* options)
-    : config_(config) {
+QjitBackend::QjitBackend(const qjit_quant_config& config, const qjit_context_options* options) : config_(config) {
     qjit_context* context = nullptr;
     check_qjit(qjit_context_create(options, &context), "qjit_context_create");
     context_.reset(context, [](qjit_context* c) { qjit_context_destroy(c); });
@@ -295,8 +293,7 @@ std::string describe_quant_config(const qjit_quant_config& config) {
 
 // ---- model ----
 
-Model::Model(std::shared_ptr<const Checkpoint> checkpoint, LinearBackend& backend,
-             LinearBackend* classifier_backend)
+Model::Model(std::shared_ptr<const Checkpoint> checkpoint, LinearBackend& backend, LinearBackend* classifier_backend)
     : checkpoint_(std::move(checkpoint)) {
     if (!checkpoint_) fail("Model: checkpoint is NULL");
     const Checkpoint& ck = *checkpoint_;
@@ -524,14 +521,16 @@ Tokenizer::Tokenizer(const std::string& path, int vocab_size) {
     };
     int32_t max_token_length = 0;
     take(&max_token_length, sizeof max_token_length);
+    if (max_token_length < 1) fail("tokenizer '", path, "': max_token_length ", max_token_length, " is invalid");
     vocab_.resize(size_t(vocab_size));
     for (std::string& piece : vocab_) {
         float score = 0.0f;
         int32_t length = 0;
         take(&score, sizeof score);
         take(&length, sizeof length);
-        if (length < 0 || length > max_token_length + 16) {
-            fail("tokenizer '", path, "': a token length of ", length, " at byte ", offset, " is invalid");
+        if (length < 0 || length > max_token_length) {
+            fail("tokenizer '", path, "': token length ", length, " at byte ", offset, " is outside [0, ",
+                 max_token_length, "]");
         }
         piece.resize(size_t(length));
         take(piece.data(), piece.size());

@@ -152,8 +152,8 @@ private:
 // ---- evaluation ----
 
 struct NllResult {
-    double mean_nll = 0.0;  // nats per predicted token
-    int64_t tokens = 0;     // predicted tokens (every token after each BOS)
+    double mean_nll = 0.0;             // nats per predicted token
+    int64_t tokens = 0;                // predicted tokens (every token after each BOS)
     std::vector<double> sequence_nll;  // NLL sum of each sequence
 };
 

@@ -116,6 +116,13 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// How many generated tokens (after the leading BOS) agree with the reference before the first difference.
+size_t generated_matches(const std::vector<int>& tokens, const std::vector<int32_t>& reference) {
+    size_t n = 1;
+    while (n < tokens.size() && n < reference.size() && tokens[n] == reference[n]) ++n;
+    return n - 1;
+}
+
 struct Run {
     llama2::NllResult nll;
     int64_t weight_bytes = 0;
@@ -141,8 +148,8 @@ int run_main(const Options& options) {
     const std::string dir = options.models_dir;
     const std::string ref = dir + "/reference/";
 
-    auto checkpoint = std::make_shared<const llama2::Checkpoint>(
-        llama2::load_checkpoint(dir + "/stories260K/stories260K.bin"));
+    auto checkpoint =
+        std::make_shared<const llama2::Checkpoint>(llama2::load_checkpoint(dir + "/stories260K/stories260K.bin"));
     const llama2::Config& c = checkpoint->config;
     const llama2::Tokenizer tokenizer(dir + "/stories260K/tok512.bin", c.vocab_size);
     const std::vector<int32_t> reference_tokens = llama2::read_i32_file(ref + "stories260K_greedy_tokens.i32");
@@ -159,8 +166,8 @@ int run_main(const Options& options) {
     llama2::DenseBackend dense;
 
     std::printf("stories_runner: qjit %s, models from %s\n", qjit_version(), dir.c_str());
-    std::printf("model: dim %d, hidden %d, layers %d, heads %d (kv %d), vocab %d, seq_len %d\n", c.dim,
-                c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len);
+    std::printf("model: dim %d, hidden %d, layers %d, heads %d (kv %d), vocab %d, seq_len %d\n", c.dim, c.hidden_dim,
+                c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len);
     const char* scales = options.scale_dtype == QJIT_DTYPE_F16 ? "f16 (qjit default)" : "f32";
     std::printf("quantized: wq wk wv wo w1 w2 w3%s; scales %s\n\n",
                 options.fp32_classifier ? " (classifier kept fp32)" : " and the classifier", scales);
@@ -179,24 +186,25 @@ int run_main(const Options& options) {
         const std::vector<int> tokens = llama2::greedy_decode(model, steps);
         const double seconds = seconds_since(start);
 
-        size_t matching = 0;
-        while (matching + 1 < tokens.size() && matching + 1 < reference_tokens.size() &&
-               tokens[matching + 1] == reference_tokens[matching + 1]) {
-            ++matching;
-        }
+        const size_t matching = generated_matches(tokens, reference_tokens);
         const size_t reference_steps = reference_tokens.empty() ? 0 : reference_tokens.size() - 1;
         const std::string text = tokenizer.decode(tokens) + "\n";
 
-        std::printf("(a) greedy decode, %d steps from BOS, %s, m = 1 with KV cache (%.3f s, %.0f tokens/s)\n",
-                    steps, backend.name().c_str(), seconds, seconds > 0 ? steps / seconds : 0.0);
+        std::printf("(a) greedy decode, %d steps from BOS, %s, m = 1 with KV cache (%.3f s, %.0f tokens/s)\n", steps,
+                    backend.name().c_str(), seconds, seconds > 0 ? steps / seconds : 0.0);
         std::printf("kernel (layer 0 wq): %s\n", model.layer_linear(0, 0).describe().c_str());
         std::printf("----\n%s----\n", text.c_str());
-        std::printf("leading generated tokens matching the reference: %zu of %d (reference has %zu)\n", matching,
-                    steps, reference_steps);
+        std::printf("leading generated tokens matching the reference: %zu of %d (reference has %zu)\n", matching, steps,
+                    reference_steps);
         if (size_t(steps) == reference_steps) {
             std::printf("text identical to reference/stories260K_greedy_text.txt: %s\n",
                         text == reference_text ? "yes" : "NO");
         }
+        llama2::Model dense_model(checkpoint, dense);
+        const std::vector<int> dense_tokens = llama2::greedy_decode(dense_model, steps);
+        std::printf("for comparison, fp32 dense: %zu of %d leading generated tokens match, text identical: %s\n",
+                    generated_matches(dense_tokens, reference_tokens), steps,
+                    tokenizer.decode(dense_tokens) + "\n" == reference_text ? "yes" : "no");
         std::printf("\n");
     }
 
@@ -212,9 +220,10 @@ int run_main(const Options& options) {
     std::printf("(b) mean NLL over %zu sequences, %lld predicted tokens (one m = T forward per sequence)\n",
                 fp32.nll.sequence_nll.size(), static_cast<long long>(fp32.nll.tokens));
     std::printf("reference (float64 numpy): %.5f nats/token\n", reference_mean[0]);
-    std::printf("fp32 dense (this runner):  %.5f nats/token (%+.5f vs reference; max per-sequence |diff| %.2g "
-                "nats; %.2f s)\n\n",
-                fp32_nll, fp32_nll - reference_mean[0], max_sequence_diff, fp32.eval_s);
+    std::printf(
+        "fp32 dense (this runner):  %.5f nats/token (%+.5f vs reference; max per-sequence |diff| %.2g "
+        "nats; %.2f s)\n\n",
+        fp32_nll, fp32_nll - reference_mean[0], max_sequence_diff, fp32.eval_s);
 
     std::printf("qjit, scales %s, %s; ΔNLL = NLL - fp32 dense NLL\n", scales,
                 options.fp32_classifier ? "classifier fp32" : "classifier quantized too");
@@ -228,7 +237,8 @@ int run_main(const Options& options) {
                 std::fflush(stdout);
                 try {
                     llama2::QjitBackend backend(quant_config(bits, group, symmetric), &context_options);
-                    const Run run = run_nll(checkpoint, backend, options.fp32_classifier ? &dense : nullptr, nll_tokens);
+                    const Run run =
+                        run_nll(checkpoint, backend, options.fp32_classifier ? &dense : nullptr, nll_tokens);
                     std::printf("%9.5f  %+9.5f  %10.1f  %7.3f  %7.3f\n", run.nll.mean_nll, run.nll.mean_nll - fp32_nll,
                                 double(run.weight_bytes) / 1024.0, run.build_s, run.eval_s);
                 } catch (const std::exception& e) {

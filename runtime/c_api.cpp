@@ -17,9 +17,6 @@ using namespace qjit;
 
 namespace {
 
-// Largest K or N accepted: row indices are stored as int32.
-constexpr int64_t kMaxDimension = int64_t(1) << 31;
-
 void require_shape(int64_t k, int64_t n) {
     require(k >= 1 && k < kMaxDimension, "k is ", k, "; expected 1 .. 2^31-1");
     require(n >= 1 && n < kMaxDimension, "n is ", n, "; expected 1 .. 2^31-1");

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "runtime/error.hpp"
@@ -14,7 +13,7 @@ namespace {
 
 void check_arguments(int64_t k, int64_t n, const qjit_gptq_tensors& tensors) {
     require(k >= 1 && n >= 1, "GPTQ layer shape k x n = ", k, " x ", n, " is empty; k and n must be at least 1");
-    require(k <= std::numeric_limits<int32_t>::max(), "k = ", k, " is too large; GPTQ row indices are int32");
+    require(k < kMaxDimension && n < kMaxDimension, "k x n = ", k, " x ", n, " is too large; K and N must stay below 2^31");
     validate_bits(tensors.bits);
     require(tensors.qweight != nullptr, "tensors.qweight is NULL");
     require(tensors.qzeros != nullptr, "tensors.qzeros is NULL");

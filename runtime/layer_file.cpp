@@ -81,7 +81,7 @@ std::string serialize_layer(const qjit_linear& layer) {
     return image;
 }
 
-QuantizedMatrix deserialize_layer(const std::string& image) {
+LayerImage deserialize_layer(const std::string& image) {
     if (image.size() < kPreambleBytes + sizeof(uint32_t))
         corrupt(concat("file is ", image.size(), " bytes, too short for a qjit layer (truncated?)"));
     if (std::memcmp(image.data(), kMagic, sizeof kMagic) != 0) corrupt("not a qjit layer file (bad magic)");
@@ -102,8 +102,8 @@ QuantizedMatrix deserialize_layer(const std::string& image) {
         corrupt(concat("header is not valid JSON: ", e.what()));
     }
 
-    QuantizedMatrix matrix;
-    QuantParams& p = matrix.params;
+    LayerImage layer;
+    QuantParams& p = layer.params;
     uint64_t code_words = 0;
     try {
         const std::string layout = header.at("layout").get<std::string>();
@@ -117,28 +117,28 @@ QuantizedMatrix deserialize_layer(const std::string& image) {
         const nlohmann::json& sections = header.at("sections");
         code_words = sections.at("codes_u32").get<uint64_t>();
         size_t offset = kPreambleBytes + header_bytes;
-        const std::vector<uint32_t> words = read_section<uint32_t>(image, offset, end, "codes", code_words);
+        std::vector<uint32_t> words = read_section<uint32_t>(image, offset, end, "codes", code_words);
         p.scales = read_section<float>(image, offset, end, "scales", sections.at("scales_f32").get<uint64_t>());
         p.zeros = read_section<uint16_t>(image, offset, end, "zeros", sections.at("zeros_u16").get<uint64_t>());
         p.row_order =
             read_section<int32_t>(image, offset, end, "row_order", sections.at("row_order_i32").get<uint64_t>());
         if (offset != end) corrupt(concat(end - offset, " unexpected bytes after the last section"));
-        if (p.k < 1 || p.n < 1 || !(p.bits == 2 || p.bits == 3 || p.bits == 4 || p.bits == 8) || p.group_size < 1)
+        if (p.k < 1 || p.n < 1 || p.k >= kMaxDimension || p.n >= kMaxDimension ||
+            !(p.bits == 2 || p.bits == 3 || p.bits == 4 || p.bits == 8) || p.group_size < 1)
             corrupt(concat("header describes an invalid layer: k=", p.k, " n=", p.n, " bits=", p.bits,
                            " group_size=", p.group_size));
         if (code_words != PackedCodes::word_count(p.bits, p.k, p.n))
             corrupt(concat("codes section holds ", code_words, " words; a ", p.k, " x ", p.n, " ", p.bits,
                            "-bit layer needs ", PackedCodes::word_count(p.bits, p.k, p.n)));
-        PackedCodes packed{p.bits, p.k, p.n, words};
-        matrix.codes = unpack_codes(packed);
-        validate(matrix);
+        layer.codes = PackedCodes{p.bits, p.k, p.n, std::move(words)};  // any bit pattern is a valid code
+        validate(p);
     } catch (const nlohmann::json::exception& e) {
         corrupt(concat("header is missing a field or has a wrong type: ", e.what()));
     } catch (const Error& e) {
         if (e.status() != QJIT_ERROR_INVALID_ARGUMENT) throw;
         corrupt(concat("inconsistent contents: ", e.what()));
     }
-    return matrix;
+    return layer;
 }
 
 void save_layer(const qjit_linear& layer, const std::string& path) {
@@ -168,7 +168,8 @@ std::unique_ptr<qjit_linear> load_layer(qjit_context* context, const std::string
     contents << file.rdbuf();
     if (file.bad()) fail(QJIT_ERROR_IO, "cannot read '", path, "'");
     try {
-        return make_linear(context, deserialize_layer(contents.str()));
+        LayerImage loaded = deserialize_layer(contents.str());
+        return make_linear(context, std::move(loaded.params), std::move(loaded.codes));
     } catch (const Error& e) {
         fail(e.status(), "'", path, "': ", e.what());
     }

@@ -24,8 +24,13 @@ inline constexpr uint32_t kLayerFileVersion = 1;
 void save_layer(const qjit_linear& layer, const std::string& path);
 std::unique_ptr<qjit_linear> load_layer(qjit_context* context, const std::string& path);
 
+struct LayerImage {
+    QuantParams params;
+    PackedCodes codes;
+};
+
 // The in-memory image save_layer writes, and its inverse (QJIT_ERROR_CORRUPT_DATA on any mismatch).
 std::string serialize_layer(const qjit_linear& layer);
-QuantizedMatrix deserialize_layer(const std::string& image);
+LayerImage deserialize_layer(const std::string& image);
 
 }  // namespace qjit

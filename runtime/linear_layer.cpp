@@ -41,19 +41,24 @@ const float* gather_rows(const QuantParams& p, const float* x, int64_t m) {
 
 }  // namespace
 
-std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix matrix) {
+std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams params, PackedCodes codes) {
     const auto start = std::chrono::steady_clock::now();
-    validate(matrix);
     auto layer = std::make_unique<qjit_linear>();
     layer->context = context;
-    layer->codes = pack_codes(matrix.codes.data(), matrix.params.bits, matrix.params.k, matrix.params.n);
-    layer->params = std::move(matrix.params);
+    layer->params = std::move(params);
+    layer->codes = std::move(codes);
     layer->description = describe(*layer);
     if (context->verbosity > 0) {
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-        std::fprintf(stderr, "qjit: linear created: %s pack_ms=%.2f\n", layer->description.c_str(), ms);
+        std::fprintf(stderr, "qjit: linear created: %s setup_ms=%.2f\n", layer->description.c_str(), ms);
     }
     return layer;
+}
+
+std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix matrix) {
+    validate(matrix);
+    PackedCodes codes = pack_codes(matrix.codes.data(), matrix.params.bits, matrix.params.k, matrix.params.n);
+    return make_linear(context, std::move(matrix.params), std::move(codes));
 }
 
 void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y) {

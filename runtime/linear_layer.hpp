@@ -19,8 +19,11 @@ struct qjit_linear {
 
 namespace qjit {
 
-// Packs a validated matrix for the context's kernel; logs one line when the context is verbose.
+// Validates and packs a matrix for the context's kernel.
 std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix matrix);
+// Wraps codes packed already (a loaded file) with their validated params. Both make_linear
+// overloads log one line when the context is verbose.
+std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams params, PackedCodes codes);
 
 // y (m x N) = x (m x K, original row order) * W.
 void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y);

@@ -11,6 +11,9 @@
 
 namespace qjit {
 
+// K and N stay below 2^31: row indices are stored as int32.
+inline constexpr int64_t kMaxDimension = int64_t(1) << 31;
+
 // W[k][n] = scales[g][n] * (code[k][n] - zeros[g][n]),  g = k / group_size (k in storage order).
 struct QuantParams {
     int64_t k = 0;

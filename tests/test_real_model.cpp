@@ -25,8 +25,7 @@ const std::string kCheckpointPath = kModelsDir + "/stories260K/stories260K.bin";
 const std::string kReferenceDir = kModelsDir + "/reference/";
 
 std::shared_ptr<const llama2::Checkpoint> stories260k() {
-    static const auto checkpoint =
-        std::make_shared<const llama2::Checkpoint>(llama2::load_checkpoint(kCheckpointPath));
+    static const auto checkpoint = std::make_shared<const llama2::Checkpoint>(llama2::load_checkpoint(kCheckpointPath));
     return checkpoint;
 }
 
@@ -98,7 +97,8 @@ TEST_F(RealModel, Fp32LogitsMatchReference) {
     float worst_step = 0.0f;
     for (int t = 0; t < positions; ++t) {
         const std::span<const float> row = model.step(inputs[size_t(t)]);
-        worst_step = std::max(worst_step, max_abs_diff(row, std::span(reference).subspan(size_t(t) * vocab, size_t(vocab))));
+        worst_step =
+            std::max(worst_step, max_abs_diff(row, std::span(reference).subspan(size_t(t) * vocab, size_t(vocab))));
     }
     EXPECT_LE(worst_step, 1e-4f);
 }
@@ -116,7 +116,8 @@ TEST_F(RealModel, QjitInt8GreedyDecodeMatchesReference) {
 }
 
 TEST_F(RealModel, QjitInt8MeanNllMatchesReference) {
-    const std::vector<uint16_t> tokens = llama2::read_u16_file(kReferenceDir + "tinystories_val_first200para.tok512.u16");
+    const std::vector<uint16_t> tokens =
+        llama2::read_u16_file(kReferenceDir + "tinystories_val_first200para.tok512.u16");
     llama2::QjitBackend backend(llama2::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true));
     llama2::Model model(stories260k(), backend);
     const llama2::NllResult result = llama2::evaluate_nll(model, tokens);
@@ -153,6 +154,13 @@ TEST_F(RealModel, QjitBatchedForwardMatchesKvCacheSteps) {
     }
 }
 
+TEST_F(RealModel, TokenizerDecodesReferenceText) {
+    std::ifstream in(kReferenceDir + "stories260K_greedy_text.txt", std::ios::binary);
+    const std::string reference{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const llama2::Tokenizer tokenizer(kModelsDir + "/stories260K/tok512.bin", stories260k()->config.vocab_size);
+    EXPECT_EQ(tokenizer.decode(reference_greedy_tokens()) + "\n", reference);  // run.c ends with a newline
+}
+
 TEST_F(RealModel, DamagedCheckpointIsRejected) {
     std::ifstream in(kCheckpointPath, std::ios::binary);
     const std::vector<char> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -171,7 +179,7 @@ TEST_F(RealModel, DamagedCheckpointIsRejected) {
             EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
         }
     };
-    expect_rejected(std::vector<char>(bytes.begin(), bytes.end() - 4), "bytes");   // truncated
+    expect_rejected(std::vector<char>(bytes.begin(), bytes.end() - 4), "bytes");  // truncated
     expect_rejected(std::vector<char>(bytes.begin(), bytes.begin() + 10), "header");
     std::vector<char> bad_heads = bytes;
     bad_heads[12] = 7;  // n_heads = 7 does not divide dim 64
