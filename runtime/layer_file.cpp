@@ -19,7 +19,6 @@ namespace {
 
 constexpr char kMagic[8] = {'Q', 'J', 'I', 'T', 'L', 'A', 'Y', 'R'};
 constexpr size_t kPreambleBytes = sizeof kMagic + 2 * sizeof(uint32_t);
-constexpr const char* kLayoutName = "kblock32";
 
 template <typename T>
 void append_raw(std::string& out, const T* data, size_t count) {
@@ -55,7 +54,7 @@ std::string serialize_layer(const qjit_linear& layer) {
     const QuantParams& p = layer.params;
     const nlohmann::json header = {
         {"qjit_version", qjit_version()},
-        {"layout", kLayoutName},
+        {"layout", PackedCodes::kLayoutName},
         {"k", p.k},
         {"n", p.n},
         {"bits", p.bits},
@@ -107,7 +106,7 @@ LayerImage deserialize_layer(const std::string& image) {
     uint64_t code_words = 0;
     try {
         const std::string layout = header.at("layout").get<std::string>();
-        if (layout != kLayoutName) corrupt(concat("layout '", layout, "' is not one this qjit reads"));
+        if (layout != PackedCodes::kLayoutName) corrupt(concat("layout '", layout, "' is not one this qjit reads"));
         p.k = header.at("k").get<int64_t>();
         p.n = header.at("n").get<int64_t>();
         p.bits = header.at("bits").get<int>();

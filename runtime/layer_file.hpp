@@ -5,7 +5,7 @@
 //   u32 format version         kLayerFileVersion
 //   u32 header length H
 //   H bytes of JSON            shape, format, layout name, qjit version, section sizes
-//   sections, back to back     codes (u32 words, layout "kblock32"), scales (f32), zeros (u16),
+//   sections, back to back     codes (u32 words, layout PackedCodes::kLayoutName), scales (f32), zeros (u16),
 //                              row_order (i32, empty without act-order)
 //   u32 CRC-32                 of every byte before it
 // A file is trusted only after its size, checksum, header and every section size agree.

@@ -21,7 +21,7 @@ std::string describe(const qjit_linear& layer) {
     const QuantParams& p = layer.params;
     return concat(kernel_name(p), " K=", p.k, " N=", p.n, " bits=", p.bits, " group=", p.group_size,
                   p.symmetric ? " symmetric" : " asymmetric", " act_order=", p.act_order() ? "yes" : "no",
-                  " scales=", p.scale_dtype == QJIT_DTYPE_F16 ? "f16" : "f32", " layout=kblock32",
+                  " scales=", p.scale_dtype == QJIT_DTYPE_F16 ? "f16" : "f32", " layout=", PackedCodes::kLayoutName,
                   " tiling=panel", PortableTiling::kPanelColumns, "xrows", PortableTiling::kBatchRows,
                   " threads=", layer.context->num_threads);
 }

@@ -18,17 +18,21 @@ BitSlot slot_of(int bits, int r) {
 
 }  // namespace
 
+size_t PackedCodes::word_index(int64_t block, int word, int64_t column) const {
+    const int64_t n0 = column / kPanelColumns * kPanelColumns;
+    return size_t(n0 * num_blocks() * bits + (block * bits + word) * panel_width(n0) + (column - n0));
+}
+
 uint8_t PackedCodes::code(int64_t row, int64_t column) const {
     const int64_t block = row / kBlockRows;
     const int r = int(row % kBlockRows);
-    const uint32_t* base = &words[size_t(block * bits * n + column)];
     const BitSlot s = slot_of(bits, r);
+    const uint32_t word = words[word_index(block, s.word, column)];
     if (bits == 3) {
-        const uint32_t low = (base[s.word * n] >> s.shift) & 3u;
-        const uint32_t high = (base[2 * n] >> r) & 1u;
-        return uint8_t(low | (high << 2));
+        const uint32_t high = (words[word_index(block, 2, column)] >> r) & 1u;
+        return uint8_t(((word >> s.shift) & 3u) | (high << 2));
     }
-    return uint8_t((base[s.word * n] >> s.shift) & ((1u << bits) - 1u));
+    return uint8_t((word >> s.shift) & ((1u << bits) - 1u));
 }
 
 PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n) {
@@ -41,15 +45,14 @@ PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n) {
         const int64_t block = row / PackedCodes::kBlockRows;
         const int r = int(row % PackedCodes::kBlockRows);
         const BitSlot s = slot_of(bits, r);
-        uint32_t* base = &out.words[size_t(block * bits * n)];
         const uint8_t* src = codes + row * n;
         for (int64_t c = 0; c < n; ++c) {
             const uint32_t q = src[c];
             if (bits == 3) {
-                base[s.word * n + c] |= (q & 3u) << s.shift;
-                base[2 * n + c] |= (q >> 2) << r;
+                out.words[out.word_index(block, s.word, c)] |= (q & 3u) << s.shift;
+                out.words[out.word_index(block, 2, c)] |= (q >> 2) << r;
             } else {
-                base[s.word * n + c] |= q << s.shift;
+                out.words[out.word_index(block, s.word, c)] |= q << s.shift;
             }
         }
     }

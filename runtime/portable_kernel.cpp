@@ -7,46 +7,47 @@ namespace qjit {
 
 namespace {
 
-constexpr int kPanel = PortableTiling::kPanelColumns;
+constexpr int kPanel = PackedCodes::kPanelColumns;
 constexpr int kRows = PortableTiling::kBatchRows;
 
-// Decodes the codes of one weight row for columns [n0, n0 + width) into floats (see packed_codes.hpp).
+// Decodes the codes of row `row` of the panel starting at n0 (see packed_codes.hpp) into floats.
 template <int Bits>
 inline void decode_row(const PackedCodes& codes, int64_t row, int64_t n0, int width, float* out) {
-    const int64_t n = codes.n;
     const int r = int(row % PackedCodes::kBlockRows);
-    const uint32_t* block = codes.words.data() + (row / PackedCodes::kBlockRows) * Bits * n + n0;
+    const uint32_t* block = codes.panel(n0) + (row / PackedCodes::kBlockRows) * Bits * width;
     if constexpr (Bits == 3) {
-        const uint32_t* low_plane = block + (r / 16) * n;
-        const uint32_t* high_plane = block + 2 * n;
+        const uint32_t* low_plane = block + (r / 16) * width;
+        const uint32_t* high_plane = block + 2 * width;
         const int shift = 2 * (r % 16);
         for (int j = 0; j < width; ++j)
             out[j] = float(((low_plane[j] >> shift) & 3u) | (((high_plane[j] >> r) & 1u) << 2));
     } else {
         constexpr int kPerWord = 32 / Bits;
         constexpr uint32_t kMask = (1u << Bits) - 1u;
-        const uint32_t* words = block + (r / kPerWord) * n;
+        const uint32_t* words = block + (r / kPerWord) * width;
         const int shift = Bits * (r % kPerWord);
         for (int j = 0; j < width; ++j) out[j] = float((words[j] >> shift) & kMask);
     }
 }
 
-// One column panel for up to kRows activation rows. Per group, with s and z the group's scale
-// and zero: sum_r x_r * s * (q_r - z) = s * (sum_r x_r q_r - z * sum_r x_r), so the inner loop
-// only multiplies raw codes and the scale and zero are applied once per group.
-template <int Bits>
-void forward_panel(const QuantParams& p, const PackedCodes& codes, const float* x, int rows, float* y,
-                   int64_t n0, int width) {
+// One column panel for Rows activation rows. Per group, with s and z the group's scale and zero:
+// sum_r x_r * s * (q_r - z) = s * (sum_r x_r q_r - z * sum_r x_r), so the inner loop only
+// multiplies raw codes and the scale and zero are applied once per group. Rows, and the width of
+// a full panel, are compile-time constants so the compiler can unroll and vectorize.
+template <int Bits, int Rows, int FixedWidth>
+void forward_panel(const QuantParams& p, const PackedCodes& codes, const float* x, float* y, int64_t n0,
+                   int runtime_width) {
+    const int width = FixedWidth > 0 ? FixedWidth : runtime_width;
     float q[kPanel];
-    float dot[kRows][kPanel];
-    float out[kRows][kPanel] = {};
+    float dot[Rows][kPanel];
+    float out[Rows][kPanel] = {};
     for (int64_t r0 = 0, g = 0; r0 < p.k; r0 += p.group_size, ++g) {
         const int64_t r1 = std::min(p.k, r0 + p.group_size);
-        float x_sum[kRows] = {};
+        float x_sum[Rows] = {};
         std::memset(dot, 0, sizeof dot);
         for (int64_t r = r0; r < r1; ++r) {
             decode_row<Bits>(codes, r, n0, width, q);
-            for (int i = 0; i < rows; ++i) {
+            for (int i = 0; i < Rows; ++i) {
                 const float xv = x[i * p.k + r];
                 x_sum[i] += xv;
                 for (int j = 0; j < width; ++j) dot[i][j] += xv * q[j];
@@ -54,10 +55,27 @@ void forward_panel(const QuantParams& p, const PackedCodes& codes, const float* 
         }
         const float* scale = &p.scales[size_t(g * p.n + n0)];
         const uint16_t* zero = &p.zeros[size_t(g * p.n + n0)];
-        for (int i = 0; i < rows; ++i)
+        for (int i = 0; i < Rows; ++i)
             for (int j = 0; j < width; ++j) out[i][j] += scale[j] * (dot[i][j] - float(zero[j]) * x_sum[i]);
     }
-    for (int i = 0; i < rows; ++i) std::memcpy(y + i * p.n + n0, out[i], sizeof(float) * size_t(width));
+    for (int i = 0; i < Rows; ++i) std::memcpy(y + i * p.n + n0, out[i], sizeof(float) * size_t(width));
+}
+
+template <int Bits, int Rows>
+void forward_panel(const QuantParams& p, const PackedCodes& codes, const float* x, float* y, int64_t n0, int width) {
+    if (width == kPanel) forward_panel<Bits, Rows, kPanel>(p, codes, x, y, n0, width);
+    else forward_panel<Bits, Rows, 0>(p, codes, x, y, n0, width);
+}
+
+template <int Bits>
+void forward_panel(const QuantParams& p, const PackedCodes& codes, const float* x, int rows, float* y, int64_t n0,
+                   int width) {
+    switch (rows) {
+        case 1: return forward_panel<Bits, 1>(p, codes, x, y, n0, width);
+        case 2: return forward_panel<Bits, 2>(p, codes, x, y, n0, width);
+        case 3: return forward_panel<Bits, 3>(p, codes, x, y, n0, width);
+        default: return forward_panel<Bits, kRows>(p, codes, x, y, n0, width);
+    }
 }
 
 template <int Bits>

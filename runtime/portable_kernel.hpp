@@ -11,7 +11,7 @@
 namespace qjit {
 
 struct PortableTiling {
-    static constexpr int kPanelColumns = 64;  // columns one task owns (and accumulates in registers/L1)
+    static constexpr int kPanelColumns = PackedCodes::kPanelColumns;  // columns one task owns
     static constexpr int kBatchRows = 4;      // activation rows sharing one decode of a weight row
 };
 
