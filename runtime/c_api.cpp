@@ -68,6 +68,8 @@ void qjit_context_options_init(qjit_context_options* options) {
     options->tuning_db_path = nullptr;
     options->max_isa = QJIT_ISA_AUTO;
     options->verbosity = 0;
+    options->activations = QJIT_ACTIVATIONS_AUTO;
+    options->tiling = nullptr;
 }
 
 qjit_status qjit_context_create(const qjit_context_options* options, qjit_context** context) {

@@ -30,10 +30,22 @@ qjit_isa isa_cap(const qjit_context_options& options) {
     if (const char* name = env("QJIT_MAX_ISA")) {
         const std::optional<qjit_isa> parsed = parse_isa_name(name);
         require(parsed.has_value(), "QJIT_MAX_ISA is '", name,
-                "'; expected one of auto, portable, avx2, avx512, avx512_vnni");
+                "'; expected one of auto, portable, avx2, avx2_vnni, avx512, avx512_vnni");
         if (*parsed != QJIT_ISA_AUTO) cap = std::min(cap, *parsed);
     }
     return cap;
+}
+
+qjit_activations activation_path(const qjit_context_options& options) {
+    require(options.activations >= QJIT_ACTIVATIONS_AUTO && options.activations <= QJIT_ACTIVATIONS_INT8,
+            "options.activations is ", int(options.activations), "; not a qjit_activations value");
+    const char* name = env("QJIT_ACTIVATIONS");
+    if (!name) return options.activations;
+    const std::string_view value(name);
+    if (value == "f32") return QJIT_ACTIVATIONS_F32;
+    if (value == "int8") return QJIT_ACTIVATIONS_INT8;
+    require(value == "auto", "QJIT_ACTIVATIONS is '", name, "'; expected auto, f32 or int8");
+    return options.activations;
 }
 
 }  // namespace
@@ -49,9 +61,11 @@ std::unique_ptr<qjit_context> make_context(const qjit_context_options* user_opti
     auto context = std::make_unique<qjit_context>();
     context->num_threads =
         options.num_threads > 0 ? options.num_threads : std::max(1, int(std::thread::hardware_concurrency()));
-    context->isa = std::min(detect_cpu_isa(), isa_cap(options));
+    context->isa = best_isa_up_to(isa_cap(options));
     context->tuning_db_path = options.tuning_db_path ? options.tuning_db_path : default_tuning_db_path();
     context->verbosity = options.verbosity;
+    context->activations = activation_path(options);
+    if (options.tiling) context->tiling = options.tiling;
     if (const char* verbose = env("QJIT_VERBOSE")) context->verbosity = std::max(context->verbosity, std::atoi(verbose));
     context->pool = std::make_unique<ThreadPool>(context->num_threads);
     return context;

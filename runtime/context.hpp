@@ -13,6 +13,8 @@ struct qjit_context {
     qjit_isa isa = QJIT_ISA_PORTABLE;  // what the CPU offers, capped by the options and $QJIT_MAX_ISA
     std::string tuning_db_path;        // resolved; read and written by the tuner
     int verbosity = 0;
+    qjit_activations activations = QJIT_ACTIVATIONS_AUTO;  // AUTO: each layer takes the default path
+    std::string tiling;                                    // empty: chosen per layer; else forced (see qjit.h)
     std::unique_ptr<qjit::ThreadPool> pool;
 };
 

@@ -4,14 +4,26 @@
 
 namespace qjit {
 
-qjit_isa detect_cpu_isa() {
+bool cpu_supports(qjit_isa isa) {
     // Xbyak reports AVX and AVX-512 features only when XGETBV says the OS saves their registers.
-    const Xbyak::util::Cpu cpu;
+    static const Xbyak::util::Cpu cpu;
     using Xbyak::util::Cpu;
-    if (!cpu.has(Cpu::tAVX2) || !cpu.has(Cpu::tFMA)) return QJIT_ISA_PORTABLE;
-    if (!cpu.has(Cpu::tAVX512F) || !cpu.has(Cpu::tAVX512BW) || !cpu.has(Cpu::tAVX512VL)) return QJIT_ISA_AVX2;
-    if (!cpu.has(Cpu::tAVX512_VNNI)) return QJIT_ISA_AVX512;
-    return QJIT_ISA_AVX512_VNNI;
+    const bool avx2 = cpu.has(Cpu::tAVX2) && cpu.has(Cpu::tFMA) && cpu.has(Cpu::tF16C);
+    const bool avx512 = avx2 && cpu.has(Cpu::tAVX512F) && cpu.has(Cpu::tAVX512BW) && cpu.has(Cpu::tAVX512VL);
+    switch (isa) {
+        case QJIT_ISA_PORTABLE: return true;
+        case QJIT_ISA_AVX2: return avx2;
+        case QJIT_ISA_AVX2_VNNI: return avx2 && cpu.has(Cpu::tAVX_VNNI);
+        case QJIT_ISA_AVX512: return avx512;
+        case QJIT_ISA_AVX512_VNNI: return avx512 && cpu.has(Cpu::tAVX512_VNNI);
+        default: return false;
+    }
+}
+
+qjit_isa best_isa_up_to(qjit_isa cap) {
+    for (int isa = int(cap); isa > int(QJIT_ISA_PORTABLE); --isa)
+        if (cpu_supports(qjit_isa(isa))) return qjit_isa(isa);
+    return QJIT_ISA_PORTABLE;
 }
 
 namespace {
@@ -20,11 +32,8 @@ struct IsaName {
     const char* name;
 };
 constexpr IsaName kIsaNames[] = {
-    {QJIT_ISA_AUTO, "auto"},
-    {QJIT_ISA_PORTABLE, "portable"},
-    {QJIT_ISA_AVX2, "avx2"},
-    {QJIT_ISA_AVX512, "avx512"},
-    {QJIT_ISA_AVX512_VNNI, "avx512_vnni"},
+    {QJIT_ISA_AUTO, "auto"},     {QJIT_ISA_PORTABLE, "portable"}, {QJIT_ISA_AVX2, "avx2"},
+    {QJIT_ISA_AVX2_VNNI, "avx2_vnni"}, {QJIT_ISA_AVX512, "avx512"}, {QJIT_ISA_AVX512_VNNI, "avx512_vnni"},
 };
 }  // namespace
 

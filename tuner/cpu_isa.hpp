@@ -8,10 +8,13 @@
 
 namespace qjit {
 
-// The best qjit_isa the CPU offers with OS support for its registers (XGETBV), never QJIT_ISA_AUTO.
-qjit_isa detect_cpu_isa();
+// Whether the CPU offers `isa` with OS support for its registers (XGETBV).
+bool cpu_supports(qjit_isa isa);
 
-// "portable", "avx2", "avx512", "avx512_vnni".
+// The best instruction set at or below `cap` that the CPU supports (QJIT_ISA_PORTABLE at worst).
+qjit_isa best_isa_up_to(qjit_isa cap);
+
+// "auto", "portable", "avx2", "avx2_vnni", "avx512", "avx512_vnni".
 const char* isa_name(qjit_isa isa);
 std::optional<qjit_isa> parse_isa_name(std::string_view name);
 

@@ -49,9 +49,10 @@ typedef enum qjit_status {
 typedef enum qjit_isa {
     QJIT_ISA_AUTO = 0,        /* the best the CPU and OS support */
     QJIT_ISA_PORTABLE = 1,    /* plain C++ only */
-    QJIT_ISA_AVX2 = 2,        /* AVX2 + FMA */
-    QJIT_ISA_AVX512 = 3,      /* AVX-512 F/BW/VL */
-    QJIT_ISA_AVX512_VNNI = 4,
+    QJIT_ISA_AVX2 = 2,        /* AVX2 + FMA (+ F16C) */
+    QJIT_ISA_AVX2_VNNI = 3,   /* AVX2 + AVX-VNNI (VEX-encoded vpdpbusd) */
+    QJIT_ISA_AVX512 = 4,      /* AVX-512 F/BW/VL */
+    QJIT_ISA_AVX512_VNNI = 5, /* AVX-512 + AVX512-VNNI */
     QJIT_ISA_MAX_ENUM = 0x7fffffff
 } qjit_isa;
 
@@ -60,6 +61,14 @@ typedef enum qjit_dtype {
     QJIT_DTYPE_F16 = 1,
     QJIT_DTYPE_MAX_ENUM = 0x7fffffff
 } qjit_dtype;
+
+/* How the CPU kernels treat fp32 activations. */
+typedef enum qjit_activations {
+    QJIT_ACTIVATIONS_AUTO = 0, /* the default: see the README for which path and why */
+    QJIT_ACTIVATIONS_F32 = 1,  /* exact: weights unpacked to fp32 and multiplied in fp32 */
+    QJIT_ACTIVATIONS_INT8 = 2, /* activations quantized to int8 per group on the fly; integer dot products */
+    QJIT_ACTIVATIONS_MAX_ENUM = 0x7fffffff
+} qjit_activations;
 
 /* How a dense fp32 weight matrix is laid out in memory. */
 typedef enum qjit_weight_layout {
@@ -86,6 +95,8 @@ typedef struct qjit_context_options {
     const char* tuning_db_path;  /* NULL: $QJIT_TUNING_DB, else $XDG_CACHE_HOME/qjit/tuning.yaml */
     qjit_isa max_isa;            /* cap on the instruction set; QJIT_ISA_AUTO: no cap ($QJIT_MAX_ISA may cap) */
     int verbosity;               /* 0 quiet; 1 one line per layer creation on stderr ($QJIT_VERBOSE) */
+    qjit_activations activations; /* AUTO: the default path ($QJIT_ACTIVATIONS=f32|int8 overrides) */
+    const char* tiling;          /* NULL: chosen per layer; else e.g. "tu=4,mb=4,prefetch=8" (all layers) */
 } qjit_context_options;
 
 /* How fp32 weights are quantized (round-to-nearest from each group's min/max). */
