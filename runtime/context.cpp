@@ -66,6 +66,7 @@ std::unique_ptr<qjit_context> make_context(const qjit_context_options* user_opti
     context->verbosity = options.verbosity;
     context->activations = activation_path(options);
     if (options.tiling) context->tiling = options.tiling;
+    if (const char* dir = env("QJIT_DUMP_DIR")) context->dump_dir = dir;
     if (const char* verbose = env("QJIT_VERBOSE")) context->verbosity = std::max(context->verbosity, std::atoi(verbose));
     context->pool = std::make_unique<ThreadPool>(context->num_threads);
     return context;

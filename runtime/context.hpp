@@ -15,6 +15,7 @@ struct qjit_context {
     int verbosity = 0;
     qjit_activations activations = QJIT_ACTIVATIONS_AUTO;  // AUTO: each layer takes the default path
     std::string tiling;                                    // empty: chosen per layer; else forced (see qjit.h)
+    std::string dump_dir;                                  // $QJIT_DUMP_DIR: write generated kernels there
     std::unique_ptr<qjit::ThreadPool> pool;
 };
 

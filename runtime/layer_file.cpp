@@ -59,6 +59,7 @@ std::string serialize_layer(const qjit_linear& layer) {
         {"n", p.n},
         {"bits", p.bits},
         {"group_size", p.group_size},
+        {"panel_columns", layer.codes.panel_columns},
         {"symmetric", p.symmetric},
         {"scale_dtype", p.scale_dtype == QJIT_DTYPE_F16 ? "f16" : "f32"},
         {"sections", {{"codes_u32", layer.codes.words.size()},
@@ -111,6 +112,7 @@ LayerImage deserialize_layer(const std::string& image) {
         p.n = header.at("n").get<int64_t>();
         p.bits = header.at("bits").get<int>();
         p.group_size = header.at("group_size").get<int64_t>();
+        const int panel_columns = header.at("panel_columns").get<int>();
         p.symmetric = header.at("symmetric").get<bool>();
         p.scale_dtype = header.at("scale_dtype").get<std::string>() == "f16" ? QJIT_DTYPE_F16 : QJIT_DTYPE_F32;
         const nlohmann::json& sections = header.at("sections");
@@ -126,10 +128,13 @@ LayerImage deserialize_layer(const std::string& image) {
             !(p.bits == 2 || p.bits == 3 || p.bits == 4 || p.bits == 8) || p.group_size < 1)
             corrupt(concat("header describes an invalid layer: k=", p.k, " n=", p.n, " bits=", p.bits,
                            " group_size=", p.group_size));
-        if (code_words != PackedCodes::word_count(p.bits, p.k, p.n))
+        if (panel_columns < 8 || panel_columns > 4096 || panel_columns % 8 != 0)
+            corrupt(concat("panel_columns ", panel_columns, " is not a multiple of 8 in 8 .. 4096"));
+        const size_t expected_words = PackedCodes::word_count(p.bits, p.k, p.n, panel_columns);
+        if (code_words != expected_words)
             corrupt(concat("codes section holds ", code_words, " words; a ", p.k, " x ", p.n, " ", p.bits,
-                           "-bit layer needs ", PackedCodes::word_count(p.bits, p.k, p.n)));
-        layer.codes = PackedCodes{p.bits, p.k, p.n, std::move(words)};  // any bit pattern is a valid code
+                           "-bit layer in panels of ", panel_columns, " needs ", expected_words));
+        layer.codes = PackedCodes{p.bits, p.k, p.n, panel_columns, std::move(words)};  // any bits are valid codes
         validate(p);
     } catch (const nlohmann::json::exception& e) {
         corrupt(concat("header is missing a field or has a wrong type: ", e.what()));

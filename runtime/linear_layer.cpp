@@ -2,28 +2,58 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "runtime/error.hpp"
 #include "runtime/portable_kernel.hpp"
+#include "tuner/cpu_isa.hpp"
+#include "tuner/cpu_tiling.hpp"
 
 namespace qjit {
 
 namespace {
 
-// XNNPACK-style kernel name: operation, weight format, activation type, ISA, tile.
-std::string kernel_name(const QuantParams& p) {
-    return concat("gemm_", format_name(p), "_f32_portable_n", PortableTiling::kPanelColumns, "m",
-                  PortableTiling::kBatchRows);
-}
+using Clock = std::chrono::steady_clock;
 
 std::string describe(const qjit_linear& layer) {
     const QuantParams& p = layer.params;
-    return concat(kernel_name(p), " K=", p.k, " N=", p.n, " bits=", p.bits, " group=", p.group_size,
-                  p.symmetric ? " symmetric" : " asymmetric", " act_order=", p.act_order() ? "yes" : "no",
-                  " scales=", p.scale_dtype == QJIT_DTYPE_F16 ? "f16" : "f32", " layout=", PackedCodes::kLayoutName,
-                  " tiling=panel", PortableTiling::kPanelColumns, "xrows", PortableTiling::kBatchRows,
-                  " threads=", layer.context->num_threads);
+    const std::string common =
+        concat(" K=", p.k, " N=", p.n, " bits=", p.bits, " group=", p.group_size, p.symmetric ? " symmetric" : " asymmetric",
+               " act_order=", p.act_order() ? "yes" : "no", " scales=", p.scale_dtype == QJIT_DTYPE_F16 ? "f16" : "f32",
+               " layout=", PackedCodes::kLayoutName, " panel=", layer.codes.panel_columns,
+               " threads=", layer.context->num_threads);
+    if (layer.jit) {
+        const jit::CpuKernelSpec& s = layer.jit->spec();
+        return concat(jit::kernel_name(s), common, " isa=", isa_name(s.isa),
+                      " activations=", s.path == jit::ActivationPath::Int8 ? "int8" : "f32", " tiling=tu",
+                      s.tiling.column_vectors, ",mb", s.tiling.rows, ",prefetch", s.tiling.prefetch_blocks);
+    }
+    return concat("gemm_", format_name(p), "_f32_portable_n", PortableTiling::kChunkColumns, "m",
+                  PortableTiling::kBatchRows, common, " isa=portable activations=f32");
+}
+
+std::optional<jit::CpuKernelSpec> plan_for(const qjit_context& context, const QuantParams& params) {
+    return plan_cpu_kernel({context.isa, context.activations, context.tiling}, params);
+}
+
+int panel_columns(const std::optional<jit::CpuKernelSpec>& plan) {
+    return plan ? plan->panel_columns() : PortableTiling::kChunkColumns;
+}
+
+std::unique_ptr<qjit_linear> assemble(qjit_context* context, QuantParams params, PackedCodes codes,
+                                      const std::optional<jit::CpuKernelSpec>& plan, Clock::time_point start) {
+    auto layer = std::make_unique<qjit_linear>();
+    layer->context = context;
+    if (plan) layer->jit = std::make_unique<JitExecutor>(*plan, params, context->dump_dir);
+    layer->params = std::move(params);
+    layer->codes = std::move(codes);
+    layer->description = describe(*layer);
+    if (context->verbosity > 0) {
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+        std::fprintf(stderr, "qjit: linear created: %s setup_ms=%.2f\n", layer->description.c_str(), ms);
+    }
+    return layer;
 }
 
 // Activations reordered to the layer's storage row order, in a per-thread buffer that only
@@ -41,27 +71,25 @@ const float* gather_rows(const QuantParams& p, const float* x, int64_t m) {
 
 }  // namespace
 
-std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams params, PackedCodes codes) {
-    const auto start = std::chrono::steady_clock::now();
-    auto layer = std::make_unique<qjit_linear>();
-    layer->context = context;
-    layer->params = std::move(params);
-    layer->codes = std::move(codes);
-    layer->description = describe(*layer);
-    if (context->verbosity > 0) {
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-        std::fprintf(stderr, "qjit: linear created: %s setup_ms=%.2f\n", layer->description.c_str(), ms);
-    }
-    return layer;
+std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix matrix) {
+    const auto start = Clock::now();
+    validate(matrix);
+    const std::optional<jit::CpuKernelSpec> plan = plan_for(*context, matrix.params);
+    PackedCodes codes = pack_codes(matrix.codes.data(), matrix.params.bits, matrix.params.k, matrix.params.n,
+                                   panel_columns(plan));
+    return assemble(context, std::move(matrix.params), std::move(codes), plan, start);
 }
 
-std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix matrix) {
-    validate(matrix);
-    PackedCodes codes = pack_codes(matrix.codes.data(), matrix.params.bits, matrix.params.k, matrix.params.n);
-    return make_linear(context, std::move(matrix.params), std::move(codes));
+std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams params, PackedCodes codes) {
+    const auto start = Clock::now();
+    const std::optional<jit::CpuKernelSpec> plan = plan_for(*context, params);
+    if (codes.panel_columns != panel_columns(plan))
+        codes = pack_codes(unpack_codes(codes).data(), codes.bits, codes.k, codes.n, panel_columns(plan));
+    return assemble(context, std::move(params), std::move(codes), plan, start);
 }
 
 void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y) {
+    if (layer.jit) return layer.jit->forward(layer.params, layer.codes, x, m, y, *layer.context->pool);
     const float* rows = layer.params.act_order() ? gather_rows(layer.params, x, m) : x;
     portable_forward(layer.params, layer.codes, rows, m, y, *layer.context->pool);
 }
@@ -72,9 +100,10 @@ QuantizedMatrix unpack_linear(const qjit_linear& layer) {
 
 int64_t weight_bytes(const qjit_linear& layer) {
     const QuantParams& p = layer.params;
+    const int64_t codes = int64_t(layer.codes.words.size() * sizeof(uint32_t));
+    if (layer.jit) return codes + layer.jit->metadata_bytes();
     const int64_t metadata = p.num_groups() * p.n;
-    return int64_t(layer.codes.words.size() * sizeof(uint32_t)) + metadata * int64_t(sizeof(float)) +
-           (p.symmetric ? 0 : metadata * int64_t(sizeof(uint16_t)));
+    return codes + metadata * int64_t(sizeof(float)) + (p.symmetric ? 0 : metadata * int64_t(sizeof(uint16_t)));
 }
 
 }  // namespace qjit

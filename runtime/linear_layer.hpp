@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/context.hpp"
+#include "runtime/jit_executor.hpp"
 #include "runtime/packed_codes.hpp"
 #include "runtime/quantized_matrix.hpp"
 
@@ -14,15 +15,17 @@ struct qjit_linear {
     qjit_context* context = nullptr;
     qjit::QuantParams params;
     qjit::PackedCodes codes;
+    std::unique_ptr<qjit::JitExecutor> jit;  // null: the portable path runs the layer
     std::string description;
 };
 
 namespace qjit {
 
-// Validates and packs a matrix for the context's kernel.
+// Validates a matrix, picks its kernel and packs the codes for it.
 std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix matrix);
-// Wraps codes packed already (a loaded file) with their validated params. Both make_linear
-// overloads log one line when the context is verbose.
+// The same for codes packed already (a loaded file) with their validated params; they are
+// repacked when the kernel picked here wants another panel width. Both overloads log one line
+// when the context is verbose.
 std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams params, PackedCodes codes);
 
 // y (m x N) = x (m x K, original row order) * W.

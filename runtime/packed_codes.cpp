@@ -1,58 +1,49 @@
 #include "runtime/packed_codes.hpp"
 
+#include "jit/code_planes.hpp"
+
 namespace qjit {
 
 namespace {
 
-struct BitSlot {
-    int word;   // word within the row's block
-    int shift;  // bit offset within that word
-};
-
-// Where the low `bits` (or, for 3-bit, the low two) bits of row r (within its block) live.
-BitSlot slot_of(int bits, int r) {
-    if (bits == 3) return {r / 16, 2 * (r % 16)};
-    const int per_word = 32 / bits;
-    return {r / per_word, bits * (r % per_word)};
+// Index of word `word` of row block `block` for `column`.
+size_t word_index(const PackedCodes& p, int64_t block, int word, int64_t column) {
+    const int64_t panel = column / p.panel_columns;
+    return size_t(panel * p.panel_words() + (block * p.bits + word) * p.panel_columns + column % p.panel_columns);
 }
 
 }  // namespace
 
-size_t PackedCodes::word_index(int64_t block, int word, int64_t column) const {
-    const int64_t n0 = column / kPanelColumns * kPanelColumns;
-    return size_t(n0 * num_blocks() * bits + (block * bits + word) * panel_width(n0) + (column - n0));
-}
-
 uint8_t PackedCodes::code(int64_t row, int64_t column) const {
     const int64_t block = row / kBlockRows;
     const int r = int(row % kBlockRows);
-    const BitSlot s = slot_of(bits, r);
-    const uint32_t word = words[word_index(block, s.word, column)];
-    if (bits == 3) {
-        const uint32_t high = (words[word_index(block, 2, column)] >> r) & 1u;
-        return uint8_t(((word >> s.shift) & 3u) | (high << 2));
+    uint32_t code = 0;
+    for (const jit::CodePlane& plane : jit::code_planes(bits)) {
+        const jit::PlaneSlot slot = jit::plane_slot(plane, r);
+        const uint32_t field = (words[word_index(*this, block, slot.word, column)] >> slot.shift) &
+                               ((1u << plane.width) - 1u);
+        code |= field << plane.value_shift;
     }
-    return uint8_t((word >> s.shift) & ((1u << bits) - 1u));
+    return uint8_t(code);
 }
 
-PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n) {
+PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n, int panel_columns) {
     PackedCodes out;
     out.bits = bits;
     out.k = k;
     out.n = n;
-    out.words.assign(PackedCodes::word_count(bits, k, n), 0u);
+    out.panel_columns = panel_columns;
+    out.words.assign(PackedCodes::word_count(bits, k, n, panel_columns), 0u);
+    const std::vector<jit::CodePlane> planes = jit::code_planes(bits);
     for (int64_t row = 0; row < k; ++row) {
         const int64_t block = row / PackedCodes::kBlockRows;
         const int r = int(row % PackedCodes::kBlockRows);
-        const BitSlot s = slot_of(bits, r);
-        const uint8_t* src = codes + row * n;
-        for (int64_t c = 0; c < n; ++c) {
-            const uint32_t q = src[c];
-            if (bits == 3) {
-                out.words[out.word_index(block, s.word, c)] |= (q & 3u) << s.shift;
-                out.words[out.word_index(block, 2, c)] |= (q >> 2) << r;
-            } else {
-                out.words[out.word_index(block, s.word, c)] |= q << s.shift;
+        for (const jit::CodePlane& plane : planes) {
+            const jit::PlaneSlot slot = jit::plane_slot(plane, r);
+            const uint32_t mask = (1u << plane.width) - 1u;
+            for (int64_t c = 0; c < n; ++c) {
+                const uint32_t field = (uint32_t(codes[row * n + c]) >> plane.value_shift) & mask;
+                out.words[word_index(out, block, slot.word, c)] |= field << slot.shift;
             }
         }
     }

@@ -1,5 +1,7 @@
 #include "runtime/portable_kernel.hpp"
 
+#include "jit/code_planes.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -7,26 +9,30 @@ namespace qjit {
 
 namespace {
 
-constexpr int kPanel = PackedCodes::kPanelColumns;
+constexpr int kPanel = PortableTiling::kChunkColumns;
 constexpr int kRows = PortableTiling::kBatchRows;
 
-// Decodes the codes of row `row` of the panel starting at n0 (see packed_codes.hpp) into floats.
+// Where a column chunk's codes live: the 32-row blocks of one panel, starting at the chunk's column.
+struct ChunkCodes {
+    const uint32_t* first;  // word 0 of block 0 for the chunk's first column
+    int64_t stride;         // words between consecutive word rows (the panel width)
+};
+
+// Decodes row `row` of a column chunk into floats (layout: packed_codes.hpp, jit/code_planes.hpp).
 template <int Bits>
-inline void decode_row(const PackedCodes& codes, int64_t row, int64_t n0, int width, float* out) {
+inline void decode_row(const ChunkCodes& chunk, int64_t row, int width, float* out) {
     const int r = int(row % PackedCodes::kBlockRows);
-    const uint32_t* block = codes.panel(n0) + (row / PackedCodes::kBlockRows) * Bits * width;
+    const uint32_t* block = chunk.first + (row / PackedCodes::kBlockRows) * Bits * chunk.stride;
     if constexpr (Bits == 3) {
-        const uint32_t* low_plane = block + (r / 16) * width;
-        const uint32_t* high_plane = block + 2 * width;
-        const int shift = 2 * (r % 16);
+        const jit::PlaneSlot low = jit::plane_slot({2, 0, 0}, r), high = jit::plane_slot({1, 2, 2}, r);
+        const uint32_t* low_words = block + low.word * chunk.stride;
+        const uint32_t* high_words = block + high.word * chunk.stride;
         for (int j = 0; j < width; ++j)
-            out[j] = float(((low_plane[j] >> shift) & 3u) | (((high_plane[j] >> r) & 1u) << 2));
+            out[j] = float(((low_words[j] >> low.shift) & 3u) | (((high_words[j] >> high.shift) & 1u) << 2));
     } else {
-        constexpr int kPerWord = 32 / Bits;
-        constexpr uint32_t kMask = (1u << Bits) - 1u;
-        const uint32_t* words = block + (r / kPerWord) * width;
-        const int shift = Bits * (r % kPerWord);
-        for (int j = 0; j < width; ++j) out[j] = float((words[j] >> shift) & kMask);
+        const jit::PlaneSlot slot = jit::plane_slot({Bits, 0, 0}, r);
+        const uint32_t* words = block + slot.word * chunk.stride;
+        for (int j = 0; j < width; ++j) out[j] = float((words[j] >> slot.shift) & ((1u << Bits) - 1u));
     }
 }
 
@@ -35,7 +41,7 @@ inline void decode_row(const PackedCodes& codes, int64_t row, int64_t n0, int wi
 // multiplies raw codes and the scale and zero are applied once per group. Rows, and the width of
 // a full panel, are compile-time constants so the compiler can unroll and vectorize.
 template <int Bits, int Rows, int FixedWidth>
-void forward_panel(const QuantParams& p, const PackedCodes& codes, const float* x, float* y, int64_t n0,
+void forward_panel(const QuantParams& p, const ChunkCodes& codes, const float* x, float* y, int64_t n0,
                    int runtime_width) {
     const int width = FixedWidth > 0 ? FixedWidth : runtime_width;
     float q[kPanel];
@@ -46,7 +52,7 @@ void forward_panel(const QuantParams& p, const PackedCodes& codes, const float* 
         float x_sum[Rows] = {};
         std::memset(dot, 0, sizeof dot);
         for (int64_t r = r0; r < r1; ++r) {
-            decode_row<Bits>(codes, r, n0, width, q);
+            decode_row<Bits>(codes, r, width, q);
             for (int i = 0; i < Rows; ++i) {
                 const float xv = x[i * p.k + r];
                 x_sum[i] += xv;
@@ -62,13 +68,13 @@ void forward_panel(const QuantParams& p, const PackedCodes& codes, const float* 
 }
 
 template <int Bits, int Rows>
-void forward_panel(const QuantParams& p, const PackedCodes& codes, const float* x, float* y, int64_t n0, int width) {
+void forward_panel(const QuantParams& p, const ChunkCodes& codes, const float* x, float* y, int64_t n0, int width) {
     if (width == kPanel) forward_panel<Bits, Rows, kPanel>(p, codes, x, y, n0, width);
     else forward_panel<Bits, Rows, 0>(p, codes, x, y, n0, width);
 }
 
 template <int Bits>
-void forward_panel(const QuantParams& p, const PackedCodes& codes, const float* x, int rows, float* y, int64_t n0,
+void forward_panel(const QuantParams& p, const ChunkCodes& codes, const float* x, int rows, float* y, int64_t n0,
                    int width) {
     switch (rows) {
         case 1: return forward_panel<Bits, 1>(p, codes, x, y, n0, width);
@@ -81,20 +87,27 @@ void forward_panel(const QuantParams& p, const PackedCodes& codes, const float* 
 template <int Bits>
 void forward_all(const QuantParams& p, const PackedCodes& codes, const float* x, int64_t m, float* y,
                  ThreadPool& pool) {
-    const int64_t panels = (p.n + kPanel - 1) / kPanel;
+    // Tasks: chunks of up to kPanel columns that stay inside one packed panel, times row blocks.
+    const int64_t chunks_per_panel = (codes.panel_columns + kPanel - 1) / kPanel;
+    const int64_t chunks = codes.num_panels() * chunks_per_panel;
     const int64_t row_blocks = (m + kRows - 1) / kRows;
     auto task = [&](int64_t t) {
-        const int64_t panel = t % panels, row_block = t / panels;
-        const int64_t n0 = panel * kPanel, m0 = row_block * kRows;
-        forward_panel<Bits>(p, codes, x + m0 * p.k, int(std::min<int64_t>(kRows, m - m0)), y + m0 * p.n, n0,
-                            int(std::min<int64_t>(kPanel, p.n - n0)));
+        const int64_t chunk = t % chunks, row_block = t / chunks;
+        const int64_t panel_n0 = chunk / chunks_per_panel * codes.panel_columns;
+        const int64_t offset = chunk % chunks_per_panel * kPanel, n0 = panel_n0 + offset;
+        const int64_t width = std::min<int64_t>({kPanel, codes.panel_columns - offset, p.n - n0});
+        if (width <= 0) return;  // a chunk of the padding after column N
+        const int64_t m0 = row_block * kRows;
+        const ChunkCodes chunk_codes{codes.panel(panel_n0) + offset, codes.panel_columns};
+        forward_panel<Bits>(p, chunk_codes, x + m0 * p.k, int(std::min<int64_t>(kRows, m - m0)), y + m0 * p.n, n0,
+                            int(width));
     };
     // Below this many weight-row visits a dispatch to the pool costs more than it saves.
     constexpr int64_t kMinParallelWork = 1 << 16;
     if (p.k * p.n * m < kMinParallelWork) {
-        for (int64_t t = 0; t < panels * row_blocks; ++t) task(t);
+        for (int64_t t = 0; t < chunks * row_blocks; ++t) task(t);
     } else {
-        pool.parallel_for(panels * row_blocks, task);
+        pool.parallel_for(chunks * row_blocks, task);
     }
 }
 

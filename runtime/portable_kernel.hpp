@@ -11,7 +11,7 @@
 namespace qjit {
 
 struct PortableTiling {
-    static constexpr int kPanelColumns = PackedCodes::kPanelColumns;  // columns one task owns
+    static constexpr int kChunkColumns = 64;  // columns one task accumulates (inside one packed panel)
     static constexpr int kBatchRows = 4;      // activation rows sharing one decode of a weight row
 };
 

@@ -158,9 +158,29 @@ TEST_F(CApiTest, QueriesRejectNullAndReportTheLayer) {
     EXPECT_EQ(info.group_size, 128);
     EXPECT_EQ(info.symmetric, 0);
     EXPECT_EQ(info.act_order, 0);
-    // 200 rows -> 7 blocks of 32 rows x 4 words x 24 columns; 2 groups of f32 scales and u16 zeros.
-    EXPECT_EQ(info.weight_bytes, 7 * 4 * 24 * 4 + 2 * 24 * (4 + 2));
     ASSERT_EQ(qjit_linear_describe(layer_.get(), &description), QJIT_OK);
+    EXPECT_NE(std::string(description).find("gemm_q4g128_asym"), std::string::npos) << description;
+    EXPECT_NE(std::string(description).find(" K=200 N=24 "), std::string::npos) << description;
+}
+
+TEST_F(CApiTest, PortableLayerReportsItsBytes) {
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.max_isa = QJIT_ISA_PORTABLE;
+    qjit_context* raw_context = nullptr;
+    ASSERT_EQ(qjit_context_create(&options, &raw_context), QJIT_OK);
+    ContextPtr context(raw_context);
+    qjit_linear* raw = nullptr;
+    ASSERT_EQ(qjit_linear_create_from_f32(context.get(), &config_, kK, kN, weights_.data(), QJIT_LAYOUT_K_BY_N, &raw),
+              QJIT_OK);
+    LinearPtr layer(raw);
+    qjit_linear_info info;
+    ASSERT_EQ(qjit_linear_get_info(layer.get(), &info), QJIT_OK);
+    // 200 rows -> 7 blocks of 32 rows x 4 words x one panel of 64 columns; 2 groups of 24 f32
+    // scales and u16 zeros.
+    EXPECT_EQ(info.weight_bytes, 7 * 4 * 64 * 4 + 2 * 24 * (4 + 2));
+    const char* description = nullptr;
+    ASSERT_EQ(qjit_linear_describe(layer.get(), &description), QJIT_OK);
     EXPECT_NE(std::string(description).find("gemm_q4g128_asym_f32_portable"), std::string::npos) << description;
 }
 

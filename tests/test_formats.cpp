@@ -1,5 +1,7 @@
-// Every weight format (bits x group x symmetric x act-order) through the portable path against the
-// oracle, on odd shapes (K and N in {1, 7, 64, 172, 1000, 4096}) and batches 1, 3 and 16.
+// Every weight format (bits x group x symmetric x act-order) on every kernel this machine can run
+// (the portable path; generated kernels for each available ISA and both activation paths)
+// against the oracle, on odd shapes (K and N in {1, 7, 64, 172, 1000, 4096}) and batches
+// 1, 2, 3, 5, 16 and 64.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -9,6 +11,7 @@
 #include "runtime/quantize_rtn.hpp"
 #include "runtime/reference.hpp"
 #include "test_support.hpp"
+#include "tuner/cpu_isa.hpp"
 
 namespace qjit {
 namespace {
@@ -19,12 +22,43 @@ using test::LinearPtr;
 struct Shape {
     int64_t k, n;
 };
-constexpr Shape kShapes[] = {{1, 4096}, {7, 1000}, {64, 172}, {172, 64}, {1000, 7}, {4096, 1}, {4096, 172}, {1000, 1000}};
-constexpr int64_t kBatches[] = {1, 3, 16};
+constexpr Shape kShapes[] = {{1, 4096}, {7, 1000}, {64, 172}, {172, 64}, {1000, 7}, {4096, 1}, {300, 200}};
+constexpr int64_t kBatches[] = {1, 2, 3, 5, 16, 64};
 
-using Format = std::tuple<int /*bits*/, int /*group_size*/, bool /*symmetric*/, bool /*act_order*/>;
+// A kernel family: the ISA cap and activation path of the context (QJIT_ISA_PORTABLE: the
+// portable path).
+struct Backend {
+    qjit_isa isa;
+    qjit_activations activations;
+};
 
-class FormatTest : public ::testing::TestWithParam<Format> {};
+std::string backend_name(const Backend& b) {
+    if (b.isa == QJIT_ISA_PORTABLE) return "portable";
+    return std::string(isa_name(b.isa)) + (b.activations == QJIT_ACTIVATIONS_INT8 ? "_int8" : "_f32");
+}
+
+// Every backend this CPU runs. The f32 path emits the same code with or without VNNI, so it is
+// listed once per vector width.
+std::vector<Backend> available_backends() {
+    std::vector<Backend> backends = {{QJIT_ISA_PORTABLE, QJIT_ACTIVATIONS_F32}};
+    for (const qjit_isa isa : {QJIT_ISA_AVX2, QJIT_ISA_AVX2_VNNI, QJIT_ISA_AVX512, QJIT_ISA_AVX512_VNNI}) {
+        if (!cpu_supports(isa)) continue;
+        if (isa == QJIT_ISA_AVX2 || isa == QJIT_ISA_AVX512) backends.push_back({isa, QJIT_ACTIVATIONS_F32});
+        backends.push_back({isa, QJIT_ACTIVATIONS_INT8});
+    }
+    return backends;
+}
+
+ContextPtr make_backend_context(const Backend& backend) {
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.num_threads = 2;
+    options.max_isa = backend.isa;
+    options.activations = backend.activations;
+    qjit_context* context = nullptr;
+    EXPECT_EQ(qjit_context_create(&options, &context), QJIT_OK) << qjit_last_error();
+    return ContextPtr(context);
+}
 
 // A random permutation standing in for GPTQ's act-order row sort.
 std::vector<int32_t> random_row_order(int64_t k, uint32_t seed) {
@@ -34,9 +68,13 @@ std::vector<int32_t> random_row_order(int64_t k, uint32_t seed) {
     return order;
 }
 
-TEST_P(FormatTest, PortablePathMatchesOracle) {
-    const auto [bits, group_size, symmetric, act_order] = GetParam();
-    ContextPtr context = test::make_test_context();
+using Format = std::tuple<int /*bits*/, int /*group_size*/, bool /*symmetric*/, bool /*act_order*/, Backend>;
+
+class FormatTest : public ::testing::TestWithParam<Format> {};
+
+TEST_P(FormatTest, MatchesOracle) {
+    const auto [bits, group_size, symmetric, act_order, backend] = GetParam();
+    ContextPtr context = make_backend_context(backend);
     uint32_t seed = 1;
     for (const Shape shape : kShapes) {
         SCOPED_TRACE(testing::Message() << "K=" << shape.k << " N=" << shape.n);
@@ -45,17 +83,41 @@ TEST_P(FormatTest, PortablePathMatchesOracle) {
         QuantizedMatrix matrix = quantize_rtn(config, shape.k, shape.n, weights.data());
         if (act_order && shape.k > 1) matrix.params.row_order = random_row_order(shape.k, seed++);
         const std::unique_ptr<qjit_linear> layer = make_linear(context.get(), matrix);
+        ASSERT_EQ(layer->jit != nullptr, backend.isa != QJIT_ISA_PORTABLE) << layer->description;
+        if (layer->jit) EXPECT_EQ(layer->jit->spec().isa, backend.isa) << layer->description;
 
         for (const int64_t m : kBatches) {
-            SCOPED_TRACE(testing::Message() << "m=" << m);
+            SCOPED_TRACE(testing::Message() << "m=" << m << " " << layer->description);
             const std::vector<float> x = test::random_floats(size_t(m * shape.k), seed++);
             std::vector<float> y(size_t(m * shape.n)), expected(y.size());
             ASSERT_EQ(qjit_linear_forward(layer.get(), x.data(), m, y.data()), QJIT_OK) << qjit_last_error();
             reference_forward(matrix, x.data(), m, expected.data());
-            test::expect_within(y, expected, test::forward_error_bound(matrix, x.data(), m));
+            std::vector<double> bound = test::forward_error_bound(matrix, x.data(), m);
+            if (layer->jit && layer->jit->spec().path == jit::ActivationPath::Int8)
+                test::add_int8_activation_error(bound, matrix, x.data(), m, layer->jit->spec().group_size,
+                                                layer->jit->spec().int8_activation_max());
+            test::expect_within(y, expected, bound);
         }
     }
 }
+
+std::string format_label(int bits, int group_size, bool symmetric, bool act_order) {
+    return "q" + std::to_string(bits) + (group_size < 0 ? "col" : "g" + std::to_string(group_size)) +
+           (symmetric ? "_sym" : "_asym") + (act_order ? "_actorder" : "");
+}
+
+std::string format_test_name(const testing::TestParamInfo<Format>& info) {
+    const auto [bits, group_size, symmetric, act_order, backend] = info.param;
+    return format_label(bits, group_size, symmetric, act_order) + "_" + backend_name(backend);
+}
+
+const auto kAllBits = ::testing::Values(2, 3, 4, 8);
+const auto kAllGroups = ::testing::Values(16, 32, 64, 128, 256, QJIT_GROUP_PER_COLUMN);
+
+INSTANTIATE_TEST_SUITE_P(AllFormats, FormatTest,
+                         ::testing::Combine(kAllBits, kAllGroups, ::testing::Bool(), ::testing::Bool(),
+                                            ::testing::ValuesIn(available_backends())),
+                         format_test_name);
 
 // The public entry point quantizes exactly as quantize_rtn does, from either weight layout.
 // (fp32 weights carry no act-order; the GPTQ import tests cover it through the C API.)
@@ -89,27 +151,11 @@ TEST_P(CApiQuantizeTest, MatchesTheBaselineQuantizer) {
     }
 }
 
-std::string format_label(int bits, int group_size, bool symmetric, bool act_order) {
-    return "q" + std::to_string(bits) + (group_size < 0 ? "col" : "g" + std::to_string(group_size)) +
-           (symmetric ? "_sym" : "_asym") + (act_order ? "_actorder" : "");
-}
-
-const auto kAllBits = ::testing::Values(2, 3, 4, 8);
-const auto kAllGroups = ::testing::Values(16, 32, 64, 128, 256, QJIT_GROUP_PER_COLUMN);
-
-std::string format_test_name(const testing::TestParamInfo<Format>& info) {
-    const auto [bits, group_size, symmetric, act_order] = info.param;
-    return format_label(bits, group_size, symmetric, act_order);
-}
-
 std::string rtn_test_name(const testing::TestParamInfo<RtnFormat>& info) {
     const auto [bits, group_size, symmetric] = info.param;
     return format_label(bits, group_size, symmetric, false);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllFormats, FormatTest,
-                         ::testing::Combine(kAllBits, kAllGroups, ::testing::Bool(), ::testing::Bool()),
-                         format_test_name);
 INSTANTIATE_TEST_SUITE_P(AllFormats, CApiQuantizeTest, ::testing::Combine(kAllBits, kAllGroups, ::testing::Bool()),
                          rtn_test_name);
 

@@ -366,6 +366,7 @@ protected:
         qjit_context_options_init(&options);
         tuning_db_path_ = ::testing::TempDir() + "qjit_test_gptq_import_tuning.yaml";
         options.tuning_db_path = tuning_db_path_.c_str();
+        options.activations = QJIT_ACTIVATIONS_F32;  // exact: these tests check the import, not int8 activations
         ASSERT_EQ(qjit_context_create(&options, &context_), QJIT_OK) << qjit_last_error();
     }
     void TearDown() override { qjit_context_destroy(context_); }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "llama2_model.hpp"
+#include "tuner/cpu_isa.hpp"
 
 namespace {
 
@@ -103,25 +104,39 @@ TEST_F(RealModel, Fp32LogitsMatchReference) {
     EXPECT_LE(worst_step, 1e-4f);
 }
 
-// (ii) 8-bit per-column symmetric weights through qjit: greedy decoding and perplexity.
-// Greedy decoding has near-ties (fp32 top-2 logit margins of 0.071 at position 61 and 0.042 at 114),
-// which int8 weights may flip: with every linear, classifier included, quantized the first 114
-// generated tokens match; with an fp32 classifier only the first 61 would.
-TEST_F(RealModel, QjitInt8GreedyDecodeMatchesReference) {
+// (ii) 8-bit per-column symmetric weights through qjit with exact (fp32) activations, on the
+// portable path and on the generated kernels of every ISA this CPU has: greedy decoding and
+// perplexity. Greedy decoding has near-ties (fp32 top-2 logit margins of 0.071 at position 61 and
+// 0.042 at 114), which int8 weights may flip: with every linear, classifier included, quantized
+// the first 114 generated tokens match; with an fp32 classifier only the first 61 would.
+class RealModelExact : public RealModel, public ::testing::WithParamInterface<qjit_isa> {
+protected:
+    qjit_context_options exact_options() const {
+        qjit_context_options options;
+        qjit_context_options_init(&options);
+        options.max_isa = GetParam();
+        options.activations = QJIT_ACTIVATIONS_F32;
+        return options;
+    }
+};
+
+TEST_P(RealModelExact, Int8WeightsGreedyDecodeMatchesReference) {
     const std::vector<int> reference = reference_greedy_tokens();
-    llama2::QjitBackend backend(llama2::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true));
+    const qjit_context_options options = exact_options();
+    llama2::QjitBackend backend(llama2::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true), &options);
     llama2::Model model(stories260k(), backend);
     const std::vector<int> tokens = llama2::greedy_decode(model, int(reference.size()) - 1);
     const size_t generated_matching = leading_matches(tokens, reference) - 1;  // BOS is not generated
-    std::printf("int8 per-column: %zu of %zu generated tokens match the reference\n", generated_matching,
-                reference.size() - 1);
+    std::printf("int8 per-column (%s): %zu of %zu generated tokens match the reference\n",
+                model.layer_linear(0, 0).describe().c_str(), generated_matching, reference.size() - 1);
     EXPECT_GE(generated_matching, 64u);
 }
 
-TEST_F(RealModel, QjitInt8MeanNllMatchesReference) {
+TEST_P(RealModelExact, Int8WeightsMeanNllMatchesReference) {
     const std::vector<uint16_t> tokens =
         llama2::read_u16_file(kReferenceDir + "tinystories_val_first200para.tok512.u16");
-    llama2::QjitBackend backend(llama2::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true));
+    const qjit_context_options options = exact_options();
+    llama2::QjitBackend backend(llama2::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true), &options);
     llama2::Model model(stories260k(), backend);
     const llama2::NllResult result = llama2::evaluate_nll(model, tokens);
     const double reference = reference_mean_nll();
@@ -130,6 +145,16 @@ TEST_F(RealModel, QjitInt8MeanNllMatchesReference) {
     EXPECT_EQ(result.sequence_nll.size(), 200u);
     EXPECT_NEAR(result.mean_nll, reference, 0.002);
 }
+
+std::vector<qjit_isa> isas_to_test() {
+    std::vector<qjit_isa> isas = {QJIT_ISA_PORTABLE};
+    for (const qjit_isa isa : {QJIT_ISA_AVX2, QJIT_ISA_AVX512})
+        if (qjit::cpu_supports(isa)) isas.push_back(isa);  // the exact path is the same code with VNNI
+    return isas;
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, RealModelExact, ::testing::ValuesIn(isas_to_test()),
+                         [](const auto& info) { return std::string(qjit::isa_name(info.param)); });
 
 // (iii) One m = T call per layer and T calls with m = 1 (KV cache) compute the same logits.
 TEST_F(RealModel, QjitBatchedForwardMatchesKvCacheSteps) {

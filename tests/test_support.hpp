@@ -64,6 +64,34 @@ inline std::vector<double> forward_error_bound(const QuantizedMatrix& matrix, co
     return bound;
 }
 
+// The int8 activation path's extra error. Each activation row is quantized per group of
+// `activation_group` rows (in storage order) with step s = max|x| / qmax and round-to-nearest, so
+// every activation is off by at most s/2 and an output by at most sum_k (s_group(k) / 2) * |W[k][n]|.
+// Added to `bound` (the fp32 rounding bound of the same computation).
+inline void add_int8_activation_error(std::vector<double>& bound, const QuantizedMatrix& matrix, const float* x,
+                                      int64_t m, int64_t activation_group, int qmax) {
+    const QuantParams& p = matrix.params;
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t r0 = 0; r0 < p.k; r0 += activation_group) {
+            const int64_t r1 = std::min(p.k, r0 + activation_group);
+            double amax = 0.0;
+            for (int64_t r = r0; r < r1; ++r) {
+                const int64_t original = p.act_order() ? p.row_order[size_t(r)] : r;
+                amax = std::max(amax, std::fabs(double(x[i * p.k + original])));
+            }
+            const double half_step = amax / qmax / 2.0;
+            for (int64_t r = r0; r < r1; ++r) {
+                const int64_t g = r / p.group_size;
+                for (int64_t c = 0; c < p.n; ++c) {
+                    const size_t meta = size_t(g * p.n + c);
+                    const double w = double(p.scales[meta]) *
+                                     (double(matrix.codes[size_t(r * p.n + c)]) - double(p.zeros[meta]));
+                    bound[size_t(i * p.n + c)] += half_step * std::fabs(w) * (1.0 + 1e-6);
+                }
+            }
+        }
+}
+
 // Expects |actual - expected| <= bound elementwise; reports the first few violations.
 inline void expect_within(const std::vector<float>& actual, const std::vector<float>& expected,
                           const std::vector<double>& bound) {

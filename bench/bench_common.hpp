@@ -1,0 +1,92 @@
+// Small helpers shared by the benchmarks: byte units, a fast random generator, and a persistent
+// team of threads for the benchmarks' own baseline kernels.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace qjit_bench {
+
+inline constexpr size_t kMiB = size_t(1) << 20;
+inline constexpr size_t kGiB = size_t(1) << 30;
+
+inline int hardware_threads() { return std::max(1, int(std::thread::hardware_concurrency())); }
+
+// splitmix64: fast and good enough for filling benchmark weights.
+class Rng {
+public:
+    explicit Rng(uint64_t seed) : state_(seed) {}
+    uint64_t next() {
+        uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    // Uniform in [lo, hi).
+    float uniform(float lo, float hi) { return lo + (hi - lo) * float(next() >> 40) * 0x1p-24f; }
+
+private:
+    uint64_t state_;
+};
+
+// A persistent team of threads: run(count, task) calls task(i) for i in [0, count) on `count`
+// members (the caller is member 0) and returns when all are done. Workers sleep on an atomic
+// wait between jobs, so a dispatch costs a wake-up, not a thread creation. Every worker
+// acknowledges every job, even one it has no part in, so none can lag into the next job.
+class ThreadTeam {
+public:
+    explicit ThreadTeam(int size) {
+        for (int i = 1; i < size; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+    }
+    ~ThreadTeam() {
+        stopping_.store(true);
+        generation_.fetch_add(1, std::memory_order_release);
+        generation_.notify_all();
+        for (std::thread& worker : workers_) worker.join();
+    }
+    ThreadTeam(const ThreadTeam&) = delete;
+    ThreadTeam& operator=(const ThreadTeam&) = delete;
+
+    int size() const { return int(workers_.size()) + 1; }
+
+    void run(int count, const std::function<void(int)>& task) {
+        count = std::clamp(count, 1, size());
+        if (count > 1) {
+            task_ = &task;
+            count_ = count;
+            pending_.store(size() - 1);
+            generation_.fetch_add(1, std::memory_order_release);
+            generation_.notify_all();
+        }
+        task(0);
+        for (int left = pending_.load(std::memory_order_acquire); left != 0;
+             left = pending_.load(std::memory_order_acquire))
+            pending_.wait(left);
+    }
+
+private:
+    void worker_loop(int index) {
+        uint64_t seen = 0;
+        for (;;) {
+            generation_.wait(seen, std::memory_order_acquire);
+            seen = generation_.load(std::memory_order_acquire);
+            if (stopping_.load()) return;
+            if (index < count_) (*task_)(index);
+            if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+        }
+    }
+
+    std::vector<std::thread> workers_;
+    std::atomic<uint64_t> generation_{0};  // bumped once per job; workers wait for a new value
+    std::atomic<int> pending_{0};          // workers that have not yet finished the current job
+    std::atomic<bool> stopping_{false};
+    const std::function<void(int)>* task_ = nullptr;
+    int count_ = 0;
+};
+
+}  // namespace qjit_bench

@@ -1,0 +1,60 @@
+#include "jit/x86/cpu_kernel.hpp"
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+
+#include "jit/code_planes.hpp"
+#include "jit/x86/gemm_emitter.hpp"
+
+namespace qjit::jit {
+
+namespace {
+
+const char* isa_tag(qjit_isa isa) {
+    switch (isa) {
+        case QJIT_ISA_AVX2: return "avx2";
+        case QJIT_ISA_AVX2_VNNI: return "avx2vnni";
+        case QJIT_ISA_AVX512: return "avx512";
+        case QJIT_ISA_AVX512_VNNI: return "avx512vnni";
+        default: return "unknown";
+    }
+}
+
+constexpr int kEpilogueTemps = 4;
+
+}  // namespace
+
+std::string kernel_name(const CpuKernelSpec& spec) {
+    std::ostringstream name;
+    name << "gemm_q" << spec.bits << "g" << spec.group_size << (spec.symmetric ? "_sym" : "_asym")
+         << (spec.path == ActivationPath::Int8 ? "_i8_" : "_f32_") << isa_tag(spec.isa) << "_tu"
+         << spec.tiling.column_vectors << "mb" << spec.rows << "pf" << spec.tiling.prefetch_blocks;
+    return name.str();
+}
+
+int vector_registers_available(qjit_isa isa) { return isa >= QJIT_ISA_AVX512 ? 32 : 16; }
+
+int vector_registers_needed(const CpuKernelSpec& spec) {
+    const bool int8_without_vnni = spec.path == ActivationPath::Int8 && !spec.vnni();
+    const int accumulators = spec.tiling.column_vectors * spec.rows;
+    const int constants = int(code_planes(spec.bits).size()) + (int8_without_vnni ? 1 : 0);
+    return accumulators + std::max(main_scratch_registers(spec), kEpilogueTemps) + constants;
+}
+
+void check_spec(const CpuKernelSpec& spec) {
+    auto reject = [&](const std::string& why) { throw std::invalid_argument(kernel_name(spec) + ": " + why); };
+    if (spec.isa < QJIT_ISA_AVX2 || spec.isa > QJIT_ISA_AVX512_VNNI) reject("needs AVX2 or better");
+    if (spec.bits != 2 && spec.bits != 3 && spec.bits != 4 && spec.bits != 8) reject("bits must be 2, 3, 4 or 8");
+    if (spec.k < 1) reject("k must be positive");
+    if (spec.group_size != 16 && (spec.group_size < 32 || spec.group_size % 32 != 0))
+        reject("group size must be 16 or a multiple of 32");
+    if (spec.tiling.column_vectors < 1 || spec.tiling.rows < 1 || spec.tiling.prefetch_blocks < 0)
+        reject("tiling values must be positive (prefetch >= 0)");
+    if (spec.rows < 1 || spec.rows > spec.tiling.rows) reject("rows must be 1 .. tiling.rows");
+    if (vector_registers_needed(spec) > vector_registers_available(spec.isa))
+        reject("needs " + std::to_string(vector_registers_needed(spec)) + " vector registers; the ISA has " +
+               std::to_string(vector_registers_available(spec.isa)));
+}
+
+}  // namespace qjit::jit

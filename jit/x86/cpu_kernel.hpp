@@ -1,0 +1,76 @@
+// What a generated x86 kernel computes (CpuKernelSpec), the knobs that shape it (CpuTiling), and
+// how it is called (CpuKernelArgs). A kernel multiplies `rows` activation rows by one column panel
+// of packed weights (runtime/packed_codes.hpp) over a range of groups and writes a rows x panel
+// tile of fp32 outputs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "qjit/qjit.h"
+
+namespace qjit::jit {
+
+enum class ActivationPath {
+    F32,   // exact: codes unpacked to fp32, fp32 FMAs; scale and zero applied once per group
+    Int8,  // activations quantized to int8 per row and group; u8 x s8 integer dot products
+};
+
+// The tuner's knobs; each one changes the emitted code.
+struct CpuTiling {
+    int column_vectors = 4;  // tu: vector registers of columns per register block (panel = tu * lanes)
+    int rows = 4;            // mb: activation rows one kernel call handles (accumulators = tu * mb)
+    int prefetch_blocks = 0; // software prefetch of codes this many 32-row blocks ahead (0: none)
+};
+
+struct CpuKernelSpec {
+    qjit_isa isa = QJIT_ISA_AVX512_VNNI;  // AVX2 and up
+    ActivationPath path = ActivationPath::Int8;
+    int bits = 4;
+    int64_t k = 0;               // rows of the layer (the kernel walks ceil(k / 32) blocks at most)
+    int64_t group_size = 128;    // rows per group: 16 or a multiple of 32 (per column: k rounded up to 32)
+    bool symmetric = false;      // zero point 2^(bits-1) for every column, no zeros array
+    bool f16_scales = true;      // scales stored as fp16 (else fp32)
+    int rows = 1;                // activation rows of this kernel (1 .. tiling.rows)
+    CpuTiling tiling;
+
+    int lanes() const { return isa >= QJIT_ISA_AVX512 ? 16 : 8; }
+    int panel_columns() const { return tiling.column_vectors * lanes(); }
+    bool vnni() const { return isa == QJIT_ISA_AVX2_VNNI || isa == QJIT_ISA_AVX512_VNNI; }
+    int64_t padded_k() const { return (k + 31) / 32 * 32; }
+    // Groups over the padded rows: for groups of 16 this can be one more than over k (a group of
+    // padding only, whose metadata is zero), so that a 32-row block always holds two whole groups.
+    int64_t num_groups() const { return (padded_k() + group_size - 1) / group_size; }
+    // Largest activation magnitude of the int8 path. Without VNNI, vpmaddubsw adds two u8 x s8
+    // products into int16: 8-bit codes (255) need |x| <= 64 to stay clear of saturation.
+    int int8_activation_max() const { return !vnni() && bits == 8 ? 63 : 127; }
+};
+
+// A name that says what the kernel is, in the style used across qjit (describe strings, the
+// tuning database, dumps): gemm_q4g128_asym_i8_avx512vnni_tu4mb4pf0.
+std::string kernel_name(const CpuKernelSpec& spec);
+
+// Throws std::invalid_argument when the spec cannot be generated: bits, group size, ISA, or a
+// tiling whose registers do not fit the ISA's register file.
+void check_spec(const CpuKernelSpec& spec);
+
+// Vector registers the kernel's main loop needs (accumulators, weights, temporaries, constants,
+// activation broadcasts), and how many the ISA has.
+int vector_registers_needed(const CpuKernelSpec& spec);
+int vector_registers_available(qjit_isa isa);
+
+// Arguments of a generated kernel: void kernel(const CpuKernelArgs*).
+struct CpuKernelArgs {
+    const uint32_t* codes;  // the panel's first block of the group range
+    const void* scales;     // [groups][panel] fp16 or fp32, from the first group of the range
+    const uint8_t* zeros;   // [groups][panel] (asymmetric only)
+    const void* x;          // activations [rows][padded_k]: int8 (Int8) or fp32 (F32), from the range's first row
+    const float* x_scale;   // [rows][num_groups]: int8 step per row and group (Int8 only)
+    const float* x_sum;     // [rows][num_groups]: per row and group, the sum of the activations
+                            // (Int8: of the int8 values)
+    float* y;               // [rows][panel] output tile, overwritten
+    int64_t full_groups;    // groups of group_size rows to process (even for groups of 16)
+    int64_t tail_blocks;    // then one more group of this many 32-row blocks (0: none; groups >= 32 only)
+};
+
+}  // namespace qjit::jit

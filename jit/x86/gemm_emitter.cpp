@@ -1,0 +1,343 @@
+// The x86 emitter for quantized GEMV/GEMM panels (see cpu_kernel.hpp for what a kernel computes).
+//
+// Loop nest of one kernel call (rows activation rows x one panel of tu vectors of columns):
+//
+//   y tile = 0
+//   for each group:                       full_groups of group_size rows, then a tail group
+//     acc[rows][tu] = 0
+//     for each 32-row block of the group:
+//       for each code plane, for each word of the plane:
+//         load the word for tu column vectors
+//         for each quad (int8 path) or row (f32 path) the word holds:
+//           broadcast the activations of each row
+//           unpack the quad/row with one shift and one mask        (weight unpack)
+//           acc[i][t] += codes . activations                       (dot core)
+//     y[i][t] += scale * (acc[i][t] - zero * x_sum[i]) [* x_scale[i]]   (group epilogue)
+//
+// Symmetry, bits, group size, rows, tu and prefetch distance are compile-time constants of the
+// generated code; the group counts are run-time arguments so one kernel serves any K range.
+#include "jit/x86/gemm_emitter.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <stdexcept>
+
+#include "jit/code_planes.hpp"
+
+namespace qjit::jit {
+
+namespace {
+
+using Xbyak::Reg64;
+using Xbyak::Xmm;
+using Xbyak::Ymm;
+using Xbyak::Zmm;
+namespace regs = Xbyak::util;
+
+uint32_t float_bits(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    return bits;
+}
+
+uint32_t repeat_byte(uint32_t byte) { return byte * 0x01010101u; }
+
+template <typename Vmm>
+class GemmEmitter : public JitGenerator {
+public:
+    explicit GemmEmitter(const CpuKernelSpec& spec)
+        : JitGenerator(kernel_name(spec)),
+          spec_(spec),
+          planes_(code_planes(spec.bits)),
+          tu_(spec.tiling.column_vectors),
+          rows_(spec.rows),
+          lanes_(spec.lanes()),
+          panel_(spec.panel_columns()),
+          int8_(spec.path == ActivationPath::Int8),
+          x_bytes_(int8_ ? 1 : 4),
+          scale_bytes_(spec.f16_scales ? 2 : 4) {
+        const int scratch = std::max(main_scratch_registers(spec), kEpilogueTemps);
+        scratch_base_ = rows_ * tu_;
+        const_base_ = scratch_base_ + scratch;
+        generate();
+    }
+
+private:
+    static constexpr int kEpilogueTemps = 4;  // scale, zero, broadcast, output (as in cpu_kernel.cpp)
+
+    // ---- registers ----
+    // Vector registers: [accumulators rows x tu][scratch][constants].
+    Vmm acc(int i, int t) const { return Vmm(i * tu_ + t); }
+    Vmm word(int t) const { return Vmm(scratch_base_ + t); }
+    Vmm unpacked() const { return Vmm(scratch_base_ + tu_); }
+    Vmm x_broadcast(int i) const { return Vmm(scratch_base_ + tu_ + 1 + i); }
+    Vmm pair_sums() const { return Vmm(scratch_base_ + tu_ + 1 + rows_); }  // int8 without VNNI
+    Vmm plane_mask(int p) const { return Vmm(const_base_ + p); }
+    Vmm int16_ones() const { return Vmm(const_base_ + int(planes_.size())); }  // int8 without VNNI
+    // Epilogue temporaries reuse the scratch registers (the weights are dead by then).
+    Vmm ep_scale() const { return Vmm(scratch_base_ + 0); }
+    Vmm ep_zero() const { return Vmm(scratch_base_ + 1); }
+    Vmm ep_broadcast() const { return Vmm(scratch_base_ + 2); }
+    Vmm ep_output() const { return Vmm(scratch_base_ + 3); }
+
+    // General registers.
+    const Reg64 args_ = regs::rdi;
+    const Reg64 codes_ = regs::r8;
+    const Reg64 scales_ = regs::r9;
+    const Reg64 zeros_ = regs::r10;
+    const Reg64 x_ = regs::r11;
+    const Reg64 x_scale_ = regs::r12;
+    const Reg64 x_sum_ = regs::r13;
+    const Reg64 y_ = regs::r14;
+    const Reg64 groups_left_ = regs::rcx;
+    const Reg64 blocks_left_ = regs::rdx;  // (rax is taken by broadcast_constant)
+
+    static constexpr bool kZmm = std::is_same_v<Vmm, Zmm>;
+
+    // ---- helpers that pick the encoding for the vector width ----
+    void vand(const Vmm& d, const Vmm& a, const Vmm& b) { kZmm ? vpandd(d, a, b) : vpand(d, a, b); }
+    void vzero(const Vmm& d) { kZmm ? vpxord(d, d, d) : vpxor(d, d, d); }
+    void vload(const Vmm& d, const Xbyak::Address& a) { kZmm ? vmovdqu32(d, a) : vmovdqu(d, a); }
+
+    int64_t block_code_bytes() const { return int64_t(spec_.bits) * panel_ * 4; }
+    int64_t x_row_bytes() const { return spec_.padded_k() * x_bytes_; }
+    int64_t group_meta_bytes() const { return spec_.num_groups() * 4; }  // one float per row and group
+
+    // ---- the kernel ----
+    void generate() {
+        preamble();
+        load_arguments();
+        load_constants();
+        zero_output_tile();
+        for (int i = 0; i < rows_; ++i)
+            for (int t = 0; t < tu_; ++t) vzero(acc(i, t));
+        if (spec_.group_size == 16) {
+            emit_blocks_of_two_groups();
+        } else {
+            emit_group_loop();
+        }
+        postamble();
+        finish();
+    }
+
+    void load_arguments() {
+        mov(codes_, ptr[args_ + offsetof(CpuKernelArgs, codes)]);
+        mov(scales_, ptr[args_ + offsetof(CpuKernelArgs, scales)]);
+        mov(zeros_, ptr[args_ + offsetof(CpuKernelArgs, zeros)]);
+        mov(x_, ptr[args_ + offsetof(CpuKernelArgs, x)]);
+        mov(x_scale_, ptr[args_ + offsetof(CpuKernelArgs, x_scale)]);
+        mov(x_sum_, ptr[args_ + offsetof(CpuKernelArgs, x_sum)]);
+        mov(y_, ptr[args_ + offsetof(CpuKernelArgs, y)]);
+    }
+
+    void load_constants() {
+        for (size_t p = 0; p < planes_.size(); ++p) {
+            const uint32_t field = ((1u << planes_[p].width) - 1u) << planes_[p].value_shift;
+            // int8 unpacks bytes (masks repeat per byte); f32 unpacks 32-bit lanes.
+            if (int8_ && planes_[p].width == 8) continue;  // bytes are used as they are
+            broadcast_constant(plane_mask(int(p)), int8_ ? repeat_byte(field) : field);
+        }
+        if (int8_ && !spec_.vnni()) broadcast_constant(int16_ones(), 0x00010001u);
+    }
+
+    void zero_output_tile() {
+        const Vmm zero = ep_output();
+        vzero(zero);
+        for (int i = 0; i < rows_; ++i)
+            for (int t = 0; t < tu_; ++t) vmovups(ptr[y_ + (i * panel_ + t * lanes_) * 4], zero);
+    }
+
+    // Groups of 16: each 32-row block holds two whole groups, so one loop iteration runs the
+    // first four quads, closes a group, runs the next four and closes another.
+    void emit_blocks_of_two_groups() {
+        Xbyak::Label block_loop, done;
+        mov(groups_left_, ptr[args_ + offsetof(CpuKernelArgs, full_groups)]);
+        shr(groups_left_, 1);
+        jz(done, T_NEAR);
+        L(block_loop);
+        emit_prefetch();
+        emit_block_body(0, 4);
+        emit_group_epilogue();
+        emit_block_body(4, 8);
+        emit_group_epilogue();
+        advance_block();
+        dec(groups_left_);
+        jnz(block_loop, T_NEAR);
+        L(done);
+    }
+
+    void emit_group_loop() {
+        Xbyak::Label group_loop, block_loop, tail, tail_loop, done;
+        mov(groups_left_, ptr[args_ + offsetof(CpuKernelArgs, full_groups)]);
+        test(groups_left_, groups_left_);
+        jz(tail, T_NEAR);
+        L(group_loop);
+        mov(blocks_left_, spec_.group_size / 32);
+        L(block_loop);
+        emit_prefetch();
+        emit_block_body(0, 8);
+        advance_block();
+        dec(blocks_left_);
+        jnz(block_loop, T_NEAR);
+        emit_group_epilogue();
+        dec(groups_left_);
+        jnz(group_loop, T_NEAR);
+
+        L(tail);  // a last, shorter group (K not a multiple of the group size)
+        mov(blocks_left_, ptr[args_ + offsetof(CpuKernelArgs, tail_blocks)]);
+        test(blocks_left_, blocks_left_);
+        jz(done, T_NEAR);
+        L(tail_loop);
+        emit_prefetch();
+        emit_block_body(0, 8);
+        advance_block();
+        dec(blocks_left_);
+        jnz(tail_loop, T_NEAR);
+        emit_group_epilogue();
+        L(done);
+    }
+
+    void emit_prefetch() {
+        if (spec_.tiling.prefetch_blocks <= 0) return;
+        const int64_t ahead = spec_.tiling.prefetch_blocks * block_code_bytes();
+        for (int64_t line = 0; line < block_code_bytes(); line += 64) prefetcht0(ptr[codes_ + ahead + line]);
+    }
+
+    void advance_block() {
+        add(codes_, block_code_bytes());
+        add(x_, 32 * x_bytes_);
+    }
+
+    // Quads [q_begin, q_end) of the current 32-row block (a quad is four consecutive rows).
+    void emit_block_body(int q_begin, int q_end) {
+        for (size_t p = 0; p < planes_.size(); ++p) {
+            const CodePlane& plane = planes_[p];
+            const int quads_per_word = plane.rows_per_word() / 4;
+            for (int w = q_begin / quads_per_word; w * quads_per_word < q_end; ++w) {
+                for (int t = 0; t < tu_; ++t)
+                    vload(word(t), ptr[codes_ + ((plane.first_word + w) * panel_ + t * lanes_) * 4]);
+                const int first = std::max(q_begin, w * quads_per_word);
+                const int last = std::min(q_end, (w + 1) * quads_per_word);
+                for (int quad = first; quad < last; ++quad) {
+                    const int field = quad - w * quads_per_word;
+                    if (int8_) {
+                        emit_int8_quad(int(p), field, quad);
+                    } else {
+                        for (int byte = 0; byte < 4; ++byte) emit_f32_row(int(p), field, byte, quad * 4 + byte);
+                    }
+                }
+            }
+        }
+    }
+
+    // Shifts field `field` of plane p into its place in the code and masks it off; bytes for the
+    // int8 path (16-bit shifts: bits crossing a byte boundary fall outside the mask), 32-bit
+    // lanes for the f32 path. Returns the register holding the result.
+    Vmm unpack(int p, int t, int shift) {
+        const Vmm src = word(t), dst = unpacked();
+        if (int8_ && planes_[size_t(p)].width == 8) return src;
+        if (shift > 0) {
+            int8_ ? vpsrlw(dst, src, uint8_t(shift)) : vpsrld(dst, src, uint8_t(shift));
+            vand(dst, dst, plane_mask(p));
+        } else if (shift < 0) {
+            int8_ ? vpsllw(dst, src, uint8_t(-shift)) : vpslld(dst, src, uint8_t(-shift));
+            vand(dst, dst, plane_mask(p));
+        } else {
+            vand(dst, src, plane_mask(p));
+        }
+        return dst;
+    }
+
+    void emit_int8_quad(int p, int field, int quad) {
+        const CodePlane& plane = planes_[size_t(p)];
+        for (int i = 0; i < rows_; ++i) vpbroadcastd(x_broadcast(i), dword[x_ + i * x_row_bytes() + quad * 4]);
+        for (int t = 0; t < tu_; ++t) {
+            const Vmm codes = unpack(p, t, plane.width * field - plane.value_shift);
+            for (int i = 0; i < rows_; ++i) emit_dot(acc(i, t), codes, x_broadcast(i));
+        }
+    }
+
+    // acc += sum over each lane's 4 bytes of u8 codes x s8 activations.
+    void emit_dot(const Vmm& accumulator, const Vmm& codes, const Vmm& activations) {
+        if (spec_.vnni()) {
+            vpdpbusd(accumulator, codes, activations, kZmm ? Xbyak::EvexEncoding : Xbyak::VexEncoding);
+        } else {
+            vpmaddubsw(pair_sums(), codes, activations);
+            vpmaddwd(pair_sums(), pair_sums(), int16_ones());
+            vpaddd(accumulator, accumulator, pair_sums());
+        }
+    }
+
+    void emit_f32_row(int p, int field, int byte, int row) {
+        const CodePlane& plane = planes_[size_t(p)];
+        for (int i = 0; i < rows_; ++i) vbroadcastss(x_broadcast(i), dword[x_ + i * x_row_bytes() + row * 4]);
+        for (int t = 0; t < tu_; ++t) {
+            const Vmm codes = unpack(p, t, 8 * byte + plane.width * field - plane.value_shift);
+            vcvtdq2ps(unpacked(), codes);
+            for (int i = 0; i < rows_; ++i) vfmadd231ps(acc(i, t), unpacked(), x_broadcast(i));
+        }
+    }
+
+    // y[i][t] += scale * (acc - zero * x_sum[i]) (* x_scale[i] on the int8 path); then the
+    // accumulators restart and the group pointers move on.
+    void emit_group_epilogue() {
+        const Vmm scale = ep_scale(), zero = ep_zero(), factor = ep_broadcast(), out = ep_output();
+        for (int t = 0; t < tu_; ++t) {
+            if (spec_.f16_scales) {
+                vcvtph2ps(scale, kZmm ? Xbyak::Address(yword[scales_ + t * lanes_ * 2])
+                                      : Xbyak::Address(xword[scales_ + t * lanes_ * 2]));
+            } else {
+                vmovups(scale, ptr[scales_ + t * lanes_ * 4]);
+            }
+            if (spec_.symmetric) {
+                broadcast_constant(zero, float_bits(float(1 << (spec_.bits - 1))));
+            } else {
+                vpmovzxbd(zero, kZmm ? Xbyak::Address(xword[zeros_ + t * lanes_])
+                                     : Xbyak::Address(qword[zeros_ + t * lanes_]));
+                vcvtdq2ps(zero, zero);
+            }
+            for (int i = 0; i < rows_; ++i) {
+                const Vmm a = acc(i, t);
+                if (int8_) vcvtdq2ps(a, a);
+                vbroadcastss(factor, dword[x_sum_ + i * group_meta_bytes()]);
+                vfnmadd231ps(a, zero, factor);
+                if (int8_) {
+                    vbroadcastss(factor, dword[x_scale_ + i * group_meta_bytes()]);
+                    vmulps(factor, factor, scale);
+                }
+                const Xbyak::Address y_at = ptr[y_ + (i * panel_ + t * lanes_) * 4];
+                vmovups(out, y_at);
+                vfmadd231ps(out, a, int8_ ? factor : scale);
+                vmovups(y_at, out);
+                vzero(a);
+            }
+        }
+        add(scales_, panel_ * scale_bytes_);
+        if (!spec_.symmetric) add(zeros_, panel_);
+        add(x_sum_, 4);
+        if (int8_) add(x_scale_, 4);
+    }
+
+    const CpuKernelSpec spec_;
+    const std::vector<CodePlane> planes_;
+    const int tu_, rows_, lanes_, panel_;
+    const bool int8_;
+    const int x_bytes_, scale_bytes_;
+    int scratch_base_ = 0, const_base_ = 0;
+};
+
+}  // namespace
+
+int main_scratch_registers(const CpuKernelSpec& spec) {
+    const bool pair_sums = spec.path == ActivationPath::Int8 && !spec.vnni();
+    return spec.tiling.column_vectors + 1 + spec.rows + (pair_sums ? 1 : 0);
+}
+
+std::unique_ptr<JitGenerator> generate_cpu_kernel(const CpuKernelSpec& spec) {
+    check_spec(spec);
+    if (spec.isa >= QJIT_ISA_AVX512) return std::make_unique<GemmEmitter<Zmm>>(spec);
+    return std::make_unique<GemmEmitter<Ymm>>(spec);
+}
+
+}  // namespace qjit::jit

@@ -1,0 +1,21 @@
+// Generates the x86 kernel of a CpuKernelSpec (AVX2 / AVX-512, with or without VNNI; exact fp32
+// or int8 activations).
+#pragma once
+
+#include <memory>
+
+#include "jit/x86/cpu_kernel.hpp"
+#include "jit/x86/jit_generator.hpp"
+
+namespace qjit::jit {
+
+using CpuKernelFn = void (*)(const CpuKernelArgs*);
+
+// Throws std::invalid_argument for a spec that check_spec rejects.
+std::unique_ptr<JitGenerator> generate_cpu_kernel(const CpuKernelSpec& spec);
+
+// Weight, unpack and activation-broadcast registers of the main loop (not counting accumulators
+// and constants).
+int main_scratch_registers(const CpuKernelSpec& spec);
+
+}  // namespace qjit::jit

@@ -1,0 +1,102 @@
+#include "runtime/jit_executor.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "jit/x86/gemm_emitter.hpp"
+#include "runtime/activation_prologue.hpp"
+#include "runtime/error.hpp"
+#include "runtime/half.hpp"
+
+namespace qjit {
+
+namespace {
+
+void dump_kernel(const jit::JitGenerator& kernel, const std::string& dir) {
+    const std::string path = concat(dir, "/", kernel.name(), ".bin");
+    std::ofstream out(path, std::ios::binary);
+    const auto bytes = kernel.code_bytes();
+    out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    if (!out) fail(QJIT_ERROR_IO, "QJIT_DUMP_DIR: cannot write '", path, "'");
+    std::fprintf(stderr, "qjit: wrote %s (%zu bytes); disassemble: objdump -D -b binary -mi386:x86-64 %s\n",
+                 path.c_str(), bytes.size(), path.c_str());
+}
+
+// A contiguous range of groups one task covers, in the kernels' argument terms.
+struct GroupRange {
+    int64_t first;        // first group
+    int64_t full_groups;  // whole groups from there
+    int64_t tail_blocks;  // then a shorter last group of this many blocks (0: none)
+};
+
+}  // namespace
+
+JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::string& dump_dir)
+    : spec_(spec) {
+    for (int rows = 1; rows <= spec.tiling.rows; ++rows) {
+        jit::CpuKernelSpec variant = spec;
+        variant.rows = rows;
+        kernels_.push_back(jit::generate_cpu_kernel(variant));
+        if (!dump_dir.empty()) dump_kernel(*kernels_.back(), dump_dir);
+    }
+
+    // Scales and zero points in panel order, so a kernel streams its panel's metadata contiguously.
+    // Groups past the layer's own (groups of 16 over the padded rows) get scale 0.
+    const int64_t panel = spec.panel_columns(), panels = (p.n + panel - 1) / panel, groups = spec.num_groups();
+    const size_t scale_bytes = spec.f16_scales ? 2 : 4;
+    scales_.assign(size_t(panels * groups * panel) * scale_bytes, 0);
+    if (!p.symmetric) zeros_.assign(size_t(panels * groups * panel), 0);
+    for (int64_t g = 0; g < p.num_groups(); ++g)
+        for (int64_t c = 0; c < p.n; ++c) {
+            const size_t at = size_t((c / panel * groups + g) * panel + c % panel);
+            const float scale = p.scales[size_t(g * p.n + c)];
+            if (spec.f16_scales) {
+                const uint16_t half = float_to_half(scale);
+                std::memcpy(&scales_[at * 2], &half, 2);
+            } else {
+                std::memcpy(&scales_[at * 4], &scale, 4);
+            }
+            if (!p.symmetric) zeros_[at] = uint8_t(p.zeros[size_t(g * p.n + c)]);
+        }
+}
+
+void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const float* x, int64_t m, float* y,
+                          ThreadPool& pool) const {
+    const PreparedActivations act = prepare_activations(spec_, p, x, m);
+    const int64_t panel = spec_.panel_columns(), panels = codes.num_panels(), groups = spec_.num_groups();
+    const int64_t max_rows = spec_.tiling.rows, row_tiles = (m + max_rows - 1) / max_rows;
+    const int64_t blocks_per_group = std::max<int64_t>(1, spec_.group_size / 32);
+    const int64_t last_group_blocks = spec_.padded_k() / 32 - (groups - 1) * blocks_per_group;
+    const bool last_group_short = spec_.group_size >= 32 && last_group_blocks < blocks_per_group;
+    const size_t scale_bytes = spec_.f16_scales ? 2 : 4;
+    const int64_t x_bytes = spec_.path == jit::ActivationPath::Int8 ? 1 : 4;
+    const GroupRange all_groups{0, last_group_short ? groups - 1 : groups, last_group_short ? last_group_blocks : 0};
+
+    auto task = [&](int64_t t) {
+        const int64_t p_index = t % panels, row_tile = t / panels;
+        const int64_t m0 = row_tile * max_rows, rows = std::min(max_rows, m - m0);
+        const int64_t n0 = p_index * panel, width = std::min(panel, p.n - n0);
+        thread_local std::vector<float> tile;
+        if (tile.size() < size_t(max_rows * panel)) tile.resize(size_t(max_rows * panel));
+
+        const GroupRange& range = all_groups;
+        jit::CpuKernelArgs args;
+        args.codes = codes.panel(n0);
+        args.scales = scales_.data() + size_t((p_index * groups + range.first) * panel) * scale_bytes;
+        args.zeros = zeros_.empty() ? nullptr : zeros_.data() + size_t((p_index * groups + range.first) * panel);
+        args.x = static_cast<const uint8_t*>(act.x) + m0 * spec_.padded_k() * x_bytes;
+        args.x_scale = act.scale + m0 * groups;
+        args.x_sum = act.sum + m0 * groups;
+        args.y = tile.data();
+        args.full_groups = range.full_groups;
+        args.tail_blocks = range.tail_blocks;
+        kernels_[size_t(rows - 1)]->function<jit::CpuKernelFn>()(&args);
+        for (int64_t i = 0; i < rows; ++i)
+            std::memcpy(y + (m0 + i) * p.n + n0, tile.data() + i * panel, size_t(width) * sizeof(float));
+    };
+    pool.parallel_for(panels * row_tiles, task);
+}
+
+}  // namespace qjit

@@ -1,0 +1,39 @@
+// Runs a layer on generated x86 kernels: owns the kernels (one per activation-row count up to
+// the tiling's), the scales and zero points repacked per panel, and the parallel schedule.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "jit/x86/cpu_kernel.hpp"
+#include "jit/x86/jit_generator.hpp"
+#include "runtime/packed_codes.hpp"
+#include "runtime/quantized_matrix.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace qjit {
+
+class JitExecutor {
+public:
+    // spec.rows must equal spec.tiling.rows; codes must be packed with spec.panel_columns().
+    // dump_dir: where to write each kernel's machine code ("" for nowhere).
+    JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& params, const std::string& dump_dir);
+
+    void forward(const QuantParams& params, const PackedCodes& codes, const float* x, int64_t m, float* y,
+                 ThreadPool& pool) const;
+
+    const jit::CpuKernelSpec& spec() const { return spec_; }
+    // Bytes of the repacked scales and zero points a forward streams.
+    int64_t metadata_bytes() const { return int64_t(scales_.size() + zeros_.size()); }
+    const jit::JitGenerator& kernel(int rows) const { return *kernels_[size_t(rows - 1)]; }
+
+private:
+    jit::CpuKernelSpec spec_;
+    std::vector<std::unique_ptr<jit::JitGenerator>> kernels_;  // [rows - 1]
+    std::vector<uint8_t> scales_;  // [panel][group][panel_columns], fp16 or fp32
+    std::vector<uint8_t> zeros_;   // [panel][group][panel_columns] (asymmetric only)
+};
+
+}  // namespace qjit

@@ -1,0 +1,74 @@
+#include "tuner/cpu_tiling.hpp"
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+
+#include "runtime/error.hpp"
+
+namespace qjit {
+
+namespace {
+
+// Overrides the fields named in "tu=4,mb=4,prefetch=8".
+void apply_tiling_string(const std::string& text, jit::CpuTiling& tiling) {
+    std::istringstream in(text);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+        const size_t eq = item.find('=');
+        require(eq != std::string::npos, "tiling '", text, "': item '", item, "' is not key=value");
+        const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+        int number = 0;
+        try {
+            size_t used = 0;
+            number = std::stoi(value, &used);
+            require(used == value.size(), "tiling '", text, "': '", value, "' is not a number");
+        } catch (const std::logic_error&) {
+            fail(QJIT_ERROR_INVALID_ARGUMENT, "tiling '", text, "': '", value, "' is not a number");
+        }
+        if (key == "tu") tiling.column_vectors = number;
+        else if (key == "mb") tiling.rows = number;
+        else if (key == "prefetch") tiling.prefetch_blocks = number;
+        else fail(QJIT_ERROR_INVALID_ARGUMENT, "tiling '", text, "': unknown key '", key, "' (tu, mb, prefetch)");
+    }
+}
+
+}  // namespace
+
+jit::ActivationPath default_activation_path(qjit_isa) { return jit::ActivationPath::Int8; }
+
+std::optional<jit::CpuKernelSpec> plan_cpu_kernel(const CpuPlanRequest& request, const QuantParams& p) {
+    if (request.isa < QJIT_ISA_AVX2) return std::nullopt;
+    if (!p.symmetric && std::any_of(p.zeros.begin(), p.zeros.end(), [](uint16_t z) { return z > 255; }))
+        return std::nullopt;  // GPTQ v1 can encode a zero of 256; the kernels keep zeros in bytes
+
+    jit::CpuKernelSpec spec;
+    spec.isa = request.isa;
+    spec.path = request.activations == QJIT_ACTIVATIONS_F32    ? jit::ActivationPath::F32
+                : request.activations == QJIT_ACTIVATIONS_INT8 ? jit::ActivationPath::Int8
+                                                               : default_activation_path(request.isa);
+    spec.bits = p.bits;
+    spec.k = p.k;
+    spec.group_size = p.num_groups() == 1 ? spec.padded_k() : p.group_size;
+    spec.symmetric = p.symmetric;
+    spec.f16_scales = p.scale_dtype == QJIT_DTYPE_F16;
+
+    // Register blocks: 4 column vectors x 4 rows fill AVX-512's 32 registers with room for the
+    // unpack temporaries; AVX2's 16 allow 2 x 3. No wider than the layer needs.
+    const bool zmm = request.isa >= QJIT_ISA_AVX512;
+    spec.tiling.column_vectors = zmm ? 4 : 2;
+    spec.tiling.rows = zmm ? 4 : 3;
+    spec.tiling.prefetch_blocks = 0;
+    const int64_t vectors_needed = (p.n + spec.lanes() - 1) / spec.lanes();
+    spec.tiling.column_vectors = int(std::min<int64_t>(spec.tiling.column_vectors, vectors_needed));
+    if (!request.tiling.empty()) apply_tiling_string(request.tiling, spec.tiling);
+    spec.rows = spec.tiling.rows;
+    try {
+        jit::check_spec(spec);
+    } catch (const std::invalid_argument& e) {
+        fail(QJIT_ERROR_INVALID_ARGUMENT, "tiling '", request.tiling, "' cannot be used: ", e.what());
+    }
+    return spec;
+}
+
+}  // namespace qjit
