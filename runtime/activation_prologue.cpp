@@ -8,6 +8,13 @@ namespace qjit {
 
 namespace {
 
+// Round to nearest even for |v| < 2^22 without a libm call (baseline x86-64 has no roundps):
+// adding 1.5 * 2^23 pushes the fraction bits out of the mantissa.
+inline float round_to_nearest(float v) {
+    constexpr float kShift = 12582912.0f;
+    return (v + kShift) - kShift;
+}
+
 template <typename T>
 T* grow(std::vector<T>& buffer, size_t count) {
     if (buffer.size() < count) buffer.resize(count);
@@ -51,7 +58,7 @@ PreparedActivations prepare_activations(const jit::CpuKernelSpec& spec, const Qu
             const float inverse = amax > 0.0f ? qmax / amax : 0.0f;
             int32_t sum = 0;
             for (int64_t r = r0; r < r1; ++r) {
-                const int32_t q = int32_t(std::nearbyint(row[r] * inverse));
+                const int32_t q = int32_t(round_to_nearest(row[r] * inverse));
                 int8_out[i * padded_k + r] = int8_t(q);
                 sum += q;
             }

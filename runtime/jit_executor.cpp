@@ -24,17 +24,26 @@ void dump_kernel(const jit::JitGenerator& kernel, const std::string& dir) {
                  path.c_str(), bytes.size(), path.c_str());
 }
 
-// A contiguous range of groups one task covers, in the kernels' argument terms.
-struct GroupRange {
-    int64_t first;        // first group
-    int64_t full_groups;  // whole groups from there
-    int64_t tail_blocks;  // then a shorter last group of this many blocks (0: none)
-};
+// Group ranges of the K split: part s of S gets groups [s*G/S, (s+1)*G/S) (pairs of groups for
+// groups of 16, which share a block); the last part takes the shorter last group, if any.
+std::vector<JitExecutor::GroupRange> split_groups(const jit::CpuKernelSpec& spec) {
+    const int64_t groups = spec.num_groups(), blocks_per_group = std::max<int64_t>(1, spec.group_size / 32);
+    const int64_t last_group_blocks = spec.padded_k() / 32 - (groups - 1) * blocks_per_group;
+    const bool last_group_short = spec.group_size >= 32 && last_group_blocks < blocks_per_group;
+    const int64_t unit = spec.group_size == 16 ? 2 : 1, units = groups / unit, parts = spec.tiling.k_splits;
+    std::vector<JitExecutor::GroupRange> ranges;
+    for (int64_t s = 0; s < parts; ++s) {
+        const int64_t first = s * units / parts * unit, end = (s + 1) * units / parts * unit;
+        const bool has_short_tail = last_group_short && end == groups;
+        ranges.push_back({first, end - first - (has_short_tail ? 1 : 0), has_short_tail ? last_group_blocks : 0});
+    }
+    return ranges;
+}
 
 }  // namespace
 
 JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::string& dump_dir)
-    : spec_(spec) {
+    : spec_(spec), group_ranges_(split_groups(spec)) {
     for (int rows = 1; rows <= spec.tiling.rows; ++rows) {
         jit::CpuKernelSpec variant = spec;
         variant.rows = rows;
@@ -68,35 +77,50 @@ void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const 
     const int64_t panel = spec_.panel_columns(), panels = codes.num_panels(), groups = spec_.num_groups();
     const int64_t max_rows = spec_.tiling.rows, row_tiles = (m + max_rows - 1) / max_rows;
     const int64_t blocks_per_group = std::max<int64_t>(1, spec_.group_size / 32);
-    const int64_t last_group_blocks = spec_.padded_k() / 32 - (groups - 1) * blocks_per_group;
-    const bool last_group_short = spec_.group_size >= 32 && last_group_blocks < blocks_per_group;
     const size_t scale_bytes = spec_.f16_scales ? 2 : 4;
     const int64_t x_bytes = spec_.path == jit::ActivationPath::Int8 ? 1 : 4;
-    const GroupRange all_groups{0, last_group_short ? groups - 1 : groups, last_group_short ? last_group_blocks : 0};
+    const std::vector<GroupRange>& ranges = group_ranges_;
+    const int64_t parts = int64_t(ranges.size());
+
+    // With a K split each part writes its own partial outputs, summed below. (The tasks run on
+    // other threads, which must see this thread's buffer, so they get its address.)
+    thread_local std::vector<float> partial_buffer;
+    if (parts > 1 && partial_buffer.size() < size_t(parts * m * p.n)) partial_buffer.resize(size_t(parts * m * p.n));
+    float* const partials = partial_buffer.data();
 
     auto task = [&](int64_t t) {
-        const int64_t p_index = t % panels, row_tile = t / panels;
+        const int64_t p_index = t % panels, row_tile = t / panels % row_tiles, part = t / (panels * row_tiles);
         const int64_t m0 = row_tile * max_rows, rows = std::min(max_rows, m - m0);
         const int64_t n0 = p_index * panel, width = std::min(panel, p.n - n0);
+        const GroupRange& range = ranges[size_t(part)];
+        const int64_t first_block = spec_.group_size == 16 ? range.first / 2 : range.first * blocks_per_group;
         thread_local std::vector<float> tile;
         if (tile.size() < size_t(max_rows * panel)) tile.resize(size_t(max_rows * panel));
 
-        const GroupRange& range = all_groups;
         jit::CpuKernelArgs args;
-        args.codes = codes.panel(n0);
+        args.codes = codes.panel(n0) + first_block * spec_.bits * panel;
         args.scales = scales_.data() + size_t((p_index * groups + range.first) * panel) * scale_bytes;
         args.zeros = zeros_.empty() ? nullptr : zeros_.data() + size_t((p_index * groups + range.first) * panel);
-        args.x = static_cast<const uint8_t*>(act.x) + m0 * spec_.padded_k() * x_bytes;
-        args.x_scale = act.scale + m0 * groups;
-        args.x_sum = act.sum + m0 * groups;
+        args.x = static_cast<const uint8_t*>(act.x) + (m0 * spec_.padded_k() + first_block * 32) * x_bytes;
+        args.x_scale = act.scale + m0 * groups + range.first;
+        args.x_sum = act.sum + m0 * groups + range.first;
         args.y = tile.data();
         args.full_groups = range.full_groups;
         args.tail_blocks = range.tail_blocks;
         kernels_[size_t(rows - 1)]->function<jit::CpuKernelFn>()(&args);
+        float* out = parts > 1 ? partials + part * m * p.n : y;
         for (int64_t i = 0; i < rows; ++i)
-            std::memcpy(y + (m0 + i) * p.n + n0, tile.data() + i * panel, size_t(width) * sizeof(float));
+            std::memcpy(out + (m0 + i) * p.n + n0, tile.data() + i * panel, size_t(width) * sizeof(float));
     };
-    pool.parallel_for(panels * row_tiles, task);
+    pool.parallel_for(panels * row_tiles * parts, task);
+
+    if (parts > 1) {
+        std::copy(partials, partials + m * p.n, y);
+        for (int64_t part = 1; part < parts; ++part) {
+            const float* partial = partials + part * m * p.n;
+            for (int64_t i = 0; i < m * p.n; ++i) y[i] += partial[i];
+        }
+    }
 }
 
 }  // namespace qjit

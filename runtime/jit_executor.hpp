@@ -29,8 +29,16 @@ public:
     int64_t metadata_bytes() const { return int64_t(scales_.size() + zeros_.size()); }
     const jit::JitGenerator& kernel(int rows) const { return *kernels_[size_t(rows - 1)]; }
 
+    // A contiguous range of groups one task covers, in the kernels' argument terms.
+    struct GroupRange {
+        int64_t first;        // first group
+        int64_t full_groups;  // whole groups from there
+        int64_t tail_blocks;  // then a shorter last group of this many 32-row blocks (0: none)
+    };
+
 private:
     jit::CpuKernelSpec spec_;
+    std::vector<GroupRange> group_ranges_;  // one per part of the K split
     std::vector<std::unique_ptr<jit::JitGenerator>> kernels_;  // [rows - 1]
     std::vector<uint8_t> scales_;  // [panel][group][panel_columns], fp16 or fp32
     std::vector<uint8_t> zeros_;   // [panel][group][panel_columns] (asymmetric only)

@@ -27,14 +27,14 @@ std::string describe(const qjit_linear& layer) {
         const jit::CpuKernelSpec& s = layer.jit->spec();
         return concat(jit::kernel_name(s), common, " isa=", isa_name(s.isa),
                       " activations=", s.path == jit::ActivationPath::Int8 ? "int8" : "f32", " tiling=tu",
-                      s.tiling.column_vectors, ",mb", s.tiling.rows, ",prefetch", s.tiling.prefetch_blocks);
+                      s.tiling.column_vectors, ",mb", s.tiling.rows, ",prefetch", s.tiling.prefetch_blocks, ",ksplit", s.tiling.k_splits);
     }
     return concat("gemm_", format_name(p), "_f32_portable_n", PortableTiling::kChunkColumns, "m",
                   PortableTiling::kBatchRows, common, " isa=portable activations=f32");
 }
 
 std::optional<jit::CpuKernelSpec> plan_for(const qjit_context& context, const QuantParams& params) {
-    return plan_cpu_kernel({context.isa, context.activations, context.tiling}, params);
+    return plan_cpu_kernel({context.isa, context.activations, context.tiling, context.num_threads}, params);
 }
 
 int panel_columns(const std::optional<jit::CpuKernelSpec>& plan) {

@@ -1,5 +1,7 @@
 // A persistent pool of worker threads. The calling thread works too, so a pool of size T runs
-// T - 1 workers. Workers sleep on a condition variable between jobs.
+// T - 1 workers. Between jobs a worker spins on the job counter for a short while (a forward pass
+// calls layer after layer, microseconds apart) and then sleeps on a condition variable, so
+// dispatch and join cost well under a microsecond when the pool is busy and nothing when idle.
 #pragma once
 
 #include <atomic>
@@ -32,14 +34,15 @@ private:
     void run(int64_t num_tasks, TaskFn fn, void* closure);
     void work_on_current_job();
     void worker_loop();
+    bool wait_for_job(uint64_t seen);  // false when the pool is stopping
 
     std::vector<std::thread> workers_;
     std::mutex mutex_;
     std::condition_variable job_posted_;
-    std::condition_variable job_finished_;
-    uint64_t generation_ = 0;  // bumped for each job; workers wait for a new value
-    int workers_running_ = 0;  // workers still inside the current job
-    bool stopping_ = false;
+    std::atomic<uint64_t> generation_{0};  // bumped for each job; workers wait for a new value
+    std::atomic<int> workers_running_{0};  // workers still inside the current job
+    std::atomic<int> sleepers_{0};         // workers blocked (or about to block) on job_posted_
+    std::atomic<bool> stopping_{false};
     std::atomic<bool> busy_{false};
 
     TaskFn fn_ = nullptr;

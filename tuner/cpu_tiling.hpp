@@ -13,7 +13,8 @@ namespace qjit {
 struct CpuPlanRequest {
     qjit_isa isa;                  // what the context may use
     qjit_activations activations;  // AUTO: the default path
-    std::string tiling;            // empty, or a forced "tu=4,mb=4,prefetch=8" (any subset of the keys)
+    std::string tiling;            // empty, or a forced "tu=4,mb=4,prefetch=8,ksplit=1" (any subset of the keys)
+    int threads = 1;               // threads a forward runs on
 };
 
 // The kernel spec (with rows = tiling.rows) for a layer, or nothing when only the portable path
@@ -21,7 +22,7 @@ struct CpuPlanRequest {
 // or unusable forced tiling.
 std::optional<jit::CpuKernelSpec> plan_cpu_kernel(const CpuPlanRequest& request, const QuantParams& params);
 
-// The default activation path of the generated kernels.
-jit::ActivationPath default_activation_path(qjit_isa isa);
+// The default activation path of the generated kernels for weights of `bits` bits.
+jit::ActivationPath default_activation_path(int bits);
 
 }  // namespace qjit

@@ -34,6 +34,8 @@ struct Options {
     int64_t batch = 1;
     int threads = 0;
     int repeats = 20;
+    std::string activations = "auto";
+    std::string tiling;
 };
 
 [[noreturn]] void die(const char* what, qjit_status status) {
@@ -103,11 +105,18 @@ int main(int argc, char** argv) {
     app.add_option("--threads", options.threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber);
     app.add_option("--repeats", options.repeats, "timed runs per shape (the median is shown)")
         ->check(CLI::PositiveNumber);
+    app.add_option("--activations", options.activations, "activation path: auto, f32 (exact) or int8")
+        ->check(CLI::IsMember({"auto", "f32", "int8"}));
+    app.add_option("--tiling", options.tiling, "force a tiling, e.g. tu=4,mb=4,prefetch=8");
     CLI11_PARSE(app, argc, argv);
 
     qjit_context_options context_options;
     qjit_context_options_init(&context_options);
     context_options.num_threads = options.threads;
+    context_options.activations = options.activations == "f32"    ? QJIT_ACTIVATIONS_F32
+                                  : options.activations == "int8" ? QJIT_ACTIVATIONS_INT8
+                                                                  : QJIT_ACTIVATIONS_AUTO;
+    if (!options.tiling.empty()) context_options.tiling = options.tiling.c_str();
     qjit_context* context = nullptr;
     check(qjit_context_create(&context_options, &context), "qjit_context_create");
     int threads = 0;

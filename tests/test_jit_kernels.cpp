@@ -1,0 +1,149 @@
+// The generated x86 kernels: the ISA cap and every tiling knob change the emitted code, every
+// tiling still matches the oracle, the debug dump writes the code, and bad tilings are refused.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "jit/x86/cpu_kernel.hpp"
+#include "jit/x86/gemm_emitter.hpp"
+#include "runtime/error.hpp"
+#include "runtime/linear_layer.hpp"
+#include "runtime/quantize_rtn.hpp"
+#include "runtime/reference.hpp"
+#include "test_support.hpp"
+#include "tuner/cpu_isa.hpp"
+
+namespace qjit {
+namespace {
+
+using test::ContextPtr;
+
+ContextPtr make_context(qjit_isa isa, qjit_activations activations, const char* tiling = nullptr) {
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.num_threads = 2;
+    options.max_isa = isa;
+    options.activations = activations;
+    options.tiling = tiling;
+    qjit_context* context = nullptr;
+    EXPECT_EQ(qjit_context_create(&options, &context), QJIT_OK) << qjit_last_error();
+    return ContextPtr(context);
+}
+
+QuantizedMatrix test_matrix(int bits, int64_t k, int64_t n, int64_t group_size) {
+    const std::vector<float> weights = test::random_floats(size_t(k * n), uint32_t(k * 31 + n));
+    return quantize_rtn({bits, group_size, false, QJIT_DTYPE_F16}, k, n, weights.data());
+}
+
+std::vector<uint8_t> code_of(const qjit_linear& layer, int rows) {
+    const auto bytes = layer.jit->kernel(rows).code_bytes();
+    return {bytes.begin(), bytes.end()};
+}
+
+void expect_matches_oracle(const qjit_linear& layer, const QuantizedMatrix& matrix, int64_t m) {
+    const std::vector<float> x = test::random_floats(size_t(m * matrix.params.k), 99);
+    std::vector<float> y(size_t(m * matrix.params.n)), expected(y.size());
+    linear_forward(layer, x.data(), m, y.data());
+    reference_forward(matrix, x.data(), m, expected.data());
+    std::vector<double> bound = test::forward_error_bound(matrix, x.data(), m);
+    if (layer.jit->spec().path == jit::ActivationPath::Int8)
+        test::add_int8_activation_error(bound, matrix, x.data(), m, layer.jit->spec().group_size,
+                                        layer.jit->spec().int8_activation_max());
+    test::expect_within(y, expected, bound);
+}
+
+TEST(JitKernels, IsaCapChangesTheEmittedCode) {
+    if (!cpu_supports(QJIT_ISA_AVX2)) GTEST_SKIP() << "no AVX2 on this CPU: only the portable path runs";
+    const QuantizedMatrix matrix = test_matrix(4, 256, 64, 128);
+    std::vector<std::vector<uint8_t>> codes;
+    for (const qjit_isa isa : {QJIT_ISA_AVX2, QJIT_ISA_AVX2_VNNI, QJIT_ISA_AVX512, QJIT_ISA_AVX512_VNNI}) {
+        if (!cpu_supports(isa)) continue;
+        ContextPtr context = make_context(isa, QJIT_ACTIVATIONS_INT8);
+        const auto layer = make_linear(context.get(), matrix);
+        ASSERT_TRUE(layer->jit);
+        EXPECT_NE(layer->description.find(std::string("isa=") + isa_name(isa) + " "), std::string::npos)
+            << layer->description;
+        codes.push_back(code_of(*layer, 1));
+        for (size_t i = 0; i + 1 < codes.size(); ++i) EXPECT_NE(codes[i], codes.back()) << isa_name(isa);
+        expect_matches_oracle(*layer, matrix, 3);
+    }
+    ContextPtr portable = make_context(QJIT_ISA_PORTABLE, QJIT_ACTIVATIONS_AUTO);
+    const auto layer = make_linear(portable.get(), matrix);
+    EXPECT_FALSE(layer->jit);
+    EXPECT_NE(layer->description.find("isa=portable"), std::string::npos) << layer->description;
+}
+
+TEST(JitKernels, EveryTilingKnobChangesTheCodeOrScheduleAndStaysCorrect) {
+    const qjit_isa isa = best_isa_up_to(QJIT_ISA_AVX512_VNNI);
+    if (isa < QJIT_ISA_AVX2) GTEST_SKIP() << "no AVX2 on this CPU";
+    const QuantizedMatrix matrix = test_matrix(3, 1000, 200, 64);
+    const char* tilings[] = {"tu=1,mb=1", "tu=2,mb=2", "tu=2,mb=3,prefetch=4", "tu=1,mb=2,ksplit=3"};
+    std::vector<std::string> descriptions;
+    std::vector<std::vector<uint8_t>> codes;
+    for (const qjit_activations path : {QJIT_ACTIVATIONS_F32, QJIT_ACTIVATIONS_INT8})
+        for (const char* tiling : tilings) {
+            SCOPED_TRACE(tiling);
+            ContextPtr context = make_context(isa, path, tiling);
+            const auto layer = make_linear(context.get(), matrix);
+            ASSERT_TRUE(layer->jit);
+            for (const int64_t m : {1, 5}) expect_matches_oracle(*layer, matrix, m);
+            codes.push_back(code_of(*layer, 1));
+            descriptions.push_back(layer->description);
+        }
+    for (size_t i = 0; i < descriptions.size(); ++i)
+        for (size_t j = i + 1; j < descriptions.size(); ++j) EXPECT_NE(descriptions[i], descriptions[j]);
+    // tu and prefetch change the code of a one-row kernel; ksplit changes only the schedule.
+    EXPECT_NE(codes[0], codes[1]);
+    EXPECT_NE(codes[1], codes[2]);
+    EXPECT_EQ(codes[0], codes[3]);
+}
+
+TEST(JitKernels, BadTilingIsRefusedWithAMessage) {
+    const qjit_isa isa = best_isa_up_to(QJIT_ISA_AVX512_VNNI);
+    if (isa < QJIT_ISA_AVX2) GTEST_SKIP() << "no AVX2 on this CPU";
+    const QuantizedMatrix matrix = test_matrix(4, 64, 64, 32);
+    for (const char* tiling : {"tu=9,mb=9", "tu=0", "tu=x", "speed=11", "ksplit=0", "tu"}) {
+        ContextPtr context = make_context(isa, QJIT_ACTIVATIONS_INT8, tiling);
+        try {
+            make_linear(context.get(), matrix);
+            ADD_FAILURE() << "tiling '" << tiling << "' was accepted";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.status(), QJIT_ERROR_INVALID_ARGUMENT);
+            EXPECT_NE(std::string(e.what()).find("tiling"), std::string::npos) << e.what();
+        }
+    }
+}
+
+TEST(JitKernels, RegisterBudgetMatchesTheIsa) {
+    jit::CpuKernelSpec spec;
+    spec.k = 128;
+    spec.isa = QJIT_ISA_AVX512_VNNI;
+    spec.tiling = {4, 4, 0, 1};
+    spec.rows = 4;
+    EXPECT_LE(jit::vector_registers_needed(spec), jit::vector_registers_available(spec.isa));
+    spec.isa = QJIT_ISA_AVX2;  // 16 registers: 4 x 4 accumulators alone fill them
+    EXPECT_GT(jit::vector_registers_needed(spec), jit::vector_registers_available(spec.isa));
+    EXPECT_THROW(jit::check_spec(spec), std::invalid_argument);
+}
+
+TEST(JitKernels, DumpSwitchWritesTheCode) {
+    const qjit_isa isa = best_isa_up_to(QJIT_ISA_AVX512_VNNI);
+    if (isa < QJIT_ISA_AVX2) GTEST_SKIP() << "no AVX2 on this CPU";
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("qjit_dump_" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir);
+    setenv("QJIT_DUMP_DIR", dir.c_str(), 1);
+    ContextPtr context = make_context(isa, QJIT_ACTIVATIONS_INT8, "tu=1,mb=2");
+    unsetenv("QJIT_DUMP_DIR");
+    const auto layer = make_linear(context.get(), test_matrix(4, 64, 16, 32));
+    for (int rows = 1; rows <= 2; ++rows) {
+        const std::filesystem::path file = dir / (layer->jit->kernel(rows).name() + ".bin");
+        ASSERT_TRUE(std::filesystem::exists(file)) << file;
+        EXPECT_EQ(std::filesystem::file_size(file), layer->jit->kernel(rows).code_bytes().size());
+    }
+    std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace qjit
