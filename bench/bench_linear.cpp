@@ -361,6 +361,7 @@ constexpr int kDensePanel = 64;
 constexpr int64_t kDenseKBlock = 512;  // rows per pass: the block (128 KiB) stays in L2 while row blocks reuse it
 constexpr int kDenseRowBlock = 4;      // activation rows whose accumulators are kept in registers together
 constexpr int64_t kDenseMaxBatch = 64;
+static_assert(*std::max_element(std::begin(kBatches), std::end(kBatches)) <= kDenseMaxBatch);
 const char* const kDenseKernelName = "dense_f32_panel64";
 
 class DenseWeightSet {
@@ -410,7 +411,8 @@ void dense_accumulate(const float* w, const float* x, int64_t x_stride, int64_t 
 
 // y[:, panel] for one panel: K blocks outermost so a block is read from memory once for all rows.
 void dense_panel(const float* w, const float* x, int64_t m, int64_t k, int64_t n, float* y) {
-    float acc[kDenseMaxBatch][kDensePanel] = {};
+    float acc[kDenseMaxBatch][kDensePanel];
+    std::memset(acc, 0, size_t(m) * sizeof acc[0]);  // only the rows in use
     for (int64_t k0 = 0; k0 < k; k0 += kDenseKBlock) {
         const int64_t rows = std::min(kDenseKBlock, k - k0);
         for (int64_t i0 = 0; i0 < m; i0 += kDenseRowBlock) {

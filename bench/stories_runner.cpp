@@ -30,16 +30,19 @@ struct Options {
     int threads = 0;               // 0: qjit's default (one per core)
     bool fp32_classifier = false;  // keep the classifier dense instead of quantizing it too
     qjit_dtype scale_dtype = QJIT_DTYPE_F16;
+    qjit_activations activations = QJIT_ACTIVATIONS_AUTO;
 };
 
 void print_usage(const char* program) {
     std::printf(
         "usage: %s [--models-dir DIR] [--steps N] [--threads N] [--fp32-classifier] [--f32-scales]\n"
+        "          [--activations auto|f32|int8]\n"
         "  --models-dir DIR   folder with stories260K/ and reference/ (default %s)\n"
         "  --steps N          greedy decoding steps (default 256)\n"
         "  --threads N        qjit context threads (default 0: one per core)\n"
         "  --fp32-classifier  quantize only wq..w3 and keep the classifier in fp32\n"
-        "  --f32-scales       keep quantization scales in fp32 (default: f16, qjit's default)\n",
+        "  --f32-scales       keep quantization scales in fp32 (default: f16, qjit's default)\n"
+        "  --activations P    activation path of the CPU kernels (default auto: qjit's default)\n",
         program, QJIT_SHARED_MODELS_DIR);
 }
 
@@ -80,6 +83,17 @@ std::optional<Options> parse_args(int argc, char** argv) {
             options.threads = *v;
         } else if (arg == "--fp32-classifier") {
             options.fp32_classifier = true;
+        } else if (arg == "--activations") {
+            const char* text = value();
+            if (!text) return std::nullopt;
+            const std::string path = text;
+            if (path == "auto") options.activations = QJIT_ACTIVATIONS_AUTO;
+            else if (path == "f32") options.activations = QJIT_ACTIVATIONS_F32;
+            else if (path == "int8") options.activations = QJIT_ACTIVATIONS_INT8;
+            else {
+                std::fprintf(stderr, "--activations: '%s' is not auto, f32 or int8\n", text);
+                return std::nullopt;
+            }
         } else if (arg == "--f32-scales") {
             options.scale_dtype = QJIT_DTYPE_F32;
         } else if (arg == "--help" || arg == "-h") {
@@ -163,6 +177,7 @@ int run_main(const Options& options) {
     qjit_context_options context_options;
     qjit_context_options_init(&context_options);
     context_options.num_threads = options.threads;
+    context_options.activations = options.activations;
     llama2::DenseBackend dense;
 
     std::printf("stories_runner: qjit %s, models from %s\n", qjit_version(), dir.c_str());

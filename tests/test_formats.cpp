@@ -37,6 +37,8 @@ std::string backend_name(const Backend& b) {
     return std::string(isa_name(b.isa)) + (b.activations == QJIT_ACTIVATIONS_INT8 ? "_int8" : "_f32");
 }
 
+void PrintTo(const Backend& b, std::ostream* out) { *out << backend_name(b); }
+
 // Every backend this CPU runs. The f32 path emits the same code with or without VNNI, so it is
 // listed once per vector width.
 std::vector<Backend> available_backends() {
