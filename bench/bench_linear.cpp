@@ -25,8 +25,11 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
+
+#include <unistd.h>
 
 #include "bandwidth_probe.hpp"
 #include "bench_common.hpp"
@@ -452,7 +455,7 @@ public:
             most_x = std::max(most_x, c.batch * c.shape().k);
             most_y = std::max(most_y, c.batch * c.shape().n);
         }
-        // Activations stay the same for all rows: small, hot in cache, as in a real forward.
+        // The same activations for every row; they stay in cache, as in a real forward (they are small next to W).
         Rng rng(42);
         x_.resize(size_t(most_x));
         for (float& v : x_) v = rng.uniform(-1.0f, 1.0f);
@@ -561,8 +564,11 @@ private:
 // The console output as usual, plus each row's median (or its only run) kept for the summary.
 class SummaryReporter : public benchmark::ConsoleReporter {
 public:
-    SummaryReporter(std::vector<Case>& cases, BandwidthProbe& probe, size_t rotation_bytes)
-        : cases_(cases), probe_(probe), rotation_bytes_(rotation_bytes) {
+    SummaryReporter(std::vector<Case>& cases, BandwidthProbe& probe, size_t rotation_bytes, bool color)
+        : ConsoleReporter(color ? OO_ColorTabular : OO_Tabular),
+          cases_(cases),
+          probe_(probe),
+          rotation_bytes_(rotation_bytes) {
         for (size_t i = 0; i < cases.size(); ++i) index_[cases[i].name] = i;
     }
 
@@ -709,6 +715,18 @@ void print_summary(const std::vector<Case>& cases, size_t rotation_bytes) {
     print_batch_scaling(cases);
 }
 
+// Google Benchmark applies --benchmark_color only to the reporter it makes itself; this one
+// follows the same rule: the flag's value, else color when stdout is a terminal.
+bool use_color(int argc, char** argv) {
+    constexpr std::string_view kFlag = "--benchmark_color=";
+    std::string_view value = "auto";
+    for (int i = 1; i < argc; ++i)
+        if (std::string_view(argv[i]).starts_with(kFlag)) value = std::string_view(argv[i]).substr(kFlag.size());
+    if (value == "false" || value == "no" || value == "0") return false;
+    if (value == "true" || value == "yes" || value == "1") return true;
+    return isatty(fileno(stdout)) != 0;
+}
+
 struct Options {
     bool full = false;
     size_t rotation_bytes = kDefaultRotationMiB * kMiB;
@@ -755,7 +773,7 @@ int main(int argc, char** argv) {
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
 
-    SummaryReporter reporter(bench.cases(), bench.probe(), options.rotation_bytes);
+    SummaryReporter reporter(bench.cases(), bench.probe(), options.rotation_bytes, use_color(benchmark_argc, args.data()));
     benchmark::RunSpecifiedBenchmarks(&reporter);
     print_summary(bench.cases(), options.rotation_bytes);
     benchmark::Shutdown();
