@@ -75,7 +75,7 @@ void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const 
                           ThreadPool& pool) const {
     const PreparedActivations act = prepare_activations(spec_, p, x, m);
     const int64_t panel = spec_.panel_columns(), panels = codes.num_panels(), groups = spec_.num_groups();
-    const int64_t max_rows = spec_.tiling.rows, row_tiles = (m + max_rows - 1) / max_rows;
+    const int64_t max_rows = spec_.tiling.rows;
     const int64_t blocks_per_group = std::max<int64_t>(1, spec_.group_size / 32);
     const size_t scale_bytes = spec_.f16_scales ? 2 : 4;
     const int64_t x_bytes = spec_.path == jit::ActivationPath::Int8 ? 1 : 4;
@@ -88,9 +88,10 @@ void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const 
     if (parts > 1 && partial_buffer.size() < size_t(parts * m * p.n)) partial_buffer.resize(size_t(parts * m * p.n));
     float* const partials = partial_buffer.data();
 
+    // A task is one panel and one K part for every row tile: the row tiles after the first read
+    // the panel's codes from L2 instead of memory.
     auto task = [&](int64_t t) {
-        const int64_t p_index = t % panels, row_tile = t / panels % row_tiles, part = t / (panels * row_tiles);
-        const int64_t m0 = row_tile * max_rows, rows = std::min(max_rows, m - m0);
+        const int64_t p_index = t % panels, part = t / panels;
         const int64_t n0 = p_index * panel, width = std::min(panel, p.n - n0);
         const GroupRange& range = ranges[size_t(part)];
         const int64_t first_block = spec_.group_size == 16 ? range.first / 2 : range.first * blocks_per_group;
@@ -101,18 +102,21 @@ void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const 
         args.codes = codes.panel(n0) + first_block * spec_.bits * panel;
         args.scales = scales_.data() + size_t((p_index * groups + range.first) * panel) * scale_bytes;
         args.zeros = zeros_.empty() ? nullptr : zeros_.data() + size_t((p_index * groups + range.first) * panel);
-        args.x = static_cast<const uint8_t*>(act.x) + (m0 * spec_.padded_k() + first_block * 32) * x_bytes;
-        args.x_scale = act.scale + m0 * groups + range.first;
-        args.x_sum = act.sum + m0 * groups + range.first;
         args.y = tile.data();
         args.full_groups = range.full_groups;
         args.tail_blocks = range.tail_blocks;
-        kernels_[size_t(rows - 1)]->function<jit::CpuKernelFn>()(&args);
         float* out = parts > 1 ? partials + part * m * p.n : y;
-        for (int64_t i = 0; i < rows; ++i)
-            std::memcpy(out + (m0 + i) * p.n + n0, tile.data() + i * panel, size_t(width) * sizeof(float));
+        for (int64_t m0 = 0; m0 < m; m0 += max_rows) {
+            const int64_t rows = std::min(max_rows, m - m0);
+            args.x = static_cast<const uint8_t*>(act.x) + (m0 * spec_.padded_k() + first_block * 32) * x_bytes;
+            args.x_scale = act.scale + m0 * groups + range.first;
+            args.x_sum = act.sum + m0 * groups + range.first;
+            kernels_[size_t(rows - 1)]->function<jit::CpuKernelFn>()(&args);
+            for (int64_t i = 0; i < rows; ++i)
+                std::memcpy(out + (m0 + i) * p.n + n0, tile.data() + i * panel, size_t(width) * sizeof(float));
+        }
     };
-    pool.parallel_for(panels * row_tiles * parts, task);
+    pool.parallel_for(panels * parts, task);
 
     if (parts > 1) {
         std::copy(partials, partials + m * p.n, y);

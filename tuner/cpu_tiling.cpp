@@ -59,11 +59,13 @@ std::optional<jit::CpuKernelSpec> plan_cpu_kernel(const CpuPlanRequest& request,
     spec.symmetric = p.symmetric;
     spec.f16_scales = p.scale_dtype == QJIT_DTYPE_F16;
 
-    // Register blocks: 4 column vectors x 4 rows fill AVX-512's 32 registers with room for the
-    // unpack temporaries; AVX2's 16 allow 2 x 3. No wider than the layer needs.
+    // Register blocks: AVX-512 reads activations as embedded broadcasts, so 2 column vectors x
+    // 8 rows of accumulators fit its 32 registers with the unpack temporaries (and 8 rows
+    // amortize each unpacked quad over more dot products than 4 x 4 would); AVX2's 16 registers
+    // also hold the activation broadcasts: 2 x 3. No wider than the layer needs.
     const bool zmm = request.isa >= QJIT_ISA_AVX512;
-    spec.tiling.column_vectors = zmm ? 4 : 2;
-    spec.tiling.rows = zmm ? 4 : 3;
+    spec.tiling.column_vectors = 2;
+    spec.tiling.rows = zmm ? 8 : 3;
     spec.tiling.prefetch_blocks = 0;
     const int64_t vectors_needed = (p.n + spec.lanes() - 1) / spec.lanes();
     spec.tiling.column_vectors = int(std::min<int64_t>(spec.tiling.column_vectors, vectors_needed));

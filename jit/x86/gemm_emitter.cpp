@@ -249,16 +249,28 @@ private:
         return dst;
     }
 
+    // Activations of row i at byte offset `offset` of the current block, for every lane: an
+    // embedded broadcast operand where EVEX allows one (no register, no extra instruction), else
+    // a register filled once per quad or row.
+    Xbyak::Address x_operand(int i, int offset) const { return ptr_b[x_ + i * x_row_bytes() + offset]; }
+
     void emit_int8_quad(int p, int field, int quad) {
         const CodePlane& plane = planes_[size_t(p)];
-        for (int i = 0; i < rows_; ++i) vpbroadcastd(x_broadcast(i), dword[x_ + i * x_row_bytes() + quad * 4]);
+        if (!embedded_broadcast(spec_))
+            for (int i = 0; i < rows_; ++i) vpbroadcastd(x_broadcast(i), dword[x_ + i * x_row_bytes() + quad * 4]);
         for (int t = 0; t < tu_; ++t) {
             const Vmm codes = unpack(p, t, plane.width * field - plane.value_shift);
-            for (int i = 0; i < rows_; ++i) emit_dot(acc(i, t), codes, x_broadcast(i));
+            for (int i = 0; i < rows_; ++i) {
+                if (embedded_broadcast(spec_)) {
+                    vpdpbusd(acc(i, t), codes, x_operand(i, quad * 4));
+                } else {
+                    emit_dot(acc(i, t), codes, x_broadcast(i));
+                }
+            }
         }
     }
 
-    // acc += sum over each lane's 4 bytes of u8 codes x s8 activations.
+    // acc += sum over each lane's 4 bytes of u8 codes x s8 activations (register operands).
     void emit_dot(const Vmm& accumulator, const Vmm& codes, const Vmm& activations) {
         if (spec_.vnni()) {
             vpdpbusd(accumulator, codes, activations, kZmm ? Xbyak::EvexEncoding : Xbyak::VexEncoding);
@@ -271,11 +283,18 @@ private:
 
     void emit_f32_row(int p, int field, int byte, int row) {
         const CodePlane& plane = planes_[size_t(p)];
-        for (int i = 0; i < rows_; ++i) vbroadcastss(x_broadcast(i), dword[x_ + i * x_row_bytes() + row * 4]);
+        if (!embedded_broadcast(spec_))
+            for (int i = 0; i < rows_; ++i) vbroadcastss(x_broadcast(i), dword[x_ + i * x_row_bytes() + row * 4]);
         for (int t = 0; t < tu_; ++t) {
             const Vmm codes = unpack(p, t, 8 * byte + plane.width * field - plane.value_shift);
             vcvtdq2ps(unpacked(), codes);
-            for (int i = 0; i < rows_; ++i) vfmadd231ps(acc(i, t), unpacked(), x_broadcast(i));
+            for (int i = 0; i < rows_; ++i) {
+                if (embedded_broadcast(spec_)) {
+                    vfmadd231ps(acc(i, t), unpacked(), x_operand(i, row * 4));
+                } else {
+                    vfmadd231ps(acc(i, t), unpacked(), x_broadcast(i));
+                }
+            }
         }
     }
 
@@ -300,11 +319,16 @@ private:
             for (int i = 0; i < rows_; ++i) {
                 const Vmm a = acc(i, t);
                 if (int8_) vcvtdq2ps(a, a);
-                vbroadcastss(factor, dword[x_sum_ + i * group_meta_bytes()]);
-                vfnmadd231ps(a, zero, factor);
-                if (int8_) {
-                    vbroadcastss(factor, dword[x_scale_ + i * group_meta_bytes()]);
-                    vmulps(factor, factor, scale);
+                if (kZmm) {  // the per-row factors as embedded broadcasts
+                    vfnmadd231ps(a, zero, ptr_b[x_sum_ + i * group_meta_bytes()]);
+                    if (int8_) vmulps(factor, scale, ptr_b[x_scale_ + i * group_meta_bytes()]);
+                } else {
+                    vbroadcastss(factor, dword[x_sum_ + i * group_meta_bytes()]);
+                    vfnmadd231ps(a, zero, factor);
+                    if (int8_) {
+                        vbroadcastss(factor, dword[x_scale_ + i * group_meta_bytes()]);
+                        vmulps(factor, factor, scale);
+                    }
                 }
                 const Xbyak::Address y_at = ptr[y_ + (i * panel_ + t * lanes_) * 4];
                 vmovups(out, y_at);
@@ -329,9 +353,14 @@ private:
 
 }  // namespace
 
+bool embedded_broadcast(const CpuKernelSpec& spec) {
+    return spec.isa >= QJIT_ISA_AVX512 && (spec.path == ActivationPath::F32 || spec.vnni());
+}
+
 int main_scratch_registers(const CpuKernelSpec& spec) {
     const bool pair_sums = spec.path == ActivationPath::Int8 && !spec.vnni();
-    return spec.tiling.column_vectors + 1 + spec.rows + (pair_sums ? 1 : 0);
+    const int broadcasts = embedded_broadcast(spec) ? 0 : spec.rows;
+    return spec.tiling.column_vectors + 1 + broadcasts + (pair_sums ? 1 : 0);
 }
 
 std::unique_ptr<JitGenerator> generate_cpu_kernel(const CpuKernelSpec& spec) {

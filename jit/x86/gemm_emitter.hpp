@@ -14,6 +14,10 @@ using CpuKernelFn = void (*)(const CpuKernelArgs*);
 // Throws std::invalid_argument for a spec that check_spec rejects.
 std::unique_ptr<JitGenerator> generate_cpu_kernel(const CpuKernelSpec& spec);
 
+// Whether the kernel reads activations as EVEX embedded-broadcast memory operands (AVX-512 with
+// an instruction that takes one: vfmadd231ps, vpdpbusd) instead of broadcast registers.
+bool embedded_broadcast(const CpuKernelSpec& spec);
+
 // Weight, unpack and activation-broadcast registers of the main loop (not counting accumulators
 // and constants).
 int main_scratch_registers(const CpuKernelSpec& spec);
