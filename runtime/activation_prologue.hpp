@@ -7,6 +7,7 @@
 
 #include "jit/x86/cpu_kernel.hpp"
 #include "runtime/quantized_matrix.hpp"
+#include "runtime/thread_pool.hpp"
 
 namespace qjit {
 
@@ -17,8 +18,8 @@ struct PreparedActivations {
 };
 
 // Fills per-thread buffers that only grow (so steady-state forwards do not allocate); the result
-// stays valid until this thread prepares again.
+// stays valid until this thread prepares again. Rows are spread over `pool` when there are many.
 PreparedActivations prepare_activations(const jit::CpuKernelSpec& spec, const QuantParams& params, const float* x,
-                                        int64_t m);
+                                        int64_t m, ThreadPool& pool);
 
 }  // namespace qjit

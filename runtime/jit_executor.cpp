@@ -73,7 +73,7 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
 
 void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const float* x, int64_t m, float* y,
                           ThreadPool& pool) const {
-    const PreparedActivations act = prepare_activations(spec_, p, x, m);
+    const PreparedActivations act = prepare_activations(spec_, p, x, m, pool);
     const int64_t panel = spec_.panel_columns(), panels = codes.num_panels(), groups = spec_.num_groups();
     const int64_t max_rows = spec_.tiling.rows;
     const int64_t blocks_per_group = std::max<int64_t>(1, spec_.group_size / 32);
