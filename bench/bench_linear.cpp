@@ -69,8 +69,8 @@ constexpr Shape kDefaultBaselineShapes[] = {{4096, 4096}, {4096, 11008}};
 // software prefetch distance in 32-row blocks.
 constexpr Shape kSpreadShape = {4096, 11008};
 constexpr int64_t kSpreadBatches[] = {1, 16};
-const char* const kTilings[] = {"tu=1,mb=1,prefetch=0", "tu=2,mb=4,prefetch=0", "tu=4,mb=4,prefetch=4",
-                                "tu=4,mb=4,prefetch=16", "tu=6,mb=2,prefetch=8"};
+const char* const kTilings[] = {"tu=1,mb=1,prefetch=0", "tu=2,mb=4,prefetch=0", "tu=2,mb=8,prefetch=8",
+                                "tu=3,mb=8,prefetch=4", "tu=4,mb=6,prefetch=16"};
 
 constexpr size_t kDefaultRotationMiB = 256;  // 8x the 32 MiB L3 the issue names
 constexpr size_t kProbeSweepBytes = 256 * kMiB;

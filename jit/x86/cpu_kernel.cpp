@@ -21,8 +21,6 @@ const char* isa_tag(qjit_isa isa) {
     }
 }
 
-constexpr int kEpilogueTemps = 4;
-
 }  // namespace
 
 std::string kernel_name(const CpuKernelSpec& spec) {
@@ -39,7 +37,7 @@ int vector_registers_needed(const CpuKernelSpec& spec) {
     const bool int8_without_vnni = spec.path == ActivationPath::Int8 && !spec.vnni();
     const int accumulators = spec.tiling.column_vectors * spec.rows;
     const int constants = int(code_planes(spec.bits).size()) + (int8_without_vnni ? 1 : 0);
-    return accumulators + std::max(main_scratch_registers(spec), kEpilogueTemps) + constants;
+    return accumulators + std::max(main_scratch_registers(spec), kEpilogueTemporaries) + constants;
 }
 
 void check_spec(const CpuKernelSpec& spec) {

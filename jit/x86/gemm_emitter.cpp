@@ -57,15 +57,13 @@ public:
           int8_(spec.path == ActivationPath::Int8),
           x_bytes_(int8_ ? 1 : 4),
           scale_bytes_(spec.f16_scales ? 2 : 4) {
-        const int scratch = std::max(main_scratch_registers(spec), kEpilogueTemps);
+        const int scratch = std::max(main_scratch_registers(spec), kEpilogueTemporaries);
         scratch_base_ = rows_ * tu_;
         const_base_ = scratch_base_ + scratch;
         generate();
     }
 
 private:
-    static constexpr int kEpilogueTemps = 4;  // scale, zero, broadcast, output (as in cpu_kernel.cpp)
-
     // ---- registers ----
     // Vector registers: [accumulators rows x tu][scratch][constants].
     Vmm acc(int i, int t) const { return Vmm(i * tu_ + t); }

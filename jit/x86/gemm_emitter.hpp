@@ -14,6 +14,9 @@ using CpuKernelFn = void (*)(const CpuKernelArgs*);
 // Throws std::invalid_argument for a spec that check_spec rejects.
 std::unique_ptr<JitGenerator> generate_cpu_kernel(const CpuKernelSpec& spec);
 
+// Vector registers the group epilogue borrows from the scratch set: scale, zero, factor, output.
+inline constexpr int kEpilogueTemporaries = 4;
+
 // Whether the kernel reads activations as EVEX embedded-broadcast memory operands (AVX-512 with
 // an instruction that takes one: vfmadd231ps, vpdpbusd) instead of broadcast registers.
 bool embedded_broadcast(const CpuKernelSpec& spec);
