@@ -27,7 +27,8 @@ std::string describe(const qjit_linear& layer) {
         const jit::CpuKernelSpec& s = layer.jit->spec();
         return concat(jit::kernel_name(s), common, " isa=", isa_name(s.isa),
                       " activations=", s.path == jit::ActivationPath::Int8 ? "int8" : "f32", " tiling=tu",
-                      s.tiling.column_vectors, ",mb", s.tiling.rows, ",prefetch", s.tiling.prefetch_blocks, ",ksplit", s.tiling.k_splits);
+                      s.tiling.column_vectors, ",mb", s.tiling.rows, ",prefetch", s.tiling.prefetch_blocks, ",ku", s.tiling.unroll_blocks,
+                      ",ksplit", s.tiling.k_splits);
     }
     return concat("gemm_", format_name(p), "_f32_portable_n", PortableTiling::kChunkColumns, "m",
                   PortableTiling::kBatchRows, common, " isa=portable activations=f32");

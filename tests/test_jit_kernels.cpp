@@ -78,9 +78,9 @@ TEST(JitKernels, IsaCapChangesTheEmittedCode) {
 TEST(JitKernels, EveryTilingKnobChangesTheCodeOrScheduleAndStaysCorrect) {
     const qjit_isa isa = best_isa_up_to(QJIT_ISA_AVX512_VNNI);
     if (isa < QJIT_ISA_AVX2) GTEST_SKIP() << "no AVX2 on this CPU";
-    const QuantizedMatrix matrix = test_matrix(3, 1000, 200, 64);
+    const QuantizedMatrix matrix = test_matrix(3, 1000, 200, 64);  // groups of 2 blocks; K leaves a short one
     const char* tilings[] = {"tu=1,mb=1,prefetch=0", "tu=2,mb=2,prefetch=0", "tu=2,mb=3,prefetch=4",
-                             "tu=1,mb=2,prefetch=0,ksplit=3"};
+                             "tu=1,mb=2,prefetch=0,ksplit=3", "tu=1,mb=1,prefetch=0,ku=2"};
     std::vector<std::string> descriptions;
     std::vector<std::vector<uint8_t>> codes;
     for (const qjit_activations path : {QJIT_ACTIVATIONS_F32, QJIT_ACTIVATIONS_INT8})
@@ -95,17 +95,18 @@ TEST(JitKernels, EveryTilingKnobChangesTheCodeOrScheduleAndStaysCorrect) {
         }
     for (size_t i = 0; i < descriptions.size(); ++i)
         for (size_t j = i + 1; j < descriptions.size(); ++j) EXPECT_NE(descriptions[i], descriptions[j]);
-    // tu and prefetch change the code of a one-row kernel; ksplit changes only the schedule.
+    // tu, prefetch and k-unroll change the code of a one-row kernel; ksplit only the schedule.
     EXPECT_NE(codes[0], codes[1]);
     EXPECT_NE(codes[1], codes[2]);
     EXPECT_EQ(codes[0], codes[3]);
+    EXPECT_NE(codes[0], codes[4]);
 }
 
 TEST(JitKernels, BadTilingIsRefusedWithAMessage) {
     const qjit_isa isa = best_isa_up_to(QJIT_ISA_AVX512_VNNI);
     if (isa < QJIT_ISA_AVX2) GTEST_SKIP() << "no AVX2 on this CPU";
     const QuantizedMatrix matrix = test_matrix(4, 64, 64, 32);
-    for (const char* tiling : {"tu=9,mb=9", "tu=0", "tu=x", "speed=11", "ksplit=0", "tu"}) {
+    for (const char* tiling : {"tu=9,mb=9", "tu=0", "tu=x", "speed=11", "ksplit=0", "tu", "ku=3"}) {
         ContextPtr context = make_context(isa, QJIT_ACTIVATIONS_INT8, tiling);
         try {
             make_linear(context.get(), matrix);

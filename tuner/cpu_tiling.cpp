@@ -30,8 +30,9 @@ void apply_tiling_string(const std::string& text, jit::CpuTiling& tiling) {
         else if (key == "mb") tiling.rows = number;
         else if (key == "prefetch") tiling.prefetch_blocks = number;
         else if (key == "ksplit") tiling.k_splits = number;
+        else if (key == "ku") tiling.unroll_blocks = number;
         else fail(QJIT_ERROR_INVALID_ARGUMENT, "tiling '", text, "': unknown key '", key,
-                  "' (tu, mb, prefetch, ksplit)");
+                  "' (tu, mb, prefetch, ku, ksplit)");
     }
 }
 
@@ -62,14 +63,17 @@ std::optional<jit::CpuKernelSpec> plan_cpu_kernel(const CpuPlanRequest& request,
     // Register blocks: AVX-512 with VNNI (or on the f32 path) reads activations as embedded
     // broadcasts, so 3 column vectors x 8 rows of accumulators fit its 32 registers with the
     // unpack temporaries; 8 rows amortize each unpacked quad over many dot products. Fewer rows
-    // where broadcasts need registers; AVX2's 16 registers hold 2 x 3. Codes are prefetched 4
-    // blocks ahead. (Chosen from bench_linear's tiling rows on a Zen 5; the tuner will measure.)
+    // where broadcasts need registers; AVX2's 16 registers hold 2 x 3. Codes are prefetched about
+    // 3 KiB ahead, whatever the block size. (Chosen from bench_linear's tiling rows on a Zen 5;
+    // the tuner will measure.)
+    constexpr int64_t kPrefetchAheadBytes = 3072;
     const bool zmm = request.isa >= QJIT_ISA_AVX512;
     spec.tiling.column_vectors = zmm ? 3 : 2;
     spec.tiling.rows = zmm ? 8 : 3;
-    spec.tiling.prefetch_blocks = 4;
     const int64_t vectors_needed = (p.n + spec.lanes() - 1) / spec.lanes();
     spec.tiling.column_vectors = int(std::min<int64_t>(spec.tiling.column_vectors, vectors_needed));
+    const int64_t block_bytes = int64_t(p.bits) * spec.panel_columns() * 4;
+    spec.tiling.prefetch_blocks = int((kPrefetchAheadBytes + block_bytes - 1) / block_bytes);
     spec.rows = spec.tiling.rows;
     while (jit::vector_registers_needed(spec) > jit::vector_registers_available(spec.isa) && spec.rows > 1)
         spec.rows = --spec.tiling.rows;

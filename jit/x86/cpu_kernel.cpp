@@ -28,6 +28,7 @@ std::string kernel_name(const CpuKernelSpec& spec) {
     name << "gemm_q" << spec.bits << "g" << spec.group_size << (spec.symmetric ? "_sym" : "_asym")
          << (spec.path == ActivationPath::Int8 ? "_i8_" : "_f32_") << isa_tag(spec.isa) << "_tu"
          << spec.tiling.column_vectors << "mb" << spec.rows << "pf" << spec.tiling.prefetch_blocks;
+    if (spec.tiling.unroll_blocks > 1) name << "ku" << spec.tiling.unroll_blocks;
     return name.str();
 }
 
@@ -47,8 +48,12 @@ void check_spec(const CpuKernelSpec& spec) {
     if (spec.k < 1) reject("k must be positive");
     if (spec.group_size != 16 && (spec.group_size < 32 || spec.group_size % 32 != 0))
         reject("group size must be 16 or a multiple of 32");
-    if (spec.tiling.column_vectors < 1 || spec.tiling.rows < 1 || spec.tiling.prefetch_blocks < 0)
+    if (spec.tiling.column_vectors < 1 || spec.tiling.rows < 1 || spec.tiling.prefetch_blocks < 0 ||
+        spec.tiling.unroll_blocks < 1)
         reject("tiling values must be positive (prefetch >= 0)");
+    if (spec.tiling.unroll_blocks > 1 && (spec.group_size < 32 || (spec.group_size / 32) % spec.tiling.unroll_blocks))
+        reject("k-unroll " + std::to_string(spec.tiling.unroll_blocks) + " does not divide the " +
+               std::to_string(spec.group_size / 32) + " blocks of a group");
     if (spec.rows < 1 || spec.rows > spec.tiling.rows) reject("rows must be 1 .. tiling.rows");
     if (vector_registers_needed(spec) > vector_registers_available(spec.isa))
         reject("needs " + std::to_string(vector_registers_needed(spec)) + " vector registers; the ISA has " +

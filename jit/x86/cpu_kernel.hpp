@@ -21,6 +21,8 @@ struct CpuTiling {
     int column_vectors = 4;  // tu: vector registers of columns per register block (panel = tu * lanes)
     int rows = 4;            // mb: activation rows one kernel call handles (accumulators = tu * mb)
     int prefetch_blocks = 0; // software prefetch of codes this many 32-row blocks ahead (0: none)
+    int unroll_blocks = 1;   // k-unroll: 32-row blocks per iteration of a group's block loop (must
+                             // divide group_size / 32; the tail group always steps one block)
     int k_splits = 1;        // the runtime splits K into this many group ranges (partial sums added);
                              // a schedule knob: it does not change the generated code
 };

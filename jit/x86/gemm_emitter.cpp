@@ -171,11 +171,13 @@ private:
         test(groups_left_, groups_left_);
         jz(tail, T_NEAR);
         L(group_loop);
-        mov(blocks_left_, spec_.group_size / 32);
+        mov(blocks_left_, spec_.group_size / 32 / spec_.tiling.unroll_blocks);
         L(block_loop);
-        emit_prefetch();
-        emit_block_body(0, 8);
-        advance_block();
+        for (int u = 0; u < spec_.tiling.unroll_blocks; ++u) {  // k-unroll
+            emit_prefetch();
+            emit_block_body(0, 8);
+            advance_block();
+        }
         dec(blocks_left_);
         jnz(block_loop, T_NEAR);
         emit_group_epilogue();
