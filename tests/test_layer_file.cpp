@@ -77,6 +77,30 @@ TEST_F(LayerFileTest, RoundTripIsExactForEveryBitWidth) {
     }
 }
 
+// A file saved by one kernel family loads into another: the codes are repacked for the panel width
+// the loading context's kernel wants, and the layer computes the same matrix.
+TEST_F(LayerFileTest, LoadsIntoAContextWithAnotherKernel) {
+    const auto layer = make_layer(4, 300, 70, true);
+    ASSERT_EQ(qjit_linear_save(layer.get(), path("layer.qjit").c_str()), QJIT_OK) << qjit_last_error();
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.max_isa = QJIT_ISA_PORTABLE;
+    qjit_context* raw_context = nullptr;
+    ASSERT_EQ(qjit_context_create(&options, &raw_context), QJIT_OK);
+    ContextPtr portable(raw_context);
+    qjit_linear* raw = nullptr;
+    ASSERT_EQ(qjit_linear_load(portable.get(), path("layer.qjit").c_str(), &raw), QJIT_OK) << qjit_last_error();
+    LinearPtr loaded(raw);
+    EXPECT_FALSE(loaded->jit);
+    const QuantizedMatrix saved = unpack_linear(*layer), restored = unpack_linear(*loaded);
+    EXPECT_EQ(restored.codes, saved.codes);
+    EXPECT_EQ(restored.params.row_order, saved.params.row_order);
+    std::vector<float> w_saved(300 * 70), w_loaded(300 * 70);
+    ASSERT_EQ(qjit_linear_dequantize(layer.get(), w_saved.data()), QJIT_OK);
+    ASSERT_EQ(qjit_linear_dequantize(loaded.get(), w_loaded.data()), QJIT_OK);
+    EXPECT_EQ(w_saved, w_loaded);
+}
+
 TEST_F(LayerFileTest, EveryTruncationIsReportedAsCorrupt) {
     const auto layer = make_layer(3, 40, 3, true);
     const std::string image = serialize_layer(*layer);
