@@ -164,12 +164,7 @@ TEST_F(CApiTest, QueriesRejectNullAndReportTheLayer) {
 }
 
 TEST_F(CApiTest, PortableLayerReportsItsBytes) {
-    qjit_context_options options;
-    qjit_context_options_init(&options);
-    options.max_isa = QJIT_ISA_PORTABLE;
-    qjit_context* raw_context = nullptr;
-    ASSERT_EQ(qjit_context_create(&options, &raw_context), QJIT_OK);
-    ContextPtr context(raw_context);
+    ContextPtr context = qjit::test::make_test_context(2, QJIT_ISA_PORTABLE);
     qjit_linear* raw = nullptr;
     ASSERT_EQ(qjit_linear_create_from_f32(context.get(), &config_, kK, kN, weights_.data(), QJIT_LAYOUT_K_BY_N, &raw),
               QJIT_OK);

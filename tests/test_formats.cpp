@@ -51,17 +51,6 @@ std::vector<Backend> available_backends() {
     return backends;
 }
 
-ContextPtr make_backend_context(const Backend& backend) {
-    qjit_context_options options;
-    qjit_context_options_init(&options);
-    options.num_threads = 2;
-    options.max_isa = backend.isa;
-    options.activations = backend.activations;
-    qjit_context* context = nullptr;
-    EXPECT_EQ(qjit_context_create(&options, &context), QJIT_OK) << qjit_last_error();
-    return ContextPtr(context);
-}
-
 // A random permutation standing in for GPTQ's act-order row sort.
 std::vector<int32_t> random_row_order(int64_t k, uint32_t seed) {
     std::vector<int32_t> order(static_cast<size_t>(k));
@@ -76,7 +65,7 @@ class FormatTest : public ::testing::TestWithParam<Format> {};
 
 TEST_P(FormatTest, MatchesOracle) {
     const auto [bits, group_size, symmetric, act_order, backend] = GetParam();
-    ContextPtr context = make_backend_context(backend);
+    ContextPtr context = test::make_test_context(2, backend.isa, backend.activations);
     uint32_t seed = 1;
     for (const Shape shape : kShapes) {
         SCOPED_TRACE(testing::Message() << "K=" << shape.k << " N=" << shape.n);

@@ -21,15 +21,7 @@ namespace {
 using test::ContextPtr;
 
 ContextPtr make_context(qjit_isa isa, qjit_activations activations, const char* tiling = nullptr) {
-    qjit_context_options options;
-    qjit_context_options_init(&options);
-    options.num_threads = 2;
-    options.max_isa = isa;
-    options.activations = activations;
-    options.tiling = tiling;
-    qjit_context* context = nullptr;
-    EXPECT_EQ(qjit_context_create(&options, &context), QJIT_OK) << qjit_last_error();
-    return ContextPtr(context);
+    return test::make_test_context(2, isa, activations, tiling);
 }
 
 QuantizedMatrix test_matrix(int bits, int64_t k, int64_t n, int64_t group_size) {

@@ -82,12 +82,7 @@ TEST_F(LayerFileTest, RoundTripIsExactForEveryBitWidth) {
 TEST_F(LayerFileTest, LoadsIntoAContextWithAnotherKernel) {
     const auto layer = make_layer(4, 300, 70, true);
     ASSERT_EQ(qjit_linear_save(layer.get(), path("layer.qjit").c_str()), QJIT_OK) << qjit_last_error();
-    qjit_context_options options;
-    qjit_context_options_init(&options);
-    options.max_isa = QJIT_ISA_PORTABLE;
-    qjit_context* raw_context = nullptr;
-    ASSERT_EQ(qjit_context_create(&options, &raw_context), QJIT_OK);
-    ContextPtr portable(raw_context);
+    ContextPtr portable = test::make_test_context(2, QJIT_ISA_PORTABLE);
     qjit_linear* raw = nullptr;
     ASSERT_EQ(qjit_linear_load(portable.get(), path("layer.qjit").c_str(), &raw), QJIT_OK) << qjit_last_error();
     LinearPtr loaded(raw);

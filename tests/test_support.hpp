@@ -32,10 +32,17 @@ struct LinearDeleter {
 using ContextPtr = std::unique_ptr<qjit_context, ContextDeleter>;
 using LinearPtr = std::unique_ptr<qjit_linear, LinearDeleter>;
 
-inline ContextPtr make_test_context(int threads = 2) {
+// A context for tests: 2 threads unless told otherwise; an ISA cap, activation path and forced
+// tiling when given.
+inline ContextPtr make_test_context(int threads = 2, qjit_isa max_isa = QJIT_ISA_AUTO,
+                                    qjit_activations activations = QJIT_ACTIVATIONS_AUTO,
+                                    const char* tiling = nullptr) {
     qjit_context_options options;
     qjit_context_options_init(&options);
     options.num_threads = threads;
+    options.max_isa = max_isa;
+    options.activations = activations;
+    options.tiling = tiling;
     qjit_context* context = nullptr;
     EXPECT_EQ(qjit_context_create(&options, &context), QJIT_OK) << qjit_last_error();
     return ContextPtr(context);
