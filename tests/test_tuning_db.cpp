@@ -1,0 +1,276 @@
+// The tuning database: round trip, replacement, damaged and truncated files, concurrent writers,
+// failed writes, export and import.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime/error.hpp"
+#include "tuner/tuning_db.hpp"
+
+namespace fs = std::filesystem;
+
+namespace qjit {
+
+void PrintTo(const TuningRecord& r, std::ostream* out) {
+    *out << "{" << r.schema_version << ", " << r.qjit_version << ", " << r.fingerprint << ", " << r.kernel_key
+         << ", " << r.tiling << ", " << r.time_us << " us, " << r.gbps << " GB/s, " << r.date << "}";
+}
+
+namespace {
+
+TuningRecord make_record(const std::string& fingerprint, int n, const std::string& tiling = "tu=3,mb=8,prefetch=4,ku=1,ksplit=1") {
+    TuningRecord r;
+    r.fingerprint = fingerprint;
+    r.kernel_key = concat("gemm_q4g128_asym_i8_avx512vnni K=4096 N=", 1000 + n, " m=1 threads=2");
+    r.tiling = tiling;
+    r.time_us = 10.25 + n;
+    r.gbps = 0.1 * n + 1.0 / 3.0;  // needs every digit to round-trip
+    r.date = "2024-05-01T12:00:00Z";
+    return r;
+}
+
+std::string read_file(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+// The files in `dir` whose names start with `prefix`.
+std::vector<fs::path> files_starting(const fs::path& dir, const std::string& prefix) {
+    std::vector<fs::path> found;
+    for (const auto& entry : fs::directory_iterator(dir))
+        if (entry.path().filename().string().rfind(prefix, 0) == 0) found.push_back(entry.path());
+    return found;
+}
+
+// Runs `body` in a child process; its return value is the exit status.
+pid_t spawn(const std::function<int()>& body) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+        int status = 1;
+        try {
+            status = body();
+        } catch (...) {
+        }
+        ::_exit(status);
+    }
+    return pid;
+}
+
+int wait_status(pid_t pid) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+class TuningDbTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        char pattern[] = "/tmp/qjit_tuning_db_XXXXXX";
+        ASSERT_NE(::mkdtemp(pattern), nullptr);
+        dir_ = pattern;
+        path_ = (dir_ / "cache" / "qjit" / "tuning.yaml").string();  // parent folders do not exist yet
+    }
+    void TearDown() override { fs::remove_all(dir_); }
+
+    fs::path dir_;
+    std::string path_;
+};
+
+TEST_F(TuningDbTest, TuningDbMissingFileIsEmpty) {
+    TuningDb db(path_);
+    EXPECT_TRUE(db.records().empty());
+    EXPECT_TRUE(db.warning().empty());
+    EXPECT_FALSE(db.find("cpu-a", "anything"));
+}
+
+TEST_F(TuningDbTest, TuningDbRoundTripKeepsOtherHardwareWithoutUsingIt) {
+    std::vector<TuningRecord> mine = {make_record("cpu-a", 1), make_record("cpu-a", 2), make_record("cpu-a", 3)};
+    TuningRecord foreign = make_record("cpu-b", 4);
+    TuningRecord old_version = make_record("cpu-a", 5);
+    old_version.qjit_version = "0.0.1";
+    {
+        TuningDb db(path_);
+        db.store(mine);
+        db.store(foreign);
+        db.store(old_version);
+    }
+    TuningDb db(path_);
+    EXPECT_TRUE(db.warning().empty()) << db.warning();
+    EXPECT_EQ(db.records().size(), 5u);
+    for (const TuningRecord& r : mine) {
+        std::optional<TuningRecord> found = db.find("cpu-a", r.kernel_key);
+        ASSERT_TRUE(found) << r.kernel_key;
+        EXPECT_EQ(*found, r);  // every field, doubles exactly
+    }
+    EXPECT_FALSE(db.find("cpu-a", foreign.kernel_key));      // measured elsewhere: kept, not used
+    EXPECT_FALSE(db.find("cpu-b", mine[0].kernel_key));
+    EXPECT_FALSE(db.find("cpu-a", old_version.kernel_key));  // another qjit version: kept, not used
+    EXPECT_EQ(db.records().back(), foreign);  // sorted by fingerprint, then kernel key
+}
+
+TEST_F(TuningDbTest, TuningDbStoreReplacesTheSameKey) {
+    TuningDb db(path_);
+    db.store({make_record("cpu-a", 1), make_record("cpu-a", 2)});
+    TuningRecord better = make_record("cpu-a", 1, "tu=4,mb=4,prefetch=8,ku=1,ksplit=2");
+    better.time_us = 7.5;
+    db.store(better);
+    EXPECT_EQ(*db.find("cpu-a", better.kernel_key), better);
+    TuningDb reloaded(path_);
+    EXPECT_EQ(reloaded.records().size(), 2u);
+    EXPECT_EQ(*reloaded.find("cpu-a", better.kernel_key), better);
+}
+
+TEST_F(TuningDbTest, TuningDbCorruptFileIsSetAsideAndValidRecordsKept) {
+    std::vector<TuningRecord> records = {make_record("cpu-a", 1), make_record("cpu-a", 2), make_record("cpu-a", 3)};
+    TuningDb(path_).store(records);
+    std::string text = read_file(path_);
+    // Garbage bytes over the middle of the second record, and a stray line between documents.
+    size_t second = text.find("K=4096 N=1002");
+    ASSERT_NE(second, std::string::npos);
+    text.replace(second, 20, std::string("\x00\xff\x01{[: garbage \"", 16));
+    text.insert(text.rfind("---\n"), "\x7f\x80 not yaml at all\n");
+    write_file(path_, text);
+
+    TuningDb db(path_);
+    EXPECT_NE(db.warning().find(path_), std::string::npos) << db.warning();
+    EXPECT_FALSE(fs::exists(path_));
+    EXPECT_EQ(files_starting(fs::path(path_).parent_path(), "tuning.yaml.corrupt-").size(), 1u);
+    EXPECT_EQ(db.records().size(), 2u);
+    EXPECT_TRUE(db.find("cpu-a", records[0].kernel_key));
+    EXPECT_FALSE(db.find("cpu-a", records[1].kernel_key));
+    EXPECT_TRUE(db.find("cpu-a", records[2].kernel_key));
+
+    db.store(make_record("cpu-a", 9));  // writes the recovered records back
+    TuningDb reloaded(path_);
+    EXPECT_TRUE(reloaded.warning().empty()) << reloaded.warning();
+    EXPECT_EQ(reloaded.records().size(), 3u);
+    EXPECT_EQ(*reloaded.find("cpu-a", records[2].kernel_key), records[2]);
+}
+
+TEST_F(TuningDbTest, TuningDbTruncatedAtEveryOffsetKeepsCompleteRecords) {
+    std::vector<TuningRecord> records = {make_record("cpu-a", 1), make_record("cpu-b", 2), make_record("cpu-a", 3)};
+    TuningDb(path_).store(records);
+    records = TuningDb(path_).records();  // in file order
+    const std::string text = read_file(path_);
+    std::vector<size_t> ends;  // offset just past each record's closing "..."
+    for (size_t at = text.find("\n...\n"); at != std::string::npos; at = text.find("\n...\n", at + 1))
+        ends.push_back(at + 4);
+    ASSERT_EQ(ends.size(), records.size());
+    const fs::path folder = fs::path(path_).parent_path();
+
+    for (size_t cut = 0; cut <= text.size(); ++cut) {
+        write_file(path_, text.substr(0, cut));
+        TuningDb db(path_);
+        size_t complete = 0;
+        while (complete < ends.size() && ends[complete] <= cut) ++complete;
+        std::vector<TuningRecord> kept = db.records();
+        ASSERT_EQ(kept.size(), complete) << "cut at " << cut;
+        for (size_t i = 0; i < complete; ++i)
+            EXPECT_NE(std::find(kept.begin(), kept.end(), records[i]), kept.end()) << "cut at " << cut;
+        // Damaged exactly when the cut leaves more than blank lines and the header comment after
+        // the last complete record; a damaged file is moved aside.
+        std::istringstream tail(text.substr(0, cut).substr(complete ? ends[complete - 1] : 0));
+        bool damaged = false;
+        for (std::string line; std::getline(tail, line);) damaged |= !line.empty() && line[0] != '#';
+        EXPECT_EQ(!db.warning().empty(), damaged) << "cut at " << cut << ": " << db.warning();
+        EXPECT_EQ(fs::exists(path_), !damaged) << "cut at " << cut;
+        for (const fs::path& aside : files_starting(folder, "tuning.yaml.corrupt-")) fs::remove(aside);
+    }
+}
+
+TEST_F(TuningDbTest, TuningDbConcurrentWritersKeepEveryRecord) {
+    constexpr int kPerProcess = 40;
+    auto writer = [&](const std::string& fingerprint) {
+        return spawn([&, fingerprint] {
+            TuningDb db(path_);
+            for (int i = 0; i < kPerProcess; ++i) db.store(make_record(fingerprint, i));
+            return 0;
+        });
+    };
+    pid_t a = writer("cpu-a");
+    pid_t b = writer("cpu-b");
+    ASSERT_EQ(wait_status(a), 0);
+    ASSERT_EQ(wait_status(b), 0);
+
+    TuningDb db(path_);
+    EXPECT_TRUE(db.warning().empty()) << db.warning();
+    EXPECT_EQ(db.records().size(), size_t(2 * kPerProcess));
+    for (int i = 0; i < kPerProcess; ++i) {
+        EXPECT_EQ(*db.find("cpu-a", make_record("cpu-a", i).kernel_key), make_record("cpu-a", i));
+        EXPECT_EQ(*db.find("cpu-b", make_record("cpu-b", i).kernel_key), make_record("cpu-b", i));
+    }
+    EXPECT_TRUE(files_starting(fs::path(path_).parent_path(), "tuning.yaml.tmp").empty());
+}
+
+TEST_F(TuningDbTest, TuningDbFailedWriteLeavesTheFileIntact) {
+    TuningDb(path_).store({make_record("cpu-a", 1), make_record("cpu-a", 2)});
+    const std::string before = read_file(path_);
+
+    pid_t child = spawn([&] {
+        ::signal(SIGXFSZ, SIG_IGN);
+        rlimit limit{64, 64};  // files may not grow past 64 bytes: the write fails with EFBIG
+        ::setrlimit(RLIMIT_FSIZE, &limit);
+        TuningDb db(path_);
+        try {
+            db.store(make_record("cpu-a", 3));
+        } catch (const Error& e) {
+            bool named = std::string(e.what()).find(path_) != std::string::npos;
+            return e.status() == QJIT_ERROR_IO && named ? 0 : 2;
+        }
+        return 3;  // the write should have failed
+    });
+    ASSERT_EQ(wait_status(child), 0);
+
+    EXPECT_EQ(read_file(path_), before);
+    EXPECT_TRUE(files_starting(fs::path(path_).parent_path(), "tuning.yaml.tmp").empty());
+    EXPECT_EQ(TuningDb(path_).records().size(), 2u);
+}
+
+TEST_F(TuningDbTest, TuningDbExportAndImportMerge) {
+    TuningDb source(path_);
+    source.store({make_record("cpu-a", 1), make_record("cpu-a", 2)});
+    const std::string exported = (dir_ / "exported.yaml").string();
+    source.export_to(exported);
+    EXPECT_EQ(TuningDb(exported).records(), source.records());
+
+    TuningDb target((dir_ / "other.yaml").string());
+    target.store({make_record("cpu-a", 1, "tu=1,mb=1,prefetch=0,ku=1,ksplit=1"), make_record("cpu-b", 3)});
+    target.import_from(exported);
+    EXPECT_EQ(target.records().size(), 3u);
+    EXPECT_EQ(*target.find("cpu-a", make_record("cpu-a", 1).kernel_key), make_record("cpu-a", 1));  // imported wins
+    EXPECT_EQ(TuningDb(target.path()).records(), target.records());
+
+    try {
+        target.import_from((dir_ / "missing.yaml").string());
+        ADD_FAILURE() << "importing a missing file should throw";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.status(), QJIT_ERROR_IO);
+    }
+    write_file(dir_ / "bad.yaml", "---\nschema: [\n...\n");
+    try {
+        target.import_from((dir_ / "bad.yaml").string());
+        ADD_FAILURE() << "importing a damaged file should throw";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.status(), QJIT_ERROR_CORRUPT_DATA);
+    }
+    EXPECT_EQ(target.records().size(), 3u);
+}
+
+}  // namespace
+}  // namespace qjit
