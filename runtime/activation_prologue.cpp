@@ -77,11 +77,7 @@ PreparedActivations prepare_activations(const jit::CpuKernelSpec& spec, const Qu
     };
     // Below this many activations a dispatch costs more than the work.
     constexpr int64_t kMinParallelElements = 1 << 14;
-    if (m * k < kMinParallelElements) {
-        for (int64_t i = 0; i < m; ++i) task(i);
-    } else {
-        pool.parallel_for(m, task);
-    }
+    pool.parallel_for(m, task, m * k >= kMinParallelElements);
     return {int8 ? static_cast<const void*>(int8_out) : static_cast<const void*>(f32_out), scale_out, sum_out};
 }
 

@@ -116,7 +116,9 @@ void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const 
                 std::memcpy(out + (m0 + i) * p.n + n0, tile.data() + i * panel, size_t(width) * sizeof(float));
         }
     };
-    pool.parallel_for(panels * parts, task);
+    // Below this many multiply-adds a dispatch to the pool costs more than it saves.
+    constexpr int64_t kMinParallelWork = int64_t(1) << 18;
+    pool.parallel_for(panels * parts, task, p.k * p.n * m >= kMinParallelWork);
 
     if (parts > 1) {
         std::copy(partials, partials + m * p.n, y);

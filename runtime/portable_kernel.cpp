@@ -104,11 +104,7 @@ void forward_all(const QuantParams& p, const PackedCodes& codes, const float* x,
     };
     // Below this many weight-row visits a dispatch to the pool costs more than it saves.
     constexpr int64_t kMinParallelWork = 1 << 16;
-    if (p.k * p.n * m < kMinParallelWork) {
-        for (int64_t t = 0; t < chunks * row_blocks; ++t) task(t);
-    } else {
-        pool.parallel_for(chunks * row_blocks, task);
-    }
+    pool.parallel_for(chunks * row_blocks, task, p.k * p.n * m >= kMinParallelWork);
 }
 
 }  // namespace

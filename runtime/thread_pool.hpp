@@ -23,9 +23,14 @@ public:
     int size() const { return int(workers_.size()) + 1; }
 
     // Calls task(i) for every i in [0, num_tasks), spread over the pool. When another thread is
-    // already running a job on this pool, the caller runs its own tasks alone instead of waiting.
+    // already running a job on this pool, or the caller says the job is too small to be worth a
+    // dispatch, the caller runs the tasks alone.
     template <typename Task>
-    void parallel_for(int64_t num_tasks, Task& task) {
+    void parallel_for(int64_t num_tasks, Task& task, bool worth_dispatching = true) {
+        if (!worth_dispatching) {
+            for (int64_t i = 0; i < num_tasks; ++i) task(i);
+            return;
+        }
         run(num_tasks, [](void* closure, int64_t i) { (*static_cast<Task*>(closure))(i); }, &task);
     }
 

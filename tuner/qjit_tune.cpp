@@ -1,7 +1,8 @@
 // qjit-tune: times qjit's kernels on LLM layer shapes and prints a table.
 //
 // With no arguments it runs the embedded default: the Llama-2-7B linear layers at 4-bit, group
-// 128, batch 1. Until the tuner lands it times the kernel each layer gets (the portable path).
+// 128, batch 1; --model configs/models/NAME.yaml times another model's layers. Until the timed
+// tuner lands it times the kernel each layer gets from the tiling heuristic.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -11,21 +12,22 @@
 #include <vector>
 
 #include "qjit/qjit.h"
+#include "tuner/model_config.hpp"
 
 namespace {
 
-struct LayerShape {
-    std::string name;
-    int64_t k;
-    int64_t n;
-};
+using qjit::LinearShape;
 
-// Llama-2-7B: hidden 4096, MLP 11008; q/k/v/o share one shape.
-const std::vector<LayerShape> kLlama2_7b = {
-    {"attn.qkvo", 4096, 4096},
-    {"mlp.gate_up", 4096, 11008},
-    {"mlp.down", 11008, 4096},
-};
+// The embedded default, Llama-2-7B (as configs/models/llama-2-7b.yaml): hidden 4096, MLP 11008.
+const qjit::ModelConfig kLlama2_7b = {"llama-2-7b",
+                                      32,
+                                      {{"q_proj", 4096, 4096},
+                                       {"k_proj", 4096, 4096},
+                                       {"v_proj", 4096, 4096},
+                                       {"o_proj", 4096, 4096},
+                                       {"gate_proj", 4096, 11008},
+                                       {"up_proj", 4096, 11008},
+                                       {"down_proj", 11008, 4096}}};
 
 struct Options {
     int bits = 4;
@@ -36,6 +38,7 @@ struct Options {
     int repeats = 20;
     std::string activations = "auto";
     std::string tiling;
+    std::string model;  // empty: the embedded Llama-2-7B
 };
 
 [[noreturn]] void die(const char* what, qjit_status status) {
@@ -60,7 +63,7 @@ double median(std::vector<double> values) {
     return values[values.size() / 2];
 }
 
-void time_shape(qjit_context* context, const LayerShape& shape, const Options& options) {
+void time_shape(qjit_context* context, const LinearShape& shape, const Options& options) {
     qjit_quant_config config;
     qjit_quant_config_init(&config);
     config.bits = options.bits;
@@ -88,7 +91,7 @@ void time_shape(qjit_context* context, const LayerShape& shape, const Options& o
     check(qjit_linear_describe(layer, &description), "qjit_linear_describe");
     const std::string kernel(description, std::string(description).find(' '));
     const double t = median(seconds);
-    std::printf("%-12s %6lld x %-6lld %-44s %10.1f %8.2f\n", shape.name.c_str(), (long long)shape.k,
+    std::printf("%-28s %6lld x %-6lld %-44s %10.1f %8.2f\n", shape.name.c_str(), (long long)shape.k,
                 (long long)shape.n, kernel.c_str(), t * 1e6, double(info.weight_bytes) / t * 1e-9);
     qjit_linear_destroy(layer);
 }
@@ -98,6 +101,8 @@ void time_shape(qjit_context* context, const LayerShape& shape, const Options& o
 int main(int argc, char** argv) {
     Options options;
     CLI::App app{"qjit-tune: time qjit kernels on LLM layer shapes (default: Llama-2-7B, 4-bit, group 128)"};
+    app.add_option("--model", options.model, "model config, e.g. configs/models/llama-2-70b.yaml")
+        ->check(CLI::ExistingFile);
     app.add_option("--bits", options.bits, "weight bits: 2, 3, 4 or 8")->check(CLI::IsMember({2, 3, 4, 8}));
     app.add_option("--group", options.group, "group size: 16, 32, 64, 128, 256 or -1 (per column)");
     app.add_flag("--symmetric", options.symmetric, "symmetric quantization (zero point 2^(bits-1))");
@@ -109,6 +114,16 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"auto", "f32", "int8"}));
     app.add_option("--tiling", options.tiling, "force a tiling, e.g. tu=4,mb=4,prefetch=8");
     CLI11_PARSE(app, argc, argv);
+
+    qjit::ModelConfig model = kLlama2_7b;
+    if (!options.model.empty()) {
+        try {
+            model = qjit::load_model_config(options.model);
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "qjit-tune: %s\n", e.what());
+            return 1;
+        }
+    }
 
     qjit_context_options context_options;
     qjit_context_options_init(&context_options);
@@ -122,11 +137,12 @@ int main(int argc, char** argv) {
     int threads = 0;
     check(qjit_context_num_threads(context, &threads), "qjit_context_num_threads");
 
-    std::printf("qjit %s: Llama-2-7B layers, %d-bit, group %d, %s, batch %lld, %d threads, median of %d runs\n",
-                qjit_version(), options.bits, options.group, options.symmetric ? "symmetric" : "asymmetric",
+    std::printf("qjit %s: %s layers, %d-bit, group %d, %s, batch %lld, %d threads, median of %d runs\n",
+                qjit_version(), model.name.c_str(), options.bits, options.group,
+                options.symmetric ? "symmetric" : "asymmetric",
                 (long long)options.batch, threads, options.repeats);
-    std::printf("%-12s %15s %-44s %10s %8s\n", "layer", "K x N", "kernel", "time_us", "GB/s");
-    for (const LayerShape& shape : kLlama2_7b) time_shape(context, shape, options);
+    std::printf("%-28s %15s %-44s %10s %8s\n", "layer", "K x N", "kernel", "time_us", "GB/s");
+    for (const LinearShape& shape : qjit::distinct_shapes(model.linear)) time_shape(context, shape, options);
     qjit_context_destroy(context);
     return 0;
 }
