@@ -26,11 +26,7 @@ T* grow(std::vector<T>& buffer, size_t count) {
 void prepare_row(const jit::CpuKernelSpec& spec, const QuantParams& params, const float* src, float* row,
                  int8_t* int8_row, float* row_scales, float* row_sums) {
     const int64_t k = params.k, padded_k = spec.padded_k(), gs = spec.group_size;
-    if (params.act_order()) {
-        for (int64_t r = 0; r < k; ++r) row[r] = src[params.row_order[size_t(r)]];
-    } else {
-        std::copy(src, src + k, row);
-    }
+    gather_row(params, src, row);
     std::fill(row + k, row + padded_k, 0.0f);
     const float qmax = float(spec.int8_activation_max());
     for (int64_t g = 0; g < spec.num_groups(); ++g) {

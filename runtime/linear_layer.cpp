@@ -62,11 +62,7 @@ std::unique_ptr<qjit_linear> assemble(qjit_context* context, QuantParams params,
 const float* gather_rows(const QuantParams& p, const float* x, int64_t m) {
     thread_local std::vector<float> gathered;
     if (gathered.size() < size_t(m * p.k)) gathered.resize(size_t(m * p.k));
-    for (int64_t i = 0; i < m; ++i) {
-        const float* src = x + i * p.k;
-        float* dst = gathered.data() + i * p.k;
-        for (int64_t r = 0; r < p.k; ++r) dst[r] = src[p.row_order[size_t(r)]];
-    }
+    for (int64_t i = 0; i < m; ++i) gather_row(p, x + i * p.k, gathered.data() + i * p.k);
     return gathered.data();
 }
 

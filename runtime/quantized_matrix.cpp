@@ -1,5 +1,6 @@
 #include "runtime/quantized_matrix.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/error.hpp"
@@ -45,6 +46,14 @@ void validate(const QuantizedMatrix& m) {
     require(m.codes.size() == size_t(m.params.k * m.params.n), "codes hold ", m.codes.size(), " values; expected ",
             m.params.k * m.params.n);
     for (uint8_t c : m.codes) require(c <= m.params.max_code(), "code ", int(c), " exceeds ", m.params.bits, " bits");
+}
+
+void gather_row(const QuantParams& p, const float* src, float* dst) {
+    if (!p.act_order()) {
+        std::copy(src, src + p.k, dst);
+        return;
+    }
+    for (int64_t r = 0; r < p.k; ++r) dst[r] = src[p.row_order[size_t(r)]];
 }
 
 std::string format_name(const QuantParams& p) {

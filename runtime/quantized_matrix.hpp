@@ -36,6 +36,9 @@ struct QuantizedMatrix {
     std::vector<uint8_t> codes;  // [k][n], rows in storage order
 };
 
+// One activation row in storage row order: dst[r] = src[row_order[r]] (a copy without act-order).
+void gather_row(const QuantParams& params, const float* src, float* dst);
+
 // Checks bits and group size against what qjit supports, naming `what` in the message.
 void validate_bits(int bits);
 // Maps a user group size (QJIT_GROUP_PER_COLUMN or 16..256) to rows per group for k rows.
