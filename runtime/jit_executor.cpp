@@ -35,7 +35,9 @@ std::vector<JitExecutor::GroupRange> split_groups(const jit::CpuKernelSpec& spec
     for (int64_t s = 0; s < parts; ++s) {
         const int64_t first = s * units / parts * unit, end = (s + 1) * units / parts * unit;
         const bool has_short_tail = last_group_short && end == groups;
-        ranges.push_back({first, end - first - (has_short_tail ? 1 : 0), has_short_tail ? last_group_blocks : 0});
+        const int64_t first_block = spec.group_size == 16 ? first / 2 : first * blocks_per_group;
+        ranges.push_back({first, first_block, end - first - (has_short_tail ? 1 : 0),
+                          has_short_tail ? last_group_blocks : 0});
     }
     return ranges;
 }
@@ -76,7 +78,6 @@ void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const 
     const PreparedActivations act = prepare_activations(spec_, p, x, m, pool);
     const int64_t panel = spec_.panel_columns(), panels = codes.num_panels(), groups = spec_.num_groups();
     const int64_t max_rows = spec_.tiling.rows;
-    const int64_t blocks_per_group = std::max<int64_t>(1, spec_.group_size / 32);
     const size_t scale_bytes = spec_.f16_scales ? 2 : 4;
     const int64_t x_bytes = spec_.path == jit::ActivationPath::Int8 ? 1 : 4;
     const std::vector<GroupRange>& ranges = group_ranges_;
@@ -94,7 +95,7 @@ void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const 
         const int64_t p_index = t % panels, part = t / panels;
         const int64_t n0 = p_index * panel, width = std::min(panel, p.n - n0);
         const GroupRange& range = ranges[size_t(part)];
-        const int64_t first_block = spec_.group_size == 16 ? range.first / 2 : range.first * blocks_per_group;
+        const int64_t first_block = range.first_block;
         thread_local std::vector<float> tile;
         if (tile.size() < size_t(max_rows * panel)) tile.resize(size_t(max_rows * panel));
 

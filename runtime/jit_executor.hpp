@@ -32,6 +32,7 @@ public:
     // A contiguous range of groups one task covers, in the kernels' argument terms.
     struct GroupRange {
         int64_t first;        // first group
+        int64_t first_block;  // its first 32-row block
         int64_t full_groups;  // whole groups from there
         int64_t tail_blocks;  // then a shorter last group of this many 32-row blocks (0: none)
     };
