@@ -12,6 +12,9 @@
 #include "runtime/linear_layer.hpp"
 #include "runtime/quantize_rtn.hpp"
 #include "runtime/reference.hpp"
+#include "runtime/layer_benchmark.hpp"
+#include "tuner/cpu_isa.hpp"
+#include "tuner/hardware_probe.hpp"
 
 using namespace qjit;
 
@@ -70,6 +73,9 @@ void qjit_context_options_init(qjit_context_options* options) {
     options->verbosity = 0;
     options->activations = QJIT_ACTIVATIONS_AUTO;
     options->tiling = nullptr;
+    options->tuning_budget_ms = -1;
+    options->tuning_mode = QJIT_TUNING_DEFAULT;
+    options->tuning_batch = 0;
 }
 
 qjit_status qjit_context_create(const qjit_context_options* options, qjit_context** context) {
@@ -89,6 +95,50 @@ qjit_status qjit_context_num_threads(const qjit_context* context, int* num_threa
         require(context != nullptr, "context is NULL");
         require(num_threads != nullptr, "num_threads is NULL");
         *num_threads = context->num_threads;
+    });
+}
+
+qjit_status qjit_context_describe(const qjit_context* context, const char** description) {
+    return guarded([&] {
+        require(context != nullptr, "context is NULL");
+        require(description != nullptr, "description is NULL");
+        *description = context->description.c_str();
+    });
+}
+
+qjit_status qjit_tuning_db_list(qjit_context* context, const char** text) {
+    return guarded([&] {
+        require(context != nullptr, "context is NULL");
+        require(text != nullptr, "text is NULL");
+        std::lock_guard lock(context->tuning_mutex);
+        TuningDb* db = tuning_database(*context);
+        require(db != nullptr, "the context has no tuning database (options.tuning_db_path is \"\")");
+        db->load();
+        context->db_listing = format_listing(db->records(), probe_cpu().fingerprint);
+        *text = context->db_listing.c_str();
+    });
+}
+
+qjit_status qjit_tuning_db_export(qjit_context* context, const char* path) {
+    return guarded([&] {
+        require(context != nullptr, "context is NULL");
+        require(path != nullptr && *path, "path is NULL or empty");
+        std::lock_guard lock(context->tuning_mutex);
+        TuningDb* db = tuning_database(*context);
+        require(db != nullptr, "the context has no tuning database (options.tuning_db_path is \"\")");
+        db->load();
+        db->export_to(path);
+    });
+}
+
+qjit_status qjit_tuning_db_import(qjit_context* context, const char* path) {
+    return guarded([&] {
+        require(context != nullptr, "context is NULL");
+        require(path != nullptr && *path, "path is NULL or empty");
+        std::lock_guard lock(context->tuning_mutex);
+        TuningDb* db = tuning_database(*context);
+        require(db != nullptr, "the context has no tuning database (options.tuning_db_path is \"\")");
+        db->import_from(path);
     });
 }
 
@@ -181,6 +231,33 @@ qjit_status qjit_linear_get_info(const qjit_linear* layer, qjit_linear_info* inf
         info->symmetric = p.symmetric;
         info->act_order = p.act_order();
         info->weight_bytes = weight_bytes(*layer);
+    });
+}
+
+qjit_status qjit_linear_get_tuning(const qjit_linear* layer, qjit_linear_tuning* tuning) {
+    return guarded([&] {
+        require(layer != nullptr, "layer is NULL");
+        require(tuning != nullptr, "tuning is NULL");
+        const TilingChoice& t = layer->tuning;
+        tuning->source = t.source;
+        tuning->kernel_key = t.kernel_key.c_str();
+        tuning->tiling = t.tiling.c_str();
+        tuning->tuning_ms = t.tuning_ms;
+        tuning->kernel_ms = layer->kernel_ms;
+        tuning->measured_us = t.measured_us;
+        tuning->candidates_timed = t.timed;
+        tuning->candidates_ranked = t.ranked;
+        tuning->warning = t.warning.c_str();
+    });
+}
+
+qjit_status qjit_linear_benchmark(qjit_linear* layer, int64_t m, int repeats, int cold, double* median_us) {
+    return guarded([&] {
+        require(layer != nullptr, "layer is NULL");
+        require(median_us != nullptr, "median_us is NULL");
+        require(m >= 1 && m <= (1 << 20), "m is ", m, "; expected 1 .. 2^20");
+        require(repeats >= 1 && repeats <= 100000, "repeats is ", repeats, "; expected 1 .. 100000");
+        *median_us = benchmark_linear(*layer, m, repeats, cold != 0) * 1e6;
     });
 }
 

@@ -6,10 +6,13 @@
 
 #include "runtime/error.hpp"
 #include "tuner/cpu_isa.hpp"
+#include "tuner/hardware_probe.hpp"
 
 namespace qjit {
 
 namespace {
+
+constexpr double kDefaultTuningBudgetMs = 300;
 
 const char* env(const char* name) {
     const char* value = std::getenv(name);
@@ -48,6 +51,18 @@ qjit_activations activation_path(const qjit_context_options& options) {
     return options.activations;
 }
 
+double tuning_budget_ms(const qjit_context_options& options) {
+    require(!(options.tuning_budget_ms != options.tuning_budget_ms), "options.tuning_budget_ms is NaN");
+    if (options.tuning_budget_ms >= 0) return options.tuning_budget_ms;
+    const char* text = env("QJIT_TUNING_BUDGET_MS");
+    if (!text) return kDefaultTuningBudgetMs;
+    char* end = nullptr;
+    const double value = std::strtod(text, &end);
+    require(end != text && *end == '\0' && value >= 0 && value < 1e9, "QJIT_TUNING_BUDGET_MS is '", text,
+            "'; expected milliseconds >= 0");
+    return value;
+}
+
 }  // namespace
 
 std::unique_ptr<qjit_context> make_context(const qjit_context_options* user_options) {
@@ -57,6 +72,10 @@ std::unique_ptr<qjit_context> make_context(const qjit_context_options* user_opti
     require(options.num_threads >= 0 && options.num_threads <= 1024, "options.num_threads is ", options.num_threads,
             "; expected 0 (all cores) .. 1024");
     require(options.verbosity >= 0, "options.verbosity is ", options.verbosity, "; expected >= 0");
+    require(options.tuning_mode >= QJIT_TUNING_DEFAULT && options.tuning_mode <= QJIT_TUNING_EXHAUSTIVE,
+            "options.tuning_mode is ", int(options.tuning_mode), "; not a qjit_tuning_mode value");
+    require(options.tuning_batch >= 0 && options.tuning_batch <= 1 << 20, "options.tuning_batch is ",
+            options.tuning_batch, "; expected 0 (one row) .. 2^20");
 
     auto context = std::make_unique<qjit_context>();
     context->num_threads =
@@ -66,10 +85,22 @@ std::unique_ptr<qjit_context> make_context(const qjit_context_options* user_opti
     context->verbosity = options.verbosity;
     context->activations = activation_path(options);
     if (options.tiling) context->tiling = options.tiling;
+    context->tuning_budget_ms = tuning_budget_ms(options);
+    context->tuning_mode = options.tuning_mode;
+    context->tuning_batch = std::max<int64_t>(1, options.tuning_batch);
     if (const char* dir = env("QJIT_DUMP_DIR")) context->dump_dir = dir;
     if (const char* verbose = env("QJIT_VERBOSE")) context->verbosity = std::max(context->verbosity, std::atoi(verbose));
     context->pool = std::make_unique<ThreadPool>(context->num_threads);
+    context->description = concat(describe(probe_cpu()), "; using ", isa_name(context->isa), ", ", context->num_threads,
+                                  " threads; tuning database ",
+                                  context->tuning_db_path.empty() ? "none" : context->tuning_db_path);
     return context;
+}
+
+TuningDb* tuning_database(qjit_context& context) {
+    if (!context.tuning_db && !context.tuning_db_path.empty())
+        context.tuning_db = std::make_unique<TuningDb>(context.tuning_db_path);
+    return context.tuning_db.get();
 }
 
 }  // namespace qjit

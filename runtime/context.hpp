@@ -2,26 +2,44 @@
 // every layer made with it shares.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "qjit/qjit.h"
 #include "runtime/thread_pool.hpp"
+#include "tuner/tuning_db.hpp"
 
 struct qjit_context {
     int num_threads = 1;
     qjit_isa isa = QJIT_ISA_PORTABLE;  // what the CPU offers, capped by the options and $QJIT_MAX_ISA
-    std::string tuning_db_path;        // resolved; read and written by the tuner
+    std::string tuning_db_path;        // resolved; empty: no database
     int verbosity = 0;
     qjit_activations activations = QJIT_ACTIVATIONS_AUTO;  // AUTO: each layer takes the default path
     std::string tiling;                                    // empty: chosen per layer; else forced (see qjit.h)
     std::string dump_dir;                                  // $QJIT_DUMP_DIR: write generated kernels there
+    double tuning_budget_ms = 300;     // per layer on a database miss; 0: the model's pick, untimed
+    qjit_tuning_mode tuning_mode = QJIT_TUNING_DEFAULT;
+    int64_t tuning_batch = 1;
     std::unique_ptr<qjit::ThreadPool> pool;
+
+    // Tuning state, guarded by tuning_mutex (held while a layer is tuned, so that two creations
+    // never time candidates against each other).
+    std::mutex tuning_mutex;
+    std::unique_ptr<qjit::TuningDb> tuning_db;            // opened on first use; null without a path
+    std::map<std::string, qjit::TuningRecord> tuned;      // this context's choices, by kernel key
+    std::string db_listing;                               // the text qjit_tuning_db_list hands out
+    std::string description;                              // qjit_context_describe's text
 };
 
 namespace qjit {
 
 // Resolves options (NULL for defaults) and the QJIT_* environment variables into a context.
 std::unique_ptr<qjit_context> make_context(const qjit_context_options* options);
+
+// The context's tuning database, opened (loaded) on first use; null when it has none. The caller
+// holds tuning_mutex.
+TuningDb* tuning_database(qjit_context& context);
 
 }  // namespace qjit

@@ -28,6 +28,9 @@ public:
     // Bytes of the repacked scales and zero points a forward streams.
     int64_t metadata_bytes() const { return int64_t(scales_.size() + zeros_.size()); }
     const jit::JitGenerator& kernel(int rows) const { return *kernels_[size_t(rows - 1)]; }
+    // The repacked scales and zero points (zero points empty when symmetric).
+    const std::vector<uint8_t>& packed_scales() const { return scales_; }
+    const std::vector<uint8_t>& packed_zeros() const { return zeros_; }
 
     // A contiguous range of groups one task covers, in the kernels' argument terms.
     struct GroupRange {

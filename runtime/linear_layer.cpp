@@ -8,7 +8,6 @@
 #include "runtime/error.hpp"
 #include "runtime/portable_kernel.hpp"
 #include "tuner/cpu_isa.hpp"
-#include "tuner/cpu_tiling.hpp"
 
 namespace qjit {
 
@@ -26,34 +25,43 @@ std::string describe(const qjit_linear& layer) {
     if (layer.jit) {
         const jit::CpuKernelSpec& s = layer.jit->spec();
         return concat(jit::kernel_name(s), common, " isa=", isa_name(s.isa),
-                      " activations=", s.path == jit::ActivationPath::Int8 ? "int8" : "f32", " tiling=tu",
-                      s.tiling.column_vectors, ",mb", s.tiling.rows, ",prefetch", s.tiling.prefetch_blocks, ",ku", s.tiling.unroll_blocks,
-                      ",ksplit", s.tiling.k_splits);
+                      " activations=", s.path == jit::ActivationPath::Int8 ? "int8" : "f32", " tiling=", layer.tuning.tiling);
     }
     return concat("gemm_", format_name(p), "_f32_portable_n", PortableTiling::kChunkColumns, "m",
                   PortableTiling::kBatchRows, common, " isa=portable activations=f32");
 }
 
-std::optional<jit::CpuKernelSpec> plan_for(const qjit_context& context, const QuantParams& params) {
-    return plan_cpu_kernel({context.isa, context.activations, context.tiling, context.num_threads}, params);
+int panel_columns(const TilingChoice& choice) {
+    return choice.spec ? choice.spec->panel_columns() : PortableTiling::kChunkColumns;
 }
 
-int panel_columns(const std::optional<jit::CpuKernelSpec>& plan) {
-    return plan ? plan->panel_columns() : PortableTiling::kChunkColumns;
+double ms_since(Clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// The verbose line: what was made, where its tiling came from, and what each step cost.
+void log_creation(const qjit_linear& layer, double setup_ms) {
+    const TilingChoice& t = layer.tuning;
+    std::string tuning = concat("tuning=\"", tiling_source_name(t.source), "\"");
+    if (t.source == QJIT_TILING_SEARCHED) tuning += concat(" timed=", t.timed, "/", t.ranked);
+    if (t.measured_us > 0) tuning += concat(" measured_us=", t.measured_us);
+    std::fprintf(stderr, "qjit: linear created: %s %s tuning_ms=%.2f kernel_ms=%.2f setup_ms=%.2f%s%s\n",
+                 layer.description.c_str(), tuning.c_str(), t.tuning_ms, layer.kernel_ms, setup_ms,
+                 t.warning.empty() ? "" : " warning: ", t.warning.c_str());
 }
 
 std::unique_ptr<qjit_linear> assemble(qjit_context* context, QuantParams params, PackedCodes codes,
-                                      const std::optional<jit::CpuKernelSpec>& plan, Clock::time_point start) {
+                                      TilingChoice choice, Clock::time_point start) {
     auto layer = std::make_unique<qjit_linear>();
     layer->context = context;
-    if (plan) layer->jit = std::make_unique<JitExecutor>(*plan, params, context->dump_dir);
+    const auto kernel_start = Clock::now();
+    if (choice.spec) layer->jit = std::make_unique<JitExecutor>(*choice.spec, params, context->dump_dir);
+    layer->kernel_ms = ms_since(kernel_start);
+    layer->tuning = std::move(choice);
     layer->params = std::move(params);
     layer->codes = std::move(codes);
     layer->description = describe(*layer);
-    if (context->verbosity > 0) {
-        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-        std::fprintf(stderr, "qjit: linear created: %s setup_ms=%.2f\n", layer->description.c_str(), ms);
-    }
+    if (context->verbosity > 0) log_creation(*layer, ms_since(start));
     return layer;
 }
 
@@ -71,18 +79,18 @@ const float* gather_rows(const QuantParams& p, const float* x, int64_t m) {
 std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix matrix) {
     const auto start = Clock::now();
     validate(matrix);
-    const std::optional<jit::CpuKernelSpec> plan = plan_for(*context, matrix.params);
+    TilingChoice choice = choose_tiling(*context, matrix.params);
     PackedCodes codes = pack_codes(matrix.codes.data(), matrix.params.bits, matrix.params.k, matrix.params.n,
-                                   panel_columns(plan));
-    return assemble(context, std::move(matrix.params), std::move(codes), plan, start);
+                                   panel_columns(choice));
+    return assemble(context, std::move(matrix.params), std::move(codes), std::move(choice), start);
 }
 
 std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams params, PackedCodes codes) {
     const auto start = Clock::now();
-    const std::optional<jit::CpuKernelSpec> plan = plan_for(*context, params);
-    if (codes.panel_columns != panel_columns(plan))
-        codes = pack_codes(unpack_codes(codes).data(), codes.bits, codes.k, codes.n, panel_columns(plan));
-    return assemble(context, std::move(params), std::move(codes), plan, start);
+    TilingChoice choice = choose_tiling(*context, params);
+    if (codes.panel_columns != panel_columns(choice))
+        codes = pack_codes(unpack_codes(codes).data(), codes.bits, codes.k, codes.n, panel_columns(choice));
+    return assemble(context, std::move(params), std::move(codes), std::move(choice), start);
 }
 
 void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y) {

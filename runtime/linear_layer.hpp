@@ -10,12 +10,15 @@
 #include "runtime/jit_executor.hpp"
 #include "runtime/packed_codes.hpp"
 #include "runtime/quantized_matrix.hpp"
+#include "runtime/tiling_selection.hpp"
 
 struct qjit_linear {
     qjit_context* context = nullptr;
     qjit::QuantParams params;
     qjit::PackedCodes codes;
     std::unique_ptr<qjit::JitExecutor> jit;  // null: the portable path runs the layer
+    qjit::TilingChoice tuning;               // how the kernel and tiling were chosen
+    double kernel_ms = 0;                    // emitting the kernels
     std::string description;
 };
 

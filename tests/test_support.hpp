@@ -33,7 +33,7 @@ using ContextPtr = std::unique_ptr<qjit_context, ContextDeleter>;
 using LinearPtr = std::unique_ptr<qjit_linear, LinearDeleter>;
 
 // A context for tests: 2 threads unless told otherwise; an ISA cap, activation path and forced
-// tiling when given.
+// tiling when given. No tuning database and no timing: layers take the model's first pick.
 inline ContextPtr make_test_context(int threads = 2, qjit_isa max_isa = QJIT_ISA_AUTO,
                                     qjit_activations activations = QJIT_ACTIVATIONS_AUTO,
                                     const char* tiling = nullptr) {
@@ -43,6 +43,8 @@ inline ContextPtr make_test_context(int threads = 2, qjit_isa max_isa = QJIT_ISA
     options.max_isa = max_isa;
     options.activations = activations;
     options.tiling = tiling;
+    options.tuning_db_path = "";
+    options.tuning_budget_ms = 0;
     qjit_context* context = nullptr;
     EXPECT_EQ(qjit_context_create(&options, &context), QJIT_OK) << qjit_last_error();
     return ContextPtr(context);

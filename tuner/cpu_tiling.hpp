@@ -1,5 +1,5 @@
-// Picks the CPU kernel and tiling for a layer. Today a fixed heuristic (the register budget of
-// the ISA, the panel no wider than the layer); the timed search of the tuner replaces it.
+// The CPU kernel a layer's format needs, and tilings as text ("tu=3,mb=8,prefetch=4,ku=1,ksplit=1":
+// the form of options.tiling, describe strings and the tuning database).
 #pragma once
 
 #include <optional>
@@ -10,19 +10,21 @@
 
 namespace qjit {
 
-struct CpuPlanRequest {
-    qjit_isa isa;                  // what the context may use
-    qjit_activations activations;  // AUTO: the default path
-    std::string tiling;            // empty, or a forced "tu=4,mb=4,prefetch=8,ksplit=1" (any subset of the keys)
-    int threads = 1;               // threads a forward runs on
-};
-
-// The kernel spec (with rows = tiling.rows) for a layer, or nothing when only the portable path
-// serves it (no AVX2, or zero points above 255). Throws an invalid-argument Error for a malformed
-// or unusable forced tiling.
-std::optional<jit::CpuKernelSpec> plan_cpu_kernel(const CpuPlanRequest& request, const QuantParams& params);
+// The kernel that computes this format with the instruction set `isa` and the activation path
+// asked for (AUTO: the default for the bit width); its tiling is left at the defaults. Nothing
+// when only the portable path serves it (no AVX2, or zero points above 255).
+std::optional<jit::CpuKernelSpec> cpu_kernel_format(qjit_isa isa, qjit_activations activations,
+                                                    const QuantParams& params);
 
 // The default activation path of the generated kernels for weights of `bits` bits.
 jit::ActivationPath default_activation_path(int bits);
+
+// All five knobs as text.
+std::string tiling_text(const jit::CpuTiling& tiling);
+
+// `spec` with the knobs named in `text` (any subset of tu, mb, prefetch, ku, ksplit) overridden,
+// and spec.rows set to the tiling's. Throws an invalid-argument Error for malformed text or a
+// tiling the kernel cannot use.
+jit::CpuKernelSpec with_tiling_text(jit::CpuKernelSpec spec, const std::string& text);
 
 }  // namespace qjit

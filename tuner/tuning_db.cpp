@@ -258,6 +258,19 @@ void TuningDb::store(const std::vector<TuningRecord>& records) {
     records_ = std::move(merged);
 }
 
+std::string format_listing(const std::vector<TuningRecord>& records, const std::string& this_fingerprint) {
+    std::string text;
+    char line[512];
+    for (const TuningRecord& r : records) {
+        std::snprintf(line, sizeof line, "%c %-62s %-36s %10.1f %8.2f  %s  %s  qjit %s%s\n",
+                      r.fingerprint == this_fingerprint ? '*' : ' ', r.kernel_key.c_str(), r.tiling.c_str(),
+                      r.time_us, r.gbps, r.date.c_str(), r.fingerprint.c_str(), r.qjit_version.c_str(),
+                      r.schema_version == kTuningSchemaVersion ? "" : " (other schema)");
+        text += line;
+    }
+    return text;
+}
+
 std::vector<TuningRecord> TuningDb::records() const {
     std::vector<TuningRecord> all;
     for (const auto& entry : records_) all.push_back(entry.second);

@@ -57,6 +57,9 @@ struct TuningRecord {
     bool operator==(const TuningRecord&) const = default;
 };
 
+// A table of `records`, one line each, those measured on `this_fingerprint` marked with '*'.
+std::string format_listing(const std::vector<TuningRecord>& records, const std::string& this_fingerprint);
+
 // The current time as ISO 8601 UTC ("2024-05-01T12:00:00Z").
 std::string utc_timestamp();
 

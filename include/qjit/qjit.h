@@ -70,6 +70,25 @@ typedef enum qjit_activations {
     QJIT_ACTIVATIONS_MAX_ENUM = 0x7fffffff
 } qjit_activations;
 
+/* How a context's layers get their tiling (see the README's "Tuning"). */
+typedef enum qjit_tuning_mode {
+    QJIT_TUNING_DEFAULT = 0,    /* this machine's database record, else a timed search within the budget (stored) */
+    QJIT_TUNING_RETUNE = 1,     /* search within the budget even when the database has a record; store the result */
+    QJIT_TUNING_EXHAUSTIVE = 2, /* time every tiling the registers allow, no pruning, no budget; store the result */
+    QJIT_TUNING_MODE_MAX_ENUM = 0x7fffffff
+} qjit_tuning_mode;
+
+/* Where a layer's tiling came from. */
+typedef enum qjit_tiling_source {
+    QJIT_TILING_PORTABLE = 0, /* no generated kernel serves the layer: the portable path runs it */
+    QJIT_TILING_FORCED = 1,   /* options.tiling */
+    QJIT_TILING_DATABASE = 2, /* a database record measured on this machine: nothing was timed */
+    QJIT_TILING_CONTEXT = 3,  /* chosen for an earlier layer with the same kernel key in this context */
+    QJIT_TILING_SEARCHED = 4, /* timed now, then stored */
+    QJIT_TILING_MODEL = 5,    /* the performance model's first pick, untimed (budget 0); not stored */
+    QJIT_TILING_SOURCE_MAX_ENUM = 0x7fffffff
+} qjit_tiling_source;
+
 /* How a dense fp32 weight matrix is laid out in memory. */
 typedef enum qjit_weight_layout {
     QJIT_LAYOUT_K_BY_N = 0, /* W[k][n]: row k holds the N weights that input k feeds */
@@ -92,11 +111,17 @@ typedef struct qjit_linear qjit_linear;
 
 typedef struct qjit_context_options {
     int num_threads;             /* 0: one per available core */
-    const char* tuning_db_path;  /* NULL: $QJIT_TUNING_DB, else $XDG_CACHE_HOME/qjit/tuning.yaml */
+    const char* tuning_db_path;  /* NULL: $QJIT_TUNING_DB, else $XDG_CACHE_HOME/qjit/tuning.yaml
+                                    (~/.cache/qjit/tuning.yaml); "": no database, tune in memory only */
     qjit_isa max_isa;            /* cap on the instruction set; QJIT_ISA_AUTO: no cap ($QJIT_MAX_ISA may cap) */
     int verbosity;               /* 0 quiet; 1 one line per layer creation on stderr ($QJIT_VERBOSE) */
     qjit_activations activations; /* AUTO: the default path ($QJIT_ACTIVATIONS=f32|int8 overrides) */
-    const char* tiling;          /* NULL: chosen per layer; else e.g. "tu=4,mb=4,prefetch=8" (all layers) */
+    const char* tiling;          /* NULL: tuned per layer; else e.g. "tu=4,mb=4,prefetch=8,ku=1,ksplit=1" for
+                                    all layers (knobs left out come from the performance model's pick) */
+    double tuning_budget_ms;     /* wall time a layer creation may spend timing tilings on a database miss;
+                                    < 0: $QJIT_TUNING_BUDGET_MS, else 300. 0: the model's pick, untimed */
+    qjit_tuning_mode tuning_mode;
+    int64_t tuning_batch;        /* activation rows per forward the tiling is tuned for; 0: 1 (decoding) */
 } qjit_context_options;
 
 /* How fp32 weights are quantized (round-to-nearest from each group's min/max). */
@@ -130,6 +155,19 @@ typedef struct qjit_linear_info {
     int64_t weight_bytes;   /* packed weights + scales + zero points, the bytes one forward streams */
 } qjit_linear_info;
 
+/* How a layer's tiling was chosen. Strings are owned by the layer. */
+typedef struct qjit_linear_tuning {
+    qjit_tiling_source source;
+    const char* kernel_key;  /* the database key: "gemm_q4g128_asym_i8_avx512vnni K=4096 N=11008 m=1 threads=2"; "" portable */
+    const char* tiling;      /* "tu=3,mb=8,prefetch=4,ku=1,ksplit=1"; "" portable */
+    double tuning_ms;        /* choosing the tiling: database lookup or timed search */
+    double kernel_ms;        /* emitting the kernels and repacking the metadata */
+    double measured_us;      /* a cold call as timed by the search or the record; 0 when untimed */
+    int candidates_timed;    /* by this layer's search; 0 otherwise */
+    int candidates_ranked;   /* tilings the search could time, after pruning; 0 without a search */
+    const char* warning;     /* a problem with the tuning database (e.g. set aside as corrupt), or "" */
+} qjit_linear_tuning;
+
 /* ---- library ---- */
 QJIT_API const char* qjit_version(void);              /* "MAJOR.MINOR.PATCH" */
 QJIT_API const char* qjit_status_string(qjit_status status);
@@ -141,6 +179,16 @@ QJIT_API void qjit_context_options_init(qjit_context_options* options);
 QJIT_API qjit_status qjit_context_create(const qjit_context_options* options, qjit_context** context);
 QJIT_API qjit_status qjit_context_destroy(qjit_context* context);   /* NULL is a no-op */
 QJIT_API qjit_status qjit_context_num_threads(const qjit_context* context, int* num_threads);
+/* One line: CPU, instruction set in use, caches, hardware fingerprint, tuning database path. Owned by the context. */
+QJIT_API qjit_status qjit_context_describe(const qjit_context* context, const char** description);
+
+/* ---- tuning database (the context's; see tuning_db_path) ---- */
+/* A table of every record, this machine's marked with '*'. Owned by the context until the next call. */
+QJIT_API qjit_status qjit_tuning_db_list(qjit_context* context, const char** text);
+/* Writes every record to `path` (replaced atomically). */
+QJIT_API qjit_status qjit_tuning_db_export(qjit_context* context, const char* path);
+/* Merges the records of the database file at `path` into the context's (theirs win on equal keys). */
+QJIT_API qjit_status qjit_tuning_db_import(qjit_context* context, const char* path);
 
 /* ---- linear layers ---- */
 QJIT_API void qjit_quant_config_init(qjit_quant_config* config); /* 4-bit, group 128, asymmetric, f16 scales */
@@ -164,6 +212,13 @@ QJIT_API qjit_status qjit_linear_forward(qjit_linear* layer, const float* x, int
 QJIT_API qjit_status qjit_linear_dequantize(const qjit_linear* layer, float* weights_k_by_n);
 
 QJIT_API qjit_status qjit_linear_get_info(const qjit_linear* layer, qjit_linear_info* info);
+
+QJIT_API qjit_status qjit_linear_get_tuning(const qjit_linear* layer, qjit_linear_tuning* tuning);
+
+/* Times `repeats` forwards of m rows (m >= 1, repeats >= 1) on random activations and returns the median in
+ * microseconds. cold != 0: the layer's weights are flushed from every cache before each call, as in decoding
+ * a model larger than the caches (the tuner times the same way); cold == 0: back-to-back calls. */
+QJIT_API qjit_status qjit_linear_benchmark(qjit_linear* layer, int64_t m, int repeats, int cold, double* median_us);
 
 /* A string naming the layer's format, kernel and tiling; owned by the layer. */
 QJIT_API qjit_status qjit_linear_describe(const qjit_linear* layer, const char** description);

@@ -23,11 +23,18 @@ const char* isa_tag(qjit_isa isa) {
 
 }  // namespace
 
-std::string kernel_name(const CpuKernelSpec& spec) {
+std::string kernel_family_name(const CpuKernelSpec& spec) {
     std::ostringstream name;
     name << "gemm_q" << spec.bits << "g" << spec.group_size << (spec.symmetric ? "_sym" : "_asym")
-         << (spec.path == ActivationPath::Int8 ? "_i8_" : "_f32_") << isa_tag(spec.isa) << "_tu"
-         << spec.tiling.column_vectors << "mb" << spec.rows << "pf" << spec.tiling.prefetch_blocks;
+         << (spec.path == ActivationPath::Int8 ? "_i8_" : "_f32_") << isa_tag(spec.isa);
+    if (!spec.f16_scales) name << "_s32";
+    return name.str();
+}
+
+std::string kernel_name(const CpuKernelSpec& spec) {
+    std::ostringstream name;
+    name << kernel_family_name(spec) << "_tu" << spec.tiling.column_vectors << "mb" << spec.rows << "pf"
+         << spec.tiling.prefetch_blocks;
     if (spec.tiling.unroll_blocks > 1) name << "ku" << spec.tiling.unroll_blocks;
     return name.str();
 }

@@ -53,6 +53,9 @@ struct CpuKernelSpec {
 // A name that says what the kernel is, in the style used across qjit (describe strings, the
 // tuning database, dumps): gemm_q4g128_asym_i8_avx512vnni_tu4mb4pf0.
 std::string kernel_name(const CpuKernelSpec& spec);
+// The same without the tiling (and with "_s32" for fp32 scales): what the code computes, the
+// tuning database's kernel key: gemm_q4g128_asym_i8_avx512vnni.
+std::string kernel_family_name(const CpuKernelSpec& spec);
 
 // Throws std::invalid_argument when the spec cannot be generated: bits, group size, ISA, or a
 // tiling whose registers do not fit the ISA's register file.

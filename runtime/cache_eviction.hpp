@@ -1,0 +1,13 @@
+// Flushing a buffer out of every cache level, so that the next read of it comes from memory: how
+// the tuner and qjit_linear_benchmark time a layer as LLM decoding sees it (each layer's weights
+// cold, since the whole model does not fit the caches) without a rotation of copies.
+#pragma once
+
+#include <cstddef>
+
+namespace qjit {
+
+// clflush on every cache line of [data, data + bytes), then a fence.
+void evict_from_caches(const void* data, size_t bytes);
+
+}  // namespace qjit
