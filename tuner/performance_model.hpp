@@ -22,7 +22,7 @@ struct MachineModel {
     double dram_gbps_per_thread = 12.0;  // streaming reads one core sustains
     double dram_gbps_total = 200.0;      // the socket's limit
     double l2_gbps_per_thread = 150.0;
-    double vector_ops_per_ns = 6.0;      // per core: about two vector instructions a cycle at 3 GHz
+    double vector_ops_per_ns = 3.5;      // per core: vector instructions that retire per ns in these loops
     double call_overhead_ns = 150.0;     // one kernel call: arguments, prologue, output tile copy
 
     static MachineModel of(const CpuInfo& cpu);
@@ -37,11 +37,12 @@ struct MachineModel {
 std::optional<std::string> cache_budget_violation(const jit::CpuKernelSpec& spec, const TuningProblem& problem,
                                                   const MachineModel& machine);
 
-// Estimated seconds of one forward: the larger of the memory time (weights of the padded panels,
-// activations re-read from L2 when they overflow L1d) and the vector-instruction time, scaled by
-// the load imbalance of panels x K parts over the threads, plus per-call overheads and the
-// reduction of K-split partial sums. A prefetch distance far from 1-8 KiB ahead costs a few
-// percent (a prior from bench_linear's tiling rows, not physics).
+// Estimated seconds of one forward: the larger of the memory time (weights of the padded panels)
+// and the core time (vector instructions, plus activations re-read from L2 when a row tile
+// overflows L1d), plus a quarter of the smaller (the overlap is imperfect), scaled by the load
+// imbalance of panels x K parts over the threads, plus per-call overheads and the
+// reduction of K-split partial sums. No prefetch, or a distance far from 3 KiB ahead, costs a few
+// percent (a prior from timings on Zen 5 and Xeon machines, not physics).
 double estimate_seconds(const jit::CpuKernelSpec& spec, const TuningProblem& problem, const MachineModel& machine);
 
 }  // namespace qjit

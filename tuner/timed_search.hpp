@@ -40,14 +40,22 @@ struct SearchResult {
 
 using MakeRun = std::function<CandidateRun(const jit::CpuKernelSpec&)>;
 
-// Times the ranked candidates in two rounds within `budget_seconds` (infinity: all of them, the
-// exhaustive search). Screening: candidates in the model's order, kScreenRepeats calls each,
-// until about 70 % of the budget is spent (always at least one). Confirmation: the kFinalists
-// fastest screened, re-timed with kConfirmRepeats calls each, interleaved so that drift in the
-// machine's speed hits them alike; the fastest median wins. `ranked` must not be empty.
+// Times the ranked candidates within `budget_seconds` (infinity: all of them, the exhaustive
+// search), each screened with kScreenRepeats calls (always at least one candidate):
+//  1. structure: the model's best variant of each register block (tu, mb), in the model's order,
+//     until kStructureShare of the budget is spent. Knobs that matter most come first, since the
+//     ranking is least sure between blocks and many variants of one block time alike;
+//  2. refinement: the other variants (prefetch, k-unroll, K-split) of the kRefinedBlocks fastest
+//     blocks, in the model's order, until kScreeningShare of the budget is spent;
+//  3. confirmation: the kFinalists fastest screened, re-timed with kConfirmRepeats calls each,
+//     interleaved so that drift in the machine's speed hits them alike; the fastest median wins.
+// `ranked` must not be empty.
 inline constexpr int kScreenRepeats = 3;
 inline constexpr int kConfirmRepeats = 7;
 inline constexpr int kFinalists = 4;
+inline constexpr int kRefinedBlocks = 2;
+inline constexpr double kStructureShare = 0.4;
+inline constexpr double kScreeningShare = 0.7;
 SearchResult timed_search(const std::vector<Candidate>& ranked, const MakeRun& make_run,
                           double budget_seconds = std::numeric_limits<double>::infinity());
 
