@@ -1,4 +1,4 @@
-// Small helpers shared by the benchmarks: byte units, a fast random generator, and a persistent
+// Small helpers shared by the benchmarks: byte units, the tools' random generator, and a persistent
 // team of threads for the benchmarks' own baseline kernels.
 #pragma once
 
@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "tools/random_gptq.hpp"
+
 namespace qjit_bench {
 
 inline constexpr size_t kMiB = size_t(1) << 20;
@@ -17,22 +19,7 @@ inline constexpr size_t kGiB = size_t(1) << 30;
 
 inline int hardware_threads() { return std::max(1, int(std::thread::hardware_concurrency())); }
 
-// splitmix64: fast and good enough for filling benchmark weights.
-class Rng {
-public:
-    explicit Rng(uint64_t seed) : state_(seed) {}
-    uint64_t next() {
-        uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    // Uniform in [lo, hi).
-    float uniform(float lo, float hi) { return lo + (hi - lo) * float(next() >> 40) * 0x1p-24f; }
-
-private:
-    uint64_t state_;
-};
+using qjit_tools::Rng;
 
 // A persistent team of threads: run(count, task) calls task(i) for i in [0, count) on `count`
 // members (the caller is member 0) and returns when all are done. Workers sleep on an atomic

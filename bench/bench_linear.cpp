@@ -31,13 +31,15 @@
 
 #include <unistd.h>
 
-#include "bandwidth_probe.hpp"
+#include "tools/bandwidth_probe.hpp"
+#include "tools/random_gptq.hpp"
 #include "bench_common.hpp"
 #include "qjit/qjit.h"
 
 namespace {
 
 using namespace qjit_bench;
+using namespace qjit_tools;
 using Clock = std::chrono::steady_clock;
 
 // ---------------------------------------------------------------------------------------------
@@ -77,10 +79,6 @@ constexpr size_t kProbeSweepBytes = 256 * kMiB;
 constexpr int kProbeRepeats = 3;
 constexpr double kProbeMaxAgeSeconds = 1.0;  // a younger probe value of the same thread count is reused
 constexpr int kStartupProbeRepeats = 5;      // the full-buffer probes printed before the rows
-
-// Random GPTQ scales in the range real checkpoints have; their value does not change the timing.
-constexpr float kScaleMin = 0.01f;
-constexpr float kScaleMax = 0.02f;
 
 // Google Benchmark flags set unless the command line sets them (a later flag wins).
 const char* const kDefaultBenchmarkFlags[] = {
@@ -196,43 +194,6 @@ std::vector<Case> make_cases(bool full) {
 // ---------------------------------------------------------------------------------------------
 // Weights: rotations of distinct qjit layers, and of dense fp32 matrices
 // ---------------------------------------------------------------------------------------------
-
-// Bits of the fp16 number nearest below `value`, a positive normal fp16 number (as the scales are).
-uint16_t half_bits(float value) {
-    const uint32_t bits = std::bit_cast<uint32_t>(value);
-    const uint32_t exponent = ((bits >> 23) & 0xffu) - 127u + 15u;  // rebias from fp32 to fp16
-    const uint32_t mantissa = (bits >> 13) & 0x3ffu;                // keep the top 10 of 23 bits
-    return uint16_t((exponent << 10) | mantissa);
-}
-
-// Random GPTQ tensors: every int32 word of qweight and qzeros random, so codes and zero points
-// cover the whole range; scales random in [kScaleMin, kScaleMax).
-struct GptqTensors {
-    std::vector<int32_t> qweight;
-    std::vector<int32_t> qzeros;
-    std::vector<uint16_t> scales;
-    qjit_gptq_tensors view{};
-};
-
-void random_gptq(int64_t k, int64_t n, int bits, int group, uint64_t seed, GptqTensors* out) {
-    Rng rng(seed);
-    const int64_t groups = (k + group - 1) / group;
-    out->qweight.resize(size_t((k * bits + 31) / 32 * n));
-    out->qzeros.resize(size_t(groups * ((n * bits + 31) / 32)));
-    out->scales.resize(size_t(groups * n));
-    for (int32_t& word : out->qweight) word = int32_t(uint32_t(rng.next()));
-    for (int32_t& word : out->qzeros) word = int32_t(uint32_t(rng.next()));
-    for (uint16_t& scale : out->scales) scale = half_bits(rng.uniform(kScaleMin, kScaleMax));
-    out->view = qjit_gptq_tensors{};
-    out->view.bits = bits;
-    out->view.group_size = group;
-    out->view.qweight = out->qweight.data();
-    out->view.qzeros = out->qzeros.data();
-    out->view.scales = out->scales.data();
-    out->view.scale_dtype = QJIT_DTYPE_F16;
-    out->view.g_idx = nullptr;
-    out->view.checkpoint_format = QJIT_GPTQ_V2;
-}
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 

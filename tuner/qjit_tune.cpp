@@ -1,17 +1,24 @@
-// qjit-tune: times qjit's kernels on LLM layer shapes and prints a table.
+// qjit-tune: tunes qjit's kernels for LLM layer shapes on this machine, stores the choices in the
+// tuning database, and prints how fast they run.
 //
-// With no arguments it runs the embedded default: the Llama-2-7B linear layers at 4-bit, group
-// 128, batch 1; --model configs/models/NAME.yaml times another model's layers. Until the timed
-// tuner lands it times the kernel each layer gets from the tiling heuristic.
+// With no arguments it tunes the embedded default: the Llama-2-7B linear layers at 4-bit, group
+// 128, batch 1 and 16. --model configs/models/NAME.yaml tunes another model's layers. Shapes the
+// database already holds for this machine are not timed again (--retune times them anyway).
+// --list, --export and --import work on the database and tune nothing.
+//
+// Every layer is timed cold (weights flushed from the caches before each call, as when decoding a
+// model larger than the caches), next to a memory-bandwidth probe of the same thread count, and
+// against the untuned default (the performance model's first pick) and the portable path.
 #include <CLI/CLI.hpp>
-#include <algorithm>
-#include <chrono>
+#include <unistd.h>
+
 #include <cstdio>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "qjit/qjit.h"
+#include "tools/bandwidth_probe.hpp"
+#include "tools/random_gptq.hpp"
 #include "tuner/model_config.hpp"
 
 namespace {
@@ -29,16 +36,25 @@ const qjit::ModelConfig kLlama2_7b = {"llama-2-7b",
                                        {"up_proj", 4096, 11008},
                                        {"down_proj", 11008, 4096}}};
 
+constexpr size_t kProbeBytes = size_t(256) << 20;
+constexpr int kProbeRepeats = 5;
+
 struct Options {
+    std::string model;  // empty: the embedded Llama-2-7B
     int bits = 4;
     int group = 128;
     bool symmetric = false;
-    int64_t batch = 1;
+    std::vector<int64_t> batches = {1, 16};
     int threads = 0;
-    int repeats = 20;
+    double budget_ms = -1;  // the library's default
+    bool exhaustive = false;
+    bool retune = false;
+    bool compare = true;
+    int repeats = 15;
     std::string activations = "auto";
-    std::string tiling;
-    std::string model;  // empty: the embedded Llama-2-7B
+    std::string db;  // empty: the library's default path
+    bool list = false;
+    std::string export_path, import_path;
 };
 
 [[noreturn]] void die(const char* what, qjit_status status) {
@@ -50,99 +66,192 @@ void check(qjit_status status, const char* what) {
     if (status != QJIT_OK) die(what, status);
 }
 
-std::vector<float> random_values(size_t count, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> normal(0.0f, 0.02f);
-    std::vector<float> values(count);
-    for (float& v : values) v = normal(rng);
-    return values;
+qjit_context* make_context(const Options& o, int64_t batch, double budget_ms, qjit_tuning_mode mode, qjit_isa max_isa,
+                           bool use_db) {
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.num_threads = o.threads;
+    options.max_isa = max_isa;
+    options.activations = o.activations == "f32"    ? QJIT_ACTIVATIONS_F32
+                          : o.activations == "int8" ? QJIT_ACTIVATIONS_INT8
+                                                    : QJIT_ACTIVATIONS_AUTO;
+    options.tuning_db_path = !use_db ? "" : o.db.empty() ? nullptr : o.db.c_str();
+    options.tuning_budget_ms = budget_ms;
+    options.tuning_mode = mode;
+    options.tuning_batch = batch;
+    qjit_context* context = nullptr;
+    check(qjit_context_create(&options, &context), "qjit_context_create");
+    return context;
 }
 
-double median(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    return values[values.size() / 2];
+// The database operations: --import, then --export, then --list.
+int manage_database(const Options& o) {
+    qjit_context* context = make_context(o, 1, 0, QJIT_TUNING_DEFAULT, QJIT_ISA_AUTO, true);
+    if (!o.import_path.empty()) {
+        check(qjit_tuning_db_import(context, o.import_path.c_str()), "qjit_tuning_db_import");
+        std::printf("imported %s\n", o.import_path.c_str());
+    }
+    if (!o.export_path.empty()) {
+        check(qjit_tuning_db_export(context, o.export_path.c_str()), "qjit_tuning_db_export");
+        std::printf("exported to %s\n", o.export_path.c_str());
+    }
+    if (o.list) {
+        const char* text = nullptr;
+        check(qjit_tuning_db_list(context, &text), "qjit_tuning_db_list");
+        std::printf("%s", *text ? text : "(no records)\n");
+    }
+    qjit_context_destroy(context);
+    return 0;
 }
 
-void time_shape(qjit_context* context, const LinearShape& shape, const Options& options) {
-    qjit_quant_config config;
-    qjit_quant_config_init(&config);
-    config.bits = options.bits;
-    config.group_size = options.group;
-    config.symmetric = options.symmetric;
+struct Row {
+    std::string layer;
+    LinearShape shape;
+    int64_t batch = 1;
+    qjit_tiling_source source = QJIT_TILING_PORTABLE;
+    std::string kernel, tiling;
+    double tuning_ms = 0, us = 0, gbps = 0, default_us = 0, portable_us = 0;
+};
+
+double time_layer(qjit_linear* layer, int64_t batch, int repeats) {
+    double us = 0;
+    check(qjit_linear_benchmark(layer, batch, repeats, /*cold=*/1, &us), "qjit_linear_benchmark");
+    return us;
+}
+
+qjit_linear* make_layer(qjit_context* context, const LinearShape& shape, const qjit_tools::GptqTensors& tensors) {
     qjit_linear* layer = nullptr;
-    {
-        const std::vector<float> weights = random_values(size_t(shape.k * shape.n), 1);
-        check(qjit_linear_create_from_f32(context, &config, shape.k, shape.n, weights.data(), QJIT_LAYOUT_K_BY_N,
-                                          &layer),
-              "qjit_linear_create_from_f32");
+    check(qjit_linear_create_from_gptq(context, shape.k, shape.n, &tensors.view, &layer), "qjit_linear_create_from_gptq");
+    return layer;
+}
+
+void show_progress(size_t done, size_t total, const std::string& what) {
+    constexpr int kWidth = 30;
+    const int filled = int(done * kWidth / total);
+    std::printf("\r[%s%s] %zu/%zu %-40s", std::string(size_t(filled), '#').c_str(),
+                std::string(size_t(kWidth - filled), '.').c_str(), done, total, what.c_str());
+    std::fflush(stdout);
+}
+
+const char* source_word(qjit_tiling_source source) {
+    switch (source) {
+        case QJIT_TILING_DATABASE: return "hit";
+        case QJIT_TILING_SEARCHED: return "tuned";
+        case QJIT_TILING_CONTEXT: return "same";
+        case QJIT_TILING_MODEL: return "model";
+        case QJIT_TILING_FORCED: return "forced";
+        default: return "portable";
     }
-    const std::vector<float> x = random_values(size_t(options.batch * shape.k), 2);
-    std::vector<float> y(size_t(options.batch * shape.n));
-    check(qjit_linear_forward(layer, x.data(), options.batch, y.data()), "qjit_linear_forward");  // warm-up
-    std::vector<double> seconds;
-    for (int i = 0; i < options.repeats; ++i) {
-        const auto start = std::chrono::steady_clock::now();
-        check(qjit_linear_forward(layer, x.data(), options.batch, y.data()), "qjit_linear_forward");
-        seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    qjit_linear_info info;
-    const char* description = nullptr;
-    check(qjit_linear_get_info(layer, &info), "qjit_linear_get_info");
-    check(qjit_linear_describe(layer, &description), "qjit_linear_describe");
-    const std::string kernel(description, std::string(description).find(' '));
-    const double t = median(seconds);
-    std::printf("%-28s %6lld x %-6lld %-44s %10.1f %8.2f\n", shape.name.c_str(), (long long)shape.k,
-                (long long)shape.n, kernel.c_str(), t * 1e6, double(info.weight_bytes) / t * 1e-9);
-    qjit_linear_destroy(layer);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    Options options;
-    CLI::App app{"qjit-tune: time qjit kernels on LLM layer shapes (default: Llama-2-7B, 4-bit, group 128)"};
-    app.add_option("--model", options.model, "model config, e.g. configs/models/llama-2-70b.yaml")
-        ->check(CLI::ExistingFile);
-    app.add_option("--bits", options.bits, "weight bits: 2, 3, 4 or 8")->check(CLI::IsMember({2, 3, 4, 8}));
-    app.add_option("--group", options.group, "group size: 16, 32, 64, 128, 256 or -1 (per column)");
-    app.add_flag("--symmetric", options.symmetric, "symmetric quantization (zero point 2^(bits-1))");
-    app.add_option("--batch", options.batch, "activation rows (m)")->check(CLI::PositiveNumber);
-    app.add_option("--threads", options.threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber);
-    app.add_option("--repeats", options.repeats, "timed runs per shape (the median is shown)")
-        ->check(CLI::PositiveNumber);
-    app.add_option("--activations", options.activations, "activation path: auto, f32 (exact) or int8")
+    Options o;
+    CLI::App app{"qjit-tune: tune qjit kernels for LLM layer shapes on this machine and store the choices "
+                 "(default: Llama-2-7B, 4-bit, group 128, batch 1 and 16)"};
+    app.add_option("--model", o.model, "model config, e.g. configs/models/llama-2-70b.yaml")->check(CLI::ExistingFile);
+    app.add_option("--bits", o.bits, "weight bits: 2, 3, 4 or 8")->check(CLI::IsMember({2, 3, 4, 8}));
+    app.add_option("--group", o.group, "group size: 16, 32, 64, 128, 256 or -1 (per column)")
+        ->check(CLI::IsMember({16, 32, 64, 128, 256, -1}));
+    app.add_flag("--symmetric", o.symmetric, "symmetric quantization (zero point 2^(bits-1))");
+    app.add_option("--batch", o.batches, "activation rows per forward to tune for (one or more)")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+    app.add_option("--threads", o.threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber);
+    app.add_option("--budget", o.budget_ms, "milliseconds of timing per shape (default 300; 0: the model's pick)")
+        ->check(CLI::NonNegativeNumber);
+    app.add_flag("--exhaustive", o.exhaustive, "time every tiling the registers allow (no pruning, no budget)");
+    app.add_flag("--retune", o.retune, "tune shapes the database already holds");
+    app.add_flag("!--no-compare", o.compare, "skip timing the untuned default and the portable path");
+    app.add_option("--repeats", o.repeats, "cold calls per timing in the table (the median is shown)")
+        ->check(CLI::Range(1, 100000));
+    app.add_option("--activations", o.activations, "activation path: auto, f32 (exact) or int8")
         ->check(CLI::IsMember({"auto", "f32", "int8"}));
-    app.add_option("--tiling", options.tiling, "force a tiling, e.g. tu=4,mb=4,prefetch=8");
+    app.add_option("--db", o.db, "tuning database (default: $QJIT_TUNING_DB, else $XDG_CACHE_HOME/qjit/tuning.yaml)");
+    app.add_flag("--list", o.list, "print the database and exit");
+    app.add_option("--export", o.export_path, "write the database to this file and exit");
+    app.add_option("--import", o.import_path, "merge this database file into the database and exit")
+        ->check(CLI::ExistingFile);
     CLI11_PARSE(app, argc, argv);
+    if (o.list || !o.export_path.empty() || !o.import_path.empty()) return manage_database(o);
 
     qjit::ModelConfig model = kLlama2_7b;
-    if (!options.model.empty()) {
+    if (!o.model.empty()) {
         try {
-            model = qjit::load_model_config(options.model);
+            model = qjit::load_model_config(o.model);
         } catch (const std::exception& e) {
             std::fprintf(stderr, "qjit-tune: %s\n", e.what());
             return 1;
         }
     }
-
-    qjit_context_options context_options;
-    qjit_context_options_init(&context_options);
-    context_options.num_threads = options.threads;
-    context_options.activations = options.activations == "f32"    ? QJIT_ACTIVATIONS_F32
-                                  : options.activations == "int8" ? QJIT_ACTIVATIONS_INT8
-                                                                  : QJIT_ACTIVATIONS_AUTO;
-    if (!options.tiling.empty()) context_options.tiling = options.tiling.c_str();
-    qjit_context* context = nullptr;
-    check(qjit_context_create(&context_options, &context), "qjit_context_create");
+    const qjit_tuning_mode mode = o.exhaustive ? QJIT_TUNING_EXHAUSTIVE : o.retune ? QJIT_TUNING_RETUNE : QJIT_TUNING_DEFAULT;
+    qjit_context* portable = make_context(o, 1, 0, QJIT_TUNING_DEFAULT, QJIT_ISA_PORTABLE, false);
     int threads = 0;
-    check(qjit_context_num_threads(context, &threads), "qjit_context_num_threads");
+    check(qjit_context_num_threads(portable, &threads), "qjit_context_num_threads");
+    const char* machine = nullptr;
+    std::vector<qjit_context*> tuned, untuned;
+    for (int64_t batch : o.batches) {
+        tuned.push_back(make_context(o, batch, o.budget_ms, mode, QJIT_ISA_AUTO, true));
+        untuned.push_back(make_context(o, batch, 0, QJIT_TUNING_DEFAULT, QJIT_ISA_AUTO, false));
+    }
+    check(qjit_context_describe(tuned.front(), &machine), "qjit_context_describe");
+    std::printf("qjit %s: %s\n", qjit_version(), machine);
 
-    std::printf("qjit %s: %s layers, %d-bit, group %d, %s, batch %lld, %d threads, median of %d runs\n",
-                qjit_version(), model.name.c_str(), options.bits, options.group,
-                options.symmetric ? "symmetric" : "asymmetric",
-                (long long)options.batch, threads, options.repeats);
-    std::printf("%-28s %15s %-44s %10s %8s\n", "layer", "K x N", "kernel", "time_us", "GB/s");
-    for (const LinearShape& shape : qjit::distinct_shapes(model.linear)) time_shape(context, shape, options);
-    qjit_context_destroy(context);
+    qjit_tools::BandwidthProbe probe(kProbeBytes);
+    const double probe_gbps = probe.median(threads, kProbeRepeats);
+    std::printf("%s layers, %d-bit, group %d, %s; %d threads; memory read probe %.1f GB/s; %s; median of %d cold calls\n",
+                model.name.c_str(), o.bits, o.group, o.symmetric ? "symmetric" : "asymmetric", threads, probe_gbps,
+                o.exhaustive ? "exhaustive search" : o.retune ? "retuning every shape" : "database hits reused",
+                o.repeats);
+
+    const std::vector<LinearShape> shapes = qjit::distinct_shapes(model.linear);
+    const bool tty = isatty(STDOUT_FILENO);
+    std::vector<Row> rows;
+    const size_t total = shapes.size() * o.batches.size();
+    for (const LinearShape& shape : shapes) {
+        qjit_tools::GptqTensors tensors;
+        qjit_tools::random_gptq(shape.k, shape.n, o.bits, o.group, uint64_t(shape.k * 31 + shape.n), &tensors,
+                                o.symmetric);
+        qjit_linear* slow = o.compare ? make_layer(portable, shape, tensors) : nullptr;
+        for (size_t b = 0; b < o.batches.size(); ++b) {
+            Row row{shape.name, shape, o.batches[b]};
+            if (tty) show_progress(rows.size(), total, row.layer + " m=" + std::to_string(row.batch));
+            qjit_linear* layer = make_layer(tuned[b], shape, tensors);
+            qjit_linear_tuning tuning;
+            qjit_linear_info info;
+            check(qjit_linear_get_tuning(layer, &tuning), "qjit_linear_get_tuning");
+            check(qjit_linear_get_info(layer, &info), "qjit_linear_get_info");
+            if (*tuning.warning) std::fprintf(stderr, "\nqjit-tune: warning: %s\n", tuning.warning);
+            row.source = tuning.source;
+            row.kernel = std::string(tuning.kernel_key).substr(0, std::string(tuning.kernel_key).find(' '));
+            row.tiling = tuning.tiling;
+            row.tuning_ms = tuning.tuning_ms;
+            row.us = time_layer(layer, row.batch, o.repeats);
+            row.gbps = double(info.weight_bytes) / row.us * 1e-3;
+            qjit_linear_destroy(layer);
+            if (o.compare) {
+                qjit_linear* plain = make_layer(untuned[b], shape, tensors);
+                row.default_us = time_layer(plain, row.batch, o.repeats);
+                qjit_linear_destroy(plain);
+                row.portable_us = time_layer(slow, row.batch, std::max(3, o.repeats / 3));
+            }
+            rows.push_back(row);
+        }
+        qjit_linear_destroy(slow);
+    }
+    if (tty) std::printf("\r%-80s\r", "");
+
+    std::printf("\n| layer | K x N | m | tiling from | kernel | tiling | tuning ms | us | GB/s | x probe | vs default | vs portable |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const Row& r : rows) {
+        std::printf("| %s | %lldx%lld | %lld | %s | %s | %s | %.0f | %.1f | %.2f | %.2f |", r.layer.c_str(),
+                    (long long)r.shape.k, (long long)r.shape.n, (long long)r.batch, source_word(r.source),
+                    r.kernel.c_str(), r.tiling.c_str(), r.tuning_ms, r.us, r.gbps, r.gbps / probe_gbps);
+        if (o.compare) std::printf(" %.2fx | %.1fx |\n", r.default_us / r.us, r.portable_us / r.us);
+        else std::printf(" - | - |\n");
+    }
+    for (qjit_context* c : tuned) qjit_context_destroy(c);
+    for (qjit_context* c : untuned) qjit_context_destroy(c);
+    qjit_context_destroy(portable);
     return 0;
 }

@@ -1,4 +1,4 @@
-#include "bandwidth_probe.hpp"
+#include "tools/bandwidth_probe.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-namespace qjit_bench {
+namespace qjit_tools {
 
 namespace {
 
@@ -92,4 +92,4 @@ double BandwidthProbe::median(int threads, int repeats, size_t sweep_bytes) {
     return samples[samples.size() / 2];
 }
 
-}  // namespace qjit_bench
+}  // namespace qjit_tools

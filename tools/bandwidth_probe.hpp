@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace qjit_bench {
+namespace qjit_tools {
 
 class BandwidthProbe {
 public:
@@ -36,4 +36,4 @@ private:
     uint64_t checksum_ = 0;   // keeps the sums observable so the reads cannot be optimized away
 };
 
-}  // namespace qjit_bench
+}  // namespace qjit_tools
