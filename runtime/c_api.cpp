@@ -36,6 +36,16 @@ std::vector<float> transpose_to_k_by_n(const float* w, int64_t k, int64_t n) {
     return out;
 }
 
+// Runs `use` on the context's tuning database under its lock.
+template <typename Use>
+void with_tuning_db(qjit_context* context, Use use) {
+    require(context != nullptr, "context is NULL");
+    std::lock_guard lock(context->tuning_mutex);
+    TuningDb* db = tuning_database(*context);
+    require(db != nullptr, "the context has no tuning database (options.tuning_db_path is \"\")");
+    use(*db);
+}
+
 }  // namespace
 
 extern "C" {
@@ -108,37 +118,29 @@ qjit_status qjit_context_describe(const qjit_context* context, const char** desc
 
 qjit_status qjit_tuning_db_list(qjit_context* context, const char** text) {
     return guarded([&] {
-        require(context != nullptr, "context is NULL");
         require(text != nullptr, "text is NULL");
-        std::lock_guard lock(context->tuning_mutex);
-        TuningDb* db = tuning_database(*context);
-        require(db != nullptr, "the context has no tuning database (options.tuning_db_path is \"\")");
-        db->load();
-        context->db_listing = format_listing(db->records(), probe_cpu().fingerprint);
-        *text = context->db_listing.c_str();
+        with_tuning_db(context, [&](TuningDb& db) {
+            db.load();
+            context->db_listing = format_listing(db.records(), probe_cpu().fingerprint);
+            *text = context->db_listing.c_str();
+        });
     });
 }
 
 qjit_status qjit_tuning_db_export(qjit_context* context, const char* path) {
     return guarded([&] {
-        require(context != nullptr, "context is NULL");
         require(path != nullptr && *path, "path is NULL or empty");
-        std::lock_guard lock(context->tuning_mutex);
-        TuningDb* db = tuning_database(*context);
-        require(db != nullptr, "the context has no tuning database (options.tuning_db_path is \"\")");
-        db->load();
-        db->export_to(path);
+        with_tuning_db(context, [&](TuningDb& db) {
+            db.load();
+            db.export_to(path);
+        });
     });
 }
 
 qjit_status qjit_tuning_db_import(qjit_context* context, const char* path) {
     return guarded([&] {
-        require(context != nullptr, "context is NULL");
         require(path != nullptr && *path, "path is NULL or empty");
-        std::lock_guard lock(context->tuning_mutex);
-        TuningDb* db = tuning_database(*context);
-        require(db != nullptr, "the context has no tuning database (options.tuning_db_path is \"\")");
-        db->import_from(path);
+        with_tuning_db(context, [&](TuningDb& db) { db.import_from(path); });
     });
 }
 
