@@ -40,6 +40,19 @@ std::optional<jit::CpuKernelSpec> spec_from_record(const TuningProblem& problem,
     }
 }
 
+// A forced tiling that names only some knobs takes the others from the best-ranked candidate
+// that agrees with the knobs it names; knobs outside the search space go on the model's first pick.
+jit::CpuKernelSpec forced_spec(const TuningProblem& problem, const std::string& text) {
+    const SearchSpace space = ranked_space(problem, true);
+    for (const Candidate& candidate : space.ranked) {
+        try {
+            if (with_tiling_text(candidate.spec, text).tiling == candidate.spec.tiling) return candidate.spec;
+        } catch (const Error&) {  // malformed or unusable here: the fallback below reports it
+        }
+    }
+    return with_tiling_text(space.ranked.front().spec, text);
+}
+
 TilingChoice searched(qjit_context& context, const TuningProblem& problem, Clock::time_point start) {
     const bool exhaustive = context.tuning_mode == QJIT_TUNING_EXHAUSTIVE;
     const SearchSpace space = ranked_space(problem, !exhaustive);
@@ -101,7 +114,7 @@ TilingChoice choose_tiling(qjit_context& context, const QuantParams& params) {
     };
     if (!context.tiling.empty()) {
         choice.source = QJIT_TILING_FORCED;
-        choice.spec = with_tiling_text(ranked_space(problem, true).ranked.front().spec, context.tiling);
+        choice.spec = forced_spec(problem, context.tiling);
         return finish(choice);
     }
 

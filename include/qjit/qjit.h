@@ -117,7 +117,7 @@ typedef struct qjit_context_options {
     int verbosity;               /* 0 quiet; 1 one line per layer creation on stderr ($QJIT_VERBOSE) */
     qjit_activations activations; /* AUTO: the default path ($QJIT_ACTIVATIONS=f32|int8 overrides) */
     const char* tiling;          /* NULL: tuned per layer; else e.g. "tu=4,mb=4,prefetch=8,ku=1,ksplit=1" for
-                                    all layers (knobs left out come from the performance model's pick) */
+                                    all layers (knobs left out: the model's best pick that agrees with those given) */
     double tuning_budget_ms;     /* wall time a layer creation may spend timing tilings on a database miss;
                                     < 0: $QJIT_TUNING_BUDGET_MS, else 300. 0: the model's pick, untimed */
     qjit_tuning_mode tuning_mode;

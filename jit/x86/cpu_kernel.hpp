@@ -25,6 +25,8 @@ struct CpuTiling {
                              // divide group_size / 32; the tail group always steps one block)
     int k_splits = 1;        // the runtime splits K into this many group ranges (partial sums added);
                              // a schedule knob: it does not change the generated code
+
+    bool operator==(const CpuTiling&) const = default;
 };
 
 struct CpuKernelSpec {
