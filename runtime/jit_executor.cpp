@@ -1,6 +1,7 @@
 #include "runtime/jit_executor.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -46,12 +47,14 @@ std::vector<JitExecutor::GroupRange> split_groups(const jit::CpuKernelSpec& spec
 
 JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::string& dump_dir)
     : spec_(spec), group_ranges_(split_groups(spec)) {
+    const auto emission_start = std::chrono::steady_clock::now();
     for (int rows = 1; rows <= spec.tiling.rows; ++rows) {
         jit::CpuKernelSpec variant = spec;
         variant.rows = rows;
         kernels_.push_back(jit::generate_cpu_kernel(variant));
         if (!dump_dir.empty()) dump_kernel(*kernels_.back(), dump_dir);
     }
+    emission_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - emission_start).count();
 
     // Scales and zero points in panel order, so a kernel streams its panel's metadata contiguously.
     // Groups past the layer's own (groups of 16 over the padded rows) get scale 0.

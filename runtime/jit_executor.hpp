@@ -25,6 +25,8 @@ public:
                  ThreadPool& pool) const;
 
     const jit::CpuKernelSpec& spec() const { return spec_; }
+    // Milliseconds the constructor spent generating machine code (not repacking metadata).
+    double emission_ms() const { return emission_ms_; }
     // Bytes of the repacked scales and zero points a forward streams.
     int64_t metadata_bytes() const { return int64_t(scales_.size() + zeros_.size()); }
     const jit::JitGenerator& kernel(int rows) const { return *kernels_[size_t(rows - 1)]; }
@@ -42,6 +44,7 @@ public:
 
 private:
     jit::CpuKernelSpec spec_;
+    double emission_ms_ = 0;
     std::vector<GroupRange> group_ranges_;  // one per part of the K split
     std::vector<std::unique_ptr<jit::JitGenerator>> kernels_;  // [rows - 1]
     std::vector<uint8_t> scales_;  // [panel][group][panel_columns], fp16 or fp32

@@ -54,9 +54,10 @@ std::unique_ptr<qjit_linear> assemble(qjit_context* context, QuantParams params,
                                       TilingChoice choice, Clock::time_point start) {
     auto layer = std::make_unique<qjit_linear>();
     layer->context = context;
-    const auto kernel_start = Clock::now();
-    if (choice.spec) layer->jit = std::make_unique<JitExecutor>(*choice.spec, params, context->dump_dir);
-    layer->kernel_ms = ms_since(kernel_start);
+    if (choice.spec) {
+        layer->jit = std::make_unique<JitExecutor>(*choice.spec, params, context->dump_dir);
+        layer->kernel_ms = layer->jit->emission_ms();
+    }
     layer->tuning = std::move(choice);
     layer->params = std::move(params);
     layer->codes = std::move(codes);

@@ -18,7 +18,7 @@ struct qjit_linear {
     qjit::PackedCodes codes;
     std::unique_ptr<qjit::JitExecutor> jit;  // null: the portable path runs the layer
     qjit::TilingChoice tuning;               // how the kernel and tiling were chosen
-    double kernel_ms = 0;                    // emitting the kernels
+    double kernel_ms = 0;                    // generating the kernels' machine code
     std::string description;
 };
 

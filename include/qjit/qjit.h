@@ -161,7 +161,7 @@ typedef struct qjit_linear_tuning {
     const char* kernel_key;  /* the database key: "gemm_q4g128_asym_i8_avx512vnni K=4096 N=11008 m=1 threads=2"; "" portable */
     const char* tiling;      /* "tu=3,mb=8,prefetch=4,ku=1,ksplit=1"; "" portable */
     double tuning_ms;        /* choosing the tiling: database lookup or timed search */
-    double kernel_ms;        /* emitting the kernels and repacking the metadata */
+    double kernel_ms;        /* generating the kernels' machine code (one per row count up to mb) */
     double measured_us;      /* a cold call as timed by the search or the record; 0 when untimed */
     int candidates_timed;    /* by this layer's search; 0 otherwise */
     int candidates_ranked;   /* tilings the search could time, after pruning; 0 without a search */
