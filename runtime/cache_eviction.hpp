@@ -4,10 +4,16 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 namespace qjit {
 
 // clflush on every cache line of [data, data + bytes), then a fence.
 void evict_from_caches(const void* data, size_t bytes);
+
+template <typename T>
+void evict_from_caches(const std::vector<T>& values) {
+    evict_from_caches(values.data(), values.size() * sizeof(T));
+}
 
 }  // namespace qjit

@@ -46,8 +46,8 @@ CandidateRun CandidateBench::make_run(const jit::CpuKernelSpec& spec) {
     CandidateRun candidate;
     candidate.prepare = [this, executor, code_bytes] {
         evict_from_caches(codes_.words.data(), code_bytes);
-        evict_from_caches(executor->packed_scales().data(), executor->packed_scales().size());
-        evict_from_caches(executor->packed_zeros().data(), executor->packed_zeros().size());
+        evict_from_caches(executor->packed_scales());
+        evict_from_caches(executor->packed_zeros());
     };
     candidate.run = [this, executor] {
         codes_.panel_columns = executor->spec().panel_columns();

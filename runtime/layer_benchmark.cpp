@@ -8,28 +8,19 @@
 
 namespace qjit {
 
-namespace {
-
-template <typename T>
-void evict(const std::vector<T>& values) {
-    evict_from_caches(values.data(), values.size() * sizeof(T));
-}
-
-}  // namespace
-
 double benchmark_linear(const qjit_linear& layer, int64_t m, int repeats, bool cold) {
     std::vector<float> x(size_t(m * layer.params.k)), y(size_t(m * layer.params.n));
     for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 23) - 11) * 0.0625f;
     CandidateRun call;
     if (cold)
         call.prepare = [&] {
-            evict(layer.codes.words);
+            evict_from_caches(layer.codes.words);
             if (layer.jit) {
-                evict(layer.jit->packed_scales());
-                evict(layer.jit->packed_zeros());
+                evict_from_caches(layer.jit->packed_scales());
+                evict_from_caches(layer.jit->packed_zeros());
             } else {
-                evict(layer.params.scales);
-                evict(layer.params.zeros);
+                evict_from_caches(layer.params.scales);
+                evict_from_caches(layer.params.zeros);
             }
         };
     call.run = [&] { linear_forward(layer, x.data(), m, y.data()); };

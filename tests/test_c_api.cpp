@@ -13,14 +13,6 @@ namespace {
 using qjit::test::ContextPtr;
 using qjit::test::LinearPtr;
 
-// Expects `status` with a last-error message that mentions `word`.
-#define EXPECT_STATUS(call, status, word)                                                      \
-    do {                                                                                       \
-        EXPECT_EQ((call), (status)) << qjit_last_error();                                      \
-        EXPECT_NE(std::string(qjit_last_error()).find(word), std::string::npos)                \
-            << "message '" << qjit_last_error() << "' does not name '" << (word) << "'";       \
-    } while (0)
-
 class CApiTest : public ::testing::Test {
 protected:
     void SetUp() override {

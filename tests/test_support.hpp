@@ -6,14 +6,45 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "qjit/qjit.h"
 #include "runtime/quantized_matrix.hpp"
 
+// Expects `status` with a last-error message that mentions `word`.
+#define EXPECT_STATUS(call, status, word)                                                \
+    do {                                                                                 \
+        EXPECT_EQ((call), (status)) << qjit_last_error();                                \
+        EXPECT_NE(std::string(qjit_last_error()).find(word), std::string::npos)          \
+            << "message '" << qjit_last_error() << "' does not name '" << (word) << "'"; \
+    } while (0)
+
 namespace qjit::test {
+
+inline std::string read_file(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+inline void write_file(const std::filesystem::path& path, const std::string& text) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+// The files in `dir` whose names start with `prefix`.
+inline std::vector<std::filesystem::path> files_starting(const std::filesystem::path& dir, const std::string& prefix) {
+    std::vector<std::filesystem::path> found;
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+        if (entry.path().filename().string().rfind(prefix, 0) == 0) found.push_back(entry.path());
+    return found;
+}
 
 inline std::vector<float> random_floats(size_t count, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
     std::mt19937 rng(seed);

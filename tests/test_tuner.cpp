@@ -39,6 +39,9 @@ namespace {
 
 using qjit::test::ContextPtr;
 using qjit::test::LinearPtr;
+using qjit::test::files_starting;
+using qjit::test::read_file;
+using qjit::test::write_file;
 using Clock = std::chrono::steady_clock;
 
 // Tests that run generated kernels need AVX2 at least, on the CPU and under $QJIT_MAX_ISA.
@@ -60,14 +63,6 @@ bool generated_kernels_run() {
     do {                                                                                           \
         if (!generated_kernels_run())                                                              \
             GTEST_SKIP() << "no AVX2 (CPU or $QJIT_MAX_ISA): only the portable path runs here"; \
-    } while (0)
-
-// Expects `status` with a last-error message that mentions `word`.
-#define EXPECT_STATUS(call, status, word)                                                \
-    do {                                                                                 \
-        EXPECT_EQ((call), (status)) << qjit_last_error();                                \
-        EXPECT_NE(std::string(qjit_last_error()).find(word), std::string::npos)          \
-            << "message '" << qjit_last_error() << "' does not name '" << (word) << "'"; \
     } while (0)
 
 void busy_wait_us(double us) {
@@ -417,17 +412,6 @@ std::string key_for(const Shape& s, int threads = 2) {
     return layer ? tuning_of(layer.get()).kernel_key : std::string();
 }
 
-std::string read_text(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
-}
-
 std::vector<qjit::TuningRecord> records_of(const qjit::TuningDb& db, const std::string& fingerprint) {
     std::vector<qjit::TuningRecord> mine;
     for (const qjit::TuningRecord& r : db.records())
@@ -521,7 +505,7 @@ TEST_F(TunerLayerTuning, MissSearchesAndStoresTheWinner) {
     EXPECT_TRUE(db.warning().empty()) << db.warning();
     EXPECT_EQ(db.records().size(), 1u);
     const std::optional<qjit::TuningRecord> stored = db.find(fingerprint_, t.kernel_key);
-    ASSERT_TRUE(stored) << read_text(db_);
+    ASSERT_TRUE(stored) << read_file(db_);
     EXPECT_EQ(stored->tiling, t.tiling);
     EXPECT_DOUBLE_EQ(stored->time_us, t.measured_us);
     EXPECT_GT(stored->gbps, 0.0);
@@ -576,7 +560,7 @@ TEST_F(TunerLayerTuning, OtherHardwaresRecordIsIgnoredAndKept) {
     EXPECT_GE(t.timed, 1);
 
     qjit::TuningDb db(db_);
-    EXPECT_EQ(db.records().size(), 2u) << read_text(db_);
+    EXPECT_EQ(db.records().size(), 2u) << read_file(db_);
     const std::optional<qjit::TuningRecord> theirs = db.find(other, key);
     ASSERT_TRUE(theirs);
     EXPECT_EQ(theirs->tiling, "tu=1,mb=1,prefetch=0,ku=1,ksplit=1");
@@ -590,7 +574,7 @@ TEST_F(TunerLayerTuning, CorruptDatabaseIsSetAsideAndReported) {
     SKIP_WITHOUT_AVX2();
     const Shape shape;
     fs::create_directories(fs::path(db_).parent_path());
-    write_text(db_,
+    write_file(db_,
                "# qjit tuning database\n\x01\x02 not yaml at all: [\n---\nschema: 1\nqjit_version: \"0.1.0\"\n"
                "fingerprint: \"" + fingerprint_ + "\"\nkernel: \"truncated");
 
@@ -605,16 +589,12 @@ TEST_F(TunerLayerTuning, CorruptDatabaseIsSetAsideAndReported) {
                                t.warning.find("corrupt") != std::string::npos;
     EXPECT_TRUE(names_problem) << t.warning;
 
-    int set_aside = 0;
-    const std::string prefix = fs::path(db_).filename().string() + ".corrupt-";
-    for (const auto& entry : fs::directory_iterator(fs::path(db_).parent_path()))
-        set_aside += entry.path().filename().string().rfind(prefix, 0) == 0;
-    EXPECT_EQ(set_aside, 1);
+    EXPECT_EQ(files_starting(fs::path(db_).parent_path(), fs::path(db_).filename().string() + ".corrupt-").size(), 1u);
 
     qjit::TuningDb db(db_);
     EXPECT_TRUE(db.warning().empty()) << db.warning();
     const std::optional<qjit::TuningRecord> stored = db.find(fingerprint_, t.kernel_key);
-    ASSERT_TRUE(stored) << read_text(db_);
+    ASSERT_TRUE(stored) << read_file(db_);
     EXPECT_EQ(stored->tiling, t.tiling);
 }
 
@@ -808,7 +788,7 @@ TEST_F(TunerCApi, ListExportImport) {
 
     qjit::TuningDb db(other_db);
     const std::optional<qjit::TuningRecord> imported = db.find(fingerprint_, t.kernel_key);
-    ASSERT_TRUE(imported) << read_text(other_db);
+    ASSERT_TRUE(imported) << read_file(other_db);
     EXPECT_EQ(imported->tiling, t.tiling);
 
     // The imported record now serves layers of the fresh context without a search.
@@ -931,9 +911,9 @@ TEST_F(TunerSharedDb, ConcurrentProcessesKeepBothRecords) {
     qjit::TuningDb db(db_);
     EXPECT_TRUE(db.warning().empty()) << db.warning();
     const std::vector<qjit::TuningRecord> mine = records_of(db, fingerprint_);
-    EXPECT_EQ(mine.size(), 2u) << read_text(db_);
-    EXPECT_TRUE(db.find(fingerprint_, key_a)) << read_text(db_);
-    EXPECT_TRUE(db.find(fingerprint_, key_b)) << read_text(db_);
+    EXPECT_EQ(mine.size(), 2u) << read_file(db_);
+    EXPECT_TRUE(db.find(fingerprint_, key_a)) << read_file(db_);
+    EXPECT_TRUE(db.find(fingerprint_, key_b)) << read_file(db_);
 }
 
 }  // namespace

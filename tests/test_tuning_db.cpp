@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/error.hpp"
+#include "test_support.hpp"
 #include "tuner/tuning_db.hpp"
 
 namespace fs = std::filesystem;
@@ -28,6 +29,10 @@ void PrintTo(const TuningRecord& r, std::ostream* out) {
 
 namespace {
 
+using test::files_starting;
+using test::read_file;
+using test::write_file;
+
 TuningRecord make_record(const std::string& fingerprint, int n, const std::string& tiling = "tu=3,mb=8,prefetch=4,ku=1,ksplit=1") {
     TuningRecord r;
     r.fingerprint = fingerprint;
@@ -37,25 +42,6 @@ TuningRecord make_record(const std::string& fingerprint, int n, const std::strin
     r.gbps = 0.1 * n + 1.0 / 3.0;  // needs every digit to round-trip
     r.date = "2024-05-01T12:00:00Z";
     return r;
-}
-
-std::string read_file(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
-void write_file(const fs::path& path, const std::string& text) {
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
-}
-
-// The files in `dir` whose names start with `prefix`.
-std::vector<fs::path> files_starting(const fs::path& dir, const std::string& prefix) {
-    std::vector<fs::path> found;
-    for (const auto& entry : fs::directory_iterator(dir))
-        if (entry.path().filename().string().rfind(prefix, 0) == 0) found.push_back(entry.path());
-    return found;
 }
 
 // Runs `body` in a child process; its return value is the exit status.

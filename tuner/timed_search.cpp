@@ -27,7 +27,7 @@ Measurement summarize(std::vector<double> samples) {
     Measurement m;
     m.samples = int(n);
     m.median_seconds = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
-    const double q1 = samples[n / 4], q3 = samples[(3 * n) / 4 < n ? (3 * n) / 4 : n - 1];
+    const double q1 = samples[n / 4], q3 = samples[3 * n / 4];
     m.spread = m.median_seconds > 0 ? (q3 - q1) / m.median_seconds : 0.0;
     m.stable = m.spread <= kUnstableSpread;
     return m;
