@@ -37,7 +37,7 @@ typedef enum qjit_status {
     QJIT_ERROR_OUT_OF_MEMORY = 3,
     QJIT_ERROR_IO = 4,               /* a file could not be opened, read or written */
     QJIT_ERROR_CORRUPT_DATA = 5,     /* a file is truncated, fails its checksum or is malformed */
-    QJIT_ERROR_NO_DEVICE = 6,        /* no usable GPU (reserved for the CUDA backend) */
+    QJIT_ERROR_NO_DEVICE = 6,        /* no usable CUDA device or driver, or no NVRTC to compile for one */
     QJIT_ERROR_INTERNAL = 7,
     QJIT_STATUS_MAX_ENUM = 0x7fffffff /* keeps the enum 32-bit; not a status */
 } qjit_status;
@@ -59,6 +59,7 @@ typedef enum qjit_isa {
 typedef enum qjit_dtype {
     QJIT_DTYPE_F32 = 0,
     QJIT_DTYPE_F16 = 1,
+    QJIT_DTYPE_BF16 = 2,
     QJIT_DTYPE_MAX_ENUM = 0x7fffffff
 } qjit_dtype;
 
@@ -122,6 +123,11 @@ typedef struct qjit_context_options {
                                     < 0: $QJIT_TUNING_BUDGET_MS, else 300. 0: the model's pick, untimed */
     qjit_tuning_mode tuning_mode;
     int64_t tuning_batch;        /* activation rows per forward the tiling is tuned for; 0: 1 (decoding) */
+    int cuda_device;             /* -1 (the default): CPU only. >= 0: layers also upload their weights to this
+                                    CUDA device at creation and serve qjit_linear_forward_cuda; creating the
+                                    context fails with QJIT_ERROR_NO_DEVICE where there is no such device */
+    qjit_dtype cuda_dtype;       /* activation type the CUDA kernels are tuned and compiled for at layer
+                                    creation: QJIT_DTYPE_F16 (the default) or QJIT_DTYPE_BF16 */
 } qjit_context_options;
 
 /* How fp32 weights are quantized (round-to-nearest from each group's min/max). */
@@ -167,6 +173,22 @@ typedef struct qjit_linear_tuning {
     int candidates_ranked;   /* tilings the search could time, after pruning; 0 without a search */
     const char* warning;     /* a problem with the tuning database (e.g. set aside as corrupt), or "" */
 } qjit_linear_tuning;
+
+/* A CUDA device as the driver reports it. */
+typedef struct qjit_cuda_device_info {
+    char name[256];
+    int ordinal;
+    int compute_major, compute_minor;   /* compute capability, e.g. 9.0 */
+    int sm_count;
+    int64_t shared_memory_per_sm;       /* bytes */
+    int64_t shared_memory_per_block;    /* bytes a block may opt in to */
+    int64_t l2_bytes;
+    int64_t global_memory_bytes;
+    int memory_bus_bits;
+    int memory_clock_khz;
+    double peak_bandwidth_gbps;         /* 2 x bus width x memory clock (the data sheet figure) */
+    int driver_version;                 /* e.g. 13000 */
+} qjit_cuda_device_info;
 
 /* ---- library ---- */
 QJIT_API const char* qjit_version(void);              /* "MAJOR.MINOR.PATCH" */
@@ -219,6 +241,26 @@ QJIT_API qjit_status qjit_linear_get_tuning(const qjit_linear* layer, qjit_linea
  * microseconds. cold != 0: the layer's weights are flushed from every cache before each call, as in decoding
  * a model larger than the caches (the tuner times the same way); cold == 0: back-to-back calls. */
 QJIT_API qjit_status qjit_linear_benchmark(qjit_linear* layer, int64_t m, int repeats, int cold, double* median_us);
+
+/* ---- CUDA (the driver is loaded at run time: every build runs where there is no GPU) ---- */
+/* Devices the driver sees. QJIT_ERROR_NO_DEVICE, with the reason in qjit_last_error(), where there is no
+ * driver (libcuda.so.1), it fails to initialise, or it sees no device; *count is then 0. */
+QJIT_API qjit_status qjit_cuda_device_count(int* count);
+QJIT_API qjit_status qjit_cuda_get_device_info(int ordinal, qjit_cuda_device_info* info);
+/* y (m x N) = x (m x K) * W on the context's CUDA device (options.cuda_device), enqueued on `stream` (a
+ * CUstream; NULL: the legacy default stream) and not waited for. x and y are device pointers to
+ * row-major m x K and m x N matrices of `dtype` (QJIT_DTYPE_F16 or QJIT_DTYPE_BF16); m >= 1. Products are
+ * accumulated in fp32. Calls on one layer are serialised (a layer owns one scratch buffer). */
+QJIT_API qjit_status qjit_linear_forward_cuda(qjit_linear* layer, const void* x, void* y, int64_t m,
+                                              qjit_dtype dtype, void* stream);
+/* Times `repeats` CUDA forwards of m rows on random activations with CUDA events (after a warm-up) and
+ * returns the median in microseconds. The weights stay resident in device memory, as in decoding. */
+QJIT_API qjit_status qjit_linear_benchmark_cuda(qjit_linear* layer, int64_t m, qjit_dtype dtype, int repeats,
+                                                double* median_us);
+/* How the layer's CUDA tiling for `dtype` and m rows was chosen (kernel_ms: NVRTC compile time, zero on a
+ * cubin cache hit). Fills the same struct as the CPU's; strings owned by the layer. */
+QJIT_API qjit_status qjit_linear_get_tuning_cuda(qjit_linear* layer, int64_t m, qjit_dtype dtype,
+                                                 qjit_linear_tuning* tuning);
 
 /* A string naming the layer's format, kernel and tiling; owned by the layer. */
 QJIT_API qjit_status qjit_linear_describe(const qjit_linear* layer, const char** description);
