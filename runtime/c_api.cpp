@@ -86,6 +86,8 @@ void qjit_context_options_init(qjit_context_options* options) {
     options->tuning_budget_ms = -1;
     options->tuning_mode = QJIT_TUNING_DEFAULT;
     options->tuning_batch = 0;
+    options->cuda_device = -1;
+    options->cuda_dtype = QJIT_DTYPE_F16;
 }
 
 qjit_status qjit_context_create(const qjit_context_options* options, qjit_context** context) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "jit/cuda/nvrtc_compiler.hpp"
 #include "runtime/error.hpp"
 #include "tuner/cpu_isa.hpp"
 #include "tuner/hardware_probe.hpp"
@@ -63,6 +64,25 @@ double tuning_budget_ms(const qjit_context_options& options) {
     return value;
 }
 
+
+// options.cuda_device >= 0: the device must exist (QJIT_ERROR_NO_DEVICE otherwise) and is probed.
+void open_cuda_device(const qjit_context_options& options, qjit_context& context) {
+    require(options.cuda_device >= -1, "options.cuda_device is ", options.cuda_device, "; expected -1 (none) or an ordinal");
+    require(options.cuda_dtype == QJIT_DTYPE_F16 || options.cuda_dtype == QJIT_DTYPE_BF16, "options.cuda_dtype is ",
+            int(options.cuda_dtype), "; expected QJIT_DTYPE_F16 or QJIT_DTYPE_BF16");
+    context.cuda_activations =
+        options.cuda_dtype == QJIT_DTYPE_BF16 ? jit::cuda::ActivationType::BF16 : jit::cuda::ActivationType::F16;
+    if (const char* tiling = env("QJIT_CUDA_TILING")) context.cuda_tiling = tiling;
+    if (options.cuda_device < 0) return;
+    cuda::Driver& driver = cuda::Driver::get();
+    const int count = driver.device_count();
+    if (options.cuda_device >= count)
+        fail(QJIT_ERROR_NO_DEVICE, "no CUDA device ", options.cuda_device, ": the driver sees ", count);
+    driver.make_current(options.cuda_device);
+    context.gpu = driver.properties(options.cuda_device);
+    context.cubin_cache_dir = jit::cuda::default_cubin_cache_dir();
+}
+
 }  // namespace
 
 std::unique_ptr<qjit_context> make_context(const qjit_context_options* user_options) {
@@ -91,9 +111,12 @@ std::unique_ptr<qjit_context> make_context(const qjit_context_options* user_opti
     if (const char* dir = env("QJIT_DUMP_DIR")) context->dump_dir = dir;
     if (const char* verbose = env("QJIT_VERBOSE")) context->verbosity = std::max(context->verbosity, std::atoi(verbose));
     context->pool = std::make_unique<ThreadPool>(context->num_threads);
+    open_cuda_device(options, *context);
     context->description = concat(describe(probe_cpu()), "; using ", isa_name(context->isa), ", ", context->num_threads,
                                   " threads; tuning database ",
                                   context->tuning_db_path.empty() ? "none" : context->tuning_db_path);
+    if (context->gpu)
+        context->description += concat("; CUDA device ", context->gpu->ordinal, ": ", context->gpu->fingerprint());
     return context;
 }
 

@@ -5,9 +5,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
+#include "jit/cuda/cuda_tiling.hpp"
 #include "qjit/qjit.h"
+#include "runtime/cuda_driver.hpp"
 #include "runtime/thread_pool.hpp"
 #include "tuner/tuning_db.hpp"
 
@@ -23,6 +26,12 @@ struct qjit_context {
     qjit_tuning_mode tuning_mode = QJIT_TUNING_DEFAULT;
     int64_t tuning_batch = 1;
     std::unique_ptr<qjit::ThreadPool> pool;
+
+    // The CUDA device layers upload their weights to (options.cuda_device), probed at creation.
+    std::optional<qjit::cuda::DeviceProperties> gpu;
+    qjit::jit::cuda::ActivationType cuda_activations = qjit::jit::cuda::ActivationType::F16;
+    std::string cuda_tiling;      // $QJIT_CUDA_TILING: forced for every CUDA layer (tests, debugging)
+    std::string cubin_cache_dir;  // the NVRTC cubin cache on disk; empty: memory only
 
     // Tuning state, guarded by tuning_mutex (held while a layer is tuned, so that two creations
     // never time candidates against each other).

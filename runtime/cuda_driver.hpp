@@ -82,6 +82,12 @@ private:
     Api* api_;  // leaked on purpose: the driver must outlive static destructors that free memory
 };
 
+// Opens the driver library at `path` and resolves every entry point Driver uses, without
+// initializing the driver; throws what Driver::get() would (QJIT_ERROR_NO_DEVICE naming the
+// library and what is missing). Driver::get() loads $QJIT_CUDA_DRIVER_LIBRARY, else libcuda.so.1;
+// this lets tests check broken libraries without touching the process-wide driver.
+void check_driver_library(const std::string& path);
+
 // Owns one device allocation of the current context.
 class DeviceBuffer {
 public:

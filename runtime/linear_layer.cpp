@@ -50,6 +50,16 @@ void log_creation(const qjit_linear& layer, double setup_ms) {
                  t.warning.empty() ? "" : " warning: ", t.warning.c_str());
 }
 
+// Uploads the layer to the context's CUDA device and tunes it there; logged on its own line.
+void attach_cuda(qjit_linear& layer) {
+    layer.cuda = make_cuda_layer(*layer.context, unpack_linear(layer));
+    if (layer.context->verbosity == 0) return;
+    for (const auto& [key, c] : layer.cuda->choices)
+        std::fprintf(stderr, "qjit: cuda kernel: %s %s tuning=\"%s\" tuning_ms=%.2f compile_ms=%.2f measured_us=%.2f%s%s\n",
+                     c.kernel_key.c_str(), c.tiling.c_str(), tiling_source_name(c.source), c.tuning_ms, c.compile_ms,
+                     c.measured_us, c.warning.empty() ? "" : " warning: ", c.warning.c_str());
+}
+
 std::unique_ptr<qjit_linear> assemble(qjit_context* context, QuantParams params, PackedCodes codes,
                                       TilingChoice choice, Clock::time_point start) {
     auto layer = std::make_unique<qjit_linear>();
@@ -62,6 +72,7 @@ std::unique_ptr<qjit_linear> assemble(qjit_context* context, QuantParams params,
     layer->params = std::move(params);
     layer->codes = std::move(codes);
     layer->description = describe(*layer);
+    if (context->gpu) attach_cuda(*layer);
     if (context->verbosity > 0) log_creation(*layer, ms_since(start));
     return layer;
 }

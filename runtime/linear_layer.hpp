@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/context.hpp"
+#include "runtime/cuda_layer.hpp"
 #include "runtime/jit_executor.hpp"
 #include "runtime/packed_codes.hpp"
 #include "runtime/quantized_matrix.hpp"
@@ -19,6 +20,7 @@ struct qjit_linear {
     std::unique_ptr<qjit::JitExecutor> jit;  // null: the portable path runs the layer
     qjit::TilingChoice tuning;               // how the kernel and tiling were chosen
     double kernel_ms = 0;                    // generating the kernels' machine code
+    std::unique_ptr<qjit::CudaLayer> cuda;   // in a context with a CUDA device: the uploaded weights
     std::string description;
 };
 

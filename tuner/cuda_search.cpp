@@ -1,1 +1,103 @@
-// placeholder
+#include "tuner/cuda_search.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+namespace qjit {
+
+using jit::cuda::CudaKernelSpec;
+using jit::cuda::CudaTiling;
+using jit::cuda::KernelKind;
+
+namespace {
+
+// Rough device constants for ranking only (timing decides): bytes a streaming SM wants in flight
+// to cover memory latency (Little's law at ~600 ns and ~25 GB/s per SM), and warps per SM.
+constexpr double kBytesInFlightPerSm = 16 * 1024;
+constexpr int kWarpsPerSm = 48;
+
+double weight_bytes(const CudaKernelSpec& f, int64_t n) {
+    return double(jit::cuda::padded_k(f.k)) * double(n) * f.bits / 8;
+}
+
+// Predicted seconds, up to a constant factor: weight traffic over the usable bandwidth, the
+// fraction of the device the launch keeps busy, and the latency the loads in flight can hide.
+double predicted_cost(const CudaKernelSpec& spec, int64_t n, const cuda::DeviceProperties& device) {
+    const CudaTiling& t = spec.tiling;
+    const double sms = std::max(1, device.sm_count);
+    if (t.kind == KernelKind::Gemv) {
+        const double warps = double((n + t.columns_per_warp - 1) / t.columns_per_warp);
+        const double warps_per_sm = std::min<double>(kWarpsPerSm, warps / sms);
+        const double in_flight = warps_per_sm * 32 * 16.0 * jit::cuda::chunk_blocks(spec.bits) * spec.bits / 4 *
+                                 t.chunks_in_flight * t.columns_per_warp;
+        const double hidden = std::min(1.0, in_flight / kBytesInFlightPerSm);
+        const double busy = std::min(1.0, warps / (sms * 8));
+        // Fewer warps per block spread the tail better; more rows per warp cost registers.
+        return weight_bytes(spec, n) / (hidden * busy) * (1 + 0.02 * t.warps) * (1 + 0.05 * spec.rows * t.columns_per_warp / 8);
+    }
+    const double tiles_n = double(jit::cuda::padded_n(n) / t.block_n);
+    const double tiles_m = double((spec.rows + t.block_m - 1) / t.block_m);
+    const double blocks = tiles_n * tiles_m * t.split_k;
+    const double waves = std::ceil(blocks / sms);
+    const double fill = blocks / (waves * sms);
+    const double stages_factor = 1 + 0.5 / t.stages;         // shallow pipelines expose latency
+    const double split_cost = 1 + 0.1 * (t.split_k - 1);    // atomics and the cast
+    const double waste = double(tiles_m * t.block_m) / double(spec.rows);  // padded rows multiplied
+    return weight_bytes(spec, n) * tiles_m / fill * stages_factor * split_cost * std::sqrt(waste);
+}
+
+}  // namespace
+
+std::string cuda_kernel_key(const CudaKernelSpec& format, int64_t n) {
+    CudaKernelSpec named = format;
+    named.tiling.kind = KernelKind::Gemv;  // the family name without the kind
+    std::string family = jit::cuda::kernel_family_name(named);
+    family.replace(0, std::string("cuda_gemv").size(), "cuda");
+    std::ostringstream out;
+    out << family << " K=" << format.k << " N=" << n << " m=" << format.rows;
+    return out.str();
+}
+
+int64_t cuda_batch_bucket(int64_t rows) {
+    int64_t bucket = 1;
+    while (bucket < rows && bucket < 64) bucket *= 2;
+    return bucket;
+}
+
+std::vector<CudaTiling> ranked_cuda_tilings(const CudaKernelSpec& format, int64_t n,
+                                            const cuda::DeviceProperties& device) {
+    std::vector<std::pair<double, CudaTiling>> scored;
+    CudaKernelSpec spec = format;
+    for (const CudaTiling& t : jit::cuda::enumerate_tilings(format)) {
+        spec.tiling = t;
+        if (!jit::cuda::fits_device(spec, device.shared_memory_per_block_optin)) continue;
+        scored.emplace_back(predicted_cost(spec, n, device), t);
+    }
+    std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<CudaTiling> ranked;
+    for (const auto& [cost, t] : scored) ranked.push_back(t);
+    return ranked;
+}
+
+CudaSearchResult timed_cuda_search(const std::vector<CudaTiling>& ranked,
+                                   const std::function<double(const CudaTiling&)>& time_us, double budget_ms,
+                                   int max_candidates) {
+    const auto start = std::chrono::steady_clock::now();
+    auto elapsed_ms = [&] {
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    };
+    CudaSearchResult result;
+    result.ranked = int(ranked.size());
+    for (const CudaTiling& t : ranked) {
+        if (result.timed >= max_candidates || (result.timed >= 2 && elapsed_ms() > budget_ms)) break;
+        const double us = time_us(t);
+        ++result.timed;
+        if (result.timed == 1 || us < result.best_us) result.best = t, result.best_us = us;
+    }
+    result.seconds = elapsed_ms() / 1e3;
+    return result;
+}
+
+}  // namespace qjit

@@ -1,1 +1,516 @@
-// placeholder
+#include "jit/cuda/cuda_source.hpp"
+
+#include <sstream>
+
+#include "jit/cuda/code_layout.hpp"
+
+namespace qjit::jit::cuda {
+
+namespace {
+
+// Types and PTX wrappers every generated kernel starts with. fp16 pairs travel as u32 (half2
+// bits); the 0x6400 trick: fp16 bits 0x6400 | c are the number 1024 + c for c < 1024.
+const char* const kPrelude = R"(#pragma nv_diag_suppress 177  // helpers a kernel does not use
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned long long u64;
+
+static __device__ __forceinline__ u32 and_or(u32 a, u32 b, u32 c) {  // (a & b) | c
+    u32 d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+static __device__ __forceinline__ u32 hsub2(u32 a, u32 b) {
+    u32 d;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+static __device__ __forceinline__ u32 hmul2(u32 a, u32 b) {
+    u32 d;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+static __device__ __forceinline__ u32 hfma2(u32 a, u32 b, u32 c) {
+    u32 d;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+static __device__ __forceinline__ float half_to_float(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+static __device__ __forceinline__ float lo_f16(u32 v) { return half_to_float(u16(v)); }
+static __device__ __forceinline__ float hi_f16(u32 v) { return half_to_float(u16(v >> 16)); }
+static __device__ __forceinline__ float lo_bf16(u32 v) { return __uint_as_float(v << 16); }
+static __device__ __forceinline__ float hi_bf16(u32 v) { return __uint_as_float(v & 0xffff0000u); }
+static __device__ __forceinline__ u16 float_to_f16(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+static __device__ __forceinline__ u16 float_to_bf16(float f) {
+    u16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+static __device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+    u32 d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+// Streams code words past L1: each is read once per forward.
+static __device__ __forceinline__ uint4 load_stream(const void* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+)";
+
+const char* const kAsyncCopy = R"(
+static __device__ __forceinline__ u32 shared_address(const void* p) {
+    return u32(__cvta_generic_to_shared(p));
+}
+// Copies 16 bytes, or zero-fills them when `valid` is false (the source is not read then).
+static __device__ __forceinline__ void copy_async_16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"(shared_address(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+static __device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_group;"); }
+template <int Pending>
+static __device__ __forceinline__ void wait_async() { asm volatile("cp.async.wait_group %0;" :: "n"(Pending)); }
+static __device__ __forceinline__ void load_matrix_x4(u32 (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(p)));
+}
+)";
+
+class SourceWriter {
+public:
+    explicit SourceWriter(const CudaKernelSpec& spec) : spec_(spec) {}
+
+    std::string gemv();
+    std::string gemm();
+
+private:
+    bool f16() const { return spec_.activations == ActivationType::F16; }
+    void constants();
+    void decode_block();
+    void dequantize_helpers();
+
+    const CudaKernelSpec& spec_;
+    std::ostringstream out_;
+};
+
+// Format constants shared by both kernels.
+void SourceWriter::constants() {
+    out_ << "constexpr int BITS = " << spec_.bits << ";\n"
+         << "constexpr int GROUP = " << (spec_.per_column() ? 0 : spec_.group_size) << ";  // 0: one group per column\n"
+         << "constexpr bool SYMMETRIC = " << (spec_.symmetric ? "true" : "false") << ";\n"
+         << "typedef " << (spec_.f16_scales ? "u16" : "float") << " scale_t;\n"
+         << "constexpr u32 SYMMETRIC_BIAS = " << (0x6400 + (1 << (spec_.bits - 1))) << "u;  // fp16 bits of 1024 + 2^(bits-1)\n"
+         << "static __device__ __forceinline__ int group_of(int k, int num_groups) {\n"
+         << "    return GROUP == 0 ? 0 : min(k / (GROUP == 0 ? 1 : GROUP), num_groups - 1);\n}\n"
+         << "static __device__ __forceinline__ float scale_value(scale_t s) { return "
+         << (spec_.f16_scales ? "half_to_float(s)" : "s") << "; }\n";
+}
+
+// decode_block(w, h): the 16 pairs of a 32-code block as fp16 pairs (1024 + code), per code_layout.hpp.
+void SourceWriter::decode_block() {
+    const int bits = spec_.bits;
+    const int mask = (1 << bits) - 1;
+    out_ << "static __device__ __forceinline__ void decode_block(const u32* w, u32 (&h)[16]) {\n";
+    for (int p = 0; p < regular_pairs(bits); ++p) {
+        const int shift = pair_shift(bits, p);
+        out_ << "    h[" << p << "] = and_or(w[" << pair_word(bits, p) << "]";
+        if (shift) out_ << " >> " << shift;
+        out_ << ", 0x" << std::hex << (mask | mask << 16) << "u, 0x64006400u);\n" << std::dec;
+    }
+    if (bits == 3) {
+        out_ << "    u32 spare = 0x64006400u;\n";
+        for (int i = 0; i < 2; ++i)
+            for (int b = 0; b < 3; ++b)
+                out_ << "    spare |= ((w[" << kSpareWord[i][b] << "] >> " << kSpareBit[i][b] << ") & 1u) << "
+                     << (16 * i + b) << ";\n";
+        out_ << "    h[15] = spare;\n";
+    }
+    out_ << "}\n";
+}
+
+// Pair dequantization: the exact integers code - zero (fp16 arithmetic on numbers below 2048
+// is exact), times the scale in fp16 (as an fp16 model's weight) or fp32 (bf16 path).
+void SourceWriter::dequantize_helpers() {
+    out_ << R"(static __device__ __forceinline__ u32 zero_bias(const u16* zeros, int index) {
+    const u32 bias = SYMMETRIC ? SYMMETRIC_BIAS : 0x6400u + zeros[index];
+    return bias | bias << 16;
+}
+)";
+    if (f16())
+        out_ << R"(// Two fp16 weights (code - zero) * scale from a decoded pair.
+static __device__ __forceinline__ u32 dequantize_pair(u32 h, u32 bias, u32 scale2) {
+    return hmul2(hsub2(h, bias), scale2);
+}
+static __device__ __forceinline__ u32 scale_pair(float s) { const u32 h = float_to_f16(s); return h | h << 16; }
+static __device__ __forceinline__ u16 to_output(float v) { return float_to_f16(v); }
+)";
+    else
+        out_ << R"(// Two bf16 weights (code - zero) * scale from a decoded pair.
+static __device__ __forceinline__ u32 dequantize_pair(u32 h, u32 bias, float scale) {
+    const u32 d = hsub2(h, bias);
+    return pack_bf16(lo_f16(d) * scale, hi_f16(d) * scale);
+}
+static __device__ __forceinline__ u16 to_output(float v) { return float_to_bf16(v); }
+)";
+}
+
+std::string SourceWriter::gemv() {
+    const CudaTiling& t = spec_.tiling;
+    const int blocks = chunk_blocks(spec_.bits);
+    out_ << "// " << kernel_name(spec_) << ": y = x * W for up to " << spec_.rows
+         << " rows; one warp per column set, lanes stride over K, shuffle reduction.\n"
+         << kPrelude;
+    constants();
+    out_ << "constexpr int ROWS = " << spec_.rows << ";\n"
+         << "constexpr int COLS = " << t.columns_per_warp << ";\n"
+         << "constexpr int IN_FLIGHT = " << t.chunks_in_flight << ";\n"
+         << "constexpr int CHUNK_BLOCKS = " << blocks << ";  // 32-code blocks per 16-byte-aligned chunk\n"
+         << "constexpr int CHUNK_WORDS = CHUNK_BLOCKS * BITS;\n"
+         << "constexpr int CHUNK_CODES = CHUNK_BLOCKS * 32;\n";
+    decode_block();
+    dequantize_helpers();
+    if (f16())
+        out_ << R"(// sum over the block of x * w: fp16 products, two fp16 partial sums of 16 terms, fp32 total.
+static __device__ __forceinline__ float block_dot(const u32* w, u32 bias, float scale, const u32 (&x)[16]) {
+    u32 h[16];
+    decode_block(w, h);
+    const u32 scale2 = scale_pair(scale);
+    u32 sum0 = 0, sum1 = 0;
+#pragma unroll
+    for (int p = 0; p < 8; ++p) {
+        sum0 = hfma2(dequantize_pair(h[p], bias, scale2), x[p], sum0);
+        sum1 = hfma2(dequantize_pair(h[p + 8], bias, scale2), x[p + 8], sum1);
+    }
+    return (lo_f16(sum0) + hi_f16(sum0)) + (lo_f16(sum1) + hi_f16(sum1));
+}
+)";
+    else
+        out_ << R"(// sum over the block of x * w in fp32: exact (code - zero) times bf16 x, scaled once.
+static __device__ __forceinline__ float block_dot(const u32* w, u32 bias, float scale, const u32 (&x)[16]) {
+    u32 h[16];
+    decode_block(w, h);
+    float sum = 0.f;
+#pragma unroll
+    for (int p = 0; p < 16; ++p) {
+        const u32 d = hsub2(h[p], bias);
+        sum = fmaf(lo_f16(d), lo_bf16(x[p]), sum);
+        sum = fmaf(hi_f16(d), hi_bf16(x[p]), sum);
+    }
+    return sum * scale;
+}
+)";
+    out_ << R"(
+extern "C" __global__ void __launch_bounds__(256) qjit_gemv(
+    const u32* __restrict__ codes, const void* __restrict__ scales_raw, const u16* __restrict__ zeros,
+    const u16* __restrict__ x, u16* __restrict__ y, int m, int n, int np, int k_valid, int ldx, int kp,
+    int num_groups) {
+    const scale_t* __restrict__ scales = static_cast<const scale_t*>(scales_raw);
+    const int lane = threadIdx.x & 31;
+    const int col0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * COLS;
+    if (col0 >= n) return;  // whole warps only: the shuffles below need all 32 lanes
+    const int column_words = kp / 32 * BITS;
+    const int chunks = kp / CHUNK_CODES;
+    float acc[COLS][ROWS];
+#pragma unroll
+    for (int j = 0; j < COLS; ++j)
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) acc[j][r] = 0.f;
+
+    for (int c0 = lane; c0 < chunks; c0 += 32 * IN_FLIGHT) {
+        // Issue every load of this round (codes, then their scales and zero points) before any use.
+        u32 q[IN_FLIGHT][COLS][CHUNK_WORDS];
+        float scale[IN_FLIGHT][COLS][CHUNK_BLOCKS];
+        u32 bias[IN_FLIGHT][COLS][CHUNK_BLOCKS];
+#pragma unroll
+        for (int f = 0; f < IN_FLIGHT; ++f) {
+            const int c = min(c0 + 32 * f, chunks - 1);  // a clamped duplicate is loaded but not used
+#pragma unroll
+            for (int j = 0; j < COLS; ++j) {
+                const u32* src = codes + (long long)(col0 + j) * column_words + (long long)c * CHUNK_WORDS;
+#pragma unroll
+                for (int v = 0; v < CHUNK_WORDS / 4; ++v) {
+                    const uint4 words = load_stream(src + 4 * v);
+                    q[f][j][4 * v] = words.x, q[f][j][4 * v + 1] = words.y;
+                    q[f][j][4 * v + 2] = words.z, q[f][j][4 * v + 3] = words.w;
+                }
+#pragma unroll
+                for (int b = 0; b < CHUNK_BLOCKS; ++b) {
+                    const int meta = group_of(c * CHUNK_CODES + b * 32, num_groups) * np + col0 + j;
+                    scale[f][j][b] = scale_value(scales[meta]);
+                    bias[f][j][b] = zero_bias(zeros, meta);
+                }
+            }
+        }
+#pragma unroll
+        for (int f = 0; f < IN_FLIGHT; ++f) {
+            const int c = c0 + 32 * f;
+            if (c >= chunks) break;
+#pragma unroll
+            for (int b = 0; b < CHUNK_BLOCKS; ++b) {
+                const int k = c * CHUNK_CODES + b * 32;
+#pragma unroll
+                for (int r = 0; r < ROWS; ++r) {
+                    if (r >= m) break;
+                    u32 xs[16];
+#pragma unroll
+                    for (int v = 0; v < 4; ++v) {
+                        uint4 xv = make_uint4(0, 0, 0, 0);
+                        if (k + 8 * v < k_valid) xv = *reinterpret_cast<const uint4*>(x + (long long)r * ldx + k + 8 * v);
+                        xs[4 * v] = xv.x, xs[4 * v + 1] = xv.y, xs[4 * v + 2] = xv.z, xs[4 * v + 3] = xv.w;
+                    }
+#pragma unroll
+                    for (int j = 0; j < COLS; ++j)
+                        acc[j][r] += block_dot(&q[f][j][b * BITS], bias[f][j][b], scale[f][j][b], xs);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < COLS; ++j)
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            float v = acc[j][r];
+#pragma unroll
+            for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+            if (lane == 0 && r < m && col0 + j < n) y[(long long)r * n + col0 + j] = to_output(v);
+        }
+}
+)";
+    return out_.str();
+}
+
+std::string SourceWriter::gemm() {
+    const CudaTiling& t = spec_.tiling;
+    const bool group_spans_tile = spec_.per_column() || spec_.group_size >= t.block_k;
+    out_ << "// " << kernel_name(spec_) << ": y = x * W on tensor cores (mma.sync m16n8k16, fp32 accumulators)\n"
+         << "// behind a " << t.stages << "-stage cp.async pipeline; codes are dequantized into shared memory per K step.\n"
+         << kPrelude << kAsyncCopy;
+    constants();
+    out_ << "constexpr int BM = " << t.block_m << ", BN = " << t.block_n << ", BK = " << t.block_k << ";\n"
+         << "constexpr int WARPS = " << t.warps << ", THREADS = WARPS * 32, STAGES = " << t.stages << ";\n"
+         << "constexpr int GROUPS_PER_TILE = " << (group_spans_tile ? 1 : t.block_k / spec_.group_size) << ";\n"
+         << "constexpr bool BF16 = " << (f16() ? "false" : "true") << ";\n";
+    out_ << R"(constexpr int LDS = BK + 8;                        // halves per shared row (padding: conflict-free ldmatrix)
+constexpr int WARP_N = BN / WARPS;                   // columns each warp multiplies
+constexpr int M_TILES = BM / 16, N_TILES = WARP_N / 8;
+constexpr int A_BYTES = BM * LDS * 2;
+constexpr int CODE_BYTES_PER_COLUMN = BK * BITS / 8;
+constexpr int CODE_BYTES = BN * CODE_BYTES_PER_COLUMN;
+constexpr int SCALE_BYTES = GROUPS_PER_TILE * BN * (int)sizeof(scale_t);
+constexpr int ZERO_BYTES = SYMMETRIC ? 0 : GROUPS_PER_TILE * BN * 2;
+constexpr int STAGE_BYTES = (A_BYTES + CODE_BYTES + SCALE_BYTES + ZERO_BYTES + 15) / 16 * 16;
+static_assert(A_BYTES % 16 == 0 && CODE_BYTES % 16 == 0 && SCALE_BYTES % 16 == 0 && ZERO_BYTES % 16 == 0, "alignment");
+)";
+    decode_block();
+    dequantize_helpers();
+    out_ << R"(
+struct Stage {
+    u16* a; unsigned char* codes; scale_t* scales; u16* zeros;
+    __device__ explicit Stage(unsigned char* base)
+        : a(reinterpret_cast<u16*>(base)), codes(base + A_BYTES),
+          scales(reinterpret_cast<scale_t*>(base + A_BYTES + CODE_BYTES)),
+          zeros(reinterpret_cast<u16*>(base + A_BYTES + CODE_BYTES + SCALE_BYTES)) {}
+};
+
+// Starts the copies of K tile `tile` into `stage`: activations (rows past m and K past k_valid
+// zero-filled), the tile's codes, and the scales and zero points of the groups it covers.
+static __device__ __forceinline__ void load_tile(Stage stage, int tile, const u16* x, const unsigned char* codes,
+                                                 const scale_t* scales, const u16* zeros, int m, int m0, int n0,
+                                                 int np, int k_valid, int ldx, long long column_bytes, int num_groups) {
+    const int k0 = tile * BK;
+    for (int i = threadIdx.x; i < BM * BK / 8; i += THREADS) {
+        const int row = i / (BK / 8), k = k0 + i % (BK / 8) * 8;
+        const bool valid = m0 + row < m && k < k_valid;
+        copy_async_16(stage.a + row * LDS + (k - k0), valid ? x + (long long)(m0 + row) * ldx + k : x, valid);
+    }
+    constexpr int CODE_CHUNKS = CODE_BYTES_PER_COLUMN / 16;
+    for (int i = threadIdx.x; i < BN * CODE_CHUNKS; i += THREADS) {
+        const int col = i / CODE_CHUNKS, chunk = i % CODE_CHUNKS;
+        copy_async_16(stage.codes + col * CODE_BYTES_PER_COLUMN + chunk * 16,
+                      codes + (n0 + col) * column_bytes + (long long)k0 * BITS / 8 + chunk * 16, true);
+    }
+    constexpr int SCALE_CHUNKS = BN * (int)sizeof(scale_t) / 16;
+    for (int i = threadIdx.x; i < GROUPS_PER_TILE * SCALE_CHUNKS; i += THREADS) {
+        const int g = group_of(k0 + i / SCALE_CHUNKS * (GROUP == 0 ? 0 : GROUP), num_groups);
+        const int chunk = i % SCALE_CHUNKS;
+        copy_async_16(reinterpret_cast<unsigned char*>(stage.scales) + (i / SCALE_CHUNKS) * BN * sizeof(scale_t) + chunk * 16,
+                      reinterpret_cast<const unsigned char*>(scales + (long long)g * np + n0) + chunk * 16, true);
+    }
+    if (!SYMMETRIC) {
+        constexpr int ZERO_CHUNKS = BN * 2 / 16;
+        for (int i = threadIdx.x; i < GROUPS_PER_TILE * ZERO_CHUNKS; i += THREADS) {
+            const int g = group_of(k0 + i / ZERO_CHUNKS * (GROUP == 0 ? 0 : GROUP), num_groups);
+            const int chunk = i % ZERO_CHUNKS;
+            copy_async_16(reinterpret_cast<unsigned char*>(stage.zeros) + (i / ZERO_CHUNKS) * BN * 2 + chunk * 16,
+                          reinterpret_cast<const unsigned char*>(zeros + (long long)g * np + n0) + chunk * 16, true);
+        }
+    }
+}
+
+// The stage's codes as BN x BK weights of the activation type in b[column][k].
+static __device__ __forceinline__ void dequantize_tile(Stage stage, u16* b) {
+    constexpr int BLOCKS = BK / 32;
+    for (int i = threadIdx.x; i < BN * BLOCKS; i += THREADS) {
+        const int col = i / BLOCKS, block = i % BLOCKS;
+        const u32* w = reinterpret_cast<const u32*>(stage.codes + col * CODE_BYTES_PER_COLUMN) + block * BITS;
+        u32 wl[BITS];
+#pragma unroll
+        for (int j = 0; j < BITS; ++j) wl[j] = w[j];
+        u32 h[16];
+        decode_block(wl, h);
+        const int meta = (GROUPS_PER_TILE == 1 ? 0 : block * 32 / (GROUP == 0 ? 1 : GROUP)) * BN + col;
+        const u32 bias = zero_bias(stage.zeros, meta);
+        const float s = scale_value(stage.scales[meta]);
+)";
+    out_ << (f16() ? "        const u32 scale = scale_pair(s);\n" : "        const float scale = s;\n");
+    out_ << R"(        uint4* dst = reinterpret_cast<uint4*>(b + col * LDS + block * 32);
+#pragma unroll
+        for (int v = 0; v < 4; ++v)
+            dst[v] = make_uint4(dequantize_pair(h[4 * v], bias, scale), dequantize_pair(h[4 * v + 1], bias, scale),
+                                dequantize_pair(h[4 * v + 2], bias, scale), dequantize_pair(h[4 * v + 3], bias, scale));
+    }
+}
+
+static __device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    if (BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) qjit_gemm(
+    const u32* __restrict__ codes_raw, const void* __restrict__ scales_raw, const u16* __restrict__ zeros,
+    const u16* __restrict__ x, u16* __restrict__ y, int m, int n, int np, int k_valid, int ldx, int kp,
+    int num_groups, float* __restrict__ partial, int k_tiles_per_split) {
+    extern __shared__ __align__(16) unsigned char shared[];
+    const unsigned char* codes = reinterpret_cast<const unsigned char*>(codes_raw);
+    const scale_t* scales = static_cast<const scale_t*>(scales_raw);
+    const long long column_bytes = (long long)kp * BITS / 8;
+    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+    const int tile_begin = blockIdx.z * k_tiles_per_split;
+    const int tile_end = min(kp / BK, tile_begin + k_tiles_per_split);
+    const int tiles = tile_end - tile_begin;
+    u16* b = reinterpret_cast<u16*>(shared + STAGES * STAGE_BYTES);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+    float c[M_TILES][N_TILES][4];
+#pragma unroll
+    for (int i = 0; i < M_TILES; ++i)
+#pragma unroll
+        for (int j = 0; j < N_TILES; ++j) c[i][j][0] = c[i][j][1] = c[i][j][2] = c[i][j][3] = 0.f;
+
+    // One commit per stage and per iteration, empty or not, keeps wait_async's count exact.
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < tiles)
+            load_tile(Stage(shared + s * STAGE_BYTES), tile_begin + s, x, codes, scales, zeros, m, m0, n0, np,
+                      k_valid, ldx, column_bytes, num_groups);
+        commit_async();
+    }
+    for (int i = 0; i < tiles; ++i) {
+        wait_async<STAGES - 2>();
+        __syncthreads();  // tile i has landed for every thread; every thread is done with tile i - 1
+        const int ahead = i + STAGES - 1;
+        if (ahead < tiles)
+            load_tile(Stage(shared + ahead % STAGES * STAGE_BYTES), tile_begin + ahead, x, codes, scales, zeros, m,
+                      m0, n0, np, k_valid, ldx, column_bytes, num_groups);
+        commit_async();
+        const Stage stage(shared + i % STAGES * STAGE_BYTES);
+        dequantize_tile(stage, b);
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+            u32 a[M_TILES][4];
+#pragma unroll
+            for (int mi = 0; mi < M_TILES; ++mi)
+                load_matrix_x4(a[mi], stage.a + (mi * 16 + (lane & 15)) * LDS + kk + (lane >> 4) * 8);
+#pragma unroll
+            for (int nj = 0; nj < N_TILES / 2; ++nj) {
+                u32 bf[4];  // k 0-7 and 8-15 of columns 0-7, then of columns 8-15
+                load_matrix_x4(bf, b + (warp * WARP_N + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS + kk +
+                                       ((lane >> 3) & 1) * 8);
+#pragma unroll
+                for (int mi = 0; mi < M_TILES; ++mi) {
+                    mma(c[mi][2 * nj], a[mi], bf[0], bf[1]);
+                    mma(c[mi][2 * nj + 1], a[mi], bf[2], bf[3]);
+                }
+            }
+        }
+    }
+    wait_async<0>();
+
+    // Accumulator (mi, nj): rows mi*16 + lane/4 (+8), columns nj*8 + 2*(lane%4) (+1).
+    const bool split = gridDim.z > 1;
+#pragma unroll
+    for (int mi = 0; mi < M_TILES; ++mi)
+#pragma unroll
+        for (int nj = 0; nj < N_TILES; ++nj)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int row = m0 + mi * 16 + (lane >> 2) + (e >> 1) * 8;
+                const int col = n0 + warp * WARP_N + nj * 8 + (lane & 3) * 2 + (e & 1);
+                if (row >= m || col >= n) continue;
+                if (split) atomicAdd(partial + (long long)row * n + col, c[mi][nj][e]);
+                else y[(long long)row * n + col] = to_output(c[mi][nj][e]);
+            }
+}
+)";
+    return out_.str();
+}
+
+}  // namespace
+
+GeneratedKernel generate_kernel(const CudaKernelSpec& spec) {
+    check_spec(spec);
+    CudaKernelSpec source_spec = spec;
+    source_spec.tiling.split_k = 1;  // a launch-time choice: one source for every split
+    GeneratedKernel kernel;
+    kernel.name = kernel_name(spec);
+    SourceWriter writer(source_spec);
+    if (spec.tiling.kind == KernelKind::Gemv) {
+        kernel.entry = "qjit_gemv";
+        kernel.source = writer.gemv();
+    } else {
+        kernel.entry = "qjit_gemm";
+        kernel.source = writer.gemm();
+    }
+    kernel.threads = unsigned(spec.tiling.warps * 32);
+    kernel.shared_bytes = shared_memory_bytes(spec);
+    return kernel;
+}
+
+std::string support_kernels_source() {
+    return std::string(kPrelude) + R"(
+extern "C" __global__ void qjit_gather_rows(const u16* __restrict__ x, int ldx, const int* __restrict__ order,
+                                            u16* __restrict__ out, int m, int k, int kp) {
+    const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= (long long)m * kp) return;
+    const int row = int(i / kp), j = int(i % kp);
+    out[i] = j < k ? x[(long long)row * ldx + (order ? order[j] : j)] : u16(0);
+}
+extern "C" __global__ void qjit_cast_f32_to_f16(const float* __restrict__ in, u16* __restrict__ out, long long count) {
+    const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < count) out[i] = float_to_f16(in[i]);
+}
+extern "C" __global__ void qjit_cast_f32_to_bf16(const float* __restrict__ in, u16* __restrict__ out, long long count) {
+    const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < count) out[i] = float_to_bf16(in[i]);
+}
+)";
+}
+
+}  // namespace qjit::jit::cuda

@@ -1,1 +1,220 @@
-// placeholder
+#include "jit/cuda/cuda_tiling.hpp"
+
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+namespace qjit::jit::cuda {
+
+namespace {
+
+constexpr int kMaxBlockK = 256;
+constexpr int kMaxBlockN = 256;
+constexpr int kPadHalves = 8;         // row padding of shared tiles: keeps ldmatrix conflict-free
+constexpr int kMaxAccumulators = 128; // fp32 accumulators per GEMM thread
+
+int64_t round_up(int64_t value, int64_t step) { return (value + step - 1) / step * step; }
+
+std::string group_text(const CudaKernelSpec& spec) {
+    return spec.per_column() ? "col" : "g" + std::to_string(spec.group_size);
+}
+
+bool one_of(int value, std::initializer_list<int> allowed) {
+    for (int a : allowed)
+        if (a == value) return true;
+    return false;
+}
+
+template <typename... Parts>
+[[noreturn]] void reject(Parts&&... parts) {
+    std::ostringstream out;
+    (out << ... << parts);
+    throw std::invalid_argument(out.str());
+}
+
+int groups_per_tile(const CudaKernelSpec& spec) {
+    return spec.per_column() || spec.group_size >= spec.tiling.block_k ? 1
+                                                                       : int(spec.tiling.block_k / spec.group_size);
+}
+
+}  // namespace
+
+int chunk_blocks(int bits) {
+    switch (bits) {
+        case 2: return 2;
+        case 3: return 4;
+        default: return 1;
+    }
+}
+
+int64_t padded_k(int64_t k) { return round_up(k, kMaxBlockK); }
+int64_t padded_n(int64_t n) { return round_up(n, kMaxBlockN); }
+
+std::string kernel_family_name(const CudaKernelSpec& spec) {
+    std::ostringstream out;
+    out << "cuda_" << (spec.tiling.kind == KernelKind::Gemv ? "gemv" : "gemm") << "_q" << spec.bits
+        << group_text(spec) << (spec.symmetric ? "_sym" : "_asym")
+        << (spec.activations == ActivationType::F16 ? "_f16" : "_bf16") << (spec.f16_scales ? "" : "_s32") << "_sm"
+        << spec.arch;
+    return out.str();
+}
+
+std::string kernel_name(const CudaKernelSpec& spec) {
+    const CudaTiling& t = spec.tiling;
+    std::ostringstream out;
+    out << kernel_family_name(spec) << '_';
+    if (t.kind == KernelKind::Gemv)
+        out << "r" << spec.rows << "w" << t.warps << "c" << t.columns_per_warp << "f" << t.chunks_in_flight;
+    else
+        out << "m" << t.block_m << "n" << t.block_n << "k" << t.block_k << "w" << t.warps << "s" << t.stages << "z"
+            << t.split_k;
+    return out.str();
+}
+
+std::string tiling_text(const CudaTiling& t) {
+    std::ostringstream out;
+    if (t.kind == KernelKind::Gemv)
+        out << "kernel=gemv,warps=" << t.warps << ",cols=" << t.columns_per_warp << ",inflight=" << t.chunks_in_flight;
+    else
+        out << "kernel=gemm,bm=" << t.block_m << ",bn=" << t.block_n << ",bk=" << t.block_k << ",warps=" << t.warps
+            << ",stages=" << t.stages << ",splitk=" << t.split_k;
+    return out.str();
+}
+
+CudaTiling parse_tiling(const std::string& text, CudaTiling base) {
+    const std::map<std::string, int CudaTiling::*> knobs = {
+        {"warps", &CudaTiling::warps},   {"cols", &CudaTiling::columns_per_warp},
+        {"inflight", &CudaTiling::chunks_in_flight}, {"bm", &CudaTiling::block_m},
+        {"bn", &CudaTiling::block_n},    {"bk", &CudaTiling::block_k},
+        {"stages", &CudaTiling::stages}, {"splitk", &CudaTiling::split_k}};
+    std::istringstream in(text);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+        if (item.empty()) continue;
+        const size_t eq = item.find('=');
+        if (eq == std::string::npos) reject("CUDA tiling item '", item, "' is not knob=value");
+        const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+        if (key == "kernel") {
+            if (value == "gemv") base.kind = KernelKind::Gemv;
+            else if (value == "gemm") base.kind = KernelKind::Gemm;
+            else reject("CUDA tiling kernel '", value, "'; expected gemv or gemm");
+            continue;
+        }
+        const auto knob = knobs.find(key);
+        if (knob == knobs.end())
+            reject("unknown CUDA tiling knob '", key, "'; expected kernel, warps, cols, inflight, bm, bn, bk, stages, splitk");
+        size_t used = 0;
+        int number = 0;
+        try {
+            number = std::stoi(value, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used == 0 || used != value.size()) reject("CUDA tiling knob ", key, "='", value, "' is not an integer");
+        base.*(knob->second) = number;
+    }
+    return base;
+}
+
+int shared_memory_bytes(const CudaKernelSpec& spec) {
+    const CudaTiling& t = spec.tiling;
+    if (t.kind == KernelKind::Gemv) return 0;
+    const int64_t scale_bytes = spec.f16_scales ? 2 : 4;
+    const int64_t per_stage = int64_t(t.block_m) * (t.block_k + kPadHalves) * 2  // activations
+                              + int64_t(t.block_n) * t.block_k * spec.bits / 8   // codes
+                              + groups_per_tile(spec) * t.block_n * (scale_bytes + (spec.symmetric ? 0 : 2));
+    const int64_t dequantized = int64_t(t.block_n) * (t.block_k + kPadHalves) * 2;
+    return int(t.stages * round_up(per_stage, 16) + dequantized);
+}
+
+void check_spec(const CudaKernelSpec& spec) {
+    if (!one_of(spec.bits, {2, 3, 4, 8})) reject("CUDA kernels take 2, 3, 4 or 8 bits, not ", spec.bits);
+    if (spec.k < 1) reject("K is ", spec.k);
+    if (!spec.per_column() && (spec.group_size < 32 || spec.group_size % 32 != 0))
+        reject("CUDA kernels need groups of a multiple of 32 rows (or one per column), not ", spec.group_size);
+    if (spec.arch < 80) reject("CUDA kernels need sm_80 or newer (mma.sync bf16, cp.async), not sm_", spec.arch);
+    const CudaTiling& t = spec.tiling;
+    if (t.kind == KernelKind::Gemv) {
+        if (!one_of(spec.rows, {1, 2, 4, 8})) reject("GEMV rows ", spec.rows, "; expected 1, 2, 4 or 8");
+        if (!one_of(t.warps, {2, 4, 8})) reject("GEMV warps ", t.warps, "; expected 2, 4 or 8");
+        if (!one_of(t.columns_per_warp, {1, 2, 4})) reject("GEMV cols ", t.columns_per_warp, "; expected 1, 2 or 4");
+        if (!one_of(t.chunks_in_flight, {1, 2, 4})) reject("GEMV inflight ", t.chunks_in_flight, "; expected 1, 2 or 4");
+        return;
+    }
+    if (!one_of(t.block_m, {16, 32, 64})) reject("GEMM bm ", t.block_m, "; expected 16, 32 or 64");
+    if (!one_of(t.block_n, {64, 128, 256})) reject("GEMM bn ", t.block_n, "; expected 64, 128 or 256");
+    if (!one_of(t.block_k, {64, 128, 256})) reject("GEMM bk ", t.block_k, "; expected 64, 128 or 256");
+    if (!one_of(t.warps, {4, 8})) reject("GEMM warps ", t.warps, "; expected 4 or 8");
+    if (t.stages < 2 || t.stages > 5) reject("GEMM stages ", t.stages, "; expected 2 .. 5");
+    if (!one_of(t.split_k, {1, 2, 4, 8})) reject("GEMM splitk ", t.split_k, "; expected 1, 2, 4 or 8");
+    // Each stage's codes per column must be whole 16-byte cp.async chunks.
+    if (t.block_k * spec.bits % 128 != 0)
+        reject("GEMM bk ", t.block_k, " gives ", t.block_k * spec.bits / 8, " code bytes per column (", spec.bits,
+               "-bit), not a multiple of 16");
+    const int warp_columns = t.block_n / t.warps;
+    if (warp_columns % 16 != 0) reject("GEMM bn ", t.block_n, " over ", t.warps, " warps leaves ", warp_columns,
+                                       " columns per warp, not a multiple of 16");
+    const int accumulators = t.block_m / 16 * (warp_columns / 8) * 4;
+    if (accumulators > kMaxAccumulators)
+        reject("GEMM tile bm=", t.block_m, " x ", warp_columns, " columns per warp needs ", accumulators,
+               " fp32 accumulators per thread (at most ", kMaxAccumulators, ")");
+}
+
+bool is_valid(const CudaKernelSpec& spec) {
+    try {
+        check_spec(spec);
+        return true;
+    } catch (const std::invalid_argument&) {
+        return false;
+    }
+}
+
+bool fits_device(const CudaKernelSpec& spec, int64_t optin_bytes) {
+    return shared_memory_bytes(spec) <= optin_bytes;
+}
+
+int64_t published_shared_memory_optin(int arch) {
+    switch (arch) {
+        case 80: return 163 * 1024;
+        case 90: return 227 * 1024;
+        case 86:
+        case 89: return 99 * 1024;
+        default: return arch >= 100 ? 227 * 1024 : 99 * 1024;
+    }
+}
+
+std::vector<CudaTiling> enumerate_tilings(const CudaKernelSpec& spec) {
+    std::vector<CudaTiling> tilings;
+    CudaKernelSpec candidate = spec;
+    auto keep = [&](const CudaTiling& t) {
+        candidate.tiling = t;
+        if (is_valid(candidate)) tilings.push_back(t);
+    };
+    if (spec.rows <= 8) {
+        for (int warps : {2, 4, 8})
+            for (int cols : {1, 2, 4})
+                for (int inflight : {1, 2, 4}) {
+                    CudaTiling t;
+                    t.kind = KernelKind::Gemv;
+                    t.warps = warps, t.columns_per_warp = cols, t.chunks_in_flight = inflight;
+                    keep(t);
+                }
+        return tilings;
+    }
+    for (int bm : {16, 32, 64}) {
+        if (bm > spec.rows) continue;
+        for (auto [bn, bk] : {std::pair{128, 128}, {256, 64}, {64, 256}, {128, 64}, {64, 128}, {256, 128}})
+            for (int warps : {4, 8})
+                for (int stages = 2; stages <= 5; ++stages)
+                    for (int split : {1, 2, 4}) {
+                        CudaTiling t;
+                        t.kind = KernelKind::Gemm;
+                        t.block_m = bm, t.block_n = bn, t.block_k = bk, t.warps = warps, t.stages = stages;
+                        t.split_k = split;
+                        keep(t);
+                    }
+    }
+    return tilings;
+}
+
+}  // namespace qjit::jit::cuda

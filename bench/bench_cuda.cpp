@@ -1,0 +1,557 @@
+// bench_cuda: qjit's CUDA layers against a cuBLAS fp16 GEMM on the same GPU, next to a
+// device-to-device copy-bandwidth probe, all in one run on device 0.
+//
+// Every call (cuBLAS and qjit alike) is timed the same way: the L2 cache is flushed by a memset of
+// twice its size, then CUDA events bracket the one call, and the median over --reps calls (after a
+// warm-up) is reported. The weights stay resident in device memory but are never in L2 when a call
+// starts, as when decoding a model much larger than the cache.
+//
+//   bench_cuda [--shapes llama7b,llama70b,mixtral,granite] [--batches 1,4,16,32,64] [--reps 50]
+//              [--bits 4,3] [--all] [--dtype f16|bf16] [--tuning-db PATH] [--budget MS]
+//
+// --all is --bits 4,3,2,8. Every qjit layer is GPTQ-style, group 128, asymmetric, with random codes.
+// Exits 0 after one line "no CUDA device: ..." where qjit sees no GPU.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "qjit/qjit.h"
+#include "tools/random_gptq.hpp"
+
+namespace {
+
+constexpr int kGroupSize = 128;
+constexpr int kWarmupCalls = 5;
+constexpr int kCopyReps = 20;
+constexpr size_t kMinCopyBytes = size_t(1) << 30;  // the copy probe moves at least 1 GiB
+
+// ---------------------------------------------------------------------------------------------
+// Errors: every CUDA, cuBLAS and qjit call is checked; a failure names the call and exits 1.
+// ---------------------------------------------------------------------------------------------
+
+[[noreturn]] void fail(const std::string& what, const std::string& why) {
+    std::fprintf(stderr, "bench_cuda: %s failed: %s\n", what.c_str(), why.c_str());
+    std::exit(1);
+}
+
+void check_cuda(cudaError_t error, const char* what) {
+    if (error != cudaSuccess) fail(what, std::string(cudaGetErrorName(error)) + ": " + cudaGetErrorString(error));
+}
+
+void check_cublas(cublasStatus_t status, const char* what) {
+    if (status != CUBLAS_STATUS_SUCCESS) fail(what, cublasGetStatusString(status));
+}
+
+void check_qjit(qjit_status status, const char* what) {
+    if (status != QJIT_OK) fail(what, std::string(qjit_status_string(status)) + ": " + qjit_last_error());
+}
+
+#define CUDA_CHECK(call) check_cuda((call), #call)
+#define CUBLAS_CHECK(call) check_cublas((call), #call)
+#define QJIT_CHECK(call) check_qjit((call), #call)
+
+// ---------------------------------------------------------------------------------------------
+// Command line
+// ---------------------------------------------------------------------------------------------
+
+struct Options {
+    std::vector<std::string> models{"llama7b", "llama70b", "mixtral", "granite"};
+    std::vector<int64_t> batches{1, 4, 16, 32, 64};
+    std::vector<int> bits{4, 3};
+    int reps = 50;
+    qjit_dtype dtype = QJIT_DTYPE_F16;
+    std::optional<std::string> tuning_db;  // unset: the context's default database
+    double budget_ms = -1;                 // < 0: the context's default budget
+};
+
+[[noreturn]] void usage(const char* problem) {
+    std::fprintf(stderr,
+                 "bench_cuda: %s\n"
+                 "usage: bench_cuda [--shapes llama7b,llama70b,mixtral,granite] [--batches 1,4,16,32,64]\n"
+                 "                  [--reps N] [--bits 4,3] [--all] [--dtype f16|bf16] [--tuning-db PATH]\n"
+                 "                  [--budget MS]\n",
+                 problem);
+    std::exit(2);
+}
+
+std::vector<std::string> split(const std::string& text) {
+    std::vector<std::string> parts;
+    std::stringstream stream(text);
+    for (std::string part; std::getline(stream, part, ',');)
+        if (!part.empty()) parts.push_back(part);
+    return parts;
+}
+
+int64_t parse_int(const std::string& text, int64_t min) {
+    char* end = nullptr;
+    const long long value = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || value < min) usage(("bad number: " + text).c_str());
+    return value;
+}
+
+const std::string kValuedFlags[] = {"--shapes", "--batches", "--bits", "--reps", "--dtype", "--tuning-db", "--budget"};
+
+Options parse_args(int argc, char** argv) {
+    Options options;
+    for (int i = 1; i < argc; ++i) {
+        std::string flag = argv[i], value;
+        if (flag == "--all") {
+            options.bits = {4, 3, 2, 8};
+            continue;
+        }
+        if (const size_t eq = flag.find('='); eq != std::string::npos) {  // --flag=value
+            value = flag.substr(eq + 1);
+            flag.resize(eq);
+        } else if (std::find(std::begin(kValuedFlags), std::end(kValuedFlags), flag) == std::end(kValuedFlags)) {
+            usage(("unknown flag " + flag).c_str());
+        } else if (i + 1 < argc) {  // --flag value
+            value = argv[++i];
+        } else {
+            usage(("missing value for " + flag).c_str());
+        }
+        if (flag == "--shapes") {
+            options.models = split(value);
+        } else if (flag == "--batches") {
+            options.batches.clear();
+            for (const std::string& b : split(value)) options.batches.push_back(parse_int(b, 1));
+        } else if (flag == "--bits") {
+            options.bits.clear();
+            for (const std::string& b : split(value)) options.bits.push_back(int(parse_int(b, 1)));
+        } else if (flag == "--reps") {
+            options.reps = int(parse_int(value, 1));
+        } else if (flag == "--dtype") {
+            if (value == "f16") options.dtype = QJIT_DTYPE_F16;
+            else if (value == "bf16") options.dtype = QJIT_DTYPE_BF16;
+            else usage("--dtype takes f16 or bf16");
+        } else if (flag == "--tuning-db") {
+            options.tuning_db = value;
+        } else if (flag == "--budget") {
+            options.budget_ms = std::atof(value.c_str());
+        } else {
+            usage(("unknown flag " + flag).c_str());
+        }
+    }
+    if (options.models.empty() || options.batches.empty() || options.bits.empty()) usage("empty list");
+    return options;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shapes: K x N of the linear layers of the models the issue names
+// ---------------------------------------------------------------------------------------------
+
+struct Shape {
+    const char* model;
+    const char* role;
+    int64_t k, n;
+};
+
+const Shape kShapes[] = {
+    {"llama7b", "qkv/o", 4096, 4096},        {"llama7b", "gate/up", 4096, 11008},
+    {"llama7b", "down", 11008, 4096},        {"llama70b", "q/o", 8192, 8192},
+    {"llama70b", "k/v", 8192, 1024},         {"llama70b", "gate/up", 8192, 28672},
+    {"llama70b", "down", 28672, 8192},       {"mixtral", "expert w1/w3", 4096, 14336},
+    {"mixtral", "expert w2", 14336, 4096},   {"granite", "mlp up", 6144, 24576},
+    {"granite", "mlp down", 24576, 6144},
+};
+
+std::vector<Shape> select_shapes(const std::vector<std::string>& models) {
+    std::vector<Shape> shapes;
+    for (const std::string& model : models) {
+        const size_t before = shapes.size();
+        for (const Shape& shape : kShapes)
+            if (model == shape.model) shapes.push_back(shape);
+        if (shapes.size() == before) usage(("unknown model " + model).c_str());
+    }
+    return shapes;
+}
+
+std::string shape_label(const Shape& shape) {
+    return std::string(shape.model) + " " + std::to_string(shape.k) + "x" + std::to_string(shape.n) + " (" +
+           shape.role + ")";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device memory
+// ---------------------------------------------------------------------------------------------
+
+class DeviceBuffer {
+public:
+    explicit DeviceBuffer(size_t bytes) : bytes_(bytes) { CUDA_CHECK(cudaMalloc(&data_, bytes)); }
+    ~DeviceBuffer() { cudaFree(data_); }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+    void* data() const { return data_; }
+    size_t bytes() const { return bytes_; }
+
+private:
+    void* data_ = nullptr;
+    size_t bytes_;
+};
+
+// Random 16-bit floats of magnitude in [1/16, 1) with random signs: no zeros, denormals or
+// infinities, and data that toggles as many bits as real activations and weights do (constant
+// data would let the tensor cores draw less power and run faster than they do on a model).
+uint16_t random_16bit_float(qjit_tools::Rng& rng, qjit_dtype dtype) {
+    const uint64_t r = rng.next();
+    const uint16_t sign = uint16_t((r & 1) << 15);
+    const uint16_t exponent_step = uint16_t((r >> 1) & 3);  // 4 binades below 1.0
+    if (dtype == QJIT_DTYPE_BF16) return uint16_t(sign | ((123 + exponent_step) << 7) | ((r >> 3) & 0x7f));
+    return uint16_t(sign | ((11 + exponent_step) << 10) | ((r >> 3) & 0x3ff));
+}
+
+void fill_random(DeviceBuffer& buffer, qjit_dtype dtype, uint64_t seed) {
+    constexpr size_t kChunk = size_t(1) << 24;  // values per host staging chunk (32 MiB)
+    qjit_tools::Rng rng(seed);
+    std::vector<uint16_t> host;
+    const size_t count = buffer.bytes() / sizeof(uint16_t);
+    for (size_t start = 0; start < count; start += kChunk) {
+        host.resize(std::min(kChunk, count - start));
+        for (uint16_t& value : host) value = random_16bit_float(rng, dtype);
+        CUDA_CHECK(cudaMemcpy(static_cast<uint16_t*>(buffer.data()) + start, host.data(),
+                              host.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timing: the one protocol every measurement goes through
+// ---------------------------------------------------------------------------------------------
+
+double median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    const size_t mid = values.size() / 2;
+    return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+class ColdL2Timer {
+public:
+    ColdL2Timer(cudaStream_t stream, size_t flush_bytes) : stream_(stream), flush_(flush_bytes) {
+        CUDA_CHECK(cudaEventCreate(&start_));
+        CUDA_CHECK(cudaEventCreate(&stop_));
+    }
+    ~ColdL2Timer() {
+        cudaEventDestroy(start_);
+        cudaEventDestroy(stop_);
+    }
+    ColdL2Timer(const ColdL2Timer&) = delete;
+    ColdL2Timer& operator=(const ColdL2Timer&) = delete;
+
+    size_t flush_bytes() const { return flush_.bytes(); }
+
+    // Median microseconds of `reps` calls of `enqueue` (which only enqueues work on the stream),
+    // each preceded by an L2 flush that the events leave out. The flush also keeps the GPU busy
+    // while the host enqueues the call, so no launch gap lands between the events.
+    double median_us(int reps, const std::function<void()>& enqueue) {
+        std::vector<double> times;
+        for (int call = 0; call < kWarmupCalls + reps; ++call) {
+            CUDA_CHECK(cudaMemsetAsync(flush_.data(), call & 0xff, flush_.bytes(), stream_));
+            CUDA_CHECK(cudaEventRecord(start_, stream_));
+            enqueue();
+            CUDA_CHECK(cudaEventRecord(stop_, stream_));
+            CUDA_CHECK(cudaEventSynchronize(stop_));
+            float ms = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+            if (call >= kWarmupCalls) times.push_back(1e3 * double(ms));
+        }
+        return median(times);
+    }
+
+private:
+    cudaStream_t stream_;
+    DeviceBuffer flush_;
+    cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Copy-bandwidth probe
+// ---------------------------------------------------------------------------------------------
+
+// Device-to-device copy of max(1 GiB, 4 x L2), median of kCopyReps; GB/s counts the bytes read
+// plus the bytes written (2 x the buffer), the traffic a kernel streaming its weights competes with.
+double copy_bandwidth_gbps(ColdL2Timer& timer, cudaStream_t stream, size_t l2_bytes) {
+    const size_t bytes = std::max(kMinCopyBytes, 4 * l2_bytes);
+    DeviceBuffer source(bytes), destination(bytes);
+    CUDA_CHECK(cudaMemsetAsync(source.data(), 1, bytes, stream));
+    const double us = timer.median_us(kCopyReps, [&] {
+        CUDA_CHECK(cudaMemcpyAsync(destination.data(), source.data(), bytes, cudaMemcpyDeviceToDevice, stream));
+    });
+    const double gbps = 2.0 * double(bytes) / (us * 1e3);
+    std::printf("copy probe: cudaMemcpyAsync D2D of %.0f MiB, median of %d: %.1f us, %.1f GB/s "
+                "(convention: bytes read + bytes written, 2 x %.0f MiB, per second; 1 GB = 1e9 B)\n",
+                double(bytes) / double(1 << 20), kCopyReps, us, gbps, double(bytes) / double(1 << 20));
+    return gbps;
+}
+
+// ---------------------------------------------------------------------------------------------
+// cuBLAS baseline: dense 16-bit weights, fp32 accumulation
+// ---------------------------------------------------------------------------------------------
+
+class CublasGemm {
+public:
+    CublasGemm(cudaStream_t stream, qjit_dtype dtype)
+        : type_(dtype == QJIT_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F) {
+        CUBLAS_CHECK(cublasCreate(&handle_));
+        CUBLAS_CHECK(cublasSetStream(handle_, stream));
+    }
+    ~CublasGemm() { cublasDestroy(handle_); }
+    CublasGemm(const CublasGemm&) = delete;
+    CublasGemm& operator=(const CublasGemm&) = delete;
+
+    // y[m][n] = x[m][k] * w[k][n], all row-major. cuBLAS is column-major, where these buffers are
+    // y^T (n x m), x^T (k x m) and w^T (n x k), so it computes y^T = w^T * x^T with no transposes.
+    void enqueue(const void* w, const void* x, void* y, int64_t m, int64_t k, int64_t n) const {
+        const float alpha = 1.0f, beta = 0.0f;
+        CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, w, type_,
+                                  int(n), x, type_, int(k), &beta, y, type_, int(n), CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+    }
+
+private:
+    cublasHandle_t handle_ = nullptr;
+    cudaDataType_t type_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// qjit layers
+// ---------------------------------------------------------------------------------------------
+
+qjit_context* make_context(const Options& options) {
+    qjit_context_options context_options;
+    qjit_context_options_init(&context_options);
+    context_options.cuda_device = 0;
+    context_options.cuda_dtype = options.dtype;
+    if (options.tuning_db) context_options.tuning_db_path = options.tuning_db->c_str();
+    context_options.tuning_budget_ms = options.budget_ms;
+    qjit_context* context = nullptr;
+    QJIT_CHECK(qjit_context_create(&context_options, &context));
+    return context;
+}
+
+struct QjitLayer {
+    qjit_linear* layer = nullptr;
+    int64_t weight_bytes = 0;  // packed codes + scales + zeros: what one forward streams
+    double create_ms = 0;      // random codes, import, tuning, compilation and upload
+};
+
+// Random GPTQ codes: importing them is far faster than quantizing fp32 weights, which matters for
+// the 70B layers, and a kernel's speed does not depend on the values.
+QjitLayer make_layer(qjit_context* context, const Shape& shape, int bits) {
+    const auto start = std::chrono::steady_clock::now();
+    qjit_tools::GptqTensors tensors;
+    qjit_tools::random_gptq(shape.k, shape.n, bits, kGroupSize, uint64_t(shape.k * 131 + shape.n + bits), &tensors);
+    QjitLayer made;
+    QJIT_CHECK(qjit_linear_create_from_gptq(context, shape.k, shape.n, &tensors.view, &made.layer));
+    qjit_linear_info info;
+    QJIT_CHECK(qjit_linear_get_info(made.layer, &info));
+    made.weight_bytes = info.weight_bytes;
+    made.create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return made;
+}
+
+std::string cuda_tiling(qjit_linear* layer, int64_t m, qjit_dtype dtype) {
+    qjit_linear_tuning tuning;
+    QJIT_CHECK(qjit_linear_get_tuning_cuda(layer, m, dtype, &tuning));
+    return tuning.tiling && *tuning.tiling ? tuning.tiling : "-";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measurements and report
+// ---------------------------------------------------------------------------------------------
+
+struct QjitResult {
+    double us = 0;
+    double speedup = 0;        // cuBLAS time / qjit time
+    double copy_fraction = 0;  // weight GB/s over the copy probe's GB/s
+};
+
+struct Row {
+    int64_t m = 0;
+    double cublas_us = 0;
+    std::map<int, QjitResult> by_bits;
+};
+
+void print_device(const qjit_cuda_device_info& info) {
+    std::printf("device %d: %s, compute %d.%d, %d SMs, L2 %.0f MiB, %.1f GiB, %d-bit bus at %d MHz, "
+                "peak %.1f GB/s (data sheet: 2 x bus x clock), driver %d\n",
+                info.ordinal, info.name, info.compute_major, info.compute_minor, info.sm_count,
+                double(info.l2_bytes) / double(1 << 20), double(info.global_memory_bytes) / double(1 << 30),
+                info.memory_bus_bits, info.memory_clock_khz / 1000, info.peak_bandwidth_gbps, info.driver_version);
+}
+
+void print_table_header(const Options& options) {
+    const char* dtype = options.dtype == QJIT_DTYPE_BF16 ? "bf16" : "f16";
+    std::printf("\n| shape | m | cuBLAS %s us | cuBLAS weight GB/s |", dtype);
+    std::string rule = "|---|---|---|---|";
+    for (int bits : options.bits) {
+        std::printf(" q%d us | q%d speedup | q%d weight GB/s | q%d %% of copy | q%d tiling |", bits, bits, bits, bits, bits);
+        rule += "---|---|---|---|---|";
+    }
+    std::printf("\n%s\n", rule.c_str());
+}
+
+// What every row shares: the protocol, the baseline, the buffers sized for the largest row.
+struct Bench {
+    const Options& options;
+    cudaStream_t stream;
+    ColdL2Timer& timer;
+    const CublasGemm& cublas;
+    const DeviceBuffer& weights;  // dense K x N, for cuBLAS
+    const DeviceBuffer& x;
+    const DeviceBuffer& y;
+    double copy_gbps;
+};
+
+Row measure_row(const Bench& bench, const Shape& shape, int64_t m, const std::map<int, QjitLayer>& layers) {
+    const Options& options = bench.options;
+    Row row;
+    row.m = m;
+    row.cublas_us = bench.timer.median_us(options.reps, [&] {
+        bench.cublas.enqueue(bench.weights.data(), bench.x.data(), bench.y.data(), m, shape.k, shape.n);
+    });
+    const double dense_bytes = double(shape.k * shape.n * 2);
+    std::printf("| %s | %lld | %.1f | %.0f |", shape_label(shape).c_str(), (long long)m, row.cublas_us,
+                dense_bytes / (row.cublas_us * 1e3));
+    for (int bits : options.bits) {
+        qjit_linear* layer = layers.at(bits).layer;
+        QjitResult result;
+        result.us = bench.timer.median_us(options.reps, [&] {
+            QJIT_CHECK(qjit_linear_forward_cuda(layer, bench.x.data(), bench.y.data(), m, options.dtype, bench.stream));
+        });
+        const double gbps = double(layers.at(bits).weight_bytes) / (result.us * 1e3);
+        result.speedup = row.cublas_us / result.us;
+        result.copy_fraction = gbps / bench.copy_gbps;
+        row.by_bits[bits] = result;
+        std::printf(" %.1f | %.2fx | %.0f | %.0f%% | %s |", result.us, result.speedup, gbps, 100 * result.copy_fraction,
+                    cuda_tiling(layer, m, options.dtype).c_str());
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+    return row;
+}
+
+// A target of the issue: `metric` of the rows at `bits` with m in [m_lo, m_hi], every one >= threshold.
+struct Target {
+    std::string text;
+    int bits;
+    int64_t m_lo, m_hi;
+    bool copy_fraction;  // false: speedup over cuBLAS
+    double threshold;
+};
+
+std::vector<Target> issue_targets(const Options& options) {
+    std::vector<Target> targets = {
+        {"q4 g128, batch 1-16: >= 3.5x faster than cuBLAS", 4, 1, 16, false, 3.5},
+        {"q4 g128, batch 1: >= 85% of copy bandwidth", 4, 1, 1, true, 0.85},
+        {"q3 g128, batch 1-16: >= 4.5x faster than cuBLAS", 3, 1, 16, false, 4.5},
+    };
+    for (int bits : options.bits)
+        targets.push_back({"q" + std::to_string(bits) + " g128, batch 64: no slower than cuBLAS (>= 1x)", bits, 64, 64,
+                           false, 1.0});
+    return targets;
+}
+
+// Printed after the results, so that nothing interleaves with the rows of the main table.
+void print_creation_times(const std::vector<std::string>& lines) {
+    std::printf("\n| layer | weight MiB | creation ms |\n|---|---|---|\n");
+    for (const std::string& line : lines) std::printf("%s\n", line.c_str());
+}
+
+void print_summary(const Options& options, const std::vector<Row>& rows) {
+    std::printf("\n| target | rows | min | median | result |\n|---|---|---|---|---|\n");
+    for (const Target& target : issue_targets(options)) {
+        std::vector<double> values;
+        for (const Row& row : rows) {
+            const auto found = row.by_bits.find(target.bits);
+            if (found == row.by_bits.end() || row.m < target.m_lo || row.m > target.m_hi) continue;
+            values.push_back(target.copy_fraction ? found->second.copy_fraction : found->second.speedup);
+        }
+        if (values.empty()) {
+            std::printf("| %s | 0 | - | - | not measured |\n", target.text.c_str());
+            continue;
+        }
+        const double low = *std::min_element(values.begin(), values.end());
+        const double scale = target.copy_fraction ? 100.0 : 1.0;
+        const char* unit = target.copy_fraction ? "%" : "x";
+        std::printf("| %s | %zu | %.2f%s | %.2f%s | %s |\n", target.text.c_str(), values.size(), scale * low, unit,
+                    scale * median(values), unit, low >= target.threshold ? "PASS" : "FAIL");
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const Options options = parse_args(argc, argv);
+    const std::vector<Shape> shapes = select_shapes(options.models);
+
+    int devices = 0;
+    if (qjit_cuda_device_count(&devices) != QJIT_OK || devices < 1) {
+        std::printf("no CUDA device: %s\n", qjit_last_error());
+        return 0;
+    }
+    qjit_cuda_device_info info;
+    QJIT_CHECK(qjit_cuda_get_device_info(0, &info));
+    std::printf("qjit %s, bench_cuda: median of %d calls after %d warm-up calls, each with L2 flushed first\n",
+                qjit_version(), options.reps, kWarmupCalls);
+    print_device(info);
+
+    // The runtime's primary context exists before qjit's context, so both work on the same one.
+    CUDA_CHECK(cudaSetDevice(0));
+    CUDA_CHECK(cudaFree(nullptr));
+    cudaStream_t stream = nullptr;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    int l2_bytes = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0));
+    ColdL2Timer timer(stream, 2 * size_t(l2_bytes));
+    std::printf("L2 flush: cudaMemsetAsync of %.0f MiB (2 x L2) before every timed call, outside the events\n",
+                double(timer.flush_bytes()) / double(1 << 20));
+
+    const double copy_gbps = copy_bandwidth_gbps(timer, stream, size_t(l2_bytes));
+    std::printf("copy bandwidth / peak: %.0f%%\n", 100 * copy_gbps / info.peak_bandwidth_gbps);
+
+    // One buffer of each kind, sized for the largest shape and batch, shared by every row.
+    int64_t max_k = 0, max_n = 0, max_kn = 0;
+    for (const Shape& shape : shapes) {
+        max_k = std::max(max_k, shape.k);
+        max_n = std::max(max_n, shape.n);
+        max_kn = std::max(max_kn, shape.k * shape.n);
+    }
+    const int64_t max_m = *std::max_element(options.batches.begin(), options.batches.end());
+    DeviceBuffer weights(size_t(max_kn) * 2), x(size_t(max_m * max_k) * 2), y(size_t(max_m * max_n) * 2);
+    fill_random(weights, options.dtype, 1);
+    fill_random(x, options.dtype, 2);
+
+    CublasGemm cublas(stream, options.dtype);
+    const Bench bench{options, stream, timer, cublas, weights, x, y, copy_gbps};
+    qjit_context* context = make_context(options);
+    print_table_header(options);
+    std::vector<Row> rows;
+    std::vector<std::string> creation_lines;
+    for (const Shape& shape : shapes) {
+        std::map<int, QjitLayer> layers;
+        for (int bits : options.bits) {
+            const QjitLayer& made = layers[bits] = make_layer(context, shape, bits);
+            char line[256];
+            std::snprintf(line, sizeof line, "| q%dg%d %s | %.1f | %.0f |", bits, kGroupSize, shape_label(shape).c_str(),
+                          double(made.weight_bytes) / double(1 << 20), made.create_ms);
+            creation_lines.push_back(line);
+        }
+        for (int64_t m : options.batches) rows.push_back(measure_row(bench, shape, m, layers));
+        for (auto& [bits, layer] : layers) QJIT_CHECK(qjit_linear_destroy(layer.layer));
+    }
+    print_summary(options, rows);
+    print_creation_times(creation_lines);
+
+    QJIT_CHECK(qjit_context_destroy(context));
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    return 0;
+}

@@ -1,0 +1,39 @@
+// CUDA C++ source for one kernel spec, ready for NVRTC. The source is self-contained (no
+// #include: fp16/bf16 arithmetic, cp.async, ldmatrix and mma are inline PTX), so it compiles
+// without the toolkit's headers.
+//
+// Kernel parameters, in order (u16 = fp16 or bf16 bits, as the spec's activation type):
+//   GEMV:  const u32* codes, const void* scales, const u16* zeros, const u16* x, u16* y,
+//          int m, int n, int np, int k_valid, int ldx, int kp, int num_groups
+//   GEMM:  the same, then float* partial (m x n, zeroed; used when gridDim.z > 1), int k_tiles_per_split
+// codes/scales/zeros: runtime/cuda_weights.hpp's layout (np columns, kp rows); x: m rows of ldx
+// elements (a multiple of 8, 16-byte aligned), zero beyond k_valid (a multiple of 8) by masking;
+// y: m x n. Launch: GEMV blocks of tiling.warps * 32 threads, ceil(n / (warps * cols)) blocks;
+// GEMM blocks of warps * 32 threads, grid (np / bn, ceil(m / bm), split_k), shared_bytes dynamic.
+#pragma once
+
+#include <string>
+
+#include "jit/cuda/cuda_tiling.hpp"
+
+namespace qjit::jit::cuda {
+
+struct GeneratedKernel {
+    std::string name;        // kernel_name(spec)
+    std::string entry;       // the __global__ function to look up in the module
+    std::string source;
+    unsigned threads = 0;    // per block
+    int shared_bytes = 0;    // dynamic shared memory per block
+};
+
+// Throws std::invalid_argument (check_spec) for a spec the generator cannot emit. The source
+// does not depend on split_k (a launch-time choice), so those variants share one compile.
+GeneratedKernel generate_kernel(const CudaKernelSpec& spec);
+
+// Small kernels every layer uses, in one module per architecture:
+//   qjit_gather_rows(const u16* x, int ldx, const int* order, u16* out, int m, int k, int kp):
+//     out[r][j] = j < k ? x[r][order ? order[j] : j] : 0   (act-order and padding; one thread per element)
+//   qjit_cast_f32_to_f16 / qjit_cast_f32_to_bf16(const float* in, u16* out, long long count)
+std::string support_kernels_source();
+
+}  // namespace qjit::jit::cuda

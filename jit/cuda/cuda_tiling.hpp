@@ -1,0 +1,83 @@
+// What a generated CUDA kernel computes (CudaKernelSpec) and the knobs that shape it (CudaTiling).
+// Two kernel kinds serve a layer: a GEMV for up to 8 activation rows (memory-bound: wide code
+// loads, dequantization in registers, warp-shuffle reduction) and a tensor-core GEMM for more
+// (mma.sync m16n8k16 fed by a cp.async pipeline). Both read the layout of runtime/cuda_weights.hpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qjit::jit::cuda {
+
+enum class ActivationType { F16, BF16 };
+enum class KernelKind { Gemv, Gemm };
+
+// The tuner's knobs. GEMV uses warps, columns_per_warp and chunks_in_flight; GEMM the rest.
+struct CudaTiling {
+    KernelKind kind = KernelKind::Gemv;
+    int warps = 4;             // warps per block
+    int columns_per_warp = 1;  // gemv: output columns one warp reduces (1, 2, 4)
+    int chunks_in_flight = 2;  // gemv: 16-byte code vectors per lane and column loaded before use (1, 2, 4)
+    int block_m = 64;          // gemm: activation rows per block (16, 32, 64)
+    int block_n = 128;         // gemm: output columns per block (64, 128, 256)
+    int block_k = 128;         // gemm: K per pipeline stage (64, 128, 256)
+    int stages = 3;            // gemm: cp.async pipeline depth (2 .. 5)
+    int split_k = 1;           // gemm: blocks sharing one output tile along K (fp32 atomics, then a cast)
+
+    bool operator==(const CudaTiling&) const = default;
+};
+
+struct CudaKernelSpec {
+    int bits = 4;                 // 2, 3, 4 or 8
+    int64_t k = 0;                // rows of the layer
+    int64_t group_size = 128;     // rows per group: a multiple of 32, or k (per column)
+    bool symmetric = false;       // zero point 2^(bits-1), no zeros array
+    bool f16_scales = true;       // scales stored as fp16 (else fp32)
+    ActivationType activations = ActivationType::F16;
+    int arch = 80;                // sm_<arch>
+    int rows = 1;                 // gemv: activation rows it is compiled for (1, 2, 4, 8; fewer at run time are masked)
+    CudaTiling tiling;
+
+    bool per_column() const { return group_size >= k; }
+};
+
+// Rows of K per packed 32-code block, and the GEMV's 16-byte-aligned chunk: 2 blocks of 2-bit
+// (16 B), 4 of 3-bit (48 B), 1 of 4-bit (16 B), 1 of 8-bit (32 B).
+inline constexpr int kCodesPerBlock = 32;
+int chunk_blocks(int bits);
+// K and N as the device stores them: K padded to a multiple of 256 (the largest block_k), N to a
+// multiple of 256 (the largest block_n), so no kernel ever reads past the arrays.
+int64_t padded_k(int64_t k);
+int64_t padded_n(int64_t n);
+
+// "cuda_gemv_q4g128_asym_f16_sm90" / "cuda_gemm_q3col_sym_bf16_sm80": what the code computes (the
+// tuning database's kernel family, "_s32" for fp32 scales).
+std::string kernel_family_name(const CudaKernelSpec& spec);
+// The family plus the tiling: "cuda_gemm_q4g128_asym_f16_sm90_m64n128k128w8s3z1", a C identifier.
+std::string kernel_name(const CudaKernelSpec& spec);
+
+// "kernel=gemv,warps=4,cols=1,inflight=2" / "kernel=gemm,bm=64,bn=128,bk=128,warps=8,stages=3,splitk=1".
+std::string tiling_text(const CudaTiling& tiling);
+// Parses tiling_text's form; knobs left out keep `base`'s values. Throws std::invalid_argument
+// naming the bad knob.
+CudaTiling parse_tiling(const std::string& text, CudaTiling base = {});
+
+// Dynamic shared memory a GEMM block asks for (0 for a GEMV).
+int shared_memory_bytes(const CudaKernelSpec& spec);
+// Throws std::invalid_argument naming what the generator cannot emit: bits, group size, a tiling
+// knob out of range, a GEMM tile whose warps, registers or K step do not fit. Does not check the
+// device's shared memory (fits_device does).
+void check_spec(const CudaKernelSpec& spec);
+bool is_valid(const CudaKernelSpec& spec);
+// Whether the spec's shared memory fits a block of a device with `optin_bytes` to offer.
+bool fits_device(const CudaKernelSpec& spec, int64_t optin_bytes);
+// The most dynamic shared memory a block may opt in to on sm_<arch> (the published limits), for
+// planning without a device (the compile tests).
+int64_t published_shared_memory_optin(int arch);
+
+// Every tiling the generator accepts for `spec`'s format and kind (GEMV when spec.rows <= 8, else
+// GEMM), before the device's shared-memory limit.
+std::vector<CudaTiling> enumerate_tilings(const CudaKernelSpec& spec);
+
+}  // namespace qjit::jit::cuda
