@@ -1,0 +1,89 @@
+// The generated CUDA kernel variants the tests cover: bits x group x symmetry x tile shape x
+// pipeline stages for the GEMM, bits x group x symmetry x rows for the GEMV, plus sweeps of the
+// remaining knobs (activation type, fp32 scales, tile height, warps, GEMV columns and loads in
+// flight) on fewer formats. Shared by the NVRTC compile tests and the device tests.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "jit/cuda/cuda_tiling.hpp"
+
+namespace qjit::test {
+
+struct CudaFormat {
+    int bits;
+    int group;  // 0: per column
+    bool symmetric;
+};
+
+inline std::vector<CudaFormat> every_cuda_format() {
+    std::vector<CudaFormat> formats;
+    for (int bits : {2, 3, 4, 8})
+        for (int group : {32, 64, 128, 0})
+            for (bool symmetric : {false, true}) formats.push_back({bits, group, symmetric});
+    return formats;
+}
+
+// The spec of `format` for K rows (group 0: one group of all K rows).
+inline jit::cuda::CudaKernelSpec cuda_spec(const CudaFormat& format, int64_t k, int arch) {
+    jit::cuda::CudaKernelSpec spec;
+    spec.bits = format.bits;
+    spec.k = k;
+    spec.group_size = format.group == 0 ? k : format.group;
+    spec.symmetric = format.symmetric;
+    spec.arch = arch;
+    return spec;
+}
+
+// Variants of one format that fit sm_<arch>'s shared memory (`skipped` counts those that do not).
+inline std::vector<jit::cuda::CudaKernelSpec> cuda_variants(const CudaFormat& format, int64_t k, int arch,
+                                                            int* skipped = nullptr) {
+    using namespace jit::cuda;
+    std::vector<CudaKernelSpec> variants;
+    auto add = [&](CudaKernelSpec spec) {
+        if (!is_valid(spec)) return;
+        if (!fits_device(spec, published_shared_memory_optin(arch))) {
+            if (skipped) ++*skipped;
+            return;
+        }
+        variants.push_back(spec);
+    };
+    const CudaKernelSpec base = cuda_spec(format, k, arch);
+    for (int rows : {1, 2, 4, 8}) {
+        CudaKernelSpec spec = base;
+        spec.rows = rows;
+        add(spec);
+    }
+    for (auto [bn, bk] : {std::pair{128, 128}, {256, 64}, {64, 256}})
+        for (int stages = 2; stages <= 5; ++stages) {
+            CudaKernelSpec spec = base;
+            spec.rows = 64;
+            spec.tiling.kind = KernelKind::Gemm;
+            spec.tiling.block_m = 64, spec.tiling.block_n = bn, spec.tiling.block_k = bk, spec.tiling.stages = stages;
+            spec.tiling.warps = bn / 8 % 16 == 0 ? 8 : 4;  // at least 16 columns per warp
+            add(spec);
+        }
+    // The other knobs, on the group-128 asymmetric format of each width.
+    if (format.group == 128 && !format.symmetric) {
+        for (ActivationType type : {ActivationType::F16, ActivationType::BF16})
+            for (bool f16_scales : {true, false}) {
+                CudaKernelSpec spec = base;
+                spec.activations = type, spec.f16_scales = f16_scales, spec.rows = 8;
+                for (int cols : {1, 2, 4})
+                    for (int inflight : {1, 2, 4}) {
+                        spec.tiling.columns_per_warp = cols, spec.tiling.chunks_in_flight = inflight;
+                        add(spec);
+                    }
+                spec.tiling = {};
+                spec.tiling.kind = KernelKind::Gemm;
+                for (int bm : {16, 32}) {
+                    spec.rows = bm, spec.tiling.block_m = bm, spec.tiling.warps = 4;
+                    add(spec);
+                }
+            }
+    }
+    return variants;
+}
+
+}  // namespace qjit::test

@@ -1,0 +1,260 @@
+// The CUDA kernels on a device against the oracle: every variant of tests/cuda_variants.hpp, on
+// shapes whose K and N are not multiples of the group, the tile or the vector width, with and
+// without act-order, at batches 1 .. 64 (and beyond, for the GEMM's row blocks). Skipped cleanly
+// where there is no CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <future>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "cuda_variants.hpp"
+#include "jit/cuda/nvrtc_compiler.hpp"
+#include "runtime/cuda_executor.hpp"
+#include "runtime/error.hpp"
+#include "runtime/half.hpp"
+#include "runtime/reference.hpp"
+#include "test_support.hpp"
+#include "tuner/cuda_search.hpp"
+
+namespace qjit {
+namespace {
+
+using jit::cuda::ActivationType;
+using jit::cuda::CudaKernelSpec;
+using jit::cuda::KernelKind;
+
+// The device, or a skip naming why there is none.
+std::optional<cuda::DeviceProperties> device_or_skip_reason(std::string& why) {
+    try {
+        cuda::Driver& driver = cuda::Driver::get();
+        driver.make_current(0);
+        return driver.properties(0);
+    } catch (const Error& e) {
+        why = e.what();
+        return std::nullopt;
+    }
+}
+
+#define REQUIRE_DEVICE(device)                                  \
+    std::string why_no_device;                                  \
+    const auto device = device_or_skip_reason(why_no_device);   \
+    if (!device) GTEST_SKIP() << why_no_device
+
+float bf16_round(float v) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    bits = (bits + 0x7fffu + ((bits >> 16) & 1)) & 0xffff0000u;
+    std::memcpy(&v, &bits, 4);
+    return v;
+}
+uint16_t bf16_bits(float v) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    return uint16_t(bits >> 16);
+}
+
+QuantizedMatrix random_matrix(const test::CudaFormat& f, int64_t k, int64_t n, bool act_order, uint32_t seed,
+                              bool f16_scales = true) {
+    std::mt19937 rng(seed);
+    QuantizedMatrix m;
+    QuantParams& p = m.params;
+    p.k = k, p.n = n, p.bits = f.bits, p.symmetric = f.symmetric;
+    p.group_size = f.group == 0 ? k : f.group;
+    p.scale_dtype = f16_scales ? QJIT_DTYPE_F16 : QJIT_DTYPE_F32;
+    std::uniform_real_distribution<float> scale(0.002f, 0.02f);
+    p.scales.resize(size_t(p.num_groups() * n));
+    for (float& s : p.scales) s = f16_scales ? round_to_half(scale(rng)) : scale(rng);
+    if (!f.symmetric) {
+        p.zeros.resize(p.scales.size());
+        for (uint16_t& z : p.zeros) z = uint16_t(rng() % (1u << f.bits));
+    }
+    m.codes.resize(size_t(k * n));
+    for (uint8_t& c : m.codes) c = uint8_t(rng() % (1u << f.bits));
+    if (act_order) {
+        p.row_order.resize(size_t(k));
+        std::iota(p.row_order.begin(), p.row_order.end(), 0);
+        std::shuffle(p.row_order.begin(), p.row_order.end(), rng);
+    }
+    return m;
+}
+
+// |y - oracle| <= 2^-6 * sum_k |x_k w_k| + (output rounding) |oracle|: weights are rounded to the
+// activation type and fp16 products are summed 16 at a time; a wrong code, scale or index is off
+// by the order of the whole sum.
+void expect_matches_oracle(const QuantizedMatrix& matrix, const std::vector<float>& x, int64_t m,
+                           const std::vector<float>& y, ActivationType type, const std::string& what) {
+    std::vector<float> expected(size_t(m * matrix.params.n));
+    reference_forward(matrix, x.data(), m, expected.data());
+    const std::vector<float> w = dequantize(matrix);
+    const int64_t k = matrix.params.k, n = matrix.params.n;
+    const double output_rounding = type == ActivationType::F16 ? 1.0 / 1024 : 1.0 / 128;
+    int reported = 0;
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+            double magnitude = 0;
+            for (int64_t i = 0; i < k; ++i) magnitude += std::fabs(x[size_t(r * k + i)] * w[size_t(i * n + c)]);
+            const double e = expected[size_t(r * n + c)];
+            const double bound = magnitude / 64 + std::fabs(e) * output_rounding + 1e-6;
+            const double got = y[size_t(r * n + c)];
+            if (!(std::fabs(got - e) <= bound) && reported++ < 5)
+                ADD_FAILURE() << what << ": y[" << r << "][" << c << "] = " << got << ", oracle " << e << " (bound "
+                              << bound << ")";
+        }
+}
+
+// Runs m rows through the executor's installed plan and compares with the oracle.
+void run_and_check(CudaExecutor& executor, const QuantizedMatrix& matrix, int64_t m, ActivationType type,
+                   const std::string& what, uint32_t seed) {
+    const int64_t k = matrix.params.k, n = matrix.params.n;
+    std::vector<float> x = test::random_floats(size_t(m * k), seed);
+    std::vector<uint16_t> x_bits(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = type == ActivationType::F16 ? round_to_half(x[i]) : bf16_round(x[i]);
+        x_bits[i] = type == ActivationType::F16 ? float_to_half(x[i]) : bf16_bits(x[i]);
+    }
+    cuda::DeviceBuffer x_device(x_bits.data(), x_bits.size() * 2), y_device(size_t(m * n) * 2);
+    executor.forward(x_device.get(), y_device.get(), m, type, nullptr);
+    std::vector<uint16_t> y_bits(size_t(m * n));
+    cuda::Driver::get().copy_to_host(y_bits.data(), y_device.get(), y_bits.size() * 2);
+    std::vector<float> y(y_bits.size());
+    for (size_t i = 0; i < y.size(); ++i) {
+        if (type == ActivationType::F16) {
+            y[i] = half_to_float(y_bits[i]);
+        } else {
+            const uint32_t bits = uint32_t(y_bits[i]) << 16;
+            std::memcpy(&y[i], &bits, 4);
+        }
+    }
+    expect_matches_oracle(matrix, x, m, y, type, what + " m=" + std::to_string(m));
+}
+
+// Compiles the variants on every core first (the cubin cache keeps them), then runs them.
+void precompile(const std::vector<CudaKernelSpec>& variants) {
+    std::vector<std::future<void>> jobs;
+    const size_t workers = std::max(1u, std::thread::hardware_concurrency());
+    for (size_t w = 0; w < workers; ++w)
+        jobs.push_back(std::async(std::launch::async, [&, w] {
+            for (size_t i = w; i < variants.size(); i += workers) {
+                const auto kernel = jit::cuda::generate_kernel(variants[i]);
+                jit::cuda::compile_cuda_cached(kernel.source, kernel.name, variants[i].arch, "");
+            }
+        }));
+    for (auto& job : jobs) job.get();
+}
+
+class CudaDevice : public ::testing::TestWithParam<int> {};
+
+// Every variant of every format of one bit width, on two odd shapes, at the batches its kind serves.
+TEST_P(CudaDevice, EveryVariantMatchesTheOracle) {
+    REQUIRE_DEVICE(device);
+    const int bits = GetParam();
+    struct Shape { int64_t k, n; bool act_order; };
+    const Shape shapes[] = {{264, 77, false},   // K a multiple of 8 only: read in place
+                            {515, 300, true}};  // odd K and act-order: gathered, padded
+    for (const test::CudaFormat& format : test::every_cuda_format()) {
+        if (format.bits != bits) continue;
+        for (const Shape& shape : shapes) {
+            // fp16 scales (as GPTQ checkpoints) and fp32 scales that fp16 cannot hold exactly.
+            const QuantizedMatrix matrices[2] = {random_matrix(format, shape.k, shape.n, shape.act_order, 11, true),
+                                                 random_matrix(format, shape.k, shape.n, shape.act_order, 11, false)};
+            CudaExecutor executors[2] = {{*device, matrices[0], "", ""}, {*device, matrices[1], "", ""}};
+            const auto variants = test::cuda_variants(format, shape.k, device->arch());
+            precompile(variants);
+            for (const CudaKernelSpec& spec : variants) {
+                if (!jit::cuda::fits_device(spec, device->shared_memory_per_block_optin)) continue;
+                const int which = spec.f16_scales ? 0 : 1;
+                CudaExecutor& executor = executors[which];
+                const QuantizedMatrix& matrix = matrices[which];
+                const std::string name = jit::cuda::kernel_name(spec) + " K=" + std::to_string(shape.k) +
+                                         " N=" + std::to_string(shape.n);
+                const std::vector<int64_t> batches = spec.tiling.kind == KernelKind::Gemv
+                                                         ? std::vector<int64_t>{std::max(1, spec.rows / 2 + 1), spec.rows}
+                                                         : std::vector<int64_t>{17, 33, 64, 100};
+                for (int64_t m : batches) {
+                    const int64_t bucket = cuda_batch_bucket(m);
+                    if (spec.tiling.kind == KernelKind::Gemv && bucket != spec.rows) continue;
+                    executor.install(spec.activations, bucket, spec.tiling);
+                    run_and_check(executor, matrix, m, spec.activations, name, uint32_t(m));
+                }
+                if (HasFailure()) return;  // one broken variant is enough to read
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Bits, CudaDevice, ::testing::Values(2, 3, 4, 8),
+                         [](const auto& info) { return "q" + std::to_string(info.param); });
+
+// Split-K and every batch 1 .. 64 through the tuner's model pick, fp16 and bf16.
+TEST(CudaDevice, SplitKAndEveryBatch) {
+    REQUIRE_DEVICE(device);
+    const QuantizedMatrix matrix = random_matrix({4, 128, false}, 1024, 200, false, 3);
+    CudaExecutor executor(*device, matrix, "", "");
+    for (ActivationType type : {ActivationType::F16, ActivationType::BF16}) {
+        for (int split : {2, 4}) {
+            jit::cuda::CudaTiling t = jit::cuda::parse_tiling("kernel=gemm,bm=32,bn=128,bk=128,warps=4,stages=3");
+            t.split_k = split;
+            executor.install(type, 32, t);
+            run_and_check(executor, matrix, 20, type, "split_k=" + std::to_string(split), 5);
+        }
+        for (int64_t m = 1; m <= 64; ++m) {
+            const int64_t bucket = cuda_batch_bucket(m);
+            if (!executor.plan(type, bucket) || bucket == 32)
+                executor.install(type, bucket, ranked_cuda_tilings(executor.format(type, bucket), 200, *device).front());
+            run_and_check(executor, matrix, m, type, "model pick", uint32_t(m));
+        }
+    }
+}
+
+// The C API end to end: a CUDA context tunes at creation and forwards on device pointers.
+TEST(CudaDevice, CApiForward) {
+    REQUIRE_DEVICE(device);
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.cuda_device = 0;
+    options.tuning_db_path = "";
+    options.tuning_budget_ms = 50;
+    qjit_context* raw_context = nullptr;
+    ASSERT_EQ(qjit_context_create(&options, &raw_context), QJIT_OK) << qjit_last_error();
+    test::ContextPtr context(raw_context);
+    qjit_quant_config config;
+    qjit_quant_config_init(&config);
+    const int64_t k = 520, n = 130;
+    const std::vector<float> w = test::random_floats(size_t(k * n), 9);
+    qjit_linear* raw = nullptr;
+    ASSERT_EQ(qjit_linear_create_from_f32(context.get(), &config, k, n, w.data(), QJIT_LAYOUT_K_BY_N, &raw), QJIT_OK)
+        << qjit_last_error();
+    test::LinearPtr layer(raw);
+    qjit_linear_tuning tuning;
+    ASSERT_EQ(qjit_linear_get_tuning_cuda(layer.get(), 1, QJIT_DTYPE_F16, &tuning), QJIT_OK) << qjit_last_error();
+    EXPECT_EQ(tuning.source, QJIT_TILING_SEARCHED);
+    EXPECT_GE(tuning.candidates_timed, 2);
+    EXPECT_GT(tuning.measured_us, 0);
+
+    for (int64_t m : {1, 5, 16, 40}) {
+        std::vector<float> x = test::random_floats(size_t(m * k), uint32_t(m));
+        std::vector<uint16_t> x_bits(x.size());
+        for (size_t i = 0; i < x.size(); ++i) x_bits[i] = float_to_half(x[i]), x[i] = half_to_float(x_bits[i]);
+        cuda::DeviceBuffer xd(x_bits.data(), x_bits.size() * 2), yd(size_t(m * n) * 2);
+        ASSERT_EQ(qjit_linear_forward_cuda(layer.get(), reinterpret_cast<const void*>(xd.get()),
+                                           reinterpret_cast<void*>(yd.get()), m, QJIT_DTYPE_F16, nullptr),
+                  QJIT_OK)
+            << qjit_last_error();
+        std::vector<uint16_t> y_bits(size_t(m * n));
+        cuda::Driver::get().copy_to_host(y_bits.data(), yd.get(), y_bits.size() * 2);
+        std::vector<float> y(y_bits.size()), expected(y_bits.size());
+        for (size_t i = 0; i < y.size(); ++i) y[i] = half_to_float(y_bits[i]);
+        ASSERT_EQ(qjit_linear_forward(layer.get(), x.data(), m, expected.data()), QJIT_OK);  // the CPU path
+        for (size_t i = 0; i < y.size(); ++i)
+            ASSERT_NEAR(y[i], expected[i], 0.02 * (1 + std::fabs(expected[i]))) << "m=" << m << " i=" << i;
+    }
+    double us = 0;
+    EXPECT_EQ(qjit_linear_benchmark_cuda(layer.get(), 1, QJIT_DTYPE_F16, 5, &us), QJIT_OK) << qjit_last_error();
+    EXPECT_GT(us, 0);
+}
+
+}  // namespace
+}  // namespace qjit

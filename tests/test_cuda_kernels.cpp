@@ -1,0 +1,264 @@
+// The CUDA backend on every machine, GPU or not: the generated source compiles with NVRTC for
+// sm_80 and sm_90 in every variant, the device layout round-trips, tilings parse and print, and
+// the C API reports a missing device cleanly.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "cuda_variants.hpp"
+#include "jit/cuda/cuda_source.hpp"
+#include "jit/cuda/nvrtc_compiler.hpp"
+#include "runtime/cuda_driver.hpp"
+#include "runtime/cuda_weights.hpp"
+#include "runtime/error.hpp"
+#include "test_support.hpp"
+#include "tuner/cuda_search.hpp"
+
+namespace qjit {
+namespace {
+
+using jit::cuda::CudaKernelSpec;
+using jit::cuda::CudaTiling;
+using jit::cuda::KernelKind;
+
+void require_nvrtc() {
+    std::string why;
+    if (jit::cuda::nvrtc_available(&why)) return;
+#ifdef QJIT_EXPECT_NVRTC
+    FAIL() << "the CUDA toolkit was found at configure time but NVRTC does not load: " << why;
+#else
+    GTEST_SKIP() << "no NVRTC here: " << why;
+#endif
+}
+
+bool is_elf(const std::vector<char>& cubin) { return cubin.size() > 4 && std::string(cubin.data(), 4) == "\x7f" "ELF"; }
+
+class CudaCompile : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+// Every variant of every format of one bit width, compiled for one architecture.
+TEST_P(CudaCompile, EveryVariantCompiles) {
+    require_nvrtc();
+    if (testing::Test::IsSkipped() || testing::Test::HasFailure()) return;
+    const auto [bits, arch] = GetParam();
+    int compiled = 0, skipped = 0;
+    for (const test::CudaFormat& format : test::every_cuda_format()) {
+        if (format.bits != bits) continue;
+        for (const CudaKernelSpec& spec : test::cuda_variants(format, 4096, arch, &skipped)) {
+            const jit::cuda::GeneratedKernel kernel = jit::cuda::generate_kernel(spec);
+            try {
+                const jit::cuda::CompiledKernel out = jit::cuda::compile_cuda(kernel.source, kernel.name, arch);
+                EXPECT_TRUE(is_elf(out.cubin)) << kernel.name;
+                EXPECT_NE(out.ptx.find(".entry " + kernel.entry), std::string::npos) << kernel.name;
+                ++compiled;
+            } catch (const Error& e) {
+                ADD_FAILURE() << kernel.name << ": " << e.what();
+            }
+        }
+    }
+    EXPECT_GT(compiled, 40);
+    std::printf("%d-bit sm_%d: %d variants compiled, %d skipped (shared memory above the sm_%d limit)\n", bits, arch,
+                compiled, skipped, arch);
+}
+
+INSTANTIATE_TEST_SUITE_P(BitsAndArch, CudaCompile,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 8), ::testing::Values(80, 90)),
+                         [](const auto& info) {
+                             return "q" + std::to_string(std::get<0>(info.param)) + "_sm" +
+                                    std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(CudaCompile, SupportKernelsCompile) {
+    require_nvrtc();
+    if (testing::Test::IsSkipped() || testing::Test::HasFailure()) return;
+    for (int arch : {80, 90}) {
+        const auto out = jit::cuda::compile_cuda(jit::cuda::support_kernels_source(), "qjit_support", arch);
+        EXPECT_TRUE(is_elf(out.cubin));
+        for (const char* entry : {"qjit_gather_rows", "qjit_cast_f32_to_f16", "qjit_cast_f32_to_bf16"})
+            EXPECT_NE(out.ptx.find(std::string(".entry ") + entry), std::string::npos) << entry;
+    }
+}
+
+TEST(CudaCompile, SplitKSharesOneSource) {
+    CudaKernelSpec spec = test::cuda_spec({4, 128, false}, 4096, 90);
+    spec.rows = 64;
+    spec.tiling.kind = KernelKind::Gemm;
+    const std::string one = jit::cuda::generate_kernel(spec).source;
+    spec.tiling.split_k = 4;
+    EXPECT_EQ(jit::cuda::generate_kernel(spec).source, one);
+    spec.tiling.stages = 4;
+    EXPECT_NE(jit::cuda::generate_kernel(spec).source, one);
+}
+
+TEST(CudaTiling, TextRoundTripsForEveryEnumeratedTiling) {
+    for (int rows : {1, 8, 16, 64}) {
+        CudaKernelSpec spec = test::cuda_spec({4, 128, false}, 4096, 90);
+        spec.rows = rows;
+        const std::vector<CudaTiling> tilings = jit::cuda::enumerate_tilings(spec);
+        ASSERT_FALSE(tilings.empty());
+        for (const CudaTiling& t : tilings) {
+            EXPECT_EQ(jit::cuda::parse_tiling(jit::cuda::tiling_text(t)), t) << jit::cuda::tiling_text(t);
+            EXPECT_EQ(t.kind == KernelKind::Gemv, rows <= 8);
+        }
+    }
+}
+
+TEST(CudaTiling, BadKnobsAreNamed) {
+    EXPECT_THROW(jit::cuda::parse_tiling("bm=abc"), std::invalid_argument);
+    EXPECT_THROW(jit::cuda::parse_tiling("colour=3"), std::invalid_argument);
+    EXPECT_THROW(jit::cuda::parse_tiling("kernel=conv"), std::invalid_argument);
+    CudaKernelSpec spec = test::cuda_spec({3, 128, false}, 4096, 90);
+    spec.rows = 64;
+    spec.tiling = jit::cuda::parse_tiling("kernel=gemm,bk=64");
+    try {
+        jit::cuda::check_spec(spec);
+        FAIL() << "3-bit with bk=64 was accepted";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("bk 64"), std::string::npos) << e.what();
+    }
+    spec = test::cuda_spec({4, 16, false}, 4096, 90);
+    EXPECT_FALSE(jit::cuda::is_valid(spec));  // groups of 16 rows have no CUDA kernel
+    spec = test::cuda_spec({4, 128, false}, 4096, 75);
+    EXPECT_FALSE(jit::cuda::is_valid(spec));
+}
+
+TEST(CudaTiling, SharedMemoryDecidesWhatADeviceRuns) {
+    CudaKernelSpec spec = test::cuda_spec({8, 128, false}, 4096, 80);
+    spec.rows = 64;
+    spec.tiling = jit::cuda::parse_tiling("kernel=gemm,bm=64,bn=256,bk=128,warps=8,stages=5");
+    ASSERT_TRUE(jit::cuda::is_valid(spec));
+    EXPECT_GT(jit::cuda::shared_memory_bytes(spec), jit::cuda::published_shared_memory_optin(90));
+    EXPECT_FALSE(jit::cuda::fits_device(spec, jit::cuda::published_shared_memory_optin(90)));
+    cuda::DeviceProperties small;
+    small.sm_count = 100, small.shared_memory_per_block_optin = 99 * 1024, small.compute_major = 8;
+    for (const CudaTiling& t : ranked_cuda_tilings(spec, 4096, small)) {
+        spec.tiling = t;
+        EXPECT_LE(jit::cuda::shared_memory_bytes(spec), 99 * 1024) << jit::cuda::tiling_text(t);
+    }
+}
+
+TEST(CudaTuner, KeysAndBuckets) {
+    CudaKernelSpec spec = test::cuda_spec({4, 128, false}, 4096, 90);
+    spec.rows = 16;
+    EXPECT_EQ(cuda_kernel_key(spec, 11008), "cuda_q4g128_asym_f16_sm90 K=4096 N=11008 m=16");
+    spec.tiling.kind = KernelKind::Gemm;
+    EXPECT_EQ(cuda_kernel_key(spec, 11008), "cuda_q4g128_asym_f16_sm90 K=4096 N=11008 m=16");
+    EXPECT_EQ(cuda_batch_bucket(1), 1);
+    EXPECT_EQ(cuda_batch_bucket(3), 4);
+    EXPECT_EQ(cuda_batch_bucket(9), 16);
+    EXPECT_EQ(cuda_batch_bucket(500), 64);
+}
+
+TEST(CudaTuner, SearchKeepsTheFastestAndRespectsTheCap) {
+    std::vector<CudaTiling> ranked(6);
+    for (int i = 0; i < 6; ++i) ranked[i].warps = i + 1;  // a label per candidate
+    const std::vector<double> times = {5, 4, 7, 2, 9, 1};
+    const CudaSearchResult result =
+        timed_cuda_search(ranked, [&](const CudaTiling& t) { return times[size_t(t.warps - 1)]; }, 1e9, 5);
+    EXPECT_EQ(result.timed, 5);
+    EXPECT_EQ(result.best.warps, 4);
+    EXPECT_EQ(result.best_us, 2);
+    const CudaSearchResult hurried = timed_cuda_search(ranked, [&](const CudaTiling& t) { return times[size_t(t.warps - 1)]; }, 0, 5);
+    EXPECT_EQ(hurried.timed, 2);  // at least two, even with no budget
+}
+
+// The device layout: every code reads back from where code_layout.hpp puts it, padding is zero.
+TEST(CudaWeights, CodesRoundTripForEveryWidth) {
+    std::mt19937 rng(7);
+    for (int bits : {2, 3, 4, 8})
+        for (auto [k, n] : {std::pair<int64_t, int64_t>{37, 5}, {256, 3}, {300, 260}}) {
+            QuantizedMatrix m;
+            QuantParams& p = m.params;
+            p.k = k, p.n = n, p.bits = bits, p.group_size = 32, p.symmetric = false;
+            p.scales.assign(size_t(p.num_groups() * n), 0.5f);
+            p.zeros.assign(size_t(p.num_groups() * n), uint16_t(1));
+            m.codes.resize(size_t(k * n));
+            for (uint8_t& c : m.codes) c = uint8_t(rng() % (1u << bits));
+            const CudaWeights w = pack_cuda_weights(m);
+            EXPECT_EQ(w.kp % 256, 0);
+            EXPECT_EQ(w.np % 256, 0);
+            for (int64_t r = 0; r < w.kp; ++r)
+                for (int64_t c = 0; c < w.np; ++c) {
+                    const int expected = r < k && c < n ? m.codes[size_t(r * n + c)] : 0;
+                    ASSERT_EQ(unpack_cuda_code(w, r, c), expected) << bits << "-bit row " << r << " column " << c;
+                }
+            EXPECT_TRUE(w.f16_scales);  // 0.5 is exact in fp16
+            EXPECT_EQ(w.zeros[size_t(w.np + n - 1)], 1);
+            EXPECT_EQ(w.zeros[size_t(w.np + n)], 0);  // a padding column
+        }
+}
+
+TEST(CudaWeights, ThreeBitBlocksUseEveryBit) {
+    QuantizedMatrix m;
+    m.params.k = 32, m.params.n = 1, m.params.bits = 3, m.params.group_size = 32, m.params.symmetric = true;
+    m.params.scales = {1.f};
+    m.codes.assign(32, 7);
+    const CudaWeights w = pack_cuda_weights(m);
+    for (int word = 0; word < 3; ++word) EXPECT_EQ(w.codes[size_t(word)], 0xffffffffu) << "word " << word;
+}
+
+TEST(CudaWeights, Fp32ScalesStayFp32UnlessExactInFp16) {
+    QuantizedMatrix m;
+    m.params.k = 32, m.params.n = 1, m.params.bits = 4, m.params.group_size = 32, m.params.symmetric = true;
+    m.params.scales = {0.1f};
+    m.codes.assign(32, 3);
+    EXPECT_FALSE(pack_cuda_weights(m).f16_scales);
+    m.params.scale_dtype = QJIT_DTYPE_F16;
+    EXPECT_TRUE(pack_cuda_weights(m).f16_scales);
+}
+
+// Without a GPU every CUDA entry point says so; with one, a CUDA context works (device tests).
+TEST(CudaCApi, NoDeviceIsReportedCleanly) {
+    int count = -1;
+    const qjit_status status = qjit_cuda_device_count(&count);
+    if (status == QJIT_OK) GTEST_SKIP() << "this machine has a CUDA device; see the CudaDevice tests";
+    EXPECT_EQ(status, QJIT_ERROR_NO_DEVICE) << qjit_last_error();
+    EXPECT_EQ(count, 0);
+    EXPECT_NE(std::string(qjit_last_error()).find("no CUDA device"), std::string::npos) << qjit_last_error();
+    qjit_cuda_device_info info;
+    EXPECT_STATUS(qjit_cuda_get_device_info(0, &info), QJIT_ERROR_NO_DEVICE, "no CUDA device");
+
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    EXPECT_EQ(options.cuda_device, -1);
+    options.cuda_device = 0;
+    qjit_context* context = nullptr;
+    EXPECT_STATUS(qjit_context_create(&options, &context), QJIT_ERROR_NO_DEVICE, "no CUDA device");
+    EXPECT_EQ(context, nullptr);
+}
+
+TEST(CudaCApi, CpuLayersRefuseCudaCalls) {
+    test::ContextPtr context = test::make_test_context();
+    qjit_quant_config config;
+    qjit_quant_config_init(&config);
+    const std::vector<float> w = test::random_floats(64 * 8, 1);
+    qjit_linear* raw = nullptr;
+    ASSERT_EQ(qjit_linear_create_from_f32(context.get(), &config, 64, 8, w.data(), QJIT_LAYOUT_K_BY_N, &raw), QJIT_OK)
+        << qjit_last_error();
+    test::LinearPtr layer(raw);
+    int dummy = 0;
+    EXPECT_STATUS(qjit_linear_forward_cuda(layer.get(), &dummy, &dummy, 1, QJIT_DTYPE_F16, nullptr),
+                  QJIT_ERROR_NO_DEVICE, "cuda_device");
+    double us = 0;
+    EXPECT_STATUS(qjit_linear_benchmark_cuda(layer.get(), 1, QJIT_DTYPE_F16, 1, &us), QJIT_ERROR_NO_DEVICE,
+                  "cuda_device");
+    qjit_linear_tuning tuning;
+    EXPECT_STATUS(qjit_linear_get_tuning_cuda(layer.get(), 1, QJIT_DTYPE_F16, &tuning), QJIT_ERROR_NO_DEVICE,
+                  "cuda_device");
+    EXPECT_STATUS(qjit_linear_forward_cuda(nullptr, &dummy, &dummy, 1, QJIT_DTYPE_F16, nullptr),
+                  QJIT_ERROR_INVALID_ARGUMENT, "layer");
+}
+
+TEST(CudaCApi, BadCudaOptionsAreNamed) {
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.cuda_dtype = QJIT_DTYPE_F32;
+    qjit_context* context = nullptr;
+    EXPECT_STATUS(qjit_context_create(&options, &context), QJIT_ERROR_INVALID_ARGUMENT, "cuda_dtype");
+    options.cuda_dtype = QJIT_DTYPE_F16;
+    options.cuda_device = -2;
+    EXPECT_STATUS(qjit_context_create(&options, &context), QJIT_ERROR_INVALID_ARGUMENT, "cuda_device");
+}
+
+}  // namespace
+}  // namespace qjit
