@@ -55,6 +55,8 @@ struct Options {
     std::string db;  // empty: the library's default path
     bool list = false;
     std::string export_path, import_path;
+    int cuda_device = -1;       // >= 0: also tune the CUDA kernels of that device
+    std::string cuda_dtype = "f16";
 };
 
 [[noreturn]] void die(const char* what, qjit_status status) {
@@ -79,6 +81,10 @@ qjit_context* make_context(const Options& o, int64_t batch, double budget_ms, qj
     options.tuning_budget_ms = budget_ms;
     options.tuning_mode = mode;
     options.tuning_batch = batch;
+    if (use_db) {  // the tuned contexts: CUDA layers are tuned at creation too
+        options.cuda_device = o.cuda_device;
+        options.cuda_dtype = o.cuda_dtype == "bf16" ? QJIT_DTYPE_BF16 : QJIT_DTYPE_F16;
+    }
     qjit_context* context = nullptr;
     check(qjit_context_create(&options, &context), "qjit_context_create");
     return context;
@@ -111,6 +117,9 @@ struct Row {
     qjit_tiling_source source = QJIT_TILING_PORTABLE;
     std::string kernel, tiling;
     double tuning_ms = 0, us = 0, gbps = 0, default_us = 0, portable_us = 0;
+    qjit_tiling_source cuda_source = QJIT_TILING_MODEL;  // with --cuda-device
+    std::string cuda_tiling;
+    double cuda_tuning_ms = 0, cuda_us = 0, cuda_gbps = 0;
 };
 
 double time_layer(qjit_linear* layer, int64_t batch, int repeats) {
@@ -168,6 +177,9 @@ int main(int argc, char** argv) {
     app.add_option("--activations", o.activations, "activation path: auto, f32 (exact) or int8")
         ->check(CLI::IsMember({"auto", "f32", "int8"}));
     app.add_option("--db", o.db, "tuning database (default: $QJIT_TUNING_DB, else $XDG_CACHE_HOME/qjit/tuning.yaml)");
+    app.add_option("--cuda-device", o.cuda_device, "also tune the CUDA kernels of this device (ordinal)")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--cuda-dtype", o.cuda_dtype, "CUDA activation type: f16 or bf16")->check(CLI::IsMember({"f16", "bf16"}));
     app.add_flag("--list", o.list, "print the database and exit");
     app.add_option("--export", o.export_path, "write the database to this file and exit");
     app.add_option("--import", o.import_path, "merge this database file into the database and exit")
@@ -228,6 +240,16 @@ int main(int argc, char** argv) {
             row.tuning_ms = tuning.tuning_ms;
             row.us = time_layer(layer, row.batch, o.repeats);
             row.gbps = double(info.weight_bytes) / row.us * 1e-3;
+            if (o.cuda_device >= 0) {
+                const qjit_dtype dtype = o.cuda_dtype == "bf16" ? QJIT_DTYPE_BF16 : QJIT_DTYPE_F16;
+                check(qjit_linear_get_tuning_cuda(layer, row.batch, dtype, &tuning), "qjit_linear_get_tuning_cuda");
+                row.cuda_source = tuning.source;
+                row.cuda_tiling = tuning.tiling;
+                row.cuda_tuning_ms = tuning.tuning_ms;
+                check(qjit_linear_benchmark_cuda(layer, row.batch, dtype, o.repeats, &row.cuda_us),
+                      "qjit_linear_benchmark_cuda");
+                row.cuda_gbps = double(info.weight_bytes) / row.cuda_us * 1e-3;  // CPU packing size: close to the device's
+            }
             qjit_linear_destroy(layer);
             if (o.compare) {
                 qjit_linear* plain = make_layer(untuned[b], shape, tensors);
@@ -249,6 +271,15 @@ int main(int argc, char** argv) {
                     r.kernel.c_str(), r.tiling.c_str(), r.tuning_ms, r.us, r.gbps, r.gbps / probe_gbps);
         if (o.compare) std::printf(" %.2fx | %.1fx |\n", r.default_us / r.us, r.portable_us / r.us);
         else std::printf(" - | - |\n");
+    }
+    if (o.cuda_device >= 0) {
+        std::printf("\nCUDA device %d (%s activations), L2 flushed before each call:\n\n", o.cuda_device,
+                    o.cuda_dtype.c_str());
+        std::printf("| layer | K x N | m | tiling from | tiling | tuning ms | us | weight GB/s |\n|---|---|---|---|---|---|---|---|\n");
+        for (const Row& r : rows)
+            std::printf("| %s | %lldx%lld | %lld | %s | %s | %.0f | %.2f | %.0f |\n", r.layer.c_str(),
+                        (long long)r.shape.k, (long long)r.shape.n, (long long)r.batch, source_word(r.cuda_source),
+                        r.cuda_tiling.c_str(), r.cuda_tuning_ms, r.cuda_us, r.cuda_gbps);
     }
     for (qjit_context* c : tuned) qjit_context_destroy(c);
     for (qjit_context* c : untuned) qjit_context_destroy(c);
