@@ -3,13 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <cstring>
 #include <random>
 
 #include "jit/cuda/nvrtc_compiler.hpp"
 #include "runtime/error.hpp"
 #include "runtime/half.hpp"
-#include "tuner/cuda_search.hpp"
+#include "tuner/tuning_problem.hpp"
 
 namespace qjit {
 
@@ -31,10 +30,7 @@ void write_text(const std::string& path, const std::string& text) {
 unsigned blocks_for(int64_t count, unsigned threads) { return unsigned((count + threads - 1) / threads); }
 
 uint16_t to_bits(float v, ActivationType type) {
-    if (type == ActivationType::F16) return float_to_half(v);
-    uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    return uint16_t((bits + 0x7fffu + ((bits >> 16) & 1)) >> 16);  // round to nearest even
+    return type == ActivationType::F16 ? float_to_half(v) : float_to_bf16(v);
 }
 
 }  // namespace
@@ -123,8 +119,7 @@ const CudaPlan& CudaExecutor::install(ActivationType activations, int64_t bucket
 }
 
 const CudaPlan* CudaExecutor::plan(ActivationType activations, int64_t bucket) const {
-    auto& self = const_cast<CudaExecutor&>(*this);
-    std::lock_guard lock(self.mutex_);
+    std::lock_guard lock(mutex_);
     const auto it = plans_.find({activations, bucket});
     return it == plans_.end() ? nullptr : it->second.get();
 }
@@ -182,7 +177,7 @@ void CudaExecutor::forward(cuda::CUdeviceptr x, cuda::CUdeviceptr y, int64_t m, 
                            cuda::CUstream stream) {
     cuda::Driver::get().make_current(device_.ordinal);
     std::lock_guard lock(mutex_);
-    const int64_t bucket = cuda_batch_bucket(m);
+    const int64_t bucket = batch_bucket(m);
     const auto it = plans_.find({activations, bucket});
     if (it == plans_.end()) fail(QJIT_ERROR_INTERNAL, "no CUDA kernel installed for ", bucket, " rows");
     launch(*it->second, x, y, m, stream);
@@ -231,7 +226,7 @@ double CudaExecutor::time_us(const CudaPlan* plan, int64_t m, ActivationType act
 }
 
 double CudaExecutor::time_tiling_us(int64_t m, ActivationType activations, const CudaTiling& tiling, int repeats) {
-    CudaKernelSpec spec = format(activations, cuda_batch_bucket(m));
+    CudaKernelSpec spec = format(activations, batch_bucket(m));
     spec.tiling = tiling;
     cuda::Driver::get().make_current(device_.ordinal);
     CudaPlan candidate = compile(spec);

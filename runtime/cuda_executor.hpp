@@ -74,7 +74,7 @@ private:
     cuda::CUmodule support_ = nullptr;
     cuda::CUfunction gather_ = nullptr, cast_f16_ = nullptr, cast_bf16_ = nullptr;
 
-    std::mutex mutex_;  // guards plans_ and the scratch buffers: one forward at a time per layer
+    mutable std::mutex mutex_;  // guards plans_ and the scratch buffers: one forward at a time per layer
     std::map<std::pair<jit::cuda::ActivationType, int64_t>, std::unique_ptr<CudaPlan>> plans_;
     cuda::DeviceBuffer gathered_, partial_, timing_x_, timing_y_, flush_;
 };

@@ -5,6 +5,7 @@
 
 #include "runtime/error.hpp"
 #include "tuner/cuda_search.hpp"
+#include "tuner/tuning_problem.hpp"
 #include "tuner/tuning_db.hpp"
 
 namespace qjit {
@@ -41,7 +42,7 @@ std::optional<CudaTiling> tiling_from_text(const CudaKernelSpec& format, const s
 std::pair<CudaTiling, CudaTilingChoice> choose(qjit_context& context, CudaExecutor& executor, ActivationType type,
                                                int64_t m, bool may_search) {
     const auto start = std::chrono::steady_clock::now();
-    const int64_t bucket = cuda_batch_bucket(m);
+    const int64_t bucket = batch_bucket(m);
     const CudaKernelSpec format = executor.format(type, bucket);
     const cuda::DeviceProperties& device = executor.device();
     CudaTilingChoice choice;
@@ -114,8 +115,8 @@ std::pair<CudaTiling, CudaTilingChoice> choose(qjit_context& context, CudaExecut
 const CudaTilingChoice& choose_and_install(qjit_context& context, CudaLayer& layer, ActivationType type, int64_t m,
                                            bool may_search) {
     auto [tiling, choice] = choose(context, *layer.executor, type, m, may_search);
-    choice.compile_ms = layer.executor->install(type, cuda_batch_bucket(m), tiling).compile_ms;
-    return layer.choices[{type, cuda_batch_bucket(m)}] = choice;
+    choice.compile_ms = layer.executor->install(type, batch_bucket(m), tiling).compile_ms;
+    return layer.choices[{type, batch_bucket(m)}] = choice;
 }
 
 }  // namespace
@@ -134,7 +135,7 @@ std::unique_ptr<CudaLayer> make_cuda_layer(qjit_context& context, const Quantize
 
 const CudaTilingChoice& cuda_tiling_for(qjit_context& context, CudaLayer& layer, ActivationType type, int64_t m) {
     std::lock_guard lock(layer.mutex);
-    const auto it = layer.choices.find({type, cuda_batch_bucket(m)});
+    const auto it = layer.choices.find({type, batch_bucket(m)});
     if (it != layer.choices.end()) return it->second;
     return choose_and_install(context, layer, type, m, false);
 }

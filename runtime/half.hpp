@@ -56,4 +56,17 @@ inline uint16_t float_to_half(float f) {
 
 inline float round_to_half(float f) { return half_to_float(float_to_half(f)); }
 
+// bfloat16: the upper half of an fp32, rounded to nearest even (finite inputs).
+inline uint16_t float_to_bf16(float f) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    return uint16_t((bits + 0x7fffu + ((bits >> 16) & 1)) >> 16);
+}
+inline float bf16_to_float(uint16_t h) {
+    const uint32_t bits = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
 }  // namespace qjit

@@ -18,6 +18,7 @@
 #include "runtime/reference.hpp"
 #include "test_support.hpp"
 #include "tuner/cuda_search.hpp"
+#include "tuner/tuning_problem.hpp"
 
 namespace qjit {
 namespace {
@@ -43,18 +44,6 @@ std::optional<cuda::DeviceProperties> device_or_skip_reason(std::string& why) {
     const auto device = device_or_skip_reason(why_no_device);   \
     if (!device) GTEST_SKIP() << why_no_device
 
-float bf16_round(float v) {
-    uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    bits = (bits + 0x7fffu + ((bits >> 16) & 1)) & 0xffff0000u;
-    std::memcpy(&v, &bits, 4);
-    return v;
-}
-uint16_t bf16_bits(float v) {
-    uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    return uint16_t(bits >> 16);
-}
 
 QuantizedMatrix random_matrix(const test::CudaFormat& f, int64_t k, int64_t n, bool act_order, uint32_t seed,
                               bool f16_scales = true) {
@@ -112,22 +101,16 @@ void run_and_check(CudaExecutor& executor, const QuantizedMatrix& matrix, int64_
     std::vector<float> x = test::random_floats(size_t(m * k), seed);
     std::vector<uint16_t> x_bits(x.size());
     for (size_t i = 0; i < x.size(); ++i) {
-        x[i] = type == ActivationType::F16 ? round_to_half(x[i]) : bf16_round(x[i]);
-        x_bits[i] = type == ActivationType::F16 ? float_to_half(x[i]) : bf16_bits(x[i]);
+        x_bits[i] = type == ActivationType::F16 ? float_to_half(x[i]) : float_to_bf16(x[i]);
+        x[i] = type == ActivationType::F16 ? half_to_float(x_bits[i]) : bf16_to_float(x_bits[i]);
     }
     cuda::DeviceBuffer x_device(x_bits.data(), x_bits.size() * 2), y_device(size_t(m * n) * 2);
     executor.forward(x_device.get(), y_device.get(), m, type, nullptr);
     std::vector<uint16_t> y_bits(size_t(m * n));
     cuda::Driver::get().copy_to_host(y_bits.data(), y_device.get(), y_bits.size() * 2);
     std::vector<float> y(y_bits.size());
-    for (size_t i = 0; i < y.size(); ++i) {
-        if (type == ActivationType::F16) {
-            y[i] = half_to_float(y_bits[i]);
-        } else {
-            const uint32_t bits = uint32_t(y_bits[i]) << 16;
-            std::memcpy(&y[i], &bits, 4);
-        }
-    }
+    for (size_t i = 0; i < y.size(); ++i)
+        y[i] = type == ActivationType::F16 ? half_to_float(y_bits[i]) : bf16_to_float(y_bits[i]);
     expect_matches_oracle(matrix, x, m, y, type, what + " m=" + std::to_string(m));
 }
 
@@ -174,7 +157,7 @@ TEST_P(CudaDevice, EveryVariantMatchesTheOracle) {
                                                          ? std::vector<int64_t>{std::max(1, spec.rows / 2 + 1), spec.rows}
                                                          : std::vector<int64_t>{17, 33, 64, 100};
                 for (int64_t m : batches) {
-                    const int64_t bucket = cuda_batch_bucket(m);
+                    const int64_t bucket = batch_bucket(m);
                     if (spec.tiling.kind == KernelKind::Gemv && bucket != spec.rows) continue;
                     executor.install(spec.activations, bucket, spec.tiling);
                     run_and_check(executor, matrix, m, spec.activations, name, uint32_t(m));
@@ -201,7 +184,7 @@ TEST(CudaDevice, SplitKAndEveryBatch) {
             run_and_check(executor, matrix, 20, type, "split_k=" + std::to_string(split), 5);
         }
         for (int64_t m = 1; m <= 64; ++m) {
-            const int64_t bucket = cuda_batch_bucket(m);
+            const int64_t bucket = batch_bucket(m);
             if (!executor.plan(type, bucket) || bucket == 32)
                 executor.install(type, bucket, ranked_cuda_tilings(executor.format(type, bucket), 200, *device).front());
             run_and_check(executor, matrix, m, type, "model pick", uint32_t(m));

@@ -15,6 +15,7 @@
 #include "runtime/error.hpp"
 #include "test_support.hpp"
 #include "tuner/cuda_search.hpp"
+#include "tuner/tuning_problem.hpp"
 
 namespace qjit {
 namespace {
@@ -154,10 +155,10 @@ TEST(CudaTuner, KeysAndBuckets) {
     EXPECT_EQ(cuda_kernel_key(spec, 11008), "cuda_q4g128_asym_f16_sm90 K=4096 N=11008 m=16");
     spec.tiling.kind = KernelKind::Gemm;
     EXPECT_EQ(cuda_kernel_key(spec, 11008), "cuda_q4g128_asym_f16_sm90 K=4096 N=11008 m=16");
-    EXPECT_EQ(cuda_batch_bucket(1), 1);
-    EXPECT_EQ(cuda_batch_bucket(3), 4);
-    EXPECT_EQ(cuda_batch_bucket(9), 16);
-    EXPECT_EQ(cuda_batch_bucket(500), 64);
+    EXPECT_EQ(batch_bucket(1), 1);
+    EXPECT_EQ(batch_bucket(3), 4);
+    EXPECT_EQ(batch_bucket(9), 16);
+    EXPECT_EQ(batch_bucket(500), 64);
 }
 
 TEST(CudaTuner, SearchKeepsTheFastestAndRespectsTheCap) {

@@ -51,19 +51,9 @@ double predicted_cost(const CudaKernelSpec& spec, int64_t n, const cuda::DeviceP
 }  // namespace
 
 std::string cuda_kernel_key(const CudaKernelSpec& format, int64_t n) {
-    CudaKernelSpec named = format;
-    named.tiling.kind = KernelKind::Gemv;  // the family name without the kind
-    std::string family = jit::cuda::kernel_family_name(named);
-    family.replace(0, std::string("cuda_gemv").size(), "cuda");
     std::ostringstream out;
-    out << family << " K=" << format.k << " N=" << n << " m=" << format.rows;
+    out << "cuda_" << jit::cuda::format_name(format) << " K=" << format.k << " N=" << n << " m=" << format.rows;
     return out.str();
-}
-
-int64_t cuda_batch_bucket(int64_t rows) {
-    int64_t bucket = 1;
-    while (bucket < rows && bucket < 64) bucket *= 2;
-    return bucket;
 }
 
 std::vector<CudaTiling> ranked_cuda_tilings(const CudaKernelSpec& format, int64_t n,

@@ -17,10 +17,6 @@ namespace qjit {
 // `format` has its rows set to the batch bucket; the kernel kind is the tiling's, not the key's.
 std::string cuda_kernel_key(const jit::cuda::CudaKernelSpec& format, int64_t n);
 
-// The GEMV rows or GEMM tile heights a bucket of activation rows runs with: 1, 2, 4, 8 (GEMV),
-// 16, 32, 64 (GEMM; more rows take more blocks of the 64-row tiling).
-int64_t cuda_batch_bucket(int64_t rows);
-
 // Every tiling the device can run for the format's bucket, best predicted first.
 std::vector<jit::cuda::CudaTiling> ranked_cuda_tilings(const jit::cuda::CudaKernelSpec& format, int64_t n,
                                                         const cuda::DeviceProperties& device);

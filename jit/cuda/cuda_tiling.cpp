@@ -50,13 +50,16 @@ int chunk_blocks(int bits) {
 int64_t padded_k(int64_t k) { return round_up(k, kMaxBlockK); }
 int64_t padded_n(int64_t n) { return round_up(n, kMaxBlockN); }
 
-std::string kernel_family_name(const CudaKernelSpec& spec) {
+std::string format_name(const CudaKernelSpec& spec) {
     std::ostringstream out;
-    out << "cuda_" << (spec.tiling.kind == KernelKind::Gemv ? "gemv" : "gemm") << "_q" << spec.bits
-        << group_text(spec) << (spec.symmetric ? "_sym" : "_asym")
+    out << "q" << spec.bits << group_text(spec) << (spec.symmetric ? "_sym" : "_asym")
         << (spec.activations == ActivationType::F16 ? "_f16" : "_bf16") << (spec.f16_scales ? "" : "_s32") << "_sm"
         << spec.arch;
     return out.str();
+}
+
+std::string kernel_family_name(const CudaKernelSpec& spec) {
+    return std::string("cuda_") + (spec.tiling.kind == KernelKind::Gemv ? "gemv_" : "gemm_") + format_name(spec);
 }
 
 std::string kernel_name(const CudaKernelSpec& spec) {

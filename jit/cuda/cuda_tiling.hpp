@@ -51,8 +51,10 @@ int chunk_blocks(int bits);
 int64_t padded_k(int64_t k);
 int64_t padded_n(int64_t n);
 
-// "cuda_gemv_q4g128_asym_f16_sm90" / "cuda_gemm_q3col_sym_bf16_sm80": what the code computes (the
-// tuning database's kernel family, "_s32" for fp32 scales).
+// "q4g128_asym_f16_sm90", "q3col_sym_bf16_s32_sm80": the format, whichever kernel kind runs it
+// ("_s32" for fp32 scales); the tuning database's key starts with it.
+std::string format_name(const CudaKernelSpec& spec);
+// "cuda_gemv_q4g128_asym_f16_sm90" / "cuda_gemm_q3col_sym_bf16_sm80": what the code computes.
 std::string kernel_family_name(const CudaKernelSpec& spec);
 // The family plus the tiling: "cuda_gemm_q4g128_asym_f16_sm90_m64n128k128w8s3z1", a C identifier.
 std::string kernel_name(const CudaKernelSpec& spec);
