@@ -6,12 +6,12 @@
 
 #include "qjit/qjit.h"
 #include "runtime/context.hpp"
-#include "runtime/error.hpp"
-#include "runtime/gptq_import.hpp"
+#include "base/error.hpp"
+#include "format/gptq_import.hpp"
 #include "runtime/layer_file.hpp"
 #include "runtime/linear_layer.hpp"
-#include "runtime/quantize_rtn.hpp"
-#include "runtime/reference.hpp"
+#include "format/quantize_rtn.hpp"
+#include "format/reference.hpp"
 #include "runtime/layer_benchmark.hpp"
 #include "tuner/cpu_isa.hpp"
 #include "tuner/hardware_probe.hpp"
@@ -40,8 +40,8 @@ std::vector<float> transpose_to_k_by_n(const float* w, int64_t k, int64_t n) {
 template <typename Use>
 void with_tuning_db(qjit_context* context, Use use) {
     require(context != nullptr, "context is NULL");
-    std::lock_guard lock(context->tuning_mutex);
-    TuningDb* db = tuning_database(*context);
+    std::lock_guard lock(context->tuning.mutex);
+    TuningDb* db = context->tuning.database();
     require(db != nullptr, "the context has no tuning database (options.tuning_db_path is \"\")");
     use(*db);
 }

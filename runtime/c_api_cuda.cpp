@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "qjit/qjit.h"
-#include "runtime/cuda_driver.hpp"
-#include "runtime/error.hpp"
+#include "runtime/cuda/cuda_driver.hpp"
+#include "base/error.hpp"
 #include "runtime/linear_layer.hpp"
 
 using namespace qjit;

@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <thread>
 
-#include "jit/cuda/nvrtc_compiler.hpp"
-#include "runtime/error.hpp"
+#include "runtime/cuda/nvrtc_compiler.hpp"
+#include "base/error.hpp"
 #include "tuner/cpu_isa.hpp"
 #include "tuner/hardware_probe.hpp"
 
@@ -80,7 +80,7 @@ void open_cuda_device(const qjit_context_options& options, qjit_context& context
         fail(QJIT_ERROR_NO_DEVICE, "no CUDA device ", options.cuda_device, ": the driver sees ", count);
     driver.make_current(options.cuda_device);
     context.gpu = driver.properties(options.cuda_device);
-    context.cubin_cache_dir = jit::cuda::default_cubin_cache_dir();
+    context.cubin_cache_dir = cuda::default_cubin_cache_dir();
 }
 
 }  // namespace
@@ -101,7 +101,7 @@ std::unique_ptr<qjit_context> make_context(const qjit_context_options* user_opti
     context->num_threads =
         options.num_threads > 0 ? options.num_threads : std::max(1, int(std::thread::hardware_concurrency()));
     context->isa = best_isa_up_to(isa_cap(options));
-    context->tuning_db_path = options.tuning_db_path ? options.tuning_db_path : default_tuning_db_path();
+    context->tuning.db_path = options.tuning_db_path ? options.tuning_db_path : default_tuning_db_path();
     context->verbosity = options.verbosity;
     context->activations = activation_path(options);
     if (options.tiling) context->tiling = options.tiling;
@@ -114,16 +114,10 @@ std::unique_ptr<qjit_context> make_context(const qjit_context_options* user_opti
     open_cuda_device(options, *context);
     context->description = concat(describe(probe_cpu()), "; using ", isa_name(context->isa), ", ", context->num_threads,
                                   " threads; tuning database ",
-                                  context->tuning_db_path.empty() ? "none" : context->tuning_db_path);
+                                  context->tuning.db_path.empty() ? "none" : context->tuning.db_path);
     if (context->gpu)
         context->description += concat("; CUDA device ", context->gpu->ordinal, ": ", context->gpu->fingerprint());
     return context;
-}
-
-TuningDb* tuning_database(qjit_context& context) {
-    if (!context.tuning_db && !context.tuning_db_path.empty())
-        context.tuning_db = std::make_unique<TuningDb>(context.tuning_db_path);
-    return context.tuning_db.get();
 }
 
 }  // namespace qjit

@@ -10,14 +10,13 @@
 
 #include "jit/cuda/cuda_tiling.hpp"
 #include "qjit/qjit.h"
-#include "runtime/cuda_driver.hpp"
-#include "runtime/thread_pool.hpp"
-#include "tuner/tuning_db.hpp"
+#include "runtime/cuda/cuda_driver.hpp"
+#include "runtime/cpu/thread_pool.hpp"
+#include "tuner/tuning_sequence.hpp"
 
 struct qjit_context {
     int num_threads = 1;
     qjit_isa isa = QJIT_ISA_PORTABLE;  // what the CPU offers, capped by the options and $QJIT_MAX_ISA
-    std::string tuning_db_path;        // resolved; empty: no database
     int verbosity = 0;
     qjit_activations activations = QJIT_ACTIVATIONS_AUTO;  // AUTO: each layer takes the default path
     std::string tiling;                                    // empty: chosen per layer; else forced (see qjit.h)
@@ -33,11 +32,7 @@ struct qjit_context {
     std::string cuda_tiling;      // $QJIT_CUDA_TILING: forced for every CUDA layer (tests, debugging)
     std::string cubin_cache_dir;  // the NVRTC cubin cache on disk; empty: memory only
 
-    // Tuning state, guarded by tuning_mutex (held while a layer is tuned, so that two creations
-    // never time candidates against each other).
-    std::mutex tuning_mutex;
-    std::unique_ptr<qjit::TuningDb> tuning_db;            // opened on first use; null without a path
-    std::map<std::string, qjit::TuningRecord> tuned;      // this context's choices, by kernel key
+    qjit::TuningMemory tuning;  // the tuning database (resolved path; empty: none) and this context's choices
     std::string db_listing;                               // the text qjit_tuning_db_list hands out
     std::string description;                              // qjit_context_describe's text
 };
@@ -46,9 +41,5 @@ namespace qjit {
 
 // Resolves options (NULL for defaults) and the QJIT_* environment variables into a context.
 std::unique_ptr<qjit_context> make_context(const qjit_context_options* options);
-
-// The context's tuning database, opened (loaded) on first use; null when it has none. The caller
-// holds tuning_mutex.
-TuningDb* tuning_database(qjit_context& context);
 
 }  // namespace qjit

@@ -1,8 +1,9 @@
 #include "runtime/layer_benchmark.hpp"
 
+#include <utility>
 #include <vector>
 
-#include "runtime/cache_eviction.hpp"
+#include "runtime/cpu/cache_eviction.hpp"
 #include "runtime/linear_layer.hpp"
 #include "tuner/timed_search.hpp"
 
@@ -24,7 +25,7 @@ double benchmark_linear(const qjit_linear& layer, int64_t m, int repeats, bool c
             }
         };
     call.run = [&] { linear_forward(layer, x.data(), m, y.data()); };
-    return measure(call, repeats).median_seconds;
+    return measure(timed_on_host(std::move(call)), repeats).median_seconds;
 }
 
 }  // namespace qjit

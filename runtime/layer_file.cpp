@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "runtime/crc32.hpp"
-#include "runtime/error.hpp"
+#include "base/crc32.hpp"
+#include "base/error.hpp"
 
 namespace qjit {
 

@@ -5,8 +5,8 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/error.hpp"
-#include "runtime/portable_kernel.hpp"
+#include "base/error.hpp"
+#include "runtime/cpu/portable_kernel.hpp"
 #include "tuner/cpu_isa.hpp"
 
 namespace qjit {

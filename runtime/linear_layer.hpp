@@ -7,11 +7,11 @@
 #include <string>
 
 #include "runtime/context.hpp"
-#include "runtime/cuda_layer.hpp"
-#include "runtime/jit_executor.hpp"
-#include "runtime/packed_codes.hpp"
-#include "runtime/quantized_matrix.hpp"
-#include "runtime/tiling_selection.hpp"
+#include "runtime/cuda/cuda_layer.hpp"
+#include "runtime/cpu/jit_executor.hpp"
+#include "format/packed_codes.hpp"
+#include "format/quantized_matrix.hpp"
+#include "runtime/cpu/cpu_tiling_choice.hpp"
 
 struct qjit_linear {
     qjit_context* context = nullptr;

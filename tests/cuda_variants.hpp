@@ -4,6 +4,8 @@
 // flight) on fewer formats. Shared by the NVRTC compile tests and the device tests.
 #pragma once
 
+#include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -84,6 +86,18 @@ inline std::vector<jit::cuda::CudaKernelSpec> cuda_variants(const CudaFormat& fo
             }
     }
     return variants;
+}
+
+// A fixed, deterministic sample of `variants`: the first variant of each combination of kernel
+// kind, activation type, scale type, symmetry and per-column grouping they contain. What CI
+// compiles; the sweep compiles them all.
+inline std::vector<jit::cuda::CudaKernelSpec> sample_of(const std::vector<jit::cuda::CudaKernelSpec>& variants) {
+    std::set<std::tuple<jit::cuda::KernelKind, jit::cuda::ActivationType, bool, bool, bool>> seen;
+    std::vector<jit::cuda::CudaKernelSpec> sample;
+    for (const jit::cuda::CudaKernelSpec& spec : variants)
+        if (seen.insert({spec.tiling.kind, spec.activations, spec.f16_scales, spec.symmetric, spec.per_column()}).second)
+            sample.push_back(spec);
+    return sample;
 }
 
 }  // namespace qjit::test

@@ -11,11 +11,11 @@
 #include <thread>
 
 #include "cuda_variants.hpp"
-#include "jit/cuda/nvrtc_compiler.hpp"
-#include "runtime/cuda_executor.hpp"
-#include "runtime/error.hpp"
-#include "runtime/half.hpp"
-#include "runtime/reference.hpp"
+#include "runtime/cuda/nvrtc_compiler.hpp"
+#include "runtime/cuda/cuda_executor.hpp"
+#include "base/error.hpp"
+#include "base/half.hpp"
+#include "format/reference.hpp"
 #include "test_support.hpp"
 #include "tuner/cuda_search.hpp"
 #include "tuner/tuning_problem.hpp"
@@ -122,7 +122,7 @@ void precompile(const std::vector<CudaKernelSpec>& variants) {
         jobs.push_back(std::async(std::launch::async, [&, w] {
             for (size_t i = w; i < variants.size(); i += workers) {
                 const auto kernel = jit::cuda::generate_kernel(variants[i]);
-                jit::cuda::compile_cuda_cached(kernel.source, kernel.name, variants[i].arch, "");
+                cuda::compile_cuda_cached(kernel.source, kernel.name, variants[i].arch, "");
             }
         }));
     for (auto& job : jobs) job.get();

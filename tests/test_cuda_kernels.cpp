@@ -5,14 +5,16 @@
 
 #include <cstdlib>
 #include <random>
+#include <set>
+#include <tuple>
 #include <string>
 
 #include "cuda_variants.hpp"
 #include "jit/cuda/cuda_source.hpp"
-#include "jit/cuda/nvrtc_compiler.hpp"
-#include "runtime/cuda_driver.hpp"
-#include "runtime/cuda_weights.hpp"
-#include "runtime/error.hpp"
+#include "runtime/cuda/nvrtc_compiler.hpp"
+#include "runtime/cuda/cuda_driver.hpp"
+#include "format/cuda_weights.hpp"
+#include "base/error.hpp"
 #include "test_support.hpp"
 #include "tuner/cuda_search.hpp"
 #include "tuner/tuning_problem.hpp"
@@ -26,7 +28,7 @@ using jit::cuda::KernelKind;
 
 void require_nvrtc() {
     std::string why;
-    if (jit::cuda::nvrtc_available(&why)) return;
+    if (cuda::nvrtc_available(&why)) return;
 #ifdef QJIT_EXPECT_NVRTC
     FAIL() << "the CUDA toolkit was found at configure time but NVRTC does not load: " << why;
 #else
@@ -36,55 +38,75 @@ void require_nvrtc() {
 
 bool is_elf(const std::vector<char>& cubin) { return cubin.size() > 4 && std::string(cubin.data(), 4) == "\x7f" "ELF"; }
 
-// $QJIT_CUDA_COMPILE_EVERY=n compiles every n-th variant only: the sanitizer run sets it, since
-// NVRTC (not instrumented) is several times slower there and the plain run compiles them all.
-size_t compile_stride() {
-    const char* every = std::getenv("QJIT_CUDA_COMPILE_EVERY");
-    return every && std::atoi(every) > 1 ? size_t(std::atoi(every)) : 1;
+// Compiles each variant with NVRTC for `arch` and checks the cubin and its entry point.
+void expect_compiles(const std::vector<CudaKernelSpec>& variants, int arch) {
+    for (const CudaKernelSpec& spec : variants) {
+        const jit::cuda::GeneratedKernel kernel = jit::cuda::generate_kernel(spec);
+        try {
+            const cuda::CompiledKernel out = cuda::compile_cuda(kernel.source, kernel.name, arch);
+            EXPECT_TRUE(is_elf(out.cubin)) << kernel.name;
+            EXPECT_NE(out.ptx.find(".entry " + kernel.entry), std::string::npos) << kernel.name;
+        } catch (const Error& e) {
+            ADD_FAILURE() << kernel.name << ": " << e.what();
+        }
+    }
+}
+
+// Every variant of every format of one bit width that fits sm_<arch>.
+std::vector<CudaKernelSpec> every_variant(int bits, int arch, int* skipped) {
+    std::vector<CudaKernelSpec> variants;
+    for (const test::CudaFormat& format : test::every_cuda_format())
+        if (format.bits == bits)
+            for (const CudaKernelSpec& spec : test::cuda_variants(format, 4096, arch, skipped)) variants.push_back(spec);
+    return variants;
 }
 
 class CudaCompile : public ::testing::TestWithParam<std::tuple<int, int>> {};
+class CudaCompileSweep : public CudaCompile {};
 
-// Every variant of every format of one bit width, compiled for one architecture.
-TEST_P(CudaCompile, EveryVariantCompiles) {
+// A fixed sample of one bit width's variants for one architecture: each kernel kind with each
+// activation type, scale type, symmetry and grouping (test::sample_of).
+TEST_P(CudaCompile, SampleCompiles) {
     require_nvrtc();
     if (testing::Test::IsSkipped() || testing::Test::HasFailure()) return;
     const auto [bits, arch] = GetParam();
-    int compiled = 0, skipped = 0;
-    size_t index = 0;
-    const size_t stride = compile_stride();
-    for (const test::CudaFormat& format : test::every_cuda_format()) {
-        if (format.bits != bits) continue;
-        for (const CudaKernelSpec& spec : test::cuda_variants(format, 4096, arch, &skipped)) {
-            if (index++ % stride != 0) continue;
-            const jit::cuda::GeneratedKernel kernel = jit::cuda::generate_kernel(spec);
-            try {
-                const jit::cuda::CompiledKernel out = jit::cuda::compile_cuda(kernel.source, kernel.name, arch);
-                EXPECT_TRUE(is_elf(out.cubin)) << kernel.name;
-                EXPECT_NE(out.ptx.find(".entry " + kernel.entry), std::string::npos) << kernel.name;
-                ++compiled;
-            } catch (const Error& e) {
-                ADD_FAILURE() << kernel.name << ": " << e.what();
-            }
-        }
-    }
-    EXPECT_GT(compiled, 40 / int(stride));
-    std::printf("%d-bit sm_%d: %d variants compiled, %d skipped (shared memory above the sm_%d limit)\n", bits, arch,
-                compiled, skipped, arch);
+    int skipped = 0;
+    const std::vector<CudaKernelSpec> sample = test::sample_of(every_variant(bits, arch, &skipped));
+    std::set<std::tuple<KernelKind, jit::cuda::ActivationType, bool>> covered;
+    for (const CudaKernelSpec& spec : sample) covered.insert({spec.tiling.kind, spec.activations, spec.f16_scales});
+    EXPECT_EQ(covered.size(), 8u) << "the sample must hold both kinds x both activation types x both scale types";
+    expect_compiles(sample, arch);
+    std::printf("%d-bit sm_%d: %zu sampled variants compiled\n", bits, arch, sample.size());
 }
 
+// Every variant (minutes on 2 cores): ctest -L cuda_sweep, or QJIT_CUDA_COMPILE_SWEEP=1.
+TEST_P(CudaCompileSweep, EveryVariantCompiles) {
+    const char* sweep = std::getenv("QJIT_CUDA_COMPILE_SWEEP");
+    if (!sweep || std::string(sweep) != "1") GTEST_SKIP() << "the full sweep runs with QJIT_CUDA_COMPILE_SWEEP=1 (ctest -L cuda_sweep)";
+    require_nvrtc();
+    if (testing::Test::IsSkipped() || testing::Test::HasFailure()) return;
+    const auto [bits, arch] = GetParam();
+    int skipped = 0;
+    const std::vector<CudaKernelSpec> variants = every_variant(bits, arch, &skipped);
+    EXPECT_GT(variants.size(), 40u);
+    expect_compiles(variants, arch);
+    std::printf("%d-bit sm_%d: %zu variants compiled, %d skipped (shared memory above the sm_%d limit)\n", bits, arch,
+                variants.size(), skipped, arch);
+}
+
+std::string bits_and_arch_name(const testing::TestParamInfo<std::tuple<int, int>>& info) {
+    return "q" + std::to_string(std::get<0>(info.param)) + "_sm" + std::to_string(std::get<1>(info.param));
+}
 INSTANTIATE_TEST_SUITE_P(BitsAndArch, CudaCompile,
-                         ::testing::Combine(::testing::Values(2, 3, 4, 8), ::testing::Values(80, 90)),
-                         [](const auto& info) {
-                             return "q" + std::to_string(std::get<0>(info.param)) + "_sm" +
-                                    std::to_string(std::get<1>(info.param));
-                         });
+                         ::testing::Combine(::testing::Values(2, 3, 4, 8), ::testing::Values(80, 90)), bits_and_arch_name);
+INSTANTIATE_TEST_SUITE_P(BitsAndArch, CudaCompileSweep,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 8), ::testing::Values(80, 90)), bits_and_arch_name);
 
 TEST(CudaCompile, SupportKernelsCompile) {
     require_nvrtc();
     if (testing::Test::IsSkipped() || testing::Test::HasFailure()) return;
     for (int arch : {80, 90}) {
-        const auto out = jit::cuda::compile_cuda(jit::cuda::support_kernels_source(), "qjit_support", arch);
+        const auto out = cuda::compile_cuda(jit::cuda::support_kernels_source(), "qjit_support", arch);
         EXPECT_TRUE(is_elf(out.cubin));
         for (const char* entry : {"qjit_gather_rows", "qjit_cast_f32_to_f16", "qjit_cast_f32_to_bf16"})
             EXPECT_NE(out.ptx.find(std::string(".entry ") + entry), std::string::npos) << entry;
@@ -161,17 +183,25 @@ TEST(CudaTuner, KeysAndBuckets) {
     EXPECT_EQ(batch_bucket(500), 64);
 }
 
-TEST(CudaTuner, SearchKeepsTheFastestAndRespectsTheCap) {
-    std::vector<CudaTiling> ranked(6);
-    for (int i = 0; i < 6; ++i) ranked[i].warps = i + 1;  // a label per candidate
-    const std::vector<double> times = {5, 4, 7, 2, 9, 1};
-    const CudaSearchResult result =
-        timed_cuda_search(ranked, [&](const CudaTiling& t) { return times[size_t(t.warps - 1)]; }, 1e9, 5);
-    EXPECT_EQ(result.timed, 5);
-    EXPECT_EQ(result.best.warps, 4);
-    EXPECT_EQ(result.best_us, 2);
-    const CudaSearchResult hurried = timed_cuda_search(ranked, [&](const CudaTiling& t) { return times[size_t(t.warps - 1)]; }, 0, 5);
-    EXPECT_EQ(hurried.timed, 2);  // at least two, even with no budget
+// The tuner screens one tiling per structure first: pipeline depth, split-K and loads in flight
+// are variants of a structure; kernel kind, tile and columns per warp are not.
+TEST(CudaTuner, StructuresGroupVariantsOfOneTile) {
+    CudaKernelSpec spec = test::cuda_spec({4, 128, false}, 4096, 90);
+    spec.rows = 64;
+    spec.tiling.kind = KernelKind::Gemm;
+    CudaTiling deeper = spec.tiling, split = spec.tiling, wider = spec.tiling;
+    deeper.stages += 1;
+    split.split_k = 4;
+    wider.block_n *= 2;
+    EXPECT_EQ(cuda_tiling_structure(deeper), cuda_tiling_structure(spec.tiling));
+    EXPECT_EQ(cuda_tiling_structure(split), cuda_tiling_structure(spec.tiling));
+    EXPECT_NE(cuda_tiling_structure(wider), cuda_tiling_structure(spec.tiling));
+    CudaTiling gemv, more_in_flight, more_columns;
+    more_in_flight.chunks_in_flight = 4;
+    more_columns.columns_per_warp = 2;
+    EXPECT_EQ(cuda_tiling_structure(more_in_flight), cuda_tiling_structure(gemv));
+    EXPECT_NE(cuda_tiling_structure(more_columns), cuda_tiling_structure(gemv));
+    EXPECT_NE(cuda_tiling_structure(gemv), cuda_tiling_structure(spec.tiling));
 }
 
 // The device layout: every code reads back from where code_layout.hpp puts it, padding is zero.

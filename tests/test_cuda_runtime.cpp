@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "jit/cuda/nvrtc_compiler.hpp"
-#include "runtime/cuda_driver.hpp"
-#include "runtime/error.hpp"
+#include "runtime/cuda/nvrtc_compiler.hpp"
+#include "runtime/cuda/cuda_driver.hpp"
+#include "base/error.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -24,9 +24,9 @@ namespace {
 using cuda::DeviceBuffer;
 using cuda::DeviceProperties;
 using cuda::Driver;
-using jit::cuda::CompiledKernel;
-using jit::cuda::compile_cuda;
-using jit::cuda::compile_cuda_cached;
+using cuda::CompiledKernel;
+using cuda::compile_cuda;
+using cuda::compile_cuda_cached;
 using test::files_starting;
 using test::read_file;
 using test::write_file;
@@ -36,13 +36,13 @@ using test::write_file;
 #define REQUIRE_NVRTC()                                                   \
     do {                                                                  \
         std::string why;                                                  \
-        ASSERT_TRUE(jit::cuda::nvrtc_available(&why)) << why;             \
+        ASSERT_TRUE(cuda::nvrtc_available(&why)) << why;             \
     } while (0)
 #else
 #define REQUIRE_NVRTC()                                                   \
     do {                                                                  \
         std::string why;                                                  \
-        if (!jit::cuda::nvrtc_available(&why)) GTEST_SKIP() << why;       \
+        if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << why;       \
     } while (0)
 #endif
 
@@ -206,7 +206,7 @@ TEST(CudaRuntime, MemoryCopiesAndALaunchOnTheDevice) {
 
     const DeviceProperties p = driver->properties(0);
     std::string no_nvrtc;
-    if (!jit::cuda::nvrtc_available(&no_nvrtc)) GTEST_SKIP() << no_nvrtc;
+    if (!cuda::nvrtc_available(&no_nvrtc)) GTEST_SKIP() << no_nvrtc;
     if (p.arch() < 80) GTEST_SKIP() << "the probe kernel needs sm_80, this is sm_" << p.arch();
     const CompiledKernel kernel = compile_cuda(kMmaSource, "mma_probe", p.arch());
     cuda::CUmodule module = driver->load_module(kernel.cubin);
@@ -235,7 +235,7 @@ TEST(CudaRuntime, MemoryCopiesAndALaunchOnTheDevice) {
 
 TEST(Nvrtc, VersionIsMajorDotMinor) {
     REQUIRE_NVRTC();
-    const std::string version = jit::cuda::nvrtc_version();
+    const std::string version = cuda::nvrtc_version();
     const size_t dot = version.find('.');
     ASSERT_NE(dot, std::string::npos) << version;
     EXPECT_TRUE(made_of(version.substr(0, dot), "0123456789") && made_of(version.substr(dot + 1), "0123456789"))
@@ -290,7 +290,7 @@ protected:
         root_ = pattern;
         dir_ = (root_ / "cache" / "cubin").string();  // made by the first store
         source_ = scale_source(::testing::UnitTest::GetInstance()->current_test_info()->name());
-        jit::cuda::clear_memory_cubin_cache();
+        cuda::clear_memory_cubin_cache();
     }
     void TearDown() override {
         if (!root_.empty()) fs::remove_all(root_);
@@ -313,11 +313,11 @@ protected:
     // Compiles with a cold memory cache and expects NVRTC to have run again (the file was refused),
     // then that the file was rewritten: a second cold compile reads it.
     void expect_recompiled_and_repaired() {
-        jit::cuda::clear_memory_cubin_cache();
+        cuda::clear_memory_cubin_cache();
         const CompiledKernel fresh = compile();
         EXPECT_FALSE(fresh.from_cache);
         EXPECT_TRUE(is_elf(fresh.cubin));
-        jit::cuda::clear_memory_cubin_cache();
+        cuda::clear_memory_cubin_cache();
         const CompiledKernel reread = compile();
         EXPECT_TRUE(reread.from_cache);
         EXPECT_EQ(reread.cubin, fresh.cubin);
@@ -346,7 +346,7 @@ TEST_F(CubinCache, DiskHitAfterTheMemoryIsCleared) {
     const CompiledKernel compiled = compile();
     EXPECT_FALSE(compiled.from_cache);
     const fs::path file = only_file();
-    jit::cuda::clear_memory_cubin_cache();
+    cuda::clear_memory_cubin_cache();
     const CompiledKernel loaded = compile();
     EXPECT_TRUE(loaded.from_cache);
     EXPECT_EQ(loaded.compile_ms, 0.0);
@@ -361,7 +361,7 @@ TEST_F(CubinCache, DiskHitAfterTheMemoryIsCleared) {
     EXPECT_EQ(data.size(), 28 + key_size + compiled.cubin.size());
     const std::string key = data.substr(16, key_size);
     EXPECT_NE(key.find("arch=sm_80"), std::string::npos) << key;
-    EXPECT_NE(key.find("nvrtc=" + jit::cuda::nvrtc_version()), std::string::npos) << key;
+    EXPECT_NE(key.find("nvrtc=" + cuda::nvrtc_version()), std::string::npos) << key;
     EXPECT_EQ(data.substr(data.size() - compiled.cubin.size()),
               std::string(compiled.cubin.begin(), compiled.cubin.end()));
     // Another architecture is another file.
@@ -431,24 +431,24 @@ TEST_F(CubinCache, ConcurrentCompilesAgree) {
 TEST(CubinCacheDir, FollowsTheEnvironment) {
     {
         ScopedEnv cache("QJIT_CUBIN_CACHE", "/somewhere/cubins");
-        EXPECT_EQ(jit::cuda::default_cubin_cache_dir(), "/somewhere/cubins");
+        EXPECT_EQ(cuda::default_cubin_cache_dir(), "/somewhere/cubins");
     }
     {
         ScopedEnv cache("QJIT_CUBIN_CACHE", "");
-        EXPECT_EQ(jit::cuda::default_cubin_cache_dir(), "");
+        EXPECT_EQ(cuda::default_cubin_cache_dir(), "");
     }
     ScopedEnv cache("QJIT_CUBIN_CACHE", std::nullopt);
     {
         ScopedEnv xdg("XDG_CACHE_HOME", "/xdg");
-        EXPECT_EQ(jit::cuda::default_cubin_cache_dir(), "/xdg/qjit/cubin");
+        EXPECT_EQ(cuda::default_cubin_cache_dir(), "/xdg/qjit/cubin");
     }
     ScopedEnv xdg("XDG_CACHE_HOME", std::nullopt);
     {
         ScopedEnv home("HOME", "/home/someone");
-        EXPECT_EQ(jit::cuda::default_cubin_cache_dir(), "/home/someone/.cache/qjit/cubin");
+        EXPECT_EQ(cuda::default_cubin_cache_dir(), "/home/someone/.cache/qjit/cubin");
     }
     ScopedEnv home("HOME", std::nullopt);
-    EXPECT_EQ(jit::cuda::default_cubin_cache_dir(), "");
+    EXPECT_EQ(cuda::default_cubin_cache_dir(), "");
 }
 
 }  // namespace

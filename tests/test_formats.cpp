@@ -8,8 +8,8 @@
 #include <tuple>
 
 #include "runtime/linear_layer.hpp"
-#include "runtime/quantize_rtn.hpp"
-#include "runtime/reference.hpp"
+#include "format/quantize_rtn.hpp"
+#include "format/reference.hpp"
 #include "test_support.hpp"
 #include "tuner/cpu_isa.hpp"
 

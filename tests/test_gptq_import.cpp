@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "qjit/qjit.h"
-#include "runtime/error.hpp"
-#include "runtime/gptq_import.hpp"
-#include "runtime/half.hpp"
-#include "runtime/reference.hpp"
+#include "base/error.hpp"
+#include "format/gptq_import.hpp"
+#include "base/half.hpp"
+#include "format/reference.hpp"
 
 namespace {
 

@@ -8,10 +8,10 @@
 
 #include "jit/x86/cpu_kernel.hpp"
 #include "jit/x86/gemm_emitter.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "runtime/linear_layer.hpp"
-#include "runtime/quantize_rtn.hpp"
-#include "runtime/reference.hpp"
+#include "format/quantize_rtn.hpp"
+#include "format/reference.hpp"
 #include "test_support.hpp"
 #include "tuner/cpu_isa.hpp"
 

@@ -10,9 +10,9 @@
 #include <fstream>
 #include <iterator>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "runtime/layer_file.hpp"
-#include "runtime/quantize_rtn.hpp"
+#include "format/quantize_rtn.hpp"
 #include "test_support.hpp"
 
 namespace qjit {

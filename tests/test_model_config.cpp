@@ -5,7 +5,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "tuner/model_config.hpp"
+#include "tools/model_config.hpp"
 
 namespace qjit {
 namespace {

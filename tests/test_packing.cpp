@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "runtime/packed_codes.hpp"
+#include "format/packed_codes.hpp"
 
 namespace qjit {
 namespace {

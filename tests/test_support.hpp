@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "qjit/qjit.h"
-#include "runtime/quantized_matrix.hpp"
+#include "format/quantized_matrix.hpp"
 
 // Expects `status` with a last-error message that mentions `word`.
 #define EXPECT_STATUS(call, status, word)                                                \

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/thread_pool.hpp"
+#include "runtime/cpu/thread_pool.hpp"
 
 namespace qjit {
 namespace {

@@ -16,13 +16,14 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <limits>
 #include <thread>
 #include <vector>
 
-#include "runtime/candidate_bench.hpp"
+#include "runtime/cpu/candidate_bench.hpp"
 #include "runtime/context.hpp"
-#include "runtime/error.hpp"
-#include "runtime/thread_pool.hpp"
+#include "base/error.hpp"
+#include "runtime/cpu/thread_pool.hpp"
 #include "test_support.hpp"
 #include "tuner/cpu_isa.hpp"
 #include "tuner/cpu_tiling.hpp"
@@ -42,7 +43,6 @@ using qjit::test::LinearPtr;
 using qjit::test::files_starting;
 using qjit::test::read_file;
 using qjit::test::write_file;
-using Clock = std::chrono::steady_clock;
 
 // Tests that run generated kernels need AVX2 at least, on the CPU and under $QJIT_MAX_ISA.
 bool generated_kernels_run() {
@@ -64,12 +64,6 @@ bool generated_kernels_run() {
         if (!generated_kernels_run())                                                              \
             GTEST_SKIP() << "no AVX2 (CPU or $QJIT_MAX_ISA): only the portable path runs here"; \
     } while (0)
-
-void busy_wait_us(double us) {
-    const auto until = Clock::now() + std::chrono::duration<double, std::micro>(us);
-    while (Clock::now() < until) {
-    }
-}
 
 // A kernel format as the tuner sees it (its tiling is ignored).
 qjit::jit::CpuKernelSpec format(qjit_isa isa, qjit::jit::ActivationPath path, int bits, int64_t k, int64_t group) {
@@ -181,150 +175,128 @@ TEST(TunerPruning, TinyCachesPruneExactlyTheTilingsThatBreakABudget) {
     }
 }
 
-// Pruning never discards the exhaustive best: every tiling of three small problems is timed
-// (cold weights, as the tuner times them), and the fastest is either kept by the pruned space of
-// this machine's model or, re-timed against the fastest kept one, within 5 % of it (noise).
-// What gets pruned depends on the machine's caches: with a 48 KiB L1d only the long prefetch
-// distances of wide panels go (none at all for the 3-bit problem), so the property is checked
-// wherever pruning bites, not that it bites.
-TEST(TunerPruning, PruningKeepsTheMeasuredBest) {
-    SKIP_WITHOUT_AVX2();
-    using qjit::jit::ActivationPath;
-    const qjit_isa isa = qjit::best_isa_up_to(QJIT_ISA_AVX512_VNNI);
-    const qjit::MachineModel machine = qjit::MachineModel::of(qjit::probe_cpu());
-    const std::vector<qjit::TuningProblem> problems = {
-        {format(isa, ActivationPath::Int8, 4, 512, 128), 192, 1, 1},
-        {format(isa, ActivationPath::Int8, 3, 320, 64), 100, 4, 1},
-        {format(isa, ActivationPath::F32, 8, 256, 32), 80, 16, 1},
-    };
-    qjit::ThreadPool pool(1);
-    for (const qjit::TuningProblem& problem : problems) {
-        SCOPED_TRACE(qjit::kernel_key(problem));
-        const qjit::SearchSpace pruned = qjit::build_search_space(problem, machine, true);
-        const qjit::SearchSpace all = qjit::build_search_space(problem, machine, false);
-        expect_well_formed(pruned, all);
-        ASSERT_FALSE(pruned.ranked.empty());
-        std::set<std::string> kept;
-        for (const qjit::Candidate& c : pruned.ranked) kept.insert(tiling_of(c.spec));
+// ---- 3. the timing protocol, on injected timings ----------------------------------------------
+// Each fake candidate "takes" the seconds it is given, and a fake clock advances by them, so the
+// protocol's decisions (medians, extra rounds, budgets, order) are checked exactly. Whether pruning
+// keeps the measured best on this machine is a measurement: bench/bench_pruning reports it.
 
-        qjit::CandidateBench bench(problem, all.ranked, pool);
-        std::vector<qjit::CandidateRun> runs;
-        std::vector<double> seconds;
-        for (const qjit::Candidate& c : all.ranked) {
-            runs.push_back(bench.make_run(c.spec));
-            seconds.push_back(qjit::measure(runs.back(), 5).median_seconds);
-            ASSERT_GT(seconds.back(), 0.0);
-        }
-        size_t best = 0, best_kept = all.ranked.size();
-        for (size_t i = 0; i < all.ranked.size(); ++i) {
-            if (seconds[i] < seconds[best]) best = i;
-            if (kept.count(tiling_of(all.ranked[i].spec)) &&
-                (best_kept == all.ranked.size() || seconds[i] < seconds[best_kept]))
-                best_kept = i;
-        }
-        ASSERT_LT(best_kept, all.ranked.size());
-        if (best == best_kept) continue;
-        if (kept.count(tiling_of(all.ranked[best].spec))) continue;  // a kept tiling won: fine
-        // A pruned tiling was fastest once: re-time both, interleaved, and take each one's best median.
-        double pruned_s = seconds[best], kept_s = seconds[best_kept];
-        for (int round = 0; round < 5; ++round) {
-            pruned_s = std::min(pruned_s, qjit::measure(runs[best], 9).median_seconds);
-            kept_s = std::min(kept_s, qjit::measure(runs[best_kept], 9).median_seconds);
-        }
-        EXPECT_GE(pruned_s, 0.95 * kept_s)
-            << "pruned " << tiling_of(all.ranked[best].spec) << " runs in " << pruned_s * 1e6 << " us; the best kept, "
-            << tiling_of(all.ranked[best_kept].spec) << ", in " << kept_s * 1e6 << " us";
+struct FakeCandidates {
+    std::vector<std::string> structures;
+    std::vector<double> seconds;  // what one call of candidate i takes
+    std::vector<int> calls;
+    double now = 0;               // the fake clock, in seconds
+
+    FakeCandidates(std::vector<std::string> structures_, std::vector<double> seconds_)
+        : structures(std::move(structures_)), seconds(std::move(seconds_)), calls(seconds.size(), 0) {}
+    // Distinct structures, one per candidate.
+    explicit FakeCandidates(std::vector<double> seconds_) : FakeCandidates({}, std::move(seconds_)) {
+        for (size_t i = 0; i < seconds.size(); ++i) structures.push_back("block" + std::to_string(i));
     }
+    qjit::MakeTimedCall make_call() {
+        return [this](size_t i) -> qjit::TimedCall {
+            return [this, i] {
+                ++calls[i];
+                now += seconds[i];
+                return seconds[i];
+            };
+        };
+    }
+    qjit::SecondsClock clock() {
+        return [this] { return now; };
+    }
+    qjit::SearchResult search(double budget_seconds = std::numeric_limits<double>::infinity()) {
+        return qjit::timed_search(structures, make_call(), budget_seconds, clock());
+    }
+    int screened() const {
+        int n = 0;
+        for (int c : calls) n += c > 0;
+        return n;
+    }
+};
+
+// measure(): one warm-up call that is not a sample, then the median of the repeats.
+TEST(TunerMeasure, MedianOfTheRepeatsWithoutTheWarmUp) {
+    const std::vector<double> times = {100, 4.1, 4.0, 4.05};  // within kUnstableSpread of each other
+    size_t call = 0;
+    const qjit::Measurement m = qjit::measure([&] { return times.at(call++); }, 3);
+    EXPECT_EQ(call, 4u);
+    EXPECT_EQ(m.samples, 3);
+    EXPECT_EQ(m.median_seconds, 4.05);
+    EXPECT_TRUE(m.stable);
 }
 
-// ---- 3. the timing protocol ---------------------------------------------------------------------
+// measure(): an unstable spread takes another round of repeats, until it settles.
+TEST(TunerMeasure, UnstableSamplesTakeAnotherRound) {
+    const std::vector<double> times = {9, 1, 2, 3, 2, 2, 2, 2, 2, 2};
+    size_t call = 0;
+    const qjit::Measurement m = qjit::measure([&] { return times.at(call++); }, 3);
+    EXPECT_EQ(m.samples, 6);  // [1 2 3] spreads 100 %; [1 2 2 2 2 3] has no interquartile spread
+    EXPECT_EQ(m.median_seconds, 2);
+    EXPECT_TRUE(m.stable);
+    size_t noisy_call = 0;
+    const qjit::Measurement noisy = qjit::measure([&] { return noisy_call++ % 2 ? 1.0 : 3.0; }, 3);
+    EXPECT_EQ(noisy.samples, 3 * qjit::kMaxRounds);  // never settles: stops after kMaxRounds
+    EXPECT_FALSE(noisy.stable);
+}
 
-// measure() reports seconds, and prepares before every call it makes (warm-up included).
-TEST(TunerMeasure, MeasureReportsSecondsAndPreparesEveryCall) {
+// The host timer prepares before every call, the warm-up included, and times only the run.
+TEST(TunerMeasure, HostCallsArePreparedEveryTime) {
     int prepared = 0, ran = 0;
     qjit::CandidateRun run;
     run.prepare = [&] { ++prepared; };
     run.run = [&] {
         EXPECT_EQ(prepared, ran + 1) << "run without a prepare before it";
         ++ran;
-        busy_wait_us(200);
     };
-    const int repeats = 5;
-    const qjit::Measurement m = qjit::measure(run, repeats);
-    EXPECT_GE(m.median_seconds, 150e-6);
-    EXPECT_LE(m.median_seconds, 50e-3);
+    const qjit::Measurement m = qjit::measure(qjit::timed_on_host(run), 5);
     EXPECT_EQ(prepared, ran);
-    EXPECT_GE(ran, 1 + repeats);
-    EXPECT_GE(m.samples, repeats);
-    EXPECT_EQ(ran, 1 + m.samples);  // the warm-up is not a sample
+    EXPECT_EQ(ran, 1 + m.samples);
+    EXPECT_GE(m.median_seconds, 0.0);
 }
 
-// Fake candidates: candidate i busy-waits `us(i)` microseconds. Their tilings are distinct
-// register blocks (tu = i + 1) so that the structure phase sees each one.
-struct FakeCandidates {
-    std::vector<qjit::Candidate> ranked;
-    std::vector<int> calls;
-    double (*us)(size_t);
-
-    FakeCandidates(size_t count, double (*us_of)(size_t)) : calls(count, 0), us(us_of) {
-        for (size_t i = 0; i < count; ++i) {
-            qjit::Candidate c;
-            c.spec.tiling.column_vectors = int(i) + 1;
-            c.spec.tiling.rows = 1;
-            c.model_seconds = 1e-6 * double(i + 1);
-            ranked.push_back(c);
-        }
-    }
-    qjit::MakeRun make_run() {
-        return [this](const qjit::jit::CpuKernelSpec& spec) {
-            const size_t i = size_t(spec.tiling.column_vectors - 1);
-            qjit::CandidateRun run;
-            run.run = [this, i] {
-                ++calls[i];
-                busy_wait_us(us(i));
-            };
-            return run;
-        };
-    }
-    size_t index_of(const qjit::Candidate& c) const { return size_t(c.spec.tiling.column_vectors - 1); }
-};
-
-double third_is_fastest(size_t i) { return i == 2 ? 50 : 300; }
-
-// An exhaustive search finds the fastest candidate whatever the model's order.
+// An exhaustive search times every candidate and finds the fastest, whatever the model's order.
 TEST(TunerMeasure, ExhaustiveSearchFindsTheFastest) {
-    FakeCandidates fake(6, third_is_fastest);
-    const qjit::SearchResult result = qjit::timed_search(fake.ranked, fake.make_run());
-    EXPECT_EQ(fake.index_of(result.best), 2u);
+    FakeCandidates fake({3e-3, 3e-3, 0.5e-3, 3e-3, 3e-3, 3e-3});
+    const qjit::SearchResult result = fake.search();
+    EXPECT_EQ(result.best, 2u);
     EXPECT_EQ(result.timed, 6);
     EXPECT_EQ(result.considered, 6);
-    for (size_t i = 0; i < fake.calls.size(); ++i) EXPECT_GE(fake.calls[i], 1) << "candidate " << i << " never ran";
-    EXPECT_GE(result.measured.median_seconds, 40e-6);
-    EXPECT_LE(result.measured.median_seconds, 50e-3);
-    EXPECT_GT(result.seconds, 0.0);
+    EXPECT_EQ(fake.screened(), 6);
+    EXPECT_EQ(result.measured.median_seconds, 0.5e-3);
+    EXPECT_DOUBLE_EQ(result.seconds, fake.now);
 }
 
-// A budget too small for even one screening still times one candidate and returns a real one.
+// Budgeted: one candidate per structure first, then the other candidates of the two fastest
+// structures only. Structure "c" screened slowest, so its fast variant is never timed.
+TEST(TunerMeasure, StructuresFirstThenVariantsOfTheFastest) {
+    FakeCandidates fake({"a", "b", "c", "a", "b", "c"}, {3e-3, 2e-3, 5e-3, 1e-3, 2.5e-3, 0.5e-3});
+    const qjit::SearchResult result = fake.search(10.0);
+    EXPECT_EQ(result.best, 3u);  // a's variant
+    EXPECT_EQ(result.timed, 5);
+    EXPECT_EQ(fake.calls[5], 0) << "a variant of the slowest structure was timed";
+}
+
+// A budget too small for even one screening still times one candidate, and returns it.
 TEST(TunerMeasure, TinyBudgetStillTimesOneCandidate) {
-    FakeCandidates fake(6, third_is_fastest);
-    const qjit::SearchResult result = qjit::timed_search(fake.ranked, fake.make_run(), 1e-3);
-    EXPECT_GE(result.timed, 1);
-    EXPECT_LE(result.timed, int(fake.ranked.size()));
+    FakeCandidates fake({1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3});
+    const qjit::SearchResult result = fake.search(1e-3);
+    EXPECT_EQ(result.timed, 1);
     EXPECT_EQ(result.considered, 6);
-    EXPECT_LT(fake.index_of(result.best), fake.ranked.size());
-    EXPECT_GT(result.measured.median_seconds, 0.0);
+    EXPECT_EQ(result.best, 0u);
+    EXPECT_EQ(fake.screened(), 1);
 }
 
-// A budget that covers a few screenings times at most every candidate, and each once only.
-TEST(TunerMeasure, BudgetedSearchTimesEachCandidateAtMostOnce) {
-    FakeCandidates fake(6, third_is_fastest);
-    const qjit::SearchResult result = qjit::timed_search(fake.ranked, fake.make_run(), 8e-3);
-    EXPECT_GE(result.timed, 1);
-    EXPECT_LE(result.timed, int(fake.ranked.size()));
-    EXPECT_LT(fake.index_of(result.best), fake.ranked.size());
-    int ran = 0;
-    for (int calls : fake.calls) ran += calls > 0;
-    EXPECT_EQ(ran, result.timed);
+// Screening stops where the next screening would overrun its share of the budget, and the
+// confirmation rounds stop where the next would overrun the budget: 1 ms calls, 21 ms budget, a
+// screening is 4 calls (warm-up + 3): two screenings fit the structure share (8.4 ms), then the
+// two finalists are warmed (2 ms) and confirmed in 2 ms rounds up to 20 ms.
+TEST(TunerMeasure, BudgetIsKept) {
+    FakeCandidates fake(std::vector<double>(10, 1e-3));
+    const qjit::SearchResult result = fake.search(21e-3);
+    EXPECT_EQ(result.timed, 2);
+    EXPECT_EQ(fake.screened(), 2);
+    EXPECT_NEAR(result.seconds, 20e-3, 1e-9);
+    EXPECT_EQ(fake.calls[0], 4 + 1 + 5);  // screening, warm-up, five confirmation rounds
 }
 
 // ---- 4, 5, 6. layers through the C API ---------------------------------------------------------

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "test_support.hpp"
 #include "tuner/tuning_db.hpp"
 

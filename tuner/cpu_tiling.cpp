@@ -4,7 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace qjit {
 

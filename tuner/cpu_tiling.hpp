@@ -6,7 +6,7 @@
 #include <string>
 
 #include "jit/x86/cpu_kernel.hpp"
-#include "runtime/quantized_matrix.hpp"
+#include "format/quantized_matrix.hpp"
 
 namespace qjit {
 

@@ -1,7 +1,6 @@
 #include "tuner/cuda_search.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <sstream>
 
@@ -71,23 +70,13 @@ std::vector<CudaTiling> ranked_cuda_tilings(const CudaKernelSpec& format, int64_
     return ranked;
 }
 
-CudaSearchResult timed_cuda_search(const std::vector<CudaTiling>& ranked,
-                                   const std::function<double(const CudaTiling&)>& time_us, double budget_ms,
-                                   int max_candidates) {
-    const auto start = std::chrono::steady_clock::now();
-    auto elapsed_ms = [&] {
-        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    };
-    CudaSearchResult result;
-    result.ranked = int(ranked.size());
-    for (const CudaTiling& t : ranked) {
-        if (result.timed >= max_candidates || (result.timed >= 2 && elapsed_ms() > budget_ms)) break;
-        const double us = time_us(t);
-        ++result.timed;
-        if (result.timed == 1 || us < result.best_us) result.best = t, result.best_us = us;
-    }
-    result.seconds = elapsed_ms() / 1e3;
-    return result;
+std::string cuda_tiling_structure(const CudaTiling& t) {
+    std::ostringstream out;
+    if (t.kind == KernelKind::Gemv)
+        out << "gemv cols=" << t.columns_per_warp << " warps=" << t.warps;
+    else
+        out << "gemm " << t.block_m << "x" << t.block_n << "x" << t.block_k << " warps=" << t.warps;
+    return out.str();
 }
 
 }  // namespace qjit

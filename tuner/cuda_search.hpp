@@ -1,15 +1,14 @@
 // GPU tilings in the same tuner as the CPU's: a kernel key per format, shape and batch bucket, a
-// performance model that ranks the tilings a device can run, and a timed search over the best
-// ranked within a budget (the caller times a candidate with CUDA events on the real layer).
+// performance model that ranks the tilings a device can run; the timed search is the tuner's own
+// (tuner/timed_search.hpp), with candidates timed by CUDA events on the real layer.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "jit/cuda/cuda_tiling.hpp"
-#include "runtime/cuda_driver.hpp"
+#include "tuner/gpu_properties.hpp"
 
 namespace qjit {
 
@@ -21,17 +20,8 @@ std::string cuda_kernel_key(const jit::cuda::CudaKernelSpec& format, int64_t n);
 std::vector<jit::cuda::CudaTiling> ranked_cuda_tilings(const jit::cuda::CudaKernelSpec& format, int64_t n,
                                                         const cuda::DeviceProperties& device);
 
-struct CudaSearchResult {
-    jit::cuda::CudaTiling best;
-    double best_us = 0;
-    int timed = 0, ranked = 0;
-    double seconds = 0;
-};
-
-// Times ranked candidates in order (time_us(tiling) returns a median in microseconds) until the
-// budget is spent, at least 2 and at most `max_candidates` of them, and returns the fastest.
-CudaSearchResult timed_cuda_search(const std::vector<jit::cuda::CudaTiling>& ranked,
-                                   const std::function<double(const jit::cuda::CudaTiling&)>& time_us,
-                                   double budget_ms, int max_candidates);
+// Candidates of one structure (kernel kind, tile or columns per warp) differ only in pipeline
+// depth, split-K or loads in flight: timed_search screens one of each structure first.
+std::string cuda_tiling_structure(const jit::cuda::CudaTiling& tiling);
 
 }  // namespace qjit

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "jit/x86/gemm_emitter.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace qjit {
 

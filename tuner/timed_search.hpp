@@ -1,20 +1,31 @@
-// Timing candidates for real. The tuner owns the protocol (warm-up, repeats, medians, the check
-// for unstable measurements, the budget); the caller owns what is timed: for each candidate it
-// hands back a CandidateRun (runtime/candidate_bench builds them on synthetic weights).
+// Timing candidates for real, the same way for every backend. The tuner owns the protocol
+// (warm-up, repeats, medians, the check for unstable measurements, the budget and the order in
+// which candidates are screened); a backend owns what is timed: for each candidate it hands back
+// a TimedCall that runs one call and says how long it took (the steady clock around a host call,
+// CUDA events around a launch). Tests inject both the calls' times and the budget's clock.
 #pragma once
 
 #include <functional>
 #include <limits>
+#include <string>
 #include <vector>
-
-#include "tuner/search_space.hpp"
 
 namespace qjit {
 
+// Runs one call of a candidate (after any untimed preparation) and returns its seconds.
+using TimedCall = std::function<double()>;
+
+// A host call: `prepare` untimed before every call (e.g. evict the weights from the caches), then
+// `run` timed with the steady clock.
 struct CandidateRun {
-    std::function<void()> prepare;  // untimed, before every call (e.g. evict the weights from the caches)
-    std::function<void()> run;      // the call that is timed
+    std::function<void()> prepare;
+    std::function<void()> run;
 };
+TimedCall timed_on_host(CandidateRun candidate);
+
+// Seconds on a monotonic clock: what the search's budget is spent against.
+using SecondsClock = std::function<double()>;
+double steady_seconds();
 
 struct Measurement {
     double median_seconds = 0;
@@ -28,35 +39,39 @@ struct Measurement {
 // frequency change shows up as spread, and more samples move the median back to the truth.
 inline constexpr double kUnstableSpread = 0.05;
 inline constexpr int kMaxRounds = 3;
-Measurement measure(const CandidateRun& candidate, int repeats);
+Measurement measure(const TimedCall& call, int repeats);
 
 struct SearchResult {
-    Candidate best;
+    size_t best = 0;     // index into the ranked candidates
     Measurement measured;
     int timed = 0;       // candidates timed
     int considered = 0;  // candidates in the ranked list
-    double seconds = 0;  // wall time of the search
+    double seconds = 0;  // time of the search on its clock
 };
 
-using MakeRun = std::function<CandidateRun(const jit::CpuKernelSpec&)>;
+// Makes the timed call of ranked candidate i (called once per candidate screened).
+using MakeTimedCall = std::function<TimedCall(size_t)>;
 
-// Times the ranked candidates within `budget_seconds` (infinity: all of them, the exhaustive
-// search), each screened with kScreenRepeats calls (always at least one candidate):
-//  1. structure: the model's best variant of each register block (tu, mb), in the model's order,
-//     until kStructureShare of the budget is spent. Knobs that matter most come first, since the
-//     ranking is least sure between blocks and many variants of one block time alike;
-//  2. refinement: the other variants (prefetch, k-unroll, K-split) of the kRefinedBlocks fastest
-//     blocks, in the model's order, until kScreeningShare of the budget is spent;
+// Times ranked candidates within `budget_seconds` (infinity: all of them, the exhaustive search),
+// each screened with kScreenRepeats calls (always at least one candidate). `structures[i]` names
+// candidate i's structure (CPU: its register block; GPU: its kernel kind and tile); candidates of
+// one structure differ only in knobs that matter less (prefetch, unrolling, pipeline depth, split).
+//  1. structure: the model's best candidate of each structure, in the model's order, until
+//     kStructureShare of the budget is spent. Knobs that matter most come first, since the
+//     ranking is least sure between structures and many variants of one structure time alike;
+//  2. refinement: the other candidates of the kRefinedStructures fastest structures, in the
+//     model's order, until kScreeningShare of the budget is spent;
 //  3. confirmation: the kFinalists fastest screened, re-timed with kConfirmRepeats calls each,
 //     interleaved so that drift in the machine's speed hits them alike; the fastest median wins.
-// `ranked` must not be empty.
+// `structures` must not be empty.
 inline constexpr int kScreenRepeats = 3;
 inline constexpr int kConfirmRepeats = 7;
 inline constexpr int kFinalists = 4;
-inline constexpr int kRefinedBlocks = 2;
+inline constexpr int kRefinedStructures = 2;
 inline constexpr double kStructureShare = 0.4;
 inline constexpr double kScreeningShare = 0.7;
-SearchResult timed_search(const std::vector<Candidate>& ranked, const MakeRun& make_run,
-                          double budget_seconds = std::numeric_limits<double>::infinity());
+SearchResult timed_search(const std::vector<std::string>& structures, const MakeTimedCall& make_call,
+                          double budget_seconds = std::numeric_limits<double>::infinity(),
+                          const SecondsClock& clock = steady_seconds);
 
 }  // namespace qjit

@@ -14,7 +14,7 @@
 #include <ctime>
 #include <filesystem>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace qjit {
 namespace {

@@ -1,6 +1,6 @@
 #include "tuner/tuning_problem.hpp"
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace qjit {
 

@@ -2,9 +2,11 @@
 
 #include <sstream>
 
-#include "jit/cuda/code_layout.hpp"
+#include "format/cuda_code_layout.hpp"
 
 namespace qjit::jit::cuda {
+
+using namespace cuda_layout;
 
 namespace {
 

@@ -6,7 +6,7 @@
 //   GEMV:  const u32* codes, const void* scales, const u16* zeros, const u16* x, u16* y,
 //          int m, int n, int np, int k_valid, int ldx, int kp, int num_groups
 //   GEMM:  the same, then float* partial (m x n, zeroed; used when gridDim.z > 1), int k_tiles_per_split
-// codes/scales/zeros: runtime/cuda_weights.hpp's layout (np columns, kp rows); x: m rows of ldx
+// codes/scales/zeros: format/cuda_weights.hpp's layout (np columns, kp rows); x: m rows of ldx
 // elements (a multiple of 8, 16-byte aligned), zero beyond k_valid (a multiple of 8) by masking;
 // y: m x n. Launch: GEMV blocks of tiling.warps * 32 threads, ceil(n / (warps * cols)) blocks;
 // GEMM blocks of warps * 32 threads, grid (np / bn, ceil(m / bm), split_k), shared_bytes dynamic.

@@ -47,8 +47,6 @@ int chunk_blocks(int bits) {
     }
 }
 
-int64_t padded_k(int64_t k) { return round_up(k, kMaxBlockK); }
-int64_t padded_n(int64_t n) { return round_up(n, kMaxBlockN); }
 
 std::string format_name(const CudaKernelSpec& spec) {
     std::ostringstream out;

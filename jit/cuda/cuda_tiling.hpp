@@ -1,12 +1,14 @@
 // What a generated CUDA kernel computes (CudaKernelSpec) and the knobs that shape it (CudaTiling).
 // Two kernel kinds serve a layer: a GEMV for up to 8 activation rows (memory-bound: wide code
 // loads, dequantization in registers, warp-shuffle reduction) and a tensor-core GEMM for more
-// (mma.sync m16n8k16 fed by a cp.async pipeline). Both read the layout of runtime/cuda_weights.hpp.
+// (mma.sync m16n8k16 fed by a cp.async pipeline). Both read the layout of format/cuda_weights.hpp.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "format/cuda_code_layout.hpp"
 
 namespace qjit::jit::cuda {
 
@@ -42,14 +44,13 @@ struct CudaKernelSpec {
     bool per_column() const { return group_size >= k; }
 };
 
-// Rows of K per packed 32-code block, and the GEMV's 16-byte-aligned chunk: 2 blocks of 2-bit
-// (16 B), 4 of 3-bit (48 B), 1 of 4-bit (16 B), 1 of 8-bit (32 B).
-inline constexpr int kCodesPerBlock = 32;
+// The GEMV's 16-byte-aligned chunk, in packed blocks: 2 blocks of 2-bit (16 B), 4 of 3-bit (48 B),
+// 1 of 4-bit (16 B), 1 of 8-bit (32 B).
 int chunk_blocks(int bits);
-// K and N as the device stores them: K padded to a multiple of 256 (the largest block_k), N to a
-// multiple of 256 (the largest block_n), so no kernel ever reads past the arrays.
-int64_t padded_k(int64_t k);
-int64_t padded_n(int64_t n);
+// The device layout's block and padding (format/cuda_code_layout.hpp).
+using cuda_layout::kCodesPerBlock;
+using cuda_layout::padded_k;
+using cuda_layout::padded_n;
 
 // "q4g128_asym_f16_sm90", "q3col_sym_bf16_s32_sm80": the format, whichever kernel kind runs it
 // ("_s32" for fp32 scales); the tuning database's key starts with it.

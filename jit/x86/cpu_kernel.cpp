@@ -4,7 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "jit/code_planes.hpp"
+#include "format/code_planes.hpp"
 #include "jit/x86/gemm_emitter.hpp"
 
 namespace qjit::jit {

@@ -1,6 +1,6 @@
 // What a generated x86 kernel computes (CpuKernelSpec), the knobs that shape it (CpuTiling), and
 // how it is called (CpuKernelArgs). A kernel multiplies `rows` activation rows by one column panel
-// of packed weights (runtime/packed_codes.hpp) over a range of groups and writes a rows x panel
+// of packed weights (format/packed_codes.hpp) over a range of groups and writes a rows x panel
 // tile of fp32 outputs.
 #pragma once
 

@@ -23,7 +23,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "jit/code_planes.hpp"
+#include "format/code_planes.hpp"
 
 namespace qjit::jit {
 

@@ -1,0 +1,81 @@
+#include "format/cuda_weights.hpp"
+
+#include "format/cuda_code_layout.hpp"
+#include "base/half.hpp"
+
+namespace qjit {
+
+using cuda_layout::kCodesPerBlock;
+
+namespace {
+
+// Writes the 32 codes of one block (code(i) for i < 32) into `words` per code_layout.hpp.
+template <typename CodeAt>
+void pack_block(int bits, CodeAt code, uint32_t* words) {
+    using namespace cuda_layout;
+    for (int p = 0; p < regular_pairs(bits); ++p) {
+        const int word = pair_word(bits, p), shift = pair_shift(bits, p);
+        words[word] |= uint32_t(code(2 * p)) << shift | uint32_t(code(2 * p + 1)) << (16 + shift);
+    }
+    if (bits == 3)
+        for (int i = 0; i < 2; ++i)
+            for (int b = 0; b < 3; ++b)
+                words[kSpareWord[i][b]] |= uint32_t((code(30 + i) >> b) & 1) << kSpareBit[i][b];
+}
+
+}  // namespace
+
+CudaWeights pack_cuda_weights(const QuantizedMatrix& matrix) {
+    const QuantParams& p = matrix.params;
+    CudaWeights w;
+    w.bits = p.bits, w.k = p.k, w.n = p.n;
+    w.kp = cuda_layout::padded_k(p.k), w.np = cuda_layout::padded_n(p.n);
+    w.num_groups = p.num_groups();
+    w.f16_scales = scales_exact_in_f16(p);
+
+    const int64_t column_words = w.kp / kCodesPerBlock * p.bits;
+    w.codes.assign(size_t(w.np * column_words), 0);
+    for (int64_t col = 0; col < p.n; ++col)
+        for (int64_t block = 0; block < w.kp / kCodesPerBlock; ++block) {
+            auto code = [&](int i) -> uint8_t {
+                const int64_t row = block * kCodesPerBlock + i;
+                return row < p.k ? matrix.codes[size_t(row * p.n + col)] : 0;
+            };
+            pack_block(p.bits, code, &w.codes[size_t(col * column_words + block * p.bits)]);
+        }
+
+    const size_t metadata = size_t(w.num_groups * w.np);
+    if (w.f16_scales) w.scales_f16.assign(metadata, 0);
+    else w.scales_f32.assign(metadata, 0.f);
+    if (!p.symmetric) w.zeros.assign(metadata, 0);
+    for (int64_t g = 0; g < w.num_groups; ++g)
+        for (int64_t col = 0; col < p.n; ++col) {
+            const size_t from = size_t(g * p.n + col), to = size_t(g * w.np + col);
+            if (w.f16_scales) w.scales_f16[to] = float_to_half(p.scales[from]);
+            else w.scales_f32[to] = p.scales[from];
+            if (!p.symmetric) w.zeros[to] = p.zeros[from];
+        }
+    return w;
+}
+
+int unpack_cuda_code(const CudaWeights& w, int64_t row, int64_t column) {
+    const int64_t column_words = w.kp / kCodesPerBlock * w.bits;
+    const uint32_t* block = &w.codes[size_t(column * column_words + row / kCodesPerBlock * w.bits)];
+    const int i = int(row % kCodesPerBlock), pair = i / 2, odd = i % 2;
+    using namespace cuda_layout;
+    if (pair < regular_pairs(w.bits))
+        return int(block[pair_word(w.bits, pair)] >> (pair_shift(w.bits, pair) + 16 * odd)) & ((1 << w.bits) - 1);
+    int code = 0;
+    for (int b = 0; b < 3; ++b) code |= int((block[kSpareWord[odd][b]] >> kSpareBit[odd][b]) & 1) << b;
+    return code;
+}
+
+
+bool scales_exact_in_f16(const QuantParams& params) {
+    if (params.scale_dtype == QJIT_DTYPE_F16) return true;
+    for (float s : params.scales)
+        if (round_to_half(s) != s) return false;
+    return true;
+}
+
+}  // namespace qjit

@@ -1,0 +1,37 @@
+// A quantized matrix in the layout the CUDA kernels read (jit/cuda/cuda_source.hpp), on the host:
+//   codes  [np][kp / 32 * bits] uint32: column by column, K in 32-code blocks (format/cuda_code_layout.hpp)
+//   scales [num_groups][np] fp16 (when the layer's scales are fp16-exact) or fp32
+//   zeros  [num_groups][np] uint16, asymmetric only
+// kp = padded_k(k), np = padded_n(n); padding holds zero codes, zero scales and zero points, so
+// it contributes nothing. Rows stay in storage order (act-order: activations are gathered).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "format/quantized_matrix.hpp"
+
+namespace qjit {
+
+struct CudaWeights {
+    int bits = 0;
+    int64_t k = 0, n = 0, kp = 0, np = 0, num_groups = 0;
+    bool f16_scales = true;
+    std::vector<uint32_t> codes;
+    std::vector<uint16_t> scales_f16;  // when f16_scales
+    std::vector<float> scales_f32;     // otherwise
+    std::vector<uint16_t> zeros;       // empty when symmetric
+
+    int64_t code_bytes() const { return int64_t(codes.size()) * 4; }
+    int64_t scale_bytes() const { return f16_scales ? int64_t(scales_f16.size()) * 2 : int64_t(scales_f32.size()) * 4; }
+};
+
+CudaWeights pack_cuda_weights(const QuantizedMatrix& matrix);
+
+// The code of (row, column) read back from the packed layout (the tests' independent check).
+int unpack_cuda_code(const CudaWeights& weights, int64_t row, int64_t column);
+
+// Whether every scale is exactly an fp16 number (then the device stores fp16 scales).
+bool scales_exact_in_f16(const QuantParams& params);
+
+}  // namespace qjit

@@ -1,0 +1,33 @@
+// Import of GPTQ layers as AutoGPTQ and GPTQModel store them.
+//
+// The GPTQ format, for a layer of K inputs and N outputs quantized to `bits` bits in groups of
+// `group_size` rows along K (G = ceil(K / group_size) groups; group_size -1 means one group):
+//
+//   qweight  int32 [ceil(K*bits/32)][N]. Each column is a little-endian bitstream of its K codes:
+//            code k sits at bit bits*k of the column, counting bit 0 of word 0 first, so word
+//            (bits*k)/32 holds it. For 2, 4 and 8 bits that is 32/bits codes per word; for 3 bits
+//            it is 32 codes in 3 words, codes 10 and 21 split across a word boundary.
+//   qzeros   int32 [G][ceil(N*bits/32)]. The zero points of each group, packed along N by the
+//            same bitstream rule. Checkpoint format "gptq" (v1) stores zero - 1, so a stored
+//            field f means zero f + 1 (up to 2^bits); "gptq_v2" stores the zero itself.
+//   scales   fp16 or fp32 [G][N].
+//   g_idx    int32 [K], the group of each row; absent means k / group_size. With act-order
+//            (desc_act) GPTQ quantizes rows in a permuted order, so g_idx is a shuffle of that,
+//            but every group still holds exactly group_size rows (the last one the remainder).
+//
+// Dequantized, W[k][n] = scales[g][n] * (code[k][n] - zero[g][n]) with g = g_idx[k].
+#pragma once
+
+#include <cstdint>
+
+#include "qjit/qjit.h"
+#include "format/quantized_matrix.hpp"
+
+namespace qjit {
+
+// Converts GPTQ tensors to the logical matrix. With act-order, rows are sorted by group (a stable
+// sort, so rows keep their order within a group) and the sort is recorded in row_order; a g_idx
+// that is already sorted gives the plain layout. Throws an Error naming the bad argument.
+QuantizedMatrix import_gptq(int64_t k, int64_t n, const qjit_gptq_tensors& tensors);
+
+}  // namespace qjit

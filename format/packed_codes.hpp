@@ -1,0 +1,43 @@
+// The packed code layout every CPU kernel streams ("kblock32_quad").
+//
+// Columns are split into panels of `panel_columns` (N is padded up to a whole panel with zero
+// codes) and each panel is stored whole, so a thread working on a panel reads one contiguous
+// stream. Within a panel, rows are taken in blocks of 32 (the last block zero-padded) and a block
+// stores `bits` uint32 words per column:
+//     words[((panel * num_blocks + block) * bits + word) * panel_columns + column_in_panel]
+// format/code_planes.hpp says which word and bits of a block hold each row's code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace qjit {
+
+struct PackedCodes {
+    int bits = 0;
+    int64_t k = 0;
+    int64_t n = 0;
+    int panel_columns = 0;
+    std::vector<uint32_t> words;
+
+    static constexpr int kBlockRows = 32;
+    static constexpr const char* kLayoutName = "kblock32_quad";
+
+    int64_t num_blocks() const { return (k + kBlockRows - 1) / kBlockRows; }
+    int64_t num_panels() const { return (n + panel_columns - 1) / panel_columns; }
+    int64_t panel_words() const { return num_blocks() * bits * panel_columns; }
+    // First word of the panel that holds column n0 (a multiple of panel_columns).
+    const uint32_t* panel(int64_t n0) const { return words.data() + n0 / panel_columns * panel_words(); }
+    static size_t word_count(int bits, int64_t k, int64_t n, int panel_columns) {
+        const int64_t panels = (n + panel_columns - 1) / panel_columns;
+        return size_t((k + kBlockRows - 1) / kBlockRows * bits * panels * panel_columns);
+    }
+    uint8_t code(int64_t row, int64_t column) const;
+};
+
+// codes: [k][n], each below 2^bits. panel_columns: a positive multiple of 8.
+PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n, int panel_columns);
+std::vector<uint8_t> unpack_codes(const PackedCodes& packed);
+
+}  // namespace qjit

@@ -1,0 +1,95 @@
+#include "format/quantize_rtn.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.hpp"
+#include "base/half.hpp"
+
+namespace qjit {
+
+namespace {
+
+struct GroupQuantizer {
+    float scale;
+    int zero;
+};
+
+// Scale and zero point for values in [lo, hi], following GPTQ's find_params: the range always
+// contains 0; symmetric ranges are mirrored and centred on 2^(bits-1).
+GroupQuantizer fit_group(float lo, float hi, const RtnConfig& config) {
+    const int max_code = (1 << config.bits) - 1;
+    lo = std::min(lo, 0.0f);
+    hi = std::max(hi, 0.0f);
+    if (config.symmetric) {
+        hi = std::max(-lo, hi);
+        lo = -hi;
+    }
+    if (lo == 0.0f && hi == 0.0f) {  // an all-zero group: any scale represents it exactly
+        lo = -1.0f;
+        hi = 1.0f;
+    }
+    float scale = (hi - lo) / float(max_code);
+    if (config.scale_dtype == QJIT_DTYPE_F16) {
+        scale = round_to_half(scale);
+        // A range too small for fp16 rounds to zero; the smallest normal half keeps codes finite.
+        if (scale == 0.0f) scale = half_to_float(0x0400);
+    }
+    const int zero = config.symmetric ? (max_code + 1) / 2
+                                      : std::clamp(int(std::nearbyint(-lo / scale)), 0, max_code);
+    return {scale, zero};
+}
+
+}  // namespace
+
+QuantizedMatrix quantize_rtn(const RtnConfig& config, int64_t k, int64_t n, const float* weights) {
+    validate_bits(config.bits);
+    require(k >= 1 && n >= 1, "matrix shape ", k, " x ", n, " is empty");
+    require(config.group_size >= 1, "group_size must be positive");
+    require(weights != nullptr, "weights is NULL");
+
+    QuantizedMatrix out;
+    QuantParams& p = out.params;
+    p.k = k;
+    p.n = n;
+    p.bits = config.bits;
+    p.group_size = config.group_size;
+    p.symmetric = config.symmetric;
+    p.scale_dtype = config.scale_dtype;
+    const int64_t groups = p.num_groups();
+    p.scales.resize(size_t(groups * n));
+    p.zeros.resize(size_t(groups * n));
+    out.codes.resize(size_t(k * n));
+
+    const float max_code = float(p.max_code());
+    std::vector<float> lo(static_cast<size_t>(n)), hi(static_cast<size_t>(n));
+    for (int64_t g = 0; g < groups; ++g) {
+        const int64_t r0 = g * p.group_size, r1 = std::min(k, r0 + p.group_size);
+        std::copy(weights + r0 * n, weights + (r0 + 1) * n, lo.begin());
+        std::copy(weights + r0 * n, weights + (r0 + 1) * n, hi.begin());
+        for (int64_t r = r0; r < r1; ++r) {  // rows outer, columns inner: streams W once
+            for (int64_t c = 0; c < n; ++c) {
+                const float w = weights[r * n + c];
+                require(std::isfinite(w), "weights[", r, "][", c, "] (K x N order) is not finite");
+                lo[size_t(c)] = std::min(lo[size_t(c)], w);
+                hi[size_t(c)] = std::max(hi[size_t(c)], w);
+            }
+        }
+        float* scales = &p.scales[size_t(g * n)];
+        uint16_t* zeros = &p.zeros[size_t(g * n)];
+        for (int64_t c = 0; c < n; ++c) {
+            const GroupQuantizer gq = fit_group(lo[size_t(c)], hi[size_t(c)], config);
+            scales[c] = gq.scale;
+            zeros[c] = uint16_t(gq.zero);
+        }
+        for (int64_t r = r0; r < r1; ++r) {
+            for (int64_t c = 0; c < n; ++c) {
+                const float q = std::nearbyint(weights[r * n + c] / scales[c]) + float(zeros[c]);
+                out.codes[size_t(r * n + c)] = uint8_t(std::clamp(q, 0.0f, max_code));
+            }
+        }
+    }
+    return out;
+}
+
+}  // namespace qjit

@@ -1,0 +1,35 @@
+#include "format/reference.hpp"
+
+namespace qjit {
+
+std::vector<float> dequantize(const QuantizedMatrix& matrix) {
+    const QuantParams& p = matrix.params;
+    std::vector<float> w(size_t(p.k * p.n));
+    for (int64_t r = 0; r < p.k; ++r) {
+        const int64_t g = r / p.group_size;
+        const int64_t original_row = p.act_order() ? p.row_order[size_t(r)] : r;
+        for (int64_t c = 0; c < p.n; ++c) {
+            const size_t meta = size_t(g * p.n + c);
+            const float q = float(matrix.codes[size_t(r * p.n + c)]);
+            w[size_t(original_row * p.n + c)] = p.scales[meta] * (q - float(p.zeros[meta]));
+        }
+    }
+    return w;
+}
+
+void reference_forward(const QuantizedMatrix& matrix, const float* x, int64_t m, float* y) {
+    const int64_t k = matrix.params.k, n = matrix.params.n;
+    const std::vector<float> w = dequantize(matrix);
+    std::vector<double> row(static_cast<size_t>(n));
+    for (int64_t i = 0; i < m; ++i) {
+        std::fill(row.begin(), row.end(), 0.0);
+        for (int64_t r = 0; r < k; ++r) {
+            const double xv = x[i * k + r];
+            const float* wr = &w[size_t(r * n)];
+            for (int64_t c = 0; c < n; ++c) row[size_t(c)] += xv * double(wr[c]);
+        }
+        for (int64_t c = 0; c < n; ++c) y[i * n + c] = float(row[size_t(c)]);
+    }
+}
+
+}  // namespace qjit

@@ -1,0 +1,80 @@
+#include "runtime/cpu/activation_prologue.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace qjit {
+
+namespace {
+
+// Round to nearest even for |v| < 2^22 without a libm call (baseline x86-64 has no roundps):
+// adding 1.5 * 2^23 pushes the fraction bits out of the mantissa.
+inline float round_to_nearest(float v) {
+    constexpr float kShift = 12582912.0f;
+    return (v + kShift) - kShift;
+}
+
+template <typename T>
+T* grow(std::vector<T>& buffer, size_t count) {
+    if (buffer.size() < count) buffer.resize(count);
+    return buffer.data();
+}
+
+// One activation row: gathered and padded into `row` (f32 path: the output row itself), then
+// per group its sum and, on the int8 path, its step and int8 values.
+void prepare_row(const jit::CpuKernelSpec& spec, const QuantParams& params, const float* src, float* row,
+                 int8_t* int8_row, float* row_scales, float* row_sums) {
+    const int64_t k = params.k, padded_k = spec.padded_k(), gs = spec.group_size;
+    gather_row(params, src, row);
+    std::fill(row + k, row + padded_k, 0.0f);
+    const float qmax = float(spec.int8_activation_max());
+    for (int64_t g = 0; g < spec.num_groups(); ++g) {
+        const int64_t r0 = g * gs, r1 = std::min(padded_k, r0 + gs);
+        if (!int8_row) {
+            float sum = 0.0f;
+            for (int64_t r = r0; r < r1; ++r) sum += row[r];
+            row_sums[g] = sum;
+            continue;
+        }
+        float amax = 0.0f;
+        for (int64_t r = r0; r < r1; ++r) amax = std::max(amax, std::fabs(row[r]));
+        const float inverse = amax > 0.0f ? qmax / amax : 0.0f;
+        int32_t sum = 0;
+        for (int64_t r = r0; r < r1; ++r) {
+            const int32_t q = int32_t(round_to_nearest(row[r] * inverse));
+            int8_row[r] = int8_t(q);
+            sum += q;
+        }
+        row_scales[g] = amax / qmax;
+        row_sums[g] = float(sum);
+    }
+}
+
+}  // namespace
+
+PreparedActivations prepare_activations(const jit::CpuKernelSpec& spec, const QuantParams& params, const float* x,
+                                        int64_t m, ThreadPool& pool) {
+    // The caller's buffers; the tasks below may run on other threads, so they get addresses.
+    thread_local std::vector<float> f32_rows, scales, sums;
+    thread_local std::vector<int8_t> int8_rows;
+    const int64_t k = params.k, padded_k = spec.padded_k(), groups = spec.num_groups();
+    const bool int8 = spec.path == jit::ActivationPath::Int8;
+    float* const scale_out = grow(scales, size_t(m * groups));
+    float* const sum_out = grow(sums, size_t(m * groups));
+    float* const f32_out = int8 ? nullptr : grow(f32_rows, size_t(m * padded_k));
+    int8_t* const int8_out = int8 ? grow(int8_rows, size_t(m * padded_k)) : nullptr;
+
+    auto task = [&](int64_t i) {
+        thread_local std::vector<float> gathered;  // the int8 path's fp32 staging row, per thread
+        float* row = int8 ? grow(gathered, size_t(padded_k)) : f32_out + i * padded_k;
+        prepare_row(spec, params, x + i * k, row, int8 ? int8_out + i * padded_k : nullptr, scale_out + i * groups,
+                    sum_out + i * groups);
+    };
+    // Below this many activations a dispatch costs more than the work.
+    constexpr int64_t kMinParallelElements = 1 << 14;
+    pool.parallel_for(m, task, m * k >= kMinParallelElements);
+    return {int8 ? static_cast<const void*>(int8_out) : static_cast<const void*>(f32_out), scale_out, sum_out};
+}
+
+}  // namespace qjit

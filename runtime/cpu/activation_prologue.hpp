@@ -1,0 +1,25 @@
+// Prepares activations for the generated kernels: gathers act-order rows, pads K to whole 32-row
+// blocks, and per row and group either quantizes to int8 (step = max|x| / qmax, round to nearest)
+// or keeps fp32, recording the group sums the kernels' zero-point correction needs.
+#pragma once
+
+#include <cstdint>
+
+#include "jit/x86/cpu_kernel.hpp"
+#include "format/quantized_matrix.hpp"
+#include "runtime/cpu/thread_pool.hpp"
+
+namespace qjit {
+
+struct PreparedActivations {
+    const void* x;        // [m][padded_k] int8 or fp32
+    const float* scale;   // [m][groups] int8 step (int8 path only)
+    const float* sum;     // [m][groups]
+};
+
+// Fills per-thread buffers that only grow (so steady-state forwards do not allocate); the result
+// stays valid until this thread prepares again. Rows are spread over `pool` when there are many.
+PreparedActivations prepare_activations(const jit::CpuKernelSpec& spec, const QuantParams& params, const float* x,
+                                        int64_t m, ThreadPool& pool);
+
+}  // namespace qjit

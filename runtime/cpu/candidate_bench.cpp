@@ -1,0 +1,59 @@
+#include "runtime/cpu/candidate_bench.hpp"
+
+#include <algorithm>
+#include <memory>
+
+#include "runtime/cpu/cache_eviction.hpp"
+#include "runtime/cpu/jit_executor.hpp"
+
+namespace qjit {
+
+CandidateBench::CandidateBench(const TuningProblem& problem, const std::vector<Candidate>& candidates, ThreadPool& pool)
+    : problem_(problem), pool_(pool) {
+    const jit::CpuKernelSpec& f = problem.format;
+    params_.k = f.k;
+    params_.n = problem.n;
+    params_.bits = f.bits;
+    params_.group_size = std::min(f.group_size, f.k);
+    params_.symmetric = f.symmetric;
+    params_.scale_dtype = f.f16_scales ? QJIT_DTYPE_F16 : QJIT_DTYPE_F32;
+    params_.scales.assign(size_t(params_.num_groups() * problem.n), 0.01f);
+    if (!f.symmetric) params_.zeros.assign(size_t(params_.num_groups() * problem.n), uint16_t(1 << (f.bits - 1)));
+
+    size_t words = 0;
+    for (const Candidate& c : candidates)
+        words = std::max(words, PackedCodes::word_count(f.bits, f.k, problem.n, c.spec.panel_columns()));
+    codes_.bits = f.bits;
+    codes_.k = f.k;
+    codes_.n = problem.n;
+    codes_.words.assign(words, 0x5a3c96e1u);  // every page written: no page faults while timing
+
+    x_.resize(size_t(problem.batch * f.k));
+    for (size_t i = 0; i < x_.size(); ++i) x_[i] = float(int(i % 17) - 8) * 0.125f;
+    y_.resize(size_t(problem.batch * problem.n));
+}
+
+int64_t CandidateBench::weight_bytes(const jit::CpuKernelSpec& spec) const {
+    const int64_t panels = (problem_.n + spec.panel_columns() - 1) / spec.panel_columns();
+    const int64_t metadata = panels * spec.panel_columns() * spec.num_groups();
+    return int64_t(PackedCodes::word_count(spec.bits, spec.k, problem_.n, spec.panel_columns()) * 4) +
+           metadata * ((spec.f16_scales ? 2 : 4) + (spec.symmetric ? 0 : 1));
+}
+
+CandidateRun CandidateBench::make_run(const jit::CpuKernelSpec& spec) {
+    auto executor = std::make_shared<const JitExecutor>(spec, params_, "");
+    const size_t code_bytes = PackedCodes::word_count(spec.bits, spec.k, problem_.n, spec.panel_columns()) * 4;
+    CandidateRun candidate;
+    candidate.prepare = [this, executor, code_bytes] {
+        evict_from_caches(codes_.words.data(), code_bytes);
+        evict_from_caches(executor->packed_scales());
+        evict_from_caches(executor->packed_zeros());
+    };
+    candidate.run = [this, executor] {
+        codes_.panel_columns = executor->spec().panel_columns();
+        executor->forward(params_, codes_, x_.data(), problem_.batch, y_.data(), pool_);
+    };
+    return candidate;
+}
+
+}  // namespace qjit

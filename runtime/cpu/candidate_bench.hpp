@@ -1,0 +1,39 @@
+// Synthetic weights of a tuning problem's shape, and the CandidateRuns that time a tiling on
+// them. A kernel's speed does not depend on the weights' values, so tuning needs neither the
+// layer's data nor a repack of it per panel width: one code buffer, big enough for the widest
+// panel padding, serves every candidate, and the result holds for every layer of the shape.
+#pragma once
+
+#include <vector>
+
+#include "format/packed_codes.hpp"
+#include "format/quantized_matrix.hpp"
+#include "runtime/cpu/thread_pool.hpp"
+#include "tuner/search_space.hpp"
+#include "tuner/timed_search.hpp"
+
+namespace qjit {
+
+class CandidateBench {
+public:
+    // Sized for every candidate in `candidates`.
+    CandidateBench(const TuningProblem& problem, const std::vector<Candidate>& candidates, ThreadPool& pool);
+    CandidateBench(const CandidateBench&) = delete;
+    CandidateBench& operator=(const CandidateBench&) = delete;
+
+    // Generates the kernels of `spec`. prepare() evicts the weights from the caches; run() is one
+    // forward of the problem's batch. The bench must outlive the run.
+    CandidateRun make_run(const jit::CpuKernelSpec& spec);
+
+    // Weight bytes a forward of `spec` streams (codes of the padded panels, scales, zero points).
+    int64_t weight_bytes(const jit::CpuKernelSpec& spec) const;
+
+private:
+    TuningProblem problem_;
+    ThreadPool& pool_;
+    QuantParams params_;       // synthetic scales and zero points
+    PackedCodes codes_;        // synthetic codes; panel_columns is set per run
+    std::vector<float> x_, y_;
+};
+
+}  // namespace qjit

@@ -1,0 +1,90 @@
+#include "runtime/cpu/cpu_tiling_choice.hpp"
+
+#include <memory>
+
+#include "base/error.hpp"
+#include "runtime/cpu/candidate_bench.hpp"
+#include "tuner/cpu_tiling.hpp"
+#include "tuner/hardware_probe.hpp"
+#include "tuner/search_space.hpp"
+
+namespace qjit {
+
+namespace {
+
+// The x86 JIT as the tuner sees it: tilings of one problem, ranked by the performance model and
+// timed on synthetic weights (runtime/cpu/candidate_bench.hpp).
+class CpuTuningTarget final : public TuningTarget {
+public:
+    CpuTuningTarget(const TuningProblem& problem, ThreadPool& pool) : problem_(problem), pool_(pool) {}
+
+    std::string kernel_key() const override { return qjit::kernel_key(problem_); }
+    std::string fingerprint() const override { return probe_cpu().fingerprint; }
+
+    std::vector<RankedTiling> rank(bool prune) override {
+        candidates_ = ranked_space(prune).ranked;
+        std::vector<RankedTiling> ranked;
+        for (const Candidate& c : candidates_)
+            ranked.push_back({tiling_text(c.spec.tiling), concat("tu", c.spec.tiling.column_vectors, "mb", c.spec.tiling.rows)});
+        return ranked;
+    }
+
+    std::string accept(const std::string& text) override { return tiling_text(spec(text).tiling); }
+
+    // Knobs left out take the best-ranked candidate that agrees with the knobs given; knobs
+    // outside the search space go on the model's first pick.
+    std::string complete_forced(const std::string& text) override {
+        const SearchSpace space = ranked_space(true);
+        for (const Candidate& candidate : space.ranked) {
+            try {
+                if (with_tiling_text(candidate.spec, text).tiling == candidate.spec.tiling)
+                    return tiling_text(candidate.spec.tiling);
+            } catch (const Error&) {  // malformed or unusable here: the fallback below reports it
+            }
+        }
+        return tiling_text(with_tiling_text(space.ranked.front().spec, text).tiling);
+    }
+
+    TimedCall timed_call(const RankedTiling& candidate) override {
+        if (!bench_) bench_ = std::make_unique<CandidateBench>(problem_, candidates_, pool_);
+        return timed_on_host(bench_->make_run(spec(candidate.text)));
+    }
+
+    double weight_bytes(const std::string& text) override {
+        if (!bench_) bench_ = std::make_unique<CandidateBench>(problem_, candidates_, pool_);
+        return double(bench_->weight_bytes(spec(text)));
+    }
+
+    jit::CpuKernelSpec spec(const std::string& text) const { return with_tiling_text(problem_.format, text); }
+
+private:
+    // The model's ranking; pruned by the cache budgets unless `prune` is false or nothing survives them.
+    SearchSpace ranked_space(bool prune) const {
+        const MachineModel machine = MachineModel::of(probe_cpu());
+        SearchSpace space = build_search_space(problem_, machine, prune);
+        if (space.ranked.empty()) space = build_search_space(problem_, machine, false);
+        require(!space.ranked.empty(), "no tiling fits the registers for ", qjit::kernel_key(problem_));
+        return space;
+    }
+
+    TuningProblem problem_;
+    ThreadPool& pool_;
+    std::vector<Candidate> candidates_;      // the last ranking (sizes the synthetic weights)
+    std::unique_ptr<CandidateBench> bench_;  // made on the first timed candidate
+};
+
+}  // namespace
+
+TilingChoice choose_tiling(qjit_context& context, const QuantParams& params) {
+    TilingChoice choice;
+    const std::optional<jit::CpuKernelSpec> format = cpu_kernel_format(context.isa, context.activations, params);
+    if (!format) return choice;
+    const TuningProblem problem{*format, params.n, batch_bucket(context.tuning_batch), context.num_threads};
+    CpuTuningTarget target(problem, *context.pool);
+    const TuningPolicy policy{context.tiling, context.tuning_mode, context.tuning_budget_ms, true};
+    static_cast<TuningOutcome&>(choice) = tune(target, policy, context.tuning);
+    choice.spec = target.spec(choice.tiling);
+    return choice;
+}
+
+}  // namespace qjit

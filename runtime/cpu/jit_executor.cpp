@@ -1,0 +1,136 @@
+#include "runtime/cpu/jit_executor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "jit/x86/gemm_emitter.hpp"
+#include "runtime/cpu/activation_prologue.hpp"
+#include "base/error.hpp"
+#include "base/half.hpp"
+
+namespace qjit {
+
+namespace {
+
+void dump_kernel(const jit::JitGenerator& kernel, const std::string& dir) {
+    const std::string path = concat(dir, "/", kernel.name(), ".bin");
+    std::ofstream out(path, std::ios::binary);
+    const auto bytes = kernel.code_bytes();
+    out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    if (!out) fail(QJIT_ERROR_IO, "QJIT_DUMP_DIR: cannot write '", path, "'");
+    std::fprintf(stderr, "qjit: wrote %s (%zu bytes); disassemble: objdump -D -b binary -mi386:x86-64 %s\n",
+                 path.c_str(), bytes.size(), path.c_str());
+}
+
+// Group ranges of the K split: part s of S gets groups [s*G/S, (s+1)*G/S) (pairs of groups for
+// groups of 16, which share a block); the last part takes the shorter last group, if any.
+std::vector<JitExecutor::GroupRange> split_groups(const jit::CpuKernelSpec& spec) {
+    const int64_t groups = spec.num_groups(), blocks_per_group = std::max<int64_t>(1, spec.group_size / 32);
+    const int64_t last_group_blocks = spec.padded_k() / 32 - (groups - 1) * blocks_per_group;
+    const bool last_group_short = spec.group_size >= 32 && last_group_blocks < blocks_per_group;
+    const int64_t unit = spec.group_size == 16 ? 2 : 1, units = groups / unit, parts = spec.tiling.k_splits;
+    std::vector<JitExecutor::GroupRange> ranges;
+    for (int64_t s = 0; s < parts; ++s) {
+        const int64_t first = s * units / parts * unit, end = (s + 1) * units / parts * unit;
+        const bool has_short_tail = last_group_short && end == groups;
+        const int64_t first_block = spec.group_size == 16 ? first / 2 : first * blocks_per_group;
+        ranges.push_back({first, first_block, end - first - (has_short_tail ? 1 : 0),
+                          has_short_tail ? last_group_blocks : 0});
+    }
+    return ranges;
+}
+
+}  // namespace
+
+JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::string& dump_dir)
+    : spec_(spec), group_ranges_(split_groups(spec)) {
+    const auto emission_start = std::chrono::steady_clock::now();
+    for (int rows = 1; rows <= spec.tiling.rows; ++rows) {
+        jit::CpuKernelSpec variant = spec;
+        variant.rows = rows;
+        kernels_.push_back(jit::generate_cpu_kernel(variant));
+        if (!dump_dir.empty()) dump_kernel(*kernels_.back(), dump_dir);
+    }
+    emission_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - emission_start).count();
+
+    // Scales and zero points in panel order, so a kernel streams its panel's metadata contiguously.
+    // Groups past the layer's own (groups of 16 over the padded rows) get scale 0.
+    const int64_t panel = spec.panel_columns(), panels = (p.n + panel - 1) / panel, groups = spec.num_groups();
+    const size_t scale_bytes = spec.f16_scales ? 2 : 4;
+    scales_.assign(size_t(panels * groups * panel) * scale_bytes, 0);
+    if (!p.symmetric) zeros_.assign(size_t(panels * groups * panel), 0);
+    for (int64_t g = 0; g < p.num_groups(); ++g)
+        for (int64_t c = 0; c < p.n; ++c) {
+            const size_t at = size_t((c / panel * groups + g) * panel + c % panel);
+            const float scale = p.scales[size_t(g * p.n + c)];
+            if (spec.f16_scales) {
+                const uint16_t half = float_to_half(scale);
+                std::memcpy(&scales_[at * 2], &half, 2);
+            } else {
+                std::memcpy(&scales_[at * 4], &scale, 4);
+            }
+            if (!p.symmetric) zeros_[at] = uint8_t(p.zeros[size_t(g * p.n + c)]);
+        }
+}
+
+void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const float* x, int64_t m, float* y,
+                          ThreadPool& pool) const {
+    const PreparedActivations act = prepare_activations(spec_, p, x, m, pool);
+    const int64_t panel = spec_.panel_columns(), panels = codes.num_panels(), groups = spec_.num_groups();
+    const int64_t max_rows = spec_.tiling.rows;
+    const size_t scale_bytes = spec_.f16_scales ? 2 : 4;
+    const int64_t x_bytes = spec_.path == jit::ActivationPath::Int8 ? 1 : 4;
+    const std::vector<GroupRange>& ranges = group_ranges_;
+    const int64_t parts = int64_t(ranges.size());
+
+    // With a K split each part writes its own partial outputs, summed below. (The tasks run on
+    // other threads, which must see this thread's buffer, so they get its address.)
+    thread_local std::vector<float> partial_buffer;
+    if (parts > 1 && partial_buffer.size() < size_t(parts * m * p.n)) partial_buffer.resize(size_t(parts * m * p.n));
+    float* const partials = partial_buffer.data();
+
+    // A task is one panel and one K part for every row tile: the row tiles after the first read
+    // the panel's codes from L2 instead of memory.
+    auto task = [&](int64_t t) {
+        const int64_t p_index = t % panels, part = t / panels;
+        const int64_t n0 = p_index * panel, width = std::min(panel, p.n - n0);
+        const GroupRange& range = ranges[size_t(part)];
+        const int64_t first_block = range.first_block;
+        thread_local std::vector<float> tile;
+        if (tile.size() < size_t(max_rows * panel)) tile.resize(size_t(max_rows * panel));
+
+        jit::CpuKernelArgs args;
+        args.codes = codes.panel(n0) + first_block * spec_.bits * panel;
+        args.scales = scales_.data() + size_t((p_index * groups + range.first) * panel) * scale_bytes;
+        args.zeros = zeros_.empty() ? nullptr : zeros_.data() + size_t((p_index * groups + range.first) * panel);
+        args.y = tile.data();
+        args.full_groups = range.full_groups;
+        args.tail_blocks = range.tail_blocks;
+        float* out = parts > 1 ? partials + part * m * p.n : y;
+        for (int64_t m0 = 0; m0 < m; m0 += max_rows) {
+            const int64_t rows = std::min(max_rows, m - m0);
+            args.x = static_cast<const uint8_t*>(act.x) + (m0 * spec_.padded_k() + first_block * 32) * x_bytes;
+            args.x_scale = act.scale + m0 * groups + range.first;
+            args.x_sum = act.sum + m0 * groups + range.first;
+            kernels_[size_t(rows - 1)]->function<jit::CpuKernelFn>()(&args);
+            for (int64_t i = 0; i < rows; ++i)
+                std::memcpy(out + (m0 + i) * p.n + n0, tile.data() + i * panel, size_t(width) * sizeof(float));
+        }
+    };
+    // Below this many multiply-adds a dispatch to the pool costs more than it saves.
+    constexpr int64_t kMinParallelWork = int64_t(1) << 18;
+    pool.parallel_for(panels * parts, task, p.k * p.n * m >= kMinParallelWork);
+
+    if (parts > 1) {
+        std::copy(partials, partials + m * p.n, y);
+        for (int64_t part = 1; part < parts; ++part) {
+            const float* partial = partials + part * m * p.n;
+            for (int64_t i = 0; i < m * p.n; ++i) y[i] += partial[i];
+        }
+    }
+}
+
+}  // namespace qjit

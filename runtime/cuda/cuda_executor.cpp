@@ -1,0 +1,263 @@
+#include "runtime/cuda/cuda_executor.hpp"
+
+#include <functional>
+#include <memory>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "runtime/cuda/nvrtc_compiler.hpp"
+#include "base/error.hpp"
+#include "base/half.hpp"
+#include "tuner/tuning_problem.hpp"
+
+namespace qjit {
+
+using jit::cuda::ActivationType;
+using jit::cuda::CudaKernelSpec;
+using jit::cuda::CudaTiling;
+using jit::cuda::KernelKind;
+
+namespace {
+
+// The kernel spec (format part) a layer with these parameters is compiled for.
+jit::cuda::CudaKernelSpec cuda_format(const QuantParams& params, jit::cuda::ActivationType activations, int arch) {
+    jit::cuda::CudaKernelSpec spec;
+    spec.bits = params.bits;
+    spec.k = params.k;
+    spec.group_size = params.group_size >= params.k ? params.k : params.group_size;
+    spec.symmetric = params.symmetric;
+    spec.f16_scales = scales_exact_in_f16(params);
+    spec.activations = activations;
+    spec.arch = arch;
+    return spec;
+}
+
+
+constexpr unsigned kSupportThreads = 256;
+
+void write_text(const std::string& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    if (!out) fail(QJIT_ERROR_IO, "could not write ", path);
+}
+
+unsigned blocks_for(int64_t count, unsigned threads) { return unsigned((count + threads - 1) / threads); }
+
+uint16_t to_bits(float v, ActivationType type) {
+    return type == ActivationType::F16 ? float_to_half(v) : float_to_bf16(v);
+}
+
+}  // namespace
+
+CudaExecutor::CudaExecutor(const cuda::DeviceProperties& device, const QuantizedMatrix& matrix,
+                           std::string dump_dir, std::string cubin_cache_dir)
+    : device_(device), dump_dir_(std::move(dump_dir)), cubin_cache_dir_(std::move(cubin_cache_dir)) {
+    cuda::Driver& driver = cuda::Driver::get();
+    driver.make_current(device_.ordinal);
+    const QuantParams& p = matrix.params;
+    format_ = cuda_format(p, ActivationType::F16, device_.arch());
+    jit::cuda::check_spec(format_);  // bits and group size the CUDA kernels serve
+
+    const CudaWeights weights = pack_cuda_weights(matrix);
+    k_ = weights.k, n_ = weights.n, kp_ = weights.kp, np_ = weights.np, num_groups_ = weights.num_groups;
+    act_order_ = p.act_order();
+    codes_ = cuda::DeviceBuffer(weights.codes.data(), weights.codes.size() * 4);
+    if (weights.f16_scales) scales_ = cuda::DeviceBuffer(weights.scales_f16.data(), weights.scales_f16.size() * 2);
+    else scales_ = cuda::DeviceBuffer(weights.scales_f32.data(), weights.scales_f32.size() * 4);
+    if (!weights.zeros.empty()) zeros_ = cuda::DeviceBuffer(weights.zeros.data(), weights.zeros.size() * 2);
+    if (act_order_) row_order_ = cuda::DeviceBuffer(p.row_order.data(), p.row_order.size() * 4);
+    weight_bytes_ = int64_t(codes_.size() + scales_.size() + zeros_.size());
+
+    const cuda::CompiledKernel support = cuda::compile_cuda_cached(
+        jit::cuda::support_kernels_source(), "qjit_support", device_.arch(), cubin_cache_dir_);
+    support_ = driver.load_module(support.cubin);
+    gather_ = driver.function(support_, "qjit_gather_rows");
+    cast_f16_ = driver.function(support_, "qjit_cast_f32_to_f16");
+    cast_bf16_ = driver.function(support_, "qjit_cast_f32_to_bf16");
+}
+
+CudaExecutor::~CudaExecutor() {
+    cuda::Driver& driver = cuda::Driver::get();
+    try {
+        driver.make_current(device_.ordinal);
+    } catch (const Error&) {
+    }
+    for (auto& [key, plan] : plans_) driver.unload_module(plan->module);
+    if (support_) driver.unload_module(support_);
+}
+
+CudaKernelSpec CudaExecutor::format(ActivationType activations, int64_t bucket) const {
+    CudaKernelSpec spec = format_;
+    spec.activations = activations;
+    spec.rows = int(bucket);
+    spec.tiling = {};
+    spec.tiling.kind = bucket <= 8 ? KernelKind::Gemv : KernelKind::Gemm;
+    return spec;
+}
+
+CudaPlan CudaExecutor::compile(const CudaKernelSpec& spec) const {
+    require(jit::cuda::fits_device(spec, device_.shared_memory_per_block_optin), "CUDA tiling ",
+            jit::cuda::tiling_text(spec.tiling), " needs ", jit::cuda::shared_memory_bytes(spec),
+            " bytes of shared memory; ", device_.name, " offers ", device_.shared_memory_per_block_optin);
+    CudaPlan plan;
+    plan.spec = spec;
+    plan.kernel = jit::cuda::generate_kernel(spec);
+    cuda::CompiledKernel compiled;
+    if (dump_dir_.empty()) {
+        compiled = cuda::compile_cuda_cached(plan.kernel.source, plan.kernel.name, spec.arch, cubin_cache_dir_);
+    } else {  // compile afresh: the PTX is only kept in memory
+        compiled = cuda::compile_cuda(plan.kernel.source, plan.kernel.name, spec.arch);
+        const std::string base = dump_dir_ + "/" + plan.kernel.name;
+        write_text(base + ".cu", plan.kernel.source);
+        write_text(base + ".ptx", compiled.ptx);
+        std::fprintf(stderr, "qjit: wrote %s.cu and %s.ptx\n", base.c_str(), base.c_str());
+    }
+    plan.compile_ms = compiled.compile_ms;
+    cuda::Driver& driver = cuda::Driver::get();
+    plan.module = driver.load_module(compiled.cubin);
+    plan.function = driver.function(plan.module, plan.kernel.entry);
+    if (plan.kernel.shared_bytes > 48 * 1024) driver.set_dynamic_shared_memory(plan.function, plan.kernel.shared_bytes);
+    return plan;
+}
+
+const CudaPlan& CudaExecutor::install(ActivationType activations, int64_t bucket, const CudaTiling& tiling) {
+    CudaKernelSpec spec = format(activations, bucket);
+    spec.tiling = tiling;
+    cuda::Driver::get().make_current(device_.ordinal);
+    auto plan = std::make_unique<CudaPlan>(compile(spec));
+    std::lock_guard lock(mutex_);
+    std::unique_ptr<CudaPlan>& slot = plans_[{activations, bucket}];
+    if (slot) cuda::Driver::get().unload_module(slot->module);
+    slot = std::move(plan);
+    return *slot;
+}
+
+const CudaPlan* CudaExecutor::plan(ActivationType activations, int64_t bucket) const {
+    std::lock_guard lock(mutex_);
+    const auto it = plans_.find({activations, bucket});
+    return it == plans_.end() ? nullptr : it->second.get();
+}
+
+cuda::CUdeviceptr CudaExecutor::grow(cuda::DeviceBuffer& buffer, size_t bytes) {
+    if (buffer.size() < bytes) buffer = cuda::DeviceBuffer(bytes);
+    return buffer.get();
+}
+
+// The caller holds mutex_ (scratch buffers) and has made the device current.
+void CudaExecutor::launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdeviceptr y, int64_t m,
+                          cuda::CUstream stream) {
+    cuda::Driver& driver = cuda::Driver::get();
+    // Kernels read activations in 16-byte pieces from rows of a multiple of 8 elements; anything
+    // else (and act-order) goes through a gathered, zero-padded copy.
+    int k_valid = int(k_), ldx = int(k_);
+    if (act_order_ || k_ % 8 != 0 || x % 16 != 0) {
+        cuda::CUdeviceptr gathered = grow(gathered_, size_t(m * kp_ * 2));
+        cuda::CUdeviceptr order = row_order_.get();
+        int rows = int(m), k = int(k_), kp = int(kp_);
+        void* args[] = {&x, &ldx, &order, &gathered, &rows, &k, &kp};
+        driver.launch(gather_, blocks_for(m * kp_, kSupportThreads), 1, 1, kSupportThreads, 0, stream, args);
+        x = gathered, k_valid = int(kp_), ldx = int(kp_);
+    }
+    cuda::CUdeviceptr codes = codes_.get(), scales = scales_.get(), zeros = zeros_.get();
+    int rows = int(m), n = int(n_), np = int(np_), kp = int(kp_), groups = int(num_groups_);
+    const CudaTiling& t = plan.spec.tiling;
+    if (t.kind == KernelKind::Gemv) {
+        void* args[] = {&codes, &scales, &zeros, &x, &y, &rows, &n, &np, &k_valid, &ldx, &kp, &groups};
+        const int64_t columns_per_block = int64_t(t.warps) * t.columns_per_warp;
+        driver.launch(plan.function, blocks_for(n_, unsigned(columns_per_block)), 1, 1, plan.kernel.threads, 0, stream,
+                      args);
+        return;
+    }
+    const int tiles = int(kp_ / t.block_k);
+    int per_split = (tiles + t.split_k - 1) / t.split_k;
+    const unsigned splits = unsigned((tiles + per_split - 1) / per_split);
+    cuda::CUdeviceptr partial = 0;
+    if (splits > 1) {
+        partial = grow(partial_, size_t(m * n_ * 4));
+        driver.memset_async(partial, 0, size_t(m * n_ * 4), stream);
+    }
+    void* args[] = {&codes, &scales, &zeros, &x, &y, &rows, &n, &np, &k_valid, &ldx, &kp, &groups, &partial, &per_split};
+    driver.launch(plan.function, unsigned(np_ / t.block_n), blocks_for(m, unsigned(t.block_m)), splits,
+                  plan.kernel.threads, unsigned(plan.kernel.shared_bytes), stream, args);
+    if (splits > 1) {
+        long long count = m * n_;
+        void* cast_args[] = {&partial, &y, &count};
+        const cuda::CUfunction cast = plan.spec.activations == ActivationType::F16 ? cast_f16_ : cast_bf16_;
+        driver.launch(cast, blocks_for(count, kSupportThreads), 1, 1, kSupportThreads, 0, stream, cast_args);
+    }
+}
+
+void CudaExecutor::forward(cuda::CUdeviceptr x, cuda::CUdeviceptr y, int64_t m, ActivationType activations,
+                           cuda::CUstream stream) {
+    cuda::Driver::get().make_current(device_.ordinal);
+    std::lock_guard lock(mutex_);
+    const int64_t bucket = batch_bucket(m);
+    const auto it = plans_.find({activations, bucket});
+    if (it == plans_.end()) fail(QJIT_ERROR_INTERNAL, "no CUDA kernel installed for ", bucket, " rows");
+    launch(*it->second, x, y, m, stream);
+}
+
+double CudaExecutor::time_us(const CudaPlan* plan, int64_t m, ActivationType activations, int repeats, bool warm_up) {
+    cuda::Driver& driver = cuda::Driver::get();
+    driver.make_current(device_.ordinal);
+    std::unique_lock lock(mutex_);
+    if (timing_x_.size() < size_t(m * k_ * 2)) {
+        std::mt19937 rng(42);
+        std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+        std::vector<uint16_t> host(size_t(m * k_));
+        for (uint16_t& v : host) v = to_bits(uniform(rng), activations);
+        timing_x_ = cuda::DeviceBuffer(host.data(), host.size() * 2);
+    }
+    const cuda::CUdeviceptr y = grow(timing_y_, size_t(m * n_ * 2));
+    const size_t flush_bytes = size_t(std::max<int64_t>(device_.l2_bytes, 1 << 20)) * 2;
+    const cuda::CUdeviceptr flush = grow(flush_, flush_bytes);
+    auto run = [&] {
+        if (plan) return launch(*plan, timing_x_.get(), y, m, nullptr);
+        lock.unlock();
+        forward(timing_x_.get(), y, m, activations, nullptr);
+        lock.lock();
+    };
+    cuda::CUevent start = driver.create_event(), stop = driver.create_event();
+    std::vector<double> samples;
+    try {
+        if (warm_up) run();  // first launch of the module
+        for (int i = 0; i < repeats; ++i) {
+            driver.memset_async(flush, uint8_t(i), flush_bytes, nullptr);  // evict the weights from L2
+            driver.record_event(start, nullptr);
+            run();
+            driver.record_event(stop, nullptr);
+            samples.push_back(driver.elapsed_ms(start, stop) * 1e3);
+        }
+    } catch (...) {
+        driver.destroy_event(start);
+        driver.destroy_event(stop);
+        throw;
+    }
+    driver.destroy_event(start);
+    driver.destroy_event(stop);
+    std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+    return samples[samples.size() / 2];
+}
+
+std::function<double()> CudaExecutor::timed_tiling(int64_t m, ActivationType activations, const CudaTiling& tiling) {
+    CudaKernelSpec spec = format(activations, batch_bucket(m));
+    spec.tiling = tiling;
+    cuda::Driver::get().make_current(device_.ordinal);
+    std::shared_ptr<CudaPlan> candidate(new CudaPlan(compile(spec)), [](CudaPlan* plan) {
+        try {
+            cuda::Driver::get().unload_module(plan->module);
+        } catch (...) {  // a failing unload leaks a module; nothing better to do in a deleter
+        }
+        delete plan;
+    });
+    return [this, candidate, m, activations] { return time_us(candidate.get(), m, activations, 1, false) * 1e-6; };
+}
+
+double CudaExecutor::time_forward_us(int64_t m, ActivationType activations, int repeats) {
+    return time_us(nullptr, m, activations, repeats, true);
+}
+
+}  // namespace qjit

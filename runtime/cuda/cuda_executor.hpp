@@ -1,0 +1,84 @@
+// Runs a quantized layer on a CUDA device: its weights uploaded once (format/cuda_weights.hpp),
+// one compiled kernel per activation type and batch bucket, and the small support kernels
+// (act-order gather, split-K cast). Which tiling each bucket uses is decided outside
+// (runtime/cuda/cuda_layer.hpp); this class compiles, loads, launches and times.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "jit/cuda/cuda_source.hpp"
+#include "runtime/cuda/cuda_driver.hpp"
+#include "format/cuda_weights.hpp"
+#include "format/quantized_matrix.hpp"
+
+namespace qjit {
+
+struct CudaPlan {
+    jit::cuda::CudaKernelSpec spec;  // format, bucket rows and tiling
+    jit::cuda::GeneratedKernel kernel;
+    cuda::CUmodule module = nullptr;
+    cuda::CUfunction function = nullptr;
+    double compile_ms = 0;   // NVRTC; 0 on a cubin cache hit
+};
+
+class CudaExecutor {
+public:
+    // Uploads the weights to `device` (made current). dump_dir: write each kernel's .cu and .ptx
+    // there when compiling; cubin_cache_dir: the on-disk cubin cache ("" for none).
+    CudaExecutor(const cuda::DeviceProperties& device, const QuantizedMatrix& matrix, std::string dump_dir,
+                 std::string cubin_cache_dir);
+    ~CudaExecutor();
+    CudaExecutor(const CudaExecutor&) = delete;
+    CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+    const cuda::DeviceProperties& device() const { return device_; }
+    // The layer's format compiled for `activations` at `bucket` rows (tiling left default).
+    jit::cuda::CudaKernelSpec format(jit::cuda::ActivationType activations, int64_t bucket) const;
+    int64_t n() const { return n_; }
+    int64_t weight_bytes() const { return weight_bytes_; }
+
+    // Compiles and installs `tiling` for (activations, bucket); replaces an earlier plan.
+    const CudaPlan& install(jit::cuda::ActivationType activations, int64_t bucket, const jit::cuda::CudaTiling& tiling);
+    // The installed plan, or null.
+    const CudaPlan* plan(jit::cuda::ActivationType activations, int64_t bucket) const;
+
+    // y = x * W for m rows with the plan of m's bucket (which must be installed); enqueued on stream.
+    void forward(cuda::CUdeviceptr x, cuda::CUdeviceptr y, int64_t m, jit::cuda::ActivationType activations,
+                 cuda::CUstream stream);
+    // `tiling` compiled for the occasion (unloaded with the last copy of the function): each call
+    // runs one forward of m rows on random activations, after the L2 cache is overwritten, and
+    // returns its seconds, timed with events (the tuner's TimedCall).
+    std::function<double()> timed_tiling(int64_t m, jit::cuda::ActivationType activations,
+                                         const jit::cuda::CudaTiling& tiling);
+    // The same with the installed plans.
+    double time_forward_us(int64_t m, jit::cuda::ActivationType activations, int repeats);
+
+private:
+    CudaPlan compile(const jit::cuda::CudaKernelSpec& spec) const;
+    void launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdeviceptr y, int64_t m, cuda::CUstream stream);
+    double time_us(const CudaPlan* plan, int64_t m, jit::cuda::ActivationType activations, int repeats, bool warm_up);
+    cuda::CUdeviceptr grow(cuda::DeviceBuffer& buffer, size_t bytes);
+
+    cuda::DeviceProperties device_;
+    jit::cuda::CudaKernelSpec format_;  // activations, rows and tiling filled per plan
+    int64_t k_ = 0, n_ = 0, kp_ = 0, np_ = 0, num_groups_ = 0, weight_bytes_ = 0;
+    bool act_order_ = false;
+    std::string dump_dir_, cubin_cache_dir_;
+
+    cuda::DeviceBuffer codes_, scales_, zeros_, row_order_;
+    cuda::CUmodule support_ = nullptr;
+    cuda::CUfunction gather_ = nullptr, cast_f16_ = nullptr, cast_bf16_ = nullptr;
+
+    mutable std::mutex mutex_;  // guards plans_ and the scratch buffers: one forward at a time per layer
+    std::map<std::pair<jit::cuda::ActivationType, int64_t>, std::unique_ptr<CudaPlan>> plans_;
+    cuda::DeviceBuffer gathered_, partial_, timing_x_, timing_y_, flush_;
+};
+
+}  // namespace qjit

@@ -1,0 +1,40 @@
+// A layer's CUDA side: at creation (in a context with a CUDA device) its weights are uploaded and
+// the tiling for the context's activation type and tuning batch is chosen by the tuner's one
+// sequence (tuner/tuning_sequence.hpp: forced, this context's earlier choice, the database, the
+// model's pick or a timed search within the budget); other batch buckets and types get theirs on first use, untimed (database
+// or model).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "runtime/context.hpp"
+#include "tuner/tuning_sequence.hpp"
+#include "runtime/cuda/cuda_executor.hpp"
+#include "format/quantized_matrix.hpp"
+
+namespace qjit {
+
+struct CudaTilingChoice : TuningOutcome {
+    double compile_ms = 0;  // NVRTC for the chosen tiling (0 on a cubin cache hit)
+};
+
+struct CudaLayer {
+    std::unique_ptr<CudaExecutor> executor;
+    std::mutex mutex;  // guards choices
+    std::map<std::pair<jit::cuda::ActivationType, int64_t>, CudaTilingChoice> choices;  // by type and bucket
+};
+
+// Uploads the matrix and tunes the context's default bucket. Throws QJIT_ERROR_UNSUPPORTED for a
+// format without CUDA kernels (e.g. groups of 16 rows).
+std::unique_ptr<CudaLayer> make_cuda_layer(qjit_context& context, const QuantizedMatrix& matrix);
+
+// The choice serving (activations, bucket of m rows), made and installed now if missing.
+const CudaTilingChoice& cuda_tiling_for(qjit_context& context, CudaLayer& layer, jit::cuda::ActivationType activations,
+                                        int64_t m);
+
+}  // namespace qjit

@@ -1,0 +1,288 @@
+// qjit-tune: tunes qjit's kernels for LLM layer shapes on this machine, stores the choices in the
+// tuning database, and prints how fast they run.
+//
+// With no arguments it tunes the embedded default: the Llama-2-7B linear layers at 4-bit, group
+// 128, batch 1 and 16. --model configs/models/NAME.yaml tunes another model's layers. Shapes the
+// database already holds for this machine are not timed again (--retune times them anyway).
+// --list, --export and --import work on the database and tune nothing.
+//
+// Every layer is timed cold (weights flushed from the caches before each call, as when decoding a
+// model larger than the caches), next to a memory-bandwidth probe of the same thread count, and
+// against the untuned default (the performance model's first pick) and the portable path.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "qjit/qjit.h"
+#include "tools/bandwidth_probe.hpp"
+#include "tools/random_gptq.hpp"
+#include "tools/model_config.hpp"
+
+namespace {
+
+using qjit::LinearShape;
+
+// The embedded default, Llama-2-7B (as configs/models/llama-2-7b.yaml): hidden 4096, MLP 11008.
+const qjit::ModelConfig kLlama2_7b = {"llama-2-7b",
+                                      32,
+                                      {{"q_proj", 4096, 4096},
+                                       {"k_proj", 4096, 4096},
+                                       {"v_proj", 4096, 4096},
+                                       {"o_proj", 4096, 4096},
+                                       {"gate_proj", 4096, 11008},
+                                       {"up_proj", 4096, 11008},
+                                       {"down_proj", 11008, 4096}}};
+
+constexpr size_t kProbeBytes = size_t(256) << 20;
+constexpr int kProbeRepeats = 5;
+
+struct Options {
+    std::string model;  // empty: the embedded Llama-2-7B
+    int bits = 4;
+    int group = 128;
+    bool symmetric = false;
+    std::vector<int64_t> batches = {1, 16};
+    int threads = 0;
+    double budget_ms = -1;  // the library's default
+    bool exhaustive = false;
+    bool retune = false;
+    bool compare = true;
+    int repeats = 15;
+    std::string activations = "auto";
+    std::string db;  // empty: the library's default path
+    bool list = false;
+    std::string export_path, import_path;
+    int cuda_device = -1;       // >= 0: also tune the CUDA kernels of that device
+    std::string cuda_dtype = "f16";
+};
+
+[[noreturn]] void die(const char* what, qjit_status status) {
+    std::fprintf(stderr, "qjit-tune: %s failed: %s: %s\n", what, qjit_status_string(status), qjit_last_error());
+    std::exit(1);
+}
+
+void check(qjit_status status, const char* what) {
+    if (status != QJIT_OK) die(what, status);
+}
+
+qjit_context* make_context(const Options& o, int64_t batch, double budget_ms, qjit_tuning_mode mode, qjit_isa max_isa,
+                           bool use_db) {
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.num_threads = o.threads;
+    options.max_isa = max_isa;
+    options.activations = o.activations == "f32"    ? QJIT_ACTIVATIONS_F32
+                          : o.activations == "int8" ? QJIT_ACTIVATIONS_INT8
+                                                    : QJIT_ACTIVATIONS_AUTO;
+    options.tuning_db_path = !use_db ? "" : o.db.empty() ? nullptr : o.db.c_str();
+    options.tuning_budget_ms = budget_ms;
+    options.tuning_mode = mode;
+    options.tuning_batch = batch;
+    if (use_db) {  // the tuned contexts: CUDA layers are tuned at creation too
+        options.cuda_device = o.cuda_device;
+        options.cuda_dtype = o.cuda_dtype == "bf16" ? QJIT_DTYPE_BF16 : QJIT_DTYPE_F16;
+    }
+    qjit_context* context = nullptr;
+    check(qjit_context_create(&options, &context), "qjit_context_create");
+    return context;
+}
+
+// The database operations: --import, then --export, then --list.
+int manage_database(const Options& o) {
+    qjit_context* context = make_context(o, 1, 0, QJIT_TUNING_DEFAULT, QJIT_ISA_AUTO, true);
+    if (!o.import_path.empty()) {
+        check(qjit_tuning_db_import(context, o.import_path.c_str()), "qjit_tuning_db_import");
+        std::printf("imported %s\n", o.import_path.c_str());
+    }
+    if (!o.export_path.empty()) {
+        check(qjit_tuning_db_export(context, o.export_path.c_str()), "qjit_tuning_db_export");
+        std::printf("exported to %s\n", o.export_path.c_str());
+    }
+    if (o.list) {
+        const char* text = nullptr;
+        check(qjit_tuning_db_list(context, &text), "qjit_tuning_db_list");
+        std::printf("%s", *text ? text : "(no records)\n");
+    }
+    qjit_context_destroy(context);
+    return 0;
+}
+
+struct Row {
+    std::string layer;
+    LinearShape shape;
+    int64_t batch = 1;
+    qjit_tiling_source source = QJIT_TILING_PORTABLE;
+    std::string kernel, tiling;
+    double tuning_ms = 0, us = 0, gbps = 0, default_us = 0, portable_us = 0;
+    qjit_tiling_source cuda_source = QJIT_TILING_MODEL;  // with --cuda-device
+    std::string cuda_tiling;
+    double cuda_tuning_ms = 0, cuda_us = 0, cuda_gbps = 0;
+};
+
+double time_layer(qjit_linear* layer, int64_t batch, int repeats) {
+    double us = 0;
+    check(qjit_linear_benchmark(layer, batch, repeats, /*cold=*/1, &us), "qjit_linear_benchmark");
+    return us;
+}
+
+qjit_linear* make_layer(qjit_context* context, const LinearShape& shape, const qjit_tools::GptqTensors& tensors) {
+    qjit_linear* layer = nullptr;
+    check(qjit_linear_create_from_gptq(context, shape.k, shape.n, &tensors.view, &layer), "qjit_linear_create_from_gptq");
+    return layer;
+}
+
+void show_progress(size_t done, size_t total, const std::string& what) {
+    constexpr int kWidth = 30;
+    const int filled = int(done * kWidth / total);
+    std::printf("\r[%s%s] %zu/%zu %-40s", std::string(size_t(filled), '#').c_str(),
+                std::string(size_t(kWidth - filled), '.').c_str(), done, total, what.c_str());
+    std::fflush(stdout);
+}
+
+const char* source_word(qjit_tiling_source source) {
+    switch (source) {
+        case QJIT_TILING_DATABASE: return "hit";
+        case QJIT_TILING_SEARCHED: return "tuned";
+        case QJIT_TILING_CONTEXT: return "same";
+        case QJIT_TILING_MODEL: return "model";
+        case QJIT_TILING_FORCED: return "forced";
+        default: return "portable";
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options o;
+    CLI::App app{"qjit-tune: tune qjit kernels for LLM layer shapes on this machine and store the choices "
+                 "(default: Llama-2-7B, 4-bit, group 128, batch 1 and 16)"};
+    app.add_option("--model", o.model, "model config, e.g. configs/models/llama-2-70b.yaml")->check(CLI::ExistingFile);
+    app.add_option("--bits", o.bits, "weight bits: 2, 3, 4 or 8")->check(CLI::IsMember({2, 3, 4, 8}));
+    app.add_option("--group", o.group, "group size: 16, 32, 64, 128, 256 or -1 (per column)")
+        ->check(CLI::IsMember({16, 32, 64, 128, 256, -1}));
+    app.add_flag("--symmetric", o.symmetric, "symmetric quantization (zero point 2^(bits-1))");
+    app.add_option("--batch", o.batches, "activation rows per forward to tune for (one or more)")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+    app.add_option("--threads", o.threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber);
+    app.add_option("--budget", o.budget_ms, "milliseconds of timing per shape (default 300; 0: the model's pick)")
+        ->check(CLI::NonNegativeNumber);
+    app.add_flag("--exhaustive", o.exhaustive, "time every tiling the registers allow (no pruning, no budget)");
+    app.add_flag("--retune", o.retune, "tune shapes the database already holds");
+    app.add_flag("!--no-compare", o.compare, "skip timing the untuned default and the portable path");
+    app.add_option("--repeats", o.repeats, "cold calls per timing in the table (the median is shown)")
+        ->check(CLI::Range(1, 100000));
+    app.add_option("--activations", o.activations, "activation path: auto, f32 (exact) or int8")
+        ->check(CLI::IsMember({"auto", "f32", "int8"}));
+    app.add_option("--db", o.db, "tuning database (default: $QJIT_TUNING_DB, else $XDG_CACHE_HOME/qjit/tuning.yaml)");
+    app.add_option("--cuda-device", o.cuda_device, "also tune the CUDA kernels of this device (ordinal)")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--cuda-dtype", o.cuda_dtype, "CUDA activation type: f16 or bf16")->check(CLI::IsMember({"f16", "bf16"}));
+    app.add_flag("--list", o.list, "print the database and exit");
+    app.add_option("--export", o.export_path, "write the database to this file and exit");
+    app.add_option("--import", o.import_path, "merge this database file into the database and exit")
+        ->check(CLI::ExistingFile);
+    CLI11_PARSE(app, argc, argv);
+    if (o.list || !o.export_path.empty() || !o.import_path.empty()) return manage_database(o);
+
+    qjit::ModelConfig model = kLlama2_7b;
+    if (!o.model.empty()) {
+        try {
+            model = qjit::load_model_config(o.model);
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "qjit-tune: %s\n", e.what());
+            return 1;
+        }
+    }
+    const qjit_tuning_mode mode = o.exhaustive ? QJIT_TUNING_EXHAUSTIVE : o.retune ? QJIT_TUNING_RETUNE : QJIT_TUNING_DEFAULT;
+    qjit_context* portable = make_context(o, 1, 0, QJIT_TUNING_DEFAULT, QJIT_ISA_PORTABLE, false);
+    int threads = 0;
+    check(qjit_context_num_threads(portable, &threads), "qjit_context_num_threads");
+    const char* machine = nullptr;
+    std::vector<qjit_context*> tuned, untuned;
+    for (int64_t batch : o.batches) {
+        tuned.push_back(make_context(o, batch, o.budget_ms, mode, QJIT_ISA_AUTO, true));
+        untuned.push_back(make_context(o, batch, 0, QJIT_TUNING_DEFAULT, QJIT_ISA_AUTO, false));
+    }
+    check(qjit_context_describe(tuned.front(), &machine), "qjit_context_describe");
+    std::printf("qjit %s: %s\n", qjit_version(), machine);
+
+    qjit_tools::BandwidthProbe probe(kProbeBytes);
+    const double probe_gbps = probe.median(threads, kProbeRepeats);
+    std::printf("%s layers, %d-bit, group %d, %s; %d threads; memory read probe %.1f GB/s; %s; median of %d cold calls\n",
+                model.name.c_str(), o.bits, o.group, o.symmetric ? "symmetric" : "asymmetric", threads, probe_gbps,
+                o.exhaustive ? "exhaustive search" : o.retune ? "retuning every shape" : "database hits reused",
+                o.repeats);
+
+    const std::vector<LinearShape> shapes = qjit::distinct_shapes(model.linear);
+    const bool tty = isatty(STDOUT_FILENO);
+    std::vector<Row> rows;
+    const size_t total = shapes.size() * o.batches.size();
+    for (const LinearShape& shape : shapes) {
+        qjit_tools::GptqTensors tensors;
+        qjit_tools::random_gptq(shape.k, shape.n, o.bits, o.group, uint64_t(shape.k * 31 + shape.n), &tensors,
+                                o.symmetric);
+        qjit_linear* slow = o.compare ? make_layer(portable, shape, tensors) : nullptr;
+        for (size_t b = 0; b < o.batches.size(); ++b) {
+            Row row{shape.name, shape, o.batches[b]};
+            if (tty) show_progress(rows.size(), total, row.layer + " m=" + std::to_string(row.batch));
+            qjit_linear* layer = make_layer(tuned[b], shape, tensors);
+            qjit_linear_tuning tuning;
+            qjit_linear_info info;
+            check(qjit_linear_get_tuning(layer, &tuning), "qjit_linear_get_tuning");
+            check(qjit_linear_get_info(layer, &info), "qjit_linear_get_info");
+            if (*tuning.warning) std::fprintf(stderr, "\nqjit-tune: warning: %s\n", tuning.warning);
+            row.source = tuning.source;
+            row.kernel = std::string(tuning.kernel_key).substr(0, std::string(tuning.kernel_key).find(' '));
+            row.tiling = tuning.tiling;
+            row.tuning_ms = tuning.tuning_ms;
+            row.us = time_layer(layer, row.batch, o.repeats);
+            row.gbps = double(info.weight_bytes) / row.us * 1e-3;
+            if (o.cuda_device >= 0) {
+                const qjit_dtype dtype = o.cuda_dtype == "bf16" ? QJIT_DTYPE_BF16 : QJIT_DTYPE_F16;
+                check(qjit_linear_get_tuning_cuda(layer, row.batch, dtype, &tuning), "qjit_linear_get_tuning_cuda");
+                row.cuda_source = tuning.source;
+                row.cuda_tiling = tuning.tiling;
+                row.cuda_tuning_ms = tuning.tuning_ms;
+                check(qjit_linear_benchmark_cuda(layer, row.batch, dtype, o.repeats, &row.cuda_us),
+                      "qjit_linear_benchmark_cuda");
+                row.cuda_gbps = double(info.weight_bytes) / row.cuda_us * 1e-3;  // CPU packing size: close to the device's
+            }
+            qjit_linear_destroy(layer);
+            if (o.compare) {
+                qjit_linear* plain = make_layer(untuned[b], shape, tensors);
+                row.default_us = time_layer(plain, row.batch, o.repeats);
+                qjit_linear_destroy(plain);
+                row.portable_us = time_layer(slow, row.batch, std::max(3, o.repeats / 3));
+            }
+            rows.push_back(row);
+        }
+        qjit_linear_destroy(slow);
+    }
+    if (tty) std::printf("\r%-80s\r", "");
+
+    std::printf("\n| layer | K x N | m | tiling from | kernel | tiling | tuning ms | us | GB/s | x probe | vs default | vs portable |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const Row& r : rows) {
+        std::printf("| %s | %lldx%lld | %lld | %s | %s | %s | %.0f | %.1f | %.2f | %.2f |", r.layer.c_str(),
+                    (long long)r.shape.k, (long long)r.shape.n, (long long)r.batch, source_word(r.source),
+                    r.kernel.c_str(), r.tiling.c_str(), r.tuning_ms, r.us, r.gbps, r.gbps / probe_gbps);
+        if (o.compare) std::printf(" %.2fx | %.1fx |\n", r.default_us / r.us, r.portable_us / r.us);
+        else std::printf(" - | - |\n");
+    }
+    if (o.cuda_device >= 0) {
+        std::printf("\nCUDA device %d (%s activations), L2 flushed before each call:\n\n", o.cuda_device,
+                    o.cuda_dtype.c_str());
+        std::printf("| layer | K x N | m | tiling from | tiling | tuning ms | us | weight GB/s |\n|---|---|---|---|---|---|---|---|\n");
+        for (const Row& r : rows)
+            std::printf("| %s | %lldx%lld | %lld | %s | %s | %.0f | %.2f | %.0f |\n", r.layer.c_str(),
+                        (long long)r.shape.k, (long long)r.shape.n, (long long)r.batch, source_word(r.cuda_source),
+                        r.cuda_tiling.c_str(), r.cuda_tuning_ms, r.cuda_us, r.cuda_gbps);
+    }
+    for (qjit_context* c : tuned) qjit_context_destroy(c);
+    for (qjit_context* c : untuned) qjit_context_destroy(c);
+    qjit_context_destroy(portable);
+    return 0;
+}
