@@ -72,7 +72,7 @@ int unpack_cuda_code(const CudaWeights& w, int64_t row, int64_t column) {
 
 
 bool scales_exact_in_f16(const QuantParams& params) {
-    if (params.scale_dtype == QJIT_DTYPE_F16) return true;
+    if (params.f16_scales()) return true;
     for (float s : params.scales)
         if (round_to_half(s) != s) return false;
     return true;

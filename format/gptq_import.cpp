@@ -120,7 +120,7 @@ QuantizedMatrix import_gptq(int64_t k, int64_t n, const qjit_gptq_tensors& tenso
     p.n = n;
     p.bits = tensors.bits;
     p.group_size = resolve_group_size(tensors.group_size, k);
-    p.scale_dtype = tensors.scale_dtype;
+    p.scale_type = tensors.scale_dtype == QJIT_DTYPE_F16 ? ScaleType::F16 : ScaleType::F32;
     const int64_t groups = p.num_groups();
     p.scales = read_scales(tensors, groups, n);
     p.zeros = read_zeros(tensors, groups, n);
@@ -128,6 +128,7 @@ QuantizedMatrix import_gptq(int64_t k, int64_t n, const qjit_gptq_tensors& tenso
     p.symmetric = std::all_of(p.zeros.begin(), p.zeros.end(), [&](uint16_t zero) { return zero == middle; });
     const std::vector<int32_t> group_of_row = read_row_groups(tensors.g_idx, k, p.group_size, groups);
     p.row_order = sort_rows_by_group(group_of_row, p.group_size, groups);
+    p.act_order = !p.row_order.empty();
     result.codes = read_codes(tensors.qweight, p.bits, k, n, p.row_order);
     validate(result);
     return result;

@@ -55,7 +55,7 @@ QuantizedMatrix quantize_rtn(const RtnConfig& config, int64_t k, int64_t n, cons
     p.bits = config.bits;
     p.group_size = config.group_size;
     p.symmetric = config.symmetric;
-    p.scale_dtype = config.scale_dtype;
+    p.scale_type = config.scale_dtype == QJIT_DTYPE_F16 ? ScaleType::F16 : ScaleType::F32;
     const int64_t groups = p.num_groups();
     p.scales.resize(size_t(groups * n));
     p.zeros.resize(size_t(groups * n));

@@ -7,21 +7,8 @@
 
 namespace qjit {
 
-void validate_bits(int bits) {
-    require(bits == 2 || bits == 3 || bits == 4 || bits == 8, "bits is ", bits, "; supported: 2, 3, 4, 8");
-}
-
-int64_t resolve_group_size(int group_size, int64_t k) {
-    if (group_size == QJIT_GROUP_PER_COLUMN) return k;
-    require(group_size == 16 || group_size == 32 || group_size == 64 || group_size == 128 || group_size == 256,
-            "group_size is ", group_size, "; supported: 16, 32, 64, 128, 256 or QJIT_GROUP_PER_COLUMN (-1)");
-    return group_size;
-}
-
 void validate(const QuantParams& p) {
-    require(p.k >= 1 && p.n >= 1, "matrix shape ", p.k, " x ", p.n, " is empty");
-    validate_bits(p.bits);
-    require(p.group_size >= 1, "group_size ", p.group_size, " must be positive");
+    validate(p.format());
     const size_t metadata = size_t(p.num_groups() * p.n);
     require(p.scales.size() == metadata, "scales hold ", p.scales.size(), " values; expected ", metadata);
     require(p.zeros.size() == metadata, "zeros hold ", p.zeros.size(), " values; expected ", metadata);
@@ -31,7 +18,9 @@ void validate(const QuantParams& p) {
     }
     if (p.symmetric)
         for (uint16_t z : p.zeros) require(z == (1u << (p.bits - 1)), "symmetric layer with zero point ", z);
-    if (p.act_order()) {
+    require(p.act_order == !p.row_order.empty(), p.act_order ? "an act-order layer without a row order"
+                                                              : "a row order on a layer that is not act-order");
+    if (p.act_order) {
         require(p.row_order.size() == size_t(p.k), "row_order holds ", p.row_order.size(), " rows; expected ", p.k);
         std::vector<bool> seen(size_t(p.k), false);
         for (int32_t r : p.row_order) {
@@ -49,16 +38,11 @@ void validate(const QuantizedMatrix& m) {
 }
 
 void gather_row(const QuantParams& p, const float* src, float* dst) {
-    if (!p.act_order()) {
+    if (!p.act_order) {
         std::copy(src, src + p.k, dst);
         return;
     }
     for (int64_t r = 0; r < p.k; ++r) dst[r] = src[p.row_order[size_t(r)]];
-}
-
-std::string format_name(const QuantParams& p) {
-    const std::string group = p.group_size >= p.k && p.num_groups() == 1 ? "col" : concat("g", p.group_size);
-    return concat("q", p.bits, group, p.symmetric ? "_sym" : "_asym", p.act_order() ? "_actorder" : "");
 }
 
 }  // namespace qjit

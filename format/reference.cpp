@@ -7,7 +7,7 @@ std::vector<float> dequantize(const QuantizedMatrix& matrix) {
     std::vector<float> w(size_t(p.k * p.n));
     for (int64_t r = 0; r < p.k; ++r) {
         const int64_t g = r / p.group_size;
-        const int64_t original_row = p.act_order() ? p.row_order[size_t(r)] : r;
+        const int64_t original_row = p.act_order ? p.row_order[size_t(r)] : r;
         for (int64_t c = 0; c < p.n; ++c) {
             const size_t meta = size_t(g * p.n + c);
             const float q = float(matrix.codes[size_t(r * p.n + c)]);

@@ -50,14 +50,6 @@ void with_tuning_db(qjit_context* context, Use use) {
 
 extern "C" {
 
-#define QJIT_STRINGIFY_(x) #x
-#define QJIT_STRINGIFY(x) QJIT_STRINGIFY_(x)
-
-const char* qjit_version(void) {
-    return QJIT_STRINGIFY(QJIT_VERSION_MAJOR) "." QJIT_STRINGIFY(QJIT_VERSION_MINOR) "." QJIT_STRINGIFY(
-        QJIT_VERSION_PATCH);
-}
-
 const char* qjit_status_string(qjit_status status) {
     switch (status) {
         case QJIT_OK: return "ok";
@@ -233,7 +225,7 @@ qjit_status qjit_linear_get_info(const qjit_linear* layer, qjit_linear_info* inf
         info->bits = p.bits;
         info->group_size = int(p.group_size);
         info->symmetric = p.symmetric;
-        info->act_order = p.act_order();
+        info->act_order = p.act_order;
         info->weight_bytes = weight_bytes(*layer);
     });
 }

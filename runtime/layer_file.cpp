@@ -61,7 +61,7 @@ std::string serialize_layer(const qjit_linear& layer) {
         {"group_size", p.group_size},
         {"panel_columns", layer.codes.panel_columns},
         {"symmetric", p.symmetric},
-        {"scale_dtype", p.scale_dtype == QJIT_DTYPE_F16 ? "f16" : "f32"},
+        {"scale_dtype", p.f16_scales() ? "f16" : "f32"},
         {"sections", {{"codes_u32", layer.codes.words.size()},
                       {"scales_f32", p.scales.size()},
                       {"zeros_u16", p.zeros.size()},
@@ -114,7 +114,7 @@ LayerImage deserialize_layer(const std::string& image) {
         p.group_size = header.at("group_size").get<int64_t>();
         const int panel_columns = header.at("panel_columns").get<int>();
         p.symmetric = header.at("symmetric").get<bool>();
-        p.scale_dtype = header.at("scale_dtype").get<std::string>() == "f16" ? QJIT_DTYPE_F16 : QJIT_DTYPE_F32;
+        p.scale_type = header.at("scale_dtype").get<std::string>() == "f16" ? ScaleType::F16 : ScaleType::F32;
         const nlohmann::json& sections = header.at("sections");
         code_words = sections.at("codes_u32").get<uint64_t>();
         size_t offset = kPreambleBytes + header_bytes;
@@ -123,6 +123,7 @@ LayerImage deserialize_layer(const std::string& image) {
         p.zeros = read_section<uint16_t>(image, offset, end, "zeros", sections.at("zeros_u16").get<uint64_t>());
         p.row_order =
             read_section<int32_t>(image, offset, end, "row_order", sections.at("row_order_i32").get<uint64_t>());
+        p.act_order = !p.row_order.empty();
         if (offset != end) corrupt(concat(end - offset, " unexpected bytes after the last section"));
         if (p.k < 1 || p.n < 1 || p.k >= kMaxDimension || p.n >= kMaxDimension ||
             !(p.bits == 2 || p.bits == 3 || p.bits == 4 || p.bits == 8) || p.group_size < 1)

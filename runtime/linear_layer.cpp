@@ -19,15 +19,15 @@ std::string describe(const qjit_linear& layer) {
     const QuantParams& p = layer.params;
     const std::string common =
         concat(" K=", p.k, " N=", p.n, " bits=", p.bits, " group=", p.group_size, p.symmetric ? " symmetric" : " asymmetric",
-               " act_order=", p.act_order() ? "yes" : "no", " scales=", p.scale_dtype == QJIT_DTYPE_F16 ? "f16" : "f32",
+               " act_order=", p.act_order ? "yes" : "no", " scales=", p.f16_scales() ? "f16" : "f32",
                " layout=", PackedCodes::kLayoutName, " panel=", layer.codes.panel_columns,
                " threads=", layer.context->num_threads);
     if (layer.jit) {
         const jit::CpuKernelSpec& s = layer.jit->spec();
-        return concat(jit::kernel_name(s), common, " isa=", isa_name(s.isa),
+        return concat(p.name(), " kernel=", jit::kernel_name(s), common, " isa=", isa_name(s.isa),
                       " activations=", s.path == jit::ActivationPath::Int8 ? "int8" : "f32", " tiling=", layer.tuning.tiling);
     }
-    return concat("gemm_", format_name(p), "_f32_portable_n", PortableTiling::kChunkColumns, "m",
+    return concat(p.name(), " kernel=", p.kernel_name(), "_gemm_f32_portable_n", PortableTiling::kChunkColumns, "m",
                   PortableTiling::kBatchRows, common, " isa=portable activations=f32");
 }
 
@@ -107,7 +107,7 @@ std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams para
 
 void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y) {
     if (layer.jit) return layer.jit->forward(layer.params, layer.codes, x, m, y, *layer.context->pool);
-    const float* rows = layer.params.act_order() ? gather_rows(layer.params, x, m) : x;
+    const float* rows = layer.params.act_order ? gather_rows(layer.params, x, m) : x;
     portable_forward(layer.params, layer.codes, rows, m, y, *layer.context->pool);
 }
 

@@ -18,10 +18,10 @@ export PKG_CONFIG_PATH="$libdir/pkgconfig"
 # shellcheck disable=SC2046
 cc -std=c99 -Wall -Wextra -pedantic -Werror $(pkg-config --cflags qjit) "$root/examples/quickstart.c" \
    $(pkg-config --libs qjit) -o "$scratch/quickstart_c99" ${QJIT_CONSUMER_FLAGS:-}
-LD_LIBRARY_PATH="$libdir" "$scratch/quickstart_c99" | grep -q "gemm_q4g128_asym"
+LD_LIBRARY_PATH="$libdir" "$scratch/quickstart_c99" | grep -q "q4g128_asym_gemm"
 
 cmake -S "$root/examples" -B "$scratch/consumer" -DCMAKE_PREFIX_PATH="$scratch/prefix" \
       -DCMAKE_C_FLAGS="${QJIT_CONSUMER_FLAGS:-}" -DCMAKE_EXE_LINKER_FLAGS="${QJIT_CONSUMER_FLAGS:-}" >/dev/null
 cmake --build "$scratch/consumer" >/dev/null
-LD_LIBRARY_PATH="$libdir" "$scratch/consumer/quickstart" | grep -q "gemm_q4g128_asym"
+LD_LIBRARY_PATH="$libdir" "$scratch/consumer/quickstart" | grep -q "q4g128_asym_gemm"
 echo "install check: SONAME $soname, pkg-config (C99) and find_package consumers run"

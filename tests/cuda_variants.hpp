@@ -30,10 +30,11 @@ inline std::vector<CudaFormat> every_cuda_format() {
 // The spec of `format` for K rows (group 0: one group of all K rows).
 inline jit::cuda::CudaKernelSpec cuda_spec(const CudaFormat& format, int64_t k, int arch) {
     jit::cuda::CudaKernelSpec spec;
-    spec.bits = format.bits;
-    spec.k = k;
-    spec.group_size = format.group == 0 ? k : format.group;
-    spec.symmetric = format.symmetric;
+    spec.format.k = k;
+    spec.format.bits = format.bits;
+    spec.format.group_size = format.group == 0 ? k : format.group;
+    spec.format.symmetric = format.symmetric;
+    spec.format.scale_type = ScaleType::F16;
     spec.arch = arch;
     return spec;
 }
@@ -71,7 +72,8 @@ inline std::vector<jit::cuda::CudaKernelSpec> cuda_variants(const CudaFormat& fo
         for (ActivationType type : {ActivationType::F16, ActivationType::BF16})
             for (bool f16_scales : {true, false}) {
                 CudaKernelSpec spec = base;
-                spec.activations = type, spec.f16_scales = f16_scales, spec.rows = 8;
+                spec.activations = type, spec.rows = 8;
+                spec.format.scale_type = f16_scales ? ScaleType::F16 : ScaleType::F32;
                 for (int cols : {1, 2, 4})
                     for (int inflight : {1, 2, 4}) {
                         spec.tiling.columns_per_warp = cols, spec.tiling.chunks_in_flight = inflight;
@@ -95,7 +97,7 @@ inline std::vector<jit::cuda::CudaKernelSpec> sample_of(const std::vector<jit::c
     std::set<std::tuple<jit::cuda::KernelKind, jit::cuda::ActivationType, bool, bool, bool>> seen;
     std::vector<jit::cuda::CudaKernelSpec> sample;
     for (const jit::cuda::CudaKernelSpec& spec : variants)
-        if (seen.insert({spec.tiling.kind, spec.activations, spec.f16_scales, spec.symmetric, spec.per_column()}).second)
+        if (seen.insert({spec.tiling.kind, spec.activations, spec.format.f16_scales(), spec.format.symmetric, spec.per_column()}).second)
             sample.push_back(spec);
     return sample;
 }

@@ -151,7 +151,7 @@ TEST_F(CApiTest, QueriesRejectNullAndReportTheLayer) {
     EXPECT_EQ(info.symmetric, 0);
     EXPECT_EQ(info.act_order, 0);
     ASSERT_EQ(qjit_linear_describe(layer_.get(), &description), QJIT_OK);
-    EXPECT_NE(std::string(description).find("gemm_q4g128_asym"), std::string::npos) << description;
+    EXPECT_NE(std::string(description).find("q4g128_asym_gemm"), std::string::npos) << description;
     EXPECT_NE(std::string(description).find(" K=200 N=24 "), std::string::npos) << description;
 }
 
@@ -168,7 +168,7 @@ TEST_F(CApiTest, PortableLayerReportsItsBytes) {
     EXPECT_EQ(info.weight_bytes, 7 * 4 * 64 * 4 + 2 * 24 * (4 + 2));
     const char* description = nullptr;
     ASSERT_EQ(qjit_linear_describe(layer.get(), &description), QJIT_OK);
-    EXPECT_NE(std::string(description).find("gemm_q4g128_asym_f32_portable"), std::string::npos) << description;
+    EXPECT_NE(std::string(description).find("q4g128_asym_gemm_f32_portable"), std::string::npos) << description;
 }
 
 TEST_F(CApiTest, SaveAndLoadRejectBadArguments) {

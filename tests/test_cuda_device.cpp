@@ -52,7 +52,7 @@ QuantizedMatrix random_matrix(const test::CudaFormat& f, int64_t k, int64_t n, b
     QuantParams& p = m.params;
     p.k = k, p.n = n, p.bits = f.bits, p.symmetric = f.symmetric;
     p.group_size = f.group == 0 ? k : f.group;
-    p.scale_dtype = f16_scales ? QJIT_DTYPE_F16 : QJIT_DTYPE_F32;
+    p.scale_type = f16_scales ? ScaleType::F16 : ScaleType::F32;
     std::uniform_real_distribution<float> scale(0.002f, 0.02f);
     p.scales.resize(size_t(p.num_groups() * n));
     for (float& s : p.scales) s = f16_scales ? round_to_half(scale(rng)) : scale(rng);
@@ -63,6 +63,7 @@ QuantizedMatrix random_matrix(const test::CudaFormat& f, int64_t k, int64_t n, b
     m.codes.resize(size_t(k * n));
     for (uint8_t& c : m.codes) c = uint8_t(rng() % (1u << f.bits));
     if (act_order) {
+        p.act_order = true;
         p.row_order.resize(size_t(k));
         std::iota(p.row_order.begin(), p.row_order.end(), 0);
         std::shuffle(p.row_order.begin(), p.row_order.end(), rng);
@@ -148,7 +149,7 @@ TEST_P(CudaDevice, EveryVariantMatchesTheOracle) {
             precompile(variants);
             for (const CudaKernelSpec& spec : variants) {
                 if (!jit::cuda::fits_device(spec, device->shared_memory_per_block_optin)) continue;
-                const int which = spec.f16_scales ? 0 : 1;
+                const int which = spec.format.f16_scales() ? 0 : 1;
                 CudaExecutor& executor = executors[which];
                 const QuantizedMatrix& matrix = matrices[which];
                 const std::string name = jit::cuda::kernel_name(spec) + " K=" + std::to_string(shape.k) +

@@ -73,7 +73,7 @@ TEST_P(CudaCompile, SampleCompiles) {
     int skipped = 0;
     const std::vector<CudaKernelSpec> sample = test::sample_of(every_variant(bits, arch, &skipped));
     std::set<std::tuple<KernelKind, jit::cuda::ActivationType, bool>> covered;
-    for (const CudaKernelSpec& spec : sample) covered.insert({spec.tiling.kind, spec.activations, spec.f16_scales});
+    for (const CudaKernelSpec& spec : sample) covered.insert({spec.tiling.kind, spec.activations, spec.format.f16_scales()});
     EXPECT_EQ(covered.size(), 8u) << "the sample must hold both kinds x both activation types x both scale types";
     expect_compiles(sample, arch);
     std::printf("%d-bit sm_%d: %zu sampled variants compiled\n", bits, arch, sample.size());
@@ -174,9 +174,9 @@ TEST(CudaTiling, SharedMemoryDecidesWhatADeviceRuns) {
 TEST(CudaTuner, KeysAndBuckets) {
     CudaKernelSpec spec = test::cuda_spec({4, 128, false}, 4096, 90);
     spec.rows = 16;
-    EXPECT_EQ(cuda_kernel_key(spec, 11008), "cuda_q4g128_asym_f16_sm90 K=4096 N=11008 m=16");
+    EXPECT_EQ(cuda_kernel_key(spec, 11008), "q4g128_asym_cuda_f16_sm90 K=4096 N=11008 m=16");
     spec.tiling.kind = KernelKind::Gemm;
-    EXPECT_EQ(cuda_kernel_key(spec, 11008), "cuda_q4g128_asym_f16_sm90 K=4096 N=11008 m=16");
+    EXPECT_EQ(cuda_kernel_key(spec, 11008), "q4g128_asym_cuda_f16_sm90 K=4096 N=11008 m=16");
     EXPECT_EQ(batch_bucket(1), 1);
     EXPECT_EQ(batch_bucket(3), 4);
     EXPECT_EQ(batch_bucket(9), 16);
@@ -245,7 +245,7 @@ TEST(CudaWeights, Fp32ScalesStayFp32UnlessExactInFp16) {
     m.params.scales = {0.1f};
     m.codes.assign(32, 3);
     EXPECT_FALSE(pack_cuda_weights(m).f16_scales);
-    m.params.scale_dtype = QJIT_DTYPE_F16;
+    m.params.scale_type = ScaleType::F16;
     EXPECT_TRUE(pack_cuda_weights(m).f16_scales);
 }
 

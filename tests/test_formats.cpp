@@ -72,7 +72,10 @@ TEST_P(FormatTest, MatchesOracle) {
         const std::vector<float> weights = test::random_floats(size_t(shape.k * shape.n), seed++);
         const RtnConfig config{bits, resolve_group_size(group_size, shape.k), symmetric, QJIT_DTYPE_F16};
         QuantizedMatrix matrix = quantize_rtn(config, shape.k, shape.n, weights.data());
-        if (act_order && shape.k > 1) matrix.params.row_order = random_row_order(shape.k, seed++);
+        if (act_order && shape.k > 1) {
+            matrix.params.row_order = random_row_order(shape.k, seed++);
+            matrix.params.act_order = true;
+        }
         const std::unique_ptr<qjit_linear> layer = make_linear(context.get(), matrix);
         ASSERT_EQ(layer->jit != nullptr, backend.isa != QJIT_ISA_PORTABLE) << layer->description;
         if (layer->jit) EXPECT_EQ(layer->jit->spec().isa, backend.isa) << layer->description;
@@ -85,7 +88,7 @@ TEST_P(FormatTest, MatchesOracle) {
             reference_forward(matrix, x.data(), m, expected.data());
             std::vector<double> bound = test::forward_error_bound(matrix, x.data(), m);
             if (layer->jit && layer->jit->spec().path == jit::ActivationPath::Int8)
-                test::add_int8_activation_error(bound, matrix, x.data(), m, layer->jit->spec().group_size,
+                test::add_int8_activation_error(bound, matrix, x.data(), m, layer->jit->spec().group_rows(),
                                                 layer->jit->spec().int8_activation_max());
             test::expect_within(y, expected, bound);
         }

@@ -241,7 +241,7 @@ void expect_matches_known(const qjit::QuantizedMatrix& matrix, const KnownLayer&
     ASSERT_EQ(p.n, layer.n);
     EXPECT_EQ(p.bits, layer.bits);
     EXPECT_EQ(p.group_size, layer.rows_per_group);
-    EXPECT_EQ(p.scale_dtype, spec.scale_dtype);
+    EXPECT_EQ(p.f16_scales(), spec.scale_dtype == QJIT_DTYPE_F16);
     EXPECT_EQ(p.scales, layer.scales);
     EXPECT_EQ(p.zeros, layer.zeros);
 
@@ -340,7 +340,7 @@ TEST(GptqImport, ActOrderSortsRowsByGroupAndDequantizesInOriginalOrder) {
                 const KnownLayer layer = make_known_layer(spec, rng);
                 const GptqCheckpoint checkpoint = pack_checkpoint(layer, spec);
                 const qjit::QuantizedMatrix matrix = qjit::import_gptq(spec.k, spec.n, checkpoint.tensors());
-                EXPECT_TRUE(matrix.params.act_order());
+                EXPECT_TRUE(matrix.params.act_order);
                 expect_matches_known(matrix, layer, spec);
                 EXPECT_EQ(qjit::dequantize(matrix), dense_weights(layer));
             }
@@ -353,7 +353,7 @@ TEST(GptqImport, SortedGIdxIsNotActOrder) {
     GptqCheckpoint checkpoint = pack_checkpoint(layer, spec);
     for (int64_t row = 0; row < spec.k; ++row) checkpoint.g_idx.push_back(int32_t(row / 32));
     const qjit::QuantizedMatrix matrix = qjit::import_gptq(spec.k, spec.n, checkpoint.tensors());
-    EXPECT_FALSE(matrix.params.act_order());
+    EXPECT_FALSE(matrix.params.act_order);
     expect_matches_known(matrix, layer, spec);
 }
 

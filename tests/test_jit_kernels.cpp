@@ -41,7 +41,7 @@ void expect_matches_oracle(const qjit_linear& layer, const QuantizedMatrix& matr
     reference_forward(matrix, x.data(), m, expected.data());
     std::vector<double> bound = test::forward_error_bound(matrix, x.data(), m);
     if (layer.jit->spec().path == jit::ActivationPath::Int8)
-        test::add_int8_activation_error(bound, matrix, x.data(), m, layer.jit->spec().group_size,
+        test::add_int8_activation_error(bound, matrix, x.data(), m, layer.jit->spec().group_rows(),
                                         layer.jit->spec().int8_activation_max());
     test::expect_within(y, expected, bound);
 }
@@ -114,7 +114,7 @@ TEST(JitKernels, BadTilingIsRefusedWithAMessage) {
 
 TEST(JitKernels, RegisterBudgetMatchesTheIsa) {
     jit::CpuKernelSpec spec;
-    spec.k = 128;
+    spec.format.k = 128;
     spec.isa = QJIT_ISA_AVX512_VNNI;
     spec.tiling = {4, 4, 0, 1};
     spec.rows = 4;

@@ -47,6 +47,7 @@ protected:
         QuantizedMatrix matrix = quantize_rtn({bits, 32, false, QJIT_DTYPE_F16}, k, n, weights.data());
         if (act_order) {
             for (int64_t r = 0; r < k; ++r) matrix.params.row_order.push_back(int32_t((r * 7 + 3) % k));
+            matrix.params.act_order = true;
         }
         return make_linear(context_.get(), std::move(matrix));
     }
@@ -67,7 +68,7 @@ TEST_F(LayerFileTest, RoundTripIsExactForEveryBitWidth) {
         EXPECT_EQ(loaded->params.scales, layer->params.scales);
         EXPECT_EQ(loaded->params.zeros, layer->params.zeros);
         EXPECT_EQ(loaded->params.row_order, layer->params.row_order);
-        EXPECT_EQ(loaded->params.scale_dtype, layer->params.scale_dtype);
+        EXPECT_EQ(loaded->params.scale_type, layer->params.scale_type);
         EXPECT_EQ(loaded->description, layer->description);
         const std::vector<float> x = test::random_floats(3 * 100, 5);
         std::vector<float> y_saved(3 * 9), y_loaded(3 * 9);

@@ -91,7 +91,7 @@ inline std::vector<double> forward_error_bound(const QuantizedMatrix& matrix, co
     std::vector<double> bound(size_t(m * p.n), 0.0);
     for (int64_t i = 0; i < m; ++i)
         for (int64_t r = 0; r < p.k; ++r) {
-            const int64_t original = p.act_order() ? p.row_order[size_t(r)] : r;
+            const int64_t original = p.act_order ? p.row_order[size_t(r)] : r;
             const double xv = std::fabs(double(x[i * p.k + original]));
             const int64_t g = r / p.group_size;
             for (int64_t c = 0; c < p.n; ++c) {
@@ -116,7 +116,7 @@ inline void add_int8_activation_error(std::vector<double>& bound, const Quantize
             const int64_t r1 = std::min(p.k, r0 + activation_group);
             double amax = 0.0;
             for (int64_t r = r0; r < r1; ++r) {
-                const int64_t original = p.act_order() ? p.row_order[size_t(r)] : r;
+                const int64_t original = p.act_order ? p.row_order[size_t(r)] : r;
                 amax = std::max(amax, std::fabs(double(x[i * p.k + original])));
             }
             const double half_step = amax / qmax / 2.0;

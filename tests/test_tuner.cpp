@@ -70,11 +70,11 @@ qjit::jit::CpuKernelSpec format(qjit_isa isa, qjit::jit::ActivationPath path, in
     qjit::jit::CpuKernelSpec spec;
     spec.isa = isa;
     spec.path = path;
-    spec.bits = bits;
-    spec.k = k;
-    spec.group_size = group;
-    spec.symmetric = false;
-    spec.f16_scales = true;
+    spec.format.bits = bits;
+    spec.format.k = k;
+    spec.format.group_size = group;
+    spec.format.symmetric = false;
+    spec.format.scale_type = qjit::ScaleType::F16;
     return spec;
 }
 
@@ -121,7 +121,7 @@ TEST(TunerSearchSpace, EnumeratedTilingsAreValidAndFollowTheRules) {
             EXPECT_LE(spec.tiling.rows, 16);
             const int64_t panels = (c.n + spec.panel_columns() - 1) / spec.panel_columns();
             if (spec.tiling.k_splits > 1) EXPECT_LE(panels * spec.tiling.k_splits, 4 * c.threads);
-            const int64_t blocks_per_group = spec.group_size / 32;
+            const int64_t blocks_per_group = spec.group_rows() / 32;
             if (spec.tiling.unroll_blocks > 1) {
                 ASSERT_GT(blocks_per_group, 0);
                 EXPECT_EQ(blocks_per_group % spec.tiling.unroll_blocks, 0) << "ku does not divide a group";

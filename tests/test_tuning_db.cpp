@@ -16,6 +16,7 @@
 
 #include "base/error.hpp"
 #include "test_support.hpp"
+#include "tuner/legacy_kernel_key.hpp"
 #include "tuner/tuning_db.hpp"
 
 namespace fs = std::filesystem;
@@ -36,7 +37,7 @@ using test::write_file;
 TuningRecord make_record(const std::string& fingerprint, int n, const std::string& tiling = "tu=3,mb=8,prefetch=4,ku=1,ksplit=1") {
     TuningRecord r;
     r.fingerprint = fingerprint;
-    r.kernel_key = concat("gemm_q4g128_asym_i8_avx512vnni K=4096 N=", 1000 + n, " m=1 threads=2");
+    r.kernel_key = concat("q4g128_asym_gemm_i8_avx512vnni K=4096 N=", 1000 + n, " m=1 threads=2");
     r.tiling = tiling;
     r.time_us = 10.25 + n;
     r.gbps = 0.1 * n + 1.0 / 3.0;  // needs every digit to round-trip
@@ -256,6 +257,43 @@ TEST_F(TuningDbTest, TuningDbExportAndImportMerge) {
         EXPECT_EQ(e.status(), QJIT_ERROR_CORRUPT_DATA);
     }
     EXPECT_EQ(target.records().size(), 3u);
+}
+
+// Keys written before names started with the format read in today's form, and hit.
+TEST(LegacyKernelKey, OldFormsMapToTodays) {
+    EXPECT_EQ(migrated_kernel_key("gemm_q4g128_asym_i8_avx512vnni K=4096 N=11008 m=1 threads=2"),
+              "q4g128_asym_gemm_i8_avx512vnni K=4096 N=11008 m=1 threads=2");
+    EXPECT_EQ(migrated_kernel_key("gemm_q3g64_sym_f32_avx2_s32 K=172 N=64 m=16 threads=1"),
+              "q3g64_sym_s32_gemm_f32_avx2 K=172 N=64 m=16 threads=1");
+    // One group over the column was named by its rows rounded up to 32.
+    EXPECT_EQ(migrated_kernel_key("gemm_q8g4096_sym_f32_avx512vnni K=4096 N=64 m=1 threads=2"),
+              "q8col_sym_gemm_f32_avx512vnni K=4096 N=64 m=1 threads=2");
+    EXPECT_EQ(migrated_kernel_key("gemm_q4g192_asym_i8_avx2vnni K=172 N=64 m=1 threads=2"),
+              "q4col_asym_gemm_i8_avx2vnni K=172 N=64 m=1 threads=2");
+    EXPECT_EQ(migrated_kernel_key("cuda_q4g128_asym_f16_sm90 K=4096 N=11008 m=16"),
+              "q4g128_asym_cuda_f16_sm90 K=4096 N=11008 m=16");
+    EXPECT_EQ(migrated_kernel_key("cuda_q3col_sym_bf16_s32_sm80 K=4096 N=64 m=1"),
+              "q3col_sym_s32_cuda_bf16_sm80 K=4096 N=64 m=1");
+    for (const char* today : {"q4g128_asym_gemm_i8_avx512vnni K=4096 N=11008 m=1 threads=2",
+                              "q4g128_asym_cuda_f16_sm90 K=4096 N=11008 m=16", "anything"})
+        EXPECT_FALSE(migrated_kernel_key(today).has_value()) << today;
+}
+
+TEST_F(TuningDbTest, OldKeysInAFileStillHit) {
+    fs::create_directories(fs::path(path_).parent_path());
+    write_file(path_, "# qjit tuning database (tuner/tuning_db.hpp): one YAML document per record\n"
+                      "---\nschema: 1\nqjit_version: \"0.1.0\"\nfingerprint: \"cpu-a\"\n"
+                      "kernel: \"gemm_q4g128_asym_i8_avx512vnni K=4096 N=11008 m=1 threads=2\"\n"
+                      "tiling: \"tu=3,mb=8,prefetch=4,ku=1,ksplit=1\"\ntime_us: 41.5\ngbps: 20.5\n"
+                      "date: \"2026-01-01T00:00:00Z\"\n...\n");
+    TuningDb db(path_);
+    EXPECT_TRUE(db.warning().empty()) << db.warning();
+    const std::optional<TuningRecord> hit = db.find("cpu-a", "q4g128_asym_gemm_i8_avx512vnni K=4096 N=11008 m=1 threads=2");
+    ASSERT_TRUE(hit.has_value());
+    EXPECT_EQ(hit->tiling, "tu=3,mb=8,prefetch=4,ku=1,ksplit=1");
+    db.store(make_record("cpu-a", 1));  // written back in today's form
+    EXPECT_EQ(read_file(path_).find("gemm_q4g128"), std::string::npos);
+    EXPECT_TRUE(TuningDb(path_).find("cpu-a", "q4g128_asym_gemm_i8_avx512vnni K=4096 N=11008 m=1 threads=2"));
 }
 
 }  // namespace

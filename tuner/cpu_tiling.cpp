@@ -23,11 +23,7 @@ std::optional<jit::CpuKernelSpec> cpu_kernel_format(qjit_isa isa, qjit_activatio
     spec.path = activations == QJIT_ACTIVATIONS_F32    ? jit::ActivationPath::F32
                 : activations == QJIT_ACTIVATIONS_INT8 ? jit::ActivationPath::Int8
                                                        : default_activation_path(p.bits);
-    spec.bits = p.bits;
-    spec.k = p.k;
-    spec.group_size = p.num_groups() == 1 ? spec.padded_k() : p.group_size;
-    spec.symmetric = p.symmetric;
-    spec.f16_scales = p.scale_dtype == QJIT_DTYPE_F16;
+    spec.format = p.format();
     return spec;
 }
 

@@ -18,7 +18,7 @@ constexpr double kBytesInFlightPerSm = 16 * 1024;
 constexpr int kWarpsPerSm = 48;
 
 double weight_bytes(const CudaKernelSpec& f, int64_t n) {
-    return double(jit::cuda::padded_k(f.k)) * double(n) * f.bits / 8;
+    return double(jit::cuda::padded_k(f.format.k)) * double(n) * f.format.bits / 8;
 }
 
 // Predicted seconds, up to a constant factor: weight traffic over the usable bandwidth, the
@@ -29,7 +29,7 @@ double predicted_cost(const CudaKernelSpec& spec, int64_t n, const cuda::DeviceP
     if (t.kind == KernelKind::Gemv) {
         const double warps = double((n + t.columns_per_warp - 1) / t.columns_per_warp);
         const double warps_per_sm = std::min<double>(kWarpsPerSm, warps / sms);
-        const double in_flight = warps_per_sm * 32 * 16.0 * jit::cuda::chunk_blocks(spec.bits) * spec.bits / 4 *
+        const double in_flight = warps_per_sm * 32 * 16.0 * jit::cuda::chunk_blocks(spec.format.bits) * spec.format.bits / 4 *
                                  t.chunks_in_flight * t.columns_per_warp;
         const double hidden = std::min(1.0, in_flight / kBytesInFlightPerSm);
         const double busy = std::min(1.0, warps / (sms * 8));
@@ -51,7 +51,7 @@ double predicted_cost(const CudaKernelSpec& spec, int64_t n, const cuda::DeviceP
 
 std::string cuda_kernel_key(const CudaKernelSpec& format, int64_t n) {
     std::ostringstream out;
-    out << "cuda_" << jit::cuda::format_name(format) << " K=" << format.k << " N=" << n << " m=" << format.rows;
+    out << jit::cuda::kernel_family_name(format) << " K=" << format.format.k << " N=" << n << " m=" << format.rows;
     return out.str();
 }
 

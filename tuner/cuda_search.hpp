@@ -12,7 +12,7 @@
 
 namespace qjit {
 
-// "cuda_q4g128_asym_f16_sm90 K=4096 N=11008 m=16": the database key of a CUDA layer's tiling.
+// "q4g128_asym_cuda_f16_sm90 K=4096 N=11008 m=16": the database key of a CUDA layer's tiling.
 // `format` has its rows set to the batch bucket; the kernel kind is the tiling's, not the key's.
 std::string cuda_kernel_key(const jit::cuda::CudaKernelSpec& format, int64_t n);
 

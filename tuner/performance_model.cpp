@@ -14,7 +14,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int64_t activation_bytes(const jit::CpuKernelSpec& spec) { return spec.path == jit::ActivationPath::Int8 ? 1 : 4; }
 
-int64_t code_block_bytes(const jit::CpuKernelSpec& spec) { return int64_t(spec.bits) * 4 * spec.panel_columns(); }
+int64_t code_block_bytes(const jit::CpuKernelSpec& spec) { return int64_t(spec.format.bits) * 4 * spec.panel_columns(); }
 
 // Rows of K one task covers: the K range of one part of the split.
 int64_t k_part_rows(const jit::CpuKernelSpec& spec) { return ceil_div(spec.padded_k(), spec.tiling.k_splits); }
@@ -24,13 +24,13 @@ double block_instructions(const jit::CpuKernelSpec& spec, int64_t rows) {
     const bool embedded = jit::embedded_broadcast(spec);
     if (spec.path == jit::ActivationPath::Int8) {
         // 8 quads: shift and mask per plane (3-bit: two planes and a merge), one dot product per row.
-        const double unpack = spec.bits == 8 ? 0.0 : spec.bits == 3 ? 5.0 : 2.0;
+        const double unpack = spec.format.bits == 8 ? 0.0 : spec.format.bits == 3 ? 5.0 : 2.0;
         const double dot = spec.vnni() ? 1.0 : 3.0;
         const double broadcast = embedded ? 0.0 : 1.0;
         return 8.0 * (unpack + double(rows) * (dot + broadcast));
     }
     // 32 rows: unpack and convert each to fp32, one FMA per row.
-    const double unpack = spec.bits == 3 ? 4.0 : 2.5;
+    const double unpack = spec.format.bits == 3 ? 4.0 : 2.5;
     const double broadcast = embedded ? 0.0 : 1.0;
     return 32.0 * (unpack + double(rows) * (1.0 + broadcast));
 }
@@ -72,7 +72,7 @@ double estimate_seconds(const jit::CpuKernelSpec& spec, const TuningProblem& pro
 
     // Memory: weights stream once from DRAM; activations come from L2 for every panel and row
     // tile when a tile's K range overflows L1d.
-    const double scale_bytes = spec.f16_scales ? 2.0 : 4.0, zero_bytes = spec.symmetric ? 0.0 : 1.0;
+    const double scale_bytes = spec.format.f16_scales() ? 2.0 : 4.0, zero_bytes = spec.format.symmetric ? 0.0 : 1.0;
     const double weight_bytes =
         double(blocks * code_block_bytes(spec) * panels) + double(groups * padded_n) * (scale_bytes + zero_bytes);
     const double dram_gbps = std::min(machine.dram_gbps_total, machine.dram_gbps_per_thread * threads);

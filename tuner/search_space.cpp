@@ -33,12 +33,12 @@ std::vector<int> row_choices(jit::CpuKernelSpec base, int64_t batch) {
 }  // namespace
 
 std::vector<jit::CpuKernelSpec> enumerate_tilings(const TuningProblem& problem) {
-    jit::CpuKernelSpec base = problem.format;
+    jit::CpuKernelSpec base = problem.kernel;
     base.tiling = jit::CpuTiling{};
     const int64_t vectors_needed = (problem.n + base.lanes() - 1) / base.lanes();
-    const int64_t blocks_per_group = base.group_size >= 32 ? base.group_size / 32 : 0;
+    const int64_t blocks_per_group = base.group_rows() >= 32 ? base.group_rows() / 32 : 0;
     // K splits at whole groups (pairs of groups of 16, which share a block).
-    const int64_t splittable = base.group_size == 16 ? base.num_groups() / 2 : base.num_groups();
+    const int64_t splittable = base.group_rows() == 16 ? base.num_groups() / 2 : base.num_groups();
 
     std::vector<jit::CpuKernelSpec> tilings;
     for (int tu = 1; tu <= kMaxColumnVectors && tu <= std::max<int64_t>(1, vectors_needed); ++tu) {

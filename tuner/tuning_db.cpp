@@ -6,6 +6,8 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include "tuner/legacy_kernel_key.hpp"
+
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -63,6 +65,7 @@ std::optional<TuningRecord> parse_record(const std::string& document) {
         r.qjit_version = node["qjit_version"].as<std::string>();
         r.fingerprint = node["fingerprint"].as<std::string>();
         r.kernel_key = node["kernel"].as<std::string>();
+        if (std::optional<std::string> today = migrated_kernel_key(r.kernel_key)) r.kernel_key = *today;
         r.tiling = node["tiling"].as<std::string>();
         r.time_us = node["time_us"].as<double>();
         r.gbps = node["gbps"].as<double>();

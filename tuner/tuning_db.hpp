@@ -9,7 +9,7 @@
 //     schema: 1
 //     qjit_version: "0.1.0"
 //     fingerprint: "x86_64 GenuineIntel ... avx512vnni L1d=48K L2=2M L3=105M cores=56"
-//     kernel: "gemm_q4g128_asym_i8_avx512vnni K=4096 N=11008 m=1 threads=2"
+//     kernel: "q4g128_asym_gemm_i8_avx512vnni K=4096 N=11008 m=1 threads=2"
 //     tiling: "tu=3,mb=8,prefetch=4,ku=1,ksplit=1"
 //     time_us: 41.5
 //     gbps: 612.25

@@ -11,7 +11,7 @@ int64_t batch_bucket(int64_t rows) {
 }
 
 std::string kernel_key(const TuningProblem& problem) {
-    return concat(jit::kernel_family_name(problem.format), " K=", problem.format.k, " N=", problem.n,
+    return concat(jit::kernel_family_name(problem.kernel), " K=", problem.kernel.format.k, " N=", problem.n,
                   " m=", problem.batch, " threads=", problem.threads);
 }
 

@@ -10,7 +10,7 @@
 namespace qjit {
 
 struct TuningProblem {
-    jit::CpuKernelSpec format;  // what the kernel computes, K included; its tiling is ignored
+    jit::CpuKernelSpec kernel;  // what the kernel computes, its format included; its tiling is ignored
     int64_t n = 0;              // columns of the layer
     int64_t batch = 1;          // activation rows per call (a batch bucket)
     int threads = 1;            // threads a forward runs on
@@ -19,7 +19,7 @@ struct TuningProblem {
 // The bucket tilings are tuned and stored for: the next power of two, at most 64.
 int64_t batch_bucket(int64_t rows);
 
-// "gemm_q4g128_asym_i8_avx512vnni K=4096 N=11008 m=1 threads=2".
+// "q4g128_asym_gemm_i8_avx512vnni K=4096 N=11008 m=1 threads=2".
 std::string kernel_key(const TuningProblem& problem);
 
 }  // namespace qjit

@@ -26,7 +26,7 @@ struct RankedTiling {
 class TuningTarget {
 public:
     virtual ~TuningTarget() = default;
-    // "gemm_q4g128_asym_i8_avx512vnni K=4096 N=11008 m=1 threads=2": the database key.
+    // "q4g128_asym_gemm_i8_avx512vnni K=4096 N=11008 m=1 threads=2": the database key.
     virtual std::string kernel_key() const = 0;
     // The hardware the target's records are valid on.
     virtual std::string fingerprint() const = 0;

@@ -107,20 +107,20 @@ private:
 
 // Format constants shared by both kernels.
 void SourceWriter::constants() {
-    out_ << "constexpr int BITS = " << spec_.bits << ";\n"
-         << "constexpr int GROUP = " << (spec_.per_column() ? 0 : spec_.group_size) << ";  // 0: one group per column\n"
-         << "constexpr bool SYMMETRIC = " << (spec_.symmetric ? "true" : "false") << ";\n"
-         << "typedef " << (spec_.f16_scales ? "u16" : "float") << " scale_t;\n"
-         << "constexpr u32 SYMMETRIC_BIAS = " << (0x6400 + (1 << (spec_.bits - 1))) << "u;  // fp16 bits of 1024 + 2^(bits-1)\n"
+    out_ << "constexpr int BITS = " << spec_.format.bits << ";\n"
+         << "constexpr int GROUP = " << (spec_.per_column() ? 0 : spec_.format.group_size) << ";  // 0: one group per column\n"
+         << "constexpr bool SYMMETRIC = " << (spec_.format.symmetric ? "true" : "false") << ";\n"
+         << "typedef " << (spec_.format.f16_scales() ? "u16" : "float") << " scale_t;\n"
+         << "constexpr u32 SYMMETRIC_BIAS = " << (0x6400 + (1 << (spec_.format.bits - 1))) << "u;  // fp16 bits of 1024 + 2^(bits-1)\n"
          << "static __device__ __forceinline__ int group_of(int k, int num_groups) {\n"
          << "    return GROUP == 0 ? 0 : min(k / (GROUP == 0 ? 1 : GROUP), num_groups - 1);\n}\n"
          << "static __device__ __forceinline__ float scale_value(scale_t s) { return "
-         << (spec_.f16_scales ? "half_to_float(s)" : "s") << "; }\n";
+         << (spec_.format.f16_scales() ? "half_to_float(s)" : "s") << "; }\n";
 }
 
 // decode_block(w, h): the 16 pairs of a 32-code block as fp16 pairs (1024 + code), per code_layout.hpp.
 void SourceWriter::decode_block() {
-    const int bits = spec_.bits;
+    const int bits = spec_.format.bits;
     const int mask = (1 << bits) - 1;
     out_ << "static __device__ __forceinline__ void decode_block(const u32* w, u32 (&h)[16]) {\n";
     for (int p = 0; p < regular_pairs(bits); ++p) {
@@ -168,7 +168,7 @@ static __device__ __forceinline__ u16 to_output(float v) { return float_to_bf16(
 
 std::string SourceWriter::gemv() {
     const CudaTiling& t = spec_.tiling;
-    const int blocks = chunk_blocks(spec_.bits);
+    const int blocks = chunk_blocks(spec_.format.bits);
     out_ << "// " << kernel_name(spec_) << ": y = x * W for up to " << spec_.rows
          << " rows; one warp per column set, lanes stride over K, shuffle reduction.\n"
          << kPrelude;
@@ -293,14 +293,14 @@ extern "C" __global__ void __launch_bounds__(256) qjit_gemv(
 
 std::string SourceWriter::gemm() {
     const CudaTiling& t = spec_.tiling;
-    const bool group_spans_tile = spec_.per_column() || spec_.group_size >= t.block_k;
+    const bool group_spans_tile = spec_.per_column() || spec_.format.group_size >= t.block_k;
     out_ << "// " << kernel_name(spec_) << ": y = x * W on tensor cores (mma.sync m16n8k16, fp32 accumulators)\n"
          << "// behind a " << t.stages << "-stage cp.async pipeline; codes are dequantized into shared memory per K step.\n"
          << kPrelude << kAsyncCopy;
     constants();
     out_ << "constexpr int BM = " << t.block_m << ", BN = " << t.block_n << ", BK = " << t.block_k << ";\n"
          << "constexpr int WARPS = " << t.warps << ", THREADS = WARPS * 32, STAGES = " << t.stages << ";\n"
-         << "constexpr int GROUPS_PER_TILE = " << (group_spans_tile ? 1 : t.block_k / spec_.group_size) << ";\n"
+         << "constexpr int GROUPS_PER_TILE = " << (group_spans_tile ? 1 : t.block_k / spec_.format.group_size) << ";\n"
          << "constexpr bool BF16 = " << (f16() ? "false" : "true") << ";\n";
     out_ << R"(constexpr int LDS = BK + 8;                        // halves per shared row (padding: conflict-free ldmatrix)
 constexpr int WARP_N = BN / WARPS;                   // columns each warp multiplies

@@ -15,10 +15,6 @@ constexpr int kMaxAccumulators = 128; // fp32 accumulators per GEMM thread
 
 int64_t round_up(int64_t value, int64_t step) { return (value + step - 1) / step * step; }
 
-std::string group_text(const CudaKernelSpec& spec) {
-    return spec.per_column() ? "col" : "g" + std::to_string(spec.group_size);
-}
-
 bool one_of(int value, std::initializer_list<int> allowed) {
     for (int a : allowed)
         if (a == value) return true;
@@ -33,8 +29,8 @@ template <typename... Parts>
 }
 
 int groups_per_tile(const CudaKernelSpec& spec) {
-    return spec.per_column() || spec.group_size >= spec.tiling.block_k ? 1
-                                                                       : int(spec.tiling.block_k / spec.group_size);
+    return spec.per_column() || spec.format.group_size >= spec.tiling.block_k ? 1
+                                                                       : int(spec.tiling.block_k / spec.format.group_size);
 }
 
 }  // namespace
@@ -48,22 +44,17 @@ int chunk_blocks(int bits) {
 }
 
 
-std::string format_name(const CudaKernelSpec& spec) {
+std::string kernel_family_name(const CudaKernelSpec& spec) {
     std::ostringstream out;
-    out << "q" << spec.bits << group_text(spec) << (spec.symmetric ? "_sym" : "_asym")
-        << (spec.activations == ActivationType::F16 ? "_f16" : "_bf16") << (spec.f16_scales ? "" : "_s32") << "_sm"
+    out << spec.format.kernel_name() << "_cuda" << (spec.activations == ActivationType::F16 ? "_f16" : "_bf16") << "_sm"
         << spec.arch;
     return out.str();
-}
-
-std::string kernel_family_name(const CudaKernelSpec& spec) {
-    return std::string("cuda_") + (spec.tiling.kind == KernelKind::Gemv ? "gemv_" : "gemm_") + format_name(spec);
 }
 
 std::string kernel_name(const CudaKernelSpec& spec) {
     const CudaTiling& t = spec.tiling;
     std::ostringstream out;
-    out << kernel_family_name(spec) << '_';
+    out << kernel_family_name(spec) << (t.kind == KernelKind::Gemv ? "_gemv_" : "_gemm_");
     if (t.kind == KernelKind::Gemv)
         out << "r" << spec.rows << "w" << t.warps << "c" << t.columns_per_warp << "f" << t.chunks_in_flight;
     else
@@ -120,19 +111,19 @@ CudaTiling parse_tiling(const std::string& text, CudaTiling base) {
 int shared_memory_bytes(const CudaKernelSpec& spec) {
     const CudaTiling& t = spec.tiling;
     if (t.kind == KernelKind::Gemv) return 0;
-    const int64_t scale_bytes = spec.f16_scales ? 2 : 4;
+    const int64_t scale_bytes = spec.format.f16_scales() ? 2 : 4;
     const int64_t per_stage = int64_t(t.block_m) * (t.block_k + kPadHalves) * 2  // activations
-                              + int64_t(t.block_n) * t.block_k * spec.bits / 8   // codes
-                              + groups_per_tile(spec) * t.block_n * (scale_bytes + (spec.symmetric ? 0 : 2));
+                              + int64_t(t.block_n) * t.block_k * spec.format.bits / 8   // codes
+                              + groups_per_tile(spec) * t.block_n * (scale_bytes + (spec.format.symmetric ? 0 : 2));
     const int64_t dequantized = int64_t(t.block_n) * (t.block_k + kPadHalves) * 2;
     return int(t.stages * round_up(per_stage, 16) + dequantized);
 }
 
 void check_spec(const CudaKernelSpec& spec) {
-    if (!one_of(spec.bits, {2, 3, 4, 8})) reject("CUDA kernels take 2, 3, 4 or 8 bits, not ", spec.bits);
-    if (spec.k < 1) reject("K is ", spec.k);
-    if (!spec.per_column() && (spec.group_size < 32 || spec.group_size % 32 != 0))
-        reject("CUDA kernels need groups of a multiple of 32 rows (or one per column), not ", spec.group_size);
+    if (!one_of(spec.format.bits, {2, 3, 4, 8})) reject("CUDA kernels take 2, 3, 4 or 8 bits, not ", spec.format.bits);
+    if (spec.format.k < 1) reject("K is ", spec.format.k);
+    if (!spec.per_column() && (spec.format.group_size < 32 || spec.format.group_size % 32 != 0))
+        reject("CUDA kernels need groups of a multiple of 32 rows (or one per column), not ", spec.format.group_size);
     if (spec.arch < 80) reject("CUDA kernels need sm_80 or newer (mma.sync bf16, cp.async), not sm_", spec.arch);
     const CudaTiling& t = spec.tiling;
     if (t.kind == KernelKind::Gemv) {
@@ -149,8 +140,8 @@ void check_spec(const CudaKernelSpec& spec) {
     if (t.stages < 2 || t.stages > 5) reject("GEMM stages ", t.stages, "; expected 2 .. 5");
     if (!one_of(t.split_k, {1, 2, 4, 8})) reject("GEMM splitk ", t.split_k, "; expected 1, 2, 4 or 8");
     // Each stage's codes per column must be whole 16-byte cp.async chunks.
-    if (t.block_k * spec.bits % 128 != 0)
-        reject("GEMM bk ", t.block_k, " gives ", t.block_k * spec.bits / 8, " code bytes per column (", spec.bits,
+    if (t.block_k * spec.format.bits % 128 != 0)
+        reject("GEMM bk ", t.block_k, " gives ", t.block_k * spec.format.bits / 8, " code bytes per column (", spec.format.bits,
                "-bit), not a multiple of 16");
     const int warp_columns = t.block_n / t.warps;
     if (warp_columns % 16 != 0) reject("GEMM bn ", t.block_n, " over ", t.warps, " warps leaves ", warp_columns,

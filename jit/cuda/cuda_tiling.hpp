@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "format/cuda_code_layout.hpp"
+#include "format/weight_format.hpp"
 
 namespace qjit::jit::cuda {
 
@@ -31,17 +32,14 @@ struct CudaTiling {
 };
 
 struct CudaKernelSpec {
-    int bits = 4;                 // 2, 3, 4 or 8
-    int64_t k = 0;                // rows of the layer
-    int64_t group_size = 128;     // rows per group: a multiple of 32, or k (per column)
-    bool symmetric = false;       // zero point 2^(bits-1), no zeros array
-    bool f16_scales = true;       // scales stored as fp16 (else fp32)
+    WeightFormat format{.scale_type = ScaleType::F16};  // the weights it reads: bits 2/3/4/8, groups of a multiple of 32 rows
+                                  // or one per column; scale_type F16 when the device stores fp16 scales
     ActivationType activations = ActivationType::F16;
     int arch = 80;                // sm_<arch>
     int rows = 1;                 // gemv: activation rows it is compiled for (1, 2, 4, 8; fewer at run time are masked)
     CudaTiling tiling;
 
-    bool per_column() const { return group_size >= k; }
+    bool per_column() const { return format.group_size >= format.k; }
 };
 
 // The GEMV's 16-byte-aligned chunk, in packed blocks: 2 blocks of 2-bit (16 B), 4 of 3-bit (48 B),
@@ -52,12 +50,11 @@ using cuda_layout::kCodesPerBlock;
 using cuda_layout::padded_k;
 using cuda_layout::padded_n;
 
-// "q4g128_asym_f16_sm90", "q3col_sym_bf16_s32_sm80": the format, whichever kernel kind runs it
-// ("_s32" for fp32 scales); the tuning database's key starts with it.
-std::string format_name(const CudaKernelSpec& spec);
-// "cuda_gemv_q4g128_asym_f16_sm90" / "cuda_gemm_q3col_sym_bf16_sm80": what the code computes.
+// "q4g128_asym_cuda_f16_sm90", "q3col_sym_s32_cuda_bf16_sm80": the format, the activation type and
+// the architecture, whichever kernel kind runs it; the tuning database's key starts with it.
 std::string kernel_family_name(const CudaKernelSpec& spec);
-// The family plus the tiling: "cuda_gemm_q4g128_asym_f16_sm90_m64n128k128w8s3z1", a C identifier.
+// The family plus the kind and tiling: "q4g128_asym_cuda_f16_sm90_gemm_m64n128k128w8s3z1", a C
+// identifier.
 std::string kernel_name(const CudaKernelSpec& spec);
 
 // "kernel=gemv,warps=4,cols=1,inflight=2" / "kernel=gemm,bm=64,bn=128,bk=128,warps=8,stages=3,splitk=1".

@@ -24,11 +24,8 @@ const char* isa_tag(qjit_isa isa) {
 }  // namespace
 
 std::string kernel_family_name(const CpuKernelSpec& spec) {
-    std::ostringstream name;
-    name << "gemm_q" << spec.bits << "g" << spec.group_size << (spec.symmetric ? "_sym" : "_asym")
-         << (spec.path == ActivationPath::Int8 ? "_i8_" : "_f32_") << isa_tag(spec.isa);
-    if (!spec.f16_scales) name << "_s32";
-    return name.str();
+    return spec.format.kernel_name() + (spec.path == ActivationPath::Int8 ? "_gemm_i8_" : "_gemm_f32_") +
+           isa_tag(spec.isa);
 }
 
 std::string kernel_name(const CpuKernelSpec& spec) {
@@ -44,23 +41,23 @@ int vector_registers_available(qjit_isa isa) { return isa >= QJIT_ISA_AVX512 ? 3
 int vector_registers_needed(const CpuKernelSpec& spec) {
     const bool int8_without_vnni = spec.path == ActivationPath::Int8 && !spec.vnni();
     const int accumulators = spec.tiling.column_vectors * spec.rows;
-    const int constants = int(code_planes(spec.bits).size()) + (int8_without_vnni ? 1 : 0);
+    const int constants = int(code_planes(spec.format.bits).size()) + (int8_without_vnni ? 1 : 0);
     return accumulators + std::max(main_scratch_registers(spec), kEpilogueTemporaries) + constants;
 }
 
 void check_spec(const CpuKernelSpec& spec) {
     auto reject = [&](const std::string& why) { throw std::invalid_argument(kernel_name(spec) + ": " + why); };
     if (spec.isa < QJIT_ISA_AVX2 || spec.isa > QJIT_ISA_AVX512_VNNI) reject("needs AVX2 or better");
-    if (spec.bits != 2 && spec.bits != 3 && spec.bits != 4 && spec.bits != 8) reject("bits must be 2, 3, 4 or 8");
-    if (spec.k < 1) reject("k must be positive");
-    if (spec.group_size != 16 && (spec.group_size < 32 || spec.group_size % 32 != 0))
+    if (spec.format.bits != 2 && spec.format.bits != 3 && spec.format.bits != 4 && spec.format.bits != 8) reject("bits must be 2, 3, 4 or 8");
+    if (spec.format.k < 1) reject("k must be positive");
+    if (spec.group_rows() != 16 && (spec.group_rows() < 32 || spec.group_rows() % 32 != 0))
         reject("group size must be 16 or a multiple of 32");
     if (spec.tiling.column_vectors < 1 || spec.tiling.rows < 1 || spec.tiling.prefetch_blocks < 0 ||
         spec.tiling.unroll_blocks < 1)
         reject("tiling values must be positive (prefetch >= 0)");
-    if (spec.tiling.unroll_blocks > 1 && (spec.group_size < 32 || (spec.group_size / 32) % spec.tiling.unroll_blocks))
+    if (spec.tiling.unroll_blocks > 1 && (spec.group_rows() < 32 || (spec.group_rows() / 32) % spec.tiling.unroll_blocks))
         reject("k-unroll " + std::to_string(spec.tiling.unroll_blocks) + " does not divide the " +
-               std::to_string(spec.group_size / 32) + " blocks of a group");
+               std::to_string(spec.group_rows() / 32) + " blocks of a group");
     if (spec.rows < 1 || spec.rows > spec.tiling.rows) reject("rows must be 1 .. tiling.rows");
     if (vector_registers_needed(spec) > vector_registers_available(spec.isa))
         reject("needs " + std::to_string(vector_registers_needed(spec)) + " vector registers; the ISA has " +

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "format/weight_format.hpp"
 #include "qjit/qjit.h"
 
 namespace qjit::jit {
@@ -30,33 +31,31 @@ struct CpuTiling {
 };
 
 struct CpuKernelSpec {
+    WeightFormat format{.scale_type = ScaleType::F16};  // the weights it reads (n and act-order do not change the code)
     qjit_isa isa = QJIT_ISA_AVX512_VNNI;  // AVX2 and up
     ActivationPath path = ActivationPath::Int8;
-    int bits = 4;
-    int64_t k = 0;               // rows of the layer (the kernel walks ceil(k / 32) blocks at most)
-    int64_t group_size = 128;    // rows per group: 16 or a multiple of 32 (per column: k rounded up to 32)
-    bool symmetric = false;      // zero point 2^(bits-1) for every column, no zeros array
-    bool f16_scales = true;      // scales stored as fp16 (else fp32)
     int rows = 1;                // activation rows of this kernel (1 .. tiling.rows)
     CpuTiling tiling;
 
     int lanes() const { return isa >= QJIT_ISA_AVX512 ? 16 : 8; }
     int panel_columns() const { return tiling.column_vectors * lanes(); }
     bool vnni() const { return isa == QJIT_ISA_AVX2_VNNI || isa == QJIT_ISA_AVX512_VNNI; }
-    int64_t padded_k() const { return (k + 31) / 32 * 32; }
+    int64_t padded_k() const { return (format.k + 31) / 32 * 32; }
+    // Rows per group as the kernel walks them: 16 or a multiple of 32 (one group: k rounded up to 32).
+    int64_t group_rows() const { return format.num_groups() == 1 ? padded_k() : format.group_size; }
     // Groups over the padded rows: for groups of 16 this can be one more than over k (a group of
     // padding only, whose metadata is zero), so that a 32-row block always holds two whole groups.
-    int64_t num_groups() const { return (padded_k() + group_size - 1) / group_size; }
+    int64_t num_groups() const { return (padded_k() + group_rows() - 1) / group_rows(); }
     // Largest activation magnitude of the int8 path. Without VNNI, vpmaddubsw adds two u8 x s8
     // products into int16: 8-bit codes (255) need |x| <= 64 to stay clear of saturation.
-    int int8_activation_max() const { return !vnni() && bits == 8 ? 63 : 127; }
+    int int8_activation_max() const { return !vnni() && format.bits == 8 ? 63 : 127; }
 };
 
 // A name that says what the kernel is, in the style used across qjit (describe strings, the
-// tuning database, dumps): gemm_q4g128_asym_i8_avx512vnni_tu4mb4pf0.
+// tuning database, dumps), starting with its format's name: q4g128_asym_gemm_i8_avx512vnni_tu4mb4pf0.
 std::string kernel_name(const CpuKernelSpec& spec);
-// The same without the tiling (and with "_s32" for fp32 scales): what the code computes, the
-// tuning database's kernel key: gemm_q4g128_asym_i8_avx512vnni.
+// The same without the tiling: what the code computes, the start of the tuning database's kernel
+// key: q4g128_asym_gemm_i8_avx512vnni.
 std::string kernel_family_name(const CpuKernelSpec& spec);
 
 // Throws std::invalid_argument when the spec cannot be generated: bits, group size, ISA, or a

@@ -49,14 +49,14 @@ public:
     explicit GemmEmitter(const CpuKernelSpec& spec)
         : JitGenerator(kernel_name(spec)),
           spec_(spec),
-          planes_(code_planes(spec.bits)),
+          planes_(code_planes(spec.format.bits)),
           tu_(spec.tiling.column_vectors),
           rows_(spec.rows),
           lanes_(spec.lanes()),
           panel_(spec.panel_columns()),
           int8_(spec.path == ActivationPath::Int8),
           x_bytes_(int8_ ? 1 : 4),
-          scale_bytes_(spec.f16_scales ? 2 : 4) {
+          scale_bytes_(spec.format.f16_scales() ? 2 : 4) {
         const int scratch = std::max(main_scratch_registers(spec), kEpilogueTemporaries);
         scratch_base_ = rows_ * tu_;
         const_base_ = scratch_base_ + scratch;
@@ -98,7 +98,7 @@ private:
     void vzero(const Vmm& d) { kZmm ? vpxord(d, d, d) : vpxor(d, d, d); }
     void vload(const Vmm& d, const Xbyak::Address& a) { kZmm ? vmovdqu32(d, a) : vmovdqu(d, a); }
 
-    int64_t block_code_bytes() const { return int64_t(spec_.bits) * panel_ * 4; }
+    int64_t block_code_bytes() const { return int64_t(spec_.format.bits) * panel_ * 4; }
     int64_t x_row_bytes() const { return spec_.padded_k() * x_bytes_; }
     int64_t group_meta_bytes() const { return spec_.num_groups() * 4; }  // one float per row and group
 
@@ -110,7 +110,7 @@ private:
         zero_output_tile();
         for (int i = 0; i < rows_; ++i)
             for (int t = 0; t < tu_; ++t) vzero(acc(i, t));
-        if (spec_.group_size == 16) {
+        if (spec_.group_rows() == 16) {
             emit_blocks_of_two_groups();
         } else {
             emit_group_loop();
@@ -171,7 +171,7 @@ private:
         test(groups_left_, groups_left_);
         jz(tail, T_NEAR);
         L(group_loop);
-        mov(blocks_left_, spec_.group_size / 32 / spec_.tiling.unroll_blocks);
+        mov(blocks_left_, spec_.group_rows() / 32 / spec_.tiling.unroll_blocks);
         L(block_loop);
         for (int u = 0; u < spec_.tiling.unroll_blocks; ++u) {  // k-unroll
             emit_prefetch();
@@ -303,14 +303,14 @@ private:
     void emit_group_epilogue() {
         const Vmm scale = ep_scale(), zero = ep_zero(), factor = ep_broadcast(), out = ep_output();
         for (int t = 0; t < tu_; ++t) {
-            if (spec_.f16_scales) {
+            if (spec_.format.f16_scales()) {
                 vcvtph2ps(scale, kZmm ? Xbyak::Address(yword[scales_ + t * lanes_ * 2])
                                       : Xbyak::Address(xword[scales_ + t * lanes_ * 2]));
             } else {
                 vmovups(scale, ptr[scales_ + t * lanes_ * 4]);
             }
-            if (spec_.symmetric) {
-                broadcast_constant(zero, float_bits(float(1 << (spec_.bits - 1))));
+            if (spec_.format.symmetric) {
+                broadcast_constant(zero, float_bits(float(1 << (spec_.format.bits - 1))));
             } else {
                 vpmovzxbd(zero, kZmm ? Xbyak::Address(xword[zeros_ + t * lanes_])
                                      : Xbyak::Address(qword[zeros_ + t * lanes_]));
@@ -338,7 +338,7 @@ private:
             }
         }
         add(scales_, panel_ * scale_bytes_);
-        if (!spec_.symmetric) add(zeros_, panel_);
+        if (!spec_.format.symmetric) add(zeros_, panel_);
         add(x_sum_, 4);
         if (int8_) add(x_scale_, 4);
     }

@@ -25,7 +25,7 @@ T* grow(std::vector<T>& buffer, size_t count) {
 // per group its sum and, on the int8 path, its step and int8 values.
 void prepare_row(const jit::CpuKernelSpec& spec, const QuantParams& params, const float* src, float* row,
                  int8_t* int8_row, float* row_scales, float* row_sums) {
-    const int64_t k = params.k, padded_k = spec.padded_k(), gs = spec.group_size;
+    const int64_t k = params.k, padded_k = spec.padded_k(), gs = spec.group_rows();
     gather_row(params, src, row);
     std::fill(row + k, row + padded_k, 0.0f);
     const float qmax = float(spec.int8_activation_max());

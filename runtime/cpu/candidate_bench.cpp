@@ -10,25 +10,25 @@ namespace qjit {
 
 CandidateBench::CandidateBench(const TuningProblem& problem, const std::vector<Candidate>& candidates, ThreadPool& pool)
     : problem_(problem), pool_(pool) {
-    const jit::CpuKernelSpec& f = problem.format;
-    params_.k = f.k;
+    const jit::CpuKernelSpec& f = problem.kernel;
+    params_.k = f.format.k;
     params_.n = problem.n;
-    params_.bits = f.bits;
-    params_.group_size = std::min(f.group_size, f.k);
-    params_.symmetric = f.symmetric;
-    params_.scale_dtype = f.f16_scales ? QJIT_DTYPE_F16 : QJIT_DTYPE_F32;
+    params_.bits = f.format.bits;
+    params_.group_size = std::min(f.group_rows(), f.format.k);
+    params_.symmetric = f.format.symmetric;
+    params_.scale_type = f.format.f16_scales() ? ScaleType::F16 : ScaleType::F32;
     params_.scales.assign(size_t(params_.num_groups() * problem.n), 0.01f);
-    if (!f.symmetric) params_.zeros.assign(size_t(params_.num_groups() * problem.n), uint16_t(1 << (f.bits - 1)));
+    if (!f.format.symmetric) params_.zeros.assign(size_t(params_.num_groups() * problem.n), uint16_t(1 << (f.format.bits - 1)));
 
     size_t words = 0;
     for (const Candidate& c : candidates)
-        words = std::max(words, PackedCodes::word_count(f.bits, f.k, problem.n, c.spec.panel_columns()));
-    codes_.bits = f.bits;
-    codes_.k = f.k;
+        words = std::max(words, PackedCodes::word_count(f.format.bits, f.format.k, problem.n, c.spec.panel_columns()));
+    codes_.bits = f.format.bits;
+    codes_.k = f.format.k;
     codes_.n = problem.n;
     codes_.words.assign(words, 0x5a3c96e1u);  // every page written: no page faults while timing
 
-    x_.resize(size_t(problem.batch * f.k));
+    x_.resize(size_t(problem.batch * f.format.k));
     for (size_t i = 0; i < x_.size(); ++i) x_[i] = float(int(i % 17) - 8) * 0.125f;
     y_.resize(size_t(problem.batch * problem.n));
 }
@@ -36,13 +36,13 @@ CandidateBench::CandidateBench(const TuningProblem& problem, const std::vector<C
 int64_t CandidateBench::weight_bytes(const jit::CpuKernelSpec& spec) const {
     const int64_t panels = (problem_.n + spec.panel_columns() - 1) / spec.panel_columns();
     const int64_t metadata = panels * spec.panel_columns() * spec.num_groups();
-    return int64_t(PackedCodes::word_count(spec.bits, spec.k, problem_.n, spec.panel_columns()) * 4) +
-           metadata * ((spec.f16_scales ? 2 : 4) + (spec.symmetric ? 0 : 1));
+    return int64_t(PackedCodes::word_count(spec.format.bits, spec.format.k, problem_.n, spec.panel_columns()) * 4) +
+           metadata * ((spec.format.f16_scales() ? 2 : 4) + (spec.format.symmetric ? 0 : 1));
 }
 
 CandidateRun CandidateBench::make_run(const jit::CpuKernelSpec& spec) {
     auto executor = std::make_shared<const JitExecutor>(spec, params_, "");
-    const size_t code_bytes = PackedCodes::word_count(spec.bits, spec.k, problem_.n, spec.panel_columns()) * 4;
+    const size_t code_bytes = PackedCodes::word_count(spec.format.bits, spec.format.k, problem_.n, spec.panel_columns()) * 4;
     CandidateRun candidate;
     candidate.prepare = [this, executor, code_bytes] {
         evict_from_caches(codes_.words.data(), code_bytes);

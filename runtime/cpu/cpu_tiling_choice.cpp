@@ -55,7 +55,7 @@ public:
         return double(bench_->weight_bytes(spec(text)));
     }
 
-    jit::CpuKernelSpec spec(const std::string& text) const { return with_tiling_text(problem_.format, text); }
+    jit::CpuKernelSpec spec(const std::string& text) const { return with_tiling_text(problem_.kernel, text); }
 
 private:
     // The model's ranking; pruned by the cache budgets unless `prune` is false or nothing survives them.

@@ -28,15 +28,15 @@ void dump_kernel(const jit::JitGenerator& kernel, const std::string& dir) {
 // Group ranges of the K split: part s of S gets groups [s*G/S, (s+1)*G/S) (pairs of groups for
 // groups of 16, which share a block); the last part takes the shorter last group, if any.
 std::vector<JitExecutor::GroupRange> split_groups(const jit::CpuKernelSpec& spec) {
-    const int64_t groups = spec.num_groups(), blocks_per_group = std::max<int64_t>(1, spec.group_size / 32);
+    const int64_t groups = spec.num_groups(), blocks_per_group = std::max<int64_t>(1, spec.group_rows() / 32);
     const int64_t last_group_blocks = spec.padded_k() / 32 - (groups - 1) * blocks_per_group;
-    const bool last_group_short = spec.group_size >= 32 && last_group_blocks < blocks_per_group;
-    const int64_t unit = spec.group_size == 16 ? 2 : 1, units = groups / unit, parts = spec.tiling.k_splits;
+    const bool last_group_short = spec.group_rows() >= 32 && last_group_blocks < blocks_per_group;
+    const int64_t unit = spec.group_rows() == 16 ? 2 : 1, units = groups / unit, parts = spec.tiling.k_splits;
     std::vector<JitExecutor::GroupRange> ranges;
     for (int64_t s = 0; s < parts; ++s) {
         const int64_t first = s * units / parts * unit, end = (s + 1) * units / parts * unit;
         const bool has_short_tail = last_group_short && end == groups;
-        const int64_t first_block = spec.group_size == 16 ? first / 2 : first * blocks_per_group;
+        const int64_t first_block = spec.group_rows() == 16 ? first / 2 : first * blocks_per_group;
         ranges.push_back({first, first_block, end - first - (has_short_tail ? 1 : 0),
                           has_short_tail ? last_group_blocks : 0});
     }
@@ -59,14 +59,14 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
     // Scales and zero points in panel order, so a kernel streams its panel's metadata contiguously.
     // Groups past the layer's own (groups of 16 over the padded rows) get scale 0.
     const int64_t panel = spec.panel_columns(), panels = (p.n + panel - 1) / panel, groups = spec.num_groups();
-    const size_t scale_bytes = spec.f16_scales ? 2 : 4;
+    const size_t scale_bytes = spec.format.f16_scales() ? 2 : 4;
     scales_.assign(size_t(panels * groups * panel) * scale_bytes, 0);
     if (!p.symmetric) zeros_.assign(size_t(panels * groups * panel), 0);
     for (int64_t g = 0; g < p.num_groups(); ++g)
         for (int64_t c = 0; c < p.n; ++c) {
             const size_t at = size_t((c / panel * groups + g) * panel + c % panel);
             const float scale = p.scales[size_t(g * p.n + c)];
-            if (spec.f16_scales) {
+            if (spec.format.f16_scales()) {
                 const uint16_t half = float_to_half(scale);
                 std::memcpy(&scales_[at * 2], &half, 2);
             } else {
@@ -81,7 +81,7 @@ void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const 
     const PreparedActivations act = prepare_activations(spec_, p, x, m, pool);
     const int64_t panel = spec_.panel_columns(), panels = codes.num_panels(), groups = spec_.num_groups();
     const int64_t max_rows = spec_.tiling.rows;
-    const size_t scale_bytes = spec_.f16_scales ? 2 : 4;
+    const size_t scale_bytes = spec_.format.f16_scales() ? 2 : 4;
     const int64_t x_bytes = spec_.path == jit::ActivationPath::Int8 ? 1 : 4;
     const std::vector<GroupRange>& ranges = group_ranges_;
     const int64_t parts = int64_t(ranges.size());
@@ -103,7 +103,7 @@ void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const 
         if (tile.size() < size_t(max_rows * panel)) tile.resize(size_t(max_rows * panel));
 
         jit::CpuKernelArgs args;
-        args.codes = codes.panel(n0) + first_block * spec_.bits * panel;
+        args.codes = codes.panel(n0) + first_block * spec_.format.bits * panel;
         args.scales = scales_.data() + size_t((p_index * groups + range.first) * panel) * scale_bytes;
         args.zeros = zeros_.empty() ? nullptr : zeros_.data() + size_t((p_index * groups + range.first) * panel);
         args.y = tile.data();

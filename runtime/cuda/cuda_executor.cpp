@@ -25,11 +25,9 @@ namespace {
 // The kernel spec (format part) a layer with these parameters is compiled for.
 jit::cuda::CudaKernelSpec cuda_format(const QuantParams& params, jit::cuda::ActivationType activations, int arch) {
     jit::cuda::CudaKernelSpec spec;
-    spec.bits = params.bits;
-    spec.k = params.k;
-    spec.group_size = params.group_size >= params.k ? params.k : params.group_size;
-    spec.symmetric = params.symmetric;
-    spec.f16_scales = scales_exact_in_f16(params);
+    spec.format = params.format();
+    if (spec.format.group_size >= spec.format.k) spec.format.group_size = spec.format.k;  // one group per column
+    spec.format.scale_type = scales_exact_in_f16(params) ? ScaleType::F16 : ScaleType::F32;
     spec.activations = activations;
     spec.arch = arch;
     return spec;
@@ -63,7 +61,7 @@ CudaExecutor::CudaExecutor(const cuda::DeviceProperties& device, const Quantized
 
     const CudaWeights weights = pack_cuda_weights(matrix);
     k_ = weights.k, n_ = weights.n, kp_ = weights.kp, np_ = weights.np, num_groups_ = weights.num_groups;
-    act_order_ = p.act_order();
+    act_order_ = p.act_order;
     codes_ = cuda::DeviceBuffer(weights.codes.data(), weights.codes.size() * 4);
     if (weights.f16_scales) scales_ = cuda::DeviceBuffer(weights.scales_f16.data(), weights.scales_f16.size() * 2);
     else scales_ = cuda::DeviceBuffer(weights.scales_f32.data(), weights.scales_f32.size() * 4);

@@ -1,0 +1,46 @@
+#include "format/weight_format.hpp"
+
+#include "base/error.hpp"
+#include "qjit/qjit.h"
+
+namespace qjit {
+
+namespace {
+
+std::string base_name(const WeightFormat& f) {
+    return concat("q", f.bits, f.per_column() ? std::string("col") : concat("g", f.group_size),
+                  f.symmetric ? "_sym" : "_asym", f.f16_scales() ? "" : "_s32");
+}
+
+}  // namespace
+
+std::string WeightFormat::name() const { return base_name(*this) + (act_order ? "_act" : ""); }
+
+std::string WeightFormat::kernel_name() const { return base_name(*this); }
+
+void validate_bits(int bits) {
+    require(bits == 2 || bits == 3 || bits == 4 || bits == 8, "bits is ", bits, "; supported: 2, 3, 4, 8");
+}
+
+int64_t resolve_group_size(int group_size, int64_t k) {
+    if (group_size == QJIT_GROUP_PER_COLUMN) return k;
+    require(group_size == 16 || group_size == 32 || group_size == 64 || group_size == 128 || group_size == 256,
+            "group_size is ", group_size, "; supported: 16, 32, 64, 128, 256 or QJIT_GROUP_PER_COLUMN (-1)");
+    return group_size;
+}
+
+void validate(const WeightFormat& f) {
+    require(f.k >= 1 && f.n >= 1, "matrix shape ", f.k, " x ", f.n, " is empty");
+    require(f.k < kMaxDimension && f.n < kMaxDimension, "matrix shape ", f.k, " x ", f.n, " exceeds 2^31 - 1");
+    validate_bits(f.bits);
+    require(f.group_size >= 1, "group_size ", f.group_size, " must be positive");
+    require(f.scale_type == ScaleType::F16 || f.scale_type == ScaleType::F32, "scale type ", int(f.scale_type),
+            " is unknown");
+    // Described already, run by no backend yet.
+    require(f.uniform_bits(), "mixed bit widths per group are not supported yet");
+    require(!f.permuted_columns, "permuted output columns are not supported yet");
+    require(f.low_rank.rank == 0, "low-rank terms are not supported yet");
+    require(f.outliers == 0, "sparse outliers are not supported yet");
+}
+
+}  // namespace qjit

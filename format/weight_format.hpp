@@ -1,0 +1,74 @@
+// How a layer's weights are stored: the one description every part of qjit reads (quantizers and
+// importers fill it, layer files save it, the CPU and CUDA kernel specs contain it, the tuner keys
+// on its name). Data (codes, scales, zero points, permutations) lives beside it in QuantParams and
+// QuantizedMatrix (format/quantized_matrix.hpp).
+//
+//     W[k][n] = scale[g][n] * (code[k][n] - zero[g][n]),   g = k / group_size (k in storage order)
+//
+// Fields a later format needs are here already, so that adding one is a change to this file, its
+// validation and the backends that can run it, not to every stride in the tree. validate() refuses
+// what no backend runs yet, saying so.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qjit {
+
+enum class ScaleType : uint8_t {
+    F16,  // fp16 scales (kernels may stream them as fp16)
+    F32,  // fp32 scales
+};
+
+// y += (x U) V with U: K x rank and V: rank x N, stored at `bits` (8 or 3) per value.
+struct LowRankTerms {
+    int rank = 0;  // 0: none
+    int bits = 0;
+    bool operator==(const LowRankTerms&) const = default;
+};
+
+struct WeightFormat {
+    int64_t k = 0;                     // rows (input features)
+    int64_t n = 0;                     // columns (output features)
+    int bits = 4;                      // code width of every K-group (when group_bits is empty)
+    std::vector<uint8_t> group_bits;   // a width per K-group (mixed precision); empty: all `bits`
+    int64_t group_size = 128;          // rows per group; k when per column
+    bool symmetric = false;            // every zero point is 2^(bits-1)
+    ScaleType scale_type = ScaleType::F32;
+    bool act_order = false;            // rows are stored permuted (GPTQ desc_act): x is gathered first
+    bool permuted_columns = false;     // outputs are stored permuted (tensor-parallel layouts)
+    LowRankTerms low_rank;             // a low-rank compensator
+    int64_t outliers = 0;              // sparse fp16 outliers added to W
+
+    bool operator==(const WeightFormat&) const = default;
+
+    int64_t num_groups() const { return (k + group_size - 1) / group_size; }
+    bool per_column() const { return group_size >= k && num_groups() == 1; }
+    bool uniform_bits() const { return group_bits.empty(); }
+    int max_code() const { return (1 << bits) - 1; }
+    bool f16_scales() const { return scale_type == ScaleType::F16; }
+
+    // The name every kernel name, database key, describe string and dump file starts with:
+    // q<bits><g<group>|col>_<sym|asym>, then _s32 for fp32 scales and _act for act-order rows, e.g.
+    // "q4g128_asym", "q8col_sym_s32", "q3g64_asym_act". The parts a kernel does not see (act-order
+    // is a gather before it) are left out of kernel_name().
+    std::string name() const;
+    // The name of the format a quantized-product kernel computes: name() without _act.
+    std::string kernel_name() const;
+};
+
+// Throws an invalid-argument Error naming the field when the format is not one qjit can store and
+// run: bits 2/3/4/8, a positive group size, a non-empty shape below kMaxDimension, and none of the
+// features no backend runs yet (mixed widths, permuted columns, low-rank terms, outliers).
+void validate(const WeightFormat& format);
+
+// K and N stay below 2^31: row indices are stored as int32.
+inline constexpr int64_t kMaxDimension = int64_t(1) << 31;
+
+// Checks bits against what qjit supports.
+void validate_bits(int bits);
+// Maps a user group size (QJIT_GROUP_PER_COLUMN or 16..256) to rows per group for k rows.
+int64_t resolve_group_size(int group_size, int64_t k);
+
+}  // namespace qjit
