@@ -37,12 +37,4 @@ void validate(const QuantizedMatrix& m) {
     for (uint8_t c : m.codes) require(c <= m.params.max_code(), "code ", int(c), " exceeds ", m.params.bits, " bits");
 }
 
-void gather_row(const QuantParams& p, const float* src, float* dst) {
-    if (!p.act_order) {
-        std::copy(src, src + p.k, dst);
-        return;
-    }
-    for (int64_t r = 0; r < p.k; ++r) dst[r] = src[p.row_order[size_t(r)]];
-}
-
 }  // namespace qjit

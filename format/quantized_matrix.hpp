@@ -27,9 +27,6 @@ struct QuantizedMatrix {
     std::vector<uint8_t> codes;  // [k][n], rows in storage order
 };
 
-// One activation row in storage row order: dst[r] = src[row_order[r]] (a copy without act-order).
-void gather_row(const QuantParams& params, const float* src, float* dst);
-
 // Throws unless the matrix is self-consistent: its format valid, sizes, code and zero ranges,
 // finite scales, row_order a permutation exactly when the format is act-order.
 void validate(const QuantizedMatrix& matrix);

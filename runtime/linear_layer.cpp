@@ -1,5 +1,6 @@
 #include "runtime/linear_layer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -21,7 +22,7 @@ std::string describe(const qjit_linear& layer) {
         concat(" K=", p.k, " N=", p.n, " bits=", p.bits, " group=", p.group_size, p.symmetric ? " symmetric" : " asymmetric",
                " act_order=", p.act_order ? "yes" : "no", " scales=", p.f16_scales() ? "f16" : "f32",
                " layout=", PackedCodes::kLayoutName, " panel=", layer.codes.panel_columns,
-               " threads=", layer.context->num_threads);
+               " threads=", layer.context->num_threads, " passes=", passes_text(layer.passes));
     if (layer.jit) {
         const jit::CpuKernelSpec& s = layer.jit->spec();
         return concat(p.name(), " kernel=", jit::kernel_name(s), common, " isa=", isa_name(s.isa),
@@ -65,8 +66,14 @@ std::unique_ptr<qjit_linear> assemble(qjit_context* context, QuantParams params,
     auto layer = std::make_unique<qjit_linear>();
     layer->context = context;
     if (choice.spec) {
-        layer->jit = std::make_unique<JitExecutor>(*choice.spec, params, context->dump_dir);
+        layer->passes = jit_forward_plan(*choice.spec, params);
+        layer->jit = std::make_unique<JitExecutor>(*choice.spec, params, layer->passes, context->dump_dir);
         layer->kernel_ms = layer->jit->emission_ms();
+    } else {
+        layer->passes = plan_forward(params, params.num_groups(), 1);
+        require(std::count_if(layer->passes.begin(), layer->passes.end(),
+                              [](const Pass& p) { return p.kind == PassKind::Product; }) == 1,
+                "the portable path runs one product pass; this format plans ", passes_text(layer->passes));
     }
     layer->tuning = std::move(choice);
     layer->params = std::move(params);
@@ -77,12 +84,12 @@ std::unique_ptr<qjit_linear> assemble(qjit_context* context, QuantParams params,
     return layer;
 }
 
-// Activations reordered to the layer's storage row order, in a per-thread buffer that only
-// grows, so steady-state forwards do not allocate.
+// The gather pass: activations reordered to the layer's storage row order, in a per-thread
+// buffer that only grows, so steady-state forwards do not allocate.
 const float* gather_rows(const QuantParams& p, const float* x, int64_t m) {
     thread_local std::vector<float> gathered;
     if (gathered.size() < size_t(m * p.k)) gathered.resize(size_t(m * p.k));
-    for (int64_t i = 0; i < m; ++i) gather_row(p, x + i * p.k, gathered.data() + i * p.k);
+    for (int64_t i = 0; i < m; ++i) gather_row(p.row_order.data(), p.k, x + i * p.k, gathered.data() + i * p.k);
     return gathered.data();
 }
 
@@ -107,8 +114,13 @@ std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams para
 
 void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y) {
     if (layer.jit) return layer.jit->forward(layer.params, layer.codes, x, m, y, *layer.context->pool);
-    const float* rows = layer.params.act_order ? gather_rows(layer.params, x, m) : x;
-    portable_forward(layer.params, layer.codes, rows, m, y, *layer.context->pool);
+    // The portable path runs the passes one after another; its product covers the whole of K.
+    const float* rows = x;
+    for (const Pass& pass : layer.passes)
+        if (pass.kind == PassKind::Gather)
+            rows = gather_rows(layer.params, x, m);
+        else
+            portable_forward(layer.params, layer.codes, rows, m, y, *layer.context->pool);
 }
 
 QuantizedMatrix unpack_linear(const qjit_linear& layer) {

@@ -9,6 +9,7 @@
 #include "runtime/context.hpp"
 #include "runtime/cuda/cuda_layer.hpp"
 #include "runtime/cpu/jit_executor.hpp"
+#include "runtime/layer_passes.hpp"
 #include "format/packed_codes.hpp"
 #include "format/quantized_matrix.hpp"
 #include "runtime/cpu/cpu_tiling_choice.hpp"
@@ -17,7 +18,8 @@ struct qjit_linear {
     qjit_context* context = nullptr;
     qjit::QuantParams params;
     qjit::PackedCodes codes;
-    std::unique_ptr<qjit::JitExecutor> jit;  // null: the portable path runs the layer
+    std::vector<qjit::Pass> passes;          // the forward (runtime/layer_passes.hpp)
+    std::unique_ptr<qjit::JitExecutor> jit;  // null: the portable path runs the passes
     qjit::TilingChoice tuning;               // how the kernel and tiling were chosen
     double kernel_ms = 0;                    // generating the kernels' machine code
     std::unique_ptr<qjit::CudaLayer> cuda;   // in a context with a CUDA device: the uploaded weights

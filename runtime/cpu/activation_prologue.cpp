@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/layer_passes.hpp"
+
 namespace qjit {
 
 namespace {
@@ -23,10 +25,13 @@ T* grow(std::vector<T>& buffer, size_t count) {
 
 // One activation row: gathered and padded into `row` (f32 path: the output row itself), then
 // per group its sum and, on the int8 path, its step and int8 values.
-void prepare_row(const jit::CpuKernelSpec& spec, const QuantParams& params, const float* src, float* row,
+void prepare_row(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* src, float* row,
                  int8_t* int8_row, float* row_scales, float* row_sums) {
-    const int64_t k = params.k, padded_k = spec.padded_k(), gs = spec.group_rows();
-    gather_row(params, src, row);
+    const int64_t k = spec.format.k, padded_k = spec.padded_k(), gs = spec.group_rows();
+    if (row_order)
+        gather_row(row_order, k, src, row);
+    else
+        std::copy(src, src + k, row);
     std::fill(row + k, row + padded_k, 0.0f);
     const float qmax = float(spec.int8_activation_max());
     for (int64_t g = 0; g < spec.num_groups(); ++g) {
@@ -53,12 +58,12 @@ void prepare_row(const jit::CpuKernelSpec& spec, const QuantParams& params, cons
 
 }  // namespace
 
-PreparedActivations prepare_activations(const jit::CpuKernelSpec& spec, const QuantParams& params, const float* x,
+PreparedActivations prepare_activations(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* x,
                                         int64_t m, ThreadPool& pool) {
     // The caller's buffers; the tasks below may run on other threads, so they get addresses.
     thread_local std::vector<float> f32_rows, scales, sums;
     thread_local std::vector<int8_t> int8_rows;
-    const int64_t k = params.k, padded_k = spec.padded_k(), groups = spec.num_groups();
+    const int64_t k = spec.format.k, padded_k = spec.padded_k(), groups = spec.num_groups();
     const bool int8 = spec.path == jit::ActivationPath::Int8;
     float* const scale_out = grow(scales, size_t(m * groups));
     float* const sum_out = grow(sums, size_t(m * groups));
@@ -68,7 +73,7 @@ PreparedActivations prepare_activations(const jit::CpuKernelSpec& spec, const Qu
     auto task = [&](int64_t i) {
         thread_local std::vector<float> gathered;  // the int8 path's fp32 staging row, per thread
         float* row = int8 ? grow(gathered, size_t(padded_k)) : f32_out + i * padded_k;
-        prepare_row(spec, params, x + i * k, row, int8 ? int8_out + i * padded_k : nullptr, scale_out + i * groups,
+        prepare_row(spec, row_order, x + i * k, row, int8 ? int8_out + i * padded_k : nullptr, scale_out + i * groups,
                     sum_out + i * groups);
     };
     // Below this many activations a dispatch costs more than the work.

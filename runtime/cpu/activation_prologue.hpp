@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "jit/x86/cpu_kernel.hpp"
-#include "format/quantized_matrix.hpp"
 #include "runtime/cpu/thread_pool.hpp"
 
 namespace qjit {
@@ -19,7 +18,8 @@ struct PreparedActivations {
 
 // Fills per-thread buffers that only grow (so steady-state forwards do not allocate); the result
 // stays valid until this thread prepares again. Rows are spread over `pool` when there are many.
-PreparedActivations prepare_activations(const jit::CpuKernelSpec& spec, const QuantParams& params, const float* x,
+// `row_order` (k entries) is the gather pass fused in, or null when the layer has none.
+PreparedActivations prepare_activations(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* x,
                                         int64_t m, ThreadPool& pool);
 
 }  // namespace qjit

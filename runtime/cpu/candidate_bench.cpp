@@ -41,7 +41,7 @@ int64_t CandidateBench::weight_bytes(const jit::CpuKernelSpec& spec) const {
 }
 
 CandidateRun CandidateBench::make_run(const jit::CpuKernelSpec& spec) {
-    auto executor = std::make_shared<const JitExecutor>(spec, params_, "");
+    auto executor = std::make_shared<const JitExecutor>(spec, params_, jit_forward_plan(spec, params_), "");
     const size_t code_bytes = PackedCodes::word_count(spec.format.bits, spec.format.k, problem_.n, spec.panel_columns()) * 4;
     CandidateRun candidate;
     candidate.prepare = [this, executor, code_bytes] {

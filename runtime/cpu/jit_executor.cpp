@@ -25,19 +25,21 @@ void dump_kernel(const jit::JitGenerator& kernel, const std::string& dir) {
                  path.c_str(), bytes.size(), path.c_str());
 }
 
-// Group ranges of the K split: part s of S gets groups [s*G/S, (s+1)*G/S) (pairs of groups for
-// groups of 16, which share a block); the last part takes the shorter last group, if any.
-std::vector<JitExecutor::GroupRange> split_groups(const jit::CpuKernelSpec& spec) {
+// The product passes in the kernels' argument terms. A pass that ends the layer's groups takes
+// its shorter last group (groups of 32 rows and more) as the kernel's tail.
+std::vector<JitExecutor::GroupRange> group_ranges(const jit::CpuKernelSpec& spec, const std::vector<Pass>& passes) {
     const int64_t groups = spec.num_groups(), blocks_per_group = std::max<int64_t>(1, spec.group_rows() / 32);
     const int64_t last_group_blocks = spec.padded_k() / 32 - (groups - 1) * blocks_per_group;
     const bool last_group_short = spec.group_rows() >= 32 && last_group_blocks < blocks_per_group;
-    const int64_t unit = spec.group_rows() == 16 ? 2 : 1, units = groups / unit, parts = spec.tiling.k_splits;
     std::vector<JitExecutor::GroupRange> ranges;
-    for (int64_t s = 0; s < parts; ++s) {
-        const int64_t first = s * units / parts * unit, end = (s + 1) * units / parts * unit;
-        const bool has_short_tail = last_group_short && end == groups;
-        const int64_t first_block = spec.group_rows() == 16 ? first / 2 : first * blocks_per_group;
-        ranges.push_back({first, first_block, end - first - (has_short_tail ? 1 : 0),
+    for (const Pass& pass : passes) {
+        if (pass.kind != PassKind::Product) continue;
+        require(pass.bits == spec.format.bits && pass.first_group < pass.end_group && pass.end_group <= groups,
+                "product pass over groups [", pass.first_group, ", ", pass.end_group, ") at ", pass.bits,
+                " bits does not fit ", jit::kernel_name(spec));
+        const bool has_short_tail = last_group_short && pass.end_group == groups;
+        const int64_t first_block = spec.group_rows() == 16 ? pass.first_group / 2 : pass.first_group * blocks_per_group;
+        ranges.push_back({pass.first_group, first_block, pass.end_group - pass.first_group - (has_short_tail ? 1 : 0),
                           has_short_tail ? last_group_blocks : 0});
     }
     return ranges;
@@ -45,8 +47,13 @@ std::vector<JitExecutor::GroupRange> split_groups(const jit::CpuKernelSpec& spec
 
 }  // namespace
 
-JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::string& dump_dir)
-    : spec_(spec), group_ranges_(split_groups(spec)) {
+std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightFormat& format) {
+    return plan_forward(format, spec.num_groups(), spec.tiling.k_splits, spec.group_rows() == 16 ? 2 : 1);
+}
+
+JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::vector<Pass>& passes,
+                         const std::string& dump_dir)
+    : spec_(spec), group_ranges_(group_ranges(spec, passes)), gathers_(has_gather(passes)) {
     const auto emission_start = std::chrono::steady_clock::now();
     for (int rows = 1; rows <= spec.tiling.rows; ++rows) {
         jit::CpuKernelSpec variant = spec;
@@ -78,7 +85,7 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
 
 void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const float* x, int64_t m, float* y,
                           ThreadPool& pool) const {
-    const PreparedActivations act = prepare_activations(spec_, p, x, m, pool);
+    const PreparedActivations act = prepare_activations(spec_, gathers_ ? p.row_order.data() : nullptr, x, m, pool);
     const int64_t panel = spec_.panel_columns(), panels = codes.num_panels(), groups = spec_.num_groups();
     const int64_t max_rows = spec_.tiling.rows;
     const size_t scale_bytes = spec_.format.f16_scales() ? 2 : 4;

@@ -12,14 +12,22 @@
 #include "format/packed_codes.hpp"
 #include "format/quantized_matrix.hpp"
 #include "runtime/cpu/thread_pool.hpp"
+#include "runtime/layer_passes.hpp"
 
 namespace qjit {
+
+// The plan of a layer of `format` on the kernels of `spec`: its gather, then its products split
+// as the tiling's K-split asks (groups of 16 rows split in pairs: they share a 32-row block).
+std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightFormat& format);
 
 class JitExecutor {
 public:
     // spec.rows must equal spec.tiling.rows; codes must be packed with spec.panel_columns().
+    // `passes`: the layer's plan (runtime/layer_passes.hpp) over spec.num_groups() groups; its
+    // gather is fused into the activation prologue, its products run as one parallel dispatch.
     // dump_dir: where to write each kernel's machine code ("" for nowhere).
-    JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& params, const std::string& dump_dir);
+    JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& params, const std::vector<Pass>& passes,
+                const std::string& dump_dir);
 
     void forward(const QuantParams& params, const PackedCodes& codes, const float* x, int64_t m, float* y,
                  ThreadPool& pool) const;
@@ -45,7 +53,8 @@ public:
 private:
     jit::CpuKernelSpec spec_;
     double emission_ms_ = 0;
-    std::vector<GroupRange> group_ranges_;  // one per part of the K split
+    std::vector<GroupRange> group_ranges_;  // one per product pass
+    bool gathers_ = false;                  // the plan has a gather pass
     std::vector<std::unique_ptr<jit::JitGenerator>> kernels_;  // [rows - 1]
     std::vector<uint8_t> scales_;  // [panel][group][panel_columns], fp16 or fp32
     std::vector<uint8_t> zeros_;   // [panel][group][panel_columns] (asymmetric only)

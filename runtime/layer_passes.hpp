@@ -1,0 +1,47 @@
+// A layer's forward as a list of passes over its weight format. A pass is data (what it does and
+// over which part of the weights), planned once at layer creation; a backend runs the list and
+// may fuse passes: the x86 JIT folds the gather into its activation prologue and runs the product
+// passes of one width as one parallel dispatch (tasks = column panels x passes), adding their
+// partial outputs after; the portable path runs them one after another.
+//
+// Today's forwards: [gather] product... . The formats to come add kinds here (a low-rank add, a
+// sparse add, a scatter of permuted outputs) and split products where the bit width changes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "format/weight_format.hpp"
+
+namespace qjit {
+
+enum class PassKind {
+    Gather,   // x[:, r] <- x[:, row_order[r]]: activations into the stored (act-order) row order
+    Product,  // y (+)= x[:, groups] * W[groups, :] over a range of K-groups of one bit width
+};
+
+struct Pass {
+    PassKind kind = PassKind::Product;
+    int64_t first_group = 0;  // Product: K-groups [first_group, end_group)
+    int64_t end_group = 0;
+    int bits = 0;             // Product: the code width of those groups
+
+    bool operator==(const Pass&) const = default;
+};
+
+// The forward of `format` on a backend that walks `groups` K-groups (the JIT's count over padded
+// rows may exceed the format's by one) in units of `group_unit` groups (2 where groups of 16 rows
+// share a 32-row block): a gather when the rows are permuted, then the products, each range of
+// one width split into `k_splits` ranges of nearly equal units (a split-K: partial sums added).
+std::vector<Pass> plan_forward(const WeightFormat& format, int64_t groups, int k_splits, int64_t group_unit = 1);
+
+// "gather,product[0:32)q4" / "product[0:16)q4,product[16:32)q4".
+std::string passes_text(const std::vector<Pass>& passes);
+
+bool has_gather(const std::vector<Pass>& passes);
+
+// The gather pass on one activation row of k values: dst[r] = src[row_order[r]].
+void gather_row(const int32_t* row_order, int64_t k, const float* src, float* dst);
+
+}  // namespace qjit
