@@ -128,7 +128,7 @@ TEST(CudaTiling, TextRoundTripsForEveryEnumeratedTiling) {
     for (int rows : {1, 8, 16, 64}) {
         CudaKernelSpec spec = test::cuda_spec({4, 128, false}, 4096, 90);
         spec.rows = rows;
-        const std::vector<CudaTiling> tilings = jit::cuda::enumerate_tilings(spec);
+        const std::vector<CudaTiling> tilings = enumerate_cuda_tilings(spec);
         ASSERT_FALSE(tilings.empty());
         for (const CudaTiling& t : tilings) {
             EXPECT_EQ(jit::cuda::parse_tiling(jit::cuda::tiling_text(t)), t) << jit::cuda::tiling_text(t);

@@ -49,6 +49,40 @@ double predicted_cost(const CudaKernelSpec& spec, int64_t n, const cuda::DeviceP
 
 }  // namespace
 
+std::vector<CudaTiling> enumerate_cuda_tilings(const CudaKernelSpec& spec) {
+    std::vector<CudaTiling> tilings;
+    CudaKernelSpec candidate = spec;
+    auto keep = [&](const CudaTiling& t) {
+        candidate.tiling = t;
+        if (jit::cuda::is_valid(candidate)) tilings.push_back(t);
+    };
+    if (spec.rows <= 8) {
+        for (int warps : {2, 4, 8})
+            for (int cols : {1, 2, 4})
+                for (int inflight : {1, 2, 4}) {
+                    CudaTiling t;
+                    t.kind = KernelKind::Gemv;
+                    t.warps = warps, t.columns_per_warp = cols, t.chunks_in_flight = inflight;
+                    keep(t);
+                }
+        return tilings;
+    }
+    for (int bm : {16, 32, 64}) {
+        if (bm > spec.rows) continue;
+        for (auto [bn, bk] : {std::pair{128, 128}, {256, 64}, {64, 256}, {128, 64}, {64, 128}, {256, 128}})
+            for (int warps : {4, 8})
+                for (int stages = 2; stages <= 5; ++stages)
+                    for (int split : {1, 2, 4}) {
+                        CudaTiling t;
+                        t.kind = KernelKind::Gemm;
+                        t.block_m = bm, t.block_n = bn, t.block_k = bk, t.warps = warps, t.stages = stages;
+                        t.split_k = split;
+                        keep(t);
+                    }
+    }
+    return tilings;
+}
+
 std::string cuda_kernel_key(const CudaKernelSpec& format, int64_t n) {
     std::ostringstream out;
     out << jit::cuda::kernel_family_name(format) << " K=" << format.format.k << " N=" << n << " m=" << format.rows;
@@ -59,7 +93,7 @@ std::vector<CudaTiling> ranked_cuda_tilings(const CudaKernelSpec& format, int64_
                                             const cuda::DeviceProperties& device) {
     std::vector<std::pair<double, CudaTiling>> scored;
     CudaKernelSpec spec = format;
-    for (const CudaTiling& t : jit::cuda::enumerate_tilings(format)) {
+    for (const CudaTiling& t : enumerate_cuda_tilings(format)) {
         spec.tiling = t;
         if (!jit::cuda::fits_device(spec, device.shared_memory_per_block_optin)) continue;
         scored.emplace_back(predicted_cost(spec, n, device), t);

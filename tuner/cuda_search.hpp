@@ -16,6 +16,10 @@ namespace qjit {
 // `format` has its rows set to the batch bucket; the kernel kind is the tiling's, not the key's.
 std::string cuda_kernel_key(const jit::cuda::CudaKernelSpec& format, int64_t n);
 
+// The search space: every tiling the generator accepts for `spec`'s format and kind (GEMV when
+// spec.rows <= 8, else GEMM), before the device's shared-memory limit.
+std::vector<jit::cuda::CudaTiling> enumerate_cuda_tilings(const jit::cuda::CudaKernelSpec& spec);
+
 // Every tiling the device can run for the format's bucket, best predicted first.
 std::vector<jit::cuda::CudaTiling> ranked_cuda_tilings(const jit::cuda::CudaKernelSpec& format, int64_t n,
                                                         const cuda::DeviceProperties& device);

@@ -175,38 +175,4 @@ int64_t published_shared_memory_optin(int arch) {
     }
 }
 
-std::vector<CudaTiling> enumerate_tilings(const CudaKernelSpec& spec) {
-    std::vector<CudaTiling> tilings;
-    CudaKernelSpec candidate = spec;
-    auto keep = [&](const CudaTiling& t) {
-        candidate.tiling = t;
-        if (is_valid(candidate)) tilings.push_back(t);
-    };
-    if (spec.rows <= 8) {
-        for (int warps : {2, 4, 8})
-            for (int cols : {1, 2, 4})
-                for (int inflight : {1, 2, 4}) {
-                    CudaTiling t;
-                    t.kind = KernelKind::Gemv;
-                    t.warps = warps, t.columns_per_warp = cols, t.chunks_in_flight = inflight;
-                    keep(t);
-                }
-        return tilings;
-    }
-    for (int bm : {16, 32, 64}) {
-        if (bm > spec.rows) continue;
-        for (auto [bn, bk] : {std::pair{128, 128}, {256, 64}, {64, 256}, {128, 64}, {64, 128}, {256, 128}})
-            for (int warps : {4, 8})
-                for (int stages = 2; stages <= 5; ++stages)
-                    for (int split : {1, 2, 4}) {
-                        CudaTiling t;
-                        t.kind = KernelKind::Gemm;
-                        t.block_m = bm, t.block_n = bn, t.block_k = bk, t.warps = warps, t.stages = stages;
-                        t.split_k = split;
-                        keep(t);
-                    }
-    }
-    return tilings;
-}
-
 }  // namespace qjit::jit::cuda

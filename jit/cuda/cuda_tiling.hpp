@@ -76,8 +76,5 @@ bool fits_device(const CudaKernelSpec& spec, int64_t optin_bytes);
 // planning without a device (the compile tests).
 int64_t published_shared_memory_optin(int arch);
 
-// Every tiling the generator accepts for `spec`'s format and kind (GEMV when spec.rows <= 8, else
-// GEMM), before the device's shared-memory limit.
-std::vector<CudaTiling> enumerate_tilings(const CudaKernelSpec& spec);
 
 }  // namespace qjit::jit::cuda
