@@ -58,6 +58,13 @@ struct WeightFormat {
     std::string kernel_name() const;
 };
 
+// A format with fp16 scales: the kernel specs' default.
+inline WeightFormat f16_scaled_format() {
+    WeightFormat format;
+    format.scale_type = ScaleType::F16;
+    return format;
+}
+
 // Throws an invalid-argument Error naming the field when the format is not one qjit can store and
 // run: bits 2/3/4/8, a positive group size, a non-empty shape below kMaxDimension, and none of the
 // features no backend runs yet (mixed widths, permuted columns, low-rank terms, outliers).

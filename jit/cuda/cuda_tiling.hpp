@@ -32,7 +32,7 @@ struct CudaTiling {
 };
 
 struct CudaKernelSpec {
-    WeightFormat format{.scale_type = ScaleType::F16};  // the weights it reads: bits 2/3/4/8, groups of a multiple of 32 rows
+    WeightFormat format = f16_scaled_format();  // the weights it reads: bits 2/3/4/8, groups of a multiple of 32 rows
                                   // or one per column; scale_type F16 when the device stores fp16 scales
     ActivationType activations = ActivationType::F16;
     int arch = 80;                // sm_<arch>

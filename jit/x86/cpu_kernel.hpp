@@ -31,7 +31,7 @@ struct CpuTiling {
 };
 
 struct CpuKernelSpec {
-    WeightFormat format{.scale_type = ScaleType::F16};  // the weights it reads (n and act-order do not change the code)
+    WeightFormat format = f16_scaled_format();  // the weights it reads (n and act-order do not change the code)
     qjit_isa isa = QJIT_ISA_AVX512_VNNI;  // AVX2 and up
     ActivationPath path = ActivationPath::Int8;
     int rows = 1;                // activation rows of this kernel (1 .. tiling.rows)
