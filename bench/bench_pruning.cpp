@@ -26,7 +26,7 @@ using qjit::jit::ActivationPath;
 
 qjit::jit::CpuKernelSpec kernel_of(qjit_isa isa, ActivationPath path, int bits, int64_t k, int64_t group) {
     qjit::jit::CpuKernelSpec spec;
-    spec.isa = isa;
+    spec.isa = qjit::jit::IsaFeatures::of(isa);
     spec.path = path;
     spec.format.bits = bits;
     spec.format.k = k;

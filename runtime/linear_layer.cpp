@@ -25,7 +25,7 @@ std::string describe(const qjit_linear& layer) {
                " threads=", layer.context->num_threads, " passes=", passes_text(layer.passes));
     if (layer.jit) {
         const jit::CpuKernelSpec& s = layer.jit->spec();
-        return concat(p.name(), " kernel=", jit::kernel_name(s), common, " isa=", isa_name(s.isa),
+        return concat(p.name(), " kernel=", jit::kernel_name(s), common, " isa=", isa_name(s.isa.level()),
                       " activations=", s.path == jit::ActivationPath::Int8 ? "int8" : "f32", " tiling=", layer.tuning.tiling);
     }
     return concat(p.name(), " kernel=", p.kernel_name(), "_gemm_f32_portable_n", PortableTiling::kChunkColumns, "m",

@@ -2,7 +2,7 @@
 # Builds qjit and runs the whole test suite. QJIT_SANITIZE=1 builds and runs it under
 # AddressSanitizer + UndefinedBehaviorSanitizer instead (in build-sanitize/).
 # The full NVRTC sweep of every CUDA variant (label cuda_sweep) is left out; run it with
-#   ctest --test-dir build -L cuda_sweep
+#   ctest --test-dir build -L cuda_sweep -j 2
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ "${QJIT_SANITIZE:-0}" = 1 ]; then

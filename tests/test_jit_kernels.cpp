@@ -115,11 +115,11 @@ TEST(JitKernels, BadTilingIsRefusedWithAMessage) {
 TEST(JitKernels, RegisterBudgetMatchesTheIsa) {
     jit::CpuKernelSpec spec;
     spec.format.k = 128;
-    spec.isa = QJIT_ISA_AVX512_VNNI;
+    spec.isa = jit::IsaFeatures::of(QJIT_ISA_AVX512_VNNI);
     spec.tiling = {4, 4, 0, 1};
     spec.rows = 4;
     EXPECT_LE(jit::vector_registers_needed(spec), jit::vector_registers_available(spec.isa));
-    spec.isa = QJIT_ISA_AVX2;  // 16 registers: 4 x 4 accumulators alone fill them
+    spec.isa = jit::IsaFeatures::of(QJIT_ISA_AVX2);  // 16 registers: 4 x 4 accumulators alone fill them
     EXPECT_GT(jit::vector_registers_needed(spec), jit::vector_registers_available(spec.isa));
     EXPECT_THROW(jit::check_spec(spec), std::invalid_argument);
 }

@@ -68,7 +68,7 @@ bool generated_kernels_run() {
 // A kernel format as the tuner sees it (its tiling is ignored).
 qjit::jit::CpuKernelSpec format(qjit_isa isa, qjit::jit::ActivationPath path, int bits, int64_t k, int64_t group) {
     qjit::jit::CpuKernelSpec spec;
-    spec.isa = isa;
+    spec.isa = qjit::jit::IsaFeatures::of(isa);
     spec.path = path;
     spec.format.bits = bits;
     spec.format.k = k;

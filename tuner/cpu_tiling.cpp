@@ -19,7 +19,7 @@ std::optional<jit::CpuKernelSpec> cpu_kernel_format(qjit_isa isa, qjit_activatio
     if (!p.symmetric && std::any_of(p.zeros.begin(), p.zeros.end(), [](uint16_t z) { return z > 255; }))
         return std::nullopt;  // GPTQ v1 can encode a zero of 256; the kernels keep zeros in bytes
     jit::CpuKernelSpec spec;
-    spec.isa = isa;
+    spec.isa = jit::IsaFeatures::of(isa);
     spec.path = activations == QJIT_ACTIVATIONS_F32    ? jit::ActivationPath::F32
                 : activations == QJIT_ACTIVATIONS_INT8 ? jit::ActivationPath::Int8
                                                        : default_activation_path(p.bits);

@@ -11,21 +11,11 @@ namespace qjit::jit {
 
 namespace {
 
-const char* isa_tag(qjit_isa isa) {
-    switch (isa) {
-        case QJIT_ISA_AVX2: return "avx2";
-        case QJIT_ISA_AVX2_VNNI: return "avx2vnni";
-        case QJIT_ISA_AVX512: return "avx512";
-        case QJIT_ISA_AVX512_VNNI: return "avx512vnni";
-        default: return "unknown";
-    }
-}
-
 }  // namespace
 
 std::string kernel_family_name(const CpuKernelSpec& spec) {
     return spec.format.kernel_name() + (spec.path == ActivationPath::Int8 ? "_gemm_i8_" : "_gemm_f32_") +
-           isa_tag(spec.isa);
+           spec.isa.tag();
 }
 
 std::string kernel_name(const CpuKernelSpec& spec) {
@@ -36,7 +26,7 @@ std::string kernel_name(const CpuKernelSpec& spec) {
     return name.str();
 }
 
-int vector_registers_available(qjit_isa isa) { return isa >= QJIT_ISA_AVX512 ? 32 : 16; }
+int vector_registers_available(IsaFeatures isa) { return isa.vector_registers(); }
 
 int vector_registers_needed(const CpuKernelSpec& spec) {
     const bool int8_without_vnni = spec.path == ActivationPath::Int8 && !spec.vnni();
@@ -47,7 +37,7 @@ int vector_registers_needed(const CpuKernelSpec& spec) {
 
 void check_spec(const CpuKernelSpec& spec) {
     auto reject = [&](const std::string& why) { throw std::invalid_argument(kernel_name(spec) + ": " + why); };
-    if (spec.isa < QJIT_ISA_AVX2 || spec.isa > QJIT_ISA_AVX512_VNNI) reject("needs AVX2 or better");
+    if (!spec.isa.avx2) reject("needs AVX2 or better");
     if (spec.format.bits != 2 && spec.format.bits != 3 && spec.format.bits != 4 && spec.format.bits != 8) reject("bits must be 2, 3, 4 or 8");
     if (spec.format.k < 1) reject("k must be positive");
     if (spec.group_rows() != 16 && (spec.group_rows() < 32 || spec.group_rows() % 32 != 0))

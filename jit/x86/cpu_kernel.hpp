@@ -8,6 +8,7 @@
 #include <string>
 
 #include "format/weight_format.hpp"
+#include "jit/x86/isa_features.hpp"
 #include "qjit/qjit.h"
 
 namespace qjit::jit {
@@ -32,14 +33,14 @@ struct CpuTiling {
 
 struct CpuKernelSpec {
     WeightFormat format = f16_scaled_format();  // the weights it reads (n and act-order do not change the code)
-    qjit_isa isa = QJIT_ISA_AVX512_VNNI;  // AVX2 and up
+    IsaFeatures isa = IsaFeatures::of(QJIT_ISA_AVX512_VNNI);  // AVX2 at least
     ActivationPath path = ActivationPath::Int8;
     int rows = 1;                // activation rows of this kernel (1 .. tiling.rows)
     CpuTiling tiling;
 
-    int lanes() const { return isa >= QJIT_ISA_AVX512 ? 16 : 8; }
+    int lanes() const { return isa.lanes(); }
     int panel_columns() const { return tiling.column_vectors * lanes(); }
-    bool vnni() const { return isa == QJIT_ISA_AVX2_VNNI || isa == QJIT_ISA_AVX512_VNNI; }
+    bool vnni() const { return isa.vnni; }
     int64_t padded_k() const { return (format.k + 31) / 32 * 32; }
     // Rows per group as the kernel walks them: 16 or a multiple of 32 (one group: k rounded up to 32).
     int64_t group_rows() const { return format.num_groups() == 1 ? padded_k() : format.group_size; }
@@ -65,7 +66,7 @@ void check_spec(const CpuKernelSpec& spec);
 // Vector registers the kernel's main loop needs (accumulators, weights, temporaries, constants,
 // activation broadcasts), and how many the ISA has.
 int vector_registers_needed(const CpuKernelSpec& spec);
-int vector_registers_available(qjit_isa isa);
+int vector_registers_available(IsaFeatures isa);
 
 // Arguments of a generated kernel: void kernel(const CpuKernelArgs*).
 struct CpuKernelArgs {

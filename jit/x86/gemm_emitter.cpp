@@ -354,7 +354,7 @@ private:
 }  // namespace
 
 bool embedded_broadcast(const CpuKernelSpec& spec) {
-    return spec.isa >= QJIT_ISA_AVX512 && (spec.path == ActivationPath::F32 || spec.vnni());
+    return spec.isa.avx512 && (spec.path == ActivationPath::F32 || spec.vnni());
 }
 
 int main_scratch_registers(const CpuKernelSpec& spec) {
@@ -365,7 +365,7 @@ int main_scratch_registers(const CpuKernelSpec& spec) {
 
 std::unique_ptr<JitGenerator> generate_cpu_kernel(const CpuKernelSpec& spec) {
     check_spec(spec);
-    if (spec.isa >= QJIT_ISA_AVX512) return std::make_unique<GemmEmitter<Zmm>>(spec);
+    if (spec.isa.avx512) return std::make_unique<GemmEmitter<Zmm>>(spec);
     return std::make_unique<GemmEmitter<Ymm>>(spec);
 }
 
