@@ -25,11 +25,11 @@ std::string describe(const qjit_linear& layer) {
                " threads=", layer.context->num_threads, " passes=", passes_text(layer.passes));
     if (layer.jit) {
         const jit::CpuKernelSpec& s = layer.jit->spec();
-        return concat(p.name(), " kernel=", jit::kernel_name(s), common, " isa=", isa_name(s.isa.level()),
+        return concat(jit::kernel_name(s), " format=", p.name(), common, " isa=", isa_name(s.isa.level()),
                       " activations=", s.path == jit::ActivationPath::Int8 ? "int8" : "f32", " tiling=", layer.tuning.tiling);
     }
-    return concat(p.name(), " kernel=", p.kernel_name(), "_gemm_f32_portable_n", PortableTiling::kChunkColumns, "m",
-                  PortableTiling::kBatchRows, common, " isa=portable activations=f32");
+    return concat(p.kernel_name(), "_gemm_f32_portable_n", PortableTiling::kChunkColumns, "m", PortableTiling::kBatchRows,
+                  " format=", p.name(), common, " isa=portable activations=f32");
 }
 
 int panel_columns(const TilingChoice& choice) {

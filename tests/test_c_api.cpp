@@ -151,8 +151,14 @@ TEST_F(CApiTest, QueriesRejectNullAndReportTheLayer) {
     EXPECT_EQ(info.symmetric, 0);
     EXPECT_EQ(info.act_order, 0);
     ASSERT_EQ(qjit_linear_describe(layer_.get(), &description), QJIT_OK);
-    EXPECT_NE(std::string(description).find("q4g128_asym_gemm"), std::string::npos) << description;
+    // The kernel name first, starting with the format's name, as the kernel key does.
+    EXPECT_EQ(std::string(description).rfind("q4g128_asym_gemm_", 0), 0u) << description;
+    EXPECT_NE(std::string(description).find(" format=q4g128_asym "), std::string::npos) << description;
     EXPECT_NE(std::string(description).find(" K=200 N=24 "), std::string::npos) << description;
+    qjit_linear_tuning tuning{};
+    ASSERT_EQ(qjit_linear_get_tuning(layer_.get(), &tuning), QJIT_OK);
+    if (tuning.source != QJIT_TILING_PORTABLE)
+        EXPECT_EQ(std::string(tuning.kernel_key).rfind("q4g128_asym_gemm_", 0), 0u) << tuning.kernel_key;
 }
 
 TEST_F(CApiTest, PortableLayerReportsItsBytes) {
@@ -168,7 +174,7 @@ TEST_F(CApiTest, PortableLayerReportsItsBytes) {
     EXPECT_EQ(info.weight_bytes, 7 * 4 * 64 * 4 + 2 * 24 * (4 + 2));
     const char* description = nullptr;
     ASSERT_EQ(qjit_linear_describe(layer.get(), &description), QJIT_OK);
-    EXPECT_NE(std::string(description).find("q4g128_asym_gemm_f32_portable"), std::string::npos) << description;
+    EXPECT_EQ(std::string(description).rfind("q4g128_asym_gemm_f32_portable", 0), 0u) << description;
 }
 
 TEST_F(CApiTest, SaveAndLoadRejectBadArguments) {
