@@ -20,22 +20,7 @@
 #include "tuner/search_space.hpp"
 #include "tuner/tuning_problem.hpp"
 
-namespace {
-
 using qjit::jit::ActivationPath;
-
-qjit::jit::CpuKernelSpec kernel_of(qjit_isa isa, ActivationPath path, int bits, int64_t k, int64_t group) {
-    qjit::jit::CpuKernelSpec spec;
-    spec.isa = qjit::jit::IsaFeatures::of(isa);
-    spec.path = path;
-    spec.format.bits = bits;
-    spec.format.k = k;
-    spec.format.group_size = group;
-    spec.format.scale_type = qjit::ScaleType::F16;
-    return spec;
-}
-
-}  // namespace
 
 int main() {
     const qjit_isa isa = qjit::best_isa_up_to(QJIT_ISA_AVX512_VNNI);
@@ -45,13 +30,13 @@ int main() {
     }
     const qjit::MachineModel machine = qjit::MachineModel::of(qjit::probe_cpu());
     const std::vector<qjit::TuningProblem> problems = {
-        {kernel_of(isa, ActivationPath::Int8, 4, 512, 128), 192, 1, 1},
-        {kernel_of(isa, ActivationPath::Int8, 3, 320, 64), 100, 4, 1},
-        {kernel_of(isa, ActivationPath::F32, 8, 256, 32), 80, 16, 1},
+        {qjit::cpu_kernel_spec(isa, ActivationPath::Int8, 4, 512, 128), 192, 1, 1},
+        {qjit::cpu_kernel_spec(isa, ActivationPath::Int8, 3, 320, 64), 100, 4, 1},
+        {qjit::cpu_kernel_spec(isa, ActivationPath::F32, 8, 256, 32), 80, 16, 1},
     };
     qjit::ThreadPool pool(1);
     std::printf("%-52s %8s %8s %-36s %-36s %s\n", "problem", "kept", "all", "fastest", "fastest kept",
-                "kept / pruned time");
+                "pruned best / kept best time");
     for (const qjit::TuningProblem& problem : problems) {
         const qjit::SearchSpace pruned = qjit::build_search_space(problem, machine, true);
         const qjit::SearchSpace all = qjit::build_search_space(problem, machine, false);

@@ -67,15 +67,7 @@ bool generated_kernels_run() {
 
 // A kernel format as the tuner sees it (its tiling is ignored).
 qjit::jit::CpuKernelSpec format(qjit_isa isa, qjit::jit::ActivationPath path, int bits, int64_t k, int64_t group) {
-    qjit::jit::CpuKernelSpec spec;
-    spec.isa = qjit::jit::IsaFeatures::of(isa);
-    spec.path = path;
-    spec.format.bits = bits;
-    spec.format.k = k;
-    spec.format.group_size = group;
-    spec.format.symmetric = false;
-    spec.format.scale_type = qjit::ScaleType::F16;
-    return spec;
+    return qjit::cpu_kernel_spec(isa, path, bits, k, group);
 }
 
 std::string tiling_of(const qjit::jit::CpuKernelSpec& spec) { return qjit::tiling_text(spec.tiling); }

@@ -68,7 +68,10 @@ protected:
         std::filesystem::remove(path_);
         memory_.db_path = path_.string();
     }
-    void TearDown() override { std::filesystem::remove(path_); }
+    void TearDown() override {
+        std::filesystem::remove(path_);
+        std::filesystem::remove(path_.string() + ".lock");  // the database's lock file stays by design
+    }
 
     TuningOutcome tune_with(const TuningPolicy& policy, TuningMemory& memory) {
         return tune(target_, policy, memory, target_.clock());

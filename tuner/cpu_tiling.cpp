@@ -27,6 +27,17 @@ std::optional<jit::CpuKernelSpec> cpu_kernel_format(qjit_isa isa, qjit_activatio
     return spec;
 }
 
+jit::CpuKernelSpec cpu_kernel_spec(qjit_isa isa, jit::ActivationPath path, int bits, int64_t k, int64_t group_size) {
+    jit::CpuKernelSpec spec;
+    spec.isa = jit::IsaFeatures::of(isa);
+    spec.path = path;
+    spec.format.bits = bits;
+    spec.format.k = k;
+    spec.format.group_size = group_size;
+    spec.format.scale_type = ScaleType::F16;
+    return spec;
+}
+
 std::string tiling_text(const jit::CpuTiling& t) {
     return concat("tu=", t.column_vectors, ",mb=", t.rows, ",prefetch=", t.prefetch_blocks, ",ku=", t.unroll_blocks,
                   ",ksplit=", t.k_splits);

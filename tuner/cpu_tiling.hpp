@@ -16,6 +16,10 @@ namespace qjit {
 std::optional<jit::CpuKernelSpec> cpu_kernel_format(qjit_isa isa, qjit_activations activations,
                                                     const QuantParams& params);
 
+// The kernel of an asymmetric fp16-scaled format given by its parts, tiling at the defaults: how
+// tests and benchmarks name a problem without a layer.
+jit::CpuKernelSpec cpu_kernel_spec(qjit_isa isa, jit::ActivationPath path, int bits, int64_t k, int64_t group_size);
+
 // The default activation path of the generated kernels for weights of `bits` bits.
 jit::ActivationPath default_activation_path(int bits);
 
