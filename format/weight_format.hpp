@@ -44,7 +44,7 @@ struct WeightFormat {
     bool operator==(const WeightFormat&) const = default;
 
     int64_t num_groups() const { return (k + group_size - 1) / group_size; }
-    bool per_column() const { return group_size >= k && num_groups() == 1; }
+    bool per_column() const { return k >= 1 && group_size >= k; }  // one group over all rows
     bool uniform_bits() const { return group_bits.empty(); }
     int max_code() const { return (1 << bits) - 1; }
     bool f16_scales() const { return scale_type == ScaleType::F16; }

@@ -76,6 +76,11 @@ protected:
     TuningOutcome tune_with(const TuningPolicy& policy, TuningMemory& memory) {
         return tune(target_, policy, memory, target_.clock());
     }
+    // Neither the context nor the database holds a choice.
+    void expect_nothing_remembered() const {
+        EXPECT_TRUE(memory_.tuned.empty());
+        EXPECT_FALSE(std::filesystem::exists(path_));
+    }
     TuningRecord stored(const std::string& tiling) const {
         TuningRecord r;
         r.fingerprint = "fake machine";
@@ -128,8 +133,7 @@ TEST_F(TuningSequence, ForcedIsCompletedByTheTargetAndNeverStored) {
     EXPECT_EQ(outcome.tiling, "t4");
     EXPECT_EQ(target_.forced, 1);
     EXPECT_EQ(target_.timed_candidates(), 0);
-    EXPECT_TRUE(memory_.tuned.empty());
-    EXPECT_FALSE(std::filesystem::exists(path_));
+    expect_nothing_remembered();
     EXPECT_THROW(tune_with({"bad", QJIT_TUNING_DEFAULT, 1000, true}, memory_), std::invalid_argument);
 }
 
@@ -142,8 +146,7 @@ TEST_F(TuningSequence, ZeroBudgetOrNoSearchTakesTheModelsPick) {
         EXPECT_EQ(outcome.measured_us, 0);
     }
     EXPECT_EQ(target_.timed_candidates(), 0);
-    EXPECT_TRUE(memory_.tuned.empty());
-    EXPECT_FALSE(std::filesystem::exists(path_));
+    expect_nothing_remembered();
 }
 
 TEST_F(TuningSequence, RecordTheTargetCannotUseIsReportedAndSearchedPast) {

@@ -20,26 +20,26 @@ std::optional<std::string> usable(TuningTarget& target, const TuningRecord& reco
     }
 }
 
-void searched(TuningTarget& target, const TuningPolicy& policy, TuningMemory& memory, TuningDb* db,
-              const std::vector<RankedTiling>& ranked, double spent_seconds, const SecondsClock& clock,
-              TuningOutcome& outcome) {
+// Times the ranked candidates within what is left of the budget, remembers and stores the winner
+// (a failed store replaces the outcome's warning) and returns its tiling.
+std::string searched(TuningTarget& target, const TuningPolicy& policy, TuningMemory& memory, TuningDb* db,
+                     const std::vector<RankedTiling>& ranked, double spent_seconds, const SecondsClock& clock,
+                     TuningOutcome& outcome) {
     const bool exhaustive = policy.mode == QJIT_TUNING_EXHAUSTIVE;
     std::vector<std::string> structures;
     for (const RankedTiling& candidate : ranked) structures.push_back(candidate.structure);
     const double budget = exhaustive ? std::numeric_limits<double>::infinity() : policy.budget_ms * 1e-3 - spent_seconds;
     const SearchResult result = timed_search(
         structures, [&](size_t i) { return target.timed_call(ranked[i]); }, budget, clock);
-    outcome.source = QJIT_TILING_SEARCHED;
-    outcome.tiling = ranked[result.best].text;
     outcome.timed = result.timed;
     outcome.measured_us = result.measured.median_seconds * 1e6;
 
     TuningRecord record;
     record.fingerprint = target.fingerprint();
     record.kernel_key = outcome.kernel_key;
-    record.tiling = outcome.tiling;
+    record.tiling = ranked[result.best].text;
     record.time_us = outcome.measured_us;
-    record.gbps = target.weight_bytes(outcome.tiling) / result.measured.median_seconds * 1e-9;
+    record.gbps = target.weight_bytes(record.tiling) / result.measured.median_seconds * 1e-9;
     record.date = utc_timestamp();
     memory.tuned[record.kernel_key] = record;
     try {
@@ -47,6 +47,7 @@ void searched(TuningTarget& target, const TuningPolicy& policy, TuningMemory& me
     } catch (const Error& e) {
         outcome.warning = concat("tuning result not stored: ", e.what());
     }
+    return record.tiling;
 }
 
 }  // namespace
@@ -110,11 +111,7 @@ TuningOutcome tune(TuningTarget& target, const TuningPolicy& policy, TuningMemor
     outcome.ranked = int(ranked.size());
     if (!policy.may_search || (policy.budget_ms == 0 && policy.mode == QJIT_TUNING_DEFAULT))
         return finish(ranked.front().text, QJIT_TILING_MODEL);
-    std::string warning = std::move(outcome.warning);
-    outcome.warning.clear();
-    searched(target, policy, memory, db, ranked, clock() - start, clock, outcome);
-    if (outcome.warning.empty()) outcome.warning = std::move(warning);
-    return finish(outcome.tiling, QJIT_TILING_SEARCHED);
+    return finish(searched(target, policy, memory, db, ranked, clock() - start, clock, outcome), QJIT_TILING_SEARCHED);
 }
 
 }  // namespace qjit

@@ -39,7 +39,7 @@ struct CudaKernelSpec {
     int rows = 1;                 // gemv: activation rows it is compiled for (1, 2, 4, 8; fewer at run time are masked)
     CudaTiling tiling;
 
-    bool per_column() const { return format.group_size >= format.k; }
+    bool per_column() const { return format.per_column(); }
 };
 
 // The GEMV's 16-byte-aligned chunk, in packed blocks: 2 blocks of 2-bit (16 B), 4 of 3-bit (48 B),

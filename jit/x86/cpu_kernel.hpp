@@ -43,7 +43,7 @@ struct CpuKernelSpec {
     bool vnni() const { return isa.vnni; }
     int64_t padded_k() const { return (format.k + 31) / 32 * 32; }
     // Rows per group as the kernel walks them: 16 or a multiple of 32 (one group: k rounded up to 32).
-    int64_t group_rows() const { return format.num_groups() == 1 ? padded_k() : format.group_size; }
+    int64_t group_rows() const { return format.per_column() ? padded_k() : format.group_size; }
     // Groups over the padded rows: for groups of 16 this can be one more than over k (a group of
     // padding only, whose metadata is zero), so that a 32-row block always holds two whole groups.
     int64_t num_groups() const { return (padded_k() + group_rows() - 1) / group_rows(); }

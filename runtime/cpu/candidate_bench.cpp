@@ -11,12 +11,9 @@ namespace qjit {
 CandidateBench::CandidateBench(const TuningProblem& problem, const std::vector<Candidate>& candidates, ThreadPool& pool)
     : problem_(problem), pool_(pool) {
     const jit::CpuKernelSpec& f = problem.kernel;
-    params_.k = f.format.k;
+    static_cast<WeightFormat&>(params_) = f.format;
     params_.n = problem.n;
-    params_.bits = f.format.bits;
-    params_.group_size = std::min(f.group_rows(), f.format.k);
-    params_.symmetric = f.format.symmetric;
-    params_.scale_type = f.format.f16_scales() ? ScaleType::F16 : ScaleType::F32;
+    params_.act_order = false;  // no row order: the gather pass is not part of what is timed
     params_.scales.assign(size_t(params_.num_groups() * problem.n), 0.01f);
     if (!f.format.symmetric) params_.zeros.assign(size_t(params_.num_groups() * problem.n), uint16_t(1 << (f.format.bits - 1)));
 

@@ -46,18 +46,20 @@ public:
     }
 
     TimedCall timed_call(const RankedTiling& candidate) override {
-        if (!bench_) bench_ = std::make_unique<CandidateBench>(problem_, candidates_, pool_);
-        return timed_on_host(bench_->make_run(spec(candidate.text)));
+        return timed_on_host(bench().make_run(spec(candidate.text)));
     }
 
-    double weight_bytes(const std::string& text) override {
-        if (!bench_) bench_ = std::make_unique<CandidateBench>(problem_, candidates_, pool_);
-        return double(bench_->weight_bytes(spec(text)));
-    }
+    double weight_bytes(const std::string& text) override { return double(bench().weight_bytes(spec(text))); }
 
     jit::CpuKernelSpec spec(const std::string& text) const { return with_tiling_text(problem_.kernel, text); }
 
 private:
+    // Synthetic weights sized for the last ranking, made when the first candidate is timed.
+    CandidateBench& bench() {
+        if (!bench_) bench_ = std::make_unique<CandidateBench>(problem_, candidates_, pool_);
+        return *bench_;
+    }
+
     // The model's ranking; pruned by the cache budgets unless `prune` is false or nothing survives them.
     SearchSpace ranked_space(bool prune) const {
         const MachineModel machine = MachineModel::of(probe_cpu());
@@ -70,7 +72,7 @@ private:
     TuningProblem problem_;
     ThreadPool& pool_;
     std::vector<Candidate> candidates_;      // the last ranking (sizes the synthetic weights)
-    std::unique_ptr<CandidateBench> bench_;  // made on the first timed candidate
+    std::unique_ptr<CandidateBench> bench_;
 };
 
 }  // namespace
