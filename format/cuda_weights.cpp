@@ -58,16 +58,57 @@ CudaWeights pack_cuda_weights(const QuantizedMatrix& matrix) {
     return w;
 }
 
+namespace {
+
+// Code i of a block whose word j is word(j).
+template <typename WordAt>
+int unpack_block_code(int bits, WordAt word, int i) {
+    using namespace cuda_layout;
+    const int pair = i / 2, odd = i % 2;
+    if (pair < regular_pairs(bits))
+        return int(word(pair_word(bits, pair)) >> (pair_shift(bits, pair) + 16 * odd)) & ((1 << bits) - 1);
+    int code = 0;
+    for (int b = 0; b < 3; ++b) code |= int((word(kSpareWord[odd][b]) >> kSpareBit[odd][b]) & 1) << b;
+    return code;
+}
+
+}  // namespace
+
 int unpack_cuda_code(const CudaWeights& w, int64_t row, int64_t column) {
     const int64_t column_words = w.kp / kCodesPerBlock * w.bits;
     const uint32_t* block = &w.codes[size_t(column * column_words + row / kCodesPerBlock * w.bits)];
-    const int i = int(row % kCodesPerBlock), pair = i / 2, odd = i % 2;
+    return unpack_block_code(w.bits, [&](int j) { return block[j]; }, int(row % kCodesPerBlock));
+}
+
+std::vector<uint32_t> pack_fragment_codes(const QuantizedMatrix& matrix) {
     using namespace cuda_layout;
-    if (pair < regular_pairs(w.bits))
-        return int(block[pair_word(w.bits, pair)] >> (pair_shift(w.bits, pair) + 16 * odd)) & ((1 << w.bits) - 1);
-    int code = 0;
-    for (int b = 0; b < 3; ++b) code |= int((block[kSpareWord[odd][b]] >> kSpareBit[odd][b]) & 1) << b;
-    return code;
+    const QuantParams& p = matrix.params;
+    const int64_t steps = padded_k(p.k) / kFragmentStepK, tiles = padded_n(p.n) / kFragmentTileN;
+    std::vector<uint32_t> codes(size_t(tiles * steps * p.bits * 32), 0);
+    std::vector<uint32_t> block(size_t(p.bits));
+    for (int64_t tile = 0; tile < tiles; ++tile)
+        for (int64_t step = 0; step < steps; ++step)
+            for (int lane = 0; lane < 32; ++lane) {
+                const int64_t col = fragment_column(tile, lane);
+                auto code = [&](int i) -> uint8_t {
+                    const int64_t row = fragment_row(step, lane, i);
+                    return row < p.k && col < p.n ? matrix.codes[size_t(row * p.n + col)] : 0;
+                };
+                std::fill(block.begin(), block.end(), 0u);
+                pack_block(p.bits, code, block.data());
+                for (int j = 0; j < p.bits; ++j) codes[size_t(((tile * steps + step) * p.bits + j) * 32 + lane)] = block[size_t(j)];
+            }
+    return codes;
+}
+
+int unpack_fragment_code(const std::vector<uint32_t>& codes, int bits, int64_t kp, int64_t row, int64_t column) {
+    using namespace cuda_layout;
+    const int64_t steps = kp / kFragmentStepK, tile = column / kFragmentTileN, step = row / kFragmentStepK;
+    const int r = int(row % kFragmentStepK);  // 16 * (i / 4) + 8 * ((i / 2) % 2) + 2 * t + i % 2
+    const int t = (r % 8) / 2, g = int(column % kFragmentTileN), lane = 4 * g + t;
+    const int i = 4 * (r / 16) + 2 * ((r / 8) % 2) + r % 2;
+    const uint32_t* words = &codes[size_t((tile * steps + step) * bits * 32 + lane)];
+    return unpack_block_code(bits, [&](int j) { return words[j * 32]; }, i);
 }
 
 

@@ -2,6 +2,8 @@
 //   codes  [np][kp / 32 * bits] uint32: column by column, K in 32-code blocks (format/cuda_code_layout.hpp)
 //   scales [num_groups][np] fp16 (when the layer's scales are fp16-exact) or fp32
 //   zeros  [num_groups][np] uint16, asymmetric only
+//   fragment_codes: the same codes in fragment order (format/cuda_code_layout.hpp), for the
+//   tensor-core kernel; filled only by pack_fragment_codes
 // kp = padded_k(k), np = padded_n(n); padding holds zero codes, zero scales and zero points, so
 // it contributes nothing. Rows stay in storage order (act-order: activations are gathered).
 #pragma once
@@ -27,9 +29,13 @@ struct CudaWeights {
 };
 
 CudaWeights pack_cuda_weights(const QuantizedMatrix& matrix);
+// The codes in fragment order: [np / 8][kp / 128][bits][32] words.
+std::vector<uint32_t> pack_fragment_codes(const QuantizedMatrix& matrix);
 
 // The code of (row, column) read back from the packed layout (the tests' independent check).
 int unpack_cuda_code(const CudaWeights& weights, int64_t row, int64_t column);
+// The same from fragment-ordered codes of a bits-wide matrix with kp padded rows.
+int unpack_fragment_code(const std::vector<uint32_t>& codes, int bits, int64_t kp, int64_t row, int64_t column);
 
 // Whether every scale is exactly an fp16 number (then the device stores fp16 scales).
 bool scales_exact_in_f16(const QuantParams& params);

@@ -58,6 +58,15 @@ inline std::vector<jit::cuda::CudaKernelSpec> cuda_variants(const CudaFormat& fo
         spec.rows = rows;
         add(spec);
     }
+    // The mma kernel at batches of one to four row tiles, one warp (no reduction) to eight.
+    for (int rows : {1, 8, 16, 33, 64})
+        for (auto [warps, tiles] : {std::pair{1, 1}, {4, 2}, {8, 4}}) {
+            CudaKernelSpec spec = base;
+            spec.rows = rows;
+            spec.tiling.kind = KernelKind::Mma;
+            spec.tiling.warps = warps, spec.tiling.n_tiles = tiles, spec.tiling.chunks_in_flight = 1 + rows % 2;
+            add(spec);
+        }
     for (auto [bn, bk] : {std::pair{128, 128}, {256, 64}, {64, 256}})
         for (int stages = 2; stages <= 5; ++stages) {
             CudaKernelSpec spec = base;
@@ -79,6 +88,12 @@ inline std::vector<jit::cuda::CudaKernelSpec> cuda_variants(const CudaFormat& fo
                         spec.tiling.columns_per_warp = cols, spec.tiling.chunks_in_flight = inflight;
                         add(spec);
                     }
+                spec.tiling = {};
+                spec.tiling.kind = KernelKind::Mma;
+                for (int rows : {4, 24}) {
+                    spec.rows = rows;
+                    add(spec);
+                }
                 spec.tiling = {};
                 spec.tiling.kind = KernelKind::Gemm;
                 for (int bm : {16, 32}) {

@@ -56,10 +56,8 @@ QuantizedMatrix random_matrix(const test::CudaFormat& f, int64_t k, int64_t n, b
     std::uniform_real_distribution<float> scale(0.002f, 0.02f);
     p.scales.resize(size_t(p.num_groups() * n));
     for (float& s : p.scales) s = f16_scales ? round_to_half(scale(rng)) : scale(rng);
-    if (!f.symmetric) {
-        p.zeros.resize(p.scales.size());
-        for (uint16_t& z : p.zeros) z = uint16_t(rng() % (1u << f.bits));
-    }
+    p.zeros.resize(p.scales.size());  // symmetric: the fixed midpoint, as the quantizers store it
+    for (uint16_t& z : p.zeros) z = f.symmetric ? uint16_t(1u << (f.bits - 1)) : uint16_t(rng() % (1u << f.bits));
     m.codes.resize(size_t(k * n));
     for (uint8_t& c : m.codes) c = uint8_t(rng() % (1u << f.bits));
     if (act_order) {
@@ -169,6 +167,7 @@ TEST_P(CudaDevice, EveryVariantMatchesTheOracle) {
     }
 }
 
+
 INSTANTIATE_TEST_SUITE_P(Bits, CudaDevice, ::testing::Values(2, 3, 4, 8),
                          [](const auto& info) { return "q" + std::to_string(info.param); });
 
@@ -200,7 +199,8 @@ TEST(CudaDevice, CApiForward) {
     qjit_context_options_init(&options);
     options.cuda_device = 0;
     options.tuning_db_path = "";
-    options.tuning_budget_ms = 50;
+    options.tuning_budget_ms = 2000;  // each candidate is compiled by NVRTC first: room for several
+    options.activations = QJIT_ACTIVATIONS_F32;  // the CPU side is the exact path the GPU is compared with
     qjit_context* raw_context = nullptr;
     ASSERT_EQ(qjit_context_create(&options, &raw_context), QJIT_OK) << qjit_last_error();
     test::ContextPtr context(raw_context);

@@ -36,6 +36,19 @@ double predicted_cost(const CudaKernelSpec& spec, int64_t n, const cuda::DeviceP
         // Fewer warps per block spread the tail better; more rows per warp cost registers.
         return weight_bytes(spec, n) / (hidden * busy) * (1 + 0.02 * t.warps) * (1 + 0.05 * spec.rows * t.columns_per_warp / 8);
     }
+    if (t.kind == KernelKind::Mma) {
+        const double blocks = double(jit::cuda::padded_n(n) / (8 * t.n_tiles)) * t.split_k;
+        const double warps = blocks * t.warps;
+        const double warps_per_sm = std::min<double>(kWarpsPerSm, warps / sms);
+        const double in_flight = warps_per_sm * t.n_tiles * spec.format.bits * 128.0 * t.chunks_in_flight;
+        const double hidden = std::min(1.0, in_flight / kBytesInFlightPerSm);
+        const double busy = std::min(1.0, warps / (sms * 8));
+        const double row_tiles = double((spec.rows + 15) / 16);
+        // Activation fragments are re-read per 8-column tile: more tiles per block share them.
+        const double activation_cost = 1 + 0.15 * row_tiles / t.n_tiles;
+        const double split_cost = 1 + 0.05 * (t.split_k - 1);
+        return weight_bytes(spec, n) / (hidden * busy) * activation_cost * split_cost * (1 + 0.01 * t.warps);
+    }
     const double tiles_n = double(jit::cuda::padded_n(n) / t.block_n);
     const double tiles_m = double((spec.rows + t.block_m - 1) / t.block_m);
     const double blocks = tiles_n * tiles_m * t.split_k;
@@ -56,7 +69,17 @@ std::vector<CudaTiling> enumerate_cuda_tilings(const CudaKernelSpec& spec) {
         candidate.tiling = t;
         if (jit::cuda::is_valid(candidate)) tilings.push_back(t);
     };
-    if (spec.rows <= 8) {
+    if (jit::cuda::kind_serves(KernelKind::Mma, spec.rows))
+        for (int warps : {1, 2, 4, 8})
+            for (int tiles : {1, 2, 4})
+                for (int inflight : {1, 2})
+                    for (int split : {1, 2, 4, 8}) {
+                        CudaTiling t;
+                        t.kind = KernelKind::Mma;
+                        t.warps = warps, t.n_tiles = tiles, t.chunks_in_flight = inflight, t.split_k = split;
+                        keep(t);
+                    }
+    if (jit::cuda::kind_serves(KernelKind::Gemv, spec.rows)) {
         for (int warps : {2, 4, 8})
             for (int cols : {1, 2, 4})
                 for (int inflight : {1, 2, 4}) {
@@ -108,6 +131,8 @@ std::string cuda_tiling_structure(const CudaTiling& t) {
     std::ostringstream out;
     if (t.kind == KernelKind::Gemv)
         out << "gemv cols=" << t.columns_per_warp << " warps=" << t.warps;
+    else if (t.kind == KernelKind::Mma)
+        out << "mma tiles=" << t.n_tiles << " warps=" << t.warps;
     else
         out << "gemm " << t.block_m << "x" << t.block_n << "x" << t.block_k << " warps=" << t.warps;
     return out.str();

@@ -94,12 +94,14 @@ public:
 
     std::string gemv();
     std::string gemm();
+    std::string mma();
 
 private:
     bool f16() const { return spec_.activations == ActivationType::F16; }
     void constants();
     void decode_block();
     void dequantize_helpers();
+    void mma_instruction();
 
     const CudaKernelSpec& spec_;
     std::ostringstream out_;
@@ -291,6 +293,141 @@ extern "C" __global__ void __launch_bounds__(256) qjit_gemv(
     return out_.str();
 }
 
+// mma(c, a, b0, b1): c += A (16x16, row) * B (16x8, col) in fp32, operands of the activation type.
+void SourceWriter::mma_instruction() {
+    const char* type = f16() ? "f16" : "bf16";
+    out_ << "static __device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {\n"
+         << "    asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32." << type << "." << type
+         << ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\"\n"
+         << "                 : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
+         << "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));\n}\n";
+}
+
+std::string SourceWriter::mma() {
+    const CudaTiling& t = spec_.tiling;
+    const int group = spec_.per_column() ? 0 : spec_.format.group_size;
+    out_ << "// " << kernel_name(spec_) << ": y = x * W for up to " << spec_.rows
+         << " rows on tensor cores, weights in fragment order decoded\n"
+         << "// straight into B registers; warps split K and meet in shared memory.\n"
+         << kPrelude;
+    constants();
+    out_ << "constexpr int ROWS = " << spec_.rows << ", ROW_TILES = (ROWS + 15) / 16;\n"
+         << "constexpr int WARPS = " << t.warps << ", THREADS = WARPS * 32;\n"
+         << "constexpr int TILES = " << t.n_tiles << ";      // 8-column tiles per block\n"
+         << "constexpr int IN_FLIGHT = " << t.chunks_in_flight << ";  // 128-row steps loaded before use\n"
+         << "constexpr int STEP_GROUPS = " << (group == 0 || group >= 128 ? 1 : 128 / group)
+         << ";  // groups per 128-row step\n";
+    decode_block();
+    dequantize_helpers();
+    mma_instruction();
+    out_ << (f16() ? "static __device__ __forceinline__ u32 weight_scale(float s) { return scale_pair(s); }\n"
+                   : "static __device__ __forceinline__ float weight_scale(float s) { return s; }\n");
+    out_ << R"(
+// Two activations x[row][k], x[row][k + 1] (k even), or zeros outside the matrix.
+static __device__ __forceinline__ u32 activation_pair(const u16* x, int row, int k, int m, int k_valid, int ldx) {
+    return row < m && k < k_valid ? __ldg(reinterpret_cast<const unsigned int*>(x + (long long)row * ldx + k)) : 0u;
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) qjit_mma(
+    const u32* __restrict__ codes, const void* __restrict__ scales_raw, const u16* __restrict__ zeros,
+    const u16* __restrict__ x, u16* __restrict__ y, int m, int n, int np, int k_valid, int ldx, int kp,
+    int num_groups, float* __restrict__ partial, int steps_per_split) {
+    const scale_t* __restrict__ scales = static_cast<const scale_t*>(scales_raw);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int t = lane & 3, g = lane >> 2;
+    const int tile0 = blockIdx.x * TILES;
+    const int steps = kp / 128;
+    const int step_end = min(steps, (blockIdx.y + 1) * steps_per_split);
+    float c[ROW_TILES][TILES][4];
+#pragma unroll
+    for (int i = 0; i < ROW_TILES; ++i)
+#pragma unroll
+        for (int j = 0; j < TILES; ++j) c[i][j][0] = c[i][j][1] = c[i][j][2] = c[i][j][3] = 0.f;
+
+    for (int s0 = blockIdx.y * steps_per_split + warp; s0 < step_end; s0 += WARPS * IN_FLIGHT) {
+        // Every load of the round first: codes (128 contiguous bytes per warp and word), then the
+        // scale and zero point of each group the steps cover, for this lane's column.
+        u32 w[IN_FLIGHT][TILES][BITS];
+        u32 bias[IN_FLIGHT][TILES][STEP_GROUPS];
+        float scale[IN_FLIGHT][TILES][STEP_GROUPS];
+#pragma unroll
+        for (int f = 0; f < IN_FLIGHT; ++f) {
+            const int s = min(s0 + f * WARPS, step_end - 1);  // a clamped duplicate is loaded but not used
+#pragma unroll
+            for (int j = 0; j < TILES; ++j) {
+                const u32* src = codes + ((long long)(tile0 + j) * steps + s) * (BITS * 32) + lane;
+#pragma unroll
+                for (int b = 0; b < BITS; ++b) w[f][j][b] = __ldg(src + 32 * b);
+                const int col = (tile0 + j) * 8 + g;
+#pragma unroll
+                for (int q = 0; q < STEP_GROUPS; ++q) {
+                    const int meta = group_of(s * 128 + q * (128 / STEP_GROUPS), num_groups) * np + col;
+                    scale[f][j][q] = scale_value(scales[meta]);
+                    bias[f][j][q] = zero_bias(zeros, meta);
+                }
+            }
+        }
+#pragma unroll
+        for (int f = 0; f < IN_FLIGHT; ++f) {
+            const int s = s0 + f * WARPS;
+            if (s >= step_end) break;
+            u32 h[TILES][16];
+#pragma unroll
+            for (int j = 0; j < TILES; ++j) decode_block(w[f][j], h[j]);
+#pragma unroll
+            for (int kt = 0; kt < 8; ++kt) {  // k16 slices of the step
+                const int k = s * 128 + kt * 16 + 2 * t;
+                u32 a[ROW_TILES][4];
+#pragma unroll
+                for (int i = 0; i < ROW_TILES; ++i) {
+                    const int row = i * 16 + g;
+                    a[i][0] = activation_pair(x, row, k, m, k_valid, ldx);
+                    a[i][2] = activation_pair(x, row, k + 8, m, k_valid, ldx);
+                    a[i][1] = ROWS > 8 ? activation_pair(x, row + 8, k, m, k_valid, ldx) : 0u;
+                    a[i][3] = ROWS > 8 ? activation_pair(x, row + 8, k + 8, m, k_valid, ldx) : 0u;
+                }
+                const int q = kt * STEP_GROUPS / 8;
+#pragma unroll
+                for (int j = 0; j < TILES; ++j) {
+                    const auto ws = weight_scale(scale[f][j][q]);
+                    const u32 b0 = dequantize_pair(h[j][2 * kt], bias[f][j][q], ws);
+                    const u32 b1 = dequantize_pair(h[j][2 * kt + 1], bias[f][j][q], ws);
+#pragma unroll
+                    for (int i = 0; i < ROW_TILES; ++i) mma(c[i][j], a[i], b0, b1);
+                }
+            }
+        }
+    }
+
+    // Accumulator (i, j, e): row i*16 + g (+8 for e >= 2), column (tile0 + j)*8 + 2t (+1 for odd e).
+    constexpr int VALUES = ROW_TILES * TILES * 4;
+    auto store = [&](int v, float value) {
+        const int e = v & 3, j = (v >> 2) % TILES, i = (v >> 2) / TILES;
+        const int row = i * 16 + g + (e >> 1) * 8, col = (tile0 + j) * 8 + 2 * t + (e & 1);
+        if (row >= m || col >= n) return;
+        if (gridDim.y > 1) atomicAdd(partial + (long long)row * n + col, value);
+        else y[(long long)row * n + col] = to_output(value);
+    };
+    if (WARPS == 1) {
+#pragma unroll
+        for (int v = 0; v < VALUES; ++v) store(v, c[v / 4 / TILES][(v / 4) % TILES][v & 3]);
+        return;
+    }
+    extern __shared__ float partial_sums[];  // [WARPS][VALUES][32]
+#pragma unroll
+    for (int v = 0; v < VALUES; ++v) partial_sums[(warp * VALUES + v) * 32 + lane] = c[v / 4 / TILES][(v / 4) % TILES][v & 3];
+    __syncthreads();
+    for (int v = warp; v < VALUES; v += WARPS) {
+        float sum = 0.f;
+#pragma unroll
+        for (int w2 = 0; w2 < WARPS; ++w2) sum += partial_sums[(w2 * VALUES + v) * 32 + lane];
+        store(v, sum);
+    }
+}
+)";
+    return out_.str();
+}
+
 std::string SourceWriter::gemm() {
     const CudaTiling& t = spec_.tiling;
     const bool group_spans_tile = spec_.per_column() || spec_.format.group_size >= t.block_k;
@@ -300,8 +437,7 @@ std::string SourceWriter::gemm() {
     constants();
     out_ << "constexpr int BM = " << t.block_m << ", BN = " << t.block_n << ", BK = " << t.block_k << ";\n"
          << "constexpr int WARPS = " << t.warps << ", THREADS = WARPS * 32, STAGES = " << t.stages << ";\n"
-         << "constexpr int GROUPS_PER_TILE = " << (group_spans_tile ? 1 : t.block_k / spec_.format.group_size) << ";\n"
-         << "constexpr bool BF16 = " << (f16() ? "false" : "true") << ";\n";
+         << "constexpr int GROUPS_PER_TILE = " << (group_spans_tile ? 1 : t.block_k / spec_.format.group_size) << ";\n";
     out_ << R"(constexpr int LDS = BK + 8;                        // halves per shared row (padding: conflict-free ldmatrix)
 constexpr int WARP_N = BN / WARPS;                   // columns each warp multiplies
 constexpr int M_TILES = BM / 16, N_TILES = WARP_N / 8;
@@ -382,18 +518,9 @@ static __device__ __forceinline__ void dequantize_tile(Stage stage, u16* b) {
                                 dequantize_pair(h[4 * v + 2], bias, scale), dequantize_pair(h[4 * v + 3], bias, scale));
     }
 }
-
-static __device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-    if (BF16)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
+)";
+    mma_instruction();
+    out_ << R"(
 extern "C" __global__ void __launch_bounds__(THREADS) qjit_gemm(
     const u32* __restrict__ codes_raw, const void* __restrict__ scales_raw, const u16* __restrict__ zeros,
     const u16* __restrict__ x, u16* __restrict__ y, int m, int n, int np, int k_valid, int ldx, int kp,
@@ -486,6 +613,9 @@ GeneratedKernel generate_kernel(const CudaKernelSpec& spec) {
     if (spec.tiling.kind == KernelKind::Gemv) {
         kernel.entry = "qjit_gemv";
         kernel.source = writer.gemv();
+    } else if (spec.tiling.kind == KernelKind::Mma) {
+        kernel.entry = "qjit_mma";
+        kernel.source = writer.mma();
     } else {
         kernel.entry = "qjit_gemm";
         kernel.source = writer.gemm();

@@ -28,6 +28,8 @@ template <typename... Parts>
     throw std::invalid_argument(out.str());
 }
 
+int mma_row_tiles(int rows) { return (rows + 15) / 16; }
+
 int groups_per_tile(const CudaKernelSpec& spec) {
     return spec.per_column() || spec.format.group_size >= spec.tiling.block_k ? 1
                                                                        : int(spec.tiling.block_k / spec.format.group_size);
@@ -54,11 +56,14 @@ std::string kernel_family_name(const CudaKernelSpec& spec) {
 std::string kernel_name(const CudaKernelSpec& spec) {
     const CudaTiling& t = spec.tiling;
     std::ostringstream out;
-    out << kernel_family_name(spec) << (t.kind == KernelKind::Gemv ? "_gemv_" : "_gemm_");
+    out << kernel_family_name(spec);
     if (t.kind == KernelKind::Gemv)
-        out << "r" << spec.rows << "w" << t.warps << "c" << t.columns_per_warp << "f" << t.chunks_in_flight;
+        out << "_gemv_r" << spec.rows << "w" << t.warps << "c" << t.columns_per_warp << "f" << t.chunks_in_flight;
+    else if (t.kind == KernelKind::Mma)
+        out << "_mma_r" << spec.rows << "w" << t.warps << "t" << t.n_tiles << "f" << t.chunks_in_flight << "z"
+            << t.split_k;
     else
-        out << "m" << t.block_m << "n" << t.block_n << "k" << t.block_k << "w" << t.warps << "s" << t.stages << "z"
+        out << "_gemm_m" << t.block_m << "n" << t.block_n << "k" << t.block_k << "w" << t.warps << "s" << t.stages << "z"
             << t.split_k;
     return out.str();
 }
@@ -67,6 +72,9 @@ std::string tiling_text(const CudaTiling& t) {
     std::ostringstream out;
     if (t.kind == KernelKind::Gemv)
         out << "kernel=gemv,warps=" << t.warps << ",cols=" << t.columns_per_warp << ",inflight=" << t.chunks_in_flight;
+    else if (t.kind == KernelKind::Mma)
+        out << "kernel=mma,warps=" << t.warps << ",ntiles=" << t.n_tiles << ",inflight=" << t.chunks_in_flight
+            << ",splitk=" << t.split_k;
     else
         out << "kernel=gemm,bm=" << t.block_m << ",bn=" << t.block_n << ",bk=" << t.block_k << ",warps=" << t.warps
             << ",stages=" << t.stages << ",splitk=" << t.split_k;
@@ -78,7 +86,8 @@ CudaTiling parse_tiling(const std::string& text, CudaTiling base) {
         {"warps", &CudaTiling::warps},   {"cols", &CudaTiling::columns_per_warp},
         {"inflight", &CudaTiling::chunks_in_flight}, {"bm", &CudaTiling::block_m},
         {"bn", &CudaTiling::block_n},    {"bk", &CudaTiling::block_k},
-        {"stages", &CudaTiling::stages}, {"splitk", &CudaTiling::split_k}};
+        {"stages", &CudaTiling::stages}, {"splitk", &CudaTiling::split_k},
+        {"ntiles", &CudaTiling::n_tiles}};
     std::istringstream in(text);
     std::string item;
     while (std::getline(in, item, ',')) {
@@ -89,12 +98,14 @@ CudaTiling parse_tiling(const std::string& text, CudaTiling base) {
         if (key == "kernel") {
             if (value == "gemv") base.kind = KernelKind::Gemv;
             else if (value == "gemm") base.kind = KernelKind::Gemm;
-            else reject("CUDA tiling kernel '", value, "'; expected gemv or gemm");
+            else if (value == "mma") base.kind = KernelKind::Mma;
+            else reject("CUDA tiling kernel '", value, "'; expected gemv, mma or gemm");
             continue;
         }
         const auto knob = knobs.find(key);
         if (knob == knobs.end())
-            reject("unknown CUDA tiling knob '", key, "'; expected kernel, warps, cols, inflight, bm, bn, bk, stages, splitk");
+            reject("unknown CUDA tiling knob '", key,
+                   "'; expected kernel, warps, cols, inflight, ntiles, bm, bn, bk, stages, splitk");
         size_t used = 0;
         int number = 0;
         try {
@@ -108,9 +119,20 @@ CudaTiling parse_tiling(const std::string& text, CudaTiling base) {
     return base;
 }
 
+bool kind_serves(KernelKind kind, int64_t rows) {
+    switch (kind) {
+        case KernelKind::Gemv: return rows >= 1 && rows <= 8;
+        case KernelKind::Mma: return rows >= 1 && rows <= kMaxMmaRows;
+        case KernelKind::Gemm: return rows > 8;
+    }
+    return false;
+}
+
 int shared_memory_bytes(const CudaKernelSpec& spec) {
     const CudaTiling& t = spec.tiling;
     if (t.kind == KernelKind::Gemv) return 0;
+    if (t.kind == KernelKind::Mma)  // every warp's fp32 accumulators, summed across warps at the end
+        return t.warps == 1 ? 0 : t.warps * mma_row_tiles(spec.rows) * t.n_tiles * 4 * 32 * 4;
     const int64_t scale_bytes = spec.format.f16_scales() ? 2 : 4;
     const int64_t per_stage = int64_t(t.block_m) * (t.block_k + kPadHalves) * 2  // activations
                               + int64_t(t.block_n) * t.block_k * spec.format.bits / 8   // codes
@@ -131,6 +153,16 @@ void check_spec(const CudaKernelSpec& spec) {
         if (!one_of(t.warps, {2, 4, 8})) reject("GEMV warps ", t.warps, "; expected 2, 4 or 8");
         if (!one_of(t.columns_per_warp, {1, 2, 4})) reject("GEMV cols ", t.columns_per_warp, "; expected 1, 2 or 4");
         if (!one_of(t.chunks_in_flight, {1, 2, 4})) reject("GEMV inflight ", t.chunks_in_flight, "; expected 1, 2 or 4");
+        return;
+    }
+    if (t.kind == KernelKind::Mma) {
+        if (spec.rows < 1 || spec.rows > kMaxMmaRows) reject("MMA rows ", spec.rows, "; expected 1 .. ", kMaxMmaRows);
+        if (!one_of(t.warps, {1, 2, 4, 8})) reject("MMA warps ", t.warps, "; expected 1, 2, 4 or 8");
+        if (!one_of(t.n_tiles, {1, 2, 4})) reject("MMA ntiles ", t.n_tiles, "; expected 1, 2 or 4");
+        if (!one_of(t.chunks_in_flight, {1, 2})) reject("MMA inflight ", t.chunks_in_flight, "; expected 1 or 2");
+        if (!one_of(t.split_k, {1, 2, 4, 8})) reject("MMA splitk ", t.split_k, "; expected 1, 2, 4 or 8");
+        if (mma_row_tiles(spec.rows) * t.n_tiles * 4 > kMaxAccumulators / 2)
+            reject("MMA rows ", spec.rows, " x ntiles ", t.n_tiles, " needs too many accumulators per thread");
         return;
     }
     if (!one_of(t.block_m, {16, 32, 64})) reject("GEMM bm ", t.block_m, "; expected 16, 32 or 64");

@@ -1,7 +1,13 @@
 // What a generated CUDA kernel computes (CudaKernelSpec) and the knobs that shape it (CudaTiling).
-// Two kernel kinds serve a layer: a GEMV for up to 8 activation rows (memory-bound: wide code
-// loads, dequantization in registers, warp-shuffle reduction) and a tensor-core GEMM for more
-// (mma.sync m16n8k16 fed by a cp.async pipeline). Both read the layout of format/cuda_weights.hpp.
+// Three kernel kinds serve a layer:
+//   gemv: up to 8 activation rows, codes in column blocks; wide code loads, dequantization in
+//         registers, warp-shuffle reduction.
+//   mma:  up to 64 rows, codes in fragment order (format/cuda_code_layout.hpp); each lane decodes
+//         its own B fragments of mma.m16n8k16 in registers, activations are A fragments read
+//         straight from memory, warps split K and reduce through shared memory. No shared-memory
+//         staging of weights: the decoding-bound kernel for small batches.
+//   gemm: more than 8 rows; mma.sync fed by a cp.async pipeline that dequantizes column blocks
+//         into shared memory.
 #pragma once
 
 #include <cstdint>
@@ -14,19 +20,22 @@
 namespace qjit::jit::cuda {
 
 enum class ActivationType { F16, BF16 };
-enum class KernelKind { Gemv, Gemm };
+enum class KernelKind { Gemv, Gemm, Mma };
 
-// The tuner's knobs. GEMV uses warps, columns_per_warp and chunks_in_flight; GEMM the rest.
+// The tuner's knobs. GEMV uses warps, columns_per_warp and chunks_in_flight; MMA warps, n_tiles,
+// chunks_in_flight and split_k; GEMM the rest.
 struct CudaTiling {
     KernelKind kind = KernelKind::Gemv;
-    int warps = 4;             // warps per block
+    int warps = 4;             // warps per block (mma: warps share the block's columns and split K)
     int columns_per_warp = 1;  // gemv: output columns one warp reduces (1, 2, 4)
-    int chunks_in_flight = 2;  // gemv: 16-byte code vectors per lane and column loaded before use (1, 2, 4)
+    int chunks_in_flight = 2;  // gemv: 16-byte code vectors per lane and column loaded before use (1, 2, 4);
+                               // mma: 128-row steps loaded before use (1, 2)
+    int n_tiles = 2;           // mma: 8-column tiles per block (1, 2, 4)
     int block_m = 64;          // gemm: activation rows per block (16, 32, 64)
     int block_n = 128;         // gemm: output columns per block (64, 128, 256)
     int block_k = 128;         // gemm: K per pipeline stage (64, 128, 256)
     int stages = 3;            // gemm: cp.async pipeline depth (2 .. 5)
-    int split_k = 1;           // gemm: blocks sharing one output tile along K (fp32 atomics, then a cast)
+    int split_k = 1;           // gemm, mma: blocks sharing one output tile along K (fp32 atomics, then a cast)
 
     bool operator==(const CudaTiling&) const = default;
 };
@@ -36,7 +45,8 @@ struct CudaKernelSpec {
                                   // or one per column; scale_type F16 when the device stores fp16 scales
     ActivationType activations = ActivationType::F16;
     int arch = 80;                // sm_<arch>
-    int rows = 1;                 // gemv: activation rows it is compiled for (1, 2, 4, 8; fewer at run time are masked)
+    int rows = 1;                 // gemv, mma: activation rows it is compiled for (gemv 1, 2, 4, 8; mma up to 64;
+                                  // fewer at run time are masked)
     CudaTiling tiling;
 
     bool per_column() const { return format.per_column(); }
@@ -57,13 +67,19 @@ std::string kernel_family_name(const CudaKernelSpec& spec);
 // identifier.
 std::string kernel_name(const CudaKernelSpec& spec);
 
-// "kernel=gemv,warps=4,cols=1,inflight=2" / "kernel=gemm,bm=64,bn=128,bk=128,warps=8,stages=3,splitk=1".
+// "kernel=gemv,warps=4,cols=1,inflight=2" / "kernel=mma,warps=4,ntiles=2,inflight=1,splitk=1" /
+// "kernel=gemm,bm=64,bn=128,bk=128,warps=8,stages=3,splitk=1".
 std::string tiling_text(const CudaTiling& tiling);
 // Parses tiling_text's form; knobs left out keep `base`'s values. Throws std::invalid_argument
 // naming the bad knob.
 CudaTiling parse_tiling(const std::string& text, CudaTiling base = {});
 
-// Dynamic shared memory a GEMM block asks for (0 for a GEMV).
+// Whether a kernel kind serves `rows` activation rows (gemv up to 8, mma up to 64, gemm above 8).
+bool kind_serves(KernelKind kind, int64_t rows);
+// The most rows the mma kernel takes.
+inline constexpr int kMaxMmaRows = 64;
+
+// Dynamic shared memory a block asks for (GEMM stages, MMA's cross-warp reduction; 0 for a GEMV).
 int shared_memory_bytes(const CudaKernelSpec& spec);
 // Throws std::invalid_argument naming what the generator cannot emit: bits, group size, a tiling
 // knob out of range, a GEMM tile whose warps, registers or K step do not fit. Does not check the

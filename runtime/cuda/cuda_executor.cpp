@@ -11,6 +11,7 @@
 #include "runtime/cuda/nvrtc_compiler.hpp"
 #include "base/error.hpp"
 #include "base/half.hpp"
+#include "format/cuda_code_layout.hpp"
 #include "tuner/tuning_problem.hpp"
 
 namespace qjit {
@@ -63,6 +64,8 @@ CudaExecutor::CudaExecutor(const cuda::DeviceProperties& device, const Quantized
     k_ = weights.k, n_ = weights.n, kp_ = weights.kp, np_ = weights.np, num_groups_ = weights.num_groups;
     act_order_ = p.act_order;
     codes_ = cuda::DeviceBuffer(weights.codes.data(), weights.codes.size() * 4);
+    const std::vector<uint32_t> fragment_codes = pack_fragment_codes(matrix);
+    fragment_codes_ = cuda::DeviceBuffer(fragment_codes.data(), fragment_codes.size() * 4);
     if (weights.f16_scales) scales_ = cuda::DeviceBuffer(weights.scales_f16.data(), weights.scales_f16.size() * 2);
     else scales_ = cuda::DeviceBuffer(weights.scales_f32.data(), weights.scales_f32.size() * 4);
     if (!weights.zeros.empty()) zeros_ = cuda::DeviceBuffer(weights.zeros.data(), weights.zeros.size() * 2);
@@ -92,7 +95,7 @@ CudaKernelSpec CudaExecutor::format(ActivationType activations, int64_t bucket) 
     spec.activations = activations;
     spec.rows = int(bucket);
     spec.tiling = {};
-    spec.tiling.kind = bucket <= 8 ? KernelKind::Gemv : KernelKind::Gemm;
+    spec.tiling.kind = bucket <= 8 ? KernelKind::Gemv : KernelKind::Gemm;  // the kind's default; mma serves both
     return spec;
 }
 
@@ -169,20 +172,38 @@ void CudaExecutor::launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdev
                       args);
         return;
     }
+    cuda::CUdeviceptr partial = 0;
+    if (t.kind == KernelKind::Mma) {
+        codes = fragment_codes_.get();
+        const int steps = int(kp_ / cuda_layout::kFragmentStepK);
+        int per_split = (steps + t.split_k - 1) / t.split_k;
+        const unsigned splits = unsigned((steps + per_split - 1) / per_split);
+        void* args[] = {&codes, &scales, &zeros, &x, &y, &rows, &n, &np, &k_valid, &ldx, &kp, &groups, &partial, &per_split};
+        launch_split(plan, unsigned(np_ / (cuda_layout::kFragmentTileN * t.n_tiles)), 1, splits, true, args, &partial, y,
+                     m, stream);
+        return;
+    }
     const int tiles = int(kp_ / t.block_k);
     int per_split = (tiles + t.split_k - 1) / t.split_k;
     const unsigned splits = unsigned((tiles + per_split - 1) / per_split);
-    cuda::CUdeviceptr partial = 0;
-    if (splits > 1) {
-        partial = grow(partial_, size_t(m * n_ * 4));
-        driver.memset_async(partial, 0, size_t(m * n_ * 4), stream);
-    }
     void* args[] = {&codes, &scales, &zeros, &x, &y, &rows, &n, &np, &k_valid, &ldx, &kp, &groups, &partial, &per_split};
-    driver.launch(plan.function, unsigned(np_ / t.block_n), blocks_for(m, unsigned(t.block_m)), splits,
-                  plan.kernel.threads, unsigned(plan.kernel.shared_bytes), stream, args);
+    launch_split(plan, unsigned(np_ / t.block_n), blocks_for(m, unsigned(t.block_m)), splits, false, args, &partial, y,
+                 m, stream);
+}
+
+void CudaExecutor::launch_split(const CudaPlan& plan, unsigned grid_x, unsigned grid_y, unsigned splits,
+                                bool splits_in_y, void** args, cuda::CUdeviceptr* partial, cuda::CUdeviceptr y,
+                                int64_t m, cuda::CUstream stream) {
+    cuda::Driver& driver = cuda::Driver::get();
+    if (splits > 1) {
+        *partial = grow(partial_, size_t(m * n_ * 4));
+        driver.memset_async(*partial, 0, size_t(m * n_ * 4), stream);
+    }
+    driver.launch(plan.function, grid_x, splits_in_y ? splits : grid_y, splits_in_y ? 1 : splits, plan.kernel.threads,
+                  unsigned(plan.kernel.shared_bytes), stream, args);
     if (splits > 1) {
         long long count = m * n_;
-        void* cast_args[] = {&partial, &y, &count};
+        void* cast_args[] = {partial, &y, &count};
         const cuda::CUfunction cast = plan.spec.activations == ActivationType::F16 ? cast_f16_ : cast_bf16_;
         driver.launch(cast, blocks_for(count, kSupportThreads), 1, 1, kSupportThreads, 0, stream, cast_args);
     }

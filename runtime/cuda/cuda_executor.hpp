@@ -1,4 +1,5 @@
-// Runs a quantized layer on a CUDA device: its weights uploaded once (format/cuda_weights.hpp),
+// Runs a quantized layer on a CUDA device: its weights uploaded once (format/cuda_weights.hpp; the
+// codes in both device layouts, column blocks for gemv/gemm and fragment order for mma),
 // one compiled kernel per activation type and batch bucket, and the small support kernels
 // (act-order gather, split-K cast). Which tiling each bucket uses is decided outside
 // (runtime/cuda/cuda_layer.hpp); this class compiles, loads, launches and times.
@@ -65,6 +66,10 @@ private:
     void launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdeviceptr y, int64_t m, cuda::CUstream stream);
     double time_us(const CudaPlan* plan, int64_t m, jit::cuda::ActivationType activations, int repeats, bool warm_up);
     cuda::CUdeviceptr grow(cuda::DeviceBuffer& buffer, size_t bytes);
+    // Launches a kernel whose blocks share outputs along K (grid.z or grid.y = splits): into a
+    // zeroed fp32 buffer with atomics, then cast to y. `args` ends with the partial pointer slot.
+    void launch_split(const CudaPlan& plan, unsigned grid_x, unsigned grid_y, unsigned splits, bool splits_in_y,
+                      void** args, cuda::CUdeviceptr* partial, cuda::CUdeviceptr y, int64_t m, cuda::CUstream stream);
 
     cuda::DeviceProperties device_;
     jit::cuda::CudaKernelSpec format_;  // activations, rows and tiling filled per plan
@@ -72,7 +77,7 @@ private:
     bool act_order_ = false;
     std::string dump_dir_, cubin_cache_dir_;
 
-    cuda::DeviceBuffer codes_, scales_, zeros_, row_order_;
+    cuda::DeviceBuffer codes_, fragment_codes_, scales_, zeros_, row_order_;
     cuda::CUmodule support_ = nullptr;
     cuda::CUfunction gather_ = nullptr, cast_f16_ = nullptr, cast_bf16_ = nullptr;
 

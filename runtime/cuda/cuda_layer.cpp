@@ -37,8 +37,8 @@ public:
     std::string accept(const std::string& text) override {
         CudaKernelSpec spec = format_;
         spec.tiling = jit::cuda::parse_tiling(text, format_.tiling);
-        require(spec.tiling.kind == format_.tiling.kind, "a ", jit::cuda::tiling_text(spec.tiling),
-                " tiling for a batch the other kernel kind serves");
+        require(jit::cuda::kind_serves(spec.tiling.kind, spec.rows), "a ", jit::cuda::tiling_text(spec.tiling),
+                " tiling for ", spec.rows, " rows, which that kernel kind does not serve");
         jit::cuda::check_spec(spec);
         require(jit::cuda::fits_device(spec, executor_.device().shared_memory_per_block_optin),
                 "needs more shared memory than ", executor_.device().name, " offers");
