@@ -325,10 +325,12 @@ private:
 // qjit layers
 // ---------------------------------------------------------------------------------------------
 
-qjit_context* make_context(const Options& options) {
+// A context whose layers are tuned for m rows at creation (as qjit-tune tunes each batch).
+qjit_context* make_context(const Options& options, int64_t m) {
     qjit_context_options context_options;
     qjit_context_options_init(&context_options);
     context_options.cuda_device = 0;
+    context_options.tuning_batch = m;
     context_options.cuda_dtype = options.dtype;
     if (options.tuning_db) context_options.tuning_db_path = options.tuning_db->c_str();
     context_options.tuning_budget_ms = options.budget_ms;
@@ -340,7 +342,7 @@ qjit_context* make_context(const Options& options) {
 struct QjitLayer {
     qjit_linear* layer = nullptr;
     int64_t weight_bytes = 0;  // packed codes + scales + zeros: what one forward streams
-    double create_ms = 0;      // random codes, import, tuning, compilation and upload
+    double create_ms = 0;      // random codes, import, upload, tuning for the context's batch, compilation
 };
 
 // Random GPTQ codes: importing them is far faster than quantizing fp32 weights, which matters for
@@ -462,7 +464,7 @@ std::vector<Target> issue_targets(const Options& options) {
 
 // Printed after the results, so that nothing interleaves with the rows of the main table.
 void print_creation_times(const std::vector<std::string>& lines) {
-    std::printf("\n| layer | weight MiB | creation ms |\n|---|---|---|\n");
+    std::printf("\n| layer | tuned for m | weight MiB | creation ms (upload, tuning, compiles) |\n|---|---|---|---|\n");
     for (const std::string& line : lines) std::printf("%s\n", line.c_str());
 }
 
@@ -532,26 +534,29 @@ int main(int argc, char** argv) {
 
     CublasGemm cublas(stream, options.dtype);
     const Bench bench{options, stream, timer, cublas, weights, x, y, copy_gbps};
-    qjit_context* context = make_context(options);
+    std::map<int64_t, qjit_context*> contexts;
+    for (int64_t m : options.batches) contexts[m] = make_context(options, m);
     print_table_header(options);
     std::vector<Row> rows;
     std::vector<std::string> creation_lines;
-    for (const Shape& shape : shapes) {
-        std::map<int, QjitLayer> layers;
-        for (int bits : options.bits) {
-            const QjitLayer& made = layers[bits] = make_layer(context, shape, bits);
-            char line[256];
-            std::snprintf(line, sizeof line, "| q%dg%d %s | %.1f | %.0f |", bits, kGroupSize, shape_label(shape).c_str(),
-                          double(made.weight_bytes) / double(1 << 20), made.create_ms);
-            creation_lines.push_back(line);
+    for (const Shape& shape : shapes)
+        for (int64_t m : options.batches) {
+            std::map<int, QjitLayer> layers;  // tuned for this batch, as a user's layers would be
+            for (int bits : options.bits) {
+                const QjitLayer& made = layers[bits] = make_layer(contexts[m], shape, bits);
+                char line[256];
+                std::snprintf(line, sizeof line, "| q%dg%d %s | %lld | %.1f | %.0f |", bits, kGroupSize,
+                              shape_label(shape).c_str(), (long long)m, double(made.weight_bytes) / double(1 << 20),
+                              made.create_ms);
+                creation_lines.push_back(line);
+            }
+            rows.push_back(measure_row(bench, shape, m, layers));
+            for (auto& [bits, layer] : layers) QJIT_CHECK(qjit_linear_destroy(layer.layer));
         }
-        for (int64_t m : options.batches) rows.push_back(measure_row(bench, shape, m, layers));
-        for (auto& [bits, layer] : layers) QJIT_CHECK(qjit_linear_destroy(layer.layer));
-    }
     print_summary(options, rows);
     print_creation_times(creation_lines);
 
-    QJIT_CHECK(qjit_context_destroy(context));
+    for (auto& [m, context] : contexts) QJIT_CHECK(qjit_context_destroy(context));
     CUDA_CHECK(cudaStreamDestroy(stream));
     return 0;
 }

@@ -1,7 +1,9 @@
 #include "runtime/cuda/cuda_executor.hpp"
 
 #include <functional>
+#include <future>
 #include <memory>
+#include <thread>
 
 #include <algorithm>
 #include <cstdio>
@@ -273,6 +275,24 @@ std::function<double()> CudaExecutor::timed_tiling(int64_t m, ActivationType act
         delete plan;
     });
     return [this, candidate, m, activations] { return time_us(candidate.get(), m, activations, 1, false) * 1e-6; };
+}
+
+void CudaExecutor::compile_ahead(ActivationType activations, int64_t bucket,
+                                 const std::vector<CudaTiling>& tilings) const {
+    if (!dump_dir_.empty()) return;  // dumping compiles afresh anyway
+    std::vector<std::future<void>> jobs;
+    for (const CudaTiling& tiling : tilings) {
+        CudaKernelSpec spec = format(activations, bucket);
+        spec.tiling = tiling;
+        jobs.push_back(std::async(std::launch::async, [this, spec] {
+            try {
+                const jit::cuda::GeneratedKernel kernel = jit::cuda::generate_kernel(spec);
+                cuda::compile_cuda_cached(kernel.source, kernel.name, spec.arch, cubin_cache_dir_);
+            } catch (const std::exception&) {  // reported by the call that needs the kernel
+            }
+        }));
+    }
+    for (auto& job : jobs) job.get();
 }
 
 double CudaExecutor::time_forward_us(int64_t m, ActivationType activations, int repeats) {

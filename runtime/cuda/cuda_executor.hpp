@@ -58,6 +58,11 @@ public:
     // returns its seconds, timed with events (the tuner's TimedCall).
     std::function<double()> timed_tiling(int64_t m, jit::cuda::ActivationType activations,
                                          const jit::cuda::CudaTiling& tiling);
+    // Compiles these tilings for (activations, bucket) into the cubin cache, in parallel (one thread
+    // per core, at most one tiling per thread): a later install or timed_tiling of them only loads.
+    // Compile errors are left for that later call to report.
+    void compile_ahead(jit::cuda::ActivationType activations, int64_t bucket,
+                       const std::vector<jit::cuda::CudaTiling>& tilings) const;
     // The same with the installed plans.
     double time_forward_us(int64_t m, jit::cuda::ActivationType activations, int repeats);
 

@@ -1,6 +1,9 @@
 #include "runtime/cuda/cuda_layer.hpp"
 
+#include <algorithm>
+#include <set>
 #include <stdexcept>
+#include <thread>
 
 #include "base/error.hpp"
 #include "tuner/cuda_search.hpp"
@@ -30,6 +33,7 @@ public:
             ranked.push_back({jit::cuda::tiling_text(t), cuda_tiling_structure(t)});
         if (ranked.empty())
             fail(QJIT_ERROR_UNSUPPORTED, "no CUDA tiling of ", kernel_key(), " fits ", executor_.device().name);
+        compile_first_screened(ranked);
         return ranked;
     }
 
@@ -65,6 +69,19 @@ public:
     CudaTiling tiling(const std::string& text) const { return jit::cuda::parse_tiling(text, format_.tiling); }
 
 private:
+    // NVRTC takes longer than timing a kernel: the search's first candidates (the model's best of
+    // each structure, as timed_search screens them) are compiled on every core at once, which costs
+    // about the wall time of the first compile alone.
+    void compile_first_screened(const std::vector<RankedTiling>& ranked) const {
+        const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+        std::set<std::string> structures;
+        std::vector<CudaTiling> first;
+        for (const RankedTiling& candidate : ranked)
+            if (first.size() < cores && structures.insert(candidate.structure).second)
+                first.push_back(tiling(candidate.text));
+        executor_.compile_ahead(type_, batch_bucket(m_), first);
+    }
+
     CudaExecutor& executor_;
     ActivationType type_;
     int64_t m_;
