@@ -35,18 +35,19 @@ inline constexpr int pair_shift(int bits, int pair) { return bits * (pair % pair
 inline constexpr int kSpareWord[2][3] = {{0, 0, 1}, {1, 2, 2}};
 inline constexpr int kSpareBit[2][3] = {{15, 31, 15}, {31, 15, 31}};
 
-// Fragment order, the second device layout (read by the tensor-core "mma" kernel): the codes that
-// one lane of a warp needs as B operands of mma.m16n8k16 come in one 32-code block of the layout
-// above, so decode_block yields them ready to use. A warp's unit is a tile of 8 columns by 128 rows
-// (a "step"): lane l (t = l % 4, g = l / 4) holds, for column 8 * tile + g, the 32 codes
-//   block code i -> row 128 * step + 16 * (i / 4) + 8 * ((i / 2) % 2) + 2 * t + i % 2,
-// that is pair p = i / 2 is register b(p % 2) of k16 slice p / 2. Words are stored
-//   [tile][step][word][lane]  (tile = column / 8, step = row / 128, word < bits, lane < 32),
-// so each of a warp's `bits` loads per step reads 128 contiguous bytes.
+// Fragment order, the second device layout (read by the tensor-core "mma" kernel). A warp's unit
+// is a tile of 8 columns by 128 rows (a "step"). Lane l (t = l % 4, g = l / 4) holds one ordinary
+// 32-code block (the layout above): rows 128 * step + 32 * t .. + 31 of column 8 * tile + g.
+// The kernel feeds block pair p to mma.m16n8k16 as register b(p % 2) of k16 slice p / 2, with the
+// activations permuted to match (slice kk, slot 2t + j (+8) <- row 32t + 4kk + j (+2)): a dot
+// product does not care which k goes where, so each lane reads 32 consecutive activations of a row
+// with 16-byte loads and each lane's block lies in one group. Words are stored
+//   [tile][step][lane][word]  (tile = column / 8, step = row / 128, lane < 32, word < bits),
+// so a warp's loads of one step read 128 * bits contiguous bytes.
 inline constexpr int kFragmentTileN = 8;
 inline constexpr int kFragmentStepK = 128;
 inline constexpr int64_t fragment_row(int64_t step, int lane, int code) {
-    return step * kFragmentStepK + 16 * (code / 4) + 8 * ((code / 2) % 2) + 2 * (lane % 4) + code % 2;
+    return step * kFragmentStepK + 32 * (lane % 4) + code;
 }
 inline constexpr int64_t fragment_column(int64_t tile, int lane) { return tile * kFragmentTileN + lane / 4; }
 

@@ -96,7 +96,7 @@ std::vector<uint32_t> pack_fragment_codes(const QuantizedMatrix& matrix) {
                 };
                 std::fill(block.begin(), block.end(), 0u);
                 pack_block(p.bits, code, block.data());
-                for (int j = 0; j < p.bits; ++j) codes[size_t(((tile * steps + step) * p.bits + j) * 32 + lane)] = block[size_t(j)];
+                for (int j = 0; j < p.bits; ++j) codes[size_t(((tile * steps + step) * 32 + lane) * p.bits + j)] = block[size_t(j)];
             }
     return codes;
 }
@@ -104,11 +104,9 @@ std::vector<uint32_t> pack_fragment_codes(const QuantizedMatrix& matrix) {
 int unpack_fragment_code(const std::vector<uint32_t>& codes, int bits, int64_t kp, int64_t row, int64_t column) {
     using namespace cuda_layout;
     const int64_t steps = kp / kFragmentStepK, tile = column / kFragmentTileN, step = row / kFragmentStepK;
-    const int r = int(row % kFragmentStepK);  // 16 * (i / 4) + 8 * ((i / 2) % 2) + 2 * t + i % 2
-    const int t = (r % 8) / 2, g = int(column % kFragmentTileN), lane = 4 * g + t;
-    const int i = 4 * (r / 16) + 2 * ((r / 8) % 2) + r % 2;
-    const uint32_t* words = &codes[size_t((tile * steps + step) * bits * 32 + lane)];
-    return unpack_block_code(bits, [&](int j) { return words[j * 32]; }, i);
+    const int r = int(row % kFragmentStepK), lane = 4 * int(column % kFragmentTileN) + r / 32;
+    const uint32_t* words = &codes[size_t(((tile * steps + step) * 32 + lane) * bits)];
+    return unpack_block_code(bits, [&](int j) { return words[j]; }, r % 32);
 }
 
 

@@ -152,12 +152,16 @@ TEST_P(CudaDevice, EveryVariantMatchesTheOracle) {
                 const QuantizedMatrix& matrix = matrices[which];
                 const std::string name = jit::cuda::kernel_name(spec) + " K=" + std::to_string(shape.k) +
                                          " N=" + std::to_string(shape.n);
-                const std::vector<int64_t> batches = spec.tiling.kind == KernelKind::Gemv
-                                                         ? std::vector<int64_t>{std::max(1, spec.rows / 2 + 1), spec.rows}
-                                                         : std::vector<int64_t>{17, 33, 64, 100};
+                // GEMV and MMA: a partial and a full bucket of the rows compiled for (MMA at 64 also
+                // m = 100, two row slices); GEMM: several row blocks, partial ones too.
+                std::vector<int64_t> batches{17, 33, 64, 100};
+                if (spec.tiling.kind != KernelKind::Gemm) {
+                    const int bucket = int(batch_bucket(spec.rows));
+                    batches = {bucket / 2 + 1, bucket};
+                    if (spec.tiling.kind == KernelKind::Mma && bucket == jit::cuda::kMaxMmaRows) batches.push_back(100);
+                }
                 for (int64_t m : batches) {
                     const int64_t bucket = batch_bucket(m);
-                    if (spec.tiling.kind == KernelKind::Gemv && bucket != spec.rows) continue;
                     executor.install(spec.activations, bucket, spec.tiling);
                     run_and_check(executor, matrix, m, spec.activations, name, uint32_t(m));
                 }

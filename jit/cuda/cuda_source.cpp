@@ -305,27 +305,42 @@ void SourceWriter::mma_instruction() {
 
 std::string SourceWriter::mma() {
     const CudaTiling& t = spec_.tiling;
-    const int group = spec_.per_column() ? 0 : spec_.format.group_size;
     out_ << "// " << kernel_name(spec_) << ": y = x * W for up to " << spec_.rows
-         << " rows on tensor cores, weights in fragment order decoded\n"
-         << "// straight into B registers; warps split K and meet in shared memory.\n"
+         << " rows per block on tensor cores; fragment-ordered\n"
+         << "// weights decoded straight into B registers; warps split K and meet in shared memory.\n"
          << kPrelude;
     constants();
     out_ << "constexpr int ROWS = " << spec_.rows << ", ROW_TILES = (ROWS + 15) / 16;\n"
          << "constexpr int WARPS = " << t.warps << ", THREADS = WARPS * 32;\n"
          << "constexpr int TILES = " << t.n_tiles << ";      // 8-column tiles per block\n"
-         << "constexpr int IN_FLIGHT = " << t.chunks_in_flight << ";  // 128-row steps loaded before use\n"
-         << "constexpr int STEP_GROUPS = " << (group == 0 || group >= 128 ? 1 : 128 / group)
-         << ";  // groups per 128-row step\n";
+         << "constexpr int IN_FLIGHT = " << t.chunks_in_flight << ";  // 128-row steps loaded before use\n";
     decode_block();
     dequantize_helpers();
     mma_instruction();
     out_ << (f16() ? "static __device__ __forceinline__ u32 weight_scale(float s) { return scale_pair(s); }\n"
                    : "static __device__ __forceinline__ float weight_scale(float s) { return s; }\n");
     out_ << R"(
-// Two activations x[row][k], x[row][k + 1] (k even), or zeros outside the matrix.
-static __device__ __forceinline__ u32 activation_pair(const u16* x, int row, int k, int m, int k_valid, int ldx) {
-    return row < m && k < k_valid ? __ldg(reinterpret_cast<const unsigned int*>(x + (long long)row * ldx + k)) : 0u;
+// This lane's 32-code block: BITS consecutive words, in the widest loads they allow.
+static __device__ __forceinline__ void load_block(const u32* p, u32 (&w)[BITS]) {
+    if (BITS % 4 == 0) {
+#pragma unroll
+        for (int v = 0; v < BITS / 4; ++v) {
+            const uint4 q = __ldg(reinterpret_cast<const uint4*>(p) + v);
+            w[4 * v] = q.x, w[4 * v + 1] = q.y, w[4 * v + 2] = q.z, w[4 * v + 3] = q.w;
+        }
+    } else if (BITS == 2) {
+        const uint2 q = __ldg(reinterpret_cast<const uint2*>(p));
+        w[0] = q.x, w[1 % BITS] = q.y;
+    } else {
+#pragma unroll
+        for (int v = 0; v < BITS; ++v) w[v] = __ldg(p + v);
+    }
+}
+
+// Eight activations x[row][k .. k + 7] (k a multiple of 8), or zeros outside the matrix.
+static __device__ __forceinline__ uint4 activations8(const u16* x, int row, int k, int m, int k_valid, int ldx) {
+    return row < m && k < k_valid ? __ldg(reinterpret_cast<const uint4*>(x + (long long)row * ldx + k))
+                                  : make_uint4(0, 0, 0, 0);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS) qjit_mma(
@@ -338,6 +353,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_mma(
     const int tile0 = blockIdx.x * TILES;
     const int steps = kp / 128;
     const int step_end = min(steps, (blockIdx.y + 1) * steps_per_split);
+    // Blocks along z take successive ROWS-row slices of x and y.
+    const int row_base = blockIdx.z * ROW_TILES * 16;
+    x += (long long)row_base * ldx, y += (long long)row_base * n, m -= row_base;
+    if (partial) partial += (long long)row_base * n;
     float c[ROW_TILES][TILES][4];
 #pragma unroll
     for (int i = 0; i < ROW_TILES; ++i)
@@ -345,26 +364,21 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_mma(
         for (int j = 0; j < TILES; ++j) c[i][j][0] = c[i][j][1] = c[i][j][2] = c[i][j][3] = 0.f;
 
     for (int s0 = blockIdx.y * steps_per_split + warp; s0 < step_end; s0 += WARPS * IN_FLIGHT) {
-        // Every load of the round first: codes (128 contiguous bytes per warp and word), then the
-        // scale and zero point of each group the steps cover, for this lane's column.
+        // Every load of the round first: each tile's block (lane's rows 128s + 32t .. + 31 of
+        // column 8 * tile + g), then its group's scale and zero point.
         u32 w[IN_FLIGHT][TILES][BITS];
-        u32 bias[IN_FLIGHT][TILES][STEP_GROUPS];
-        float scale[IN_FLIGHT][TILES][STEP_GROUPS];
+        u32 bias[IN_FLIGHT][TILES];
+        float scale[IN_FLIGHT][TILES];
 #pragma unroll
         for (int f = 0; f < IN_FLIGHT; ++f) {
             const int s = min(s0 + f * WARPS, step_end - 1);  // a clamped duplicate is loaded but not used
+            const int group = group_of(s * 128 + 32 * t, num_groups);
 #pragma unroll
             for (int j = 0; j < TILES; ++j) {
-                const u32* src = codes + ((long long)(tile0 + j) * steps + s) * (BITS * 32) + lane;
-#pragma unroll
-                for (int b = 0; b < BITS; ++b) w[f][j][b] = __ldg(src + 32 * b);
-                const int col = (tile0 + j) * 8 + g;
-#pragma unroll
-                for (int q = 0; q < STEP_GROUPS; ++q) {
-                    const int meta = group_of(s * 128 + q * (128 / STEP_GROUPS), num_groups) * np + col;
-                    scale[f][j][q] = scale_value(scales[meta]);
-                    bias[f][j][q] = zero_bias(zeros, meta);
-                }
+                load_block(codes + (((long long)(tile0 + j) * steps + s) * 32 + lane) * BITS, w[f][j]);
+                const int meta = group * np + (tile0 + j) * 8 + g;
+                scale[f][j] = scale_value(scales[meta]);
+                bias[f][j] = zero_bias(zeros, meta);
             }
         }
 #pragma unroll
@@ -375,31 +389,35 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_mma(
 #pragma unroll
             for (int j = 0; j < TILES; ++j) decode_block(w[f][j], h[j]);
 #pragma unroll
-            for (int kt = 0; kt < 8; ++kt) {  // k16 slices of the step
-                const int k = s * 128 + kt * 16 + 2 * t;
-                u32 a[ROW_TILES][4];
+            for (int v = 0; v < 4; ++v) {  // activations 8v .. 8v + 7 of the lane's 32: k16 slices 2v, 2v + 1
+                const int k = s * 128 + 32 * t + 8 * v;
+                uint4 lo[ROW_TILES], hi[ROW_TILES];  // rows 16i + g and 16i + g + 8
 #pragma unroll
                 for (int i = 0; i < ROW_TILES; ++i) {
-                    const int row = i * 16 + g;
-                    a[i][0] = activation_pair(x, row, k, m, k_valid, ldx);
-                    a[i][2] = activation_pair(x, row, k + 8, m, k_valid, ldx);
-                    a[i][1] = ROWS > 8 ? activation_pair(x, row + 8, k, m, k_valid, ldx) : 0u;
-                    a[i][3] = ROWS > 8 ? activation_pair(x, row + 8, k + 8, m, k_valid, ldx) : 0u;
+                    lo[i] = activations8(x, 16 * i + g, k, m, k_valid, ldx);
+                    hi[i] = ROWS > 8 ? activations8(x, 16 * i + g + 8, k, m, k_valid, ldx) : make_uint4(0, 0, 0, 0);
                 }
-                const int q = kt * STEP_GROUPS / 8;
 #pragma unroll
-                for (int j = 0; j < TILES; ++j) {
-                    const auto ws = weight_scale(scale[f][j][q]);
-                    const u32 b0 = dequantize_pair(h[j][2 * kt], bias[f][j][q], ws);
-                    const u32 b1 = dequantize_pair(h[j][2 * kt + 1], bias[f][j][q], ws);
+                for (int half = 0; half < 2; ++half) {
+                    const int kk = 2 * v + half;
 #pragma unroll
-                    for (int i = 0; i < ROW_TILES; ++i) mma(c[i][j], a[i], b0, b1);
+                    for (int j = 0; j < TILES; ++j) {
+                        const auto ws = weight_scale(scale[f][j]);
+                        const u32 b0 = dequantize_pair(h[j][2 * kk], bias[f][j], ws);
+                        const u32 b1 = dequantize_pair(h[j][2 * kk + 1], bias[f][j], ws);
+#pragma unroll
+                        for (int i = 0; i < ROW_TILES; ++i) {
+                            const u32 a[4] = {half ? lo[i].z : lo[i].x, half ? hi[i].z : hi[i].x,
+                                              half ? lo[i].w : lo[i].y, half ? hi[i].w : hi[i].y};
+                            mma(c[i][j], a, b0, b1);
+                        }
+                    }
                 }
             }
         }
     }
 
-    // Accumulator (i, j, e): row i*16 + g (+8 for e >= 2), column (tile0 + j)*8 + 2t (+1 for odd e).
+    // Accumulator (i, j, e): row 16i + g (+8 for e >= 2), column 8 * (tile0 + j) + 2t (+1 for odd e).
     constexpr int VALUES = ROW_TILES * TILES * 4;
     auto store = [&](int v, float value) {
         const int e = v & 3, j = (v >> 2) % TILES, i = (v >> 2) / TILES;
@@ -420,7 +438,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_mma(
     for (int v = warp; v < VALUES; v += WARPS) {
         float sum = 0.f;
 #pragma unroll
-        for (int w2 = 0; w2 < WARPS; ++w2) sum += partial_sums[(w2 * VALUES + v) * 32 + lane];
+        for (int other = 0; other < WARPS; ++other) sum += partial_sums[(other * VALUES + v) * 32 + lane];
         store(v, sum);
     }
 }

@@ -181,28 +181,29 @@ void CudaExecutor::launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdev
         int per_split = (steps + t.split_k - 1) / t.split_k;
         const unsigned splits = unsigned((steps + per_split - 1) / per_split);
         void* args[] = {&codes, &scales, &zeros, &x, &y, &rows, &n, &np, &k_valid, &ldx, &kp, &groups, &partial, &per_split};
-        launch_split(plan, unsigned(np_ / (cuda_layout::kFragmentTileN * t.n_tiles)), 1, splits, true, args, &partial, y,
-                     m, stream);
+        const int64_t rows_per_block = (plan.spec.rows + 15) / 16 * 16;
+        launch_split(plan, unsigned(np_ / (cuda_layout::kFragmentTileN * t.n_tiles)), splits,
+                     blocks_for(m, unsigned(rows_per_block)), splits, args, &partial, y, m, stream);
         return;
     }
     const int tiles = int(kp_ / t.block_k);
     int per_split = (tiles + t.split_k - 1) / t.split_k;
     const unsigned splits = unsigned((tiles + per_split - 1) / per_split);
     void* args[] = {&codes, &scales, &zeros, &x, &y, &rows, &n, &np, &k_valid, &ldx, &kp, &groups, &partial, &per_split};
-    launch_split(plan, unsigned(np_ / t.block_n), blocks_for(m, unsigned(t.block_m)), splits, false, args, &partial, y,
+    launch_split(plan, unsigned(np_ / t.block_n), blocks_for(m, unsigned(t.block_m)), splits, splits, args, &partial, y,
                  m, stream);
 }
 
-void CudaExecutor::launch_split(const CudaPlan& plan, unsigned grid_x, unsigned grid_y, unsigned splits,
-                                bool splits_in_y, void** args, cuda::CUdeviceptr* partial, cuda::CUdeviceptr y,
+void CudaExecutor::launch_split(const CudaPlan& plan, unsigned grid_x, unsigned grid_y, unsigned grid_z,
+                                unsigned splits, void** args, cuda::CUdeviceptr* partial, cuda::CUdeviceptr y,
                                 int64_t m, cuda::CUstream stream) {
     cuda::Driver& driver = cuda::Driver::get();
     if (splits > 1) {
         *partial = grow(partial_, size_t(m * n_ * 4));
         driver.memset_async(*partial, 0, size_t(m * n_ * 4), stream);
     }
-    driver.launch(plan.function, grid_x, splits_in_y ? splits : grid_y, splits_in_y ? 1 : splits, plan.kernel.threads,
-                  unsigned(plan.kernel.shared_bytes), stream, args);
+    driver.launch(plan.function, grid_x, grid_y, grid_z, plan.kernel.threads, unsigned(plan.kernel.shared_bytes), stream,
+                  args);
     if (splits > 1) {
         long long count = m * n_;
         void* cast_args[] = {partial, &y, &count};
