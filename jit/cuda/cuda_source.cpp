@@ -313,7 +313,8 @@ std::string SourceWriter::mma() {
     out_ << "constexpr int ROWS = " << spec_.rows << ", ROW_TILES = (ROWS + 15) / 16;\n"
          << "constexpr int WARPS = " << t.warps << ", THREADS = WARPS * 32;\n"
          << "constexpr int TILES = " << t.n_tiles << ";      // 8-column tiles per block\n"
-         << "constexpr int IN_FLIGHT = " << t.chunks_in_flight << ";  // 128-row steps loaded before use\n";
+         << "constexpr bool PREFETCH = " << (t.chunks_in_flight > 1 ? "true" : "false")
+         << ";  // the next step's loads in flight during this step's math\n";
     decode_block();
     dequantize_helpers();
     mma_instruction();
@@ -363,54 +364,53 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_mma(
 #pragma unroll
         for (int j = 0; j < TILES; ++j) c[i][j][0] = c[i][j][1] = c[i][j][2] = c[i][j][3] = 0.f;
 
-    for (int s0 = blockIdx.y * steps_per_split + warp; s0 < step_end; s0 += WARPS * IN_FLIGHT) {
-        // Every load of the round first: each tile's block (lane's rows 128s + 32t .. + 31 of
-        // column 8 * tile + g), then its group's scale and zero point.
-        u32 w[IN_FLIGHT][TILES][BITS];
-        u32 bias[IN_FLIGHT][TILES];
-        float scale[IN_FLIGHT][TILES];
+    // The lane's block of each tile at step s (rows 128s + 32t .. + 31 of column 8 * tile + g) and
+    // its group's scale and zero point.
+    u32 w[TILES][BITS];
+    u32 bias[TILES];
+    float scale[TILES];
+    auto load_step = [&](int s) {
+        const int group = group_of(s * 128 + 32 * t, num_groups);
 #pragma unroll
-        for (int f = 0; f < IN_FLIGHT; ++f) {
-            const int s = min(s0 + f * WARPS, step_end - 1);  // a clamped duplicate is loaded but not used
-            const int group = group_of(s * 128 + 32 * t, num_groups);
-#pragma unroll
-            for (int j = 0; j < TILES; ++j) {
-                load_block(codes + (((long long)(tile0 + j) * steps + s) * 32 + lane) * BITS, w[f][j]);
-                const int meta = group * np + (tile0 + j) * 8 + g;
-                scale[f][j] = scale_value(scales[meta]);
-                bias[f][j] = zero_bias(zeros, meta);
-            }
+        for (int j = 0; j < TILES; ++j) {
+            load_block(codes + (((long long)(tile0 + j) * steps + s) * 32 + lane) * BITS, w[j]);
+            const int meta = group * np + (tile0 + j) * 8 + g;
+            scale[j] = scale_value(scales[meta]);
+            bias[j] = zero_bias(zeros, meta);
         }
+    };
+    const int first_step = blockIdx.y * steps_per_split + warp;
+    if (PREFETCH && first_step < step_end) load_step(first_step);
+    for (int s = first_step; s < step_end; s += WARPS) {
+        if (!PREFETCH) load_step(s);
+        u32 h[TILES][16];
+        u32 step_bias[TILES];
+        float step_scale[TILES];
 #pragma unroll
-        for (int f = 0; f < IN_FLIGHT; ++f) {
-            const int s = s0 + f * WARPS;
-            if (s >= step_end) break;
-            u32 h[TILES][16];
+        for (int j = 0; j < TILES; ++j) decode_block(w[j], h[j]), step_bias[j] = bias[j], step_scale[j] = scale[j];
+        if (PREFETCH && s + WARPS < step_end) load_step(s + WARPS);  // in flight during this step's math
 #pragma unroll
-            for (int j = 0; j < TILES; ++j) decode_block(w[f][j], h[j]);
+        for (int v = 0; v < 4; ++v) {  // activations 8v .. 8v + 7 of the lane's 32: k16 slices 2v, 2v + 1
+            const int k = s * 128 + 32 * t + 8 * v;
+            uint4 lo[ROW_TILES], hi[ROW_TILES];  // rows 16i + g and 16i + g + 8
 #pragma unroll
-            for (int v = 0; v < 4; ++v) {  // activations 8v .. 8v + 7 of the lane's 32: k16 slices 2v, 2v + 1
-                const int k = s * 128 + 32 * t + 8 * v;
-                uint4 lo[ROW_TILES], hi[ROW_TILES];  // rows 16i + g and 16i + g + 8
+            for (int i = 0; i < ROW_TILES; ++i) {
+                lo[i] = activations8(x, 16 * i + g, k, m, k_valid, ldx);
+                hi[i] = ROWS > 8 ? activations8(x, 16 * i + g + 8, k, m, k_valid, ldx) : make_uint4(0, 0, 0, 0);
+            }
 #pragma unroll
-                for (int i = 0; i < ROW_TILES; ++i) {
-                    lo[i] = activations8(x, 16 * i + g, k, m, k_valid, ldx);
-                    hi[i] = ROWS > 8 ? activations8(x, 16 * i + g + 8, k, m, k_valid, ldx) : make_uint4(0, 0, 0, 0);
-                }
+            for (int half = 0; half < 2; ++half) {
+                const int kk = 2 * v + half;
 #pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const int kk = 2 * v + half;
+                for (int j = 0; j < TILES; ++j) {
+                    const auto ws = weight_scale(step_scale[j]);
+                    const u32 b0 = dequantize_pair(h[j][2 * kk], step_bias[j], ws);
+                    const u32 b1 = dequantize_pair(h[j][2 * kk + 1], step_bias[j], ws);
 #pragma unroll
-                    for (int j = 0; j < TILES; ++j) {
-                        const auto ws = weight_scale(scale[f][j]);
-                        const u32 b0 = dequantize_pair(h[j][2 * kk], bias[f][j], ws);
-                        const u32 b1 = dequantize_pair(h[j][2 * kk + 1], bias[f][j], ws);
-#pragma unroll
-                        for (int i = 0; i < ROW_TILES; ++i) {
-                            const u32 a[4] = {half ? lo[i].z : lo[i].x, half ? hi[i].z : hi[i].x,
-                                              half ? lo[i].w : lo[i].y, half ? hi[i].w : hi[i].y};
-                            mma(c[i][j], a, b0, b1);
-                        }
+                    for (int i = 0; i < ROW_TILES; ++i) {
+                        const u32 a[4] = {half ? lo[i].z : lo[i].x, half ? hi[i].z : hi[i].x,
+                                          half ? lo[i].w : lo[i].y, half ? hi[i].w : hi[i].y};
+                        mma(c[i][j], a, b0, b1);
                     }
                 }
             }

@@ -29,7 +29,8 @@ struct CudaTiling {
     int warps = 4;             // warps per block (mma: warps share the block's columns and split K)
     int columns_per_warp = 1;  // gemv: output columns one warp reduces (1, 2, 4)
     int chunks_in_flight = 2;  // gemv: 16-byte code vectors per lane and column loaded before use (1, 2, 4);
-                               // mma: 128-row steps loaded before use (1, 2)
+                               // mma: 1 loads each 128-row step when its turn comes, 2 issues the next
+                               // step's loads before this step's math (a register double buffer)
     int n_tiles = 2;           // mma: 8-column tiles per block (1, 2, 4)
     int block_m = 64;          // gemm: activation rows per block (16, 32, 64)
     int block_n = 128;         // gemm: output columns per block (64, 128, 256)
