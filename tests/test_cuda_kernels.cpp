@@ -204,6 +204,22 @@ TEST(CudaTuner, StructuresGroupVariantsOfOneTile) {
     EXPECT_NE(cuda_tiling_structure(gemv), cuda_tiling_structure(spec.tiling));
 }
 
+// The ranking the search screens in: the mma kernel first wherever it serves (measured on an H100),
+// the GEMM above 64 rows; every candidate valid for the bucket.
+TEST(CudaTuner, MmaKernelRanksFirstUpTo64Rows) {
+    cuda::DeviceProperties h100;
+    h100.name = "H100-like", h100.compute_major = 9, h100.sm_count = 132;
+    h100.shared_memory_per_block_optin = 227 * 1024;
+    for (int64_t rows : {1, 2, 8, 16, 64, 128}) {
+        CudaKernelSpec spec = test::cuda_spec({3, 128, false}, 4096, 90);
+        spec.rows = int(rows);
+        const std::vector<CudaTiling> ranked = ranked_cuda_tilings(spec, 11008, h100);
+        ASSERT_FALSE(ranked.empty());
+        EXPECT_EQ(ranked.front().kind, rows <= 64 ? KernelKind::Mma : KernelKind::Gemm) << "rows " << rows;
+        for (const CudaTiling& t : ranked) EXPECT_TRUE(jit::cuda::kind_serves(t.kind, rows)) << jit::cuda::tiling_text(t);
+    }
+}
+
 // The device layout: every code reads back from where code_layout.hpp puts it, padding is zero.
 TEST(CudaWeights, CodesRoundTripForEveryWidth) {
     std::mt19937 rng(7);
