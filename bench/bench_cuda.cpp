@@ -9,7 +9,9 @@
 //   bench_cuda [--shapes llama7b,llama70b,mixtral,granite] [--batches 1,4,16,32,64] [--reps 50]
 //              [--bits 4,3] [--all] [--dtype f16|bf16] [--tuning-db PATH] [--budget MS]
 //
-// --all is --bits 4,3,2,8. Every qjit layer is GPTQ-style, group 128, asymmetric, with random codes.
+// --all is --bits 4,3,2,8. Every qjit layer is GPTQ-style, group 128, asymmetric, with random codes,
+// and is created in a context whose tuning_batch is the row's batch (tuned for it, within --budget).
+// PyTorch's peers (cuBLAS through torch.matmul, its int4 kernel): bench/peer_torch.py.
 // Exits 0 after one line "no CUDA device: ..." where qjit sees no GPU.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
