@@ -7,7 +7,11 @@
 // starts, as when decoding a model much larger than the cache.
 //
 //   bench_cuda [--shapes llama7b,llama70b,mixtral,granite] [--batches 1,4,16,32,64] [--reps 50]
-//              [--bits 4,3] [--all] [--dtype f16|bf16] [--tuning-db PATH] [--budget MS]
+//              [--bits 4,3] [--all] [--dtype f16|bf16] [--tuning-db PATH] [--budget MS] [--tuner-check]
+//
+// --tuner-check prints, instead of the main table, the GPU tuner against an exhaustive search for
+// each shape, batch and width: the budgeted search's tiling and time, the exhaustive one's, their
+// ratio, each search's wall time, and a second creation's time once the database holds the record.
 //
 // --all is --bits 4,3,2,8. Every qjit layer is GPTQ-style, group 128, asymmetric, with random codes,
 // and is created in a context whose tuning_batch is the row's batch (tuned for it, within --budget).
@@ -74,6 +78,7 @@ struct Options {
     qjit_dtype dtype = QJIT_DTYPE_F16;
     std::optional<std::string> tuning_db;  // unset: the context's default database
     double budget_ms = -1;                 // < 0: the context's default budget
+    bool tuner_check = false;              // --tuner-check: tuned vs exhaustive instead of the main table
 };
 
 [[noreturn]] void usage(const char* problem) {
@@ -81,7 +86,7 @@ struct Options {
                  "bench_cuda: %s\n"
                  "usage: bench_cuda [--shapes llama7b,llama70b,mixtral,granite] [--batches 1,4,16,32,64]\n"
                  "                  [--reps N] [--bits 4,3] [--all] [--dtype f16|bf16] [--tuning-db PATH]\n"
-                 "                  [--budget MS]\n",
+                 "                  [--budget MS] [--tuner-check]\n",
                  problem);
     std::exit(2);
 }
@@ -109,6 +114,10 @@ Options parse_args(int argc, char** argv) {
         std::string flag = argv[i], value;
         if (flag == "--all") {
             options.bits = {4, 3, 2, 8};
+            continue;
+        }
+        if (flag == "--tuner-check") {
+            options.tuner_check = true;
             continue;
         }
         if (const size_t eq = flag.find('='); eq != std::string::npos) {  // --flag=value
@@ -328,13 +337,16 @@ private:
 // ---------------------------------------------------------------------------------------------
 
 // A context whose layers are tuned for m rows at creation (as qjit-tune tunes each batch).
-qjit_context* make_context(const Options& options, int64_t m) {
+qjit_context* make_context(const Options& options, int64_t m, qjit_tuning_mode mode = QJIT_TUNING_DEFAULT,
+                           const char* tuning_db = nullptr) {
     qjit_context_options context_options;
     qjit_context_options_init(&context_options);
     context_options.cuda_device = 0;
     context_options.tuning_batch = m;
+    context_options.tuning_mode = mode;
     context_options.cuda_dtype = options.dtype;
     if (options.tuning_db) context_options.tuning_db_path = options.tuning_db->c_str();
+    if (tuning_db) context_options.tuning_db_path = tuning_db;
     context_options.tuning_budget_ms = options.budget_ms;
     qjit_context* context = nullptr;
     QJIT_CHECK(qjit_context_create(&context_options, &context));
@@ -491,6 +503,46 @@ void print_summary(const Options& options, const std::vector<Row>& rows) {
     }
 }
 
+// The budgeted search against the exhaustive one, and a database hit, for every shape, batch and
+// width; each layer's forward timed with the bench's protocol.
+void tuner_check(const Options& options, const std::vector<Shape>& shapes, ColdL2Timer& timer, cudaStream_t stream,
+                 const DeviceBuffer& x, const DeviceBuffer& y) {
+    char db_template[] = "/tmp/qjit-tuner-check-XXXXXX";
+    if (!mkdtemp(db_template)) fail("mkdtemp", "cannot create a temporary folder");
+    std::printf("\n| shape | m | bits | tuned tiling | tuned us | search ms | timed | exhaustive tiling | exhaustive us |"
+                " exhaustive ms | tuned / exhaustive | database hit: creation ms |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    auto time_layer = [&](qjit_linear* layer, int64_t m) {
+        return timer.median_us(options.reps, [&] {
+            QJIT_CHECK(qjit_linear_forward_cuda(layer, x.data(), y.data(), m, options.dtype, stream));
+        });
+    };
+    for (const Shape& shape : shapes)
+        for (int64_t m : options.batches)
+            for (int bits : options.bits) {
+                const std::string db = std::string(db_template) + "/" + std::to_string(shape.k) + "x" +
+                                       std::to_string(shape.n) + "_m" + std::to_string(m) + "_q" + std::to_string(bits) +
+                                       ".yaml";
+                qjit_context* budgeted = make_context(options, m, QJIT_TUNING_DEFAULT, db.c_str());
+                qjit_context* exhaustive = make_context(options, m, QJIT_TUNING_EXHAUSTIVE, "");
+                QjitLayer tuned = make_layer(budgeted, shape, bits), best = make_layer(exhaustive, shape, bits);
+                qjit_linear_tuning tuned_info, best_info;
+                QJIT_CHECK(qjit_linear_get_tuning_cuda(tuned.layer, m, options.dtype, &tuned_info));
+                QJIT_CHECK(qjit_linear_get_tuning_cuda(best.layer, m, options.dtype, &best_info));
+                const std::string tuned_tiling = tuned_info.tiling, best_tiling = best_info.tiling;
+                const double tuned_us = time_layer(tuned.layer, m), best_us = time_layer(best.layer, m);
+                QjitLayer again = make_layer(budgeted, shape, bits);  // the database now holds the record
+                std::printf("| %s | %lld | %d | %s | %.1f | %.0f | %d/%d | %s | %.1f | %.0f | %.3f | %.0f |\n",
+                            shape_label(shape).c_str(), (long long)m, bits, tuned_tiling.c_str(), tuned_us,
+                            tuned_info.tuning_ms, tuned_info.candidates_timed, tuned_info.candidates_ranked,
+                            best_tiling.c_str(), best_us, best_info.tuning_ms, tuned_us / best_us, again.create_ms);
+                std::fflush(stdout);
+                for (QjitLayer* layer : {&tuned, &best, &again}) QJIT_CHECK(qjit_linear_destroy(layer->layer));
+                QJIT_CHECK(qjit_context_destroy(budgeted));
+                QJIT_CHECK(qjit_context_destroy(exhaustive));
+            }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -534,6 +586,11 @@ int main(int argc, char** argv) {
     fill_random(weights, options.dtype, 1);
     fill_random(x, options.dtype, 2);
 
+    if (options.tuner_check) {
+        tuner_check(options, shapes, timer, stream, x, y);
+        CUDA_CHECK(cudaStreamDestroy(stream));
+        return 0;
+    }
     CublasGemm cublas(stream, options.dtype);
     const Bench bench{options, stream, timer, cublas, weights, x, y, copy_gbps};
     std::map<int64_t, qjit_context*> contexts;
