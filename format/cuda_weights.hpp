@@ -2,8 +2,8 @@
 //   codes  [np][kp / 32 * bits] uint32: column by column, K in 32-code blocks (format/cuda_code_layout.hpp)
 //   scales [num_groups][np] fp16 (when the layer's scales are fp16-exact) or fp32
 //   zeros  [num_groups][np] uint16, asymmetric only
-//   fragment_codes: the same codes in fragment order (format/cuda_code_layout.hpp), for the
-//   tensor-core kernel; filled only by pack_fragment_codes
+// pack_fragment_codes gives the same codes in fragment order (format/cuda_code_layout.hpp), the
+// mma kernel's layout.
 // kp = padded_k(k), np = padded_n(n); padding holds zero codes, zero scales and zero points, so
 // it contributes nothing. Rows stay in storage order (act-order: activations are gathered).
 #pragma once
@@ -29,7 +29,7 @@ struct CudaWeights {
 };
 
 CudaWeights pack_cuda_weights(const QuantizedMatrix& matrix);
-// The codes in fragment order: [np / 8][kp / 128][bits][32] words.
+// The codes in fragment order: [np / 8][kp / 128][32 lanes][bits] words.
 std::vector<uint32_t> pack_fragment_codes(const QuantizedMatrix& matrix);
 
 // The code of (row, column) read back from the packed layout (the tests' independent check).

@@ -174,39 +174,28 @@ void CudaExecutor::launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdev
                       args);
         return;
     }
+    // Tensor-core kinds: blocks along K share each output tile (split-K); K is shared out in
+    // 128-row steps (mma) or block_k tiles (gemm). With more than one split, blocks add into a
+    // zeroed fp32 buffer and a cast writes y.
+    const bool mma = t.kind == KernelKind::Mma;
+    if (mma) codes = fragment_codes_.get();
+    const int k_units = int(kp_ / (mma ? cuda_layout::kFragmentStepK : t.block_k));
+    int per_split = (k_units + t.split_k - 1) / t.split_k;
+    const unsigned splits = unsigned((k_units + per_split - 1) / per_split);
     cuda::CUdeviceptr partial = 0;
-    if (t.kind == KernelKind::Mma) {
-        codes = fragment_codes_.get();
-        const int steps = int(kp_ / cuda_layout::kFragmentStepK);
-        int per_split = (steps + t.split_k - 1) / t.split_k;
-        const unsigned splits = unsigned((steps + per_split - 1) / per_split);
-        void* args[] = {&codes, &scales, &zeros, &x, &y, &rows, &n, &np, &k_valid, &ldx, &kp, &groups, &partial, &per_split};
-        const int64_t rows_per_block = (plan.spec.rows + 15) / 16 * 16;
-        launch_split(plan, unsigned(np_ / (cuda_layout::kFragmentTileN * t.n_tiles)), splits,
-                     blocks_for(m, unsigned(rows_per_block)), splits, args, &partial, y, m, stream);
-        return;
-    }
-    const int tiles = int(kp_ / t.block_k);
-    int per_split = (tiles + t.split_k - 1) / t.split_k;
-    const unsigned splits = unsigned((tiles + per_split - 1) / per_split);
-    void* args[] = {&codes, &scales, &zeros, &x, &y, &rows, &n, &np, &k_valid, &ldx, &kp, &groups, &partial, &per_split};
-    launch_split(plan, unsigned(np_ / t.block_n), blocks_for(m, unsigned(t.block_m)), splits, splits, args, &partial, y,
-                 m, stream);
-}
-
-void CudaExecutor::launch_split(const CudaPlan& plan, unsigned grid_x, unsigned grid_y, unsigned grid_z,
-                                unsigned splits, void** args, cuda::CUdeviceptr* partial, cuda::CUdeviceptr y,
-                                int64_t m, cuda::CUstream stream) {
-    cuda::Driver& driver = cuda::Driver::get();
     if (splits > 1) {
-        *partial = grow(partial_, size_t(m * n_ * 4));
-        driver.memset_async(*partial, 0, size_t(m * n_ * 4), stream);
+        partial = grow(partial_, size_t(m * n_ * 4));
+        driver.memset_async(partial, 0, size_t(m * n_ * 4), stream);
     }
-    driver.launch(plan.function, grid_x, grid_y, grid_z, plan.kernel.threads, unsigned(plan.kernel.shared_bytes), stream,
-                  args);
+    void* args[] = {&codes, &scales, &zeros, &x, &y, &rows, &n, &np, &k_valid, &ldx, &kp, &groups, &partial, &per_split};
+    const unsigned column_blocks = unsigned(np_ / (mma ? cuda_layout::kFragmentTileN * t.n_tiles : t.block_n));
+    const unsigned row_blocks = blocks_for(m, unsigned(mma ? (plan.spec.rows + 15) / 16 * 16 : t.block_m));
+    // mma: splits along y, row slices along z; gemm: row blocks along y, splits along z.
+    driver.launch(plan.function, column_blocks, mma ? splits : row_blocks, mma ? row_blocks : splits,
+                  plan.kernel.threads, unsigned(plan.kernel.shared_bytes), stream, args);
     if (splits > 1) {
         long long count = m * n_;
-        void* cast_args[] = {partial, &y, &count};
+        void* cast_args[] = {&partial, &y, &count};
         const cuda::CUfunction cast = plan.spec.activations == ActivationType::F16 ? cast_f16_ : cast_bf16_;
         driver.launch(cast, blocks_for(count, kSupportThreads), 1, 1, kSupportThreads, 0, stream, cast_args);
     }

@@ -71,10 +71,6 @@ private:
     void launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdeviceptr y, int64_t m, cuda::CUstream stream);
     double time_us(const CudaPlan* plan, int64_t m, jit::cuda::ActivationType activations, int repeats, bool warm_up);
     cuda::CUdeviceptr grow(cuda::DeviceBuffer& buffer, size_t bytes);
-    // Launches a kernel whose grid holds `splits` blocks along K per output tile; with more than
-    // one, they add into a zeroed fp32 buffer (*partial, which `args` points at) and a cast writes y.
-    void launch_split(const CudaPlan& plan, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned splits,
-                      void** args, cuda::CUdeviceptr* partial, cuda::CUdeviceptr y, int64_t m, cuda::CUstream stream);
 
     cuda::DeviceProperties device_;
     jit::cuda::CudaKernelSpec format_;  // activations, rows and tiling filled per plan
