@@ -19,8 +19,9 @@ void check_arguments(int64_t k, int64_t n, const qjit_gptq_tensors& tensors) {
     require(tensors.qzeros != nullptr, "tensors.qzeros is NULL");
     require(tensors.scales != nullptr, "tensors.scales is NULL");
     const qjit_dtype scale_dtype = tensors.scale_dtype;  // the *_MAX_ENUM member makes any int a valid value
-    require(scale_dtype == QJIT_DTYPE_F16 || scale_dtype == QJIT_DTYPE_F32, "tensors.scale_dtype is ", int(scale_dtype),
-            "; expected QJIT_DTYPE_F16 (1) or QJIT_DTYPE_F32 (0)");
+    require(scale_dtype == QJIT_DTYPE_F16 || scale_dtype == QJIT_DTYPE_BF16 || scale_dtype == QJIT_DTYPE_F32,
+            "tensors.scale_dtype is ", int(scale_dtype),
+            "; expected QJIT_DTYPE_F16 (1), QJIT_DTYPE_BF16 (2) or QJIT_DTYPE_F32 (0)");
     const qjit_gptq_format checkpoint_format = tensors.checkpoint_format;
     require(checkpoint_format == QJIT_GPTQ_V1 || checkpoint_format == QJIT_GPTQ_V2, "tensors.checkpoint_format is ",
             int(checkpoint_format), "; expected QJIT_GPTQ_V1 (1) or QJIT_GPTQ_V2 (2)");
@@ -41,21 +42,45 @@ uint32_t read_packed_value(const int32_t* words, int64_t word_stride, int bits, 
 std::vector<float> read_scales(const qjit_gptq_tensors& tensors, int64_t groups, int64_t n) {
     std::vector<float> scales(size_t(groups * n));
     for (size_t i = 0; i < scales.size(); ++i) {
-        scales[i] = tensors.scale_dtype == QJIT_DTYPE_F16 ? half_to_float(static_cast<const uint16_t*>(tensors.scales)[i])
-                                                          : static_cast<const float*>(tensors.scales)[i];
+        switch (tensors.scale_dtype) {
+            case QJIT_DTYPE_F16: scales[i] = half_to_float(static_cast<const uint16_t*>(tensors.scales)[i]); break;
+            case QJIT_DTYPE_BF16: scales[i] = bf16_to_float(static_cast<const uint16_t*>(tensors.scales)[i]); break;
+            default: scales[i] = static_cast<const float*>(tensors.scales)[i]; break;
+        }
         require(std::isfinite(scales[i]), "tensors.scales[", int64_t(i) / n, "][", int64_t(i) % n, "] is not finite");
     }
     return scales;
 }
 
+// One group's qzeros words as the v2 convention would store them. v1 (see the header) stored each
+// word as (packed zeros) - C with borrows between fields, so adding C to the whole word undoes it
+// exactly; 3-bit fields straddle words, so there the tools subtract 1 per field, modulo 8.
+std::vector<int32_t> v2_zero_words(const int32_t* words, int64_t word_count, int bits, int64_t n,
+                                   qjit_gptq_format format) {
+    std::vector<int32_t> v2(words, words + word_count);
+    if (format == QJIT_GPTQ_V2) return v2;
+    if (bits != 3) {
+        const uint32_t one_per_field = bits == 2 ? 0x55555555u : bits == 4 ? 0x11111111u : 0x01010101u;
+        for (int32_t& word : v2) word = int32_t(uint32_t(word) + one_per_field);
+        return v2;
+    }
+    std::fill(v2.begin(), v2.end(), 0);
+    for (int64_t c = 0; c < n; ++c) {
+        const uint32_t zero = (read_packed_value(words, 1, bits, c) + 1u) & 7u;
+        for (int bit = 0; bit < 3; ++bit)  // written bit by bit: a field may straddle two words
+            if ((zero >> bit) & 1u) v2[size_t((3 * c + bit) / 32)] |= int32_t(1u << ((3 * c + bit) % 32));
+    }
+    return v2;
+}
+
 std::vector<uint16_t> read_zeros(const qjit_gptq_tensors& tensors, int64_t groups, int64_t n) {
     const int64_t words_per_group = (n * tensors.bits + 31) / 32;
-    const uint32_t stored_offset = tensors.checkpoint_format == QJIT_GPTQ_V1 ? 1 : 0;  // v1 stores zero - 1
     std::vector<uint16_t> zeros(size_t(groups * n));
     for (int64_t g = 0; g < groups; ++g) {
-        const int32_t* group_words = tensors.qzeros + g * words_per_group;
+        const std::vector<int32_t> group_words = v2_zero_words(tensors.qzeros + g * words_per_group, words_per_group,
+                                                               tensors.bits, n, tensors.checkpoint_format);
         for (int64_t c = 0; c < n; ++c)
-            zeros[size_t(g * n + c)] = uint16_t(read_packed_value(group_words, 1, tensors.bits, c) + stored_offset);
+            zeros[size_t(g * n + c)] = uint16_t(read_packed_value(group_words.data(), 1, tensors.bits, c));
     }
     return zeros;
 }
@@ -120,7 +145,7 @@ QuantizedMatrix import_gptq(int64_t k, int64_t n, const qjit_gptq_tensors& tenso
     p.n = n;
     p.bits = tensors.bits;
     p.group_size = resolve_group_size(tensors.group_size, k);
-    p.scale_type = tensors.scale_dtype == QJIT_DTYPE_F16 ? ScaleType::F16 : ScaleType::F32;
+    p.scale_type = tensors.scale_dtype == QJIT_DTYPE_F16 ? ScaleType::F16 : ScaleType::F32;  // bf16 is exact in fp32
     const int64_t groups = p.num_groups();
     p.scales = read_scales(tensors, groups, n);
     p.zeros = read_zeros(tensors, groups, n);

@@ -8,9 +8,18 @@
 //            (bits*k)/32 holds it. For 2, 4 and 8 bits that is 32/bits codes per word; for 3 bits
 //            it is 32 codes in 3 words, codes 10 and 21 split across a word boundary.
 //   qzeros   int32 [G][ceil(N*bits/32)]. The zero points of each group, packed along N by the
-//            same bitstream rule. Checkpoint format "gptq" (v1) stores zero - 1, so a stored
-//            field f means zero f + 1 (up to 2^bits); "gptq_v2" stores the zero itself.
-//   scales   fp16 or fp32 [G][N].
+//            same bitstream rule. "gptq_v2" stores the zero points as they are. "gptq" (v1) stores
+//            zero - 1 the way AutoGPTQ and GPTQModel write it: for 2, 4 and 8 bits they pack the
+//            true zeros, then subtract 0x55555555, 0x11111111 or 0x01010101 (a 1 in every field)
+//            from each whole int32 word, so a zero of 0 becomes the field 2^bits - 1 and borrows 1
+//            from the next field up; their kernels add the constant back to the whole word, and so
+//            does qjit. For 3 bits (fields straddle words) they subtract and add 1 per field,
+//            modulo 8. Reading v1 field by field (field + 1) is wrong twice over for a zero of 0:
+//            it reads 2^bits, and the next field of the word one too low.
+//            What v1 cannot hold: the round trip is exact for zeros 0 .. 2^bits - 1 (all a GPTQ
+//            quantizer produces), but a zero of 2^bits, which "field + 1" seemed to allow, has no
+//            v1 encoding; a layer that needs it must be written as v2.
+//   scales   fp16, bf16 or fp32 [G][N].
 //   g_idx    int32 [K], the group of each row; absent means k / group_size. With act-order
 //            (desc_act) GPTQ quantizes rows in a permuted order, so g_idx is a shuffle of that,
 //            but every group still holds exactly group_size rows (the last one the remainder).

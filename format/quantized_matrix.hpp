@@ -16,7 +16,7 @@ namespace qjit {
 // layer (the format says whether there is one; validate() checks that they agree).
 struct QuantParams : WeightFormat {
     std::vector<float> scales;      // [num_groups][n]; exact in fp32 whatever scale_type says
-    std::vector<uint16_t> zeros;    // [num_groups][n]; up to 2^bits (GPTQ v1 "zero - 1" can reach it)
+    std::vector<uint16_t> zeros;    // [num_groups][n]; up to 2^bits (layer files saved before GPTQ v1 was read word-wise may hold it)
     std::vector<int32_t> row_order; // act_order: storage row r holds original row row_order[r]; else empty
 
     const WeightFormat& format() const { return *this; }

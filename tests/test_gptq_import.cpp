@@ -38,7 +38,7 @@ struct LayerSpec {
 
 std::string describe(const LayerSpec& spec) {
     return qjit::concat("bits ", spec.bits, ", k ", spec.k, ", n ", spec.n, ", group_size ", spec.group_size,
-                        spec.scale_dtype == QJIT_DTYPE_F16 ? ", f16" : ", f32",
+                        spec.scale_dtype == QJIT_DTYPE_F16 ? ", f16" : spec.scale_dtype == QJIT_DTYPE_BF16 ? ", bf16" : ", f32",
                         spec.format == QJIT_GPTQ_V1 ? ", v1" : ", v2", spec.act_order ? ", act-order" : "");
 }
 
@@ -77,9 +77,7 @@ KnownLayer make_known_layer(const LayerSpec& spec, std::mt19937& rng) {
     layer.codes.resize(size_t(spec.k * spec.n));
     for (uint8_t& code : layer.codes) code = uint8_t(code_dist(rng));
 
-    // v1 stores zero - 1 in a bits-wide field, so it spans 1..2^bits; v2 spans 0..2^bits - 1.
-    std::uniform_int_distribution<int> zero_dist(spec.format == QJIT_GPTQ_V1 ? 1 : 0,
-                                                 spec.format == QJIT_GPTQ_V1 ? max_code + 1 : max_code);
+    std::uniform_int_distribution<int> zero_dist(0, max_code);  // what a GPTQ quantizer produces
     std::uniform_real_distribution<float> scale_dist(1e-4f, 0.05f);
     const size_t metadata = size_t(layer.groups * spec.n);
     layer.zeros.resize(metadata);
@@ -87,7 +85,9 @@ KnownLayer make_known_layer(const LayerSpec& spec, std::mt19937& rng) {
     for (size_t i = 0; i < metadata; ++i) {
         layer.zeros[i] = uint16_t(zero_dist(rng));
         const float scale = scale_dist(rng);
-        layer.scales[i] = spec.scale_dtype == QJIT_DTYPE_F16 ? qjit::round_to_half(scale) : scale;
+        layer.scales[i] = spec.scale_dtype == QJIT_DTYPE_F16    ? qjit::round_to_half(scale)
+                          : spec.scale_dtype == QJIT_DTYPE_BF16 ? qjit::bf16_to_float(qjit::float_to_bf16(scale))
+                                                                : scale;
     }
 
     if (spec.act_order) {  // GPTQ's desc_act: a shuffle of the sorted grouping
@@ -148,6 +148,7 @@ struct GptqCheckpoint {
     std::vector<int32_t> qweight;  // [ceil(k*bits/32)][n]
     std::vector<int32_t> qzeros;   // [groups][ceil(n*bits/32)]
     std::vector<uint16_t> scales_f16;
+    std::vector<uint16_t> scales_bf16;
     std::vector<float> scales_f32;
     std::vector<int32_t> g_idx;    // empty: NULL
 
@@ -157,8 +158,9 @@ struct GptqCheckpoint {
         t.group_size = group_size;
         t.qweight = qweight.data();
         t.qzeros = qzeros.data();
-        t.scales = scale_dtype == QJIT_DTYPE_F16 ? static_cast<const void*>(scales_f16.data())
-                                                 : static_cast<const void*>(scales_f32.data());
+        t.scales = scale_dtype == QJIT_DTYPE_F16    ? static_cast<const void*>(scales_f16.data())
+                   : scale_dtype == QJIT_DTYPE_BF16 ? static_cast<const void*>(scales_bf16.data())
+                                                    : static_cast<const void*>(scales_f32.data());
         t.scale_dtype = scale_dtype;
         t.g_idx = g_idx.empty() ? nullptr : g_idx.data();
         t.checkpoint_format = format;
@@ -185,19 +187,25 @@ GptqCheckpoint pack_checkpoint(const KnownLayer& layer, const LayerSpec& spec) {
         for (int64_t w = 0; w < weight_rows; ++w) checkpoint.qweight[size_t(w * n + column)] = int32_t(words[size_t(w)]);
     }
 
-    // qzeros: each group's zero points packed along N; v1 stores zero - 1 (masked to the field).
+    // qzeros: each group's zero points packed along N. v1 as GPTQModel writes it: for 2, 4 and 8
+    // bits the true zeros are packed and then a 1 in every field is subtracted from each whole
+    // word (borrowing across fields); for 3 bits 1 is subtracted per field, modulo 8.
     const uint32_t field_mask = (1u << spec.bits) - 1u;
+    const bool v1 = spec.format == QJIT_GPTQ_V1;
     for (int64_t group = 0; group < layer.groups; ++group) {
         std::vector<uint32_t> fields(static_cast<size_t>(n));
         for (int64_t column = 0; column < n; ++column) {
             const uint32_t zero = layer.zeros[size_t(group * n + column)];
-            fields[size_t(column)] = (spec.format == QJIT_GPTQ_V1 ? zero - 1u : zero) & field_mask;
+            fields[size_t(column)] = (v1 && spec.bits == 3 ? zero - 1u : zero) & field_mask;
         }
-        for (uint32_t word : pack_values(fields, spec.bits)) checkpoint.qzeros.push_back(int32_t(word));
+        const uint32_t one_per_field = spec.bits == 2 ? 0x55555555u : spec.bits == 4 ? 0x11111111u : 0x01010101u;
+        for (uint32_t word : pack_values(fields, spec.bits))
+            checkpoint.qzeros.push_back(int32_t(v1 && spec.bits != 3 ? word - one_per_field : word));
     }
 
     for (float scale : layer.scales) {
         checkpoint.scales_f16.push_back(qjit::float_to_half(scale));
+        checkpoint.scales_bf16.push_back(qjit::float_to_bf16(scale));
         checkpoint.scales_f32.push_back(scale);
     }
     return checkpoint;
@@ -274,7 +282,7 @@ TEST(GptqImport, RoundTripIsBitExact) {
         for (int64_t k : {32, 64, 172, 1000})
             for (int group_size : {16, 32, 128, QJIT_GROUP_PER_COLUMN})
                 for (int64_t n : {1, 7, 64, 33})
-                    for (qjit_dtype dtype : {QJIT_DTYPE_F16, QJIT_DTYPE_F32})
+                    for (qjit_dtype dtype : {QJIT_DTYPE_F16, QJIT_DTYPE_BF16, QJIT_DTYPE_F32})
                         for (qjit_gptq_format format : {QJIT_GPTQ_V1, QJIT_GPTQ_V2}) {
                             const LayerSpec spec{bits, k, n, group_size, dtype, format, false};
                             SCOPED_TRACE(describe(spec));
@@ -312,8 +320,6 @@ TEST(GptqImport, V1AndV2ImportTheSameMatrix) {
             LayerSpec spec{bits, 172, 33, 32, QJIT_DTYPE_F16, QJIT_GPTQ_V2, act_order};
             SCOPED_TRACE(describe(spec));
             KnownLayer layer = make_known_layer(spec, rng);
-            // Zero points both conventions can store: 1 .. 2^bits - 1.
-            for (uint16_t& zero : layer.zeros) zero = std::max<uint16_t>(zero, 1);
             const GptqCheckpoint v2 = pack_checkpoint(layer, spec);
             spec.format = QJIT_GPTQ_V1;
             const GptqCheckpoint v1 = pack_checkpoint(layer, spec);
@@ -327,6 +333,32 @@ TEST(GptqImport, V1AndV2ImportTheSameMatrix) {
             EXPECT_EQ(from_v1.params.row_order, from_v2.params.row_order);
             EXPECT_EQ(from_v1.params.symmetric, from_v2.params.symmetric);
             EXPECT_EQ(from_v1.params.zeros, layer.zeros);
+        }
+}
+
+// A v1 zero of 0 is stored as the field 2^bits - 1 and (2, 4, 8 bits) borrows from the field
+// above it in the same word. Group g here has a zero of 0 in column g only, so every field
+// position of every word (first, middle, last, and for 3 bits the ones straddling two words)
+// holds a 0 once; the last two groups are all 0 and all 2^bits - 1.
+TEST(GptqImport, V1ZeroPointsOfZeroAtEveryFieldPosition) {
+    std::mt19937 rng(2024);
+    for (int bits : kAllBits)
+        for (int64_t n : {int64_t(32), int64_t(70)}) {  // 70: a last word only partly filled
+            const int64_t groups = n + 2;
+            const LayerSpec spec{bits, groups * 16, n, 16, QJIT_DTYPE_F16, QJIT_GPTQ_V1, false};
+            SCOPED_TRACE(describe(spec));
+            KnownLayer layer = make_known_layer(spec, rng);
+            const uint16_t max_code = uint16_t((1 << bits) - 1);
+            std::uniform_int_distribution<int> nonzero(1, max_code);
+            for (int64_t g = 0; g < groups; ++g)
+                for (int64_t c = 0; c < n; ++c) {
+                    uint16_t& zero = layer.zeros[size_t(g * n + c)];
+                    zero = g == n ? 0 : g == n + 1 ? max_code : g == c ? 0 : uint16_t(nonzero(rng));
+                }
+            const GptqCheckpoint checkpoint = pack_checkpoint(layer, spec);
+            const qjit::QuantizedMatrix matrix = qjit::import_gptq(spec.k, spec.n, checkpoint.tensors());
+            expect_matches_known(matrix, layer, spec);
+            EXPECT_EQ(qjit::dequantize(matrix), dense_weights(layer));
         }
 }
 

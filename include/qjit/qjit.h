@@ -99,7 +99,8 @@ typedef enum qjit_weight_layout {
 
 /* The zero-point convention of a GPTQ checkpoint (its "checkpoint_format"). */
 typedef enum qjit_gptq_format {
-    QJIT_GPTQ_V1 = 1, /* "gptq": qzeros hold zero - 1 (AutoGPTQ, older GPTQModel) */
+    QJIT_GPTQ_V1 = 1, /* "gptq": qzeros hold zero - 1, subtracted from each whole int32 word (1 per field,
+                         with borrows; per field for 3 bits), as AutoGPTQ and GPTQModel write it */
     QJIT_GPTQ_V2 = 2, /* "gptq_v2": qzeros hold the zero point as is */
     QJIT_GPTQ_MAX_ENUM = 0x7fffffff
 } qjit_gptq_format;
@@ -144,7 +145,7 @@ typedef struct qjit_gptq_tensors {
     int group_size;               /* as in the checkpoint's quantize_config; -1: per column */
     const int32_t* qweight;       /* [ceil(K*bits/32)][N]: values packed along K, value i at bit bits*i */
     const int32_t* qzeros;        /* [G][ceil(N*bits/32)]: zero points packed along N */
-    const void* scales;           /* [G][N] of scale_dtype */
+    const void* scales;           /* [G][N] of scale_dtype: QJIT_DTYPE_F16, QJIT_DTYPE_BF16 or QJIT_DTYPE_F32 */
     qjit_dtype scale_dtype;
     const int32_t* g_idx;         /* [K] group of each row, or NULL for g_idx[k] = k / group_size */
     qjit_gptq_format checkpoint_format;
