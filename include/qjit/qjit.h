@@ -110,6 +110,7 @@ typedef enum qjit_gptq_format {
 
 typedef struct qjit_context qjit_context;
 typedef struct qjit_linear qjit_linear;
+typedef struct qjit_checkpoint qjit_checkpoint;
 
 typedef struct qjit_context_options {
     int num_threads;             /* 0: one per available core */
@@ -242,6 +243,39 @@ QJIT_API qjit_status qjit_linear_get_tuning(const qjit_linear* layer, qjit_linea
  * microseconds. cold != 0: the layer's weights are flushed from every cache before each call, as in decoding
  * a model larger than the caches (the tuner times the same way); cold == 0: back-to-back calls. */
 QJIT_API qjit_status qjit_linear_benchmark(qjit_linear* layer, int64_t m, int repeats, int cold, double* median_us);
+
+/* ---- GPTQ checkpoints (a directory as AutoGPTQ, GPTQModel and the Hugging Face tools write it) ---- */
+/* One quantized linear layer of a checkpoint. Strings are owned by the checkpoint. */
+typedef struct qjit_checkpoint_layer {
+    const char* name;       /* the tensor prefix, e.g. "model.layers.0.self_attn.q_proj" */
+    int64_t k;              /* input features */
+    int64_t n;              /* output features */
+    int bits;
+    int group_size;         /* as in the config: rows per group, or QJIT_GROUP_PER_COLUMN */
+    int act_order;          /* nonzero: its g_idx is not row / group_size */
+    int symmetric;          /* the config's "sym" */
+    const char* format;     /* the qjit format it imports to, e.g. "q4g128_asym" (the tuning key's first word) */
+    qjit_gptq_format checkpoint_format;
+    qjit_dtype scale_dtype; /* F16, BF16 or F32 */
+    int64_t checkpoint_bytes; /* its tensors' bytes in the checkpoint */
+} qjit_checkpoint_layer;
+
+/* Opens a checkpoint directory: config.json with "quantization_config" (or quantize_config.json)
+ * and model.safetensors (or shards listed in model.safetensors.index.json). The tensor files are
+ * memory-mapped; their headers and every layer's tensors are checked against the config here.
+ * QJIT_ERROR_IO: a missing directory, config or file; QJIT_ERROR_CORRUPT_DATA: a malformed file, a
+ * missing tensor, a shape or dtype the config does not imply; QJIT_ERROR_UNSUPPORTED: a method,
+ * width, group size or checkpoint format qjit cannot import. The context must outlive it. */
+QJIT_API qjit_status qjit_checkpoint_open(qjit_context* context, const char* directory, qjit_checkpoint** checkpoint);
+QJIT_API qjit_status qjit_checkpoint_close(qjit_checkpoint* checkpoint); /* NULL is a no-op; layers made stay valid */
+QJIT_API qjit_status qjit_checkpoint_num_layers(const qjit_checkpoint* checkpoint, int64_t* count);
+/* Layer `index` (0 .. count - 1), in natural order of the names (layers.2 before layers.10). */
+QJIT_API qjit_status qjit_checkpoint_get_layer(const qjit_checkpoint* checkpoint, int64_t index,
+                                               qjit_checkpoint_layer* layer);
+/* Creates the layer named `name` on the checkpoint's context, as qjit_linear_create_from_gptq would
+ * from its tensors (tuned, or a database hit). QJIT_ERROR_INVALID_ARGUMENT for a name the checkpoint
+ * does not have. May be called from several threads at once. */
+QJIT_API qjit_status qjit_checkpoint_create_layer(qjit_checkpoint* checkpoint, const char* name, qjit_linear** layer);
 
 /* ---- CUDA (the driver is loaded at run time: every build runs where there is no GPU) ---- */
 /* Devices the driver sees. QJIT_ERROR_NO_DEVICE, with the reason in qjit_last_error(), where there is no

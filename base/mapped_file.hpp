@@ -1,0 +1,30 @@
+// A file mapped read-only into memory. Checkpoint tensors are read in place from the mapping, so
+// opening a checkpoint costs no copy and only the pages a layer reads are ever loaded.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace qjit {
+
+class MappedFile {
+public:
+    // Throws QJIT_ERROR_IO naming the path when it cannot be opened, is not a regular file, or
+    // cannot be mapped. An empty file maps to size() 0 and a null data().
+    explicit MappedFile(const std::string& path);
+    ~MappedFile();
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+
+    const uint8_t* data() const { return data_; }
+    size_t size() const { return size_; }
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+    const uint8_t* data_ = nullptr;
+    size_t size_ = 0;
+};
+
+}  // namespace qjit

@@ -1,0 +1,93 @@
+// The C API's checkpoint entry points: open a GPTQ checkpoint directory, list its layers, create
+// one by name.
+#include <string>
+#include <vector>
+
+#include "base/error.hpp"
+#include "format/gptq_checkpoint.hpp"
+#include "format/gptq_import.hpp"
+#include "qjit/qjit.h"
+#include "runtime/linear_layer.hpp"
+
+struct qjit_checkpoint {
+    qjit_context* context = nullptr;
+    qjit::GptqCheckpoint files;
+};
+
+using namespace qjit;
+
+namespace {
+
+// Imports the layer; a config that promises symmetric zero points is held to it.
+std::unique_ptr<qjit_linear> create_layer(qjit_checkpoint& checkpoint, const CheckpointLayer& entry) {
+    const CheckpointTensors tensors = checkpoint.files.tensors(entry);
+    QuantizedMatrix matrix = import_gptq(entry.k, entry.n, tensors.view);
+    if (checkpoint.files.config().sym && !matrix.params.symmetric)
+        fail(QJIT_ERROR_CORRUPT_DATA, "layer '", entry.name, "' has zero points other than 2^(bits-1), but '",
+             checkpoint.files.config().file, "' says \"sym\": true");
+    return make_linear(checkpoint.context, std::move(matrix));
+}
+
+}  // namespace
+
+extern "C" {
+
+qjit_status qjit_checkpoint_open(qjit_context* context, const char* directory, qjit_checkpoint** checkpoint) {
+    return guarded([&] {
+        require(checkpoint != nullptr, "checkpoint (the output pointer) is NULL");
+        *checkpoint = nullptr;
+        require(context != nullptr, "context is NULL");
+        require(directory != nullptr && *directory, "directory is NULL or empty");
+        *checkpoint = new qjit_checkpoint{context, GptqCheckpoint(directory)};
+    });
+}
+
+qjit_status qjit_checkpoint_close(qjit_checkpoint* checkpoint) {
+    return guarded([&] { delete checkpoint; });
+}
+
+qjit_status qjit_checkpoint_num_layers(const qjit_checkpoint* checkpoint, int64_t* count) {
+    return guarded([&] {
+        require(checkpoint != nullptr, "checkpoint is NULL");
+        require(count != nullptr, "count is NULL");
+        *count = int64_t(checkpoint->files.layers().size());
+    });
+}
+
+qjit_status qjit_checkpoint_get_layer(const qjit_checkpoint* checkpoint, int64_t index, qjit_checkpoint_layer* layer) {
+    return guarded([&] {
+        require(checkpoint != nullptr, "checkpoint is NULL");
+        require(layer != nullptr, "layer is NULL");
+        const std::vector<CheckpointLayer>& layers = checkpoint->files.layers();
+        require(index >= 0 && index < int64_t(layers.size()), "index is ", index, "; the checkpoint has ",
+                layers.size(), " layers");
+        const CheckpointLayer& entry = layers[size_t(index)];
+        const GptqConfig& config = checkpoint->files.config();
+        layer->name = entry.name.c_str();
+        layer->k = entry.k;
+        layer->n = entry.n;
+        layer->bits = config.bits;
+        layer->group_size = config.group_size;
+        layer->act_order = entry.act_order;
+        layer->symmetric = config.sym;
+        layer->format = entry.format.c_str();
+        layer->checkpoint_format = config.checkpoint_format;
+        layer->scale_dtype = entry.scale_dtype;
+        layer->checkpoint_bytes = entry.bytes;
+    });
+}
+
+qjit_status qjit_checkpoint_create_layer(qjit_checkpoint* checkpoint, const char* name, qjit_linear** layer) {
+    return guarded([&] {
+        require(layer != nullptr, "layer (the output pointer) is NULL");
+        *layer = nullptr;
+        require(checkpoint != nullptr, "checkpoint is NULL");
+        require(name != nullptr, "name is NULL");
+        const CheckpointLayer* entry = checkpoint->files.find(name);
+        require(entry != nullptr, "the checkpoint '", checkpoint->files.directory(), "' has no layer '", name,
+                "' (a layer is a tensor prefix P with P.qweight)");
+        *layer = create_layer(*checkpoint, *entry).release();
+    });
+}
+
+}  // extern "C"
