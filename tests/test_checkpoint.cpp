@@ -14,6 +14,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "qjit/qjit.h"
@@ -230,6 +231,44 @@ TEST_F(CheckpointTest, SymmetricConfigsAreHeldToTheirZeroPoints) {
     EXPECT_STATUS(qjit_checkpoint_create_layer(checkpoint.get(), kSpecs[0].name.c_str(), &layer),
                   QJIT_ERROR_CORRUPT_DATA, "sym");
     EXPECT_EQ(layer, nullptr);
+}
+
+// One context and one checkpoint, layers created from several threads at once (the header
+// promises it): each thread's layers equal the ones made one at a time.
+TEST_F(CheckpointTest, LayersCanBeCreatedFromSeveralThreadsAtOnce) {
+    make_layers(kSpecs, 4, 32, QJIT_DTYPE_F16);
+    write({});
+    CheckpointPtr checkpoint = open();
+    std::vector<std::vector<float>> expected;
+    for (const std::string& name : kNaturalOrder) {
+        qjit_linear* layer = nullptr;
+        ASSERT_EQ(qjit_checkpoint_create_layer(checkpoint.get(), name.c_str(), &layer), QJIT_OK);
+        qjit_linear_info info{};
+        ASSERT_EQ(qjit_linear_get_info(layer, &info), QJIT_OK);
+        expected.push_back(dequantized(layer, info.k, info.n));
+        qjit_linear_destroy(layer);
+    }
+    constexpr int kThreads = 4;
+    std::vector<std::vector<std::vector<float>>> got(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+        threads.emplace_back([&, t] {
+            for (size_t i = 0; i < kNaturalOrder.size(); ++i) {
+                const std::string& name = kNaturalOrder[(i + size_t(t)) % kNaturalOrder.size()];
+                qjit_linear* layer = nullptr;
+                if (qjit_checkpoint_create_layer(checkpoint.get(), name.c_str(), &layer) != QJIT_OK) return;
+                qjit_linear_info info{};
+                qjit_linear_get_info(layer, &info);
+                got[size_t(t)].push_back(dequantized(layer, info.k, info.n));
+                qjit_linear_destroy(layer);
+            }
+        });
+    for (std::thread& thread : threads) thread.join();
+    for (int t = 0; t < kThreads; ++t) {
+        ASSERT_EQ(got[size_t(t)].size(), kNaturalOrder.size()) << "thread " << t;
+        for (size_t i = 0; i < kNaturalOrder.size(); ++i)
+            EXPECT_EQ(got[size_t(t)][i], expected[(i + size_t(t)) % kNaturalOrder.size()]) << "thread " << t;
+    }
 }
 
 // ---- malformed checkpoints ----

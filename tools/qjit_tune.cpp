@@ -2,8 +2,10 @@
 // tuning database, and prints how fast they run.
 //
 // With no arguments it tunes the embedded default: the Llama-2-7B linear layers at 4-bit, group
-// 128, batch 1 and 16. --model configs/models/NAME.yaml tunes another model's layers. Shapes the
-// database already holds for this machine are not timed again (--retune times them anyway).
+// 128, batch 1 and 16. --model configs/models/NAME.yaml tunes another model's layers (random
+// weights: speed does not depend on their values); --checkpoint DIR tunes every distinct format
+// and shape of a GPTQ checkpoint, with its own layers. Shapes the database already holds for this
+// machine are not timed again (--retune times them anyway).
 // --list, --export and --import work on the database and tune nothing.
 //
 // Every layer is timed cold (weights flushed from the caches before each call, as when decoding a
@@ -13,6 +15,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,6 +45,7 @@ constexpr int kProbeRepeats = 5;
 
 struct Options {
     std::string model;  // empty: the embedded Llama-2-7B
+    std::string checkpoint;  // a GPTQ checkpoint directory: tune its layers instead of a model's
     int bits = 4;
     int group = 128;
     bool symmetric = false;
@@ -58,6 +63,14 @@ struct Options {
     int cuda_device = -1;       // >= 0: also tune the CUDA kernels of that device
     std::string cuda_dtype = "f16";
 };
+
+// printf into a string.
+template <typename... Args>
+std::string printed(const char* format, Args... args) {
+    std::string text(size_t(std::snprintf(nullptr, 0, format, args...)), '\0');
+    std::snprintf(text.data(), text.size() + 1, format, args...);
+    return text;
+}
 
 [[noreturn]] void die(const char* what, qjit_status status) {
     std::fprintf(stderr, "qjit-tune: %s failed: %s: %s\n", what, qjit_status_string(status), qjit_last_error());
@@ -110,6 +123,13 @@ int manage_database(const Options& o) {
     return 0;
 }
 
+// One distinct layer to tune and how to make it in a context.
+struct Target {
+    std::string name;  // e.g. "q_proj,k_proj" or "model.layers.0.mlp.up_proj (+31)"
+    LinearShape shape;
+    std::function<qjit_linear*(qjit_context*)> create;
+};
+
 struct Row {
     std::string layer;
     LinearShape shape;
@@ -128,10 +148,85 @@ double time_layer(qjit_linear* layer, int64_t batch, int repeats) {
     return us;
 }
 
-qjit_linear* make_layer(qjit_context* context, const LinearShape& shape, const qjit_tools::GptqTensors& tensors) {
-    qjit_linear* layer = nullptr;
-    check(qjit_linear_create_from_gptq(context, shape.k, shape.n, &tensors.view, &layer), "qjit_linear_create_from_gptq");
-    return layer;
+// The model's distinct shapes, each a random GPTQ layer of the asked width and group.
+std::vector<Target> model_targets(const qjit::ModelConfig& model, const Options& o,
+                                  std::vector<qjit_tools::GptqTensors>* storage) {
+    const std::vector<LinearShape> shapes = qjit::distinct_shapes(model.linear);
+    storage->resize(shapes.size());
+    std::vector<Target> targets;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+        const LinearShape shape = shapes[i];
+        qjit_tools::GptqTensors* tensors = &(*storage)[i];
+        qjit_tools::random_gptq(shape.k, shape.n, o.bits, o.group, uint64_t(shape.k * 31 + shape.n), tensors, o.symmetric);
+        targets.push_back({shape.name, shape, [shape, tensors](qjit_context* context) {
+                               qjit_linear* layer = nullptr;
+                               check(qjit_linear_create_from_gptq(context, shape.k, shape.n, &tensors->view, &layer),
+                                     "qjit_linear_create_from_gptq");
+                               return layer;
+                           }});
+    }
+    return targets;
+}
+
+// A checkpoint opened once per context that creates its layers (a checkpoint belongs to a context).
+class CheckpointLayers {
+public:
+    explicit CheckpointLayers(std::string directory) : directory_(std::move(directory)) {}
+    CheckpointLayers(const CheckpointLayers&) = delete;
+    CheckpointLayers& operator=(const CheckpointLayers&) = delete;
+    ~CheckpointLayers() { close(); }
+    void close() {
+        for (auto& [context, checkpoint] : opened_) qjit_checkpoint_close(checkpoint);
+        opened_.clear();
+    }
+    qjit_checkpoint* in(qjit_context* context) {
+        qjit_checkpoint*& checkpoint = opened_[context];
+        if (checkpoint == nullptr) check(qjit_checkpoint_open(context, directory_.c_str(), &checkpoint), "qjit_checkpoint_open");
+        return checkpoint;
+    }
+
+private:
+    std::string directory_;
+    std::map<qjit_context*, qjit_checkpoint*> opened_;
+};
+
+// The checkpoint's distinct (format, K, N), each made from the first layer that has it.
+std::vector<Target> checkpoint_targets(CheckpointLayers* checkpoint, qjit_context* context, std::string* summary) {
+    qjit_checkpoint* opened = checkpoint->in(context);
+    int64_t count = 0;
+    check(qjit_checkpoint_num_layers(opened, &count), "qjit_checkpoint_num_layers");
+    std::vector<Target> targets;
+    std::vector<std::string> formats;
+    std::vector<int> same;
+    int64_t bytes = 0;
+    for (int64_t i = 0; i < count; ++i) {
+        qjit_checkpoint_layer info;
+        check(qjit_checkpoint_get_layer(opened, i, &info), "qjit_checkpoint_get_layer");
+        bytes += info.checkpoint_bytes;
+        if (i == 0)
+            *summary = printed("%lld layers, %d-bit, group %d, %s", (long long)count, info.bits,
+                                         info.group_size, info.checkpoint_format == QJIT_GPTQ_V1 ? "gptq (v1)" : "gptq_v2");
+        size_t t = 0;
+        while (t < targets.size() && !(formats[t] == info.format && targets[t].shape.k == info.k && targets[t].shape.n == info.n))
+            ++t;
+        if (t < targets.size()) {
+            ++same[t];
+            continue;
+        }
+        const std::string name = info.name;
+        targets.push_back({name, LinearShape{name, info.k, info.n}, [checkpoint, name](qjit_context* c) {
+                               qjit_linear* layer = nullptr;
+                               check(qjit_checkpoint_create_layer(checkpoint->in(c), name.c_str(), &layer),
+                                     "qjit_checkpoint_create_layer");
+                               return layer;
+                           }});
+        formats.push_back(info.format);
+        same.push_back(0);
+    }
+    for (size_t t = 0; t < targets.size(); ++t)
+        if (same[t] > 0) targets[t].name += " (+" + std::to_string(same[t]) + ")";
+    *summary += printed(", %.2f GB, %zu distinct format and shape", double(bytes) * 1e-9, targets.size());
+    return targets;
 }
 
 void show_progress(size_t done, size_t total, const std::string& what) {
@@ -159,11 +254,17 @@ int main(int argc, char** argv) {
     Options o;
     CLI::App app{"qjit-tune: tune qjit kernels for LLM layer shapes on this machine and store the choices "
                  "(default: Llama-2-7B, 4-bit, group 128, batch 1 and 16)"};
-    app.add_option("--model", o.model, "model config, e.g. configs/models/llama-2-70b.yaml")->check(CLI::ExistingFile);
-    app.add_option("--bits", o.bits, "weight bits: 2, 3, 4 or 8")->check(CLI::IsMember({2, 3, 4, 8}));
-    app.add_option("--group", o.group, "group size: 16, 32, 64, 128, 256 or -1 (per column)")
-        ->check(CLI::IsMember({16, 32, 64, 128, 256, -1}));
-    app.add_flag("--symmetric", o.symmetric, "symmetric quantization (zero point 2^(bits-1))");
+    CLI::Option* model = app.add_option("--model", o.model, "model config, e.g. configs/models/llama-2-70b.yaml")
+                             ->check(CLI::ExistingFile);
+    CLI::Option* bits = app.add_option("--bits", o.bits, "weight bits: 2, 3, 4 or 8")->check(CLI::IsMember({2, 3, 4, 8}));
+    CLI::Option* group = app.add_option("--group", o.group, "group size: 16, 32, 64, 128, 256 or -1 (per column)")
+                             ->check(CLI::IsMember({16, 32, 64, 128, 256, -1}));
+    CLI::Option* symmetric = app.add_flag("--symmetric", o.symmetric, "symmetric quantization (zero point 2^(bits-1))");
+    app.add_option("--checkpoint", o.checkpoint,
+                   "GPTQ checkpoint directory: tune each distinct format and shape of its layers "
+                   "(width, group and symmetry come from it)")
+        ->check(CLI::ExistingDirectory)
+        ->excludes(model, bits, group, symmetric);
     app.add_option("--batch", o.batches, "activation rows per forward to tune for (one or more)")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
     app.add_option("--threads", o.threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber);
@@ -187,10 +288,10 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
     if (o.list || !o.export_path.empty() || !o.import_path.empty()) return manage_database(o);
 
-    qjit::ModelConfig model = kLlama2_7b;
+    qjit::ModelConfig model_config = kLlama2_7b;
     if (!o.model.empty()) {
         try {
-            model = qjit::load_model_config(o.model);
+            model_config = qjit::load_model_config(o.model);
         } catch (const std::exception& e) {
             std::fprintf(stderr, "qjit-tune: %s\n", e.what());
             return 1;
@@ -209,26 +310,35 @@ int main(int argc, char** argv) {
     check(qjit_context_describe(tuned.front(), &machine), "qjit_context_describe");
     std::printf("qjit %s: %s\n", qjit_version(), machine);
 
+    std::vector<qjit_tools::GptqTensors> random_layers;
+    CheckpointLayers checkpoint(o.checkpoint);
+    std::string what;
+    std::vector<Target> targets;
+    if (o.checkpoint.empty()) {
+        targets = model_targets(model_config, o, &random_layers);
+        what = printed("%s layers, %d-bit, group %d, %s", model_config.name.c_str(), o.bits, o.group,
+                       o.symmetric ? "symmetric" : "asymmetric");
+    } else {
+        targets = checkpoint_targets(&checkpoint, tuned.front(), &what);
+        what = "checkpoint " + o.checkpoint + ": " + what;
+    }
+
     qjit_tools::BandwidthProbe probe(kProbeBytes);
     const double probe_gbps = probe.median(threads, kProbeRepeats);
-    std::printf("%s layers, %d-bit, group %d, %s; %d threads; memory read probe %.1f GB/s; %s; median of %d cold calls\n",
-                model.name.c_str(), o.bits, o.group, o.symmetric ? "symmetric" : "asymmetric", threads, probe_gbps,
-                o.exhaustive ? "exhaustive search" : o.retune ? "retuning every shape" : "database hits reused",
+    std::printf("%s; %d threads; memory read probe %.1f GB/s; %s; median of %d cold calls\n", what.c_str(), threads,
+                probe_gbps, o.exhaustive ? "exhaustive search" : o.retune ? "retuning every shape" : "database hits reused",
                 o.repeats);
 
-    const std::vector<LinearShape> shapes = qjit::distinct_shapes(model.linear);
     const bool tty = isatty(STDOUT_FILENO);
     std::vector<Row> rows;
-    const size_t total = shapes.size() * o.batches.size();
-    for (const LinearShape& shape : shapes) {
-        qjit_tools::GptqTensors tensors;
-        qjit_tools::random_gptq(shape.k, shape.n, o.bits, o.group, uint64_t(shape.k * 31 + shape.n), &tensors,
-                                o.symmetric);
-        qjit_linear* slow = o.compare ? make_layer(portable, shape, tensors) : nullptr;
+    const size_t total = targets.size() * o.batches.size();
+    for (const Target& target : targets) {
+        const LinearShape& shape = target.shape;
+        qjit_linear* slow = o.compare ? target.create(portable) : nullptr;
         for (size_t b = 0; b < o.batches.size(); ++b) {
-            Row row{shape.name, shape, o.batches[b]};
+            Row row{target.name, shape, o.batches[b]};
             if (tty) show_progress(rows.size(), total, row.layer + " m=" + std::to_string(row.batch));
-            qjit_linear* layer = make_layer(tuned[b], shape, tensors);
+            qjit_linear* layer = target.create(tuned[b]);
             qjit_linear_tuning tuning;
             qjit_linear_info info;
             check(qjit_linear_get_tuning(layer, &tuning), "qjit_linear_get_tuning");
@@ -252,7 +362,7 @@ int main(int argc, char** argv) {
             }
             qjit_linear_destroy(layer);
             if (o.compare) {
-                qjit_linear* plain = make_layer(untuned[b], shape, tensors);
+                qjit_linear* plain = target.create(untuned[b]);
                 row.default_us = time_layer(plain, row.batch, o.repeats);
                 qjit_linear_destroy(plain);
                 row.portable_us = time_layer(slow, row.batch, std::max(3, o.repeats / 3));
@@ -281,6 +391,7 @@ int main(int argc, char** argv) {
                         (long long)r.shape.k, (long long)r.shape.n, (long long)r.batch, source_word(r.cuda_source),
                         r.cuda_tiling.c_str(), r.cuda_tuning_ms, r.cuda_us, r.cuda_gbps);
     }
+    checkpoint.close();  // before the contexts it was opened in
     for (qjit_context* c : tuned) qjit_context_destroy(c);
     for (qjit_context* c : untuned) qjit_context_destroy(c);
     qjit_context_destroy(portable);

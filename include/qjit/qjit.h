@@ -9,6 +9,15 @@
  * with fp32 activations x (m x K, row-major) and outputs y (m x N, row-major).
  * W (K x N) is stored quantized along K in groups of `group_size` rows:
  *     W[k][n] = scale[g][n] * (q[k][n] - zero[g][n]),   g = group of row k.
+ *
+ * Threads. Every call may run on several threads at once, on one context, except that a
+ * handle's destroy (or close) must not overlap any other call on it or on what was made with it:
+ * creating layers (from fp32, GPTQ tensors, a file or a checkpoint), forwards and benchmarks of
+ * the same or different layers, the tuning database calls. Layers share their context's thread
+ * pool; a call that finds it busy runs on its own thread alone, so concurrent calls are correct
+ * but do not speed each other up, and timed searches running at once disturb each other's
+ * measurements. CUDA forwards of one layer are serialised (see qjit_linear_forward_cuda).
+ * qjit_last_error() is per thread.
  */
 #ifndef QJIT_QJIT_H
 #define QJIT_QJIT_H
