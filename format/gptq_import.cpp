@@ -137,10 +137,9 @@ std::vector<uint8_t> read_codes(const int32_t* qweight, int bits, int64_t k, int
 
 }  // namespace
 
-QuantizedMatrix import_gptq(int64_t k, int64_t n, const qjit_gptq_tensors& tensors) {
+QuantParams import_gptq_params(int64_t k, int64_t n, const qjit_gptq_tensors& tensors) {
     check_arguments(k, n, tensors);
-    QuantizedMatrix result;
-    QuantParams& p = result.params;
+    QuantParams p;
     p.k = k;
     p.n = n;
     p.bits = tensors.bits;
@@ -154,7 +153,13 @@ QuantizedMatrix import_gptq(int64_t k, int64_t n, const qjit_gptq_tensors& tenso
     const std::vector<int32_t> group_of_row = read_row_groups(tensors.g_idx, k, p.group_size, groups);
     p.row_order = sort_rows_by_group(group_of_row, p.group_size, groups);
     p.act_order = !p.row_order.empty();
-    result.codes = read_codes(tensors.qweight, p.bits, k, n, p.row_order);
+    validate(p);
+    return p;
+}
+
+QuantizedMatrix import_gptq(int64_t k, int64_t n, const qjit_gptq_tensors& tensors) {
+    QuantizedMatrix result{import_gptq_params(k, n, tensors), {}};
+    result.codes = read_codes(tensors.qweight, result.params.bits, k, n, result.params.row_order);
     validate(result);
     return result;
 }
