@@ -101,44 +101,63 @@ void pack_full_blocks(const uint32_t* qweight, int64_t full_blocks, int64_t firs
                 convert_block<Bits>(gptq_words, packed_words);
                 for (int j = 0; j < Bits; ++j) packed[j * panel_columns + c] = packed_words[j];
             }
+            for (int64_t c = width; c < panel_columns; ++c)  // the last panel's padding columns
+                for (int j = 0; j < Bits; ++j) packed[j * panel_columns + c] = 0;
         }
 }
 
 // Storage rows [first_row, K) code by code, storage row r read from GPTQ row row_order[r] (r when
-// row_order is empty); their packed words must still be zero. The loop over columns has only
-// shifts and masks that are the same for the whole row, so the compiler vectorizes it.
+// row_order is empty), first_row a multiple of 32; their blocks are zeroed first. The loops over
+// columns have only shifts and masks that are the same for the whole row, so they vectorize.
+template <int Bits>
 void pack_rows(const uint32_t* qweight, const std::vector<int32_t>& row_order, int64_t first_row,
                int64_t first_panel, int64_t end_panel, PackedCodes& out) {
-    const int bits = out.bits;
+    constexpr uint32_t kCodeMask = (1u << Bits) - 1u;
     const int64_t n = out.n, panel_columns = out.panel_columns;
-    const uint32_t code_mask = (1u << bits) - 1u;
-    const std::vector<jit::CodePlane> planes = jit::code_planes(bits);
+    const std::vector<jit::CodePlane> planes = jit::code_planes(Bits);  // one plane; for 3 bits 2 + 1
+    for (int64_t panel = first_panel; panel < end_panel; ++panel) {
+        uint32_t* panel_words = out.words.data() + panel * out.panel_words();
+        std::fill(panel_words + first_row / kBlockRows * Bits * panel_columns, panel_words + out.panel_words(), 0u);
+    }
     for (int64_t row = first_row; row < out.k; ++row) {
         const int64_t source_row = row_order.empty() ? row : row_order[size_t(row)];
-        const int64_t first_bit = source_row * bits, word_row = first_bit / 32;
+        const int64_t first_bit = source_row * Bits, word_row = first_bit / 32;
         const int shift = int(first_bit % 32);
-        // A code that straddles two words (3 bits) takes its high bits from the next word row;
-        // otherwise reading the same row twice keeps the loop free of a branch.
-        const int64_t high_word_row = shift + bits > 32 ? word_row + 1 : word_row;
+        const bool straddles = shift + Bits > 32;  // 3 bits: the code's high bits are in the next word row
         const int64_t block = row / kBlockRows;
         const int row_in_block = int(row % kBlockRows);
-        for (const jit::CodePlane& plane : planes) {
-            const jit::PlaneSlot slot = jit::plane_slot(plane, row_in_block);
-            const uint32_t plane_mask = (1u << plane.width) - 1u;
-            for (int64_t panel = first_panel; panel < end_panel; ++panel) {
-                const int64_t c0 = panel * panel_columns, width = std::min(panel_columns, n - c0);
-                const uint32_t* low_words = qweight + word_row * n + c0;
-                const uint32_t* high_words = qweight + high_word_row * n + c0;
-                uint32_t* packed = out.words.data() + panel * out.panel_words() +
-                                   (block * bits + slot.word) * panel_columns;
-                for (int64_t c = 0; c < width; ++c) {
-                    const uint64_t window = low_words[c] | uint64_t(high_words[c]) << 32;
-                    const uint32_t code = uint32_t(window >> shift) & code_mask;
-                    packed[c] |= ((code >> plane.value_shift) & plane_mask) << slot.shift;
+        const jit::PlaneSlot low_slot = jit::plane_slot(planes.front(), row_in_block);
+        const jit::PlaneSlot high_slot = jit::plane_slot(planes.back(), row_in_block);  // 3 bits: bit 2
+        for (int64_t panel = first_panel; panel < end_panel; ++panel) {
+            const int64_t c0 = panel * panel_columns, width = std::min(panel_columns, n - c0);
+            const uint32_t* low_words = qweight + word_row * n + c0;
+            const uint32_t* high_words = straddles ? low_words + n : low_words;
+            uint32_t* block_words = out.words.data() + panel * out.panel_words() + block * Bits * panel_columns;
+            uint32_t* low_plane = block_words + low_slot.word * panel_columns;
+            uint32_t* high_plane = block_words + high_slot.word * panel_columns;
+            auto place = [&](int64_t c, uint32_t code) {
+                if constexpr (Bits == 3) {
+                    low_plane[c] |= (code & 3u) << low_slot.shift;
+                    high_plane[c] |= (code >> 2) << high_slot.shift;
+                } else {
+                    low_plane[c] |= code << low_slot.shift;
                 }
-            }
+            };
+            if (!straddles)
+                for (int64_t c = 0; c < width; ++c) place(c, (low_words[c] >> shift) & kCodeMask);
+            else
+                for (int64_t c = 0; c < width; ++c)
+                    place(c, ((low_words[c] >> shift) | (high_words[c] << (32 - shift))) & kCodeMask);
         }
     }
+}
+
+template <int Bits>
+void pack_panels(const uint32_t* qweight, const std::vector<int32_t>& row_order, int64_t first_panel,
+                 int64_t end_panel, PackedCodes& out) {
+    const int64_t full_blocks = row_order.empty() ? out.k / kBlockRows : 0;
+    pack_full_blocks<Bits>(qweight, full_blocks, first_panel, end_panel, out);
+    pack_rows<Bits>(qweight, row_order, full_blocks * kBlockRows, first_panel, end_panel, out);
 }
 
 }  // namespace
@@ -151,15 +170,13 @@ void pack_gptq_panels(const int32_t* qweight, const std::vector<int32_t>& row_or
             " rows; expected ", out.k);
     // int32 and uint32 may alias: the words are read as the unsigned bit patterns they are.
     const auto* words = reinterpret_cast<const uint32_t*>(qweight);
-    const int64_t full_blocks = row_order.empty() ? out.k / kBlockRows : 0;
     switch (out.bits) {
-        case 2: pack_full_blocks<2>(words, full_blocks, first_panel, end_panel, out); break;
-        case 3: pack_full_blocks<3>(words, full_blocks, first_panel, end_panel, out); break;
-        case 4: pack_full_blocks<4>(words, full_blocks, first_panel, end_panel, out); break;
-        case 8: pack_full_blocks<8>(words, full_blocks, first_panel, end_panel, out); break;
+        case 2: return pack_panels<2>(words, row_order, first_panel, end_panel, out);
+        case 3: return pack_panels<3>(words, row_order, first_panel, end_panel, out);
+        case 4: return pack_panels<4>(words, row_order, first_panel, end_panel, out);
+        case 8: return pack_panels<8>(words, row_order, first_panel, end_panel, out);
         default: fail(QJIT_ERROR_INVALID_ARGUMENT, "bits is ", out.bits, "; expected 2, 3, 4 or 8");
     }
-    pack_rows(words, row_order, full_blocks * kBlockRows, first_panel, end_panel, out);
 }
 
 }  // namespace qjit

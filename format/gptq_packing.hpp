@@ -15,11 +15,11 @@
 namespace qjit {
 
 // Packs the columns of panels [first_panel, end_panel) of `out` from `qweight` (GPTQ int32
-// [ceil(K*bits/32)][N], see format/gptq_import.hpp). `out` comes from zeroed_packed_codes and says
-// bits, K, N and the panel width; row_order is the layer's (storage row r holds original row
-// row_order[r]; empty: none). Touches only those panels' words, so threads may pack disjoint
-// panel ranges of one `out` at once. Reads each qweight word of those columns once (without
-// act-order).
+// [ceil(K*bits/32)][N], see format/gptq_import.hpp). `out` says bits, K, N and the panel width; it
+// may come from unwritten_packed_codes, since every word of the panels is written, padding
+// included. row_order is the layer's (storage row r holds original row row_order[r]; empty: none).
+// Touches only those panels' words, so threads may pack disjoint panel ranges of one `out` at
+// once. Without act-order each qweight word of those columns is read once.
 void pack_gptq_panels(const int32_t* qweight, const std::vector<int32_t>& row_order, int64_t first_panel,
                       int64_t end_panel, PackedCodes& out);
 

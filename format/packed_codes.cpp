@@ -29,13 +29,19 @@ uint8_t PackedCodes::code(int64_t row, int64_t column) const {
     return uint8_t(code);
 }
 
-PackedCodes zeroed_packed_codes(int bits, int64_t k, int64_t n, int panel_columns) {
+PackedCodes unwritten_packed_codes(int bits, int64_t k, int64_t n, int panel_columns) {
     PackedCodes out;
     out.bits = bits;
     out.k = k;
     out.n = n;
     out.panel_columns = panel_columns;
-    out.words.assign(PackedCodes::word_count(bits, k, n, panel_columns), 0u);
+    out.words.resize(PackedCodes::word_count(bits, k, n, panel_columns));
+    return out;
+}
+
+PackedCodes zeroed_packed_codes(int bits, int64_t k, int64_t n, int panel_columns) {
+    PackedCodes out = unwritten_packed_codes(bits, k, n, panel_columns);
+    std::fill(out.words.begin(), out.words.end(), 0u);
     return out;
 }
 

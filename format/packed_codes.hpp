@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/page_allocator.hpp"
+
 namespace qjit {
 
 struct PackedCodes {
@@ -19,7 +21,8 @@ struct PackedCodes {
     int64_t k = 0;
     int64_t n = 0;
     int panel_columns = 0;
-    std::vector<uint32_t> words;
+    using Words = std::vector<uint32_t, PageAllocator<uint32_t>>;  // resize() leaves new words unwritten
+    Words words;
 
     static constexpr int kBlockRows = 32;
     static constexpr const char* kLayoutName = "kblock32_quad";
@@ -38,6 +41,9 @@ struct PackedCodes {
 
 // Every word zero, sized for the layout: what the packers fill in.
 PackedCodes zeroed_packed_codes(int bits, int64_t k, int64_t n, int panel_columns);
+// Sized for the layout, the words not written yet: for a packer that writes every word
+// (pack_gptq_panels), so pages are first touched by the threads that fill them.
+PackedCodes unwritten_packed_codes(int bits, int64_t k, int64_t n, int panel_columns);
 
 // codes: [k][n], each below 2^bits. panel_columns: a positive multiple of 8.
 PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n, int panel_columns);

@@ -12,11 +12,9 @@ namespace qjit {
 
 namespace {
 
-// Columns per packing task. Without act-order a task streams its columns' qweight rows once, so
-// wide tasks read long runs of each row. With act-order each qweight word is read once per code
-// it holds, at scattered times: a narrow task keeps its columns' slab of qweight in L2 meanwhile.
-constexpr int64_t kColumnsPerTask = 512;
-constexpr int64_t kColumnsPerActOrderTask = 64;
+// Columns per packing task: a task's slab of qweight (its columns, all rows) stays in L2 while
+// act-order gathers rows from all over it, and narrow tasks keep the two threads balanced.
+constexpr int64_t kColumnsPerTask = 64;
 
 }  // namespace
 
@@ -26,8 +24,8 @@ std::unique_ptr<qjit_linear> make_linear_from_gptq(qjit_context* context, int64_
     require(context != nullptr, "context is NULL");
     QuantParams params = import_gptq_params(k, n, tensors);
     TilingChoice choice = choose_tiling(*context, params);
-    PackedCodes codes = zeroed_packed_codes(params.bits, k, n, layer_panel_columns(choice));
-    fill_panels_in_parallel(*context->pool, codes, params.act_order ? kColumnsPerActOrderTask : kColumnsPerTask,
+    PackedCodes codes = unwritten_packed_codes(params.bits, k, n, layer_panel_columns(choice));
+    fill_panels_in_parallel(*context->pool, codes, kColumnsPerTask,
                             [&](int64_t first_panel, int64_t end_panel) {
                                 pack_gptq_panels(tensors.qweight, params.row_order, first_panel, end_panel, codes);
                             });

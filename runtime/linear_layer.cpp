@@ -82,7 +82,8 @@ std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams 
     layer->context = context;
     if (choice.spec) {
         layer->passes = jit_forward_plan(*choice.spec, params);
-        layer->jit = std::make_unique<JitExecutor>(*choice.spec, params, layer->passes, context->dump_dir);
+        layer->jit = std::make_unique<JitExecutor>(*choice.spec, params, layer->passes, context->dump_dir,
+                                                   context->pool.get());
         layer->kernel_ms = layer->jit->emission_ms();
     } else {
         layer->passes = plan_forward(params, params.num_groups(), 1);

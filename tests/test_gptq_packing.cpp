@@ -120,7 +120,8 @@ TEST(GptqPacking, MatchesImportThenPackWordForWord) {
                         for (int panel_columns : kPanelWidths)
                             for (qjit::ThreadPool* pool : {&one_thread, &two_threads}) {
                                 SCOPED_TRACE(qjit::concat("panel ", panel_columns, ", threads ", pool->size()));
-                                qjit::PackedCodes packed = qjit::zeroed_packed_codes(bits, k, n, panel_columns);
+                                qjit::PackedCodes packed = qjit::unwritten_packed_codes(bits, k, n, panel_columns);
+                                std::fill(packed.words.begin(), packed.words.end(), 0xdeadbeefu);  // every word must be written
                                 // One panel per task: as many tasks as there can be, in any order.
                                 qjit::fill_panels_in_parallel(*pool, packed, panel_columns, [&](int64_t first, int64_t end) {
                                     qjit::pack_gptq_panels(checkpoint.qweight.data(), params.row_order, first, end, packed);
