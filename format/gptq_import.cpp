@@ -41,13 +41,16 @@ uint32_t read_packed_value(const int32_t* words, int64_t word_stride, int bits, 
 
 std::vector<float> read_scales(const qjit_gptq_tensors& tensors, int64_t groups, int64_t n) {
     std::vector<float> scales(size_t(groups * n));
-    for (size_t i = 0; i < scales.size(); ++i) {
-        switch (tensors.scale_dtype) {
-            case QJIT_DTYPE_F16: scales[i] = half_to_float(static_cast<const uint16_t*>(tensors.scales)[i]); break;
-            case QJIT_DTYPE_BF16: scales[i] = bf16_to_float(static_cast<const uint16_t*>(tensors.scales)[i]); break;
-            default: scales[i] = static_cast<const float*>(tensors.scales)[i]; break;
-        }
-        require(std::isfinite(scales[i]), "tensors.scales[", int64_t(i) / n, "][", int64_t(i) % n, "] is not finite");
+    const auto* halves = static_cast<const uint16_t*>(tensors.scales);
+    switch (tensors.scale_dtype) {  // outside the loops, which then vectorize
+        case QJIT_DTYPE_F16: std::transform(halves, halves + scales.size(), scales.begin(), half_to_float); break;
+        case QJIT_DTYPE_BF16: std::transform(halves, halves + scales.size(), scales.begin(), bf16_to_float); break;
+        default: std::copy_n(static_cast<const float*>(tensors.scales), scales.size(), scales.begin()); break;
+    }
+    const auto not_finite = std::find_if(scales.begin(), scales.end(), [](float s) { return !std::isfinite(s); });
+    if (not_finite != scales.end()) {
+        const int64_t i = not_finite - scales.begin();
+        fail(QJIT_ERROR_INVALID_ARGUMENT, "tensors.scales[", i / n, "][", i % n, "] is not finite");
     }
     return scales;
 }
@@ -137,10 +140,9 @@ std::vector<uint8_t> read_codes(const int32_t* qweight, int bits, int64_t k, int
 
 }  // namespace
 
-QuantizedMatrix import_gptq(int64_t k, int64_t n, const qjit_gptq_tensors& tensors) {
+QuantParams import_gptq_params(int64_t k, int64_t n, const qjit_gptq_tensors& tensors) {
     check_arguments(k, n, tensors);
-    QuantizedMatrix result;
-    QuantParams& p = result.params;
+    QuantParams p;
     p.k = k;
     p.n = n;
     p.bits = tensors.bits;
@@ -154,7 +156,13 @@ QuantizedMatrix import_gptq(int64_t k, int64_t n, const qjit_gptq_tensors& tenso
     const std::vector<int32_t> group_of_row = read_row_groups(tensors.g_idx, k, p.group_size, groups);
     p.row_order = sort_rows_by_group(group_of_row, p.group_size, groups);
     p.act_order = !p.row_order.empty();
-    result.codes = read_codes(tensors.qweight, p.bits, k, n, p.row_order);
+    validate(p);
+    return p;
+}
+
+QuantizedMatrix import_gptq(int64_t k, int64_t n, const qjit_gptq_tensors& tensors) {
+    QuantizedMatrix result{import_gptq_params(k, n, tensors), {}};
+    result.codes = read_codes(tensors.qweight, result.params.bits, k, n, result.params.row_order);
     validate(result);
     return result;
 }

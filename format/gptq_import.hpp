@@ -34,6 +34,10 @@
 
 namespace qjit {
 
+// The layer's metadata without its codes: format, scales, zero points and (act-order) the row
+// order, checked as import_gptq checks them. What a packer needs besides qweight itself.
+QuantParams import_gptq_params(int64_t k, int64_t n, const qjit_gptq_tensors& tensors);
+
 // Converts GPTQ tensors to the logical matrix. With act-order, rows are sorted by group (a stable
 // sort, so rows keep their order within a group) and the sort is recorded in row_order; a g_idx
 // that is already sorted gives the plain layout. Throws an Error naming the bad argument.

@@ -1,5 +1,7 @@
 #include "format/packed_codes.hpp"
 
+#include <algorithm>
+
 #include "format/code_planes.hpp"
 
 namespace qjit {
@@ -27,13 +29,24 @@ uint8_t PackedCodes::code(int64_t row, int64_t column) const {
     return uint8_t(code);
 }
 
-PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n, int panel_columns) {
+PackedCodes unwritten_packed_codes(int bits, int64_t k, int64_t n, int panel_columns) {
     PackedCodes out;
     out.bits = bits;
     out.k = k;
     out.n = n;
     out.panel_columns = panel_columns;
-    out.words.assign(PackedCodes::word_count(bits, k, n, panel_columns), 0u);
+    out.words.resize(PackedCodes::word_count(bits, k, n, panel_columns));
+    return out;
+}
+
+PackedCodes zeroed_packed_codes(int bits, int64_t k, int64_t n, int panel_columns) {
+    PackedCodes out = unwritten_packed_codes(bits, k, n, panel_columns);
+    std::fill(out.words.begin(), out.words.end(), 0u);
+    return out;
+}
+
+PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n, int panel_columns) {
+    PackedCodes out = zeroed_packed_codes(bits, k, n, panel_columns);
     const std::vector<jit::CodePlane> planes = jit::code_planes(bits);
     for (int64_t row = 0; row < k; ++row) {
         const int64_t block = row / PackedCodes::kBlockRows;
@@ -55,6 +68,19 @@ std::vector<uint8_t> unpack_codes(const PackedCodes& packed) {
     for (int64_t row = 0; row < packed.k; ++row)
         for (int64_t c = 0; c < packed.n; ++c) codes[size_t(row * packed.n + c)] = packed.code(row, c);
     return codes;
+}
+
+void copy_panels(const PackedCodes& from, int64_t first_panel, int64_t end_panel, PackedCodes& to) {
+    const int64_t column_words = from.num_blocks() * from.bits;  // a column's words, block after block
+    for (int64_t panel = first_panel; panel < end_panel; ++panel) {
+        const int64_t c0 = panel * to.panel_columns, c1 = std::min(to.n, c0 + to.panel_columns);
+        uint32_t* target = to.words.data() + panel * to.panel_words();
+        for (int64_t w = 0; w < column_words; ++w)
+            for (int64_t c = c0; c < c1; ++c)
+                target[w * to.panel_columns + c - c0] =
+                    from.words[size_t(c / from.panel_columns * from.panel_words() + w * from.panel_columns +
+                                      c % from.panel_columns)];
+    }
 }
 
 }  // namespace qjit

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/page_allocator.hpp"
+
 namespace qjit {
 
 struct PackedCodes {
@@ -19,7 +21,8 @@ struct PackedCodes {
     int64_t k = 0;
     int64_t n = 0;
     int panel_columns = 0;
-    std::vector<uint32_t> words;
+    using Words = std::vector<uint32_t, PageAllocator<uint32_t>>;  // resize() leaves new words unwritten
+    Words words;
 
     static constexpr int kBlockRows = 32;
     static constexpr const char* kLayoutName = "kblock32_quad";
@@ -36,8 +39,20 @@ struct PackedCodes {
     uint8_t code(int64_t row, int64_t column) const;
 };
 
+// Every word zero, sized for the layout: what the packers fill in.
+PackedCodes zeroed_packed_codes(int bits, int64_t k, int64_t n, int panel_columns);
+// Sized for the layout, the words not written yet: for a packer that writes every word
+// (pack_gptq_panels), so pages are first touched by the threads that fill them.
+PackedCodes unwritten_packed_codes(int bits, int64_t k, int64_t n, int panel_columns);
+
 // codes: [k][n], each below 2^bits. panel_columns: a positive multiple of 8.
 PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n, int panel_columns);
 std::vector<uint8_t> unpack_codes(const PackedCodes& packed);
+
+// The same codes in panels of another width: a 32-row block of a column is the same words at any
+// panel width, so a column's words are copied as they are. Fills the panels [first_panel,
+// end_panel) of `to` (made by zeroed_packed_codes with from's bits, k and n), so threads can
+// share the work by panel ranges.
+void copy_panels(const PackedCodes& from, int64_t first_panel, int64_t end_panel, PackedCodes& to);
 
 }  // namespace qjit

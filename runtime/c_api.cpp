@@ -7,7 +7,7 @@
 #include "qjit/qjit.h"
 #include "runtime/context.hpp"
 #include "base/error.hpp"
-#include "format/gptq_import.hpp"
+#include "runtime/gptq_layer.hpp"
 #include "runtime/layer_file.hpp"
 #include "runtime/linear_layer.hpp"
 #include "format/quantize_rtn.hpp"
@@ -181,7 +181,7 @@ qjit_status qjit_linear_create_from_gptq(qjit_context* context, int64_t k, int64
         require(context != nullptr, "context is NULL");
         require(tensors != nullptr, "tensors is NULL");
         require_shape(k, n);
-        *layer = make_linear(context, import_gptq(k, n, *tensors)).release();
+        *layer = make_linear_from_gptq(context, k, n, *tensors).release();
     });
 }
 

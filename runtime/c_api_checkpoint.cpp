@@ -5,9 +5,8 @@
 
 #include "base/error.hpp"
 #include "format/gptq_checkpoint.hpp"
-#include "format/gptq_import.hpp"
 #include "qjit/qjit.h"
-#include "runtime/linear_layer.hpp"
+#include "runtime/gptq_layer.hpp"
 
 struct qjit_checkpoint {
     qjit_context* context = nullptr;
@@ -18,14 +17,15 @@ using namespace qjit;
 
 namespace {
 
-// Imports the layer; a config that promises symmetric zero points is held to it.
+// Imports the layer straight from the mapped tensors; a config that promises symmetric zero
+// points is held to it.
 std::unique_ptr<qjit_linear> create_layer(qjit_checkpoint& checkpoint, const CheckpointLayer& entry) {
     const CheckpointTensors tensors = checkpoint.files.tensors(entry);
-    QuantizedMatrix matrix = import_gptq(entry.k, entry.n, tensors.view);
-    if (checkpoint.files.config().sym && !matrix.params.symmetric)
+    std::unique_ptr<qjit_linear> layer = make_linear_from_gptq(checkpoint.context, entry.k, entry.n, tensors.view);
+    if (checkpoint.files.config().sym && !layer->params.symmetric)
         fail(QJIT_ERROR_CORRUPT_DATA, "layer '", entry.name, "' has zero points other than 2^(bits-1), but '",
              checkpoint.files.config().file, "' says \"sym\": true");
-    return make_linear(checkpoint.context, std::move(matrix));
+    return layer;
 }
 
 }  // namespace

@@ -135,7 +135,7 @@ LayerImage deserialize_layer(const std::string& image) {
         if (code_words != expected_words)
             corrupt(concat("codes section holds ", code_words, " words; a ", p.k, " x ", p.n, " ", p.bits,
                            "-bit layer in panels of ", panel_columns, " needs ", expected_words));
-        layer.codes = PackedCodes{p.bits, p.k, p.n, panel_columns, std::move(words)};  // any bits are valid codes
+        layer.codes = PackedCodes{p.bits, p.k, p.n, panel_columns, PackedCodes::Words(words.begin(), words.end())};  // any bits are valid codes
         validate(p);
     } catch (const nlohmann::json::exception& e) {
         corrupt(concat("header is missing a field or has a wrong type: ", e.what()));

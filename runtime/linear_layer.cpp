@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "runtime/cpu/panel_tasks.hpp"
 #include "runtime/cpu/portable_kernel.hpp"
 #include "tuner/cpu_isa.hpp"
 
@@ -15,6 +16,9 @@ namespace qjit {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A task of a parallel panel copy: wide enough that dispatch costs nothing next to it.
+constexpr int64_t kColumnsPerCopyTask = 256;
 
 std::string describe(const qjit_linear& layer) {
     const QuantParams& p = layer.params;
@@ -30,10 +34,6 @@ std::string describe(const qjit_linear& layer) {
     }
     return concat(p.kernel_name(), "_gemm_f32_portable_n", PortableTiling::kChunkColumns, "m", PortableTiling::kBatchRows,
                   " format=", p.name(), common, " isa=portable activations=f32");
-}
-
-int panel_columns(const TilingChoice& choice) {
-    return choice.spec ? choice.spec->panel_columns() : PortableTiling::kChunkColumns;
 }
 
 double ms_since(Clock::time_point start) {
@@ -61,13 +61,29 @@ void attach_cuda(qjit_linear& layer) {
                      c.measured_us, c.warning.empty() ? "" : " warning: ", c.warning.c_str());
 }
 
-std::unique_ptr<qjit_linear> assemble(qjit_context* context, QuantParams params, PackedCodes codes,
-                                      TilingChoice choice, Clock::time_point start) {
+// The gather pass: activations reordered to the layer's storage row order, in a per-thread
+// buffer that only grows, so steady-state forwards do not allocate.
+const float* gather_rows(const QuantParams& p, const float* x, int64_t m) {
+    thread_local std::vector<float> gathered;
+    if (gathered.size() < size_t(m * p.k)) gathered.resize(size_t(m * p.k));
+    for (int64_t i = 0; i < m; ++i) gather_row(p.row_order.data(), p.k, x + i * p.k, gathered.data() + i * p.k);
+    return gathered.data();
+}
+
+}  // namespace
+
+int layer_panel_columns(const TilingChoice& choice) {
+    return choice.spec ? choice.spec->panel_columns() : PortableTiling::kChunkColumns;
+}
+
+std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams params, PackedCodes codes,
+                                             TilingChoice choice, Clock::time_point start) {
     auto layer = std::make_unique<qjit_linear>();
     layer->context = context;
     if (choice.spec) {
         layer->passes = jit_forward_plan(*choice.spec, params);
-        layer->jit = std::make_unique<JitExecutor>(*choice.spec, params, layer->passes, context->dump_dir);
+        layer->jit = std::make_unique<JitExecutor>(*choice.spec, params, layer->passes, context->dump_dir,
+                                                   context->pool.get());
         layer->kernel_ms = layer->jit->emission_ms();
     } else {
         layer->passes = plan_forward(params, params.num_groups(), 1);
@@ -84,32 +100,25 @@ std::unique_ptr<qjit_linear> assemble(qjit_context* context, QuantParams params,
     return layer;
 }
 
-// The gather pass: activations reordered to the layer's storage row order, in a per-thread
-// buffer that only grows, so steady-state forwards do not allocate.
-const float* gather_rows(const QuantParams& p, const float* x, int64_t m) {
-    thread_local std::vector<float> gathered;
-    if (gathered.size() < size_t(m * p.k)) gathered.resize(size_t(m * p.k));
-    for (int64_t i = 0; i < m; ++i) gather_row(p.row_order.data(), p.k, x + i * p.k, gathered.data() + i * p.k);
-    return gathered.data();
-}
-
-}  // namespace
-
 std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix matrix) {
     const auto start = Clock::now();
     validate(matrix);
     TilingChoice choice = choose_tiling(*context, matrix.params);
     PackedCodes codes = pack_codes(matrix.codes.data(), matrix.params.bits, matrix.params.k, matrix.params.n,
-                                   panel_columns(choice));
-    return assemble(context, std::move(matrix.params), std::move(codes), std::move(choice), start);
+                                   layer_panel_columns(choice));
+    return assemble_linear(context, std::move(matrix.params), std::move(codes), std::move(choice), start);
 }
 
 std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams params, PackedCodes codes) {
     const auto start = Clock::now();
     TilingChoice choice = choose_tiling(*context, params);
-    if (codes.panel_columns != panel_columns(choice))
-        codes = pack_codes(unpack_codes(codes).data(), codes.bits, codes.k, codes.n, panel_columns(choice));
-    return assemble(context, std::move(params), std::move(codes), std::move(choice), start);
+    if (codes.panel_columns != layer_panel_columns(choice)) {
+        PackedCodes repacked = zeroed_packed_codes(codes.bits, codes.k, codes.n, layer_panel_columns(choice));
+        fill_panels_in_parallel(*context->pool, repacked, kColumnsPerCopyTask,
+                                [&](int64_t first, int64_t end) { copy_panels(codes, first, end, repacked); });
+        codes = std::move(repacked);
+    }
+    return assemble_linear(context, std::move(params), std::move(codes), std::move(choice), start);
 }
 
 void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y) {

@@ -2,6 +2,7 @@
 // kernel that runs them and a description of both.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,6 +35,13 @@ std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix 
 // repacked when the kernel picked here wants another panel width. Both overloads log one line
 // when the context is verbose.
 std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams params, PackedCodes codes);
+
+// What every make_linear shares, for the other ways to make a layer (runtime/gptq_layer.hpp):
+// the panel width the kernel of `choice` streams, and the layer around params and codes packed
+// at that width (kernels emitted, passes planned, logged from `start` when verbose).
+int layer_panel_columns(const TilingChoice& choice);
+std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams params, PackedCodes codes,
+                                             TilingChoice choice, std::chrono::steady_clock::time_point start);
 
 // y (m x N) = x (m x K, original row order) * W.
 void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y);

@@ -262,7 +262,8 @@ typedef struct qjit_checkpoint_layer {
     int bits;
     int group_size;         /* as in the config: rows per group, or QJIT_GROUP_PER_COLUMN */
     int act_order;          /* nonzero: its g_idx is not row / group_size */
-    int symmetric;          /* the config's "sym" */
+    int symmetric;          /* the config's "sym" (with "sym": false, a layer whose zero points all turn
+                               out to be 2^(bits-1) imports as symmetric all the same) */
     const char* format;     /* the qjit format it imports to, e.g. "q4g128_asym" (the tuning key's first word) */
     qjit_gptq_format checkpoint_format;
     qjit_dtype scale_dtype; /* F16, BF16 or F32 */

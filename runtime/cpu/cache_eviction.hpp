@@ -11,8 +11,8 @@ namespace qjit {
 // clflush on every cache line of [data, data + bytes), then a fence.
 void evict_from_caches(const void* data, size_t bytes);
 
-template <typename T>
-void evict_from_caches(const std::vector<T>& values) {
+template <typename T, typename Allocator>
+void evict_from_caches(const std::vector<T, Allocator>& values) {
     evict_from_caches(values.data(), values.size() * sizeof(T));
 }
 

@@ -52,7 +52,7 @@ std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightF
 }
 
 JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::vector<Pass>& passes,
-                         const std::string& dump_dir)
+                         const std::string& dump_dir, ThreadPool* pool)
     : spec_(spec), group_ranges_(group_ranges(spec, passes)), gathers_(has_gather(passes)) {
     const auto emission_start = std::chrono::steady_clock::now();
     for (int rows = 1; rows <= spec.tiling.rows; ++rows) {
@@ -69,18 +69,24 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
     const size_t scale_bytes = spec.format.f16_scales() ? 2 : 4;
     scales_.assign(size_t(panels * groups * panel) * scale_bytes, 0);
     if (!p.symmetric) zeros_.assign(size_t(panels * groups * panel), 0);
-    for (int64_t g = 0; g < p.num_groups(); ++g)
-        for (int64_t c = 0; c < p.n; ++c) {
-            const size_t at = size_t((c / panel * groups + g) * panel + c % panel);
-            const float scale = p.scales[size_t(g * p.n + c)];
-            if (spec.format.f16_scales()) {
-                const uint16_t half = float_to_half(scale);
-                std::memcpy(&scales_[at * 2], &half, 2);
-            } else {
-                std::memcpy(&scales_[at * 4], &scale, 4);
+    auto repack_panel = [&](int64_t panel_index) {
+        for (int64_t g = 0; g < p.num_groups(); ++g)
+            for (int64_t c = panel_index * panel; c < std::min(p.n, (panel_index + 1) * panel); ++c) {
+                const size_t at = size_t((panel_index * groups + g) * panel + c % panel);
+                const float scale = p.scales[size_t(g * p.n + c)];
+                if (spec.format.f16_scales()) {
+                    const uint16_t half = float_to_half(scale);
+                    std::memcpy(&scales_[at * 2], &half, 2);
+                } else {
+                    std::memcpy(&scales_[at * 4], &scale, 4);
+                }
+                if (!p.symmetric) zeros_[at] = uint8_t(p.zeros[size_t(g * p.n + c)]);
             }
-            if (!p.symmetric) zeros_[at] = uint8_t(p.zeros[size_t(g * p.n + c)]);
-        }
+    };
+    if (pool != nullptr)
+        pool->parallel_for(panels, repack_panel);
+    else
+        for (int64_t panel_index = 0; panel_index < panels; ++panel_index) repack_panel(panel_index);
 }
 
 void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const float* x, int64_t m, float* y,

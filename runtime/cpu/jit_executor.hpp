@@ -25,9 +25,10 @@ public:
     // spec.rows must equal spec.tiling.rows; codes must be packed with spec.panel_columns().
     // `passes`: the layer's plan (runtime/layer_passes.hpp) over spec.num_groups() groups; its
     // gather is fused into the activation prologue, its products run as one parallel dispatch.
-    // dump_dir: where to write each kernel's machine code ("" for nowhere).
+    // dump_dir: where to write each kernel's machine code ("" for nowhere). pool: where the
+    // metadata is repacked, panels in parallel (null: on the calling thread).
     JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& params, const std::vector<Pass>& passes,
-                const std::string& dump_dir);
+                const std::string& dump_dir, ThreadPool* pool = nullptr);
 
     void forward(const QuantParams& params, const PackedCodes& codes, const float* x, int64_t m, float* y,
                  ThreadPool& pool) const;

@@ -1,0 +1,57 @@
+// An allocator for large buffers that a parallel writer fills: elements are left uninitialized
+// (default-initialized), so no serial zero-fill runs before the writers, whose first touch of
+// each page then happens on their own threads; buffers of 2 MiB and more are aligned to 2 MiB and
+// offered to the kernel as transparent huge pages (512 times fewer page faults, fewer TLB misses
+// for the kernels that stream them).
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+#include <sys/mman.h>
+
+namespace qjit {
+
+template <typename T>
+class PageAllocator {
+public:
+    static_assert(std::is_trivially_default_constructible_v<T>, "elements are left uninitialized");
+    using value_type = T;
+    static constexpr size_t kHugePageBytes = size_t(2) << 20;
+
+    PageAllocator() = default;
+    template <typename U>
+    PageAllocator(const PageAllocator<U>&) {}
+
+    T* allocate(size_t count) {
+        const size_t bytes = count * sizeof(T);
+        if (bytes < kHugePageBytes) {
+            if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return static_cast<T*>(p);
+            throw std::bad_alloc();
+        }
+        const size_t rounded = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+        void* p = std::aligned_alloc(kHugePageBytes, rounded);
+        if (p == nullptr) throw std::bad_alloc();
+        madvise(p, rounded, MADV_HUGEPAGE);  // a hint: where huge pages are off this does nothing
+        return static_cast<T*>(p);
+    }
+    void deallocate(T* p, size_t) { std::free(p); }
+
+    // Default-initialization: a trivial T is left as the memory holds it.
+    template <typename U>
+    void construct(U* p) noexcept {
+        ::new (static_cast<void*>(p)) U;
+    }
+    template <typename U, typename... Args>
+    void construct(U* p, Args&&... args) {
+        ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+    }
+
+    template <typename U>
+    bool operator==(const PageAllocator<U>&) const { return true; }
+};
+
+}  // namespace qjit
