@@ -14,7 +14,7 @@ namespace {
 
 // Columns per packing task: a task's slab of qweight (its columns, all rows) stays in L2 while
 // act-order gathers rows from all over it, and narrow tasks keep the two threads balanced.
-constexpr int64_t kColumnsPerTask = 64;
+constexpr int64_t kColumnsPerTask = 1024;
 
 }  // namespace
 
