@@ -30,42 +30,39 @@ const std::array<uint32_t, 4096>& three_bit_quads_by_byte() {
     return table;
 }
 
-// One column's 32-row block: the `Bits` GPTQ words (row i at bit Bits*i of the words read as one
-// little-endian stream) to the `Bits` packed words (row i of a plane of width w at byte i % 4,
-// field i / 4 of the plane's word i / (32 / w); format/code_planes.hpp).
+// For 2, 4 and 8 bits, packed word j of a column's 32-row block is a fixed bit permutation of
+// GPTQ word j alone (row i of the block at bit Bits*i of the words read as one little-endian
+// stream; packed: byte i % 4, field i / 4 of word i / (32 / Bits); format/code_planes.hpp), so
+// whole rows of words convert elementwise, which the compiler vectorizes.
 template <int Bits>
-void convert_block(const uint32_t* in, uint32_t* out);
+uint32_t convert_word(uint32_t x);
 
 // 8 bits: row i is byte i of the stream in both layouts.
 template <>
-void convert_block<8>(const uint32_t* in, uint32_t* out) {
-    for (int j = 0; j < 8; ++j) out[j] = in[j];
+uint32_t convert_word<8>(uint32_t x) {
+    return x;
 }
 
 // 4 bits: nibble i of a word goes to byte i % 4, nibble i / 4 of that byte.
 template <>
-void convert_block<4>(const uint32_t* in, uint32_t* out) {
-    for (int j = 0; j < 4; ++j) out[j] = nibbles_to_bytes(in[j] & 0xFFFFu) | nibbles_to_bytes(in[j] >> 16) << 4;
+uint32_t convert_word<4>(uint32_t x) {
+    return nibbles_to_bytes(x & 0xFFFFu) | nibbles_to_bytes(x >> 16) << 4;
 }
 
 // 2 bits: field 4a + b of a word (byte a, field b) goes to byte b, field a: the transpose of a
 // 4x4 matrix of 2-bit fields, as two delta swaps (the off-diagonal 2x2 blocks, then inside each).
 template <>
-void convert_block<2>(const uint32_t* in, uint32_t* out) {
-    for (int j = 0; j < 2; ++j) {
-        uint32_t x = in[j];
-        uint32_t t = (x ^ (x >> 12)) & 0x0000F0F0u;
-        x ^= t ^ (t << 12);
-        t = (x ^ (x >> 6)) & 0x00CC00CCu;
-        out[j] = x ^ t ^ (t << 6);
-    }
+uint32_t convert_word<2>(uint32_t x) {
+    uint32_t t = (x ^ (x >> 12)) & 0x0000F0F0u;
+    x ^= t ^ (t << 12);
+    t = (x ^ (x >> 6)) & 0x00CC00CCu;
+    return x ^ t ^ (t << 6);
 }
 
 // 3 bits: the 96-bit stream read a quad of rows (12 bits) at a time; quad q's low two bits go to
 // field q % 4 of the bytes of word q / 4 (the 2-bit plane), its high bits to field q of word 2
 // (the 1-bit plane).
-template <>
-void convert_block<3>(const uint32_t* in, uint32_t* out) {
+void convert_three_bit_block(const uint32_t* in, uint32_t* out) {
     const std::array<uint32_t, 4096>& by_byte = three_bit_quads_by_byte();
     const uint64_t low = in[0] | uint64_t(in[1]) << 32;
     const uint32_t quads[8] = {uint32_t(low) & 0xFFFu,
@@ -87,7 +84,7 @@ void convert_block<3>(const uint32_t* in, uint32_t* out) {
 // Blocks [0, full_blocks) of the panels, word by word. qweight's block b of a column is words
 // b*Bits .. b*Bits + Bits-1 of that column.
 template <int Bits>
-void pack_full_blocks(const uint32_t* qweight, int64_t full_blocks, int64_t first_panel, int64_t end_panel,
+[[gnu::always_inline]] inline void pack_full_blocks(const uint32_t* qweight, int64_t full_blocks, int64_t first_panel, int64_t end_panel,
                       PackedCodes& out) {
     const int64_t n = out.n, panel_columns = out.panel_columns;
     for (int64_t block = 0; block < full_blocks; ++block)
@@ -95,11 +92,19 @@ void pack_full_blocks(const uint32_t* qweight, int64_t full_blocks, int64_t firs
             const int64_t c0 = panel * panel_columns, width = std::min(panel_columns, n - c0);
             const uint32_t* in = qweight + block * Bits * n + c0;
             uint32_t* packed = out.words.data() + panel * out.panel_words() + block * Bits * panel_columns;
-            for (int64_t c = 0; c < width; ++c) {
-                uint32_t gptq_words[Bits], packed_words[Bits];
-                for (int j = 0; j < Bits; ++j) gptq_words[j] = in[j * n + c];
-                convert_block<Bits>(gptq_words, packed_words);
-                for (int j = 0; j < Bits; ++j) packed[j * panel_columns + c] = packed_words[j];
+            if constexpr (Bits == 3) {
+                for (int64_t c = 0; c < width; ++c) {
+                    const uint32_t gptq_words[3] = {in[c], in[n + c], in[2 * n + c]};
+                    uint32_t packed_words[3];
+                    convert_three_bit_block(gptq_words, packed_words);
+                    for (int j = 0; j < 3; ++j) packed[j * panel_columns + c] = packed_words[j];
+                }
+            } else {
+                for (int j = 0; j < Bits; ++j) {
+                    const uint32_t* source = in + j * n;
+                    uint32_t* target = packed + j * panel_columns;
+                    for (int64_t c = 0; c < width; ++c) target[c] = convert_word<Bits>(source[c]);
+                }
             }
             for (int64_t c = width; c < panel_columns; ++c)  // the last panel's padding columns
                 for (int j = 0; j < Bits; ++j) packed[j * panel_columns + c] = 0;
@@ -110,7 +115,7 @@ void pack_full_blocks(const uint32_t* qweight, int64_t full_blocks, int64_t firs
 // row_order is empty), first_row a multiple of 32; their blocks are zeroed first. The loops over
 // columns have only shifts and masks that are the same for the whole row, so they vectorize.
 template <int Bits>
-void pack_rows(const uint32_t* qweight, const std::vector<int32_t>& row_order, int64_t first_row,
+[[gnu::always_inline]] inline void pack_rows(const uint32_t* qweight, const std::vector<int32_t>& row_order, int64_t first_row,
                int64_t first_panel, int64_t end_panel, PackedCodes& out) {
     constexpr uint32_t kCodeMask = (1u << Bits) - 1u;
     const int64_t n = out.n, panel_columns = out.panel_columns;
@@ -153,7 +158,7 @@ void pack_rows(const uint32_t* qweight, const std::vector<int32_t>& row_order, i
 }
 
 template <int Bits>
-void pack_panels(const uint32_t* qweight, const std::vector<int32_t>& row_order, int64_t first_panel,
+[[gnu::always_inline]] inline void pack_panels(const uint32_t* qweight, const std::vector<int32_t>& row_order, int64_t first_panel,
                  int64_t end_panel, PackedCodes& out) {
     const int64_t full_blocks = row_order.empty() ? out.k / kBlockRows : 0;
     pack_full_blocks<Bits>(qweight, full_blocks, first_panel, end_panel, out);
@@ -162,6 +167,9 @@ void pack_panels(const uint32_t* qweight, const std::vector<int32_t>& row_order,
 
 }  // namespace
 
+// The library is built for baseline x86-64; clones for wider vectors are picked at load time
+// (the helpers above are inlined into each clone, so their loops get the clone's vectors).
+__attribute__((target_clones("avx512f", "avx2", "default")))
 void pack_gptq_panels(const int32_t* qweight, const std::vector<int32_t>& row_order, int64_t first_panel,
                       int64_t end_panel, PackedCodes& out) {
     require(first_panel >= 0 && first_panel <= end_panel && end_panel <= out.num_panels(), "panels [", first_panel,
