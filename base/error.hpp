@@ -46,8 +46,7 @@ template <typename Body>
 qjit_status guarded(Body&& body) noexcept {
     try {
         body();
-        set_last_error("");
-        return QJIT_OK;
+        return QJIT_OK;  // the thread's last failure stays readable (qjit_last_error)
     } catch (const Error& e) {
         set_last_error(e.what());
         return e.status();

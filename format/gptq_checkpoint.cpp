@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -187,8 +188,9 @@ CheckpointLayer describe_layer(const std::string& name, const std::map<std::stri
                     "-bit rows; without a g_idx K cannot be known");
         layer.k = packed_rows * 32 / bits;
     }
-    if (layer.k < 1 || layer.k >= kMaxDimension || layer.n < 1 || layer.n >= kMaxDimension)
-        corrupt("layer '", name, "' is ", layer.k, " x ", layer.n, "; K and N must be 1 .. 2^31 - 1");
+    if (layer.k < 1 || layer.k >= kMaxDimension || layer.n < 1 || layer.n >= kMaxDimension ||
+        layer.k > kMaxWeights / layer.n)
+        corrupt("layer '", name, "' is ", layer.k, " x ", layer.n, "; K and N must be 1 .. 2^31 - 1 and K x N at most 2^36");
     if (layer.g_idx != nullptr)
         expect_tensor(*layer.g_idx, name + ".g_idx", {"I32"}, {layer.k}, "one group index per input row");
     expect_tensor(qweight, name + ".qweight", {"I32"}, {(layer.k * bits + 31) / 32, layer.n},

@@ -12,8 +12,7 @@ namespace qjit {
 namespace {
 
 void check_arguments(int64_t k, int64_t n, const qjit_gptq_tensors& tensors) {
-    require(k >= 1 && n >= 1, "GPTQ layer shape k x n = ", k, " x ", n, " is empty; k and n must be at least 1");
-    require(k < kMaxDimension && n < kMaxDimension, "k x n = ", k, " x ", n, " is too large; K and N must stay below 2^31");
+    validate_shape(k, n);
     validate_bits(tensors.bits);
     require(tensors.qweight != nullptr, "tensors.qweight is NULL");
     require(tensors.qzeros != nullptr, "tensors.qzeros is NULL");

@@ -29,9 +29,14 @@ int64_t resolve_group_size(int group_size, int64_t k) {
     return group_size;
 }
 
+void validate_shape(int64_t k, int64_t n) {
+    require(k >= 1 && k < kMaxDimension, "k is ", k, "; expected 1 .. 2^31 - 1");
+    require(n >= 1 && n < kMaxDimension, "n is ", n, "; expected 1 .. 2^31 - 1");
+    require(k <= kMaxWeights / n, "k x n = ", k, " x ", n, " is more than the 2^36 weights a layer may hold");
+}
+
 void validate(const WeightFormat& f) {
-    require(f.k >= 1 && f.n >= 1, "matrix shape ", f.k, " x ", f.n, " is empty");
-    require(f.k < kMaxDimension && f.n < kMaxDimension, "matrix shape ", f.k, " x ", f.n, " exceeds 2^31 - 1");
+    validate_shape(f.k, f.n);
     validate_bits(f.bits);
     require(f.group_size >= 1, "group_size ", f.group_size, " must be positive");
     require(f.scale_type == ScaleType::F16 || f.scale_type == ScaleType::F32, "scale type ", int(f.scale_type),

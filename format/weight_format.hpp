@@ -72,6 +72,12 @@ void validate(const WeightFormat& format);
 
 // K and N stay below 2^31: row indices are stored as int32.
 inline constexpr int64_t kMaxDimension = int64_t(1) << 31;
+// A layer holds at most 2^36 weights (Llama-2-70B's largest holds 2^27.8): shapes beyond it are
+// refused before anything is allocated for them.
+inline constexpr int64_t kMaxWeights = int64_t(1) << 36;
+
+// Throws an invalid-argument Error naming the limit unless 1 <= K, N < 2^31 and K * N <= 2^36.
+void validate_shape(int64_t k, int64_t n);
 
 // Checks bits against what qjit supports.
 void validate_bits(int bits);

@@ -20,10 +20,10 @@ using namespace qjit;
 
 namespace {
 
-void require_shape(int64_t k, int64_t n) {
-    require(k >= 1 && k < kMaxDimension, "k is ", k, "; expected 1 .. 2^31-1");
-    require(n >= 1 && n < kMaxDimension, "n is ", n, "; expected 1 .. 2^31-1");
-}
+// One forward's activations: at most 2^31 - 1 rows and 2^40 values in x or y (documented in qjit.h).
+constexpr int64_t kMaxRows = (int64_t(1) << 31) - 1;
+constexpr int64_t kMaxActivations = int64_t(1) << 40;
+
 
 // W[n][k] -> W[k][n], in tiles that stay in cache.
 std::vector<float> transpose_to_k_by_n(const float* w, int64_t k, int64_t n) {
@@ -155,7 +155,7 @@ qjit_status qjit_linear_create_from_f32(qjit_context* context, const qjit_quant_
         require(context != nullptr, "context is NULL");
         require(config != nullptr, "config is NULL");
         require(weights != nullptr, "weights is NULL");
-        require_shape(k, n);
+        validate_shape(k, n);
         validate_bits(config->bits);
         require(config->scale_dtype == QJIT_DTYPE_F32 || config->scale_dtype == QJIT_DTYPE_F16,
                 "config->scale_dtype is ", int(config->scale_dtype), "; expected QJIT_DTYPE_F32 or QJIT_DTYPE_F16");
@@ -180,7 +180,7 @@ qjit_status qjit_linear_create_from_gptq(qjit_context* context, int64_t k, int64
         *layer = nullptr;
         require(context != nullptr, "context is NULL");
         require(tensors != nullptr, "tensors is NULL");
-        require_shape(k, n);
+        validate_shape(k, n);
         *layer = make_linear_from_gptq(context, k, n, *tensors).release();
     });
 }
@@ -194,9 +194,11 @@ qjit_status qjit_linear_forward(qjit_linear* layer, const float* x, int64_t m, f
         require(layer != nullptr, "layer is NULL");
         require(x != nullptr, "x is NULL");
         require(y != nullptr, "y is NULL");
-        require(m >= 1, "m is ", m, "; expected >= 1");
         const int64_t k = layer->params.k, n = layer->params.n;
-        require(m <= INT64_MAX / std::max(k, n), "m is ", m, "; m x K or m x N overflows");
+        // Checked before the overlap test below, whose byte arithmetic they keep from overflowing.
+        require(m >= 1 && m <= kMaxRows, "m is ", m, "; expected 1 .. 2^31 - 1");
+        require(m <= kMaxActivations / std::max(k, n), "m is ", m, "; m x max(K, N) = ", m, " x ", std::max(k, n),
+                " is more than the 2^40 activations a forward may take");
         const auto* x_begin = reinterpret_cast<const char*>(x);
         const auto* y_begin = reinterpret_cast<const char*>(y);
         const bool overlap = x_begin < y_begin + m * n * int64_t(sizeof(float)) &&

@@ -1,6 +1,7 @@
 #include "runtime/context.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdlib>
 #include <thread>
 
@@ -102,6 +103,10 @@ std::unique_ptr<qjit_context> make_context(const qjit_context_options* user_opti
         options.num_threads > 0 ? options.num_threads : std::max(1, int(std::thread::hardware_concurrency()));
     context->isa = best_isa_up_to(isa_cap(options));
     context->tuning.db_path = options.tuning_db_path ? options.tuning_db_path : default_tuning_db_path();
+    std::error_code ignored;
+    if (!context->tuning.db_path.empty() && std::filesystem::is_directory(context->tuning.db_path, ignored))
+        fail(QJIT_ERROR_IO, "the tuning database path '", context->tuning.db_path,
+             "' is a directory; expected a file (options.tuning_db_path or $QJIT_TUNING_DB)");
     context->verbosity = options.verbosity;
     context->activations = activation_path(options);
     if (options.tiling) context->tiling = options.tiling;

@@ -6,12 +6,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "base/crc32.hpp"
 #include "base/error.hpp"
+#include "base/mapped_file.hpp"
 
 namespace qjit {
 
@@ -27,7 +26,7 @@ void append_raw(std::string& out, const T* data, size_t count) {
 
 void append_u32(std::string& out, uint32_t value) { append_raw(out, &value, 1); }
 
-uint32_t read_u32(const std::string& image, size_t offset) {
+uint32_t read_u32(std::string_view image, size_t offset) {
     uint32_t value;
     std::memcpy(&value, image.data() + offset, sizeof value);
     return value;
@@ -37,7 +36,7 @@ uint32_t read_u32(const std::string& image, size_t offset) {
 
 // Reads the section of `count` elements at `offset`, advancing it.
 template <typename T>
-std::vector<T> read_section(const std::string& image, size_t& offset, size_t end, const char* name,
+std::vector<T> read_section(std::string_view image, size_t& offset, size_t end, const char* name,
                             uint64_t count) {
     const uint64_t bytes = count * sizeof(T);
     if (count > (end - offset) / sizeof(T)) corrupt(concat("section '", name, "' needs ", bytes, " bytes; ",
@@ -46,6 +45,16 @@ std::vector<T> read_section(const std::string& image, size_t& offset, size_t end
     if (count > 0) std::memcpy(values.data(), image.data() + offset, size_t(bytes));
     offset += size_t(bytes);
     return values;
+}
+
+// A header field that must be a JSON integer in [lo, hi]: a float such as 4.9e54 is refused
+// before any conversion (converting an out-of-range float to an integer is undefined).
+int64_t integer_field(const nlohmann::json& object, const char* key, int64_t lo, int64_t hi) {
+    const nlohmann::json& value = object.at(key);
+    if (!value.is_number_integer()) corrupt(concat("header field '", key, "' is ", value.dump(), ", not an integer"));
+    if (value.is_number_unsigned() ? value.get<uint64_t>() > uint64_t(hi) : (value.get<int64_t>() < lo || value.get<int64_t>() > hi))
+        corrupt(concat("header field '", key, "' is ", value.dump(), "; expected ", lo, " .. ", hi));
+    return value.is_number_unsigned() ? int64_t(value.get<uint64_t>()) : value.get<int64_t>();
 }
 
 }  // namespace
@@ -81,7 +90,7 @@ std::string serialize_layer(const qjit_linear& layer) {
     return image;
 }
 
-LayerImage deserialize_layer(const std::string& image) {
+LayerImage deserialize_layer(std::string_view image) {
     if (image.size() < kPreambleBytes + sizeof(uint32_t))
         corrupt(concat("file is ", image.size(), " bytes, too short for a qjit layer (truncated?)"));
     if (std::memcmp(image.data(), kMagic, sizeof kMagic) != 0) corrupt("not a qjit layer file (bad magic)");
@@ -108,21 +117,22 @@ LayerImage deserialize_layer(const std::string& image) {
     try {
         const std::string layout = header.at("layout").get<std::string>();
         if (layout != PackedCodes::kLayoutName) corrupt(concat("layout '", layout, "' is not one this qjit reads"));
-        p.k = header.at("k").get<int64_t>();
-        p.n = header.at("n").get<int64_t>();
-        p.bits = header.at("bits").get<int>();
-        p.group_size = header.at("group_size").get<int64_t>();
-        const int panel_columns = header.at("panel_columns").get<int>();
+        p.k = integer_field(header, "k", 1, kMaxDimension - 1);
+        p.n = integer_field(header, "n", 1, kMaxDimension - 1);
+        p.bits = int(integer_field(header, "bits", 2, 8));
+        p.group_size = integer_field(header, "group_size", 1, kMaxDimension - 1);
+        const int panel_columns = int(integer_field(header, "panel_columns", 8, 4096));
         p.symmetric = header.at("symmetric").get<bool>();
         p.scale_type = header.at("scale_dtype").get<std::string>() == "f16" ? ScaleType::F16 : ScaleType::F32;
         const nlohmann::json& sections = header.at("sections");
-        code_words = sections.at("codes_u32").get<uint64_t>();
+        constexpr int64_t kAnyCount = int64_t(1) << 62;  // read_section checks each against the file
+        code_words = uint64_t(integer_field(sections, "codes_u32", 0, kAnyCount));
         size_t offset = kPreambleBytes + header_bytes;
         std::vector<uint32_t> words = read_section<uint32_t>(image, offset, end, "codes", code_words);
-        p.scales = read_section<float>(image, offset, end, "scales", sections.at("scales_f32").get<uint64_t>());
-        p.zeros = read_section<uint16_t>(image, offset, end, "zeros", sections.at("zeros_u16").get<uint64_t>());
-        p.row_order =
-            read_section<int32_t>(image, offset, end, "row_order", sections.at("row_order_i32").get<uint64_t>());
+        p.scales = read_section<float>(image, offset, end, "scales", uint64_t(integer_field(sections, "scales_f32", 0, kAnyCount)));
+        p.zeros = read_section<uint16_t>(image, offset, end, "zeros", uint64_t(integer_field(sections, "zeros_u16", 0, kAnyCount)));
+        p.row_order = read_section<int32_t>(image, offset, end, "row_order",
+                                            uint64_t(integer_field(sections, "row_order_i32", 0, kAnyCount)));
         p.act_order = !p.row_order.empty();
         if (offset != end) corrupt(concat(end - offset, " unexpected bytes after the last section"));
         if (p.k < 1 || p.n < 1 || p.k >= kMaxDimension || p.n >= kMaxDimension ||
@@ -167,13 +177,11 @@ void save_layer(const qjit_linear& layer, const std::string& path) {
 }
 
 std::unique_ptr<qjit_linear> load_layer(qjit_context* context, const std::string& path) {
-    std::ifstream file(path, std::ios::binary);
-    if (!file) fail(QJIT_ERROR_IO, "cannot open '", path, "': ", std::strerror(errno));
-    std::ostringstream contents;
-    contents << file.rdbuf();
-    if (file.bad()) fail(QJIT_ERROR_IO, "cannot read '", path, "'");
+    // Mapped, not read: nothing is allocated for the file itself, and a directory or a device
+    // (/dev/zero) is refused as not a regular file before a byte is read.
+    const MappedFile file(path);
     try {
-        LayerImage loaded = deserialize_layer(contents.str());
+        LayerImage loaded = deserialize_layer(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()));
         return make_linear(context, std::move(loaded.params), std::move(loaded.codes));
     } catch (const Error& e) {
         fail(e.status(), "'", path, "': ", e.what());

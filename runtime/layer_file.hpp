@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "runtime/linear_layer.hpp"
 
@@ -31,6 +32,6 @@ struct LayerImage {
 
 // The in-memory image save_layer writes, and its inverse (QJIT_ERROR_CORRUPT_DATA on any mismatch).
 std::string serialize_layer(const qjit_linear& layer);
-LayerImage deserialize_layer(const std::string& image);
+LayerImage deserialize_layer(std::string_view image);
 
 }  // namespace qjit

@@ -74,13 +74,28 @@ TEST(CApiContext, MaxIsaEnvironmentVariableIsChecked) {
 }
 
 TEST(CApiContext, DefaultsToEveryCoreAndSucceedsQuietly) {
-    qjit_context* context = nullptr;
-    ASSERT_EQ(qjit_context_create(nullptr, &context), QJIT_OK);
-    EXPECT_STREQ(qjit_last_error(), "");
-    int threads = 0;
-    EXPECT_EQ(qjit_context_num_threads(context, &threads), QJIT_OK);
-    EXPECT_GE(threads, 1);
-    qjit_context_destroy(context);
+    std::thread([] {  // a thread of its own: no earlier failure on it
+        qjit_context* context = nullptr;
+        ASSERT_EQ(qjit_context_create(nullptr, &context), QJIT_OK);
+        EXPECT_STREQ(qjit_last_error(), "");
+        int threads = 0;
+        EXPECT_EQ(qjit_context_num_threads(context, &threads), QJIT_OK);
+        EXPECT_GE(threads, 1);
+        qjit_context_destroy(context);
+    }).join();
+}
+
+// The header promises the thread's last failure: a later successful call does not clear it.
+TEST(CApiContext, LastErrorSurvivesLaterSuccessfulCalls) {
+    std::thread([] {
+        EXPECT_EQ(qjit_linear_forward(nullptr, nullptr, 1, nullptr), QJIT_ERROR_INVALID_ARGUMENT);
+        const std::string failure = qjit_last_error();
+        EXPECT_NE(failure, "");
+        qjit_context* context = nullptr;
+        ASSERT_EQ(qjit_context_create(nullptr, &context), QJIT_OK);
+        qjit_context_destroy(context);
+        EXPECT_EQ(std::string(qjit_last_error()), failure);
+    }).join();
 }
 
 TEST_F(CApiTest, CreateFromF32RejectsBadArguments) {
@@ -129,7 +144,47 @@ TEST_F(CApiTest, ForwardRejectsBadArguments) {
     EXPECT_STATUS(qjit_linear_forward(layer_.get(), x.data(), -1, y.data()), QJIT_ERROR_INVALID_ARGUMENT, "m");
     EXPECT_STATUS(qjit_linear_forward(layer_.get(), x.data(), 1, x.data() + 10), QJIT_ERROR_INVALID_ARGUMENT,
                   "overlap");
+    // Row counts past the documented limits are named as such (m = 2^40 used to read as an overlap).
+    EXPECT_STATUS(qjit_linear_forward(layer_.get(), x.data(), int64_t(1) << 40, y.data()), QJIT_ERROR_INVALID_ARGUMENT,
+                  "2^31 - 1");
+    const std::vector<float> wide_weights = qjit::test::random_floats(1024 * 8, 2);
+    qjit_linear* wide = nullptr;  // K = 1024: 2^31 - 1 rows are more than 2^40 activations
+    ASSERT_EQ(qjit_linear_create_from_f32(context_.get(), &config_, 1024, 8, wide_weights.data(), QJIT_LAYOUT_K_BY_N,
+                                          &wide),
+              QJIT_OK);
+    qjit::test::LinearPtr wide_layer(wide);
+    EXPECT_STATUS(qjit_linear_forward(wide, x.data(), (int64_t(1) << 31) - 1, y.data()), QJIT_ERROR_INVALID_ARGUMENT,
+                  "2^40 activations");
     EXPECT_EQ(qjit_linear_forward(layer_.get(), x.data(), 3, y.data()), QJIT_OK);
+}
+
+// Shapes past the documented limits are refused before anything is allocated for them (K = N =
+// 2^31 - 1 used to attempt a multi-petabyte allocation). The weight pointers are never read.
+TEST_F(CApiTest, HugeShapesAreRefusedUpFront) {
+    const int64_t huge = (int64_t(1) << 31) - 1;
+    qjit_linear* raw = nullptr;
+    EXPECT_STATUS(qjit_linear_create_from_f32(context_.get(), &config_, huge, huge, weights_.data(), QJIT_LAYOUT_K_BY_N,
+                                              &raw),
+                  QJIT_ERROR_INVALID_ARGUMENT, "2^36 weights");
+    EXPECT_STATUS(qjit_linear_create_from_f32(context_.get(), &config_, int64_t(1) << 20, int64_t(1) << 17,
+                                              weights_.data(), QJIT_LAYOUT_N_BY_K, &raw),
+                  QJIT_ERROR_INVALID_ARGUMENT, "2^36 weights");
+    const int32_t word = 0;
+    const uint16_t scale = 0x3c00;
+    qjit_gptq_tensors tensors{};
+    tensors.bits = 4;
+    tensors.group_size = 128;
+    tensors.qweight = &word;
+    tensors.qzeros = &word;
+    tensors.scales = &scale;
+    tensors.scale_dtype = QJIT_DTYPE_F16;
+    tensors.checkpoint_format = QJIT_GPTQ_V2;
+    EXPECT_STATUS(qjit_linear_create_from_gptq(context_.get(), huge, huge, &tensors, &raw), QJIT_ERROR_INVALID_ARGUMENT,
+                  "2^36 weights");
+    EXPECT_STATUS(qjit_linear_create_from_f32(context_.get(), &config_, huge + 1, 1, weights_.data(), QJIT_LAYOUT_K_BY_N,
+                                              &raw),
+                  QJIT_ERROR_INVALID_ARGUMENT, "2^31 - 1");
+    EXPECT_EQ(raw, nullptr);
 }
 
 TEST_F(CApiTest, QueriesRejectNullAndReportTheLayer) {

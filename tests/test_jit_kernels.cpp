@@ -5,6 +5,10 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "jit/x86/cpu_kernel.hpp"
 #include "jit/x86/gemm_emitter.hpp"
@@ -44,6 +48,42 @@ void expect_matches_oracle(const qjit_linear& layer, const QuantizedMatrix& matr
         test::add_int8_activation_error(bound, matrix, x.data(), m, layer.jit->spec().group_rows(),
                                         layer.jit->spec().int8_activation_max());
     test::expect_within(y, expected, bound);
+}
+
+// The mappings of this process that are writable and executable at once.
+std::vector<std::string> writable_executable_mappings() {
+    std::ifstream maps("/proc/self/maps");
+    std::vector<std::string> found;
+    for (std::string line; std::getline(maps, line);) {
+        std::istringstream fields(line);
+        std::string range, permissions;
+        fields >> range >> permissions;
+        if (permissions.size() >= 3 && permissions[1] == 'w' && permissions[2] == 'x') found.push_back(line);
+    }
+    return found;
+}
+
+// W^X: generated code is never writable and executable at once. Layers are made at every ISA
+// level (each capped context uses the highest level the machine has up to its cap) and run.
+TEST(JitKernels, GeneratedCodeIsNeverWritableAndExecutable) {
+    std::vector<ContextPtr> contexts;
+    std::vector<test::LinearPtr> layers;
+    const std::vector<float> weights = test::random_floats(size_t(256 * 48), 4);
+    for (const qjit_isa isa : {QJIT_ISA_AVX2, QJIT_ISA_AVX2_VNNI, QJIT_ISA_AVX512, QJIT_ISA_AVX512_VNNI})
+        for (const qjit_activations path : {QJIT_ACTIVATIONS_F32, QJIT_ACTIVATIONS_INT8}) {
+            contexts.push_back(test::make_test_context(2, isa, path));
+            qjit_quant_config config;
+            qjit_quant_config_init(&config);
+            qjit_linear* layer = nullptr;
+            ASSERT_EQ(qjit_linear_create_from_f32(contexts.back().get(), &config, 256, 48, weights.data(),
+                                                  QJIT_LAYOUT_K_BY_N, &layer),
+                      QJIT_OK) << qjit_last_error();
+            layers.emplace_back(layer);
+            std::vector<float> x(2 * 256, 0.5f), y(2 * 48);
+            ASSERT_EQ(qjit_linear_forward(layer, x.data(), 2, y.data()), QJIT_OK) << qjit_last_error();
+        }
+    const std::vector<std::string> rwx = writable_executable_mappings();
+    EXPECT_TRUE(rwx.empty()) << rwx.size() << " writable and executable mappings, the first: " << rwx.front();
 }
 
 TEST(JitKernels, IsaCapChangesTheEmittedCode) {

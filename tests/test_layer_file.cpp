@@ -6,10 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 
+#include "base/crc32.hpp"
 #include "base/error.hpp"
 #include "runtime/layer_file.hpp"
 #include "format/quantize_rtn.hpp"
@@ -141,6 +144,53 @@ TEST_F(LayerFileTest, CorruptFileThroughTheCApi) {
     EXPECT_EQ(qjit_linear_load(context_.get(), path("short.qjit").c_str(), &raw), QJIT_ERROR_CORRUPT_DATA);
     EXPECT_EQ(qjit_linear_load(context_.get(), path("foreign.qjit").c_str(), &raw), QJIT_ERROR_CORRUPT_DATA);
     EXPECT_NE(std::string(qjit_last_error()).find("magic"), std::string::npos) << qjit_last_error();
+    EXPECT_EQ(raw, nullptr);
+}
+
+// The image with its JSON header edited by `edit`, the header length and the checksum fixed up,
+// so that only the edit can make the loader refuse it.
+std::string with_edited_header(const std::string& image, const std::function<void(std::string&)>& edit) {
+    constexpr size_t kLengthAt = 12, kHeaderAt = 16;  // magic, version, header length, header
+    uint32_t length = 0;
+    std::memcpy(&length, image.data() + kLengthAt, 4);
+    std::string header = image.substr(kHeaderAt, length);
+    edit(header);
+    const uint32_t new_length = uint32_t(header.size());
+    std::string edited = image.substr(0, kLengthAt) + std::string(reinterpret_cast<const char*>(&new_length), 4) +
+                         header + image.substr(kHeaderAt + length, image.size() - 4 - kHeaderAt - length);
+    const uint32_t crc = crc32(edited.data(), edited.size());
+    return edited + std::string(reinterpret_cast<const char*>(&crc), 4);
+}
+
+TEST_F(LayerFileTest, HeaderNumbersWrittenAsFloatsAreRefused) {
+    const auto layer = make_layer(4, 64, 5, false);
+    const std::string image = serialize_layer(*layer);
+    EXPECT_NO_THROW(deserialize_layer(with_edited_header(image, [](std::string&) {})));  // the fix-up alone is fine
+    for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+             {"\"k\":64", "\"k\":4.9e54"}, {"\"group_size\":32", "\"group_size\":1e300"},
+             {"\"n\":5", "\"n\":5.0"}, {"\"bits\":4", "\"bits\":-4"}, {"\"codes_u32\":", "\"codes_u32\":1e30,\"x\":"}}) {
+        SCOPED_TRACE(to);
+        const std::string edited = with_edited_header(image, [&](std::string& header) {
+            const size_t at = header.find(from);
+            ASSERT_NE(at, std::string::npos) << header;
+            header.replace(at, from.size(), to);
+        });
+        try {
+            deserialize_layer(edited);
+            ADD_FAILURE() << "accepted";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.status(), QJIT_ERROR_CORRUPT_DATA) << e.what();
+            EXPECT_NE(std::string(e.what()).find("header field"), std::string::npos) << e.what();
+        }
+    }
+}
+
+// A directory or a device is not a layer file: an I/O error, and nothing is read (loading
+// /dev/zero used to read until memory ran out).
+TEST_F(LayerFileTest, DirectoriesAndDevicesAreIoErrors) {
+    qjit_linear* raw = nullptr;
+    EXPECT_STATUS(qjit_linear_load(context_.get(), directory_.c_str(), &raw), QJIT_ERROR_IO, "not a regular file");
+    EXPECT_STATUS(qjit_linear_load(context_.get(), "/dev/zero", &raw), QJIT_ERROR_IO, "not a regular file");
     EXPECT_EQ(raw, nullptr);
 }
 

@@ -111,6 +111,33 @@ TEST_F(TuningDbTest, TuningDbRoundTripKeepsOtherHardwareWithoutUsingIt) {
     EXPECT_EQ(db.records().back(), foreign);  // sorted by fingerprint, then kernel key
 }
 
+// Writers killed mid-write leave PATH.tmp-<pid> files; the next writer removes them (it holds the
+// lock every writer holds while its temporary exists, so they are stale).
+TEST_F(TuningDbTest, TuningDbNextWriterRemovesStaleTemporaryFiles) {
+    TuningDb(path_).store(make_record("cpu-a", 1));
+    for (const char* pid : {"12345", "999999"}) std::ofstream(path_ + ".tmp-" + pid) << "half a database";
+    std::ofstream(path_ + ".unrelated") << "kept";
+    TuningDb db(path_);
+    db.store(make_record("cpu-a", 2));
+    for (const auto& entry : fs::directory_iterator(fs::path(path_).parent_path()))
+        EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << entry.path();
+    EXPECT_TRUE(fs::exists(path_ + ".unrelated"));
+    EXPECT_EQ(TuningDb(path_).records().size(), 2u);
+}
+
+// A directory is not a database: the context says so when it is created.
+TEST_F(TuningDbTest, TuningDbPathThatIsADirectoryIsRefused) {
+    fs::create_directories(dir_ / "a_directory");
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    const std::string directory = (dir_ / "a_directory").string();
+    options.tuning_db_path = directory.c_str();
+    qjit_context* context = nullptr;
+    EXPECT_EQ(qjit_context_create(&options, &context), QJIT_ERROR_IO);
+    EXPECT_NE(std::string(qjit_last_error()).find("is a directory"), std::string::npos) << qjit_last_error();
+    EXPECT_EQ(context, nullptr);
+}
+
 TEST_F(TuningDbTest, TuningDbStoreReplacesTheSameKey) {
     TuningDb db(path_);
     db.store({make_record("cpu-a", 1), make_record("cpu-a", 2)});

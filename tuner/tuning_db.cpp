@@ -133,9 +133,22 @@ std::optional<std::string> read_text(const std::string& path) {
     return text;
 }
 
+// Removes PATH.tmp-<pid> files that writers killed mid-write left. Called under the database's
+// lock, which every writer holds while its temporary file exists, so any such file is stale.
+void remove_stale_temporaries(const std::string& path) {
+    const std::filesystem::path database(path);
+    const std::string prefix = database.filename().string() + ".tmp-";
+    const std::filesystem::path directory = database.has_parent_path() ? database.parent_path() : ".";
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(directory, error))
+        if (entry.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(entry.path(), error);
+}
+
 // Writes `text` to a temporary file beside `path`, fsyncs it and renames it over `path`; on any
-// failure removes the temporary file and throws, leaving `path` untouched.
+// failure removes the temporary file and throws, leaving `path` untouched. The caller holds the
+// database's lock.
 void write_atomically(const std::string& path, const std::string& text) {
+    remove_stale_temporaries(path);
     std::string temporary = concat(path, ".tmp-", ::getpid());
     int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) fail(QJIT_ERROR_IO, "cannot write tuning database ", path, ": ", std::strerror(errno));

@@ -10,6 +10,9 @@
  * W (K x N) is stored quantized along K in groups of `group_size` rows:
  *     W[k][n] = scale[g][n] * (q[k][n] - zero[g][n]),   g = group of row k.
  *
+ * Limits, checked before anything is allocated: 1 <= K, N < 2^31 and K x N <= 2^36 weights per
+ * layer; a forward takes 1 <= m < 2^31 rows and m x max(K, N) <= 2^40 activations.
+ *
  * Threads. Every call may run on several threads at once, on one context, except that a
  * handle's destroy (or close) must not overlap any other call on it or on what was made with it:
  * creating layers (from fp32, GPTQ tensors, a file or a checkpoint), forwards and benchmarks of
@@ -204,7 +207,9 @@ typedef struct qjit_cuda_device_info {
 /* ---- library ---- */
 QJIT_API const char* qjit_version(void);              /* "MAJOR.MINOR.PATCH" */
 QJIT_API const char* qjit_status_string(qjit_status status);
-QJIT_API const char* qjit_last_error(void);           /* message of this thread's last failure; "" if none */
+/* The message of this thread's last failed call; successful calls leave it as it is. "" if no call on this
+ * thread has failed. */
+QJIT_API const char* qjit_last_error(void);
 
 /* ---- context ---- */
 QJIT_API void qjit_context_options_init(qjit_context_options* options);

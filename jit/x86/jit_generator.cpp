@@ -21,7 +21,9 @@ void JitGenerator::postamble() {
     ret();
 }
 
-void JitGenerator::finish() { ready(); }
+// W^X: the code was written into read-write pages (AutoGrow); they become read-execute, never
+// writable and executable at once (Xbyak's default would leave them read-write-execute).
+void JitGenerator::finish() { ready(Xbyak::CodeArray::PROTECT_RE); }
 
 void JitGenerator::broadcast_constant(const Xbyak::Xmm& vector, uint32_t pattern) {
     mov(eax, pattern);

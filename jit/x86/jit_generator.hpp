@@ -25,7 +25,7 @@ protected:
     void preamble();
     // Restores them, clears the upper vector state and returns.
     void postamble();
-    // Makes the emitted code executable; call once, after postamble().
+    // Makes the emitted code executable and no longer writable; call once, after postamble().
     void finish();
 
     // Fills every 32-bit lane of `vector` with `pattern` (goes through eax).
