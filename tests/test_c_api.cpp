@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <string>
+#include <cmath>
+#include <limits>
 #include <thread>
 
 #include "test_support.hpp"
@@ -185,6 +187,44 @@ TEST_F(CApiTest, HugeShapesAreRefusedUpFront) {
                                               &raw),
                   QJIT_ERROR_INVALID_ARGUMENT, "2^31 - 1");
     EXPECT_EQ(raw, nullptr);
+}
+
+// Non-finite activations reach the outputs they feed, on every path (see the README's "Non-finite
+// values"): a row with a NaN gives NaN in every output; a row with an infinity gives non-finite
+// outputs (the exact paths: +-Inf or NaN by IEEE rules; the int8 path: NaN). Other rows of the
+// same call are unaffected. K = 300 is not a multiple of the group or the vector width.
+TEST(CApiNonFinite, ActivationsPropagateOnEveryPath) {
+    constexpr int64_t k = 300, n = 37, m = 5;
+    const std::vector<float> weights = qjit::test::random_floats(size_t(k * n), 8);
+    std::vector<float> x = qjit::test::random_floats(size_t(m * k), 9);
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    x[1 * k + 7] = nan;                                        // row 1: one NaN
+    x[2 * k + 299] = inf;                                      // row 2: one +Inf, in the last, partial group
+    std::fill(x.begin() + 3 * k, x.begin() + 4 * k, nan);      // row 3: all NaN
+    x[4 * k + 0] = -inf;                                       // row 4: -Inf and +Inf
+    x[4 * k + 150] = inf;
+    for (const qjit_isa isa : {QJIT_ISA_PORTABLE, QJIT_ISA_AVX2, QJIT_ISA_AVX512_VNNI})
+        for (const qjit_activations path : {QJIT_ACTIVATIONS_F32, QJIT_ACTIVATIONS_INT8}) {
+            SCOPED_TRACE(testing::Message() << "isa cap " << int(isa) << ", activations " << int(path));
+            qjit::test::ContextPtr context = qjit::test::make_test_context(2, isa, path);
+            qjit_quant_config config;
+            qjit_quant_config_init(&config);
+            qjit_linear* raw = nullptr;
+            ASSERT_EQ(qjit_linear_create_from_f32(context.get(), &config, k, n, weights.data(), QJIT_LAYOUT_K_BY_N, &raw),
+                      QJIT_OK);
+            qjit::test::LinearPtr layer(raw);
+            std::vector<float> y(static_cast<size_t>(m * n)), clean(static_cast<size_t>(n));
+            ASSERT_EQ(qjit_linear_forward(raw, x.data(), m, y.data()), QJIT_OK);
+            ASSERT_EQ(qjit_linear_forward(raw, x.data(), 1, clean.data()), QJIT_OK);
+            for (int64_t c = 0; c < n; ++c) {
+                EXPECT_EQ(y[size_t(c)], clean[size_t(c)]) << "clean row, column " << c;
+                EXPECT_TRUE(std::isfinite(y[size_t(c)])) << "column " << c;
+                EXPECT_TRUE(std::isnan(y[size_t(1 * n + c)])) << "row 1, column " << c << ": " << y[size_t(1 * n + c)];
+                EXPECT_FALSE(std::isfinite(y[size_t(2 * n + c)])) << "row 2, column " << c << ": " << y[size_t(2 * n + c)];
+                EXPECT_TRUE(std::isnan(y[size_t(3 * n + c)])) << "row 3, column " << c << ": " << y[size_t(3 * n + c)];
+                EXPECT_FALSE(std::isfinite(y[size_t(4 * n + c)])) << "row 4, column " << c << ": " << y[size_t(4 * n + c)];
+            }
+        }
 }
 
 TEST_F(CApiTest, QueriesRejectNullAndReportTheLayer) {

@@ -76,15 +76,12 @@ std::optional<TuningRecord> parse_record(const std::string& document) {
     }
 }
 
-struct Parsed {
-    std::vector<TuningRecord> records;  // every complete, valid document, in file order
-    int damaged = 0;                    // unclosed or invalid documents and stray lines
-};
+}  // namespace
 
 // Splits on the marker lines "---" and "..." and parses each closed document alone. Outside a
 // document only blank lines and comments are expected.
-Parsed parse_database(const std::string& text) {
-    Parsed parsed;
+ParsedTuningDb parse_tuning_db(const std::string& text) {
+    ParsedTuningDb parsed;
     std::optional<std::string> document;  // set while inside "---" ... "..."
     for (size_t begin = 0; begin < text.size();) {
         size_t end = std::min(text.find('\n', begin), text.size());
@@ -106,6 +103,8 @@ Parsed parse_database(const std::string& text) {
     if (document) ++parsed.damaged;  // truncated inside the last document
     return parsed;
 }
+
+namespace {
 
 // ---- files ----
 
@@ -200,9 +199,9 @@ private:
     int fd_;
 };
 
-Parsed read_database(const std::string& path) {
+ParsedTuningDb read_database(const std::string& path) {
     std::optional<std::string> text = read_text(path);
-    return text ? parse_database(*text) : Parsed{};
+    return text ? parse_tuning_db(*text) : ParsedTuningDb{};
 }
 
 }  // namespace
@@ -220,7 +219,7 @@ TuningDb::TuningDb(std::string path) : path_(std::move(path)) { load(); }
 
 void TuningDb::load() {
     warning_.clear();
-    Parsed parsed = read_database(path_);
+    ParsedTuningDb parsed = read_database(path_);
     if (parsed.damaged == 0) return replace_view(parsed.records);
     try {
         FileLock lock(path_);
@@ -233,7 +232,7 @@ void TuningDb::load() {
 }
 
 std::vector<TuningRecord> TuningDb::read_and_set_aside() {
-    Parsed parsed = read_database(path_);
+    ParsedTuningDb parsed = read_database(path_);
     if (parsed.damaged == 0) return parsed.records;
     std::string aside = concat(path_, ".corrupt-", std::time(nullptr));
     bool moved = std::rename(path_.c_str(), aside.c_str()) == 0;
@@ -301,7 +300,7 @@ void TuningDb::export_to(const std::string& path) const {
 void TuningDb::import_from(const std::string& path) {
     std::optional<std::string> text = read_text(path);
     if (!text) fail(QJIT_ERROR_IO, "cannot open tuning database ", path, ": ", std::strerror(ENOENT));
-    Parsed parsed = parse_database(*text);
+    ParsedTuningDb parsed = parse_tuning_db(*text);
     if (parsed.damaged > 0)
         fail(QJIT_ERROR_CORRUPT_DATA, "tuning database ", path, " is damaged (", parsed.damaged,
              " bad or truncated part(s)); nothing imported");

@@ -60,6 +60,14 @@ struct TuningRecord {
 // A table of `records`, one line each, those measured on `this_fingerprint` marked with '*'.
 std::string format_listing(const std::vector<TuningRecord>& records, const std::string& this_fingerprint);
 
+// A database file's text as records: every complete, valid document in file order, and the number
+// of damaged parts (unclosed or invalid documents, stray lines). Never throws.
+struct ParsedTuningDb {
+    std::vector<TuningRecord> records;
+    int damaged = 0;
+};
+ParsedTuningDb parse_tuning_db(const std::string& text);
+
 // The current time as ISO 8601 UTC ("2024-05-01T12:00:00Z").
 std::string utc_timestamp();
 

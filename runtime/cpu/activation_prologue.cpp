@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "runtime/layer_passes.hpp"
@@ -43,7 +44,20 @@ void prepare_row(const jit::CpuKernelSpec& spec, const int32_t* row_order, const
             continue;
         }
         float amax = 0.0f;
-        for (int64_t r = r0; r < r1; ++r) amax = std::max(amax, std::fabs(row[r]));
+        bool finite = true;
+        for (int64_t r = r0; r < r1; ++r) {
+            amax = std::max(amax, std::fabs(row[r]));  // std::max drops a NaN: hence the flag
+            finite = finite && std::isfinite(row[r]);
+        }
+        if (!finite) {
+            // A NaN or an infinity has no int8 step. The group's step becomes NaN, so every output
+            // the group feeds is NaN (the kernels multiply each group's integer dot product by
+            // its step, a zero dot included); its int8 values are zeros.
+            std::fill(int8_row + r0, int8_row + r1, int8_t(0));
+            row_scales[g] = std::numeric_limits<float>::quiet_NaN();
+            row_sums[g] = 0.0f;
+            continue;
+        }
         const float inverse = amax > 0.0f ? qmax / amax : 0.0f;
         int32_t sum = 0;
         for (int64_t r = r0; r < r1; ++r) {
