@@ -158,33 +158,63 @@ template <int Bits>
 }
 
 template <int Bits>
-[[gnu::always_inline]] inline void pack_panels(const uint32_t* qweight, const std::vector<int32_t>& row_order, int64_t first_panel,
-                 int64_t end_panel, PackedCodes& out) {
+[[gnu::always_inline]] inline void pack_panels(const uint32_t* qweight, const std::vector<int32_t>& row_order,
+                                               int64_t first_panel, int64_t end_panel, PackedCodes& out) {
     const int64_t full_blocks = row_order.empty() ? out.k / kBlockRows : 0;
     pack_full_blocks<Bits>(qweight, full_blocks, first_panel, end_panel, out);
     pack_rows<Bits>(qweight, row_order, full_blocks * kBlockRows, first_panel, end_panel, out);
 }
 
+// Every width's packer, inlined into one function per instruction set: the library is built for
+// baseline x86-64, and the helpers above vectorize with whatever the function they land in allows.
+[[gnu::always_inline]] inline void pack_words(const uint32_t* words, const std::vector<int32_t>& row_order,
+                                              int64_t first_panel, int64_t end_panel, PackedCodes& out) {
+    switch (out.bits) {
+        case 2: return pack_panels<2>(words, row_order, first_panel, end_panel, out);
+        case 3: return pack_panels<3>(words, row_order, first_panel, end_panel, out);
+        case 4: return pack_panels<4>(words, row_order, first_panel, end_panel, out);
+        default: return pack_panels<8>(words, row_order, first_panel, end_panel, out);
+    }
+}
+
+using PackWords = void (*)(const uint32_t*, const std::vector<int32_t>&, int64_t, int64_t, PackedCodes&);
+
+__attribute__((target("avx512f"))) void pack_words_avx512(const uint32_t* words, const std::vector<int32_t>& row_order,
+                                                          int64_t first_panel, int64_t end_panel, PackedCodes& out) {
+    pack_words(words, row_order, first_panel, end_panel, out);
+}
+
+__attribute__((target("avx2"))) void pack_words_avx2(const uint32_t* words, const std::vector<int32_t>& row_order,
+                                                    int64_t first_panel, int64_t end_panel, PackedCodes& out) {
+    pack_words(words, row_order, first_panel, end_panel, out);
+}
+
+void pack_words_baseline(const uint32_t* words, const std::vector<int32_t>& row_order, int64_t first_panel,
+                         int64_t end_panel, PackedCodes& out) {
+    pack_words(words, row_order, first_panel, end_panel, out);
+}
+
+// Chosen on first use, not by an ifunc resolver: resolvers run before the sanitizers' runtimes
+// are up (ThreadSanitizer crashes in one).
+PackWords best_packer() {
+    if (__builtin_cpu_supports("avx512f")) return pack_words_avx512;
+    if (__builtin_cpu_supports("avx2")) return pack_words_avx2;
+    return pack_words_baseline;
+}
+
 }  // namespace
 
-// The library is built for baseline x86-64; clones for wider vectors are picked at load time
-// (the helpers above are inlined into each clone, so their loops get the clone's vectors).
-__attribute__((target_clones("avx512f", "avx2", "default")))
 void pack_gptq_panels(const int32_t* qweight, const std::vector<int32_t>& row_order, int64_t first_panel,
                       int64_t end_panel, PackedCodes& out) {
     require(first_panel >= 0 && first_panel <= end_panel && end_panel <= out.num_panels(), "panels [", first_panel,
             ", ", end_panel, ") are not within the ", out.num_panels(), " panels of the layer");
     require(row_order.empty() || row_order.size() == size_t(out.k), "row_order holds ", row_order.size(),
             " rows; expected ", out.k);
+    require(out.bits == 2 || out.bits == 3 || out.bits == 4 || out.bits == 8, "bits is ", out.bits,
+            "; expected 2, 3, 4 or 8");
+    static const PackWords pack = best_packer();
     // int32 and uint32 may alias: the words are read as the unsigned bit patterns they are.
-    const auto* words = reinterpret_cast<const uint32_t*>(qweight);
-    switch (out.bits) {
-        case 2: return pack_panels<2>(words, row_order, first_panel, end_panel, out);
-        case 3: return pack_panels<3>(words, row_order, first_panel, end_panel, out);
-        case 4: return pack_panels<4>(words, row_order, first_panel, end_panel, out);
-        case 8: return pack_panels<8>(words, row_order, first_panel, end_panel, out);
-        default: fail(QJIT_ERROR_INVALID_ARGUMENT, "bits is ", out.bits, "; expected 2, 3, 4 or 8");
-    }
+    pack(reinterpret_cast<const uint32_t*>(qweight), row_order, first_panel, end_panel, out);
 }
 
 }  // namespace qjit

@@ -125,6 +125,37 @@ TEST_F(TuningDbTest, TuningDbNextWriterRemovesStaleTemporaryFiles) {
     EXPECT_EQ(TuningDb(path_).records().size(), 2u);
 }
 
+// Writers SIGKILLed mid-write, round after round, while another process stores a record: no record
+// that a finished writer stored is lost, the file is never left damaged, and the next writer
+// removes the temporaries the killed ones left.
+TEST_F(TuningDbTest, TuningDbWritersKilledMidWriteLoseNothingStored) {
+    TuningDb(path_).store(make_record("base", 0));
+    constexpr int kRounds = 25;
+    for (int round = 0; round < kRounds; ++round) {
+        const pid_t victim = spawn([&] {
+            TuningDb db(path_);
+            for (int i = 0;; ++i) db.store(make_record("victim", i % 40));
+            return 0;
+        });
+        const pid_t survivor = spawn([&] {
+            TuningDb(path_).store(make_record("survivor", round));
+            return 0;
+        });
+        ::usleep(useconds_t(500 + 200 * round));  // kill at a different point of a write each round
+        ::kill(victim, SIGKILL);
+        EXPECT_EQ(wait_status(survivor), 0) << "round " << round;
+        EXPECT_EQ(wait_status(victim), 128 + SIGKILL) << "round " << round;
+    }
+    TuningDb db(path_);
+    EXPECT_TRUE(db.warning().empty()) << db.warning();
+    EXPECT_TRUE(db.find("base", make_record("base", 0).kernel_key));
+    for (int round = 0; round < kRounds; ++round)
+        EXPECT_TRUE(db.find("survivor", make_record("survivor", round).kernel_key)) << "round " << round;
+    db.store(make_record("final", 1));
+    for (const auto& entry : fs::directory_iterator(fs::path(path_).parent_path()))
+        EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << entry.path();
+}
+
 // A directory is not a database: the context says so when it is created.
 TEST_F(TuningDbTest, TuningDbPathThatIsADirectoryIsRefused) {
     fs::create_directories(dir_ / "a_directory");
