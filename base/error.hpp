@@ -20,9 +20,16 @@ private:
     qjit_status status_;
 };
 
+// An ostringstream that rethrows what its buffer throws (a failed allocation). A plain one
+// swallows it and leaves the text cut short: a wrong kernel name or database key, silently.
+class TextStream : public std::ostringstream {
+public:
+    TextStream() { exceptions(std::ios::badbit); }
+};
+
 template <typename... Parts>
 std::string concat(Parts&&... parts) {
-    std::ostringstream out;
+    TextStream out;
     (out << ... << std::forward<Parts>(parts));
     return out.str();
 }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <set>
 
+#include "base/directory.hpp"
 #include "base/error.hpp"
 #include "format/weight_format.hpp"
 
@@ -117,10 +118,10 @@ std::string shard_path(const std::string& directory, const std::string& name, co
 
 std::vector<std::string> safetensors_in(const std::string& directory) {
     std::vector<std::string> found;
-    std::error_code error;
-    for (const fs::directory_entry& entry : fs::directory_iterator(directory, error))
-        if (entry.path().extension() == ".safetensors") found.push_back(entry.path().string());
-    if (error) fail(QJIT_ERROR_IO, "cannot list checkpoint '", directory, "': ", error.message());
+    const std::optional<std::vector<std::string>> names = list_directory(directory);
+    if (!names) fail(QJIT_ERROR_IO, "cannot list checkpoint '", directory, "': ", std::strerror(errno));
+    for (const std::string& name : *names)
+        if (fs::path(name).extension() == ".safetensors") found.push_back(directory + "/" + name);
     std::sort(found.begin(), found.end());
     return found;
 }

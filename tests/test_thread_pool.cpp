@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -23,6 +25,27 @@ void expect_each_task_once(ThreadPool& pool, int64_t tasks) {
 TEST(ThreadPool, BackToBackJobsRunEveryTaskOnce) {
     ThreadPool pool(4);
     for (int job = 0; job < 500; ++job) expect_each_task_once(pool, 1 + job % 37);
+}
+
+// A task that throws, on whichever thread runs it, reaches the caller once the job is over; the
+// pool stays usable. Each task index throws in turn, so workers and the caller both throw.
+TEST(ThreadPool, ExceptionsInTasksReachTheCaller) {
+    ThreadPool pool(3);
+    for (int64_t failing = 0; failing < 64; ++failing) {
+        std::atomic<int> started{0};
+        auto task = [&](int64_t i) {
+            started.fetch_add(1);
+            if (i == failing) throw std::runtime_error("task " + std::to_string(i));
+        };
+        try {
+            pool.parallel_for(64, task);
+            ADD_FAILURE() << "no exception for task " << failing;
+        } catch (const std::runtime_error& e) {
+            EXPECT_EQ(std::string(e.what()), "task " + std::to_string(failing));
+        }
+        EXPECT_GE(started.load(), 1);
+        expect_each_task_once(pool, 40);
+    }
 }
 
 TEST(ThreadPool, JobsAfterIdleGapsWakeSleepingWorkers) {

@@ -1,4 +1,5 @@
 #include "tuner/cuda_search.hpp"
+#include "base/error.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -109,7 +110,7 @@ std::vector<CudaTiling> enumerate_cuda_tilings(const CudaKernelSpec& spec) {
 }
 
 std::string cuda_kernel_key(const CudaKernelSpec& format, int64_t n) {
-    std::ostringstream out;
+    TextStream out;
     out << jit::cuda::kernel_family_name(format) << " K=" << format.format.k << " N=" << n << " m=" << format.rows;
     return out.str();
 }
@@ -138,7 +139,7 @@ std::vector<CudaTiling> ranked_cuda_tilings(const CudaKernelSpec& format, int64_
 }
 
 std::string cuda_tiling_structure(const CudaTiling& t) {
-    std::ostringstream out;
+    TextStream out;
     if (t.kind == KernelKind::Gemv)
         out << "gemv cols=" << t.columns_per_warp << " warps=" << t.warps;
     else if (t.kind == KernelKind::Mma)

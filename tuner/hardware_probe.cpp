@@ -1,4 +1,5 @@
 #include "tuner/hardware_probe.hpp"
+#include "base/error.hpp"
 
 #include <sched.h>
 
@@ -15,7 +16,9 @@
 #include <sstream>
 #include <thread>
 #include <utility>
+#include <vector>
 
+#include "base/directory.hpp"
 #include "tuner/cpu_isa.hpp"
 
 namespace qjit {
@@ -142,15 +145,14 @@ void read_sysfs_caches(CpuInfo& info) {
 // Distinct (package, core) pairs over the online CPUs in sysfs; 0 when sysfs says nothing.
 unsigned sysfs_physical_cores() {
     std::set<std::pair<std::string, std::string>> cores;
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator("/sys/devices/system/cpu", ec)) {
-        const std::string name = entry.path().filename().string();
+    const std::filesystem::path cpus = "/sys/devices/system/cpu";
+    for (const std::string& name : list_directory(cpus.string()).value_or(std::vector<std::string>{})) {
         if (name.size() < 4 || name.compare(0, 3, "cpu") != 0 || !std::isdigit(static_cast<unsigned char>(name[3])))
             continue;
-        if (read_line(entry.path() / "online") == "0") continue;
-        const std::string core = read_line(entry.path() / "topology/core_id");
+        if (read_line(cpus / name / "online") == "0") continue;
+        const std::string core = read_line(cpus / name / "topology/core_id");
         if (core.empty()) continue;
-        cores.emplace(read_line(entry.path() / "topology/physical_package_id"), core);
+        cores.emplace(read_line(cpus / name / "topology/physical_package_id"), core);
     }
     return unsigned(cores.size());
 }
@@ -216,7 +218,7 @@ std::string hardware_fingerprint(const CpuInfo& info) {
 }
 
 std::string describe(const CpuInfo& info) {
-    std::ostringstream out;
+    TextStream out;
     out << info.vendor << " \"" << info.model_name << "\" family " << info.family << " model " << info.model
         << ", ISA " << isa_name(info.best_isa) << " [";
     const char* sep = "";

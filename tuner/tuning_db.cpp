@@ -16,6 +16,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "base/directory.hpp"
 #include "base/error.hpp"
 
 namespace qjit {
@@ -139,8 +140,8 @@ void remove_stale_temporaries(const std::string& path) {
     const std::string prefix = database.filename().string() + ".tmp-";
     const std::filesystem::path directory = database.has_parent_path() ? database.parent_path() : ".";
     std::error_code error;
-    for (const auto& entry : std::filesystem::directory_iterator(directory, error))
-        if (entry.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(entry.path(), error);
+    for (const std::string& name : list_directory(directory.string()).value_or(std::vector<std::string>{}))
+        if (name.rfind(prefix, 0) == 0) std::filesystem::remove(directory / name, error);
 }
 
 // Writes `text` to a temporary file beside `path`, fsyncs it and renames it over `path`; on any
@@ -176,9 +177,12 @@ void write_atomically(const std::string& path, const std::string& text) {
 class FileLock {
 public:
     explicit FileLock(const std::string& path) {
-        std::error_code ignored;
         std::filesystem::path parent = std::filesystem::path(path).parent_path();
-        if (!parent.empty()) std::filesystem::create_directories(parent, ignored);
+        try {  // the throwing form: the error_code one is noexcept yet allocates
+            if (!parent.empty()) std::filesystem::create_directories(parent);
+        } catch (const std::filesystem::filesystem_error&) {
+            // opening the lock file below reports the problem
+        }
         std::string lock_path = path + ".lock";
         fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
         if (fd_ < 0) fail(QJIT_ERROR_IO, "cannot create lock file ", lock_path, ": ", std::strerror(errno));

@@ -1,4 +1,5 @@
 #include "jit/cuda/cuda_source.hpp"
+#include "base/error.hpp"
 
 #include <sstream>
 
@@ -104,7 +105,7 @@ private:
     void mma_instruction();
 
     const CudaKernelSpec& spec_;
-    std::ostringstream out_;
+    TextStream out_;
 };
 
 // Format constants shared by both kernels.

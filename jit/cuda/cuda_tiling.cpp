@@ -1,4 +1,5 @@
 #include "jit/cuda/cuda_tiling.hpp"
+#include "base/error.hpp"
 
 #include <map>
 #include <sstream>
@@ -23,7 +24,7 @@ bool one_of(int value, std::initializer_list<int> allowed) {
 
 template <typename... Parts>
 [[noreturn]] void reject(Parts&&... parts) {
-    std::ostringstream out;
+    TextStream out;
     (out << ... << parts);
     throw std::invalid_argument(out.str());
 }
@@ -47,7 +48,7 @@ int chunk_blocks(int bits) {
 
 
 std::string kernel_family_name(const CudaKernelSpec& spec) {
-    std::ostringstream out;
+    TextStream out;
     out << spec.format.kernel_name() << "_cuda" << (spec.activations == ActivationType::F16 ? "_f16" : "_bf16") << "_sm"
         << spec.arch;
     return out.str();
@@ -55,7 +56,7 @@ std::string kernel_family_name(const CudaKernelSpec& spec) {
 
 std::string kernel_name(const CudaKernelSpec& spec) {
     const CudaTiling& t = spec.tiling;
-    std::ostringstream out;
+    TextStream out;
     out << kernel_family_name(spec);
     if (t.kind == KernelKind::Gemv)
         out << "_gemv_r" << spec.rows << "w" << t.warps << "c" << t.columns_per_warp << "f" << t.chunks_in_flight;
@@ -69,7 +70,7 @@ std::string kernel_name(const CudaKernelSpec& spec) {
 }
 
 std::string tiling_text(const CudaTiling& t) {
-    std::ostringstream out;
+    TextStream out;
     if (t.kind == KernelKind::Gemv)
         out << "kernel=gemv,warps=" << t.warps << ",cols=" << t.columns_per_warp << ",inflight=" << t.chunks_in_flight;
     else if (t.kind == KernelKind::Mma)

@@ -1,4 +1,5 @@
 #include "jit/x86/cpu_kernel.hpp"
+#include "base/error.hpp"
 
 #include <algorithm>
 #include <sstream>
@@ -19,7 +20,7 @@ std::string kernel_family_name(const CpuKernelSpec& spec) {
 }
 
 std::string kernel_name(const CpuKernelSpec& spec) {
-    std::ostringstream name;
+    TextStream name;
     name << kernel_family_name(spec) << "_tu" << spec.tiling.column_vectors << "mb" << spec.rows << "pf"
          << spec.tiling.prefetch_blocks;
     if (spec.tiling.unroll_blocks > 1) name << "ku" << spec.tiling.unroll_blocks;

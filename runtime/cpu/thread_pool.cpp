@@ -1,6 +1,7 @@
 #include "runtime/cpu/thread_pool.hpp"
 
 #include <chrono>
+#include <utility>
 
 namespace qjit {
 
@@ -38,7 +39,17 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::work_on_current_job() {
-    for (int64_t i = next_task_.fetch_add(1); i < num_tasks_; i = next_task_.fetch_add(1)) fn_(closure_, i);
+    for (int64_t i = next_task_.fetch_add(1); i < num_tasks_; i = next_task_.fetch_add(1)) {
+        try {
+            fn_(closure_, i);
+        } catch (...) {
+            // The first failure is rethrown to the caller once every thread is out of the job; no
+            // task is started after it.
+            std::lock_guard<std::mutex> lock(error_mutex_);
+            if (!error_) error_ = std::current_exception();
+            next_task_.store(num_tasks_);
+        }
+    }
 }
 
 void ThreadPool::run(int64_t num_tasks, TaskFn fn, void* closure) {
@@ -62,7 +73,9 @@ void ThreadPool::run(int64_t num_tasks, TaskFn fn, void* closure) {
     }
     work_on_current_job();
     for (int round = 0; workers_running_.load(std::memory_order_acquire) != 0; ++round) cpu_relax(round);
+    std::exception_ptr error = std::exchange(error_, nullptr);  // every worker is out: no lock needed
     busy_.store(false, std::memory_order_release);
+    if (error) std::rethrow_exception(error);
 }
 
 bool ThreadPool::wait_for_job(uint64_t seen) {

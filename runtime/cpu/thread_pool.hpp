@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -24,7 +25,9 @@ public:
 
     // Calls task(i) for every i in [0, num_tasks), spread over the pool. When another thread is
     // already running a job on this pool, or the caller says the job is too small to be worth a
-    // dispatch, the caller runs the tasks alone.
+    // dispatch, the caller runs the tasks alone. A task that throws (on any thread) stops the
+    // job: no further task starts, and the first exception is rethrown here once every thread
+    // has left the job.
     template <typename Task>
     void parallel_for(int64_t num_tasks, Task& task, bool worth_dispatching = true) {
         if (!worth_dispatching) {
@@ -54,6 +57,8 @@ private:
     void* closure_ = nullptr;
     int64_t num_tasks_ = 0;
     std::atomic<int64_t> next_task_{0};
+    std::mutex error_mutex_;
+    std::exception_ptr error_;  // the current job's first failure
 };
 
 }  // namespace qjit

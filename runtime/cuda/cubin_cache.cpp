@@ -122,8 +122,11 @@ std::optional<std::vector<char>> read_cache_file(const fs::path& path, const std
 void write_cache_file(const fs::path& path, const std::string& key, const std::vector<char>& cubin) {
     static std::atomic<uint64_t> counter{0};
     std::error_code error;
-    fs::create_directories(path.parent_path(), error);
-    if (error) return;
+    try {  // the throwing form: the error_code one is noexcept yet allocates
+        fs::create_directories(path.parent_path());
+    } catch (const fs::filesystem_error&) {
+        return;
+    }
     fs::path temporary = path;
     temporary += concat(".tmp-", ::getpid(), "-", counter++);
     const std::string data = encode(key, cubin);
