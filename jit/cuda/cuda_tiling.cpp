@@ -9,8 +9,6 @@ namespace qjit::jit::cuda {
 
 namespace {
 
-constexpr int kMaxBlockK = 256;
-constexpr int kMaxBlockN = 256;
 constexpr int kPadHalves = 8;         // row padding of shared tiles: keeps ldmatrix conflict-free
 constexpr int kMaxAccumulators = 128; // fp32 accumulators per GEMM thread
 
