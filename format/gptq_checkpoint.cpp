@@ -10,6 +10,7 @@
 
 #include "base/directory.hpp"
 #include "base/error.hpp"
+#include "format/json_integer.hpp"
 #include "format/weight_format.hpp"
 
 namespace qjit {
@@ -83,9 +84,9 @@ const json* find_quantization_config(const std::string& directory, json* storage
 int integer_field(const json& config, const char* key, const std::string& file) {
     const auto value = config.find(key);
     if (value == config.end()) corrupt("'", file, "' has no \"", key, "\"");
-    if (!value->is_number_integer() || value->get<int64_t>() < INT32_MIN || value->get<int64_t>() > INT32_MAX)
-        corrupt("'", file, "': \"", key, "\" is ", value->dump(), "; expected an integer");
-    return value->get<int>();
+    const std::optional<int64_t> integer = json_integer(*value, INT32_MIN, INT32_MAX);
+    if (!integer) corrupt("'", file, "': \"", key, "\" is ", value->dump(), "; expected an integer");
+    return int(*integer);
 }
 
 bool bool_field(const json& config, const char* key, bool absent, const std::string& file) {

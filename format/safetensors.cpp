@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "base/error.hpp"
+#include "format/json_integer.hpp"
 
 namespace qjit {
 
@@ -20,11 +21,11 @@ template <typename... Parts>
     fail(QJIT_ERROR_CORRUPT_DATA, "safetensors file '", file_name, "': ", std::forward<Parts>(parts)...);
 }
 
-// A JSON number that is a non-negative integer (not a float, not negative), as an uint64.
+// A JSON number that is a non-negative integer (not a float, not negative).
 bool read_count(const nlohmann::json& value, uint64_t* out) {
-    if (!value.is_number_unsigned()) return false;
-    *out = value.get<uint64_t>();
-    return true;
+    const std::optional<int64_t> count = json_integer(value, 0, std::numeric_limits<int64_t>::max());
+    if (count) *out = uint64_t(*count);
+    return count.has_value();
 }
 
 struct Extent {
@@ -48,7 +49,7 @@ SafetensorsTensor read_entry(const std::string& name, const nlohmann::json& entr
     uint64_t elements = 1;
     for (const nlohmann::json& extent : *shape) {
         uint64_t size = 0;
-        if (!read_count(extent, &size) || size > uint64_t(std::numeric_limits<int64_t>::max()))
+        if (!read_count(extent, &size))
             corrupt(file_name, "tensor '", name, "' has a shape entry ", extent.dump(), " that is not a count");
         if (size != 0 && elements > std::numeric_limits<uint64_t>::max() / size)
             corrupt(file_name, "tensor '", name, "' has a shape whose size overflows");

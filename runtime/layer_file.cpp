@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "base/crc32.hpp"
 #include "base/error.hpp"
 #include "base/mapped_file.hpp"
+#include "format/json_integer.hpp"
 
 namespace qjit {
 
@@ -34,14 +36,14 @@ uint32_t read_u32(std::string_view image, size_t offset) {
 
 [[noreturn]] void corrupt(const std::string& why) { fail(QJIT_ERROR_CORRUPT_DATA, why); }
 
-// Reads the section of `count` elements at `offset`, advancing it.
-template <typename T>
-std::vector<T> read_section(std::string_view image, size_t& offset, size_t end, const char* name,
-                            uint64_t count) {
+// Reads the section of `count` elements at `offset`, advancing it, into the vector type the
+// layer keeps it in (the codes: PackedCodes::Words).
+template <typename T, typename Vector = std::vector<T>>
+Vector read_section(std::string_view image, size_t& offset, size_t end, const char* name, uint64_t count) {
     const uint64_t bytes = count * sizeof(T);
     if (count > (end - offset) / sizeof(T)) corrupt(concat("section '", name, "' needs ", bytes, " bytes; ",
                                                            end - offset, " remain"));
-    std::vector<T> values(static_cast<size_t>(count));
+    Vector values(static_cast<size_t>(count));
     if (count > 0) std::memcpy(values.data(), image.data() + offset, size_t(bytes));
     offset += size_t(bytes);
     return values;
@@ -51,10 +53,9 @@ std::vector<T> read_section(std::string_view image, size_t& offset, size_t end, 
 // before any conversion (converting an out-of-range float to an integer is undefined).
 int64_t integer_field(const nlohmann::json& object, const char* key, int64_t lo, int64_t hi) {
     const nlohmann::json& value = object.at(key);
-    if (!value.is_number_integer()) corrupt(concat("header field '", key, "' is ", value.dump(), ", not an integer"));
-    if (value.is_number_unsigned() ? value.get<uint64_t>() > uint64_t(hi) : (value.get<int64_t>() < lo || value.get<int64_t>() > hi))
-        corrupt(concat("header field '", key, "' is ", value.dump(), "; expected ", lo, " .. ", hi));
-    return value.is_number_unsigned() ? int64_t(value.get<uint64_t>()) : value.get<int64_t>();
+    const std::optional<int64_t> integer = json_integer(value, lo, hi);
+    if (!integer) corrupt(concat("header field '", key, "' is ", value.dump(), "; expected an integer in ", lo, " .. ", hi));
+    return *integer;
 }
 
 }  // namespace
@@ -128,24 +129,22 @@ LayerImage deserialize_layer(std::string_view image) {
         constexpr int64_t kAnyCount = int64_t(1) << 62;  // read_section checks each against the file
         code_words = uint64_t(integer_field(sections, "codes_u32", 0, kAnyCount));
         size_t offset = kPreambleBytes + header_bytes;
-        std::vector<uint32_t> words = read_section<uint32_t>(image, offset, end, "codes", code_words);
+        PackedCodes::Words words = read_section<uint32_t, PackedCodes::Words>(image, offset, end, "codes", code_words);
         p.scales = read_section<float>(image, offset, end, "scales", uint64_t(integer_field(sections, "scales_f32", 0, kAnyCount)));
         p.zeros = read_section<uint16_t>(image, offset, end, "zeros", uint64_t(integer_field(sections, "zeros_u16", 0, kAnyCount)));
         p.row_order = read_section<int32_t>(image, offset, end, "row_order",
                                             uint64_t(integer_field(sections, "row_order_i32", 0, kAnyCount)));
         p.act_order = !p.row_order.empty();
         if (offset != end) corrupt(concat(end - offset, " unexpected bytes after the last section"));
-        if (p.k < 1 || p.n < 1 || p.k >= kMaxDimension || p.n >= kMaxDimension ||
-            !(p.bits == 2 || p.bits == 3 || p.bits == 4 || p.bits == 8) || p.group_size < 1)
-            corrupt(concat("header describes an invalid layer: k=", p.k, " n=", p.n, " bits=", p.bits,
-                           " group_size=", p.group_size));
-        if (panel_columns < 8 || panel_columns > 4096 || panel_columns % 8 != 0)
-            corrupt(concat("panel_columns ", panel_columns, " is not a multiple of 8 in 8 .. 4096"));
+        // The ranges were checked as the fields were read; what a range cannot say:
+        if (p.bits == 5 || p.bits == 6 || p.bits == 7)
+            corrupt(concat("header describes an invalid layer: bits=", p.bits, "; expected 2, 3, 4 or 8"));
+        if (panel_columns % 8 != 0) corrupt(concat("panel_columns ", panel_columns, " is not a multiple of 8"));
         const size_t expected_words = PackedCodes::word_count(p.bits, p.k, p.n, panel_columns);
         if (code_words != expected_words)
             corrupt(concat("codes section holds ", code_words, " words; a ", p.k, " x ", p.n, " ", p.bits,
                            "-bit layer in panels of ", panel_columns, " needs ", expected_words));
-        layer.codes = PackedCodes{p.bits, p.k, p.n, panel_columns, PackedCodes::Words(words.begin(), words.end())};  // any bits are valid codes
+        layer.codes = PackedCodes{p.bits, p.k, p.n, panel_columns, std::move(words)};  // any bits are valid codes
         validate(p);
     } catch (const nlohmann::json::exception& e) {
         corrupt(concat("header is missing a field or has a wrong type: ", e.what()));

@@ -168,7 +168,7 @@ TEST_F(LayerFileTest, HeaderNumbersWrittenAsFloatsAreRefused) {
     EXPECT_NO_THROW(deserialize_layer(with_edited_header(image, [](std::string&) {})));  // the fix-up alone is fine
     for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
              {"\"k\":64", "\"k\":4.9e54"}, {"\"group_size\":32", "\"group_size\":1e300"},
-             {"\"n\":5", "\"n\":5.0"}, {"\"bits\":4", "\"bits\":-4"}, {"\"codes_u32\":", "\"codes_u32\":1e30,\"x\":"}}) {
+             {"\"n\":5", "\"n\":5.0"}, {"\"bits\":4", "\"bits\":-4"}, {"\"bits\":4", "\"bits\":1"}, {"\"codes_u32\":", "\"codes_u32\":1e30,\"x\":"}}) {
         SCOPED_TRACE(to);
         const std::string edited = with_edited_header(image, [&](std::string& header) {
             const size_t at = header.find(from);
