@@ -1,5 +1,5 @@
-// Small helpers shared by the benchmarks: byte units, the tools' random generator, and a persistent
-// team of threads for the benchmarks' own baseline kernels.
+// Small helpers shared by the benchmarks: byte units, the median, the tools' random generator, and
+// a persistent team of threads for the benchmarks' own baseline kernels.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +18,13 @@ inline constexpr size_t kMiB = size_t(1) << 20;
 inline constexpr size_t kGiB = size_t(1) << 30;
 
 inline int hardware_threads() { return std::max(1, int(std::thread::hardware_concurrency())); }
+
+// The median of a non-empty sample (the mean of the middle two for an even count).
+inline double median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    const size_t mid = values.size() / 2;
+    return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
 
 using qjit_tools::Rng;
 

@@ -34,11 +34,14 @@
 #include <utility>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "qjit/qjit.h"
 #include "tools/bandwidth_probe.hpp"
 #include "tools/random_gptq.hpp"
 
 namespace {
+
+using qjit_bench::median;
 
 using Clock = std::chrono::steady_clock;
 
@@ -115,11 +118,6 @@ double fresh_copy_ms(const void* source, size_t bytes, int threads) {
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     munmap(mapping, bytes);
     return ms;
-}
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
 }
 
 }  // namespace

@@ -31,10 +31,13 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "qjit/qjit.h"
 #include "tools/random_gptq.hpp"
 
 namespace {
+
+using qjit_bench::median;
 
 constexpr int kGroupSize = 128;
 constexpr int kWarmupCalls = 5;
@@ -237,12 +240,6 @@ void fill_random(DeviceBuffer& buffer, qjit_dtype dtype, uint64_t seed) {
 // ---------------------------------------------------------------------------------------------
 // Timing: the one protocol every measurement goes through
 // ---------------------------------------------------------------------------------------------
-
-double median(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    const size_t mid = values.size() / 2;
-    return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
-}
 
 class ColdL2Timer {
 public:

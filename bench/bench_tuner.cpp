@@ -19,10 +19,13 @@
 
 #include <unistd.h>
 
+#include "bench_common.hpp"
 #include "qjit/qjit.h"
 #include "tools/random_gptq.hpp"
 
 namespace {
+
+using qjit_bench::median;
 
 using Clock = std::chrono::steady_clock;
 
@@ -64,11 +67,6 @@ Made make(qjit_context* context, const Shape& shape, const qjit_tools::GptqTenso
     made.create_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     if (qjit_linear_get_tuning(made.layer, &made.tuning) != QJIT_OK) die("qjit_linear_get_tuning");
     return made;
-}
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
 }
 
 }  // namespace
