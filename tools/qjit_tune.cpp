@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -195,36 +196,39 @@ std::vector<Target> checkpoint_targets(CheckpointLayers* checkpoint, qjit_contex
     qjit_checkpoint* opened = checkpoint->in(context);
     int64_t count = 0;
     check(qjit_checkpoint_num_layers(opened, &count), "qjit_checkpoint_num_layers");
-    std::vector<Target> targets;
-    std::vector<std::string> formats;
-    std::vector<int> same;
+    struct Distinct {
+        std::string format, first_layer;
+        int64_t k, n;
+        int others;  // later layers of the same format and shape
+    };
+    std::vector<Distinct> distinct;
     int64_t bytes = 0;
     for (int64_t i = 0; i < count; ++i) {
         qjit_checkpoint_layer info;
         check(qjit_checkpoint_get_layer(opened, i, &info), "qjit_checkpoint_get_layer");
         bytes += info.checkpoint_bytes;
         if (i == 0)
-            *summary = printed("%lld layers, %d-bit, group %d, %s", (long long)count, info.bits,
-                                         info.group_size, info.checkpoint_format == QJIT_GPTQ_V1 ? "gptq (v1)" : "gptq_v2");
-        size_t t = 0;
-        while (t < targets.size() && !(formats[t] == info.format && targets[t].shape.k == info.k && targets[t].shape.n == info.n))
-            ++t;
-        if (t < targets.size()) {
-            ++same[t];
-            continue;
-        }
-        const std::string name = info.name;
-        targets.push_back({name, LinearShape{name, info.k, info.n}, [checkpoint, name](qjit_context* c) {
+            *summary = printed("%lld layers, %d-bit, group %d, %s", (long long)count, info.bits, info.group_size,
+                               info.checkpoint_format == QJIT_GPTQ_V1 ? "gptq (v1)" : "gptq_v2");
+        const auto seen = std::find_if(distinct.begin(), distinct.end(), [&](const Distinct& d) {
+            return d.format == info.format && d.k == info.k && d.n == info.n;
+        });
+        if (seen != distinct.end())
+            ++seen->others;
+        else
+            distinct.push_back({info.format, info.name, info.k, info.n, 0});
+    }
+    std::vector<Target> targets;
+    for (const Distinct& d : distinct) {
+        const std::string name = d.first_layer;
+        targets.push_back({d.others > 0 ? name + " (+" + std::to_string(d.others) + ")" : name,
+                           LinearShape{name, d.k, d.n}, [checkpoint, name](qjit_context* c) {
                                qjit_linear* layer = nullptr;
                                check(qjit_checkpoint_create_layer(checkpoint->in(c), name.c_str(), &layer),
                                      "qjit_checkpoint_create_layer");
                                return layer;
                            }});
-        formats.push_back(info.format);
-        same.push_back(0);
     }
-    for (size_t t = 0; t < targets.size(); ++t)
-        if (same[t] > 0) targets[t].name += " (+" + std::to_string(same[t]) + ")";
     *summary += printed(", %.2f GB, %zu distinct format and shape", double(bytes) * 1e-9, targets.size());
     return targets;
 }

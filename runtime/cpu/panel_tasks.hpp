@@ -11,7 +11,8 @@
 namespace qjit {
 
 // Calls fill(first_panel, end_panel) over all panels of `target`, in tasks of about
-// `columns_per_task` columns (at least one panel), spread over the pool. `fill` must not throw.
+// `columns_per_task` columns (at least one panel), spread over the pool. What `fill` throws reaches
+// the caller (ThreadPool::parallel_for).
 template <typename Fill>
 void fill_panels_in_parallel(ThreadPool& pool, const PackedCodes& target, int64_t columns_per_task, Fill&& fill) {
     const int64_t panels = target.num_panels();
