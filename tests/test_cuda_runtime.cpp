@@ -14,6 +14,7 @@
 #include "runtime/cuda/nvrtc_compiler.hpp"
 #include "runtime/cuda/cuda_driver.hpp"
 #include "base/error.hpp"
+#include "child_process.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -413,6 +414,26 @@ TEST_F(CubinCache, UnusableDirectoryStillCompiles) {
     EXPECT_TRUE(is_elf(kernel.cubin));
     EXPECT_TRUE(compile().from_cache);  // memory still works
     EXPECT_EQ(read_file(root_ / "a_file"), "not a directory");
+}
+
+// A cache folder this process may not write: kernels still compile, files already there are still
+// read, and nothing is added or changed.
+TEST_F(CubinCache, ReadOnlyFolderStillCompilesAndReads) {
+    compile();
+    const fs::path file = only_file();
+    const std::string stored = read_file(file);
+    ::chmod(root_.c_str(), 0755);  // mkdtemp made it 0700
+    ::chmod(dir_.c_str(), 0555);
+    cuda::clear_memory_cubin_cache();
+    const int status = test::run_unprivileged([&] {
+        if (!compile().from_cache) return 2;
+        const CompiledKernel other = compile_cuda_cached(source_ + "// other\n", "scale", 80, dir_);
+        return !other.from_cache && is_elf(other.cubin) ? 0 : 3;
+    });
+    ::chmod(dir_.c_str(), 0755);
+    if (status == test::kCannotDropRoot) GTEST_SKIP() << "cannot run a child without root's rights";
+    EXPECT_EQ(status, 0) << "2: the stored file was not read, 3: the other kernel did not compile";
+    EXPECT_EQ(read_file(only_file()), stored);
 }
 
 TEST_F(CubinCache, ConcurrentCompilesAgree) {

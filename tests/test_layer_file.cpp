@@ -16,6 +16,7 @@
 #include "base/error.hpp"
 #include "runtime/layer_file.hpp"
 #include "format/quantize_rtn.hpp"
+#include "child_process.hpp"
 #include "test_support.hpp"
 
 namespace qjit {
@@ -216,6 +217,30 @@ TEST_F(LayerFileTest, FailedSaveKeepsTheExistingFile) {
     int files = 0;
     for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(directory_)) ++files;
     EXPECT_EQ(files, 1) << "the temporary file was left behind";
+}
+
+// Saving into a folder this process may not write: an I/O error naming the file, and the file
+// already there is kept; loading from the folder still works.
+TEST_F(LayerFileTest, ReadOnlyFolderKeepsTheExistingFile) {
+    const auto original = make_layer(4, 64, 5, false);
+    ASSERT_EQ(qjit_linear_save(original.get(), path("layer.qjit").c_str()), QJIT_OK);
+    const std::string before = read_file(path("layer.qjit"));
+    const auto other = make_layer(3, 96, 7, false);
+    ::chmod(directory_.c_str(), 0555);
+    const int status = test::run_unprivileged([&] {
+        if (qjit_linear_save(other.get(), path("layer.qjit").c_str()) != QJIT_ERROR_IO) return 2;
+        if (std::string(qjit_last_error()).find(path("layer.qjit")) == std::string::npos) return 3;
+        qjit_linear* loaded = nullptr;
+        if (qjit_linear_load(context_.get(), path("layer.qjit").c_str(), &loaded) != QJIT_OK) return 4;
+        qjit_linear_destroy(loaded);
+        return 0;
+    });
+    ::chmod(directory_.c_str(), 0755);
+    if (status == test::kCannotDropRoot) GTEST_SKIP() << "cannot run a child without root's rights";
+    EXPECT_EQ(status, 0) << "2: the save did not fail with QJIT_ERROR_IO, 3: the message does not name the file, "
+                            "4: loading failed";
+    EXPECT_EQ(read_file(path("layer.qjit")), before);
+    EXPECT_EQ(test::files_starting(directory_, "").size(), 1u);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "child_process.hpp"
 #include "test_support.hpp"
 #include "tuner/legacy_kernel_key.hpp"
 #include "tuner/tuning_db.hpp"
@@ -31,6 +32,8 @@ void PrintTo(const TuningRecord& r, std::ostream* out) {
 namespace {
 
 using test::files_starting;
+using test::spawn;
+using test::wait_status;
 using test::read_file;
 using test::write_file;
 
@@ -43,26 +46,6 @@ TuningRecord make_record(const std::string& fingerprint, int n, const std::strin
     r.gbps = 0.1 * n + 1.0 / 3.0;  // needs every digit to round-trip
     r.date = "2024-05-01T12:00:00Z";
     return r;
-}
-
-// Runs `body` in a child process; its return value is the exit status.
-pid_t spawn(const std::function<int()>& body) {
-    pid_t pid = ::fork();
-    if (pid == 0) {
-        int status = 1;
-        try {
-            status = body();
-        } catch (...) {
-        }
-        ::_exit(status);
-    }
-    return pid;
-}
-
-int wait_status(pid_t pid) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 class TuningDbTest : public ::testing::Test {
@@ -285,6 +268,36 @@ TEST_F(TuningDbTest, TuningDbFailedWriteLeavesTheFileIntact) {
     EXPECT_EQ(read_file(path_), before);
     EXPECT_TRUE(files_starting(fs::path(path_).parent_path(), "tuning.yaml.tmp").empty());
     EXPECT_EQ(TuningDb(path_).records().size(), 2u);
+}
+
+// A database in a folder this process may not write: it is still read, a store fails with an I/O
+// error naming the file, and the file stays as it was. Twice: with the lock file as its first
+// writer left it (not ours to open), and with a lock file anyone may open, so that the temporary
+// file is what cannot be made.
+TEST_F(TuningDbTest, TuningDbReadOnlyFolderKeepsTheFile) {
+    TuningDb(path_).store({make_record("cpu-a", 1), make_record("cpu-a", 2)});
+    const std::string before = read_file(path_);
+    const fs::path folder = fs::path(path_).parent_path();
+    ::chmod(dir_.c_str(), 0755);  // mkdtemp made it 0700
+    for (const bool lock_open_to_all : {false, true}) {
+        if (lock_open_to_all) ::chmod((path_ + ".lock").c_str(), 0666);
+        ::chmod(folder.c_str(), 0555);
+        const int status = test::run_unprivileged([&] {
+            TuningDb db(path_);
+            if (db.records().size() != 2) return 2;
+            try {
+                db.store(make_record("cpu-a", 3));
+            } catch (const Error& e) {
+                return e.status() == QJIT_ERROR_IO && std::string(e.what()).find(path_) != std::string::npos ? 0 : 3;
+            }
+            return 4;  // the store should have failed
+        });
+        ::chmod(folder.c_str(), 0755);
+        if (status == test::kCannotDropRoot) GTEST_SKIP() << "cannot run a child without root's rights";
+        EXPECT_EQ(status, 0) << "lock open to all: " << lock_open_to_all;
+        EXPECT_EQ(read_file(path_), before);
+        EXPECT_TRUE(files_starting(folder, "tuning.yaml.tmp").empty());
+    }
 }
 
 TEST_F(TuningDbTest, TuningDbExportAndImportMerge) {
