@@ -14,6 +14,9 @@
 //           acc[i][t] += codes . activations                       (dot core)
 //     y[i][t] += scale * (acc[i][t] - zero * x_sum[i]) [* x_scale[i]]   (group epilogue)
 //
+// 3-bit codes on the int8 path walk the low plane's words and merge in the high plane's bit
+// before the dot products (emit_merged_three_bit_body), so each quad costs one dot per row.
+//
 // Symmetry, bits, group size, rows, tu and prefetch distance are compile-time constants of the
 // generated code; the group counts are run-time arguments so one kernel serves any K range.
 #include "jit/x86/gemm_emitter.hpp"
@@ -56,7 +59,8 @@ public:
           panel_(spec.panel_columns()),
           int8_(spec.path == ActivationPath::Int8),
           x_bytes_(int8_ ? 1 : 4),
-          scale_bytes_(spec.format.f16_scales() ? 2 : 4) {
+          scale_bytes_(spec.format.f16_scales() ? 2 : 4),
+          merges_planes_(merges_code_planes(spec)) {
         const int scratch = std::max(main_scratch_registers(spec), kEpilogueTemporaries);
         scratch_base_ = rows_ * tu_;
         const_base_ = scratch_base_ + scratch;
@@ -67,10 +71,14 @@ private:
     // ---- registers ----
     // Vector registers: [accumulators rows x tu][scratch][constants].
     Vmm acc(int i, int t) const { return Vmm(i * tu_ + t); }
+    // 3-bit codes on the int8 path also hold the high plane's word and its unpacked bit.
+    int merged_extra() const { return merges_planes_ ? tu_ + 1 : 0; }
     Vmm word(int t) const { return Vmm(scratch_base_ + t); }
     Vmm unpacked() const { return Vmm(scratch_base_ + tu_); }
-    Vmm x_broadcast(int i) const { return Vmm(scratch_base_ + tu_ + 1 + i); }
-    Vmm pair_sums() const { return Vmm(scratch_base_ + tu_ + 1 + rows_); }  // int8 without VNNI
+    Vmm high_word(int t) const { return Vmm(scratch_base_ + tu_ + 1 + t); }
+    Vmm high_bit() const { return Vmm(scratch_base_ + 2 * tu_ + 1); }
+    Vmm x_broadcast(int i) const { return Vmm(scratch_base_ + tu_ + 1 + merged_extra() + i); }
+    Vmm pair_sums() const { return Vmm(scratch_base_ + tu_ + 1 + merged_extra() + rows_); }  // int8 without VNNI
     Vmm plane_mask(int p) const { return Vmm(const_base_ + p); }
     Vmm int16_ones() const { return Vmm(const_base_ + int(planes_.size())); }  // int8 without VNNI
     // Epilogue temporaries reuse the scratch registers (the weights are dead by then).
@@ -211,6 +219,7 @@ private:
 
     // Quads [q_begin, q_end) of the current 32-row block (a quad is four consecutive rows).
     void emit_block_body(int q_begin, int q_end) {
+        if (merges_planes_) return emit_merged_three_bit_body(q_begin, q_end);
         for (size_t p = 0; p < planes_.size(); ++p) {
             const CodePlane& plane = planes_[p];
             const int quads_per_word = plane.rows_per_word() / 4;
@@ -231,21 +240,57 @@ private:
         }
     }
 
+    // 3-bit codes on the int8 path: the low plane's two bits and the high plane's one are merged
+    // into one byte per code before the dot products, so a quad costs each row one dot product,
+    // as at 2 and 4 bits (a dot product per plane made 3-bit twice as slow once rows share the
+    // unpacking). The high plane's word holds all 8 quads of the block and is loaded once.
+    void emit_merged_three_bit_body(int q_begin, int q_end) {
+        const CodePlane &low = planes_[0], &high = planes_[1];
+        for (int t = 0; t < tu_; ++t) vload(high_word(t), ptr[codes_ + (high.first_word * panel_ + t * lanes_) * 4]);
+        const int quads_per_word = low.rows_per_word() / 4;
+        for (int w = q_begin / quads_per_word; w * quads_per_word < q_end; ++w) {
+            for (int t = 0; t < tu_; ++t) vload(word(t), ptr[codes_ + ((low.first_word + w) * panel_ + t * lanes_) * 4]);
+            for (int quad = std::max(q_begin, w * quads_per_word); quad < std::min(q_end, (w + 1) * quads_per_word); ++quad) {
+                const int field = quad - w * quads_per_word;
+                broadcast_quad_activations(quad);
+                const int high_shift = quad * high.width - high.value_shift;
+                for (int t = 0; t < tu_; ++t) {
+                    const Vmm codes = unpack(0, t, field * low.width - low.value_shift);
+                    if (kZmm) {  // codes |= shifted high word & mask, in one instruction
+                        const Vmm shifted = high_shift == 0 ? high_word(t) : high_bit();
+                        if (high_shift > 0) vpsrlw(shifted, high_word(t), uint8_t(high_shift));
+                        if (high_shift < 0) vpsllw(shifted, high_word(t), uint8_t(-high_shift));
+                        vpternlogd(codes, shifted, plane_mask(1), 0xf8);  // truth table of a | (b & c)
+                    } else {
+                        shift_and_mask(high_bit(), high_word(t), high_shift, plane_mask(1));
+                        vpor(codes, codes, high_bit());
+                    }
+                    emit_quad_dots(t, codes, quad);
+                }
+            }
+        }
+    }
+
+    // dst = (src shifted right by `shift`, or left by -shift) & mask.
+    void shift_and_mask(const Vmm& dst, const Vmm& src, int shift, const Vmm& mask) {
+        if (shift > 0) {
+            int8_ ? vpsrlw(dst, src, uint8_t(shift)) : vpsrld(dst, src, uint8_t(shift));
+            vand(dst, dst, mask);
+        } else if (shift < 0) {
+            int8_ ? vpsllw(dst, src, uint8_t(-shift)) : vpslld(dst, src, uint8_t(-shift));
+            vand(dst, dst, mask);
+        } else {
+            vand(dst, src, mask);
+        }
+    }
+
     // Shifts field `field` of plane p into its place in the code and masks it off; bytes for the
     // int8 path (16-bit shifts: bits crossing a byte boundary fall outside the mask), 32-bit
     // lanes for the f32 path. Returns the register holding the result.
     Vmm unpack(int p, int t, int shift) {
         const Vmm src = word(t), dst = unpacked();
         if (int8_ && planes_[size_t(p)].width == 8) return src;
-        if (shift > 0) {
-            int8_ ? vpsrlw(dst, src, uint8_t(shift)) : vpsrld(dst, src, uint8_t(shift));
-            vand(dst, dst, plane_mask(p));
-        } else if (shift < 0) {
-            int8_ ? vpsllw(dst, src, uint8_t(-shift)) : vpslld(dst, src, uint8_t(-shift));
-            vand(dst, dst, plane_mask(p));
-        } else {
-            vand(dst, src, plane_mask(p));
-        }
+        shift_and_mask(dst, src, shift, plane_mask(p));
         return dst;
     }
 
@@ -256,16 +301,23 @@ private:
 
     void emit_int8_quad(int p, int field, int quad) {
         const CodePlane& plane = planes_[size_t(p)];
+        broadcast_quad_activations(quad);
+        for (int t = 0; t < tu_; ++t) emit_quad_dots(t, unpack(p, t, plane.width * field - plane.value_shift), quad);
+    }
+
+    // The four activations of the quad for every row, where they are not embedded broadcasts.
+    void broadcast_quad_activations(int quad) {
         if (!embedded_broadcast(spec_))
             for (int i = 0; i < rows_; ++i) vpbroadcastd(x_broadcast(i), dword[x_ + i * x_row_bytes() + quad * 4]);
-        for (int t = 0; t < tu_; ++t) {
-            const Vmm codes = unpack(p, t, plane.width * field - plane.value_shift);
-            for (int i = 0; i < rows_; ++i) {
-                if (embedded_broadcast(spec_)) {
-                    vpdpbusd(acc(i, t), codes, x_operand(i, quad * 4));
-                } else {
-                    emit_dot(acc(i, t), codes, x_broadcast(i));
-                }
+    }
+
+    // acc[i][t] += the quad's codes (column vector t) . row i's activations, for every row.
+    void emit_quad_dots(int t, const Vmm& codes, int quad) {
+        for (int i = 0; i < rows_; ++i) {
+            if (embedded_broadcast(spec_)) {
+                vpdpbusd(acc(i, t), codes, x_operand(i, quad * 4));
+            } else {
+                emit_dot(acc(i, t), codes, x_broadcast(i));
             }
         }
     }
@@ -348,6 +400,7 @@ private:
     const int tu_, rows_, lanes_, panel_;
     const bool int8_;
     const int x_bytes_, scale_bytes_;
+    const bool merges_planes_;
     int scratch_base_ = 0, const_base_ = 0;
 };
 
@@ -357,10 +410,15 @@ bool embedded_broadcast(const CpuKernelSpec& spec) {
     return spec.isa.avx512 && (spec.path == ActivationPath::F32 || spec.vnni());
 }
 
+bool merges_code_planes(const CpuKernelSpec& spec) {
+    return spec.path == ActivationPath::Int8 && code_planes(spec.format.bits).size() > 1;
+}
+
 int main_scratch_registers(const CpuKernelSpec& spec) {
     const bool pair_sums = spec.path == ActivationPath::Int8 && !spec.vnni();
     const int broadcasts = embedded_broadcast(spec) ? 0 : spec.rows;
-    return spec.tiling.column_vectors + 1 + broadcasts + (pair_sums ? 1 : 0);
+    const int high_plane = merges_code_planes(spec) ? spec.tiling.column_vectors + 1 : 0;
+    return spec.tiling.column_vectors + 1 + high_plane + broadcasts + (pair_sums ? 1 : 0);
 }
 
 std::unique_ptr<JitGenerator> generate_cpu_kernel(const CpuKernelSpec& spec) {
