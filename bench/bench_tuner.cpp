@@ -5,8 +5,8 @@
 // shape. The two tuned layers are then timed cold in alternation (rounds of
 // qjit_linear_benchmark, median of the rounds), so that drift in the machine's speed hits both.
 //
-//   bench_tuner                 five shapes (Llama-2-7B's three at batch 1, its MLP at batch 16,
-//                               Llama-2-70B's MLP at batch 1)
+//   bench_tuner                 Llama-2-7B's three shapes at batch 1, its MLP at batch 16, and
+//                               Llama-2-70B's two MLP shapes at batch 1 and 16 (4-bit g128)
 //   bench_tuner --budget=MS     the budget of the tuned layer (default: the library's, 300 ms)
 #include <algorithm>
 #include <chrono>
@@ -32,7 +32,8 @@ using Clock = std::chrono::steady_clock;
 struct Shape {
     int64_t k, n, batch;
 };
-constexpr Shape kShapes[] = {{4096, 4096, 1}, {4096, 11008, 1}, {11008, 4096, 1}, {4096, 11008, 16}, {8192, 28672, 1}};
+constexpr Shape kShapes[] = {{4096, 4096, 1},   {4096, 11008, 1},   {11008, 4096, 1},  {4096, 11008, 16},
+                             {8192, 28672, 1},  {8192, 28672, 16},  {28672, 8192, 1}, {28672, 8192, 16}};
 constexpr int kRounds = 7;
 constexpr int kCallsPerRound = 9;
 
@@ -81,6 +82,8 @@ int main(int argc, char** argv) {
         }
     }
     const std::string db = (std::filesystem::temp_directory_path() / ("bench_tuner-" + std::to_string(getpid()) + ".yaml")).string();
+    if (budget_ms >= 0) std::printf("tuned within a budget of %.0f ms\n\n", budget_ms);
+    else std::printf("tuned within the library's budget ($QJIT_TUNING_BUDGET_MS, else 300 ms)\n\n");
     std::printf("| shape | m | tuned tiling | timed | tuning ms | exhaustive tiling | timed | exhaustive ms | tuned / exhaustive time | on a hit: tiling lookup + code emission ms (whole creation incl. GPTQ import and packing) |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Shape& shape : kShapes) {

@@ -167,6 +167,46 @@ TEST(TunerPruning, TinyCachesPruneExactlyTheTilingsThatBreakABudget) {
     }
 }
 
+// The slice a budgeted search times: the same kernel, K, batch and threads; columns only as many
+// as the rule says, in whole widest panels per thread; the whole problem when that is smaller.
+TEST(TunerSlice, SliceKeepsEverythingButColumns) {
+    using qjit::jit::ActivationPath;
+    for (const int threads : {1, 2, 3}) {
+        for (const int64_t k : {int64_t(4096), int64_t(8192), int64_t(28672)}) {
+            const qjit::TuningProblem whole{format(QJIT_ISA_AVX512_VNNI, ActivationPath::Int8, 4, k, 128), 28672, 16, threads};
+            const qjit::TuningProblem slice = qjit::timing_slice(whole);
+            EXPECT_EQ(qjit::kernel_key({slice.kernel, whole.n, slice.batch, slice.threads}), qjit::kernel_key(whole));
+            EXPECT_EQ(slice.n % (qjit::kSliceColumnStep * threads), 0) << slice.n;
+            const int64_t per_thread = slice.n / threads;
+            EXPECT_GE(per_thread, qjit::kSliceColumnsPerThread);
+            // Enough columns for the byte target, and not a widest panel per thread more.
+            const int64_t column_bytes = k / 2 + k / 128 * 5;
+            EXPECT_GE(per_thread * column_bytes, std::min(qjit::kSliceBytesPerThread, whole.n / threads * column_bytes));
+            if (per_thread > qjit::kSliceColumnsPerThread)
+                EXPECT_LT((per_thread - qjit::kSliceColumnStep) * column_bytes, qjit::kSliceBytesPerThread) << per_thread;
+            EXPECT_LT(slice.n, whole.n);
+        }
+        const qjit::TuningProblem narrow{format(QJIT_ISA_AVX2, ActivationPath::F32, 3, 4096, 64), 200, 1, threads};
+        EXPECT_EQ(qjit::timing_slice(narrow).n, 200);  // no wider than the layer
+    }
+}
+
+// The factor from a slice's time to the whole layer's: the busiest thread's tasks, whole over
+// slice, so padding and uneven spreads count as they do in the whole layer.
+TEST(TunerSlice, TimeFactorCountsTheBusiestThreadsTasks) {
+    using qjit::jit::ActivationPath;
+    qjit::jit::CpuKernelSpec spec = format(QJIT_ISA_AVX512_VNNI, ActivationPath::Int8, 4, 8192, 128);
+    spec.tiling.column_vectors = 3;  // 48-column panels
+    const qjit::TuningProblem whole{spec, 28672, 1, 2}, slice{spec, 1024, 1, 2};
+    // 28672 / 48 -> 598 panels, 299 per thread; 1024 / 48 -> 22 panels, 11 per thread.
+    EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, slice), 299.0 / 11.0);
+    spec.tiling.column_vectors = 8;  // 128 columns: 224 panels, 112 per thread; 8, 4 per thread
+    EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, slice), 28.0);
+    spec.tiling.k_splits = 2;  // tasks double on both sides
+    EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, slice), 28.0);
+    EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, whole), 1.0);
+}
+
 // ---- 3. the timing protocol, on injected timings ----------------------------------------------
 // Each fake candidate "takes" the seconds it is given, and a fake clock advances by them, so the
 // protocol's decisions (medians, extra rounds, budgets, order) are checked exactly. Whether pruning

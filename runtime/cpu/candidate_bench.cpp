@@ -30,15 +30,16 @@ CandidateBench::CandidateBench(const TuningProblem& problem, const std::vector<C
     y_.resize(size_t(problem.batch * problem.n));
 }
 
-int64_t CandidateBench::weight_bytes(const jit::CpuKernelSpec& spec) const {
-    const int64_t panels = (problem_.n + spec.panel_columns() - 1) / spec.panel_columns();
+int64_t forward_weight_bytes(const jit::CpuKernelSpec& spec, int64_t n) {
+    const int64_t panels = (n + spec.panel_columns() - 1) / spec.panel_columns();
     const int64_t metadata = panels * spec.panel_columns() * spec.num_groups();
-    return int64_t(PackedCodes::word_count(spec.format.bits, spec.format.k, problem_.n, spec.panel_columns()) * 4) +
+    return int64_t(PackedCodes::word_count(spec.format.bits, spec.format.k, n, spec.panel_columns()) * 4) +
            metadata * ((spec.format.f16_scales() ? 2 : 4) + (spec.format.symmetric ? 0 : 1));
 }
 
 CandidateRun CandidateBench::make_run(const jit::CpuKernelSpec& spec) {
-    auto executor = std::make_shared<const JitExecutor>(spec, params_, jit_forward_plan(spec, params_), "");
+    auto executor = std::make_shared<const JitExecutor>(spec, params_, jit_forward_plan(spec, params_), "", nullptr,
+                                                        problem_.batch);
     const size_t code_bytes = PackedCodes::word_count(spec.format.bits, spec.format.k, problem_.n, spec.panel_columns()) * 4;
     CandidateRun candidate;
     candidate.prepare = [this, executor, code_bytes] {

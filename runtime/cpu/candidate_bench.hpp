@@ -14,6 +14,10 @@
 
 namespace qjit {
 
+// Weight bytes a forward of `spec` over n columns streams (codes of the padded panels, scales,
+// zero points).
+int64_t forward_weight_bytes(const jit::CpuKernelSpec& spec, int64_t n);
+
 class CandidateBench {
 public:
     // Sized for every candidate in `candidates`.
@@ -24,9 +28,6 @@ public:
     // Generates the kernels of `spec`. prepare() evicts the weights from the caches; run() is one
     // forward of the problem's batch. The bench must outlive the run.
     CandidateRun make_run(const jit::CpuKernelSpec& spec);
-
-    // Weight bytes a forward of `spec` streams (codes of the padded panels, scales, zero points).
-    int64_t weight_bytes(const jit::CpuKernelSpec& spec) const;
 
 private:
     TuningProblem problem_;

@@ -13,10 +13,14 @@ namespace qjit {
 namespace {
 
 // The x86 JIT as the tuner sees it: tilings of one problem, ranked by the performance model and
-// timed on synthetic weights (runtime/cpu/candidate_bench.hpp).
+// timed on synthetic weights (runtime/cpu/candidate_bench.hpp). A budgeted search times them on
+// a slice of the layer's columns (timing_slice) and scales each time to the whole layer
+// (slice_time_factor), so that times and GB/s are the layer's; the exhaustive search times the
+// whole layer.
 class CpuTuningTarget final : public TuningTarget {
 public:
-    CpuTuningTarget(const TuningProblem& problem, ThreadPool& pool) : problem_(problem), pool_(pool) {}
+    CpuTuningTarget(const TuningProblem& problem, ThreadPool& pool, bool whole_layer)
+        : problem_(problem), timed_problem_(whole_layer ? problem : timing_slice(problem)), pool_(pool) {}
 
     std::string kernel_key() const override { return qjit::kernel_key(problem_); }
     std::string fingerprint() const override { return probe_cpu().fingerprint; }
@@ -46,17 +50,19 @@ public:
     }
 
     TimedCall timed_call(const RankedTiling& candidate) override {
-        return timed_on_host(bench().make_run(spec(candidate.text)));
+        const jit::CpuKernelSpec timed = spec(candidate.text);
+        const double whole_per_timed = slice_time_factor(timed, problem_, timed_problem_);
+        return [call = timed_on_host(bench().make_run(timed)), whole_per_timed] { return call() * whole_per_timed; };
     }
 
-    double weight_bytes(const std::string& text) override { return double(bench().weight_bytes(spec(text))); }
+    double weight_bytes(const std::string& text) override { return double(forward_weight_bytes(spec(text), problem_.n)); }
 
     jit::CpuKernelSpec spec(const std::string& text) const { return with_tiling_text(problem_.kernel, text); }
 
 private:
     // Synthetic weights sized for the last ranking, made when the first candidate is timed.
     CandidateBench& bench() {
-        if (!bench_) bench_ = std::make_unique<CandidateBench>(problem_, candidates_, pool_);
+        if (!bench_) bench_ = std::make_unique<CandidateBench>(timed_problem_, candidates_, pool_);
         return *bench_;
     }
 
@@ -70,6 +76,7 @@ private:
     }
 
     TuningProblem problem_;
+    TuningProblem timed_problem_;  // the slice candidates are timed on (or the whole problem)
     ThreadPool& pool_;
     std::vector<Candidate> candidates_;      // the last ranking (sizes the synthetic weights)
     std::unique_ptr<CandidateBench> bench_;
@@ -82,7 +89,7 @@ TilingChoice choose_tiling(qjit_context& context, const QuantParams& params) {
     const std::optional<jit::CpuKernelSpec> format = cpu_kernel_format(context.isa, context.activations, params);
     if (!format) return choice;
     const TuningProblem problem{*format, params.n, batch_bucket(context.tuning_batch), context.num_threads};
-    CpuTuningTarget target(problem, *context.pool);
+    CpuTuningTarget target(problem, *context.pool, context.tuning_mode == QJIT_TUNING_EXHAUSTIVE);
     const TuningPolicy policy{context.tiling, context.tuning_mode, context.tuning_budget_ms, true};
     static_cast<TuningOutcome&>(choice) = tune(target, policy, context.tuning);
     choice.spec = target.spec(choice.tiling);

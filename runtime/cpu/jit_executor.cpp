@@ -52,10 +52,17 @@ std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightF
 }
 
 JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::vector<Pass>& passes,
-                         const std::string& dump_dir, ThreadPool* pool)
-    : spec_(spec), group_ranges_(group_ranges(spec, passes)), gathers_(has_gather(passes)) {
+                         const std::string& dump_dir, ThreadPool* pool, int64_t only_batch)
+    : spec_(spec), group_ranges_(group_ranges(spec, passes)), gathers_(has_gather(passes)), only_batch_(only_batch) {
     const auto emission_start = std::chrono::steady_clock::now();
-    for (int rows = 1; rows <= spec.tiling.rows; ++rows) {
+    const int max_rows = spec.tiling.rows;
+    for (int rows = 1; rows <= max_rows; ++rows) {
+        const bool needed = only_batch <= 0 || rows == std::min<int64_t>(max_rows, only_batch) ||
+                            (only_batch > max_rows && rows == only_batch % max_rows);
+        if (!needed) {
+            kernels_.push_back(nullptr);
+            continue;
+        }
         jit::CpuKernelSpec variant = spec;
         variant.rows = rows;
         kernels_.push_back(jit::generate_cpu_kernel(variant));
@@ -91,6 +98,7 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
 
 void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const float* x, int64_t m, float* y,
                           ThreadPool& pool) const {
+    require(only_batch_ <= 0 || m == only_batch_, "this executor was made for forwards of ", only_batch_, " rows, not ", m);
     const PreparedActivations act = prepare_activations(spec_, gathers_ ? p.row_order.data() : nullptr, x, m, pool);
     const int64_t panel = spec_.panel_columns(), panels = codes.num_panels(), groups = spec_.num_groups();
     const int64_t max_rows = spec_.tiling.rows;

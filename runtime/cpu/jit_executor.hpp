@@ -26,9 +26,11 @@ public:
     // `passes`: the layer's plan (runtime/layer_passes.hpp) over spec.num_groups() groups; its
     // gather is fused into the activation prologue, its products run as one parallel dispatch.
     // dump_dir: where to write each kernel's machine code ("" for nowhere). pool: where the
-    // metadata is repacked, panels in parallel (null: on the calling thread).
+    // metadata is repacked, panels in parallel (null: on the calling thread). only_batch: when
+    // positive, kernels are generated only for the row counts a forward of that many rows meets
+    // (the tuner's candidates), and a forward of any other m is refused.
     JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& params, const std::vector<Pass>& passes,
-                const std::string& dump_dir, ThreadPool* pool = nullptr);
+                const std::string& dump_dir, ThreadPool* pool = nullptr, int64_t only_batch = 0);
 
     void forward(const QuantParams& params, const PackedCodes& codes, const float* x, int64_t m, float* y,
                  ThreadPool& pool) const;
@@ -56,7 +58,8 @@ private:
     double emission_ms_ = 0;
     std::vector<GroupRange> group_ranges_;  // one per product pass
     bool gathers_ = false;                  // the plan has a gather pass
-    std::vector<std::unique_ptr<jit::JitGenerator>> kernels_;  // [rows - 1]
+    std::vector<std::unique_ptr<jit::JitGenerator>> kernels_;  // [rows - 1]; null where not generated
+    int64_t only_batch_ = 0;
     std::vector<uint8_t> scales_;  // [panel][group][panel_columns], fp16 or fp32
     std::vector<uint8_t> zeros_;   // [panel][group][panel_columns] (asymmetric only)
 };
