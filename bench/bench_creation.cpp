@@ -46,8 +46,6 @@ using qjit_bench::median;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kGroup = 128;
-constexpr int kProbeRepeats = 5;
-constexpr size_t kProbeSweepBytes = size_t(256) << 20;
 
 struct Shape {
     int64_t k, n;
@@ -164,7 +162,7 @@ int bench_checkpoint(const std::string& directory, int threads) {
     qjit_context_destroy(warm);
     std::filesystem::remove(db);
     qjit_tools::BandwidthProbe probe;
-    const double probe_gbps = probe.median(threads, kProbeRepeats, kProbeSweepBytes);
+    const double probe_gbps = probe.peak(threads);
     const double gbps = double(second.bytes) / (second.ms * 1e6);
     std::printf("checkpoint %s: %lld layers, %.2f GB, %d threads\n", directory.c_str(), (long long)second.layers,
                 double(second.bytes) * 1e-9, threads);
@@ -217,7 +215,7 @@ int main(int argc, char** argv) {
                                                         thread_counts[t]));
                     }
                     for (qjit_linear* layer : kept) qjit_linear_destroy(layer);
-                    const double probe_gbps = probe.median(thread_counts[t], kProbeRepeats, kProbeSweepBytes);
+                    const double probe_gbps = probe.peak(thread_counts[t]);
                     const double gbps = double(bytes) / (median(ms) * 1e6);
                     std::printf("| %lldx%lld | %d | %s | %d | %.1f | %.2f | %.2f | %.3f | %.1f | %.2f |\n",
                                 (long long)shape.k, (long long)shape.n, bits, act_order ? "yes" : "no", thread_counts[t],

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "tools/bandwidth_probe.hpp"
+#include "tools/int8_peak_probe.hpp"
 #include "tools/random_gptq.hpp"
 #include "bench_common.hpp"
 #include "qjit/qjit.h"
@@ -75,10 +76,8 @@ const char* const kTilings[] = {"tu=1,mb=1,prefetch=0", "tu=2,mb=4,prefetch=0", 
                                 "tu=3,mb=8,prefetch=4", "tu=4,mb=6,prefetch=16"};
 
 constexpr size_t kDefaultRotationMiB = 256;  // 8x the 32 MiB L3 the issue names
-constexpr size_t kProbeSweepBytes = 256 * kMiB;
-constexpr int kProbeRepeats = 3;
+constexpr int kProbeSweeps = 3;              // per row: best of 3 rounds of peak()'s two windows (~0.1 s)
 constexpr double kProbeMaxAgeSeconds = 1.0;  // a younger probe value of the same thread count is reused
-constexpr int kStartupProbeRepeats = 5;      // the full-buffer probes printed before the rows
 
 // Google Benchmark flags set unless the command line sets them (a later flag wins).
 const char* const kDefaultBenchmarkFlags[] = {
@@ -436,7 +435,7 @@ private:
     double probe_gbps(int threads) {
         const bool fresh = last_probe_threads_ == threads && seconds_since(last_probe_time_) < kProbeMaxAgeSeconds;
         if (!fresh) {
-            last_probe_gbps_ = probe_.median(threads, kProbeRepeats, kProbeSweepBytes);
+            last_probe_gbps_ = probe_.peak(threads, kProbeSweeps);
             last_probe_threads_ = threads;
             last_probe_time_ = Clock::now();
         }
@@ -533,14 +532,20 @@ public:
         for (size_t i = 0; i < cases.size(); ++i) index_[cases[i].name] = i;
     }
 
-    // Google Benchmark's header, then the probe over the whole buffer for orientation.
+    // Google Benchmark's header, then the machine's peaks (read bandwidth, int8 dot products) for orientation.
     bool ReportContext(const Context& context) override {
         if (!ConsoleReporter::ReportContext(context)) return false;
         std::printf("qjit %s, %d hardware threads; probe buffer %zu MiB; rotation >= %zu MiB per row\n", qjit_version(),
                     hardware_threads(), probe_.buffer_bytes() / kMiB, rotation_bytes_ / kMiB);
         for (int threads : {1, hardware_threads()})
-            std::printf("probe, whole-buffer sweeps, %d thread(s): %.1f GB/s\n", threads,
-                        probe_.median(threads, kStartupProbeRepeats));
+            std::printf("read probe (%s loads, best of %d sweeps), %d thread(s): %.1f GB/s\n", probe_.load_width(),
+                        BandwidthProbe::kPeakSweeps, threads, probe_.peak(threads));
+        if (Int8PeakProbe::available()) {
+            Int8PeakProbe int8_peak;
+            for (int threads : {1, hardware_threads()})
+                std::printf("int8 dot-product peak (%s, best of %d runs), %d thread(s): %.3f T MAC/s\n",
+                            int8_peak.instruction(), Int8PeakProbe::kPeakRuns, threads, int8_peak.peak(threads) * 1e-12);
+        }
         std::fflush(stdout);
         return true;
     }

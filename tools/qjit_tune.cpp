@@ -23,6 +23,7 @@
 
 #include "qjit/qjit.h"
 #include "tools/bandwidth_probe.hpp"
+#include "tools/int8_peak_probe.hpp"
 #include "tools/random_gptq.hpp"
 #include "tools/model_config.hpp"
 
@@ -40,9 +41,6 @@ const qjit::ModelConfig kLlama2_7b = {"llama-2-7b",
                                        {"gate_proj", 4096, 11008},
                                        {"up_proj", 4096, 11008},
                                        {"down_proj", 11008, 4096}}};
-
-constexpr size_t kProbeBytes = size_t(256) << 20;
-constexpr int kProbeRepeats = 5;
 
 struct Options {
     std::string model;  // empty: the embedded Llama-2-7B
@@ -327,11 +325,25 @@ int main(int argc, char** argv) {
         what = "checkpoint " + o.checkpoint + ": " + what;
     }
 
-    qjit_tools::BandwidthProbe probe(kProbeBytes);
-    const double probe_gbps = probe.median(threads, kProbeRepeats);
-    std::printf("%s; %d threads; memory read probe %.1f GB/s; %s; median of %d cold calls\n", what.c_str(), threads,
-                probe_gbps, o.exhaustive ? "exhaustive search" : o.retune ? "retuning every shape" : "database hits reused",
-                o.repeats);
+    std::printf("%s; %d threads; %s; median of %d cold calls\n", what.c_str(), threads,
+                o.exhaustive ? "exhaustive search" : o.retune ? "retuning every shape" : "database hits reused", o.repeats);
+    // The machine's peaks, on one thread and on the layers' thread count; "x probe" is against the
+    // latter. The probe's 1 GiB buffer is freed before any layer is made.
+    const double probe_gbps = [&] {
+        qjit_tools::BandwidthProbe probe;
+        const double all = probe.peak(threads);
+        std::printf("memory read probe (%s loads, best of %d sweeps): %.1f GB/s on 1 thread, %.1f GB/s on %d\n",
+                    probe.load_width(), qjit_tools::BandwidthProbe::kPeakSweeps, threads > 1 ? probe.peak(1) : all, all,
+                    threads);
+        return all;
+    }();
+    if (qjit_tools::Int8PeakProbe::available()) {
+        qjit_tools::Int8PeakProbe int8_peak;
+        const double all = int8_peak.peak(threads);
+        std::printf("int8 dot-product peak (%s, best of %d runs): %.3f T MAC/s on 1 thread, %.3f T MAC/s on %d\n",
+                    int8_peak.instruction(), qjit_tools::Int8PeakProbe::kPeakRuns,
+                    (threads > 1 ? int8_peak.peak(1) : all) * 1e-12, all * 1e-12, threads);
+    }
 
     const bool tty = isatty(STDOUT_FILENO);
     std::vector<Row> rows;

@@ -1,0 +1,165 @@
+#include "tools/probe_loops.hpp"
+
+#include <immintrin.h>
+
+namespace qjit_tools {
+
+namespace {
+
+// Read loops. Eight independent vector accumulators: eight loads (eight cache lines with
+// AVX-512) in flight per iteration and no dependency chain longer than one add per iteration.
+// Unaligned loads: as fast as aligned ones on aligned data, and any slice works.
+constexpr size_t kReadVectors = 8;
+
+__attribute__((target("avx512f"))) uint64_t sum_avx512(const uint64_t* words, size_t count) {
+    constexpr size_t kLanes = 8;
+    __m512i acc[kReadVectors];
+    for (__m512i& a : acc) a = _mm512_setzero_si512();
+    size_t i = 0;
+    for (; i + kReadVectors * kLanes <= count; i += kReadVectors * kLanes)
+#pragma GCC unroll 8
+        for (size_t j = 0; j < kReadVectors; ++j)
+            acc[j] = _mm512_add_epi64(acc[j], _mm512_loadu_si512(words + i + j * kLanes));
+    for (; i + kLanes <= count; i += kLanes) acc[0] = _mm512_add_epi64(acc[0], _mm512_loadu_si512(words + i));
+    for (size_t j = 1; j < kReadVectors; ++j) acc[0] = _mm512_add_epi64(acc[0], acc[j]);
+    alignas(64) uint64_t lanes[kLanes];  // not _mm512_reduce_add_epi64: GCC 12's warns in its own header
+    _mm512_store_si512(lanes, acc[0]);
+    uint64_t total = 0;
+    for (uint64_t lane : lanes) total += lane;
+    for (; i < count; ++i) total += words[i];
+    return total;
+}
+
+__attribute__((target("avx2"))) uint64_t sum_avx2(const uint64_t* words, size_t count) {
+    constexpr size_t kLanes = 4;
+    __m256i acc[kReadVectors];
+    for (__m256i& a : acc) a = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + kReadVectors * kLanes <= count; i += kReadVectors * kLanes)
+#pragma GCC unroll 8
+        for (size_t j = 0; j < kReadVectors; ++j)
+            acc[j] = _mm256_add_epi64(
+                acc[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i + j * kLanes)));
+    for (; i + kLanes <= count; i += kLanes)
+        acc[0] = _mm256_add_epi64(acc[0], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i)));
+    for (size_t j = 1; j < kReadVectors; ++j) acc[0] = _mm256_add_epi64(acc[0], acc[j]);
+    alignas(32) uint64_t lanes[kLanes];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc[0]);
+    uint64_t total = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+    for (; i < count; ++i) total += words[i];
+    return total;
+}
+
+uint64_t sum_sse2(const uint64_t* words, size_t count) {
+    constexpr size_t kLanes = 2;
+    __m128i acc[kReadVectors];
+    for (__m128i& a : acc) a = _mm_setzero_si128();
+    size_t i = 0;
+    for (; i + kReadVectors * kLanes <= count; i += kReadVectors * kLanes)
+#pragma GCC unroll 8
+        for (size_t j = 0; j < kReadVectors; ++j)
+            acc[j] = _mm_add_epi64(acc[j], _mm_loadu_si128(reinterpret_cast<const __m128i*>(words + i + j * kLanes)));
+    for (size_t j = 1; j < kReadVectors; ++j) acc[0] = _mm_add_epi64(acc[0], acc[j]);
+    alignas(16) uint64_t lanes[kLanes];
+    _mm_store_si128(reinterpret_cast<__m128i*>(lanes), acc[0]);
+    uint64_t total = lanes[0] + lanes[1];
+    for (; i < count; ++i) total += words[i];
+    return total;
+}
+
+// Dot-product loops. Each accumulator is a chain of one instruction per iteration; there are
+// enough of them that latency x throughput (about 4 to 10 on current cores) never stalls the
+// loop, and few enough that they, a and b stay in registers (32 zmm, 16 ymm). Every loop over
+// the accumulators is unrolled, so each is a register of its own. Chains that start equal and do
+// the same thing are one chain to the compiler: an empty asm makes each start value opaque.
+
+// The sum of the accumulators' int32 lanes, widened.
+template <typename Vector, int Chains>
+[[gnu::always_inline]] inline int64_t lane_sum(const Vector (&acc)[Chains]) {
+    int64_t total = 0;
+#pragma GCC unroll 16
+    for (int j = 0; j < Chains; ++j) {
+        int32_t lanes[sizeof(Vector) / 4];
+        __builtin_memcpy(lanes, &acc[j], sizeof lanes);
+        for (int32_t lane : lanes) total += lane;
+    }
+    return total;
+}
+
+constexpr int kZmmChains = 16;
+__attribute__((target("avx512vnni,avx512f"))) int64_t dot_avx512_vnni(int64_t iterations, uint32_t a, uint32_t b) {
+    const __m512i va = _mm512_set1_epi32(int32_t(a)), vb = _mm512_set1_epi32(int32_t(b));
+    __m512i acc[kZmmChains];
+#pragma GCC unroll 16
+    for (int j = 0; j < kZmmChains; ++j) {
+        acc[j] = _mm512_setzero_si512();
+        asm volatile("" : "+v"(acc[j]));
+    }
+    for (int64_t i = 0; i < iterations; ++i)
+#pragma GCC unroll 16
+        for (int j = 0; j < kZmmChains; ++j) acc[j] = _mm512_dpbusd_epi32(acc[j], va, vb);
+    return lane_sum(acc);
+}
+
+constexpr int kYmmChains = 12;
+__attribute__((target("avxvnni,avx2"))) int64_t dot_avx_vnni(int64_t iterations, uint32_t a, uint32_t b) {
+    const __m256i va = _mm256_set1_epi32(int32_t(a)), vb = _mm256_set1_epi32(int32_t(b));
+    __m256i acc[kYmmChains];
+#pragma GCC unroll 16
+    for (int j = 0; j < kYmmChains; ++j) {
+        acc[j] = _mm256_setzero_si256();
+        asm volatile("" : "+x"(acc[j]));
+    }
+    for (int64_t i = 0; i < iterations; ++i)
+#pragma GCC unroll 16
+        for (int j = 0; j < kYmmChains; ++j) acc[j] = _mm256_dpbusd_avx_epi32(acc[j], va, vb);
+    return lane_sum(acc);
+}
+
+// Without VNNI the kernels' u8 x s8 step is three instructions: vpmaddubsw (pairs of products to
+// int16), vpmaddwd by ones (to int32), vpaddd. Only the add is a chain, so fewer accumulators do.
+// The products of invariant operands would be hoisted out of the loop and shared: the empty asm
+// makes `va` look new before each one.
+constexpr int kAvx2Chains = 8;
+__attribute__((target("avx2"))) int64_t dot_avx2(int64_t iterations, uint32_t a, uint32_t b) {
+    __m256i va = _mm256_set1_epi32(int32_t(a));
+    const __m256i vb = _mm256_set1_epi32(int32_t(b)), ones = _mm256_set1_epi16(1);
+    __m256i acc[kAvx2Chains];
+#pragma GCC unroll 16
+    for (int j = 0; j < kAvx2Chains; ++j) {
+        acc[j] = _mm256_setzero_si256();
+        asm volatile("" : "+x"(acc[j]));
+    }
+    for (int64_t i = 0; i < iterations; ++i)
+#pragma GCC unroll 16
+        for (int j = 0; j < kAvx2Chains; ++j) {
+            asm volatile("" : "+x"(va));
+            acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(va, vb), ones));
+        }
+    return lane_sum(acc);
+}
+
+}  // namespace
+
+// Chosen on each call, not by an ifunc resolver (resolvers run before the sanitizers' runtimes are
+// up); __builtin_cpu_supports also checks that the OS saves the wider registers.
+std::vector<ReadLoop> supported_read_loops() {
+    std::vector<ReadLoop> loops;
+    if (__builtin_cpu_supports("avx512f")) loops.push_back({"avx512", sum_avx512});
+    if (__builtin_cpu_supports("avx2")) loops.push_back({"avx2", sum_avx2});
+    loops.push_back({"sse2", sum_sse2});
+    return loops;
+}
+
+std::vector<DotLoop> supported_dot_loops() {
+    std::vector<DotLoop> loops;
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512f"))
+        loops.push_back({"vpdpbusd zmm (AVX512-VNNI)", kZmmChains * 64, dot_avx512_vnni});
+    if (__builtin_cpu_supports("avxvnni") && __builtin_cpu_supports("avx2"))
+        loops.push_back({"vpdpbusd ymm (AVX-VNNI)", kYmmChains * 32, dot_avx_vnni});
+    if (__builtin_cpu_supports("avx2"))
+        loops.push_back({"vpmaddubsw+vpmaddwd+vpaddd ymm (AVX2)", kAvx2Chains * 32, dot_avx2});
+    return loops;
+}
+
+}  // namespace qjit_tools
