@@ -43,11 +43,11 @@ int main() {
         std::set<std::string> kept;
         for (const qjit::Candidate& c : pruned.ranked) kept.insert(qjit::tiling_text(c.spec.tiling));
 
-        qjit::CandidateBench bench(problem, all.ranked, pool);
+        qjit::CandidateBench bench(problem, all.ranked, problem.n, pool);
         std::vector<qjit::TimedCall> calls;
         std::vector<double> seconds;
         for (const qjit::Candidate& c : all.ranked) {
-            calls.push_back(qjit::timed_on_host(bench.make_run(c.spec)));
+            calls.push_back(qjit::timed_on_host(bench.make_run(c.spec, problem.n)));
             seconds.push_back(qjit::measure(calls.back(), 5).median_seconds);
         }
         size_t best = 0, best_kept = all.ranked.size();

@@ -167,44 +167,46 @@ TEST(TunerPruning, TinyCachesPruneExactlyTheTilingsThatBreakABudget) {
     }
 }
 
-// The slice a budgeted search times: the same kernel, K, batch and threads; columns only as many
-// as the rule says, in whole widest panels per thread; the whole problem when that is smaller.
-TEST(TunerSlice, SliceKeepsEverythingButColumns) {
+// The slice a budgeted search times a candidate on: whole panels of its width, the same number on
+// every thread, enough for the byte and column targets and not a panel per thread more; the
+// whole layer when that is no wider.
+TEST(TunerSlice, SliceColumnsAreWholePanelsPerThread) {
     using qjit::jit::ActivationPath;
-    for (const int threads : {1, 2, 3}) {
-        for (const int64_t k : {int64_t(4096), int64_t(8192), int64_t(28672)}) {
-            const qjit::TuningProblem whole{format(QJIT_ISA_AVX512_VNNI, ActivationPath::Int8, 4, k, 128), 28672, 16, threads};
-            const qjit::TuningProblem slice = qjit::timing_slice(whole);
-            EXPECT_EQ(qjit::kernel_key({slice.kernel, whole.n, slice.batch, slice.threads}), qjit::kernel_key(whole));
-            EXPECT_EQ(slice.n % (qjit::kSliceColumnStep * threads), 0) << slice.n;
-            const int64_t per_thread = slice.n / threads;
-            EXPECT_GE(per_thread, qjit::kSliceColumnsPerThread);
-            // Enough columns for the byte target, and not a widest panel per thread more.
-            const int64_t column_bytes = k / 2 + k / 128 * 5;
-            EXPECT_GE(per_thread * column_bytes, std::min(qjit::kSliceBytesPerThread, whole.n / threads * column_bytes));
-            if (per_thread > qjit::kSliceColumnsPerThread)
-                EXPECT_LT((per_thread - qjit::kSliceColumnStep) * column_bytes, qjit::kSliceBytesPerThread) << per_thread;
-            EXPECT_LT(slice.n, whole.n);
-        }
-        const qjit::TuningProblem narrow{format(QJIT_ISA_AVX2, ActivationPath::F32, 3, 4096, 64), 200, 1, threads};
-        EXPECT_EQ(qjit::timing_slice(narrow).n, 200);  // no wider than the layer
-    }
+    for (const int threads : {1, 2, 3})
+        for (const int64_t k : {int64_t(4096), int64_t(8192), int64_t(28672)})
+            for (const int tu : {1, 3, 4, 7, 8}) {
+                qjit::jit::CpuKernelSpec spec = format(QJIT_ISA_AVX512_VNNI, ActivationPath::Int8, 4, k, 128);
+                spec.tiling.column_vectors = tu;
+                const qjit::TuningProblem whole{spec, 28672, 16, threads};
+                const int64_t columns = qjit::timing_slice_columns(spec, whole);
+                const int64_t panel = spec.panel_columns();
+                ASSERT_EQ(columns % (panel * threads), 0) << columns;
+                const int64_t panels = columns / panel / threads;
+                const int64_t panel_bytes = panel * (k / 2 + k / 128 * 5);
+                EXPECT_GE(panels * panel, qjit::kSliceColumnsPerThread);
+                EXPECT_GE(panels * panel_bytes, qjit::kSliceBytesPerThread);
+                EXPECT_TRUE((panels - 1) * panel < qjit::kSliceColumnsPerThread ||
+                            (panels - 1) * panel_bytes < qjit::kSliceBytesPerThread)
+                    << panels << " panels per thread: one fewer would do";
+                EXPECT_LT(columns, whole.n);
+                EXPECT_EQ(qjit::timing_slice_columns(spec, {spec, 200, 1, threads}), 200);  // never wider than the layer
+            }
 }
 
 // The factor from a slice's time to the whole layer's: the busiest thread's tasks, whole over
-// slice, so padding and uneven spreads count as they do in the whole layer.
+// slice, so the whole layer's padding and uneven spread count.
 TEST(TunerSlice, TimeFactorCountsTheBusiestThreadsTasks) {
     using qjit::jit::ActivationPath;
     qjit::jit::CpuKernelSpec spec = format(QJIT_ISA_AVX512_VNNI, ActivationPath::Int8, 4, 8192, 128);
     spec.tiling.column_vectors = 3;  // 48-column panels
-    const qjit::TuningProblem whole{spec, 28672, 1, 2}, slice{spec, 1024, 1, 2};
-    // 28672 / 48 -> 598 panels, 299 per thread; 1024 / 48 -> 22 panels, 11 per thread.
-    EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, slice), 299.0 / 11.0);
-    spec.tiling.column_vectors = 8;  // 128 columns: 224 panels, 112 per thread; 8, 4 per thread
-    EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, slice), 28.0);
-    spec.tiling.k_splits = 2;  // tasks double on both sides
-    EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, slice), 28.0);
-    EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, whole), 1.0);
+    const qjit::TuningProblem whole{spec, 28672, 1, 2};
+    // 28672 / 48 -> 598 panels, 299 per thread; 960 columns: 20 panels, 10 per thread.
+    EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, 960), 29.9);
+    spec.tiling.column_vectors = 5;  // 80 columns: 359 panels, 180 on the busiest thread; 800 columns: 5 per thread
+    EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, 800), 36.0);
+    spec.tiling.k_splits = 2;  // 718 tasks, 359 on the busiest thread; 10 per thread
+    EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, 800), 35.9);
+    EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, whole.n), 1.0);
 }
 
 // ---- 3. the timing protocol, on injected timings ----------------------------------------------
@@ -216,6 +218,7 @@ struct FakeCandidates {
     std::vector<std::string> structures;
     std::vector<double> seconds;  // what one call of candidate i takes
     std::vector<int> calls;
+    std::vector<size_t> order;    // candidates in the order they were screened
     double now = 0;               // the fake clock, in seconds
 
     FakeCandidates(std::vector<std::string> structures_, std::vector<double> seconds_)
@@ -226,6 +229,7 @@ struct FakeCandidates {
     }
     qjit::MakeTimedCall make_call() {
         return [this](size_t i) -> qjit::TimedCall {
+            order.push_back(i);
             return [this, i] {
                 ++calls[i];
                 now += seconds[i];
@@ -303,9 +307,11 @@ TEST(TunerMeasure, ExhaustiveSearchFindsTheFastest) {
 TEST(TunerMeasure, StructuresFirstThenVariantsOfTheFastest) {
     FakeCandidates fake({"a", "b", "c", "a", "b", "c"}, {3e-3, 2e-3, 5e-3, 1e-3, 2.5e-3, 0.5e-3});
     const qjit::SearchResult result = fake.search(10.0);
-    EXPECT_EQ(result.best, 3u);  // a's variant
-    EXPECT_EQ(result.timed, 5);
-    EXPECT_EQ(fake.calls[5], 0) << "a variant of the slowest structure was timed";
+    EXPECT_EQ(result.best, 5u);  // c's variant: with budget to spare every structure is refined
+    EXPECT_EQ(result.timed, 6);
+    // Representatives in model order (a, b, c), then variants by structure speed: b's, a's, c's.
+    const std::vector<size_t> expected = {0, 1, 2, 4, 3, 5};
+    EXPECT_EQ(fake.order, expected);
 }
 
 // A budget too small for even one screening still times one candidate, and returns it.

@@ -99,14 +99,13 @@ SearchResult timed_search(const std::vector<std::string>& structures, const Make
         for (size_t i : all)
             if (seen.insert(structures[i]).second) representatives.push_back(i);
         screen(representatives, kStructureShare * budget_seconds);
-        // Then the other candidates of the fastest structures.
+        // Then the other candidates of the screened structures, fastest structure first.
         std::vector<std::pair<double, std::string>> fastest;
         for (const auto& [structure, seconds] : structure_best) fastest.push_back({seconds, structure});
         std::sort(fastest.begin(), fastest.end());
-        if (fastest.size() > size_t(kRefinedStructures)) fastest.resize(size_t(kRefinedStructures));
         std::vector<size_t> variants;
-        for (size_t i : all)
-            for (const auto& structure : fastest)
+        for (const auto& structure : fastest)
+            for (size_t i : all)
                 if (structures[i] == structure.second) variants.push_back(i);
         screen(variants, kScreeningShare * budget_seconds);
     }

@@ -59,15 +59,15 @@ using MakeTimedCall = std::function<TimedCall(size_t)>;
 //  1. structure: the model's best candidate of each structure, in the model's order, until
 //     kStructureShare of the budget is spent. Knobs that matter most come first, since the
 //     ranking is least sure between structures and many variants of one structure time alike;
-//  2. refinement: the other candidates of the kRefinedStructures fastest structures, in the
-//     model's order, until kScreeningShare of the budget is spent;
+//  2. refinement: the other candidates of the screened structures, fastest structure first and
+//     each structure's in the model's order, until kScreeningShare of the budget is spent (a
+//     small layer's budget covers every structure; a large one's, the fastest few);
 //  3. confirmation: the kFinalists fastest screened, re-timed with kConfirmRepeats calls each,
 //     interleaved so that drift in the machine's speed hits them alike; the fastest median wins.
 // `structures` must not be empty.
 inline constexpr int kScreenRepeats = 3;
 inline constexpr int kConfirmRepeats = 7;
 inline constexpr int kFinalists = 4;
-inline constexpr int kRefinedStructures = 2;
 inline constexpr double kStructureShare = 0.4;
 inline constexpr double kScreeningShare = 0.7;
 SearchResult timed_search(const std::vector<std::string>& structures, const MakeTimedCall& make_call,

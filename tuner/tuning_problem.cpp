@@ -12,22 +12,29 @@ int64_t batch_bucket(int64_t rows) {
     return bucket;
 }
 
-TuningProblem timing_slice(const TuningProblem& problem) {
-    const WeightFormat& f = problem.kernel.format;
-    // Bytes of one column: its codes plus a scale and a zero point per group (an upper bound).
-    const int64_t column_bytes = (f.k * f.bits + 7) / 8 + problem.kernel.num_groups() * 5;
-    const int64_t per_thread = std::max(kSliceColumnsPerThread, (kSliceBytesPerThread + column_bytes - 1) / column_bytes);
-    TuningProblem slice = problem;
-    slice.n = std::min(problem.n, (per_thread + kSliceColumnStep - 1) / kSliceColumnStep * kSliceColumnStep * problem.threads);
-    return slice;
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t busiest_thread_tasks(const jit::CpuKernelSpec& spec, int64_t n, int threads) {
+    return ceil_div(ceil_div(n, spec.panel_columns()) * spec.tiling.k_splits, threads);
 }
 
-double slice_time_factor(const jit::CpuKernelSpec& spec, const TuningProblem& whole, const TuningProblem& slice) {
-    auto busiest_thread_tasks = [&](const TuningProblem& problem) {
-        const int64_t panels = (problem.n + spec.panel_columns() - 1) / spec.panel_columns();
-        return (panels * spec.tiling.k_splits + problem.threads - 1) / problem.threads;
-    };
-    return double(busiest_thread_tasks(whole)) / double(busiest_thread_tasks(slice));
+}  // namespace
+
+int64_t timing_slice_columns(const jit::CpuKernelSpec& spec, const TuningProblem& problem) {
+    const WeightFormat& f = spec.format;
+    const int64_t panel = spec.panel_columns();
+    // Bytes of one panel: its codes plus a scale and a zero point per group and column (an upper bound).
+    const int64_t panel_bytes = panel * (ceil_div(f.k * f.bits, 8) + spec.num_groups() * 5);
+    const int64_t panels_per_thread =
+        std::max(ceil_div(kSliceColumnsPerThread, panel), ceil_div(kSliceBytesPerThread, panel_bytes));
+    return std::min(problem.n, panels_per_thread * panel * problem.threads);
+}
+
+double slice_time_factor(const jit::CpuKernelSpec& spec, const TuningProblem& problem, int64_t slice_columns) {
+    return double(busiest_thread_tasks(spec, problem.n, problem.threads)) /
+           double(busiest_thread_tasks(spec, slice_columns, problem.threads));
 }
 
 std::string kernel_key(const TuningProblem& problem) {

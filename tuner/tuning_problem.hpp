@@ -16,19 +16,19 @@ struct TuningProblem {
     int threads = 1;            // threads a forward runs on
 };
 
-// The sub-problem a budgeted search times candidates on: the same kernel, K, batch and threads,
-// but only as many columns as give each thread kSliceBytesPerThread of weights, at least
-// kSliceColumnsPerThread, rounded up to kSliceColumnStep per thread so that panels of every
-// power-of-two width spread evenly. The whole problem when that is no smaller. Timing a slice
+// The columns a budgeted search times a candidate on: a slice of the layer with the same kernel,
+// K, batch and threads, in which every thread runs the same number of whole panels of the
+// candidate's width: enough for kSliceBytesPerThread of weights and at least
+// kSliceColumnsPerThread columns. The whole layer's n when that is no smaller. Timing a slice
 // instead of a whole 70B-sized layer is what lets a 300 ms budget time dozens of candidates.
-inline constexpr int64_t kSliceBytesPerThread = int64_t(2) << 20;  // twice a 1 MiB L2: streams from memory
+inline constexpr int64_t kSliceBytesPerThread = int64_t(4) << 20;  // 4x a 1 MiB L2: streams from memory
 inline constexpr int64_t kSliceColumnsPerThread = 256;             // two panels of the widest tiling
-inline constexpr int64_t kSliceColumnStep = 128;                   // the widest panel
-TuningProblem timing_slice(const TuningProblem& problem);
+int64_t timing_slice_columns(const jit::CpuKernelSpec& spec, const TuningProblem& problem);
 
-// How much longer a forward of `spec` takes on `whole` than on its slice: the ratio of the tasks
-// (panels x K parts) the busiest thread runs, since tasks are spread dynamically and cost alike.
-double slice_time_factor(const jit::CpuKernelSpec& spec, const TuningProblem& whole, const TuningProblem& slice);
+// How much longer a forward of `spec` takes on the whole problem than on `slice_columns` of it:
+// the ratio of the tasks (panels x K parts) the busiest thread runs, since tasks are spread
+// dynamically and cost alike. The whole layer's padding and uneven spread count in full.
+double slice_time_factor(const jit::CpuKernelSpec& spec, const TuningProblem& problem, int64_t slice_columns);
 
 // The bucket tilings are tuned and stored for: the next power of two, at most 64.
 int64_t batch_bucket(int64_t rows);

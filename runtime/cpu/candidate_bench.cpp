@@ -8,26 +8,27 @@
 
 namespace qjit {
 
-CandidateBench::CandidateBench(const TuningProblem& problem, const std::vector<Candidate>& candidates, ThreadPool& pool)
+CandidateBench::CandidateBench(const TuningProblem& problem, const std::vector<Candidate>& candidates,
+                               int64_t max_columns, ThreadPool& pool)
     : problem_(problem), pool_(pool) {
     const jit::CpuKernelSpec& f = problem.kernel;
     static_cast<WeightFormat&>(params_) = f.format;
-    params_.n = problem.n;
+    params_.n = max_columns;
     params_.act_order = false;  // no row order: the gather pass is not part of what is timed
-    params_.scales.assign(size_t(params_.num_groups() * problem.n), 0.01f);
-    if (!f.format.symmetric) params_.zeros.assign(size_t(params_.num_groups() * problem.n), uint16_t(1 << (f.format.bits - 1)));
+    // Indexed [group * n + column] for any n up to max_columns: the values are all alike.
+    params_.scales.assign(size_t(params_.num_groups() * max_columns), 0.01f);
+    if (!f.format.symmetric) params_.zeros.assign(size_t(params_.num_groups() * max_columns), uint16_t(1 << (f.format.bits - 1)));
 
     size_t words = 0;
     for (const Candidate& c : candidates)
-        words = std::max(words, PackedCodes::word_count(f.format.bits, f.format.k, problem.n, c.spec.panel_columns()));
+        words = std::max(words, PackedCodes::word_count(f.format.bits, f.format.k, max_columns, c.spec.panel_columns()));
     codes_.bits = f.format.bits;
     codes_.k = f.format.k;
-    codes_.n = problem.n;
     codes_.words.assign(words, 0x5a3c96e1u);  // every page written: no page faults while timing
 
     x_.resize(size_t(problem.batch * f.format.k));
     for (size_t i = 0; i < x_.size(); ++i) x_[i] = float(int(i % 17) - 8) * 0.125f;
-    y_.resize(size_t(problem.batch * problem.n));
+    y_.resize(size_t(problem.batch * max_columns));
 }
 
 int64_t forward_weight_bytes(const jit::CpuKernelSpec& spec, int64_t n) {
@@ -37,17 +38,19 @@ int64_t forward_weight_bytes(const jit::CpuKernelSpec& spec, int64_t n) {
            metadata * ((spec.format.f16_scales() ? 2 : 4) + (spec.format.symmetric ? 0 : 1));
 }
 
-CandidateRun CandidateBench::make_run(const jit::CpuKernelSpec& spec) {
+CandidateRun CandidateBench::make_run(const jit::CpuKernelSpec& spec, int64_t columns) {
+    params_.n = columns;
     auto executor = std::make_shared<const JitExecutor>(spec, params_, jit_forward_plan(spec, params_), "", nullptr,
                                                         problem_.batch);
-    const size_t code_bytes = PackedCodes::word_count(spec.format.bits, spec.format.k, problem_.n, spec.panel_columns()) * 4;
+    const size_t code_bytes = PackedCodes::word_count(spec.format.bits, spec.format.k, columns, spec.panel_columns()) * 4;
     CandidateRun candidate;
     candidate.prepare = [this, executor, code_bytes] {
         evict_from_caches(codes_.words.data(), code_bytes);
         evict_from_caches(executor->packed_scales());
         evict_from_caches(executor->packed_zeros());
     };
-    candidate.run = [this, executor] {
+    candidate.run = [this, executor, columns] {
+        params_.n = codes_.n = columns;
         codes_.panel_columns = executor->spec().panel_columns();
         executor->forward(params_, codes_, x_.data(), problem_.batch, y_.data(), pool_);
     };

@@ -20,20 +20,22 @@ int64_t forward_weight_bytes(const jit::CpuKernelSpec& spec, int64_t n);
 
 class CandidateBench {
 public:
-    // Sized for every candidate in `candidates`.
-    CandidateBench(const TuningProblem& problem, const std::vector<Candidate>& candidates, ThreadPool& pool);
+    // Sized for every candidate in `candidates` over at most `max_columns` of the problem's columns.
+    CandidateBench(const TuningProblem& problem, const std::vector<Candidate>& candidates, int64_t max_columns,
+                   ThreadPool& pool);
     CandidateBench(const CandidateBench&) = delete;
     CandidateBench& operator=(const CandidateBench&) = delete;
 
     // Generates the kernels of `spec`. prepare() evicts the weights from the caches; run() is one
-    // forward of the problem's batch. The bench must outlive the run.
-    CandidateRun make_run(const jit::CpuKernelSpec& spec);
+    // forward of the problem's batch over `columns` columns (at most max_columns). The bench must
+    // outlive the run.
+    CandidateRun make_run(const jit::CpuKernelSpec& spec, int64_t columns);
 
 private:
     TuningProblem problem_;
     ThreadPool& pool_;
-    QuantParams params_;       // synthetic scales and zero points
-    PackedCodes codes_;        // synthetic codes; panel_columns is set per run
+    QuantParams params_;       // synthetic scales and zero points for max_columns; n is set per run
+    PackedCodes codes_;        // synthetic codes; n and panel_columns are set per run
     std::vector<float> x_, y_;
 };
 

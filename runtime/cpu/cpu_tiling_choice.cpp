@@ -1,5 +1,6 @@
 #include "runtime/cpu/cpu_tiling_choice.hpp"
 
+#include <algorithm>
 #include <memory>
 
 #include "base/error.hpp"
@@ -13,14 +14,14 @@ namespace qjit {
 namespace {
 
 // The x86 JIT as the tuner sees it: tilings of one problem, ranked by the performance model and
-// timed on synthetic weights (runtime/cpu/candidate_bench.hpp). A budgeted search times them on
-// a slice of the layer's columns (timing_slice) and scales each time to the whole layer
-// (slice_time_factor), so that times and GB/s are the layer's; the exhaustive search times the
-// whole layer.
+// timed on synthetic weights (runtime/cpu/candidate_bench.hpp). A budgeted search times each
+// candidate on a slice of the layer's columns (timing_slice_columns) and scales its time to the
+// whole layer (slice_time_factor), so that times and GB/s are the layer's; the exhaustive search
+// times the whole layer.
 class CpuTuningTarget final : public TuningTarget {
 public:
     CpuTuningTarget(const TuningProblem& problem, ThreadPool& pool, bool whole_layer)
-        : problem_(problem), timed_problem_(whole_layer ? problem : timing_slice(problem)), pool_(pool) {}
+        : problem_(problem), whole_layer_(whole_layer), pool_(pool) {}
 
     std::string kernel_key() const override { return qjit::kernel_key(problem_); }
     std::string fingerprint() const override { return probe_cpu().fingerprint; }
@@ -51,8 +52,9 @@ public:
 
     TimedCall timed_call(const RankedTiling& candidate) override {
         const jit::CpuKernelSpec timed = spec(candidate.text);
-        const double whole_per_timed = slice_time_factor(timed, problem_, timed_problem_);
-        return [call = timed_on_host(bench().make_run(timed)), whole_per_timed] { return call() * whole_per_timed; };
+        const int64_t columns = timed_columns(timed);
+        const double whole_per_timed = slice_time_factor(timed, problem_, columns);
+        return [call = timed_on_host(bench().make_run(timed, columns)), whole_per_timed] { return call() * whole_per_timed; };
     }
 
     double weight_bytes(const std::string& text) override { return double(forward_weight_bytes(spec(text), problem_.n)); }
@@ -60,9 +62,17 @@ public:
     jit::CpuKernelSpec spec(const std::string& text) const { return with_tiling_text(problem_.kernel, text); }
 
 private:
+    int64_t timed_columns(const jit::CpuKernelSpec& spec) const {
+        return whole_layer_ ? problem_.n : timing_slice_columns(spec, problem_);
+    }
+
     // Synthetic weights sized for the last ranking, made when the first candidate is timed.
     CandidateBench& bench() {
-        if (!bench_) bench_ = std::make_unique<CandidateBench>(timed_problem_, candidates_, pool_);
+        if (!bench_) {
+            int64_t columns = 0;
+            for (const Candidate& c : candidates_) columns = std::max(columns, timed_columns(c.spec));
+            bench_ = std::make_unique<CandidateBench>(problem_, candidates_, columns, pool_);
+        }
         return *bench_;
     }
 
@@ -76,7 +86,7 @@ private:
     }
 
     TuningProblem problem_;
-    TuningProblem timed_problem_;  // the slice candidates are timed on (or the whole problem)
+    bool whole_layer_;  // time candidates on the whole layer, not on slices
     ThreadPool& pool_;
     std::vector<Candidate> candidates_;      // the last ranking (sizes the synthetic weights)
     std::unique_ptr<CandidateBench> bench_;
