@@ -11,15 +11,29 @@ namespace {
 // Unaligned loads: as fast as aligned ones on aligned data, and any slice works.
 constexpr size_t kReadVectors = 8;
 
+// Each iteration also prefetches the lines it will read 1 KiB later. On the 2-core Zen 5 VM, in
+// the hours when 2 threads could read only 40-50 GB/s, the AVX-512 loop without it read 38-40,
+// below the SSE2 loop, and 45-50 with it; when 2 threads read 75-80 GB/s it changes nothing.
+// A prefetch past the end of the buffer never faults.
+constexpr size_t kPrefetchBytes = 1024;
+
+template <size_t StepBytes>
+[[gnu::always_inline]] inline void prefetch_ahead(const uint64_t* block) {
+    const char* ahead = reinterpret_cast<const char*>(block) + kPrefetchBytes;
+    for (size_t line = 0; line < StepBytes; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
+}
+
 __attribute__((target("avx512f"))) uint64_t sum_avx512(const uint64_t* words, size_t count) {
     constexpr size_t kLanes = 8;
     __m512i acc[kReadVectors];
     for (__m512i& a : acc) a = _mm512_setzero_si512();
     size_t i = 0;
-    for (; i + kReadVectors * kLanes <= count; i += kReadVectors * kLanes)
+    for (; i + kReadVectors * kLanes <= count; i += kReadVectors * kLanes) {
+        prefetch_ahead<kReadVectors * 64>(words + i);
 #pragma GCC unroll 8
         for (size_t j = 0; j < kReadVectors; ++j)
             acc[j] = _mm512_add_epi64(acc[j], _mm512_loadu_si512(words + i + j * kLanes));
+    }
     for (; i + kLanes <= count; i += kLanes) acc[0] = _mm512_add_epi64(acc[0], _mm512_loadu_si512(words + i));
     for (size_t j = 1; j < kReadVectors; ++j) acc[0] = _mm512_add_epi64(acc[0], acc[j]);
     alignas(64) uint64_t lanes[kLanes];  // not _mm512_reduce_add_epi64: GCC 12's warns in its own header
@@ -35,11 +49,13 @@ __attribute__((target("avx2"))) uint64_t sum_avx2(const uint64_t* words, size_t 
     __m256i acc[kReadVectors];
     for (__m256i& a : acc) a = _mm256_setzero_si256();
     size_t i = 0;
-    for (; i + kReadVectors * kLanes <= count; i += kReadVectors * kLanes)
+    for (; i + kReadVectors * kLanes <= count; i += kReadVectors * kLanes) {
+        prefetch_ahead<kReadVectors * 32>(words + i);
 #pragma GCC unroll 8
         for (size_t j = 0; j < kReadVectors; ++j)
             acc[j] = _mm256_add_epi64(
                 acc[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i + j * kLanes)));
+    }
     for (; i + kLanes <= count; i += kLanes)
         acc[0] = _mm256_add_epi64(acc[0], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i)));
     for (size_t j = 1; j < kReadVectors; ++j) acc[0] = _mm256_add_epi64(acc[0], acc[j]);
@@ -55,10 +71,12 @@ uint64_t sum_sse2(const uint64_t* words, size_t count) {
     __m128i acc[kReadVectors];
     for (__m128i& a : acc) a = _mm_setzero_si128();
     size_t i = 0;
-    for (; i + kReadVectors * kLanes <= count; i += kReadVectors * kLanes)
+    for (; i + kReadVectors * kLanes <= count; i += kReadVectors * kLanes) {
+        prefetch_ahead<kReadVectors * 16>(words + i);
 #pragma GCC unroll 8
         for (size_t j = 0; j < kReadVectors; ++j)
             acc[j] = _mm_add_epi64(acc[j], _mm_loadu_si128(reinterpret_cast<const __m128i*>(words + i + j * kLanes)));
+    }
     for (size_t j = 1; j < kReadVectors; ++j) acc[0] = _mm_add_epi64(acc[0], acc[j]);
     alignas(16) uint64_t lanes[kLanes];
     _mm_store_si128(reinterpret_cast<__m128i*>(lanes), acc[0]);
