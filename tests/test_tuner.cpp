@@ -183,11 +183,14 @@ TEST(TunerSlice, SliceColumnsAreWholePanelsPerThread) {
                 ASSERT_EQ(columns % (panel * threads), 0) << columns;
                 const int64_t panels = columns / panel / threads;
                 const int64_t panel_bytes = panel * (k / 2 + k / 128 * 5);
+                const int64_t bytes = qjit::kSliceBytesPerThread / 2;  // batch 16: above kSliceFullBytesBatch
                 EXPECT_GE(panels * panel, qjit::kSliceColumnsPerThread);
-                EXPECT_GE(panels * panel_bytes, qjit::kSliceBytesPerThread);
-                EXPECT_TRUE((panels - 1) * panel < qjit::kSliceColumnsPerThread ||
-                            (panels - 1) * panel_bytes < qjit::kSliceBytesPerThread)
+                EXPECT_GE(panels * panel_bytes, bytes);
+                EXPECT_TRUE((panels - 1) * panel < qjit::kSliceColumnsPerThread || (panels - 1) * panel_bytes < bytes)
                     << panels << " panels per thread: one fewer would do";
+                // At batch 1 the slice holds the whole byte target.
+                const int64_t batch_one = qjit::timing_slice_columns(spec, {spec, 1 << 20, 1, threads}) / panel / threads;
+                EXPECT_GE(batch_one * panel_bytes, qjit::kSliceBytesPerThread);
                 EXPECT_LT(columns, whole.n);
                 EXPECT_EQ(qjit::timing_slice_columns(spec, {spec, 200, 1, threads}), 200);  // never wider than the layer
             }

@@ -27,8 +27,9 @@ int64_t timing_slice_columns(const jit::CpuKernelSpec& spec, const TuningProblem
     const int64_t panel = spec.panel_columns();
     // Bytes of one panel: its codes plus a scale and a zero point per group and column (an upper bound).
     const int64_t panel_bytes = panel * (ceil_div(f.k * f.bits, 8) + spec.num_groups() * 5);
+    const int64_t bytes_per_thread = problem.batch > kSliceFullBytesBatch ? kSliceBytesPerThread / 2 : kSliceBytesPerThread;
     const int64_t panels_per_thread =
-        std::max(ceil_div(kSliceColumnsPerThread, panel), ceil_div(kSliceBytesPerThread, panel_bytes));
+        std::max(ceil_div(kSliceColumnsPerThread, panel), ceil_div(bytes_per_thread, panel_bytes));
     return std::min(problem.n, panels_per_thread * panel * problem.threads);
 }
 

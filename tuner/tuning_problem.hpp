@@ -18,11 +18,14 @@ struct TuningProblem {
 
 // The columns a budgeted search times a candidate on: a slice of the layer with the same kernel,
 // K, batch and threads, in which every thread runs the same number of whole panels of the
-// candidate's width: enough for kSliceBytesPerThread of weights and at least
-// kSliceColumnsPerThread columns. The whole layer's n when that is no smaller. Timing a slice
-// instead of a whole 70B-sized layer is what lets a 300 ms budget time dozens of candidates.
+// candidate's width: enough for kSliceBytesPerThread of weights (half that above batch
+// kSliceFullBytesBatch, where each byte costs several times the time and calls are compute-bound)
+// and at least kSliceColumnsPerThread columns. The whole layer's n when that is no smaller.
+// Timing a slice instead of a whole 70B-sized layer is what lets a 300 ms budget time dozens of
+// candidates.
 inline constexpr int64_t kSliceBytesPerThread = int64_t(4) << 20;  // 4x a 1 MiB L2: streams from memory
-inline constexpr int64_t kSliceColumnsPerThread = 256;             // two panels of the widest tiling
+inline constexpr int64_t kSliceFullBytesBatch = 4;
+inline constexpr int64_t kSliceColumnsPerThread = 128;             // a panel of the widest tiling
 int64_t timing_slice_columns(const jit::CpuKernelSpec& spec, const TuningProblem& problem);
 
 // How much longer a forward of `spec` takes on the whole problem than on `slice_columns` of it:
