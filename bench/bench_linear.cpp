@@ -145,8 +145,9 @@ std::string case_name(const Case& c) {
     return "?";
 }
 
-// Rows in an order that lets consecutive rows share a context and a layer set: context
-// (path, threads, tiling) outermost, batch innermost.
+// Rows in an order that lets consecutive rows share a context: path, threads and tiling
+// outermost, batch innermost. Each batch has its own context (layers tuned for that batch), so
+// its layers are made afresh.
 std::vector<Case> make_cases(bool full) {
     std::vector<Case> cases;
     auto add = [&](Section section, Path path, Shape shape, int64_t batch, int threads, int bits, int group,
@@ -196,11 +197,13 @@ std::vector<Case> make_cases(bool full) {
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// A context is fixed by the thread count, the path and the tiling; layers belong to their context.
+// A context is fixed by the thread count, the path, the tiling and the batch its layers are tuned
+// for (each row's own); layers belong to their context.
 struct ContextKey {
     Path path;
     int threads;
     std::string tiling;
+    int64_t batch;
     bool operator==(const ContextKey&) const = default;
 };
 
@@ -261,6 +264,7 @@ private:
                                   : key.context.path == Path::kInt8   ? QJIT_ACTIVATIONS_INT8
                                                                       : QJIT_ACTIVATIONS_AUTO;
             options.tiling = key.context.tiling.empty() ? nullptr : key.context.tiling.c_str();
+            options.tuning_batch = key.context.batch;
             if (qjit_status s = qjit_context_create(&options, &context_); s != QJIT_OK)
                 return failure("qjit_context_create", s);
             context_key_ = key.context;
@@ -467,7 +471,7 @@ private:
 
     void run_qjit(benchmark::State& state, Case& c) {
         dense_.release();
-        const LayerSetKey key{{c.path, c.threads, c.tiling}, c.shape(), c.bits, c.group};
+        const LayerSetKey key{{c.path, c.threads, c.tiling, c.batch}, c.shape(), c.bits, c.group};
         std::string error;
         if (!layers_.prepare(key, rotation_bytes_, &error)) {
             state.SkipWithError(error.c_str());
