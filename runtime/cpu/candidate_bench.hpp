@@ -1,7 +1,8 @@
-// Synthetic weights of a tuning problem's shape, and the CandidateRuns that time a tiling on
-// them. A kernel's speed does not depend on the weights' values, so tuning needs neither the
-// layer's data nor a repack of it per panel width: one code buffer, big enough for the widest
-// panel padding, serves every candidate, and the result holds for every layer of the shape.
+// Synthetic weights of a tuning problem's shape (or of the slices of its columns that candidates
+// are timed on), and the CandidateRuns that time a tiling on them. A kernel's speed does not
+// depend on the weights' values, so tuning needs neither the layer's data nor a repack of it per
+// panel width: one code buffer, big enough for the widest candidate's columns and padding,
+// serves every candidate, and the result holds for every layer of the shape.
 #pragma once
 
 #include <vector>
