@@ -212,6 +212,40 @@ TEST(TunerSlice, TimeFactorCountsTheBusiestThreadsTasks) {
     EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, whole.n), 1.0);
 }
 
+// One synthetic bench serves candidates of different panel widths on slices of different widths,
+// in any order (the confirmation rounds interleave them): every run stays inside its buffers
+// (checked under ASan) and each slice is whole panels per thread.
+TEST(TunerSlice, OneBenchRunsCandidatesOnSlicesOfTheirOwn) {
+    SKIP_WITHOUT_AVX2();
+    using qjit::jit::ActivationPath;
+    const qjit_isa isa = qjit::best_isa_up_to(QJIT_ISA_AVX512_VNNI);
+    const qjit::TuningProblem whole{format(isa, ActivationPath::Int8, 3, 2048, 128), 16384, 16, 2};
+    std::vector<qjit::Candidate> candidates;
+    for (const int tu : {1, 3}) {
+        qjit::Candidate c{whole.kernel};
+        c.spec.tiling = {tu, 4, 2, 1, 1};
+        c.spec.rows = 4;
+        candidates.push_back(c);
+    }
+    int64_t widest = 0;
+    std::vector<int64_t> columns;
+    for (const qjit::Candidate& c : candidates) {
+        columns.push_back(qjit::timing_slice_columns(c.spec, whole));
+        EXPECT_LT(columns.back(), whole.n);
+        EXPECT_EQ(columns.back() % (c.spec.panel_columns() * whole.threads), 0);
+        widest = std::max(widest, columns.back());
+    }
+    qjit::ThreadPool pool(2);
+    qjit::CandidateBench bench(whole, candidates, widest, pool);
+    std::vector<qjit::CandidateRun> runs;
+    for (size_t i = 0; i < candidates.size(); ++i) runs.push_back(bench.make_run(candidates[i].spec, columns[i]));
+    for (int round = 0; round < 2; ++round)
+        for (const qjit::CandidateRun& run : runs) {
+            run.prepare();
+            run.run();
+        }
+}
+
 // ---- 3. the timing protocol, on injected timings ----------------------------------------------
 // Each fake candidate "takes" the seconds it is given, and a fake clock advances by them, so the
 // protocol's decisions (medians, extra rounds, budgets, order) are checked exactly. Whether pruning
