@@ -23,8 +23,10 @@ int64_t k_part_rows(const jit::CpuKernelSpec& spec) { return ceil_div(spec.padde
 double block_instructions(const jit::CpuKernelSpec& spec, int64_t rows) {
     const bool embedded = jit::embedded_broadcast(spec);
     if (spec.path == jit::ActivationPath::Int8) {
-        // 8 quads: shift and mask per plane (3-bit: two planes and a merge), one dot product per row.
-        const double unpack = spec.format.bits == 8 ? 0.0 : spec.format.bits == 3 ? 5.0 : 2.0;
+        // 8 quads: a shift and a mask (3-bit: the low plane's, then the high plane's shift merged in
+        // by one vpternlogd on AVX-512, or a mask and an or on AVX2), one dot product per row.
+        const double three_bit = spec.isa.avx512 ? 4.0 : 5.0;
+        const double unpack = spec.format.bits == 8 ? 0.0 : spec.format.bits == 3 ? three_bit : 2.0;
         const double dot = spec.vnni() ? 1.0 : 3.0;
         const double broadcast = embedded ? 0.0 : 1.0;
         return 8.0 * (unpack + double(rows) * (dot + broadcast));
