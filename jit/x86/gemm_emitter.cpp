@@ -257,10 +257,8 @@ private:
                 for (int t = 0; t < tu_; ++t) {
                     const Vmm codes = unpack(0, t, field * low.width - low.value_shift);
                     if (kZmm) {  // codes |= shifted high word & mask, in one instruction
-                        const Vmm shifted = high_shift == 0 ? high_word(t) : high_bit();
-                        if (high_shift > 0) vpsrlw(shifted, high_word(t), uint8_t(high_shift));
-                        if (high_shift < 0) vpsllw(shifted, high_word(t), uint8_t(-high_shift));
-                        vpternlogd(codes, shifted, plane_mask(1), 0xf8);  // truth table of a | (b & c)
+                        const Vmm high_bits = shifted(high_bit(), high_word(t), high_shift);
+                        vpternlogd(codes, high_bits, plane_mask(1), 0xf8);  // truth table of a | (b & c)
                     } else {
                         shift_and_mask(high_bit(), high_word(t), high_shift, plane_mask(1));
                         vpor(codes, codes, high_bit());
@@ -271,17 +269,18 @@ private:
         }
     }
 
+    // src shifted right by `shift` (left by -shift) into dst, in 16-bit lanes on the int8 path and
+    // 32-bit lanes on the f32 path; src itself when shift is 0. Returns the register holding it.
+    Vmm shifted(const Vmm& dst, const Vmm& src, int shift) {
+        if (shift == 0) return src;
+        if (shift > 0) int8_ ? vpsrlw(dst, src, uint8_t(shift)) : vpsrld(dst, src, uint8_t(shift));
+        else int8_ ? vpsllw(dst, src, uint8_t(-shift)) : vpslld(dst, src, uint8_t(-shift));
+        return dst;
+    }
+
     // dst = (src shifted right by `shift`, or left by -shift) & mask.
     void shift_and_mask(const Vmm& dst, const Vmm& src, int shift, const Vmm& mask) {
-        if (shift > 0) {
-            int8_ ? vpsrlw(dst, src, uint8_t(shift)) : vpsrld(dst, src, uint8_t(shift));
-            vand(dst, dst, mask);
-        } else if (shift < 0) {
-            int8_ ? vpsllw(dst, src, uint8_t(-shift)) : vpslld(dst, src, uint8_t(-shift));
-            vand(dst, dst, mask);
-        } else {
-            vand(dst, src, mask);
-        }
+        vand(dst, shifted(dst, src, shift), mask);
     }
 
     // Shifts field `field` of plane p into its place in the code and masks it off; bytes for the
