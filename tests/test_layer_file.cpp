@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -202,17 +201,14 @@ TEST_F(LayerFileTest, FailedSaveKeepsTheExistingFile) {
     const auto bigger = make_layer(8, 4096, 64, false);
 
     // A child process whose file-size limit makes the write fail half way.
-    const pid_t child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
+    const pid_t child = test::spawn([&] {
         signal(SIGXFSZ, SIG_IGN);
         const rlimit limit{4096, 4096};
         setrlimit(RLIMIT_FSIZE, &limit);
-        _exit(qjit_linear_save(bigger.get(), path("layer.qjit").c_str()) == QJIT_ERROR_IO ? 0 : 1);
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(child, &status, 0), child);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the save should fail with QJIT_ERROR_IO";
+        return qjit_linear_save(bigger.get(), path("layer.qjit").c_str()) == QJIT_ERROR_IO ? 0 : 1;
+    });
+    ASSERT_GE(child, 0);
+    EXPECT_EQ(test::wait_status(child), 0) << "the save should fail with QJIT_ERROR_IO";
     EXPECT_EQ(read_file(path("layer.qjit")), before);
     int files = 0;
     for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(directory_)) ++files;
