@@ -1,5 +1,7 @@
 #include "format/reference.hpp"
 
+#include <algorithm>
+
 namespace qjit {
 
 std::vector<float> dequantize(const QuantizedMatrix& matrix) {
@@ -30,6 +32,38 @@ void reference_forward(const QuantizedMatrix& matrix, const float* x, int64_t m,
         }
         for (int64_t c = 0; c < n; ++c) y[i * n + c] = float(row[size_t(c)]);
     }
+}
+
+void reference_forward(const QuantizedMatrix& matrix, const LowRankFactors& compensator, const float* x, int64_t m,
+                       float* y) {
+    const int64_t k = matrix.params.k, n = matrix.params.n, rank = compensator.rank;
+    reference_forward(matrix, x, m, y);
+    const std::vector<float> u = dequantize_factor(compensator.u, compensator.bits);
+    const std::vector<float> v = dequantize_factor(compensator.v, compensator.bits);
+    std::vector<double> t(static_cast<size_t>(rank));
+    for (int64_t i = 0; i < m; ++i) {
+        std::fill(t.begin(), t.end(), 0.0);
+        for (int64_t r = 0; r < k; ++r)
+            for (int64_t j = 0; j < rank; ++j) t[size_t(j)] += double(x[i * k + r]) * double(u[size_t(r * rank + j)]);
+        for (int64_t c = 0; c < n; ++c) {
+            double sum = 0.0;
+            for (int64_t j = 0; j < rank; ++j) sum += t[size_t(j)] * double(v[size_t(j * n + c)]);
+            y[i * n + c] = float(double(y[i * n + c]) + sum);
+        }
+    }
+}
+
+std::vector<float> dequantize(const QuantizedMatrix& matrix, const LowRankFactors& compensator) {
+    const int64_t k = matrix.params.k, n = matrix.params.n, rank = compensator.rank;
+    std::vector<float> w = dequantize(matrix);
+    const std::vector<float> u = dequantize_factor(compensator.u, compensator.bits);
+    const std::vector<float> v = dequantize_factor(compensator.v, compensator.bits);
+    for (int64_t r = 0; r < k; ++r)
+        for (int64_t j = 0; j < rank; ++j) {
+            const float ur = u[size_t(r * rank + j)];
+            for (int64_t c = 0; c < n; ++c) w[size_t(r * n + c)] += ur * v[size_t(j * n + c)];
+        }
+    return w;
 }
 
 }  // namespace qjit

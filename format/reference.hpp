@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "format/low_rank.hpp"
 #include "format/quantized_matrix.hpp"
 
 namespace qjit {
@@ -14,5 +15,13 @@ std::vector<float> dequantize(const QuantizedMatrix& matrix);
 
 // y[m][n] = sum_k x[m][k] * W[k][n], x in the original row order, accumulated in double.
 void reference_forward(const QuantizedMatrix& matrix, const float* x, int64_t m, float* y);
+
+// The same for a layer with a low-rank compensator: y = x Wq + (x U) V, with x U taken first, as the
+// kernels take it.
+void reference_forward(const QuantizedMatrix& matrix, const LowRankFactors& compensator, const float* x, int64_t m,
+                       float* y);
+
+// Wq + U V as a dense W[k][n], original row order.
+std::vector<float> dequantize(const QuantizedMatrix& matrix, const LowRankFactors& compensator);
 
 }  // namespace qjit

@@ -1,5 +1,7 @@
 #include "format/weight_format.hpp"
 
+#include <algorithm>
+
 #include "base/error.hpp"
 #include "qjit/qjit.h"
 
@@ -14,7 +16,12 @@ std::string base_name(const WeightFormat& f) {
 
 }  // namespace
 
-std::string WeightFormat::name() const { return base_name(*this) + (act_order ? "_act" : ""); }
+std::string WeightFormat::name() const {
+    std::string name = base_name(*this) + (act_order ? "_act" : "");
+    if (low_rank.present())
+        name += low_rank.bits == 16 ? concat("_r", low_rank.rank, "f16") : concat("_r", low_rank.rank, "q", low_rank.bits);
+    return name;
+}
 
 std::string WeightFormat::kernel_name() const { return base_name(*this); }
 
@@ -44,7 +51,15 @@ void validate(const WeightFormat& f) {
     // Described already, run by no backend yet.
     require(f.uniform_bits(), "mixed bit widths per group are not supported yet");
     require(!f.permuted_columns, "permuted output columns are not supported yet");
-    require(f.low_rank.rank == 0, "low-rank terms are not supported yet");
+    if (f.low_rank.present()) {
+        require(f.low_rank.rank <= std::min<int64_t>({f.k, f.n, kMaxLowRank}), "low-rank rank is ", f.low_rank.rank,
+                "; expected 1 .. min(K, N, ", kMaxLowRank, ")");
+        require(f.low_rank.bits == 8 || f.low_rank.bits == 3 || f.low_rank.bits == 16, "low-rank bits is ",
+                f.low_rank.bits, "; supported: 8, 3 or 16");
+    } else {
+        require(f.low_rank.rank == 0 && f.low_rank.bits == 0, "low-rank rank ", f.low_rank.rank, " with bits ",
+                f.low_rank.bits, ": a rank must be positive, or both zero for none");
+    }
     require(f.outliers == 0, "sparse outliers are not supported yet");
 }
 

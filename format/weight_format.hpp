@@ -21,10 +21,12 @@ enum class ScaleType : uint8_t {
     F32,  // fp32 scales
 };
 
-// y += (x U) V with U: K x rank and V: rank x N, stored at `bits` (8 or 3) per value.
+// y += (x U) V with U: K x rank and V: rank x N (format/low_rank.hpp holds the data), stored at
+// `bits` per value: 8 or 3 (symmetric codes, a scale per column) or 16 (fp16).
 struct LowRankTerms {
     int rank = 0;  // 0: none
     int bits = 0;
+    bool present() const { return rank > 0; }
     bool operator==(const LowRankTerms&) const = default;
 };
 
@@ -50,9 +52,10 @@ struct WeightFormat {
     bool f16_scales() const { return scale_type == ScaleType::F16; }
 
     // The name every kernel name, database key, describe string and dump file starts with:
-    // q<bits><g<group>|col>_<sym|asym>, then _s32 for fp32 scales and _act for act-order rows, e.g.
-    // "q4g128_asym", "q8col_sym_s32", "q3g64_asym_act". The parts a kernel does not see (act-order
-    // is a gather before it) are left out of kernel_name().
+    // q<bits><g<group>|col>_<sym|asym>, then _s32 for fp32 scales, _act for act-order rows and
+    // _r<rank><q<bits>|f16> for a low-rank compensator, e.g. "q4g128_asym", "q8col_sym_s32",
+    // "q3g64_asym_act", "q3g64_asym_r16q8". The parts a quantized-product kernel does not see (the
+    // gather before it, the compensator pass after it) are left out of kernel_name().
     std::string name() const;
     // The name of the format a quantized-product kernel computes: name() without _act.
     std::string kernel_name() const;
@@ -66,8 +69,9 @@ inline WeightFormat f16_scaled_format() {
 }
 
 // Throws an invalid-argument Error naming the field when the format is not one qjit can store and
-// run: bits 2/3/4/8, a positive group size, a non-empty shape below kMaxDimension, and none of the
-// features no backend runs yet (mixed widths, permuted columns, low-rank terms, outliers).
+// run: bits 2/3/4/8, a positive group size, a non-empty shape below kMaxDimension, low-rank terms
+// of a rank up to min(K, N, 1024) at 8, 3 or 16 bits, and none of the features no backend runs yet
+// (mixed widths, permuted columns, outliers).
 void validate(const WeightFormat& format);
 
 // K and N stay below 2^31: row indices are stored as int32.
@@ -75,6 +79,9 @@ inline constexpr int64_t kMaxDimension = int64_t(1) << 31;
 // A layer holds at most 2^36 weights (Llama-2-70B's largest holds 2^27.8): shapes beyond it are
 // refused before anything is allocated for them.
 inline constexpr int64_t kMaxWeights = int64_t(1) << 36;
+
+// The largest compensator rank qjit stores (MiLo's ranks reach 512 on 4096-wide layers).
+inline constexpr int kMaxLowRank = 1024;
 
 // Throws an invalid-argument Error naming the limit unless 1 <= K, N < 2^31 and K * N <= 2^36.
 void validate_shape(int64_t k, int64_t n);

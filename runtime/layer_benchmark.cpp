@@ -3,7 +3,6 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/cpu/cache_eviction.hpp"
 #include "runtime/linear_layer.hpp"
 #include "tuner/timed_search.hpp"
 
@@ -13,17 +12,7 @@ double benchmark_linear(const qjit_linear& layer, int64_t m, int repeats, bool c
     std::vector<float> x(size_t(m * layer.params.k)), y(size_t(m * layer.params.n));
     for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 23) - 11) * 0.0625f;
     CandidateRun call;
-    if (cold)
-        call.prepare = [&] {
-            evict_from_caches(layer.codes.words);
-            if (layer.jit) {
-                evict_from_caches(layer.jit->packed_scales());
-                evict_from_caches(layer.jit->packed_zeros());
-            } else {
-                evict_from_caches(layer.params.scales);
-                evict_from_caches(layer.params.zeros);
-            }
-        };
+    if (cold) call.prepare = [&] { evict_layer_from_caches(layer); };
     call.run = [&] { linear_forward(layer, x.data(), m, y.data()); };
     return measure(timed_on_host(std::move(call)), repeats).median_seconds;
 }

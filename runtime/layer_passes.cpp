@@ -29,6 +29,7 @@ std::vector<Pass> plan_forward(const WeightFormat& format, int64_t groups, int k
         }
         run_start = run_end;
     }
+    if (format.low_rank.present()) passes.push_back({PassKind::LowRank, 0, 0, format.low_rank.bits});
     return passes;
 }
 
@@ -36,8 +37,11 @@ std::string passes_text(const std::vector<Pass>& passes) {
     std::string text;
     for (const Pass& p : passes) {
         if (!text.empty()) text += ',';
-        text += p.kind == PassKind::Gather ? std::string("gather")
-                                           : concat("product[", p.first_group, ":", p.end_group, ")q", p.bits);
+        switch (p.kind) {
+            case PassKind::Gather: text += "gather"; break;
+            case PassKind::Product: text += concat("product[", p.first_group, ":", p.end_group, ")q", p.bits); break;
+            case PassKind::LowRank: text += concat("low_rank[", p.bits == 16 ? "f16" : concat("q", p.bits), "]"); break;
+        }
     }
     return text;
 }

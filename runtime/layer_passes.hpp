@@ -4,8 +4,8 @@
 // passes of one width as one parallel dispatch (tasks = column panels x passes), adding their
 // partial outputs after; the portable path runs them one after another.
 //
-// Today's forwards: [gather] product... . The formats to come add kinds here (a low-rank add, a
-// sparse add, a scatter of permuted outputs) and split products where the bit width changes.
+// Today's forwards: [gather] product... [low_rank]. The formats to come add kinds here (a sparse
+// add, a scatter of permuted outputs) and split products where the bit width changes.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,7 @@ namespace qjit {
 enum class PassKind {
     Gather,   // x[:, r] <- x[:, row_order[r]]: activations into the stored (act-order) row order
     Product,  // y (+)= x[:, groups] * W[groups, :] over a range of K-groups of one bit width
+    LowRank,  // y += (x U) V: the compensator (runtime/low_rank_pass.hpp), after the products
 };
 
 struct Pass {
@@ -33,10 +34,11 @@ struct Pass {
 // The forward of `format` on a backend that walks `groups` K-groups (the JIT's count over padded
 // rows may exceed the format's by one) in units of `group_unit` groups (2 where groups of 16 rows
 // share a 32-row block): a gather when the rows are permuted, then the products, each range of
-// one width split into `k_splits` ranges of nearly equal units (a split-K: partial sums added).
+// one width split into `k_splits` ranges of nearly equal units (a split-K: partial sums added),
+// then the compensator when the format has one.
 std::vector<Pass> plan_forward(const WeightFormat& format, int64_t groups, int k_splits, int64_t group_unit = 1);
 
-// "gather,product[0:32)q4" / "product[0:16)q4,product[16:32)q4".
+// "gather,product[0:32)q4" / "product[0:16)q4,product[16:32)q4" / "product[0:32)q3,low_rank[q8]".
 std::string passes_text(const std::vector<Pass>& passes);
 
 bool has_gather(const std::vector<Pass>& passes);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "runtime/cpu/cache_eviction.hpp"
 #include "runtime/cpu/panel_tasks.hpp"
 #include "runtime/cpu/portable_kernel.hpp"
 #include "tuner/cpu_isa.hpp"
@@ -26,7 +27,8 @@ std::string describe(const qjit_linear& layer) {
         concat(" K=", p.k, " N=", p.n, " bits=", p.bits, " group=", p.group_size, p.symmetric ? " symmetric" : " asymmetric",
                " act_order=", p.act_order ? "yes" : "no", " scales=", p.f16_scales() ? "f16" : "f32",
                " layout=", PackedCodes::kLayoutName, " panel=", layer.codes.panel_columns,
-               " threads=", layer.context->num_threads, " passes=", passes_text(layer.passes));
+               " threads=", layer.context->num_threads, " passes=", passes_text(layer.passes),
+               layer.low_rank ? " " + layer.low_rank->describe() : std::string());
     if (layer.jit) {
         const jit::CpuKernelSpec& s = layer.jit->spec();
         return concat(jit::kernel_name(s), " format=", p.name(), common, " isa=", isa_name(s.isa.level()),
@@ -77,9 +79,17 @@ int layer_panel_columns(const TilingChoice& choice) {
 }
 
 std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams params, PackedCodes codes,
-                                             TilingChoice choice, Clock::time_point start) {
+                                             TilingChoice choice, Clock::time_point start, LowRankFactors compensator) {
     auto layer = std::make_unique<qjit_linear>();
     layer->context = context;
+    params.low_rank = {};
+    if (compensator.rank > 0) {
+        if (context->gpu)
+            fail(QJIT_ERROR_UNSUPPORTED, "a layer with a low-rank compensator (", compensator.rank,
+                 ") runs on the CPU only; this context uploads layers to CUDA device ", context->gpu->ordinal);
+        params.low_rank = {compensator.rank, compensator.bits};
+        layer->low_rank = std::make_unique<LowRankPass>(context, std::move(compensator), params.k, params.n);
+    }
     if (choice.spec) {
         layer->passes = jit_forward_plan(*choice.spec, params);
         layer->jit = std::make_unique<JitExecutor>(*choice.spec, params, layer->passes, context->dump_dir,
@@ -100,16 +110,18 @@ std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams 
     return layer;
 }
 
-std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix matrix) {
+std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix matrix, LowRankFactors compensator) {
     const auto start = Clock::now();
     validate(matrix);
     TilingChoice choice = choose_tiling(*context, matrix.params);
     PackedCodes codes = pack_codes(matrix.codes.data(), matrix.params.bits, matrix.params.k, matrix.params.n,
                                    layer_panel_columns(choice));
-    return assemble_linear(context, std::move(matrix.params), std::move(codes), std::move(choice), start);
+    return assemble_linear(context, std::move(matrix.params), std::move(codes), std::move(choice), start,
+                           std::move(compensator));
 }
 
-std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams params, PackedCodes codes) {
+std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams params, PackedCodes codes,
+                                         LowRankFactors compensator) {
     const auto start = Clock::now();
     TilingChoice choice = choose_tiling(*context, params);
     if (codes.panel_columns != layer_panel_columns(choice)) {
@@ -118,30 +130,58 @@ std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams para
                                 [&](int64_t first, int64_t end) { copy_panels(codes, first, end, repacked); });
         codes = std::move(repacked);
     }
-    return assemble_linear(context, std::move(params), std::move(codes), std::move(choice), start);
+    return assemble_linear(context, std::move(params), std::move(codes), std::move(choice), start,
+                           std::move(compensator));
 }
 
 void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y) {
-    if (layer.jit) return layer.jit->forward(layer.params, layer.codes, x, m, y, *layer.context->pool);
-    // The portable path runs the passes one after another; its product covers the whole of K.
+    // The JIT executor runs the gather and the products as one dispatch; the portable path runs
+    // them one after another, its product covering the whole of K. The compensator comes last.
+    if (layer.jit) layer.jit->forward(layer.params, layer.codes, x, m, y, *layer.context->pool);
     const float* rows = x;
-    for (const Pass& pass : layer.passes)
-        if (pass.kind == PassKind::Gather)
-            rows = gather_rows(layer.params, x, m);
-        else
-            portable_forward(layer.params, layer.codes, rows, m, y, *layer.context->pool);
+    for (const Pass& pass : layer.passes) {
+        switch (pass.kind) {
+            case PassKind::Gather:
+                if (!layer.jit) rows = gather_rows(layer.params, x, m);
+                break;
+            case PassKind::Product:
+                if (!layer.jit) portable_forward(layer.params, layer.codes, rows, m, y, *layer.context->pool);
+                break;
+            case PassKind::LowRank:
+                layer.low_rank->add(x, m, y);
+                break;
+        }
+    }
 }
 
 QuantizedMatrix unpack_linear(const qjit_linear& layer) {
     return QuantizedMatrix{layer.params, unpack_codes(layer.codes)};
 }
 
+LowRankFactors unpack_low_rank(const qjit_linear& layer) {
+    return layer.low_rank ? layer.low_rank->factors() : LowRankFactors{};
+}
+
 int64_t weight_bytes(const qjit_linear& layer) {
     const QuantParams& p = layer.params;
     const int64_t codes = int64_t(layer.codes.words.size() * sizeof(uint32_t));
-    if (layer.jit) return codes + layer.jit->metadata_bytes();
+    const int64_t compensator = layer.low_rank ? layer.low_rank->streamed_bytes() : 0;
+    if (layer.jit) return codes + layer.jit->metadata_bytes() + compensator;
     const int64_t metadata = p.num_groups() * p.n;
-    return codes + metadata * int64_t(sizeof(float)) + (p.symmetric ? 0 : metadata * int64_t(sizeof(uint16_t)));
+    return codes + metadata * int64_t(sizeof(float)) + (p.symmetric ? 0 : metadata * int64_t(sizeof(uint16_t))) +
+           compensator;
+}
+
+void evict_layer_from_caches(const qjit_linear& layer) {
+    evict_from_caches(layer.codes.words);
+    if (layer.jit) {
+        evict_from_caches(layer.jit->packed_scales());
+        evict_from_caches(layer.jit->packed_zeros());
+    } else {
+        evict_from_caches(layer.params.scales);
+        evict_from_caches(layer.params.zeros);
+    }
+    if (layer.low_rank) layer.low_rank->evict();
 }
 
 }  // namespace qjit

@@ -1,0 +1,93 @@
+#include "format/low_rank.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.hpp"
+#include "base/half.hpp"
+#include "format/quantize_rtn.hpp"
+#include "format/reference.hpp"
+
+namespace qjit {
+
+namespace {
+
+LowRankFactor store_factor(int bits, int64_t rows, int64_t cols, const float* values) {
+    LowRankFactor factor;
+    if (bits == 16) {
+        factor.values.resize(size_t(rows * cols));
+        for (size_t i = 0; i < factor.values.size(); ++i) {
+            require(std::isfinite(values[i]), "low-rank factor value ", i, " is not finite");
+            factor.values[i] = round_to_half(values[i]);
+        }
+        return factor;
+    }
+    RtnConfig config;
+    config.bits = bits;
+    config.group_size = rows;  // one scale per column
+    config.symmetric = true;
+    config.scale_dtype = QJIT_DTYPE_F32;
+    factor.codes = quantize_rtn(config, rows, cols, values);
+    return factor;
+}
+
+void validate_factor(const LowRankFactor& factor, int bits, int64_t rows, int64_t cols, const char* name) {
+    if (bits == 16) {
+        require(factor.values.size() == size_t(rows * cols), "low-rank factor ", name, " holds ", factor.values.size(),
+                " values; expected ", rows, " x ", cols);
+        for (float v : factor.values) require(std::isfinite(v), "low-rank factor ", name, " has a value that is not finite");
+        return;
+    }
+    const QuantParams& p = factor.codes.params;
+    require(p.k == rows && p.n == cols, "low-rank factor ", name, " is ", p.k, " x ", p.n, "; expected ", rows, " x ",
+            cols);
+    require(p.bits == bits && p.symmetric && p.per_column() && !p.act_order,
+            "low-rank factor ", name, " must be stored as ", bits, "-bit symmetric codes with one scale per column");
+    validate(factor.codes);
+}
+
+void check_rank(int rank, int64_t k, int64_t n) {
+    require(rank >= 1 && rank <= std::min<int64_t>({k, n, kMaxLowRank}), "rank is ", rank, "; expected 1 .. min(K, N, ",
+            kMaxLowRank, ") for a ", k, " x ", n, " layer");
+}
+
+}  // namespace
+
+void validate_low_rank_bits(int bits) {
+    require(bits == 8 || bits == 3 || bits == 16, "low-rank bits is ", bits, "; supported: 8, 3 (codes) or 16 (fp16)");
+}
+
+LowRankFactors quantize_low_rank(int bits, int64_t k, int64_t n, int rank, const float* u, const float* v) {
+    validate_low_rank_bits(bits);
+    check_rank(rank, k, n);
+    require(u != nullptr && v != nullptr, "low-rank factors U and V must not be NULL");
+    LowRankFactors factors;
+    factors.rank = rank;
+    factors.bits = bits;
+    factors.u = store_factor(bits, k, rank, u);
+    factors.v = store_factor(bits, rank, n, v);
+    return factors;
+}
+
+std::vector<float> dequantize_factor(const LowRankFactor& factor, int bits) {
+    return bits == 16 ? factor.values : dequantize(factor.codes);
+}
+
+void validate(const LowRankFactors& f, int64_t k, int64_t n) {
+    validate_low_rank_bits(f.bits);
+    check_rank(f.rank, k, n);
+    validate_factor(f.u, f.bits, k, f.rank, "U");
+    validate_factor(f.v, f.bits, f.rank, n, "V");
+}
+
+int64_t stored_bytes(const LowRankFactors& f) {
+    auto factor_bytes = [&](int64_t rows, int64_t cols) {
+        if (f.bits == 16) return rows * cols * 2;
+        return (rows * cols * f.bits + 7) / 8 + cols * int64_t(sizeof(float));
+    };
+    const int64_t k = f.bits == 16 ? int64_t(f.u.values.size()) / f.rank : f.u.codes.params.k;
+    const int64_t n = f.bits == 16 ? int64_t(f.v.values.size()) / f.rank : f.v.codes.params.n;
+    return factor_bytes(k, f.rank) + factor_bytes(f.rank, n);
+}
+
+}  // namespace qjit
