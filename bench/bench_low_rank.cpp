@@ -1,0 +1,325 @@
+// bench_low_rank: what a low-rank compensator (y = x Wq + (x U) V) costs on the CPU, next to the
+// plain INT3 layer it corrects and to plain INT4, all measured in the same run.
+//
+// For each shape (Mixtral experts, Llama-2-7B) and batch (1 and 16), five layers over the same
+// random GPTQ tensors: INT3 g64 (asymmetric, f16 scales); INT3 g64 + rank 16 INT8 compensator;
+// + rank 32 INT8; + rank 32 INT3; and INT4 g128. U and V are random in [-0.05, 0.05]. Each layer is
+// created in a context tuned for its batch (the library's budget, no database), then timed cold
+// (weights flushed from every cache before each call, qjit_linear_benchmark). The five are timed
+// round-robin, each round starting at the next variant, so this VM's drift hits them alike; a
+// row is the median over rounds of each round's median. The read probe runs before every round
+// and after the last; batch 1 rows are held against the best of those sweeps, as bench_cpu_speed's.
+//
+//   bench_low_rank                              every shape, batch 1 and 16, all cores
+//   bench_low_rank --quick                      one shape, few rounds: a smoke run
+//   bench_low_rank --shapes=mixtral|7b|4096x4096,...  --threads=N  --rounds=N  --repeats=N
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "qjit/qjit.h"
+#include "tools/bandwidth_probe.hpp"
+#include "tools/random_gptq.hpp"
+
+namespace {
+
+using qjit_bench::median;
+
+struct Shape {
+    const char* model;
+    const char* layer;
+    int64_t k, n;
+};
+constexpr Shape kShapes[] = {
+    {"mixtral", "expert w1/w3", 4096, 14336}, {"mixtral", "expert w2", 14336, 4096},
+    {"7b", "q/k/v/o", 4096, 4096},            {"7b", "gate/up", 4096, 11008},
+    {"7b", "down", 11008, 4096},
+};
+constexpr int64_t kBatches[] = {1, 16};
+constexpr float kFactorRange = 0.05f;
+constexpr int kRowProbeSweeps = 2;
+constexpr double kTarget = 1.10;  // the bound on a compensated layer against plain INT3 at batch 1
+
+// What one row's layer is. The first is the plain INT3 baseline, the last the INT4 reference.
+struct Variant {
+    const char* name;
+    int bits, group, rank, factor_bits;
+};
+constexpr Variant kVariants[] = {
+    {"INT3 g64", 3, 64, 0, 0},
+    {"INT3 g64 + r16 INT8", 3, 64, 16, 8},
+    {"INT3 g64 + r32 INT8", 3, 64, 32, 8},
+    {"INT3 g64 + r32 INT3", 3, 64, 32, 3},
+    {"INT4 g128", 4, 128, 0, 0},
+};
+constexpr size_t kNumVariants = std::size(kVariants);
+constexpr size_t kInt3 = 0, kInt4 = kNumVariants - 1;
+
+struct Options {
+    int threads = 0;  // 0: the library's default, one per core
+    int rounds = 7;
+    int repeats = 5;  // cold calls per qjit_linear_benchmark, whose median is one round's figure
+    std::string shapes = "all";
+};
+
+[[noreturn]] void die(const char* what) {
+    std::fprintf(stderr, "bench_low_rank: %s failed: %s\n", what, qjit_last_error());
+    std::exit(1);
+}
+
+[[noreturn]] void usage() {
+    std::fprintf(stderr, "usage: bench_low_rank [--quick] [--threads=N] [--rounds=N] [--repeats=N] "
+                         "[--shapes=all|mixtral|7b|KxN,...]\n");
+    std::exit(2);
+}
+
+int non_negative(const char* text) {
+    char* end = nullptr;
+    const long value = std::strtol(text, &end, 10);
+    if (end == text || *end || value < 0 || value > 1 << 20) usage();
+    return int(value);
+}
+
+Options parse(int argc, char** argv) {
+    Options options;
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view arg(argv[i]);
+        // Both "--flag=value" and "--flag value".
+        auto value = [&](std::string_view flag) -> const char* {
+            if (arg.starts_with(flag) && arg.size() > flag.size() && arg[flag.size()] == '=')
+                return argv[i] + flag.size() + 1;
+            if (arg == flag) {
+                if (i + 1 >= argc) usage();
+                return argv[++i];
+            }
+            return nullptr;
+        };
+        if (arg == "--quick") {
+            options.shapes = "4096x4096";
+            options.rounds = 3;
+            options.repeats = 3;
+        } else if (const char* v = value("--threads")) {
+            options.threads = non_negative(v);
+        } else if (const char* v = value("--rounds")) {
+            options.rounds = std::max(1, non_negative(v));
+        } else if (const char* v = value("--repeats")) {
+            options.repeats = std::max(1, non_negative(v));
+        } else if (const char* v = value("--shapes")) {
+            options.shapes = v;
+        } else {
+            usage();
+        }
+    }
+    return options;
+}
+
+// --shapes: "all", a model name, or a comma-separated list of names and KxN shapes.
+bool selected(const Shape& shape, const std::string& wanted) {
+    const std::string dims = std::to_string(shape.k) + "x" + std::to_string(shape.n);
+    for (size_t begin = 0; begin <= wanted.size();) {
+        const size_t end = std::min(wanted.find(',', begin), wanted.size());
+        const std::string item = wanted.substr(begin, end - begin);
+        if (item == "all" || item == shape.model || item == dims) return true;
+        begin = end + 1;
+    }
+    return false;
+}
+
+std::string cpu_name() {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; std::getline(cpuinfo, line);)
+        if (line.starts_with("model name")) {
+            const size_t colon = line.find(':');
+            return colon == std::string::npos ? line : line.substr(line.find_first_not_of(" \t", colon + 1));
+        }
+    return "unknown CPU";
+}
+
+// U (K x rank) and V (rank x N), row-major as qjit_low_rank takes them.
+struct Factors {
+    std::vector<float> u, v;
+};
+
+Factors random_factors(int64_t k, int64_t n, int rank, uint64_t seed) {
+    qjit_tools::Rng rng(seed);
+    Factors factors{std::vector<float>(size_t(k * rank)), std::vector<float>(size_t(int64_t(rank) * n))};
+    for (float& x : factors.u) x = rng.uniform(-kFactorRange, kFactorRange);
+    for (float& x : factors.v) x = rng.uniform(-kFactorRange, kFactorRange);
+    return factors;
+}
+
+struct Row {
+    const Shape* shape;
+    int64_t batch;
+    const Variant* variant;
+    qjit_linear_info info{};
+    std::string tiling;
+    std::vector<double> rounds;
+    double micros = 0, probe_gbps = 0;
+    double gbps() const { return double(info.weight_bytes) / micros * 1e-3; }
+};
+
+// The layers of one shape for one batch: tuned in their own context, then timed round-robin.
+std::vector<Row> measure_group(const Shape& shape, int64_t batch, const Options& options, int threads,
+                               const qjit_tools::GptqTensors& int3, const qjit_tools::GptqTensors& int4,
+                               const std::vector<Factors>& factors, qjit_tools::BandwidthProbe& probe) {
+    qjit_context_options context_options;
+    qjit_context_options_init(&context_options);
+    context_options.num_threads = options.threads;
+    context_options.tuning_db_path = "";
+    context_options.tuning_batch = batch;
+    qjit_context* context = nullptr;
+    if (qjit_context_create(&context_options, &context) != QJIT_OK) die("qjit_context_create");
+
+    std::vector<Row> rows(kNumVariants);
+    std::vector<qjit_linear*> layers(kNumVariants, nullptr);
+    for (size_t i = 0; i < kNumVariants; ++i) {
+        const Variant& variant = kVariants[i];
+        const qjit_gptq_tensors& tensors = variant.bits == 3 ? int3.view : int4.view;
+        if (variant.rank == 0) {
+            if (qjit_linear_create_from_gptq(context, shape.k, shape.n, &tensors, &layers[i]) != QJIT_OK)
+                die("qjit_linear_create_from_gptq");
+        } else {
+            const Factors& f = factors[i];
+            const qjit_low_rank low_rank{variant.rank, variant.factor_bits, f.u.data(), f.v.data()};
+            if (qjit_linear_create_with_low_rank(context, shape.k, shape.n, &tensors, &low_rank, &layers[i]) != QJIT_OK)
+                die("qjit_linear_create_with_low_rank");
+        }
+        qjit_linear_tuning tuning;
+        rows[i].shape = &shape;
+        rows[i].batch = batch;
+        rows[i].variant = &variant;
+        if (qjit_linear_get_info(layers[i], &rows[i].info) != QJIT_OK ||
+            qjit_linear_get_tuning(layers[i], &tuning) != QJIT_OK)
+            die("qjit_linear_get_info/tuning");
+        rows[i].tiling = *tuning.tiling ? tuning.tiling : "portable";
+    }
+
+    double probe_gbps = 0;
+    auto run_probe = [&] {
+        for (int i = 0; i < kRowProbeSweeps; ++i)
+            probe_gbps = std::max(probe_gbps, probe.measure(threads, qjit_tools::BandwidthProbe::kPeakWindowBytes));
+    };
+    for (int round = 0; round < options.rounds; ++round) {
+        run_probe();
+        // Rotating the first variant keeps any position-in-round effect from always landing on one.
+        for (size_t step = 0; step < kNumVariants; ++step) {
+            const size_t i = (size_t(round) + step) % kNumVariants;
+            double us = 0;
+            if (qjit_linear_benchmark(layers[i], batch, options.repeats, 1, &us) != QJIT_OK)
+                die("qjit_linear_benchmark");
+            rows[i].rounds.push_back(us);
+        }
+    }
+    run_probe();
+    for (size_t i = 0; i < kNumVariants; ++i) {
+        rows[i].micros = median(rows[i].rounds);
+        rows[i].probe_gbps = probe_gbps;
+        qjit_linear_destroy(layers[i]);
+    }
+    qjit_context_destroy(context);
+    return rows;
+}
+
+void print_rows(const std::vector<Row>& rows) {
+    const Row& int3 = rows[kInt3];
+    const Row& int4 = rows[kInt4];
+    for (const Row& r : rows) {
+        char of_probe[16] = "-";
+        if (r.batch == 1) std::snprintf(of_probe, sizeof of_probe, "%.2f", r.gbps() / r.probe_gbps);
+        const double bits_per_weight = double(r.info.stored_bytes) * 8 / double(r.shape->k * r.shape->n);
+        std::printf("| %s %s %lldx%lld | %lld | %s | %.2f | %.2f | %.0f | %.3f | %.3f | %.1f | %.1f | %s | %s |\n",
+                    r.shape->model, r.shape->layer, (long long)r.shape->k, (long long)r.shape->n, (long long)r.batch,
+                    r.variant->name, bits_per_weight, double(r.info.weight_bytes) / double(qjit_bench::kMiB),
+                    r.micros, r.micros / int3.micros, r.micros / int4.micros, r.gbps(), r.probe_gbps, of_probe,
+                    r.tiling.c_str());
+    }
+    std::fflush(stdout);
+}
+
+// The target on every compensated batch-1 row: how many meet it, and the worst one.
+void print_target(const std::vector<Row>& rows) {
+    const Row* worst = nullptr;
+    double worst_ratio = 0;
+    int checked = 0, met = 0;
+    for (size_t group = 0; group + kNumVariants <= rows.size(); group += kNumVariants) {
+        const Row& int3 = rows[group + kInt3];
+        if (int3.batch != 1) continue;
+        for (size_t i = group; i < group + kNumVariants; ++i) {
+            if (rows[i].variant->rank == 0) continue;
+            const double ratio = rows[i].micros / int3.micros;
+            ++checked;
+            met += ratio <= kTarget;
+            if (!worst || ratio > worst_ratio) worst = &rows[i], worst_ratio = ratio;
+        }
+    }
+    if (!worst) return;
+    std::printf("\nTarget: a compensated layer at batch 1 <= %.2fx plain INT3: %d of %d rows meet it; worst %.3fx "
+                "(%s %lldx%lld, %s)\n",
+                kTarget, met, checked, worst_ratio, worst->shape->model, (long long)worst->shape->k,
+                (long long)worst->shape->n, worst->variant->name);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const Options options = parse(argc, argv);
+
+    // The thread count the layers will run on, for the probe: the library resolves 0 to its default.
+    int threads = options.threads;
+    {
+        qjit_context_options context_options;
+        qjit_context_options_init(&context_options);
+        context_options.num_threads = options.threads;
+        context_options.tuning_db_path = "";
+        qjit_context* context = nullptr;
+        if (qjit_context_create(&context_options, &context) != QJIT_OK ||
+            qjit_context_num_threads(context, &threads) != QJIT_OK)
+            die("qjit_context_create");
+        qjit_context_destroy(context);
+    }
+
+    qjit_tools::BandwidthProbe probe;
+    const double peak_gbps = probe.peak(threads);
+    std::printf("# bench_low_rank: the cost of a low-rank compensator (y = x Wq + (x U) V)\n\n"
+                "qjit %s on %s, %d thread(s). Each layer tuned for its batch (default budget, no database), "
+                "timed cold (weights flushed before every call): median of %d round-robin rounds over the five "
+                "variants of a shape, each round the median of %d calls. Read probe (%s loads): peak %.1f GB/s "
+                "at the start (best of %d sweeps); each shape and batch is held against the best of %d sweeps "
+                "before every round and after the last (\"probe GB/s\"). \"of probe\" = bytes streamed "
+                "(weight_bytes) / time / probe GB/s, batch 1 only. Random GPTQ tensors, U and V in [-%.2f, %.2f).\n\n",
+                qjit_version(), cpu_name().c_str(), threads, options.rounds, options.repeats, probe.load_width(),
+                peak_gbps, qjit_tools::BandwidthProbe::kPeakSweeps, kRowProbeSweeps, kFactorRange, kFactorRange);
+    std::printf("| shape | batch | layer | bits/weight | MiB streamed | µs | vs INT3 | vs INT4 | GB/s | probe GB/s "
+                "| of probe | tiling |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::fflush(stdout);
+
+    std::vector<Row> rows;
+    for (const Shape& shape : kShapes) {
+        if (!selected(shape, options.shapes)) continue;
+        const uint64_t seed = uint64_t(shape.k * 31 + shape.n);
+        qjit_tools::GptqTensors int3, int4;
+        qjit_tools::random_gptq(shape.k, shape.n, 3, 64, seed + 3, &int3);
+        qjit_tools::random_gptq(shape.k, shape.n, 4, 128, seed + 4, &int4);
+        std::vector<Factors> factors(kNumVariants);
+        for (size_t i = 0; i < kNumVariants; ++i)
+            if (kVariants[i].rank > 0) factors[i] = random_factors(shape.k, shape.n, kVariants[i].rank, seed + 100 + i);
+        for (int64_t batch : kBatches) {
+            std::vector<Row> group = measure_group(shape, batch, options, threads, int3, int4, factors, probe);
+            print_rows(group);
+            rows.insert(rows.end(), group.begin(), group.end());
+        }
+    }
+    if (rows.empty()) {
+        std::fprintf(stderr, "bench_low_rank: --shapes=%s matches no shape\n", options.shapes.c_str());
+        return 2;
+    }
+    print_target(rows);
+    return 0;
+}
