@@ -23,7 +23,21 @@ TEST(ModelConfig, EveryShippedConfigLoads) {
         for (const LinearShape& shape : model.linear) EXPECT_TRUE(shape.k > 0 && shape.n > 0) << shape.name;
         ++files;
     }
-    EXPECT_EQ(files, 5);  // llama-2-7b, llama-2-70b, mixtral-8x7b, granite-20b, stories260K
+    EXPECT_EQ(files, 6);  // llama-2-7b, llama-2-70b, mixtral-8x7b, granite-20b, stories260K, deepseek-moe-16b
+}
+
+// Many small experts: the expert shapes qjit-tune times for a MoE model, merged with nothing else.
+TEST(ModelConfig, DeepSeekMoeListsItsSmallExperts) {
+    const ModelConfig model = load_model_config((kConfigs / "deepseek-moe-16b.yaml").string());
+    EXPECT_EQ(model.layers, 28);
+    const std::vector<LinearShape> shapes = distinct_shapes(model.linear);
+    ASSERT_EQ(shapes.size(), 7u);
+    EXPECT_EQ(shapes[5].name, "expert_gate_proj,expert_up_proj");
+    EXPECT_EQ(shapes[5].k, 2048);
+    EXPECT_EQ(shapes[5].n, 1408);
+    EXPECT_EQ(shapes[6].name, "expert_down_proj");
+    EXPECT_EQ(shapes[6].k, 1408);
+    EXPECT_EQ(shapes[6].n, 2048);
 }
 
 TEST(ModelConfig, SameShapedLayersMerge) {

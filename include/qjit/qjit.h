@@ -320,6 +320,28 @@ QJIT_API qjit_status qjit_linear_describe(const qjit_linear* layer, const char**
 QJIT_API qjit_status qjit_linear_save(const qjit_linear* layer, const char* path);
 QJIT_API qjit_status qjit_linear_load(qjit_context* context, const char* path, qjit_linear** layer);
 
+/* ---- mixture of experts ---- */
+/* One expert's share of a grouped call: its layer and the token rows routed to it. */
+typedef struct qjit_expert_rows {
+    qjit_linear* layer;      /* the expert's layer; every expert of a call has the same K and N */
+    const int32_t* rows;     /* [count] token indices into x, 0 .. m - 1, each at most once per expert */
+    const float* weights;    /* [count] the gate weight of each row; NULL: 1 */
+    int64_t count;           /* rows routed to the expert; 0: skipped (rows may then be NULL) */
+} qjit_expert_rows;
+
+/* The experts of a mixture-of-experts layer as one call: y (m x N) is overwritten with
+ *     y[t] = sum over (e, i) with experts[e].rows[i] == t of  weights[i] * (x[t] W_e)
+ * summed in expert order; a token no expert takes gets zeros. A token may go to several experts
+ * (top-k routing). x (m x K) holds the m tokens (the limits of qjit_linear_forward); x and y must
+ * not overlap. num_experts >= 1; the layers belong to `context`. On the CPU every expert's rows run
+ * in one parallel dispatch of the context's pool (not one per expert), so experts with only a few
+ * rows each, as in decoding, do not each pay a dispatch and a barrier; layers without generated
+ * kernels (the portable path) run one by one inside the call. Until the grouped call runs the
+ * low-rank compensator pass, layers on generated kernels that have one are refused
+ * (QJIT_ERROR_UNSUPPORTED). */
+QJIT_API qjit_status qjit_moe_forward(qjit_context* context, const qjit_expert_rows* experts, int num_experts,
+                                      const float* x, int64_t m, float* y);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

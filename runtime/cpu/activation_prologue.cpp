@@ -72,6 +72,17 @@ void prepare_row(const jit::CpuKernelSpec& spec, const int32_t* row_order, const
 
 }  // namespace
 
+void prepare_activation_row(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* src,
+                            const PreparedRow& out) {
+    if (spec.path != jit::ActivationPath::Int8) {
+        prepare_row(spec, row_order, src, static_cast<float*>(out.x), nullptr, out.scale, out.sum);
+        return;
+    }
+    thread_local std::vector<float> gathered;  // the int8 path's fp32 staging row, per thread
+    prepare_row(spec, row_order, src, grow(gathered, size_t(spec.padded_k())), static_cast<int8_t*>(out.x), out.scale,
+                out.sum);
+}
+
 PreparedActivations prepare_activations(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* x,
                                         int64_t m, ThreadPool& pool) {
     // The caller's buffers; the tasks below may run on other threads, so they get addresses.
@@ -85,10 +96,8 @@ PreparedActivations prepare_activations(const jit::CpuKernelSpec& spec, const in
     int8_t* const int8_out = int8 ? grow(int8_rows, size_t(m * padded_k)) : nullptr;
 
     auto task = [&](int64_t i) {
-        thread_local std::vector<float> gathered;  // the int8 path's fp32 staging row, per thread
-        float* row = int8 ? grow(gathered, size_t(padded_k)) : f32_out + i * padded_k;
-        prepare_row(spec, row_order, x + i * k, row, int8 ? int8_out + i * padded_k : nullptr, scale_out + i * groups,
-                    sum_out + i * groups);
+        void* row = int8 ? static_cast<void*>(int8_out + i * padded_k) : static_cast<void*>(f32_out + i * padded_k);
+        prepare_activation_row(spec, row_order, x + i * k, {row, scale_out + i * groups, sum_out + i * groups});
     };
     // Below this many activations a dispatch costs more than the work.
     constexpr int64_t kMinParallelElements = 1 << 14;

@@ -22,4 +22,16 @@ struct PreparedActivations {
 PreparedActivations prepare_activations(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* x,
                                         int64_t m, ThreadPool& pool);
 
+// Where one prepared row goes, in buffers the caller owns (the grouped MoE call keeps the rows of
+// every expert at once, so the per-thread buffers above do not serve it).
+struct PreparedRow {
+    void* x;       // [padded_k] int8 or fp32
+    float* scale;  // [groups] int8 step (int8 path only)
+    float* sum;    // [groups]
+};
+
+// One row of prepare_activations: `src` is one row of K activations in their original order.
+void prepare_activation_row(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* src,
+                            const PreparedRow& out);
+
 }  // namespace qjit

@@ -7,7 +7,6 @@
 #include <fstream>
 
 #include "jit/x86/gemm_emitter.hpp"
-#include "runtime/cpu/activation_prologue.hpp"
 #include "base/error.hpp"
 #include "base/half.hpp"
 
@@ -53,7 +52,11 @@ std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightF
 
 JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::vector<Pass>& passes,
                          const std::string& dump_dir, ThreadPool* pool, int64_t only_batch)
-    : spec_(spec), group_ranges_(group_ranges(spec, passes)), gathers_(has_gather(passes)), only_batch_(only_batch) {
+    : spec_(spec),
+      group_ranges_(group_ranges(spec, passes)),
+      panels_((p.n + spec.panel_columns() - 1) / spec.panel_columns()),
+      gathers_(has_gather(passes)),
+      only_batch_(only_batch) {
     const auto emission_start = std::chrono::steady_clock::now();
     const int max_rows = spec.tiling.rows;
     for (int rows = 1; rows <= max_rows; ++rows) {
@@ -99,58 +102,58 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
 void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const float* x, int64_t m, float* y,
                           ThreadPool& pool) const {
     require(only_batch_ <= 0 || m == only_batch_, "this executor was made for forwards of ", only_batch_, " rows, not ", m);
-    const PreparedActivations act = prepare_activations(spec_, gathers_ ? p.row_order.data() : nullptr, x, m, pool);
-    const int64_t panel = spec_.panel_columns(), panels = codes.num_panels(), groups = spec_.num_groups();
-    const int64_t max_rows = spec_.tiling.rows;
-    const size_t scale_bytes = spec_.format.f16_scales() ? 2 : 4;
-    const int64_t x_bytes = spec_.path == jit::ActivationPath::Int8 ? 1 : 4;
-    const std::vector<GroupRange>& ranges = group_ranges_;
-    const int64_t parts = int64_t(ranges.size());
+    const PreparedActivations act = prepare_activations(spec_, activation_row_order(p), x, m, pool);
 
-    // With a K split each part writes its own partial outputs, summed below. (The tasks run on
-    // other threads, which must see this thread's buffer, so they get its address.)
+    // With a K split parts after the first write their own partial outputs, added below. (The
+    // tasks run on other threads, which must see this thread's buffer, so they get its address.)
     thread_local std::vector<float> partial_buffer;
-    if (parts > 1 && partial_buffer.size() < size_t(parts * m * p.n)) partial_buffer.resize(size_t(parts * m * p.n));
+    const size_t partial_floats = size_t((k_parts() - 1) * m * p.n);
+    if (partial_buffer.size() < partial_floats) partial_buffer.resize(partial_floats);
     float* const partials = partial_buffer.data();
 
-    // A task is one panel and one K part for every row tile: the row tiles after the first read
-    // the panel's codes from L2 instead of memory.
-    auto task = [&](int64_t t) {
-        const int64_t p_index = t % panels, part = t / panels;
-        const int64_t n0 = p_index * panel, width = std::min(panel, p.n - n0);
-        const GroupRange& range = ranges[size_t(part)];
-        const int64_t first_block = range.first_block;
-        thread_local std::vector<float> tile;
-        if (tile.size() < size_t(max_rows * panel)) tile.resize(size_t(max_rows * panel));
-
-        jit::CpuKernelArgs args;
-        args.codes = codes.panel(n0) + first_block * spec_.format.bits * panel;
-        args.scales = scales_.data() + size_t((p_index * groups + range.first) * panel) * scale_bytes;
-        args.zeros = zeros_.empty() ? nullptr : zeros_.data() + size_t((p_index * groups + range.first) * panel);
-        args.y = tile.data();
-        args.full_groups = range.full_groups;
-        args.tail_blocks = range.tail_blocks;
-        float* out = parts > 1 ? partials + part * m * p.n : y;
-        for (int64_t m0 = 0; m0 < m; m0 += max_rows) {
-            const int64_t rows = std::min(max_rows, m - m0);
-            args.x = static_cast<const uint8_t*>(act.x) + (m0 * spec_.padded_k() + first_block * 32) * x_bytes;
-            args.x_scale = act.scale + m0 * groups + range.first;
-            args.x_sum = act.sum + m0 * groups + range.first;
-            kernels_[size_t(rows - 1)]->function<jit::CpuKernelFn>()(&args);
-            for (int64_t i = 0; i < rows; ++i)
-                std::memcpy(out + (m0 + i) * p.n + n0, tile.data() + i * panel, size_t(width) * sizeof(float));
-        }
-    };
+    auto task = [&](int64_t t) { run_product_task(p, codes, act, m, y, partials, t); };
     // Below this many multiply-adds a dispatch to the pool costs more than it saves.
     constexpr int64_t kMinParallelWork = int64_t(1) << 18;
-    pool.parallel_for(panels * parts, task, p.k * p.n * m >= kMinParallelWork);
+    pool.parallel_for(product_tasks(), task, p.k * p.n * m >= kMinParallelWork);
+    add_partials(y, partials, m, p.n);
+}
 
-    if (parts > 1) {
-        std::copy(partials, partials + m * p.n, y);
-        for (int64_t part = 1; part < parts; ++part) {
-            const float* partial = partials + part * m * p.n;
-            for (int64_t i = 0; i < m * p.n; ++i) y[i] += partial[i];
-        }
+// A task is one panel and one K part for every row tile: the row tiles after the first read the
+// panel's codes from L2 instead of memory.
+void JitExecutor::run_product_task(const QuantParams& p, const PackedCodes& codes, const PreparedActivations& act,
+                                   int64_t m, float* y, float* partials, int64_t task) const {
+    const int64_t panel = spec_.panel_columns(), groups = spec_.num_groups(), max_rows = spec_.tiling.rows;
+    const size_t scale_bytes = spec_.format.f16_scales() ? 2 : 4;
+    const int64_t x_bytes = spec_.path == jit::ActivationPath::Int8 ? 1 : 4;
+    const int64_t p_index = task % panels_, part = task / panels_;
+    const int64_t n0 = p_index * panel, width = std::min(panel, p.n - n0);
+    const GroupRange& range = group_ranges_[size_t(part)];
+    thread_local std::vector<float> tile;
+    if (tile.size() < size_t(max_rows * panel)) tile.resize(size_t(max_rows * panel));
+
+    jit::CpuKernelArgs args;
+    args.codes = codes.panel(n0) + range.first_block * spec_.format.bits * panel;
+    args.scales = scales_.data() + size_t((p_index * groups + range.first) * panel) * scale_bytes;
+    args.zeros = zeros_.empty() ? nullptr : zeros_.data() + size_t((p_index * groups + range.first) * panel);
+    args.y = tile.data();
+    args.full_groups = range.full_groups;
+    args.tail_blocks = range.tail_blocks;
+    float* out = part == 0 ? y : partials + (part - 1) * m * p.n;
+    for (int64_t m0 = 0; m0 < m; m0 += max_rows) {
+        const int64_t rows = std::min(max_rows, m - m0);
+        args.x = static_cast<const uint8_t*>(act.x) + (m0 * spec_.padded_k() + range.first_block * 32) * x_bytes;
+        args.x_scale = act.scale + m0 * groups + range.first;
+        args.x_sum = act.sum + m0 * groups + range.first;
+        kernels_[size_t(rows - 1)]->function<jit::CpuKernelFn>()(&args);
+        for (int64_t i = 0; i < rows; ++i)
+            std::memcpy(out + (m0 + i) * p.n + n0, tile.data() + i * panel, size_t(width) * sizeof(float));
+    }
+}
+
+void JitExecutor::add_partials(float* y, const float* partials, int64_t m, int64_t n) const {
+    for (int64_t part = 1; part < k_parts(); ++part) {
+        const float* partial = partials + (part - 1) * m * n;
+        for (int64_t i = 0; i < m * n; ++i) y[i] += partial[i];
     }
 }
 

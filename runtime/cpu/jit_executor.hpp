@@ -11,6 +11,7 @@
 #include "jit/x86/jit_generator.hpp"
 #include "format/packed_codes.hpp"
 #include "format/quantized_matrix.hpp"
+#include "runtime/cpu/activation_prologue.hpp"
 #include "runtime/cpu/thread_pool.hpp"
 #include "runtime/layer_passes.hpp"
 
@@ -32,8 +33,24 @@ public:
     JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& params, const std::vector<Pass>& passes,
                 const std::string& dump_dir, ThreadPool* pool = nullptr, int64_t only_batch = 0);
 
+    // prepare_activations, one parallel dispatch of every product task, then add_partials.
     void forward(const QuantParams& params, const PackedCodes& codes, const float* x, int64_t m, float* y,
                  ThreadPool& pool) const;
+
+    // The halves of a forward, for a caller that runs the products of several layers in one
+    // dispatch (runtime/moe_forward.hpp). The row order the prologue gathers by (null: none):
+    const int32_t* activation_row_order(const QuantParams& params) const {
+        return gathers_ ? params.row_order.data() : nullptr;
+    }
+    // Tasks of one forward's product dispatch: column panels x K parts.
+    int64_t product_tasks() const { return panels_ * k_parts(); }
+    int64_t k_parts() const { return int64_t(group_ranges_.size()); }
+    // Product task `task` over m prepared rows: part 0 writes y, part i > 0 writes its own
+    // partial outputs at partials + (i - 1) * m * N (summed into y by add_partials).
+    void run_product_task(const QuantParams& params, const PackedCodes& codes, const PreparedActivations& act,
+                          int64_t m, float* y, float* partials, int64_t task) const;
+    // y (m x N) += the partial outputs of K parts 1.. in part order; nothing without a K split.
+    void add_partials(float* y, const float* partials, int64_t m, int64_t n) const;
 
     const jit::CpuKernelSpec& spec() const { return spec_; }
     // Milliseconds the constructor spent generating machine code (not repacking metadata).
@@ -57,6 +74,7 @@ private:
     jit::CpuKernelSpec spec_;
     double emission_ms_ = 0;
     std::vector<GroupRange> group_ranges_;  // one per product pass
+    int64_t panels_ = 0;                    // column panels of the layer
     bool gathers_ = false;                  // the plan has a gather pass
     std::vector<std::unique_ptr<jit::JitGenerator>> kernels_;  // [rows - 1]; null where not generated
     int64_t only_batch_ = 0;
