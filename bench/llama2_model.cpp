@@ -118,6 +118,7 @@ public:
     int64_t in_features() const override { return k_; }
     int64_t out_features() const override { return n_; }
     int64_t weight_bytes() const override { return n_ * k_ * int64_t(sizeof(float)); }
+    int64_t stored_bytes() const override { return weight_bytes(); }
     std::string describe() const override { return "fp32 dense loops"; }
 
 private:
@@ -143,11 +144,9 @@ public:
     }
     int64_t in_features() const override { return k_; }
     int64_t out_features() const override { return n_; }
-    int64_t weight_bytes() const override {
-        qjit_linear_info info{};
-        check_qjit(qjit_linear_get_info(layer_, &info), "qjit_linear_get_info");
-        return info.weight_bytes;
-    }
+    int64_t weight_bytes() const override { return info().weight_bytes; }
+    int64_t stored_bytes() const override { return info().stored_bytes; }
+    int64_t low_rank_bytes() const override { return info().low_rank_bytes; }
     std::string describe() const override {
         const char* text = nullptr;
         check_qjit(qjit_linear_describe(layer_, &text), "qjit_linear_describe");
@@ -155,6 +154,12 @@ public:
     }
 
 private:
+    qjit_linear_info info() const {
+        qjit_linear_info info{};
+        check_qjit(qjit_linear_get_info(layer_, &info), "qjit_linear_get_info");
+        return info;
+    }
+
     std::shared_ptr<qjit_context> context_;  // declared first: outlives layer_
     qjit_linear* layer_ = nullptr;
     int64_t n_, k_;
@@ -265,7 +270,34 @@ QjitBackend::QjitBackend(const qjit_quant_config& config, const qjit_context_opt
 }
 
 std::unique_ptr<Linear> QjitBackend::make_linear(const float* weights_n_by_k, int64_t n, int64_t k) {
-    return std::make_unique<QjitLinear>(context_, config_, weights_n_by_k, n, k);
+    if (ranks_.empty()) return std::make_unique<QjitLinear>(context_, config_, weights_n_by_k, n, k);
+    if (next_rank_ >= ranks_.size()) fail("QjitBackend: more matrices than the ", ranks_.size(), " ranks set");
+    qjit_quant_config config = config_;
+    config.rank = ranks_[next_rank_++];
+    if (config.rank == 0) config.method = QJIT_QUANT_HQQ;
+    return std::make_unique<QjitLinear>(context_, config, weights_n_by_k, n, k);
+}
+
+void QjitBackend::set_ranks(std::vector<int> ranks) {
+    ranks_ = std::move(ranks);
+    next_rank_ = 0;
+}
+
+std::vector<MatrixView> model_matrices(const Checkpoint& ck, bool with_classifier) {
+    const Config& c = ck.config;
+    const int64_t dim = c.dim, kv_dim = c.kv_dim(), hidden = c.hidden_dim;
+    std::vector<MatrixView> views;
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+        views.push_back({ck.wq.data() + l * dim * dim, dim, dim, QJIT_ROLE_ATTENTION});
+        views.push_back({ck.wk.data() + l * kv_dim * dim, kv_dim, dim, QJIT_ROLE_ATTENTION});
+        views.push_back({ck.wv.data() + l * kv_dim * dim, kv_dim, dim, QJIT_ROLE_ATTENTION});
+        views.push_back({ck.wo.data() + l * dim * dim, dim, dim, QJIT_ROLE_ATTENTION});
+        views.push_back({ck.w1.data() + l * hidden * dim, hidden, dim, QJIT_ROLE_DENSE});
+        views.push_back({ck.w2.data() + l * dim * hidden, dim, hidden, QJIT_ROLE_DENSE});
+        views.push_back({ck.w3.data() + l * hidden * dim, hidden, dim, QJIT_ROLE_DENSE});
+    }
+    if (with_classifier) views.push_back({ck.classifier.data(), c.vocab_size, dim, QJIT_ROLE_DENSE});
+    return views;
 }
 
 std::string QjitBackend::name() const { return "qjit " + describe_quant_config(config_); }
@@ -298,21 +330,20 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, LinearBackend& backen
     if (!checkpoint_) fail("Model: checkpoint is NULL");
     const Checkpoint& ck = *checkpoint_;
     const Config& c = ck.config;
-    const int64_t dim = c.dim, kv_dim = c.kv_dim(), hidden = c.hidden_dim;
+    const int64_t kv_dim = c.kv_dim();
 
+    // model_matrices lists them in this order: each layer's wq wk wv wo w1 w2 w3, the classifier.
+    const std::vector<MatrixView> matrices = model_matrices(ck, true);
+    auto make = [&](LinearBackend& with, size_t index) {
+        const MatrixView& m = matrices[index];
+        return with.make_linear(m.weights_n_by_k, m.n, m.k);
+    };
     layers_.resize(size_t(c.n_layers));
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-        Layer& layer = layers_[size_t(l)];
-        layer.wq = backend.make_linear(ck.wq.data() + l * dim * dim, dim, dim);
-        layer.wk = backend.make_linear(ck.wk.data() + l * kv_dim * dim, kv_dim, dim);
-        layer.wv = backend.make_linear(ck.wv.data() + l * kv_dim * dim, kv_dim, dim);
-        layer.wo = backend.make_linear(ck.wo.data() + l * dim * dim, dim, dim);
-        layer.w1 = backend.make_linear(ck.w1.data() + l * hidden * dim, hidden, dim);
-        layer.w2 = backend.make_linear(ck.w2.data() + l * dim * hidden, dim, hidden);
-        layer.w3 = backend.make_linear(ck.w3.data() + l * hidden * dim, hidden, dim);
-    }
-    LinearBackend& cls_backend = classifier_backend ? *classifier_backend : backend;
-    classifier_ = cls_backend.make_linear(ck.classifier.data(), c.vocab_size, dim);
+    size_t next = 0;
+    for (Layer& layer : layers_)
+        for (auto* linear : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w1, &layer.w2, &layer.w3})
+            *linear = make(backend, next++);
+    classifier_ = make(classifier_backend ? *classifier_backend : backend, next);
 
     const size_t cache_size = size_t(c.n_layers) * size_t(c.seq_len) * size_t(kv_dim);
     key_cache_.assign(cache_size, 0.0f);
@@ -435,13 +466,36 @@ std::span<const float> Model::forward_sequence(std::span<const int> tokens) {
 
 std::span<const float> Model::step(int token) { return forward(std::span<const int>(&token, 1), cached_positions_); }
 
+std::vector<const Linear*> Model::linears() const {
+    std::vector<const Linear*> all;
+    for (const Layer& layer : layers_)
+        for (const auto* linear : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w1, &layer.w2, &layer.w3})
+            all.push_back(linear->get());
+    all.push_back(classifier_.get());
+    return all;
+}
+
 int64_t Model::linear_weight_bytes() const {
-    int64_t total = classifier_->weight_bytes();
-    for (const Layer& layer : layers_) {
-        for (const auto* linear : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w1, &layer.w2, &layer.w3}) {
-            total += (*linear)->weight_bytes();
-        }
-    }
+    int64_t total = 0;
+    for (const Linear* linear : linears()) total += linear->weight_bytes();
+    return total;
+}
+
+int64_t Model::linear_stored_bytes() const {
+    int64_t total = 0;
+    for (const Linear* linear : linears()) total += linear->stored_bytes();
+    return total;
+}
+
+int64_t Model::linear_low_rank_bytes() const {
+    int64_t total = 0;
+    for (const Linear* linear : linears()) total += linear->low_rank_bytes();
+    return total;
+}
+
+int64_t Model::linear_weight_count() const {
+    int64_t total = 0;
+    for (const Linear* linear : linears()) total += linear->in_features() * linear->out_features();
     return total;
 }
 

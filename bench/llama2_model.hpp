@@ -62,6 +62,8 @@ public:
     virtual int64_t in_features() const = 0;   // k
     virtual int64_t out_features() const = 0;  // n
     virtual int64_t weight_bytes() const = 0;  // bytes one forward streams
+    virtual int64_t stored_bytes() const = 0;  // bytes the format stores (qjit_linear_info.stored_bytes)
+    virtual int64_t low_rank_bytes() const { return 0; }  // of those, a compensator's
     virtual std::string describe() const = 0;
 };
 
@@ -89,11 +91,25 @@ public:
     std::unique_ptr<Linear> make_linear(const float* weights_n_by_k, int64_t n, int64_t k) override;
     std::string name() const override;
     const qjit_quant_config& config() const { return config_; }
+    // MiLo ranks per matrix, in the order the model makes them (model_matrices): each make_linear
+    // takes the next as config.rank (a rank of 0 makes that matrix HQQ alone).
+    void set_ranks(std::vector<int> ranks);
 
 private:
     qjit_quant_config config_;
+    std::vector<int> ranks_;
+    size_t next_rank_ = 0;
     std::shared_ptr<qjit_context> context_;
 };
+
+// A matrix the model makes a Linear of, in the order Model's constructor makes them (wq wk wv wo
+// w1 w2 w3 of each layer, then the classifier).
+struct MatrixView {
+    const float* weights_n_by_k;
+    int64_t n, k;
+    qjit_matrix_role role;  // attention for wq..wo; dense for the FFN and the classifier
+};
+std::vector<MatrixView> model_matrices(const Checkpoint& checkpoint, bool with_classifier);
 
 // A quantization config with qjit's defaults (f16 scales) and the given bits, group and symmetry.
 qjit_quant_config make_quant_config(int bits, int group_size, bool symmetric);
@@ -125,6 +141,10 @@ public:
 
     // Total bytes of the weights the linear layers stream per forward (classifier included).
     int64_t linear_weight_bytes() const;
+    // Their stored bytes (Linear::stored_bytes), the compensators' share, and their weights (K N).
+    int64_t linear_stored_bytes() const;
+    int64_t linear_low_rank_bytes() const;
+    int64_t linear_weight_count() const;
     const Linear& layer_linear(int layer, int which) const;  // which: 0..6 = wq wk wv wo w1 w2 w3
     const Linear& classifier() const { return *classifier_; }
 
@@ -134,6 +154,7 @@ private:
     };
 
     void ensure_capacity(int tokens);
+    std::vector<const Linear*> linears() const;  // every layer's seven, then the classifier
     void attention(int layer, int pos0, int count);
 
     std::shared_ptr<const Checkpoint> checkpoint_;

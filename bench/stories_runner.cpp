@@ -2,8 +2,12 @@
 //   (a) greedy decoding with 8-bit per-column symmetric weights, checked against the reference tokens;
 //   (b) mean NLL over the reference TinyStories sequences for bits 2/3/4/8 x group 32/64/per column x
 //       symmetric/asymmetric, next to the dense fp32 figure and the reference mean.
+// With --method, one quantization method instead: its NLL next to fp32's, and with --json one JSON
+// object on stdout (method, bits, group_size, nll, fp32_nll, delta_nll, tokens, bits_per_weight, ...).
 //
 // Usage: stories_runner [--models-dir DIR] [--steps N] [--threads N] [--fp32-classifier] [--f32-scales]
+//        stories_runner --method rtn|hqq|milo [--bits B] [--group G] [--rank R | --rank-policy P --avg-rank R]
+//                       [--low-rank-bits 8|3|16] [--json]
 
 #include <algorithm>
 #include <chrono>
@@ -31,6 +35,15 @@ struct Options {
     bool fp32_classifier = false;  // keep the classifier dense instead of quantizing it too
     qjit_dtype scale_dtype = QJIT_DTYPE_F16;
     qjit_activations activations = QJIT_ACTIVATIONS_AUTO;
+    // One method instead of the sweep (empty: the sweep).
+    std::string method;
+    int bits = 3;
+    int group_size = 64;
+    int rank = 0;                  // MiLo: every matrix's rank, unless a policy shares avg_rank
+    std::string rank_policy;       // "uniform", "dense-r", "sparse-r", "kurtosis-r", "frequency-r"
+    double avg_rank = 0;
+    int low_rank_bits = 8;
+    bool json = false;
 };
 
 void print_usage(const char* program) {
@@ -42,7 +55,14 @@ void print_usage(const char* program) {
         "  --threads N        qjit context threads (default 0: one per core)\n"
         "  --fp32-classifier  quantize only wq..w3 and keep the classifier in fp32\n"
         "  --f32-scales       keep quantization scales in fp32 (default: f16, qjit's default)\n"
-        "  --activations P    activation path of the CPU kernels (default auto: qjit's default)\n",
+        "  --activations P    activation path of the CPU kernels (default auto: qjit's default)\n"
+        "  --method M         rtn, hqq or milo: evaluate this one method (no decoding, no sweep)\n"
+        "  --bits B, --group G  its width (default 3) and group size (default 64; -1 per column)\n"
+        "  --rank R           milo: the compensator rank of every matrix\n"
+        "  --rank-policy P --avg-rank R  milo: ranks shared under an average rank (uniform, dense-r, sparse-r,\n"
+        "                     kurtosis-r, frequency-r)\n"
+        "  --low-rank-bits B  milo: how U and V are stored: 8 (default), 3 or 16 (fp16)\n"
+        "  --json             print one JSON object on stdout (progress goes to stderr)\n",
         program, QJIT_SHARED_MODELS_DIR);
 }
 
@@ -96,6 +116,28 @@ std::optional<Options> parse_args(int argc, char** argv) {
             }
         } else if (arg == "--f32-scales") {
             options.scale_dtype = QJIT_DTYPE_F32;
+        } else if (arg == "--method" || arg == "--rank-policy") {
+            const char* text = value();
+            if (!text) return std::nullopt;
+            (arg == "--method" ? options.method : options.rank_policy) = text;
+        } else if (arg == "--bits" || arg == "--group" || arg == "--rank" || arg == "--low-rank-bits") {
+            const auto v = int_value(-1, 1024);
+            if (!v) return std::nullopt;
+            if (arg == "--bits") options.bits = *v;
+            else if (arg == "--group") options.group_size = *v;
+            else if (arg == "--rank") options.rank = *v;
+            else options.low_rank_bits = *v;
+        } else if (arg == "--avg-rank") {
+            const char* text = value();
+            if (!text) return std::nullopt;
+            char* end = nullptr;
+            options.avg_rank = std::strtod(text, &end);
+            if (*text == '\0' || *end != '\0' || !(options.avg_rank >= 0 && options.avg_rank <= 1024)) {
+                std::fprintf(stderr, "--avg-rank: '%s' is not a number in [0, 1024]\n", text);
+                return std::nullopt;
+            }
+        } else if (arg == "--json") {
+            options.json = true;
         } else if (arg == "--help" || arg == "-h") {
             print_usage(argv[0]);
             std::exit(0);
@@ -104,6 +146,19 @@ std::optional<Options> parse_args(int argc, char** argv) {
             print_usage(argv[0]);
             return std::nullopt;
         }
+    }
+    if (!options.method.empty() && options.method != "rtn" && options.method != "hqq" && options.method != "milo") {
+        std::fprintf(stderr, "--method: '%s' is not rtn, hqq or milo\n", options.method.c_str());
+        return std::nullopt;
+    }
+    const bool milo = options.method == "milo";
+    if (milo && (options.rank > 0) == !options.rank_policy.empty()) {
+        std::fprintf(stderr, "--method milo takes either --rank R or --rank-policy P with --avg-rank R\n");
+        return std::nullopt;
+    }
+    if (!milo && (options.rank > 0 || !options.rank_policy.empty())) {
+        std::fprintf(stderr, "--rank and --rank-policy go with --method milo\n");
+        return std::nullopt;
     }
     return options;
 }
@@ -157,6 +212,82 @@ Run run_nll(const std::shared_ptr<const llama2::Checkpoint>& checkpoint, llama2:
     return run;
 }
 
+qjit_rank_policy parse_rank_policy(const std::string& name) {
+    if (name == "uniform") return QJIT_RANK_UNIFORM;
+    if (name == "dense-r") return QJIT_RANK_DENSE;
+    if (name == "sparse-r") return QJIT_RANK_SPARSE;
+    if (name == "kurtosis-r") return QJIT_RANK_KURTOSIS;
+    if (name == "frequency-r") return QJIT_RANK_FREQUENCY;
+    throw std::runtime_error("--rank-policy '" + name + "' is not uniform, dense-r, sparse-r, kurtosis-r or frequency-r");
+}
+
+// The ranks a policy gives the model's quantized matrices, in the order the model makes them.
+// Kurtosis reads every value of a matrix, so its [n][k] storage serves as well as [k][n].
+std::vector<int> policy_ranks(const Options& options, const llama2::Checkpoint& checkpoint) {
+    std::vector<qjit_rank_matrix> matrices;
+    for (const llama2::MatrixView& m : llama2::model_matrices(checkpoint, !options.fp32_classifier))
+        matrices.push_back({m.k, m.n, m.role, m.weights_n_by_k, 0.0});
+    std::vector<int> ranks(matrices.size());
+    if (qjit_assign_ranks(parse_rank_policy(options.rank_policy), options.avg_rank, matrices.data(),
+                          int64_t(matrices.size()), ranks.data()) != QJIT_OK)
+        throw std::runtime_error(std::string("qjit_assign_ranks: ") + qjit_last_error());
+    return ranks;
+}
+
+// --method: one method's NLL next to fp32's, as text or as one JSON object on stdout.
+int run_method(const Options& options, const std::shared_ptr<const llama2::Checkpoint>& checkpoint,
+               llama2::LinearBackend* classifier_backend, const std::vector<uint16_t>& tokens,
+               const qjit_context_options& context_options) {
+    llama2::DenseBackend dense;
+    const Run fp32 = run_nll(checkpoint, dense, nullptr, tokens);
+
+    qjit_quant_config config = llama2::make_quant_config(options.bits, options.group_size, false);
+    config.scale_dtype = options.scale_dtype;
+    config.method = options.method == "milo" ? QJIT_QUANT_MILO : options.method == "hqq" ? QJIT_QUANT_HQQ
+                                                                                          : QJIT_QUANT_RTN;
+    config.rank = options.rank;
+    config.low_rank_bits = options.low_rank_bits;
+    llama2::QjitBackend backend(config, &context_options);
+    std::vector<int> ranks;
+    if (!options.rank_policy.empty()) {
+        ranks = policy_ranks(options, *checkpoint);
+        backend.set_ranks(ranks);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    llama2::Model model(checkpoint, backend, classifier_backend);
+    const double build_s = seconds_since(start);
+    const llama2::NllResult nll = llama2::evaluate_nll(model, tokens);
+
+    const double weights = double(model.linear_weight_count());
+    const double stored = double(model.linear_stored_bytes()), low_rank = double(model.linear_low_rank_bytes());
+    const double bits_per_weight = stored * 8.0 / weights;
+    const double extra_memory = low_rank / (stored - low_rank);
+    double mean_rank = 0;
+    for (int r : ranks) mean_rank += r;
+    if (!ranks.empty()) mean_rank /= double(ranks.size());
+    if (options.json) {
+        std::printf(
+            "{\"method\": \"%s\", \"bits\": %d, \"group_size\": %d, \"scales\": \"%s\", \"nll\": %.6f, "
+            "\"fp32_nll\": %.6f, \"delta_nll\": %.6f, \"tokens\": %lld, \"bits_per_weight\": %.4f, "
+            "\"stored_bytes\": %.0f, \"low_rank_bytes\": %.0f, \"extra_memory\": %.4f, \"rank\": %d, "
+            "\"rank_policy\": \"%s\", \"avg_rank\": %g, \"mean_rank\": %.3f, \"low_rank_bits\": %d, "
+            "\"classifier\": \"%s\", \"build_s\": %.3f}\n",
+            options.method.c_str(), options.bits, options.group_size,
+            options.scale_dtype == QJIT_DTYPE_F16 ? "f16" : "f32", nll.mean_nll, fp32.nll.mean_nll,
+            nll.mean_nll - fp32.nll.mean_nll, static_cast<long long>(nll.tokens), bits_per_weight, stored, low_rank,
+            extra_memory, options.rank, options.rank_policy.c_str(), options.avg_rank, mean_rank,
+            config.method == QJIT_QUANT_MILO ? options.low_rank_bits : 0,
+            classifier_backend ? "fp32" : "quantized", build_s);
+        return 0;
+    }
+    std::printf("%s: %s, NLL %.5f (fp32 %.5f, %+.5f) over %lld tokens, %.3f bits per weight (%.1f %% in the "
+                "compensator), built in %.2f s\n",
+                options.method.c_str(), backend.name().c_str(), nll.mean_nll, fp32.nll.mean_nll,
+                nll.mean_nll - fp32.nll.mean_nll, static_cast<long long>(nll.tokens), bits_per_weight,
+                100.0 * extra_memory, build_s);
+    return 0;
+}
+
 int run_main(const Options& options) {
     const auto total_start = std::chrono::steady_clock::now();
     const std::string dir = options.models_dir;
@@ -179,6 +310,8 @@ int run_main(const Options& options) {
     context_options.num_threads = options.threads;
     context_options.activations = options.activations;
     llama2::DenseBackend dense;
+    if (!options.method.empty())
+        return run_method(options, checkpoint, options.fp32_classifier ? &dense : nullptr, nll_tokens, context_options);
 
     std::printf("stories_runner: qjit %s, models from %s\n", qjit_version(), dir.c_str());
     std::printf("model: dim %d, hidden %d, layers %d, heads %d (kv %d), vocab %d, seq_len %d\n", c.dim, c.hidden_dim,

@@ -65,19 +65,24 @@ LowRankFactors quantize_low_rank(int bits, int64_t k, int64_t n, int rank, const
     factors.rank = rank;
     factors.bits = bits;
     factors.u = store_factor(bits, k, rank, u);
-    factors.v = store_factor(bits, rank, n, v);
+    factors.vt = store_factor(bits, n, rank, transposed(v, rank, n).data());
     return factors;
 }
 
-std::vector<float> dequantize_factor(const LowRankFactor& factor, int bits) {
-    return bits == 16 ? factor.values : dequantize(factor.codes);
+std::vector<float> dense_u(const LowRankFactors& f) {
+    return f.bits == 16 ? f.u.values : dequantize(f.u.codes);
+}
+
+std::vector<float> dense_v(const LowRankFactors& f) {
+    const std::vector<float> vt = f.bits == 16 ? f.vt.values : dequantize(f.vt.codes);
+    return transposed(vt.data(), int64_t(vt.size()) / f.rank, f.rank);
 }
 
 void validate(const LowRankFactors& f, int64_t k, int64_t n) {
     validate_low_rank_bits(f.bits);
     check_rank(f.rank, k, n);
     validate_factor(f.u, f.bits, k, f.rank, "U");
-    validate_factor(f.v, f.bits, f.rank, n, "V");
+    validate_factor(f.vt, f.bits, n, f.rank, "V (stored transposed)");
 }
 
 int64_t stored_bytes(const LowRankFactors& f) {
@@ -86,8 +91,8 @@ int64_t stored_bytes(const LowRankFactors& f) {
         return (rows * cols * f.bits + 7) / 8 + cols * int64_t(sizeof(float));
     };
     const int64_t k = f.bits == 16 ? int64_t(f.u.values.size()) / f.rank : f.u.codes.params.k;
-    const int64_t n = f.bits == 16 ? int64_t(f.v.values.size()) / f.rank : f.v.codes.params.n;
-    return factor_bytes(k, f.rank) + factor_bytes(f.rank, n);
+    const int64_t n = f.bits == 16 ? int64_t(f.vt.values.size()) / f.rank : f.vt.codes.params.k;
+    return factor_bytes(k, f.rank) + factor_bytes(n, f.rank);
 }
 
 }  // namespace qjit

@@ -30,6 +30,13 @@ void validate(const QuantParams& p) {
     }
 }
 
+int64_t stored_bytes(const QuantParams& p) {
+    const int64_t metadata = p.num_groups() * p.n;
+    const int64_t scales = metadata * (p.f16_scales() ? 2 : 4);
+    const int64_t zeros = p.symmetric ? 0 : (metadata * p.bits + 7) / 8;
+    return (p.k * p.n * p.bits + 7) / 8 + scales + zeros + int64_t(p.row_order.size() * sizeof(int32_t));
+}
+
 void validate(const QuantizedMatrix& m) {
     validate(m.params);
     require(m.codes.size() == size_t(m.params.k * m.params.n), "codes hold ", m.codes.size(), " values; expected ",

@@ -32,4 +32,9 @@ struct QuantizedMatrix {
 void validate(const QuantizedMatrix& matrix);
 void validate(const QuantParams& params);
 
+// Bytes the format stores, by the usual accounting: codes at `bits`, scales at their type, zero
+// points at `bits` when asymmetric, the act-order permutation as int32 (a compensator is counted
+// by stored_bytes(LowRankFactors)).
+int64_t stored_bytes(const QuantParams& params);
+
 }  // namespace qjit

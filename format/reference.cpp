@@ -38,8 +38,7 @@ void reference_forward(const QuantizedMatrix& matrix, const LowRankFactors& comp
                        float* y) {
     const int64_t k = matrix.params.k, n = matrix.params.n, rank = compensator.rank;
     reference_forward(matrix, x, m, y);
-    const std::vector<float> u = dequantize_factor(compensator.u, compensator.bits);
-    const std::vector<float> v = dequantize_factor(compensator.v, compensator.bits);
+    const std::vector<float> u = dense_u(compensator), v = dense_v(compensator);
     std::vector<double> t(static_cast<size_t>(rank));
     for (int64_t i = 0; i < m; ++i) {
         std::fill(t.begin(), t.end(), 0.0);
@@ -56,8 +55,7 @@ void reference_forward(const QuantizedMatrix& matrix, const LowRankFactors& comp
 std::vector<float> dequantize(const QuantizedMatrix& matrix, const LowRankFactors& compensator) {
     const int64_t k = matrix.params.k, n = matrix.params.n, rank = compensator.rank;
     std::vector<float> w = dequantize(matrix);
-    const std::vector<float> u = dequantize_factor(compensator.u, compensator.bits);
-    const std::vector<float> v = dequantize_factor(compensator.v, compensator.bits);
+    const std::vector<float> u = dense_u(compensator), v = dense_v(compensator);
     for (int64_t r = 0; r < k; ++r)
         for (int64_t j = 0; j < rank; ++j) {
             const float ur = u[size_t(r * rank + j)];

@@ -7,10 +7,10 @@
 #include "qjit/qjit.h"
 #include "runtime/context.hpp"
 #include "base/error.hpp"
+#include "runtime/f32_layer.hpp"
 #include "runtime/gptq_layer.hpp"
 #include "runtime/layer_file.hpp"
 #include "runtime/linear_layer.hpp"
-#include "format/quantize_rtn.hpp"
 #include "format/reference.hpp"
 #include "runtime/layer_benchmark.hpp"
 #include "tuner/cpu_isa.hpp"
@@ -144,6 +144,9 @@ void qjit_quant_config_init(qjit_quant_config* config) {
     config->group_size = 128;
     config->symmetric = 0;
     config->scale_dtype = QJIT_DTYPE_F16;
+    config->method = QJIT_QUANT_RTN;
+    config->rank = 0;
+    config->low_rank_bits = 8;
 }
 
 qjit_status qjit_linear_create_from_f32(qjit_context* context, const qjit_quant_config* config, int64_t k,
@@ -156,20 +159,15 @@ qjit_status qjit_linear_create_from_f32(qjit_context* context, const qjit_quant_
         require(config != nullptr, "config is NULL");
         require(weights != nullptr, "weights is NULL");
         validate_shape(k, n);
-        validate_bits(config->bits);
-        require(config->scale_dtype == QJIT_DTYPE_F32 || config->scale_dtype == QJIT_DTYPE_F16,
-                "config->scale_dtype is ", int(config->scale_dtype), "; expected QJIT_DTYPE_F32 or QJIT_DTYPE_F16");
+        validate_quant_config(*config);
+        resolve_group_size(config->group_size, k);
         require(layout == QJIT_LAYOUT_K_BY_N || layout == QJIT_LAYOUT_N_BY_K, "layout is ", int(layout),
                 "; expected QJIT_LAYOUT_K_BY_N or QJIT_LAYOUT_N_BY_K");
-        const RtnConfig rtn{config->bits, resolve_group_size(config->group_size, k), config->symmetric != 0,
-                            config->scale_dtype};
-        QuantizedMatrix matrix;
         if (layout == QJIT_LAYOUT_K_BY_N) {
-            matrix = quantize_rtn(rtn, k, n, weights);
+            *layer = make_linear_from_f32(context, *config, k, n, weights).release();
         } else {
-            matrix = quantize_rtn(rtn, k, n, transpose_to_k_by_n(weights, k, n).data());
+            *layer = make_linear_from_f32(context, *config, k, n, transpose_to_k_by_n(weights, k, n).data()).release();
         }
-        *layer = make_linear(context, std::move(matrix)).release();
     });
 }
 
@@ -212,7 +210,8 @@ qjit_status qjit_linear_dequantize(const qjit_linear* layer, float* weights_k_by
     return guarded([&] {
         require(layer != nullptr, "layer is NULL");
         require(weights_k_by_n != nullptr, "weights_k_by_n is NULL");
-        const std::vector<float> w = dequantize(unpack_linear(*layer));
+        const std::vector<float> w = layer->low_rank ? dequantize(unpack_linear(*layer), unpack_low_rank(*layer))
+                                                     : dequantize(unpack_linear(*layer));
         std::copy(w.begin(), w.end(), weights_k_by_n);
     });
 }
@@ -229,6 +228,10 @@ qjit_status qjit_linear_get_info(const qjit_linear* layer, qjit_linear_info* inf
         info->symmetric = p.symmetric;
         info->act_order = p.act_order;
         info->weight_bytes = weight_bytes(*layer);
+        info->low_rank = p.low_rank.rank;
+        info->low_rank_bits = p.low_rank.bits;
+        info->low_rank_bytes = layer->low_rank ? stored_bytes(unpack_low_rank(*layer)) : 0;
+        info->stored_bytes = stored_bytes(p) + info->low_rank_bytes;
     });
 }
 

@@ -19,7 +19,7 @@ constexpr int64_t kColumnsPerTask = 1024;
 }  // namespace
 
 std::unique_ptr<qjit_linear> make_linear_from_gptq(qjit_context* context, int64_t k, int64_t n,
-                                                   const qjit_gptq_tensors& tensors) {
+                                                   const qjit_gptq_tensors& tensors, LowRankFactors compensator) {
     const auto start = std::chrono::steady_clock::now();
     require(context != nullptr, "context is NULL");
     QuantParams params = import_gptq_params(k, n, tensors);
@@ -29,7 +29,8 @@ std::unique_ptr<qjit_linear> make_linear_from_gptq(qjit_context* context, int64_
                             [&](int64_t first_panel, int64_t end_panel) {
                                 pack_gptq_panels(tensors.qweight, params.row_order, first_panel, end_panel, codes);
                             });
-    return assemble_linear(context, std::move(params), std::move(codes), std::move(choice), start);
+    return assemble_linear(context, std::move(params), std::move(codes), std::move(choice), start,
+                           std::move(compensator));
 }
 
 }  // namespace qjit

@@ -12,8 +12,9 @@
 namespace qjit {
 
 // tensors: as qjit_linear_create_from_gptq takes them (format/gptq_import.hpp); the pointers may
-// point into memory-mapped files, read only. Throws an Error naming the bad argument.
+// point into memory-mapped files, read only. Throws an Error naming the bad argument. A compensator
+// (rank > 0) is added as make_linear adds it.
 std::unique_ptr<qjit_linear> make_linear_from_gptq(qjit_context* context, int64_t k, int64_t n,
-                                                   const qjit_gptq_tensors& tensors);
+                                                   const qjit_gptq_tensors& tensors, LowRankFactors compensator = {});
 
 }  // namespace qjit

@@ -42,18 +42,53 @@ void dense_add_t_times_v(const float* v, int64_t rank, int64_t n, const float* t
         }
 }
 
+// V (rank x N) as an inner layer's matrix: the codes of V transposed (N x rank, a scale per
+// component) turned back, with unit scales; the scales are returned apart.
+QuantizedMatrix v_with_unit_scales(const QuantizedMatrix& vt, std::vector<float>& scales) {
+    const QuantParams& t = vt.params;
+    const int64_t n = t.k, rank = t.n;
+    scales = t.scales;
+    QuantizedMatrix v;
+    v.params.k = rank;
+    v.params.n = n;
+    v.params.bits = t.bits;
+    v.params.group_size = rank;
+    v.params.symmetric = true;
+    v.params.scale_type = ScaleType::F32;
+    v.params.scales.assign(size_t(n), 1.0f);
+    v.params.zeros.assign(size_t(n), uint16_t(1u << (t.bits - 1)));
+    v.codes = transposed(vt.codes.data(), n, rank);
+    return v;
+}
+
+// The inverse: V transposed with its component scales, from the inner layer's matrix.
+QuantizedMatrix vt_from_unit_scaled(const QuantizedMatrix& v, const std::vector<float>& scales) {
+    const int64_t rank = v.params.k, n = v.params.n;
+    QuantizedMatrix vt;
+    vt.params.k = n;
+    vt.params.n = rank;
+    vt.params.bits = v.params.bits;
+    vt.params.group_size = n;
+    vt.params.symmetric = true;
+    vt.params.scale_type = ScaleType::F32;
+    vt.params.scales = scales;
+    vt.params.zeros.assign(size_t(rank), uint16_t(1u << (v.params.bits - 1)));
+    vt.codes = transposed(v.codes.data(), rank, n);
+    return vt;
+}
+
 }  // namespace
 
 LowRankPass::LowRankPass(qjit_context* context, LowRankFactors factors, int64_t k, int64_t n)
     : rank_(factors.rank), bits_(factors.bits), k_(k), n_(n), context_(context) {
     validate(factors, k, n);
     if (bits_ == 16) {
+        v_values_ = dense_v(factors);
         u_values_ = std::move(factors.u.values);
-        v_values_ = std::move(factors.v.values);
         return;
     }
     u_ = make_linear(context, std::move(factors.u.codes));
-    v_ = make_linear(context, std::move(factors.v.codes));
+    v_ = make_linear(context, v_with_unit_scales(factors.vt.codes, v_scales_));
 }
 
 LowRankPass::~LowRankPass() = default;
@@ -73,6 +108,8 @@ void LowRankPass::add(const float* x, int64_t m, float* y) const {
     }
     float* const product = scratch(product_buffer, m * n_);
     linear_forward(*u_, x, m, t);
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < rank_; ++j) t[i * rank_ + j] *= v_scales_[size_t(j)];
     linear_forward(*v_, t, m, product);
     for (int64_t i = 0; i < m * n_; ++i) y[i] += product[i];
 }
@@ -83,10 +120,10 @@ LowRankFactors LowRankPass::factors() const {
     f.bits = bits_;
     if (bits_ == 16) {
         f.u.values = u_values_;
-        f.v.values = v_values_;
+        f.vt.values = transposed(v_values_.data(), rank_, n_);
     } else {
         f.u.codes = unpack_linear(*u_);
-        f.v.codes = unpack_linear(*v_);
+        f.vt.codes = vt_from_unit_scaled(unpack_linear(*v_), v_scales_);
     }
     return f;
 }

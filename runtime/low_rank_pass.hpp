@@ -2,10 +2,12 @@
 // quantized product. x U is taken once per activation row (m x rank), then its product with V is
 // added to the output.
 //
-// Factors stored as codes (8 or 3 bits, a scale per column) are themselves quantized matrices of
-// the per-column symmetric formats qjit already runs, so each one is an inner layer: x U and
-// (x U) V run on the same generated kernels, activation path, tuner and database as any layer
-// (keys "q8col_sym ... K=4096 N=16" and "... K=16 N=4096"). fp16 factors run on a plain loop.
+// Factors stored as codes (8 or 3 bits, a scale per rank component) are themselves quantized
+// matrices of the per-column symmetric formats qjit already runs, so each one is an inner layer:
+// x U and (x U) V run on the same generated kernels, activation path, tuner and database as any
+// layer (keys "q8col_sym ... K=4096 N=16" and "... K=16 N=4096"). V's scales belong to its rows,
+// which a per-column kernel cannot apply, so they multiply x U instead and V's inner layer has
+// unit scales. fp16 factors run on a plain loop.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +40,8 @@ public:
     void evict() const;
     // The inner layers of factors stored as codes (bits 8 or 3).
     const qjit_linear& u_layer() const { return *u_; }
-    const qjit_linear& v_layer() const { return *v_; }
+    const qjit_linear& v_layer() const { return *v_; }  // unit scales: V's own multiply x U
+    const std::vector<float>& v_scales() const { return v_scales_; }
     // "low_rank=r16q8 low_rank_u=<inner kernel> low_rank_v=<inner kernel>" for describe strings.
     std::string describe() const;
 
@@ -47,7 +50,8 @@ private:
     int bits_ = 0;
     int64_t k_ = 0, n_ = 0;
     std::unique_ptr<qjit_linear> u_, v_;      // bits 8 or 3: the inner layers of U and V
-    std::vector<float> u_values_, v_values_;  // bits 16: the fp16 values in fp32
+    std::vector<float> v_scales_;             // bits 8 or 3: V's scale per rank component
+    std::vector<float> u_values_, v_values_;  // bits 16: the fp16 values in fp32, K x rank and rank x N
     qjit_context* context_ = nullptr;
 };
 

@@ -26,7 +26,10 @@ QuantizedMatrix quantized_weights(int bits, int64_t k, int64_t n, int64_t group_
 
 LowRankFactors random_factors(int bits, int64_t k, int64_t n, int rank, uint32_t seed) {
     const std::vector<float> u = test::random_floats(size_t(k * rank), seed, -0.3f, 0.3f);
-    const std::vector<float> v = test::random_floats(size_t(rank * n), seed + 1, -0.3f, 0.3f);
+    std::vector<float> v = test::random_floats(size_t(rank * n), seed + 1, -0.3f, 0.3f);
+    // Components of different sizes, as an SVD's: each has a scale of its own.
+    for (int64_t j = 0; j < rank; ++j)
+        for (int64_t c = 0; c < n; ++c) v[size_t(j * n + c)] /= float(1 + j);
     return quantize_low_rank(bits, k, n, rank, u.data(), v.data());
 }
 
@@ -58,39 +61,49 @@ std::vector<double> absolute_product(const std::vector<float>& a, const std::vec
     return out;
 }
 
-// The compensator's bound, stage by stage. t = x U is computed with error e_t <= bound_t; the
-// second stage sees t + e_t, so its own bound is taken at |t| + bound_t and e_t reaches the output
-// through |V|. fp16 factors run in plain fp32 loops: a sum of l products is off by at most
-// (l + 1) eps/2 of the sum of their magnitudes (eps: FLT_EPSILON), doubled here as in
+// The compensator's bound, stage by stage. t = x U is computed with error e_t <= bound_t; with
+// codes, t is then scaled by V's component scales s (one more rounding) and multiplied by V's
+// unit-scaled codes Vc, so the second stage sees t s + e, is bounded at |t s| + |e|, and e reaches
+// the output through |Vc|. fp16 factors run in plain fp32 loops: a sum of l products is off by at
+// most (l + 1) eps/2 of the sum of their magnitudes (eps: FLT_EPSILON), doubled here as in
 // test_support.hpp.
 std::vector<double> compensator_bound(const qjit_linear& layer, const LowRankFactors& f, const std::vector<float>& x,
                                       int64_t m) {
     const int64_t k = layer.params.k, n = layer.params.n, r = f.rank;
-    const std::vector<float> u = dequantize_factor(f.u, f.bits), v = dequantize_factor(f.v, f.bits);
-    std::vector<float> t(size_t(m * r), 0.0f);
+    const std::vector<float> u = dense_u(f);
+    std::vector<double> t(size_t(m * r), 0.0);
     for (int64_t i = 0; i < m; ++i)
         for (int64_t row = 0; row < k; ++row)
-            for (int64_t j = 0; j < r; ++j) t[size_t(i * r + j)] += x[size_t(i * k + row)] * u[size_t(row * r + j)];
+            for (int64_t j = 0; j < r; ++j) t[size_t(i * r + j)] += double(x[size_t(i * k + row)]) * u[size_t(row * r + j)];
     const std::vector<float> x_magnitude = absolute(x.data(), x.size());
 
-    std::vector<double> bound_t, bound_second;
-    std::vector<float> t_magnitude = absolute(t.data(), t.size());
-    if (f.bits == 16) {
+    const bool codes = f.bits != 16;
+    std::vector<double> bound_t;
+    if (codes) {
+        bound_t = product_bound(layer.low_rank->u_layer(), f.u.codes, x_magnitude, m);
+    } else {
         bound_t = absolute_product(x_magnitude, u, m, k, r);
         for (double& b : bound_t) b *= double(k + 1) * FLT_EPSILON;
-    } else {
-        bound_t = product_bound(layer.low_rank->u_layer(), f.u.codes, x_magnitude, m);
     }
-    // t as computed differs from this t (fp32, another order) by less than bound_t as well.
-    for (size_t i = 0; i < t.size(); ++i) t_magnitude[i] += float(2.0 * bound_t[i]);
-    if (f.bits == 16) {
-        bound_second = absolute_product(t_magnitude, v, m, r, n);
+    // What the second stage multiplies: t s (codes) or t (fp16), off by `stage_error`.
+    const std::vector<float> second_factor = codes ? dequantize(unpack_linear(layer.low_rank->v_layer())) : dense_v(f);
+    std::vector<float> input_magnitude(t.size()), stage_error(t.size());
+    for (size_t i = 0; i < t.size(); ++i) {
+        const double s = codes ? std::fabs(double(layer.low_rank->v_scales()[i % size_t(r)])) : 1.0;
+        const double error = bound_t[i] * s + (std::fabs(t[i]) + bound_t[i]) * s * FLT_EPSILON;
+        stage_error[i] = float(error);
+        input_magnitude[i] = float((std::fabs(t[i]) * s + error) * (1 + FLT_EPSILON));
+    }
+    std::vector<double> bound_second;
+    if (codes) {
+        bound_second = product_bound(layer.low_rank->v_layer(), unpack_linear(layer.low_rank->v_layer()),
+                                     input_magnitude, m);
+    } else {
+        bound_second = absolute_product(input_magnitude, second_factor, m, r, n);
         for (double& b : bound_second) b *= double(r + 1) * FLT_EPSILON;
-    } else {
-        bound_second = product_bound(layer.low_rank->v_layer(), f.v.codes, t_magnitude, m);
     }
-    std::vector<float> bound_t_float(bound_t.begin(), bound_t.end());
-    const std::vector<double> propagated = absolute_product(bound_t_float, absolute(v.data(), v.size()), m, r, n);
+    const std::vector<double> propagated =
+        absolute_product(stage_error, absolute(second_factor.data(), second_factor.size()), m, r, n);
     std::vector<double> bound(size_t(m * n));
     for (size_t i = 0; i < bound.size(); ++i) bound[i] = bound_second[i] + propagated[i] * (1.0 + 1e-6);
     return bound;
@@ -179,7 +192,10 @@ TEST(LowRankLayer, DescribesItsPassAndCountsItsBytes) {
     EXPECT_GE(layer->low_rank->streamed_bytes(), (256 + 96) * 16);  // one byte per INT8 value at least
     const LowRankFactors back = unpack_low_rank(*layer);
     EXPECT_EQ(back.rank, 16);
-    EXPECT_EQ(back.u.codes.codes, random_factors(8, 256, 96, 16, 13).u.codes.codes);
+    const LowRankFactors given = random_factors(8, 256, 96, 16, 13);
+    EXPECT_EQ(back.u.codes.codes, given.u.codes.codes);
+    EXPECT_EQ(back.vt.codes.codes, given.vt.codes.codes);
+    EXPECT_EQ(back.vt.codes.params.scales, given.vt.codes.params.scales);
     EXPECT_EQ(unpack_low_rank(*plain).rank, 0);
 }
 
@@ -204,12 +220,19 @@ TEST(LowRankFactorsTest, StorageValidationAndBytes) {
     const std::vector<float> u = test::random_floats(100 * 4, 1), v = test::random_floats(4 * 30, 2);
     const LowRankFactors f = quantize_low_rank(3, 100, 30, 4, u.data(), v.data());
     EXPECT_NO_THROW(validate(f, 100, 30));
-    // INT3 symmetric per column: code = round(7 w / (2 s)) + 4 with s the column's max |w|.
-    float s0 = 0;
-    for (int64_t r = 0; r < 100; ++r) s0 = std::max(s0, std::fabs(u[size_t(r * 4)]));
-    EXPECT_FLOAT_EQ(f.u.codes.params.scales[0], 2 * s0 / 7);
-    EXPECT_EQ(f.u.codes.codes[0], uint8_t(std::clamp(std::nearbyint(7 * u[0] / (2 * s0)) + 4, 0.0f, 7.0f)));
-    EXPECT_EQ(stored_bytes(f), (100 * 4 * 3 + 7) / 8 + 4 * 4 + (4 * 30 * 3 + 7) / 8 + 30 * 4);
+    // INT3 symmetric, a scale per rank component: code = round(7 w / (2 s)) + 4 with s the
+    // component's max |w| (U's column 0, V's row 0).
+    float su = 0, sv = 0;
+    for (int64_t r = 0; r < 100; ++r) su = std::max(su, std::fabs(u[size_t(r * 4)]));
+    for (int64_t c = 0; c < 30; ++c) sv = std::max(sv, std::fabs(v[size_t(c)]));
+    EXPECT_FLOAT_EQ(f.u.codes.params.scales[0], 2 * su / 7);
+    EXPECT_FLOAT_EQ(f.vt.codes.params.scales[0], 2 * sv / 7);
+    EXPECT_EQ(f.u.codes.codes[0], uint8_t(std::clamp(std::nearbyint(7 * u[0] / (2 * su)) + 4, 0.0f, 7.0f)));
+    EXPECT_EQ(f.vt.codes.codes[4], uint8_t(std::clamp(std::nearbyint(7 * v[1] / (2 * sv)) + 4, 0.0f, 7.0f)));
+    const std::vector<float> v_back = dense_v(f);
+    for (size_t i = 0; i < v.size(); ++i)  // within half a step of its own component's scale
+        EXPECT_NEAR(v_back[i], v[i], f.vt.codes.params.scales[i / 30] / 2 + 1e-6) << i;
+    EXPECT_EQ(stored_bytes(f), (100 * 4 * 3 + 7) / 8 + 4 * 4 + (30 * 4 * 3 + 7) / 8 + 4 * 4);
     EXPECT_EQ(stored_bytes(quantize_low_rank(16, 100, 30, 4, u.data(), v.data())), (100 * 4 + 4 * 30) * 2);
 
     EXPECT_THROW(validate(f, 101, 30), Error);  // U's shape does not match K

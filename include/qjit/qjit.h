@@ -144,12 +144,25 @@ typedef struct qjit_context_options {
                                     creation: QJIT_DTYPE_F16 (the default) or QJIT_DTYPE_BF16 */
 } qjit_context_options;
 
-/* How fp32 weights are quantized (round-to-nearest from each group's min/max). */
+/* How fp32 weights are quantized (all calibration-free: they need only the weights). */
+typedef enum qjit_quant_method {
+    QJIT_QUANT_RTN = 0,  /* round to nearest, each group's scale and zero point from its min and max */
+    QJIT_QUANT_HQQ = 1,  /* each group's zero point and scale optimised against an lp (p < 1) norm of its
+                            error by half-quadratic splitting (HQQ), zero points kept integer */
+    QJIT_QUANT_MILO = 2, /* MiLo: HQQ plus a low-rank compensator U (K x rank) V (rank x N) fitted to the
+                            residual by alternating truncated SVDs; y = x Wq + (x U) V */
+    QJIT_QUANT_METHOD_MAX_ENUM = 0x7fffffff
+} qjit_quant_method;
+
 typedef struct qjit_quant_config {
     int bits;               /* 2, 3, 4 or 8 */
     int group_size;         /* 16, 32, 64, 128, 256 or QJIT_GROUP_PER_COLUMN */
     int symmetric;          /* nonzero: zero point fixed at 2^(bits-1) */
     qjit_dtype scale_dtype; /* F16 rounds each scale to half precision before quantizing */
+    qjit_quant_method method; /* RTN by default */
+    int rank;               /* MILO: the compensator's rank, 1 .. min(K, N, 1024); 0 with other methods */
+    int low_rank_bits;      /* MILO: how U and V are stored: 8 (the default) or 3 (symmetric codes, one
+                               scale per column), or 16 (fp16) */
 } qjit_quant_config;
 
 /* GPTQ tensors exactly as AutoGPTQ / GPTQModel store them (int32 words, little-endian bit order). */
@@ -172,7 +185,14 @@ typedef struct qjit_linear_info {
     int group_size;         /* rows per group; K when per column */
     int symmetric;
     int act_order;          /* nonzero: rows stored permuted, activations gathered at run time */
-    int64_t weight_bytes;   /* packed weights + scales + zero points, the bytes one forward streams */
+    int64_t weight_bytes;   /* packed weights + scales + zero points (+ compensator), the bytes one forward
+                               streams */
+    int low_rank;           /* the compensator's rank; 0: none */
+    int low_rank_bits;      /* 8, 3 or 16 with a compensator; 0 without */
+    int64_t stored_bytes;   /* what the format stores: codes at `bits`, scales at their type, zero points at
+                               `bits` (asymmetric), the act-order permutation, the compensator's codes and
+                               scales or fp16 values: stored_bytes * 8 / (K N) is the bits per weight */
+    int64_t low_rank_bytes; /* the compensator's part of stored_bytes */
 } qjit_linear_info;
 
 /* How a layer's tiling was chosen. Strings are owned by the layer. */
@@ -229,7 +249,7 @@ QJIT_API qjit_status qjit_tuning_db_export(qjit_context* context, const char* pa
 QJIT_API qjit_status qjit_tuning_db_import(qjit_context* context, const char* path);
 
 /* ---- linear layers ---- */
-QJIT_API void qjit_quant_config_init(qjit_quant_config* config); /* 4-bit, group 128, asymmetric, f16 scales */
+QJIT_API void qjit_quant_config_init(qjit_quant_config* config); /* 4-bit, group 128, asymmetric, f16 scales, RTN */
 
 /* Quantize fp32 weights (K x N logically, stored as `layout`). The weights are copied. */
 QJIT_API qjit_status qjit_linear_create_from_f32(qjit_context* context, const qjit_quant_config* config,
@@ -241,6 +261,43 @@ QJIT_API qjit_status qjit_linear_create_from_f32(qjit_context* context, const qj
 QJIT_API qjit_status qjit_linear_create_from_gptq(qjit_context* context, int64_t k, int64_t n,
                                                   const qjit_gptq_tensors* tensors, qjit_linear** layer);
 
+/* A low-rank compensator given as dense factors: the layer computes y = x Wq + (x U) V. */
+typedef struct qjit_low_rank {
+    int rank;          /* 1 .. min(K, N, 1024) */
+    int bits;          /* how qjit stores U and V: 8 or 3 (symmetric codes, one scale per column) or 16 (fp16) */
+    const float* u;    /* [K][rank] row-major, rows in the layer's original input order */
+    const float* v;    /* [rank][N] row-major */
+} qjit_low_rank;
+/* Import a layer stored as quantized weights plus a compensator: Wq as GPTQ tensors (as
+ * qjit_linear_create_from_gptq takes them) and U, V quantized here at low_rank->bits. Copied. */
+QJIT_API qjit_status qjit_linear_create_with_low_rank(qjit_context* context, int64_t k, int64_t n,
+                                                      const qjit_gptq_tensors* tensors,
+                                                      const qjit_low_rank* low_rank, qjit_linear** layer);
+/* How a set of layers shares a budget of compensator rank (MiLo's rank policies). */
+typedef enum qjit_rank_policy {
+    QJIT_RANK_UNIFORM = 0,   /* every matrix the average rank */
+    QJIT_RANK_DENSE = 1,     /* dense-r: attention and dense/shared matrices get the rank, routed experts little */
+    QJIT_RANK_SPARSE = 2,    /* sparse-r: the opposite */
+    QJIT_RANK_KURTOSIS = 3,  /* kurtosis-r: in proportion to each matrix's weight kurtosis (heavy tails) */
+    QJIT_RANK_FREQUENCY = 4, /* frequency-r: routed experts by the activation counts given */
+    QJIT_RANK_POLICY_MAX_ENUM = 0x7fffffff
+} qjit_rank_policy;
+typedef enum qjit_matrix_role {
+    QJIT_ROLE_ATTENTION = 0,
+    QJIT_ROLE_DENSE = 1,     /* a dense FFN matrix or a shared expert's */
+    QJIT_ROLE_EXPERT = 2,    /* a routed expert's */
+    QJIT_ROLE_MAX_ENUM = 0x7fffffff
+} qjit_matrix_role;
+typedef struct qjit_rank_matrix {
+    int64_t k, n;
+    qjit_matrix_role role;
+    const float* weights;       /* [K][N] row-major: needed by QJIT_RANK_KURTOSIS, else may be NULL */
+    double activation_count;    /* routed experts under QJIT_RANK_FREQUENCY: how often the router picks it */
+} qjit_rank_matrix;
+/* One rank per matrix (ranks[count]) under the budget sum_i rank_i (K_i + N_i) <= average_rank *
+ * sum_i (K_i + N_i), each at most min(K_i, N_i, 1024): pass them as qjit_quant_config.rank. */
+QJIT_API qjit_status qjit_assign_ranks(qjit_rank_policy policy, double average_rank,
+                                       const qjit_rank_matrix* matrices, int64_t count, int* ranks);
 QJIT_API qjit_status qjit_linear_destroy(qjit_linear* layer); /* NULL is a no-op */
 
 /* y (m x N) = x (m x K) * W. m >= 1. x and y must not overlap. Safe to call from several threads. */
