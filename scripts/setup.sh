@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libxbyak-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
+  libeigen3-dev  # SVD and QR for the MiLo quantizer (format/truncated_svd.cpp)
   clang libclang-rt-14-dev  # the libFuzzer targets (scripts/fuzz.sh)
 )
 

@@ -1,0 +1,48 @@
+// MiLo's calibration-free quantizer: a group-quantized matrix plus a low-rank compensator that
+// carries what the quantization loses, W ~ deq(Wq) + U V. The two are fitted alternately: quantize
+// W - U V, take the best rank-r approximation of what that leaves (W - deq(Wq)), and repeat until
+// the error stops improving. The compensator is then stored at its own precision and Wq is
+// quantized once more against W - deq(U) deq(V), so it absorbs the compensator's rounding too.
+//
+// Forward: y = x deq(Wq) + (x deq(U)) deq(V)   (dequantize; dense_u and dense_v of format/low_rank.hpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "format/low_rank.hpp"
+#include "format/quantize_hqq.hpp"
+#include "format/quantized_matrix.hpp"
+
+namespace qjit {
+
+enum class BaseQuantizer { Rtn, Hqq };
+
+struct MiloConfig {
+    int bits = 3;
+    int64_t group_size = 64;  // rows per group; k for per column
+    bool symmetric = false;
+    qjit_dtype scale_dtype = QJIT_DTYPE_F16;
+    int rank = 16;            // 1 .. min(K, N, kMaxLowRank)
+    int factor_bits = 8;      // how U and V are stored: 8, 3 (codes) or 16 (fp16)
+    BaseQuantizer base = BaseQuantizer::Hqq;
+    int max_iterations = 20;
+    // Stop once each of the last `window` iterations changed the relative error by less than
+    // `tolerance` (relative to the error before it), or the error is exactly zero.
+    double tolerance = 1e-4;
+    int window = 3;
+    HqqConfig hqq;            // the HQQ knobs; its bits, group, symmetry and scale type are the ones above
+};
+
+struct MiloResult {
+    QuantizedMatrix weights;
+    LowRankFactors compensator;
+    int iterations = 0;                   // of the alternating loop
+    std::vector<double> relative_errors;  // per iteration: ||W - deq(Wq) - U V||_F / ||W||_F, fp32 U, V
+    double relative_error = 0.0;          // of the result, with the stored (quantized) compensator
+};
+
+// weights: the dense K x N matrix, row-major, as quantize_rtn.
+MiloResult quantize_milo(const MiloConfig& config, int64_t k, int64_t n, const float* weights);
+
+}  // namespace qjit
