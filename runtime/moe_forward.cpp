@@ -68,12 +68,12 @@ const ExpertSlot& slot_holding(const std::vector<ExpertSlot>& slots, int64_t at,
     return *(after - 1);
 }
 
-// The grouped call runs a JIT layer's gather (in the prologue) and products; any other pass
-// would be skipped silently, so a layer that plans one is refused until the call runs it (in
-// complete_jit_expert below).
+// The grouped call runs a JIT layer's gather (in the prologue), products and compensator (in
+// complete_jit_expert below); any other pass would be skipped silently, so a layer that plans one
+// is refused until the call runs it.
 void require_grouped_passes(const ExpertSlot& slot) {
     for (const Pass& pass : slot.layer->passes)
-        if (pass.kind != PassKind::Gather && pass.kind != PassKind::Product)
+        if (pass.kind != PassKind::Gather && pass.kind != PassKind::Product && pass.kind != PassKind::LowRank)
             fail(QJIT_ERROR_UNSUPPORTED, "experts[", slot.index, "].layer plans the passes ",
                  passes_text(slot.layer->passes), "; the grouped MoE call runs only gathers and products");
 }
@@ -165,12 +165,14 @@ void run_jit_products(int64_t k, int64_t n, MoeScratch& s, ThreadPool& pool) {
 }
 
 // After this a JIT expert's output rows (count x N, in its row order) are complete: the K parts
-// summed, in part order as a forward sums them. A pass a layer runs after its products (the
-// low-rank compensator, y += (x U) V on the expert's token rows: gather_token_rows) goes here,
-// and require_grouped_passes then lets it through.
-void complete_jit_expert(const ExpertSlot& slot, int64_t n, MoeScratch& s) {
-    slot.layer->jit->add_partials(s.outputs.data() + slot.out_offset, s.partials.data() + slot.partial_offset,
-                                  slot.count, n);
+// summed, in part order as a forward sums them, then its compensator added on its token rows.
+// (The compensator's two small products run per expert, not in the grouped dispatch.)
+void complete_jit_expert(const ExpertSlot& slot, const float* x, int64_t k, int64_t n, MoeScratch& s) {
+    float* out = s.outputs.data() + slot.out_offset;
+    slot.layer->jit->add_partials(out, s.partials.data() + slot.partial_offset, slot.count, n);
+    if (!slot.layer->low_rank) return;
+    const float* rows = gather_token_rows(x, k, slot.rows, slot.count, grow(s.gathered, size_t(slot.count * k)));
+    slot.layer->low_rank->add(rows, slot.count, out);
 }
 
 // The portable path has no split forward: each expert runs its whole forward (every pass) on its
@@ -234,7 +236,7 @@ void moe_forward(const qjit_expert_rows* experts, int num_experts, const float* 
     plan_slots(experts, num_experts, n, scratch);
     prepare_jit_experts(x, k, scratch, pool);
     run_jit_products(k, n, scratch, pool);
-    for (const ExpertSlot& slot : scratch.jit_slots) complete_jit_expert(slot, n, scratch);
+    for (const ExpertSlot& slot : scratch.jit_slots) complete_jit_expert(slot, x, k, n, scratch);
     run_portable_experts(x, k, scratch);
     index_terms_by_token(experts, num_experts, m, n, scratch);
     scatter_to_tokens(m, n, y, scratch, pool);

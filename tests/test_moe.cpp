@@ -287,22 +287,47 @@ TEST(Moe, RepeatedCallsOfDifferentSizes) {
 
 // The grouped call does not run a compensator pass yet: a layer on generated kernels that has one
 // is refused rather than run without it.
-TEST(Moe, LayersWithACompensatorAreRefused) {
-    ContextPtr context = test::make_test_context();
-    const int64_t k = 128, n = 48, rank = 4;
-    const std::vector<float> w = test::random_floats(size_t(k * n), 1);
-    const std::vector<float> u = test::random_floats(size_t(k * rank), 2), v = test::random_floats(size_t(rank * n), 3);
-    const auto compensated = make_linear(context.get(), quantize_rtn({4, 32, false, QJIT_DTYPE_F16}, k, n, w.data()),
-                                         quantize_low_rank(8, k, n, int(rank), u.data(), v.data()));
-    if (!compensated->jit) GTEST_SKIP() << "no generated kernels on this CPU";
-    LinearPtr plain = make_f32_layer(context.get(), 4, 32, k, n, 4);
-    const std::vector<int32_t> rows = {0, 1};
-    const std::vector<qjit_expert_rows> experts = {{plain.get(), rows.data(), nullptr, 2},
-                                                   {compensated.get(), rows.data(), nullptr, 1}};
-    const std::vector<float> x(size_t(2 * k), 0.5f);
-    std::vector<float> y(size_t(2 * n));
-    EXPECT_STATUS(qjit_moe_forward(context.get(), experts.data(), 2, x.data(), 2, y.data()), QJIT_ERROR_UNSUPPORTED,
-                  "experts[1].layer plans the passes");
+// Experts with a low-rank compensator (MiLo's experts) get it on their own token rows: the same
+// as separate calls (each of which test_low_rank.cpp holds to the oracle).
+TEST(Moe, ExpertsWithACompensator) {
+    const int64_t k = 128, n = 48, tokens = 6;
+    for (const qjit_activations path : {QJIT_ACTIVATIONS_F32, QJIT_ACTIVATIONS_INT8}) {
+        SCOPED_TRACE(path_name(path));
+        ContextPtr context = test::make_test_context(2, QJIT_ISA_AUTO, path);
+        std::vector<LinearPtr> layers;
+        for (int e = 0; e < 4; ++e) {
+            const int rank = 2 + 3 * e, bits = e % 2 ? 3 : 8;
+            const std::vector<float> w = test::random_floats(size_t(k * n), uint32_t(1 + e));
+            const std::vector<float> u = test::random_floats(size_t(k * rank), uint32_t(10 + e));
+            const std::vector<float> v = test::random_floats(size_t(rank * n), uint32_t(20 + e));
+            layers.emplace_back(make_linear(context.get(), quantize_rtn({3, 64, false, QJIT_DTYPE_F16}, k, n, w.data()),
+                                            quantize_low_rank(bits, k, n, rank, u.data(), v.data()))
+                                    .release());
+        }
+        const Routing routing = top_k_routing(tokens, 4, 2, 7);
+        const int64_t m = routing.tokens;
+        const std::vector<float> x = test::random_floats(size_t(m * k), 3);
+        const std::vector<qjit_expert_rows> experts = expert_rows(layers, routing);
+        std::vector<float> y(size_t(m * n));
+        ASSERT_EQ(qjit_moe_forward(context.get(), experts.data(), 4, x.data(), m, y.data()), QJIT_OK)
+            << qjit_last_error();
+        std::vector<float> separate(y.size(), 0.0f);
+        std::vector<double> bound(y.size(), 1e-30);
+        for (size_t e = 0; e < layers.size(); ++e) {
+            const std::vector<int32_t>& rows = routing.rows[e];
+            if (rows.empty()) continue;
+            const std::vector<float> xe = gather(x, k, rows);
+            std::vector<float> ye(rows.size() * size_t(n));
+            ASSERT_EQ(qjit_linear_forward(layers[e].get(), xe.data(), int64_t(rows.size()), ye.data()), QJIT_OK);
+            for (size_t i = 0; i < rows.size(); ++i)
+                for (int64_t c = 0; c < n; ++c) {
+                    const float w = weight_of(routing, e, i);
+                    separate[size_t(rows[i] * n + c)] += w * ye[i * size_t(n) + size_t(c)];
+                    bound[size_t(rows[i] * n + c)] += 4 * FLT_EPSILON * std::fabs(double(w) * ye[i * size_t(n) + size_t(c)]);
+                }
+        }
+        test::expect_within(y, separate, bound);
+    }
 }
 
 TEST(Moe, BadArgumentsAreRefusedWithMessages) {
