@@ -43,7 +43,11 @@ void validate_factor(const LowRankFactor& factor, int bits, int64_t rows, int64_
             cols);
     require(p.bits == bits && p.symmetric && p.per_column() && !p.act_order,
             "low-rank factor ", name, " must be stored as ", bits, "-bit symmetric codes with one scale per column");
-    validate(factor.codes);
+    try {
+        validate(factor.codes);
+    } catch (const Error& e) {
+        fail(e.status(), "low-rank factor ", name, ": ", e.what());
+    }
 }
 
 void check_rank(int rank, int64_t k, int64_t n) {

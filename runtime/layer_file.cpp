@@ -11,6 +11,7 @@
 
 #include "base/crc32.hpp"
 #include "base/error.hpp"
+#include "base/half.hpp"
 #include "base/mapped_file.hpp"
 #include "format/json_integer.hpp"
 
@@ -58,11 +59,67 @@ int64_t integer_field(const nlohmann::json& object, const char* key, int64_t lo,
     return *integer;
 }
 
+// The compensator's sections: each factor (dimension x rank) as codes and component scales, or
+// fp16 values.
+struct FactorSections {
+    const char* codes;
+    const char* scales;
+    const char* halves;
+};
+constexpr FactorSections kUSections{"u_codes_u8", "u_scales_f32", "u_f16"};
+constexpr FactorSections kVtSections{"vt_codes_u8", "vt_scales_f32", "vt_f16"};
+
+void describe_factor(nlohmann::json& sections, const LowRankFactor& factor, int bits, const FactorSections& names) {
+    if (bits == 16) {
+        sections[names.halves] = factor.values.size();
+    } else {
+        sections[names.codes] = factor.codes.codes.size();
+        sections[names.scales] = factor.codes.params.scales.size();
+    }
+}
+
+void append_factor(std::string& image, const LowRankFactor& factor, int bits) {
+    if (bits == 16) {
+        std::vector<uint16_t> halves(factor.values.size());
+        for (size_t i = 0; i < halves.size(); ++i) halves[i] = float_to_half(factor.values[i]);
+        append_raw(image, halves.data(), halves.size());
+    } else {
+        append_raw(image, factor.codes.codes.data(), factor.codes.codes.size());
+        append_raw(image, factor.codes.params.scales.data(), factor.codes.params.scales.size());
+    }
+}
+
+// A factor of `rows` x rank back from its sections; validate(LowRankFactors) checks it after.
+LowRankFactor read_factor(std::string_view image, size_t& offset, size_t end, const nlohmann::json& sections, int bits,
+                          int64_t rows, int rank, const FactorSections& names) {
+    constexpr int64_t kAnyCount = int64_t(1) << 62;
+    LowRankFactor factor;
+    if (bits == 16) {
+        const std::vector<uint16_t> halves = read_section<uint16_t>(
+            image, offset, end, names.halves, uint64_t(integer_field(sections, names.halves, 0, kAnyCount)));
+        factor.values.resize(halves.size());
+        for (size_t i = 0; i < halves.size(); ++i) factor.values[i] = half_to_float(halves[i]);
+        return factor;
+    }
+    QuantParams& p = factor.codes.params;
+    factor.codes.codes = read_section<uint8_t>(image, offset, end, names.codes,
+                                               uint64_t(integer_field(sections, names.codes, 0, kAnyCount)));
+    p.scales = read_section<float>(image, offset, end, names.scales,
+                                   uint64_t(integer_field(sections, names.scales, 0, kAnyCount)));
+    p.k = rows;
+    p.n = rank;
+    p.bits = bits;
+    p.group_size = rows;
+    p.symmetric = true;
+    p.zeros.assign(p.scales.size(), uint16_t(1u << (bits - 1)));
+    return factor;
+}
+
 }  // namespace
 
 std::string serialize_layer(const qjit_linear& layer) {
     const QuantParams& p = layer.params;
-    const nlohmann::json header = {
+    nlohmann::json header = {
         {"qjit_version", qjit_version()},
         {"layout", PackedCodes::kLayoutName},
         {"k", p.k},
@@ -77,16 +134,26 @@ std::string serialize_layer(const qjit_linear& layer) {
                       {"zeros_u16", p.zeros.size()},
                       {"row_order_i32", p.row_order.size()}}},
     };
+    const LowRankFactors compensator = unpack_low_rank(layer);
+    if (compensator.rank > 0) {
+        header["low_rank"] = {{"rank", compensator.rank}, {"bits", compensator.bits}};
+        describe_factor(header["sections"], compensator.u, compensator.bits, kUSections);
+        describe_factor(header["sections"], compensator.vt, compensator.bits, kVtSections);
+    }
     const std::string header_text = header.dump();
 
     std::string image(kMagic, sizeof kMagic);
-    append_u32(image, kLayerFileVersion);
+    append_u32(image, compensator.rank > 0 ? kLayerFileVersion : kPlainLayerFileVersion);
     append_u32(image, uint32_t(header_text.size()));
     image += header_text;
     append_raw(image, layer.codes.words.data(), layer.codes.words.size());
     append_raw(image, p.scales.data(), p.scales.size());
     append_raw(image, p.zeros.data(), p.zeros.size());
     append_raw(image, p.row_order.data(), p.row_order.size());
+    if (compensator.rank > 0) {
+        append_factor(image, compensator.u, compensator.bits);
+        append_factor(image, compensator.vt, compensator.bits);
+    }
     append_u32(image, crc32(image.data(), image.size()));
     return image;
 }
@@ -96,9 +163,9 @@ LayerImage deserialize_layer(std::string_view image) {
         corrupt(concat("file is ", image.size(), " bytes, too short for a qjit layer (truncated?)"));
     if (std::memcmp(image.data(), kMagic, sizeof kMagic) != 0) corrupt("not a qjit layer file (bad magic)");
     const uint32_t version = read_u32(image, sizeof kMagic);
-    if (version != kLayerFileVersion)
-        fail(QJIT_ERROR_UNSUPPORTED, "layer file format version ", version, "; this qjit reads version ",
-             kLayerFileVersion);
+    if (version != kPlainLayerFileVersion && version != kLayerFileVersion)
+        fail(QJIT_ERROR_UNSUPPORTED, "layer file format version ", version, "; this qjit reads versions ",
+             kPlainLayerFileVersion, " and ", kLayerFileVersion);
     const size_t end = image.size() - sizeof(uint32_t);
     const uint32_t stored_crc = read_u32(image, end), actual_crc = crc32(image.data(), end);
     if (stored_crc != actual_crc) corrupt("checksum mismatch: the file is corrupt or truncated");
@@ -135,6 +202,19 @@ LayerImage deserialize_layer(std::string_view image) {
         p.row_order = read_section<int32_t>(image, offset, end, "row_order",
                                             uint64_t(integer_field(sections, "row_order_i32", 0, kAnyCount)));
         p.act_order = !p.row_order.empty();
+        if ((version == kLayerFileVersion) != header.contains("low_rank"))
+            corrupt(concat("a version ", version, " file ", version == kLayerFileVersion ? "without" : "with",
+                           " a \"low_rank\" compensator"));
+        if (version == kLayerFileVersion) {
+            const nlohmann::json& low_rank = header.at("low_rank");
+            LowRankFactors& f = layer.compensator;
+            f.rank = int(integer_field(low_rank, "rank", 1, kMaxLowRank));
+            f.bits = int(integer_field(low_rank, "bits", 3, 16));
+            validate_low_rank_bits(f.bits);
+            f.u = read_factor(image, offset, end, sections, f.bits, p.k, f.rank, kUSections);
+            f.vt = read_factor(image, offset, end, sections, f.bits, p.n, f.rank, kVtSections);
+            validate(f, p.k, p.n);
+        }
         if (offset != end) corrupt(concat(end - offset, " unexpected bytes after the last section"));
         // The ranges were checked as the fields were read; what a range cannot say:
         if (p.bits == 5 || p.bits == 6 || p.bits == 7)
@@ -181,7 +261,7 @@ std::unique_ptr<qjit_linear> load_layer(qjit_context* context, const std::string
     const MappedFile file(path);
     try {
         LayerImage loaded = deserialize_layer(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()));
-        return make_linear(context, std::move(loaded.params), std::move(loaded.codes));
+        return make_linear(context, std::move(loaded.params), std::move(loaded.codes), std::move(loaded.compensator));
     } catch (const Error& e) {
         fail(e.status(), "'", path, "': ", e.what());
     }

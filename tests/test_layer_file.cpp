@@ -14,6 +14,7 @@
 #include "base/crc32.hpp"
 #include "base/error.hpp"
 #include "runtime/layer_file.hpp"
+#include "format/low_rank.hpp"
 #include "format/quantize_rtn.hpp"
 #include "child_process.hpp"
 #include "test_support.hpp"
@@ -160,6 +161,85 @@ std::string with_edited_header(const std::string& image, const std::function<voi
                          header + image.substr(kHeaderAt + length, image.size() - 4 - kHeaderAt - length);
     const uint32_t crc = crc32(edited.data(), edited.size());
     return edited + std::string(reinterpret_cast<const char*>(&crc), 4);
+}
+
+// A layer with a low-rank compensator: U and V^T are saved beside the codes (file version 2).
+std::unique_ptr<qjit_linear> make_compensated_layer(qjit_context* context, int factor_bits, bool act_order) {
+    const int64_t k = 96, n = 20;
+    const int rank = 5;
+    const std::vector<float> w = test::random_floats(size_t(k * n), 1);
+    QuantizedMatrix matrix = quantize_rtn({3, 32, false, QJIT_DTYPE_F16}, k, n, w.data());
+    if (act_order) {
+        for (int64_t r = 0; r < k; ++r) matrix.params.row_order.push_back(int32_t((r * 5 + 1) % k));
+        matrix.params.act_order = true;
+    }
+    const std::vector<float> u = test::random_floats(size_t(k * rank), 2), v = test::random_floats(size_t(rank * n), 3);
+    return make_linear(context, std::move(matrix), quantize_low_rank(factor_bits, k, n, rank, u.data(), v.data()));
+}
+
+uint32_t version_of(const std::string& image) {
+    uint32_t version = 0;
+    std::memcpy(&version, image.data() + 8, 4);
+    return version;
+}
+
+TEST_F(LayerFileTest, CompensatedRoundTripIsExact) {
+    EXPECT_EQ(version_of(serialize_layer(*make_layer(4, 64, 5, false))), kPlainLayerFileVersion);
+    for (const int factor_bits : {8, 3, 16}) {
+        SCOPED_TRACE(factor_bits);
+        const auto layer = make_compensated_layer(context_.get(), factor_bits, factor_bits == 3);
+        EXPECT_EQ(version_of(serialize_layer(*layer)), kLayerFileVersion);
+        ASSERT_EQ(qjit_linear_save(layer.get(), path("layer.qjit").c_str()), QJIT_OK) << qjit_last_error();
+        qjit_linear* raw = nullptr;
+        ASSERT_EQ(qjit_linear_load(context_.get(), path("layer.qjit").c_str(), &raw), QJIT_OK) << qjit_last_error();
+        LinearPtr loaded(raw);
+        const LowRankFactors saved = unpack_low_rank(*layer), restored = unpack_low_rank(*loaded);
+        ASSERT_EQ(restored.rank, 5);
+        EXPECT_EQ(restored.bits, factor_bits);
+        EXPECT_EQ(dense_u(restored), dense_u(saved));
+        EXPECT_EQ(dense_v(restored), dense_v(saved));
+        EXPECT_EQ(loaded->description, layer->description);
+        const std::vector<float> x = test::random_floats(3 * 96, 5);
+        std::vector<float> y_saved(3 * 20), y_loaded(3 * 20);
+        ASSERT_EQ(qjit_linear_forward(layer.get(), x.data(), 3, y_saved.data()), QJIT_OK);
+        ASSERT_EQ(qjit_linear_forward(loaded.get(), x.data(), 3, y_loaded.data()), QJIT_OK);
+        EXPECT_EQ(y_saved, y_loaded);
+    }
+}
+
+TEST_F(LayerFileTest, DamagedCompensatorsAreReportedAsCorrupt) {
+    for (const int factor_bits : {8, 16}) {
+        const std::string image = serialize_layer(*make_compensated_layer(context_.get(), factor_bits, false));
+        for (size_t length = 0; length < image.size(); length += 7) {
+            try {
+                deserialize_layer(image.substr(0, length));
+                ADD_FAILURE() << "a file truncated to " << length << " of " << image.size() << " bytes was accepted";
+            } catch (const Error& e) {
+                EXPECT_EQ(e.status(), QJIT_ERROR_CORRUPT_DATA) << "length " << length << ": " << e.what();
+            }
+        }
+        // Headers that disagree with the sections, each written with a valid checksum.
+        const auto expect_corrupt = [&](const std::function<void(std::string&)>& edit, const char* word) {
+            try {
+                deserialize_layer(with_edited_header(image, edit));
+                ADD_FAILURE() << "an edited header naming '" << word << "' was accepted";
+            } catch (const Error& e) {
+                EXPECT_EQ(e.status(), QJIT_ERROR_CORRUPT_DATA) << e.what();
+                EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
+            }
+        };
+        auto replace = [](std::string from, std::string to) {
+            return [from, to](std::string& header) {
+                const size_t at = header.find(from);
+                ASSERT_NE(at, std::string::npos) << header;
+                header.replace(at, from.size(), to);
+            };
+        };
+        expect_corrupt(replace("\"low_rank\"", "\"low_rang\""), "low_rank");
+        expect_corrupt(replace("\"rank\":5", "\"rank\":6"), "rank");
+        expect_corrupt(replace(concat("\"low_rank\":{\"bits\":", factor_bits, ","), "\"low_rank\":{\"bits\":4,"),
+                       "bits");
+    }
 }
 
 TEST_F(LayerFileTest, HeaderNumbersWrittenAsFloatsAreRefused) {
