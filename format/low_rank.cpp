@@ -12,14 +12,19 @@ namespace qjit {
 
 namespace {
 
-LowRankFactor store_factor(int bits, int64_t rows, int64_t cols, const float* values) {
+// values: rows x cols as stored (V transposed); a value that is not finite is reported at its place
+// in the factor as the caller gave it.
+LowRankFactor store_factor(int bits, int64_t rows, int64_t cols, const float* values, const char* name,
+                           bool transposed_from_caller) {
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+            if (!std::isfinite(values[r * cols + c]))
+                fail(QJIT_ERROR_INVALID_ARGUMENT, "low-rank factor ", name, "[", transposed_from_caller ? c : r, "][",
+                     transposed_from_caller ? r : c, "] is not finite");
     LowRankFactor factor;
     if (bits == 16) {
         factor.values.resize(size_t(rows * cols));
-        for (size_t i = 0; i < factor.values.size(); ++i) {
-            require(std::isfinite(values[i]), "low-rank factor value ", i, " is not finite");
-            factor.values[i] = round_to_half(values[i]);
-        }
+        for (size_t i = 0; i < factor.values.size(); ++i) factor.values[i] = round_to_half(values[i]);
         return factor;
     }
     RtnConfig config;
@@ -68,8 +73,8 @@ LowRankFactors quantize_low_rank(int bits, int64_t k, int64_t n, int rank, const
     LowRankFactors factors;
     factors.rank = rank;
     factors.bits = bits;
-    factors.u = store_factor(bits, k, rank, u);
-    factors.vt = store_factor(bits, n, rank, transposed(v, rank, n).data());
+    factors.u = store_factor(bits, k, rank, u, "U", false);
+    factors.vt = store_factor(bits, n, rank, transposed(v, rank, n).data(), "V", true);
     return factors;
 }
 
