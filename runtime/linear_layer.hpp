@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "runtime/context.hpp"
@@ -33,8 +34,10 @@ namespace qjit {
 
 // Validates a matrix, picks its kernel and packs the codes for it. A compensator (rank > 0) adds its
 // pass after the products; the matrix's format then names it (params.low_rank is set here).
+// `activations` overrides the context's activation path.
 std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix matrix,
-                                         LowRankFactors compensator = {});
+                                         LowRankFactors compensator = {},
+                                         std::optional<qjit_activations> activations = std::nullopt);
 // The same for codes packed already (a loaded file) with their validated params; they are
 // repacked when the kernel picked here wants another panel width. Both overloads log one line
 // when the context is verbose.

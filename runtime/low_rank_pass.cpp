@@ -79,7 +79,8 @@ QuantizedMatrix vt_from_unit_scaled(const QuantizedMatrix& v, const std::vector<
 
 }  // namespace
 
-LowRankPass::LowRankPass(qjit_context* context, LowRankFactors factors, int64_t k, int64_t n)
+LowRankPass::LowRankPass(qjit_context* context, LowRankFactors factors, int64_t k, int64_t n,
+                         qjit_activations activations)
     : rank_(factors.rank), bits_(factors.bits), k_(k), n_(n), context_(context) {
     validate(factors, k, n);
     if (bits_ == 16) {
@@ -87,8 +88,8 @@ LowRankPass::LowRankPass(qjit_context* context, LowRankFactors factors, int64_t 
         u_values_ = std::move(factors.u.values);
         return;
     }
-    u_ = make_linear(context, std::move(factors.u.codes));
-    v_ = make_linear(context, v_with_unit_scales(factors.vt.codes, v_scales_));
+    u_ = make_linear(context, std::move(factors.u.codes), {}, activations);
+    v_ = make_linear(context, v_with_unit_scales(factors.vt.codes, v_scales_), {}, activations);
 }
 
 LowRankPass::~LowRankPass() = default;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "format/low_rank.hpp"
+#include "qjit/qjit.h"
 
 struct qjit_context;
 struct qjit_linear;
@@ -23,8 +24,9 @@ namespace qjit {
 
 class LowRankPass {
 public:
-    // Validates the factors against a K x N layer and makes the inner layers on `context`.
-    LowRankPass(qjit_context* context, LowRankFactors factors, int64_t k, int64_t n);
+    // Validates the factors against a K x N layer and makes the inner layers on `context`, on the
+    // activation path `activations`.
+    LowRankPass(qjit_context* context, LowRankFactors factors, int64_t k, int64_t n, qjit_activations activations);
     ~LowRankPass();
 
     // y (m x N) += (x U) V, x the layer's activations in their original row order (m x K).

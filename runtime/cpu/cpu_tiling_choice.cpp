@@ -94,9 +94,11 @@ private:
 
 }  // namespace
 
-TilingChoice choose_tiling(qjit_context& context, const QuantParams& params) {
+TilingChoice choose_tiling(qjit_context& context, const QuantParams& params,
+                           std::optional<qjit_activations> activations) {
     TilingChoice choice;
-    const std::optional<jit::CpuKernelSpec> format = cpu_kernel_format(context.isa, context.activations, params);
+    const std::optional<jit::CpuKernelSpec> format =
+        cpu_kernel_format(context.isa, activations.value_or(context.activations), params);
     if (!format) return choice;
     const TuningProblem problem{*format, params.n, batch_bucket(context.tuning_batch), context.num_threads};
     CpuTuningTarget target(problem, *context.pool, context.tuning_mode == QJIT_TUNING_EXHAUSTIVE);

@@ -19,7 +19,9 @@ struct TilingChoice : TuningOutcome {
 };
 
 // Throws an invalid-argument Error for a forced tiling the layer cannot use. A database that
-// cannot be read or written never fails the call: it is reported in `warning`.
-TilingChoice choose_tiling(qjit_context& context, const QuantParams& params);
+// cannot be read or written never fails the call: it is reported in `warning`. `activations`
+// overrides the context's activation path (a compensator's inner layers follow their layer's).
+TilingChoice choose_tiling(qjit_context& context, const QuantParams& params,
+                           std::optional<qjit_activations> activations = std::nullopt);
 
 }  // namespace qjit
