@@ -20,6 +20,13 @@ inline constexpr size_t kGiB = size_t(1) << 30;
 inline int hardware_threads() { return std::max(1, int(std::thread::hardware_concurrency())); }
 
 // The median of a non-empty sample (the mean of the middle two for an even count).
+// A layer shape of a model, as the benchmarks list them: ("7b", "gate/up", 4096, 11008).
+struct ModelLayerShape {
+    const char* model;
+    const char* layer;
+    int64_t k, n;
+};
+
 inline double median(std::vector<double> values) {
     std::sort(values.begin(), values.end());
     const size_t mid = values.size() / 2;

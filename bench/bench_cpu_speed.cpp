@@ -35,11 +35,7 @@ namespace {
 
 using qjit_bench::median;
 
-struct Shape {
-    const char* model;
-    const char* layer;
-    int64_t k, n;
-};
+using Shape = qjit_bench::ModelLayerShape;
 constexpr Shape kShapes[] = {
     {"7b", "q/k/v/o", 4096, 4096},  {"7b", "gate/up", 4096, 11008},   {"7b", "down", 11008, 4096},
     {"70b", "q/o", 8192, 8192},     {"70b", "k/v", 8192, 1024},       {"70b", "gate/up", 8192, 28672},

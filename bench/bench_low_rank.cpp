@@ -31,11 +31,7 @@ namespace {
 
 using qjit_bench::median;
 
-struct Shape {
-    const char* model;
-    const char* layer;
-    int64_t k, n;
-};
+using Shape = qjit_bench::ModelLayerShape;
 constexpr Shape kShapes[] = {
     {"mixtral", "expert w1/w3", 4096, 14336}, {"mixtral", "expert w2", 14336, 4096},
     {"7b", "q/k/v/o", 4096, 4096},            {"7b", "gate/up", 4096, 11008},

@@ -35,11 +35,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using qjit_bench::median;
 
-struct Shape {
-    const char* model;
-    const char* layer;
-    int64_t k, n;
-};
+using Shape = qjit_bench::ModelLayerShape;
 constexpr Shape kShapes[] = {
     {"deepseek-moe-16b", "expert gate/up", 2048, 1408},
     {"deepseek-moe-16b", "expert down", 1408, 2048},

@@ -475,28 +475,26 @@ std::vector<const Linear*> Model::linears() const {
     return all;
 }
 
-int64_t Model::linear_weight_bytes() const {
+int64_t Model::sum_over_linears(int64_t (*count)(const Linear&)) const {
     int64_t total = 0;
-    for (const Linear* linear : linears()) total += linear->weight_bytes();
+    for (const Linear* linear : linears()) total += count(*linear);
     return total;
+}
+
+int64_t Model::linear_weight_bytes() const {
+    return sum_over_linears([](const Linear& l) { return l.weight_bytes(); });
 }
 
 int64_t Model::linear_stored_bytes() const {
-    int64_t total = 0;
-    for (const Linear* linear : linears()) total += linear->stored_bytes();
-    return total;
+    return sum_over_linears([](const Linear& l) { return l.stored_bytes(); });
 }
 
 int64_t Model::linear_low_rank_bytes() const {
-    int64_t total = 0;
-    for (const Linear* linear : linears()) total += linear->low_rank_bytes();
-    return total;
+    return sum_over_linears([](const Linear& l) { return l.low_rank_bytes(); });
 }
 
 int64_t Model::linear_weight_count() const {
-    int64_t total = 0;
-    for (const Linear* linear : linears()) total += linear->in_features() * linear->out_features();
-    return total;
+    return sum_over_linears([](const Linear& l) { return l.in_features() * l.out_features(); });
 }
 
 const Linear& Model::layer_linear(int layer, int which) const {

@@ -155,6 +155,7 @@ private:
 
     void ensure_capacity(int tokens);
     std::vector<const Linear*> linears() const;  // every layer's seven, then the classifier
+    int64_t sum_over_linears(int64_t (*count)(const Linear&)) const;
     void attention(int layer, int pos0, int count);
 
     std::shared_ptr<const Checkpoint> checkpoint_;

@@ -8,6 +8,7 @@
 #include "runtime/context.hpp"
 #include "base/error.hpp"
 #include "runtime/f32_layer.hpp"
+#include "runtime/forward_arguments.hpp"
 #include "runtime/gptq_layer.hpp"
 #include "runtime/layer_file.hpp"
 #include "runtime/linear_layer.hpp"
@@ -20,9 +21,6 @@ using namespace qjit;
 
 namespace {
 
-// One forward's activations: at most 2^31 - 1 rows and 2^40 values in x or y (documented in qjit.h).
-constexpr int64_t kMaxRows = (int64_t(1) << 31) - 1;
-constexpr int64_t kMaxActivations = int64_t(1) << 40;
 
 
 // W[n][k] -> W[k][n], in tiles that stay in cache.
@@ -192,16 +190,7 @@ qjit_status qjit_linear_forward(qjit_linear* layer, const float* x, int64_t m, f
         require(layer != nullptr, "layer is NULL");
         require(x != nullptr, "x is NULL");
         require(y != nullptr, "y is NULL");
-        const int64_t k = layer->params.k, n = layer->params.n;
-        // Checked before the overlap test below, whose byte arithmetic they keep from overflowing.
-        require(m >= 1 && m <= kMaxRows, "m is ", m, "; expected 1 .. 2^31 - 1");
-        require(m <= kMaxActivations / std::max(k, n), "m is ", m, "; m x max(K, N) = ", m, " x ", std::max(k, n),
-                " is more than the 2^40 activations a forward may take");
-        const auto* x_begin = reinterpret_cast<const char*>(x);
-        const auto* y_begin = reinterpret_cast<const char*>(y);
-        const bool overlap = x_begin < y_begin + m * n * int64_t(sizeof(float)) &&
-                             y_begin < x_begin + m * k * int64_t(sizeof(float));
-        require(!overlap, "x and y overlap");
+        require_activations(x, m, layer->params.k, y, layer->params.n);
         linear_forward(*layer, x, m, y);
     });
 }

@@ -4,6 +4,7 @@
 
 #include "base/error.hpp"
 #include "qjit/qjit.h"
+#include "runtime/forward_arguments.hpp"
 #include "runtime/context.hpp"
 #include "runtime/linear_layer.hpp"
 #include "runtime/moe_forward.hpp"
@@ -11,10 +12,6 @@
 using namespace qjit;
 
 namespace {
-
-// The limits of one forward's activations, as qjit_linear_forward has them (qjit.h).
-constexpr int64_t kMaxRows = (int64_t(1) << 31) - 1;
-constexpr int64_t kMaxActivations = int64_t(1) << 40;
 
 // Every expert's layer, context, shape and row count, against experts[0].
 void check_experts(const qjit_context* context, const qjit_expert_rows* experts, int num_experts, int64_t m) {
@@ -59,17 +56,9 @@ qjit_status qjit_moe_forward(qjit_context* context, const qjit_expert_rows* expe
         require(num_experts >= 1, "num_experts is ", num_experts, "; expected 1 or more");
         require(x != nullptr, "x is NULL");
         require(y != nullptr, "y is NULL");
-        require(m >= 1 && m <= kMaxRows, "m is ", m, "; expected 1 .. 2^31 - 1");
+        require_row_count(m);
         check_experts(context, experts, num_experts, m);
-        const int64_t k = experts[0].layer->params.k, n = experts[0].layer->params.n;
-        // Checked before the overlap test below, whose byte arithmetic they keep from overflowing.
-        require(m <= kMaxActivations / std::max(k, n), "m is ", m, "; m x max(K, N) = ", m, " x ", std::max(k, n),
-                " is more than the 2^40 activations a forward may take");
-        const auto* x_begin = reinterpret_cast<const char*>(x);
-        const auto* y_begin = reinterpret_cast<const char*>(y);
-        const bool overlap = x_begin < y_begin + m * n * int64_t(sizeof(float)) &&
-                             y_begin < x_begin + m * k * int64_t(sizeof(float));
-        require(!overlap, "x and y overlap");
+        require_activations(x, m, experts[0].layer->params.k, y, experts[0].layer->params.n);
         check_rows(experts, num_experts, m);
         moe_forward(experts, num_experts, x, m, y, *context->pool);
     });
