@@ -1,5 +1,7 @@
 #include "runtime/f32_layer.hpp"
 
+#include <cstring>
+
 #include "base/error.hpp"
 #include "format/quantize_hqq.hpp"
 #include "format/quantize_milo.hpp"
@@ -11,8 +13,12 @@ void validate_quant_config(const qjit_quant_config& config) {
     validate_bits(config.bits);
     require(config.scale_dtype == QJIT_DTYPE_F32 || config.scale_dtype == QJIT_DTYPE_F16, "config->scale_dtype is ",
             int(config.scale_dtype), "; expected QJIT_DTYPE_F32 or QJIT_DTYPE_F16");
-    require(config.method == QJIT_QUANT_RTN || config.method == QJIT_QUANT_HQQ || config.method == QJIT_QUANT_MILO,
-            "config->method is ", int(config.method), "; expected QJIT_QUANT_RTN, QJIT_QUANT_HQQ or QJIT_QUANT_MILO");
+    // Read as the int the caller stored: a negative value is outside the enum's range, and loading
+    // it as the enum would be undefined.
+    int method = 0;
+    std::memcpy(&method, &config.method, sizeof method);
+    require(method == QJIT_QUANT_RTN || method == QJIT_QUANT_HQQ || method == QJIT_QUANT_MILO, "config->method is ",
+            method, "; expected QJIT_QUANT_RTN, QJIT_QUANT_HQQ or QJIT_QUANT_MILO");
     if (config.method == QJIT_QUANT_MILO) {
         require(config.rank >= 1 && config.rank <= kMaxLowRank, "config->rank is ", config.rank,
                 "; MiLo needs a rank in 1 .. ", kMaxLowRank);
