@@ -94,14 +94,12 @@ void validate(const LowRankFactors& f, int64_t k, int64_t n) {
     validate_factor(f.vt, f.bits, n, f.rank, "V (stored transposed)");
 }
 
-int64_t stored_bytes(const LowRankFactors& f) {
-    auto factor_bytes = [&](int64_t rows, int64_t cols) {
-        if (f.bits == 16) return rows * cols * 2;
-        return (rows * cols * f.bits + 7) / 8 + cols * int64_t(sizeof(float));
+int64_t low_rank_stored_bytes(int rank, int bits, int64_t k, int64_t n) {
+    auto factor_bytes = [&](int64_t rows) {
+        if (bits == 16) return rows * rank * 2;
+        return (rows * rank * bits + 7) / 8 + rank * int64_t(sizeof(float));
     };
-    const int64_t k = f.bits == 16 ? int64_t(f.u.values.size()) / f.rank : f.u.codes.params.k;
-    const int64_t n = f.bits == 16 ? int64_t(f.vt.values.size()) / f.rank : f.vt.codes.params.k;
-    return factor_bytes(k, f.rank) + factor_bytes(n, f.rank);
+    return factor_bytes(k) + factor_bytes(n);
 }
 
 }  // namespace qjit

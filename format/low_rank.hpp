@@ -55,8 +55,8 @@ std::vector<float> dense_v(const LowRankFactors& factors);
 // 1 <= rank <= min(K, N, kMaxLowRank), the bits, the shapes, finite values, valid codes.
 void validate(const LowRankFactors& factors, int64_t k, int64_t n);
 
-// Bytes the compensator stores: codes packed at `bits` plus one fp32 scale per component and
-// factor, or fp16 values.
-int64_t stored_bytes(const LowRankFactors& factors);
+// Bytes a rank-`rank` compensator of a K x N layer stores at `bits`: codes packed at `bits` plus one
+// fp32 scale per component and factor, or fp16 values.
+int64_t low_rank_stored_bytes(int rank, int bits, int64_t k, int64_t n);
 
 }  // namespace qjit

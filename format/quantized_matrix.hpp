@@ -34,7 +34,7 @@ void validate(const QuantParams& params);
 
 // Bytes the format stores, by the usual accounting: codes at `bits`, scales at their type, zero
 // points at `bits` when asymmetric, the act-order permutation as int32 (a compensator is counted
-// by stored_bytes(LowRankFactors)).
+// by low_rank_stored_bytes).
 int64_t stored_bytes(const QuantParams& params);
 
 }  // namespace qjit

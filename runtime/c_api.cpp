@@ -21,8 +21,6 @@ using namespace qjit;
 
 namespace {
 
-
-
 // W[n][k] -> W[k][n], in tiles that stay in cache.
 std::vector<float> transpose_to_k_by_n(const float* w, int64_t k, int64_t n) {
     constexpr int64_t kTile = 32;
@@ -157,8 +155,7 @@ qjit_status qjit_linear_create_from_f32(qjit_context* context, const qjit_quant_
         require(config != nullptr, "config is NULL");
         require(weights != nullptr, "weights is NULL");
         validate_shape(k, n);
-        validate_quant_config(*config);
-        resolve_group_size(config->group_size, k);
+        validate_quant_config(*config, k);
         require(layout == QJIT_LAYOUT_K_BY_N || layout == QJIT_LAYOUT_N_BY_K, "layout is ", int(layout),
                 "; expected QJIT_LAYOUT_K_BY_N or QJIT_LAYOUT_N_BY_K");
         if (layout == QJIT_LAYOUT_K_BY_N) {
@@ -219,7 +216,8 @@ qjit_status qjit_linear_get_info(const qjit_linear* layer, qjit_linear_info* inf
         info->weight_bytes = weight_bytes(*layer);
         info->low_rank = p.low_rank.rank;
         info->low_rank_bits = p.low_rank.bits;
-        info->low_rank_bytes = layer->low_rank ? stored_bytes(unpack_low_rank(*layer)) : 0;
+        info->low_rank_bytes =
+            p.low_rank.present() ? low_rank_stored_bytes(p.low_rank.rank, p.low_rank.bits, p.k, p.n) : 0;
         info->stored_bytes = stored_bytes(p) + info->low_rank_bytes;
     });
 }

@@ -9,8 +9,9 @@
 
 namespace qjit {
 
-void validate_quant_config(const qjit_quant_config& config) {
+void validate_quant_config(const qjit_quant_config& config, int64_t k) {
     validate_bits(config.bits);
+    resolve_group_size(config.group_size, k);
     require(config.scale_dtype == QJIT_DTYPE_F32 || config.scale_dtype == QJIT_DTYPE_F16, "config->scale_dtype is ",
             int(config.scale_dtype), "; expected QJIT_DTYPE_F32 or QJIT_DTYPE_F16");
     // Read as the int the caller stored: a negative value is outside the enum's range, and loading
@@ -19,7 +20,7 @@ void validate_quant_config(const qjit_quant_config& config) {
     std::memcpy(&method, &config.method, sizeof method);
     require(method == QJIT_QUANT_RTN || method == QJIT_QUANT_HQQ || method == QJIT_QUANT_MILO, "config->method is ",
             method, "; expected QJIT_QUANT_RTN, QJIT_QUANT_HQQ or QJIT_QUANT_MILO");
-    if (config.method == QJIT_QUANT_MILO) {
+    if (method == QJIT_QUANT_MILO) {
         require(config.rank >= 1 && config.rank <= kMaxLowRank, "config->rank is ", config.rank,
                 "; MiLo needs a rank in 1 .. ", kMaxLowRank);
         validate_low_rank_bits(config.low_rank_bits);
@@ -30,7 +31,7 @@ void validate_quant_config(const qjit_quant_config& config) {
 
 std::unique_ptr<qjit_linear> make_linear_from_f32(qjit_context* context, const qjit_quant_config& config, int64_t k,
                                                   int64_t n, const float* weights) {
-    validate_quant_config(config);
+    validate_quant_config(config, k);
     const int64_t group_size = resolve_group_size(config.group_size, k);
     const bool symmetric = config.symmetric != 0;
     switch (config.method) {

@@ -10,8 +10,9 @@
 
 namespace qjit {
 
-// Throws an invalid-argument Error naming the field of `config` that is out of range.
-void validate_quant_config(const qjit_quant_config& config);
+// Throws an invalid-argument Error naming the field of `config` that is out of range for a layer of
+// k rows.
+void validate_quant_config(const qjit_quant_config& config, int64_t k);
 
 // weights: K x N row-major (W[k][n]).
 std::unique_ptr<qjit_linear> make_linear_from_f32(qjit_context* context, const qjit_quant_config& config, int64_t k,

@@ -172,11 +172,11 @@ LowRankFactors unpack_low_rank(const qjit_linear& layer) {
 int64_t weight_bytes(const qjit_linear& layer) {
     const QuantParams& p = layer.params;
     const int64_t codes = int64_t(layer.codes.words.size() * sizeof(uint32_t));
-    const int64_t compensator = layer.low_rank ? layer.low_rank->streamed_bytes() : 0;
-    if (layer.jit) return codes + layer.jit->metadata_bytes() + compensator;
-    const int64_t metadata = p.num_groups() * p.n;
-    return codes + metadata * int64_t(sizeof(float)) + (p.symmetric ? 0 : metadata * int64_t(sizeof(uint16_t))) +
-           compensator;
+    const int64_t groups_by_columns = p.num_groups() * p.n;
+    const int64_t metadata = layer.jit ? layer.jit->metadata_bytes()
+                                       : groups_by_columns * int64_t(sizeof(float)) +
+                                             (p.symmetric ? 0 : groups_by_columns * int64_t(sizeof(uint16_t)));
+    return codes + metadata + (layer.low_rank ? layer.low_rank->streamed_bytes() : 0);
 }
 
 void evict_layer_from_caches(const qjit_linear& layer) {

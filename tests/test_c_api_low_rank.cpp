@@ -103,7 +103,7 @@ int64_t expected_quantized_bytes(int64_t k, int64_t n, int bits, int64_t group) 
     return (k * n * bits + 7) / 8 + metadata * 2 + (metadata * bits + 7) / 8;
 }
 
-// What format/low_rank.cpp's stored_bytes counts for U (K x rank) and V (rank x N, stored N x rank):
+// What format/low_rank.cpp's low_rank_stored_bytes counts for U (K x rank) and V (rank x N, stored N x rank):
 // packed codes plus one fp32 scale per rank component and factor, or fp16 values.
 int64_t expected_low_rank_bytes(int64_t k, int64_t n, int rank, int bits) {
     if (bits == 16) return (k + n) * rank * 2;

@@ -232,8 +232,8 @@ TEST(LowRankFactorsTest, StorageValidationAndBytes) {
     const std::vector<float> v_back = dense_v(f);
     for (size_t i = 0; i < v.size(); ++i)  // within half a step of its own component's scale
         EXPECT_NEAR(v_back[i], v[i], f.vt.codes.params.scales[i / 30] / 2 + 1e-6) << i;
-    EXPECT_EQ(stored_bytes(f), (100 * 4 * 3 + 7) / 8 + 4 * 4 + (30 * 4 * 3 + 7) / 8 + 4 * 4);
-    EXPECT_EQ(stored_bytes(quantize_low_rank(16, 100, 30, 4, u.data(), v.data())), (100 * 4 + 4 * 30) * 2);
+    EXPECT_EQ(low_rank_stored_bytes(4, 3, 100, 30), (100 * 4 * 3 + 7) / 8 + 4 * 4 + (30 * 4 * 3 + 7) / 8 + 4 * 4);
+    EXPECT_EQ(low_rank_stored_bytes(4, 16, 100, 30), (100 * 4 + 4 * 30) * 2);
 
     EXPECT_THROW(validate(f, 101, 30), Error);  // U's shape does not match K
     EXPECT_THROW(quantize_low_rank(4, 100, 30, 4, u.data(), v.data()), Error);
