@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/error.hpp"
 #include "format/code_planes.hpp"
 
 namespace qjit {
@@ -11,7 +12,7 @@ namespace {
 // Index of word `word` of row block `block` for `column`.
 size_t word_index(const PackedCodes& p, int64_t block, int word, int64_t column) {
     const int64_t panel = column / p.panel_columns;
-    return size_t(panel * p.panel_words() + (block * p.bits + word) * p.panel_columns + column % p.panel_columns);
+    return size_t(panel * p.panel_words() + (p.block_start(block) + word) * p.panel_columns + column % p.panel_columns);
 }
 
 }  // namespace
@@ -20,7 +21,7 @@ uint8_t PackedCodes::code(int64_t row, int64_t column) const {
     const int64_t block = row / kBlockRows;
     const int r = int(row % kBlockRows);
     uint32_t code = 0;
-    for (const jit::CodePlane& plane : jit::code_planes(bits)) {
+    for (const jit::CodePlane& plane : jit::code_planes(block_width(block))) {
         const jit::PlaneSlot slot = jit::plane_slot(plane, r);
         const uint32_t field = (words[word_index(*this, block, slot.word, column)] >> slot.shift) &
                                ((1u << plane.width) - 1u);
@@ -29,29 +30,44 @@ uint8_t PackedCodes::code(int64_t row, int64_t column) const {
     return uint8_t(code);
 }
 
-PackedCodes unwritten_packed_codes(int bits, int64_t k, int64_t n, int panel_columns) {
+std::vector<uint8_t> block_widths(const WeightFormat& format) {
+    if (format.uniform_bits()) return {};
+    std::vector<uint8_t> widths(size_t((format.k + PackedCodes::kBlockRows - 1) / PackedCodes::kBlockRows));
+    for (size_t b = 0; b < widths.size(); ++b)
+        widths[b] = uint8_t(format.group_width(int64_t(b) * PackedCodes::kBlockRows / format.group_size));
+    return widths;
+}
+
+PackedCodes unwritten_packed_codes(int bits, int64_t k, int64_t n, int panel_columns, std::vector<uint8_t> block_bits) {
     PackedCodes out;
     out.bits = bits;
     out.k = k;
     out.n = n;
     out.panel_columns = panel_columns;
-    out.words.resize(PackedCodes::word_count(bits, k, n, panel_columns));
+    if (!block_bits.empty()) {
+        require(int64_t(block_bits.size()) == out.num_blocks(), "packed codes: ", block_bits.size(),
+                " block widths for ", out.num_blocks(), " blocks");
+        out.block_starts.assign(block_bits.size() + 1, 0);
+        for (size_t b = 0; b < block_bits.size(); ++b) out.block_starts[b + 1] = out.block_starts[b] + block_bits[b];
+        out.block_bits = std::move(block_bits);
+    }
+    out.words.resize(size_t(out.num_panels() * out.panel_words()));
     return out;
 }
 
-PackedCodes zeroed_packed_codes(int bits, int64_t k, int64_t n, int panel_columns) {
-    PackedCodes out = unwritten_packed_codes(bits, k, n, panel_columns);
+PackedCodes zeroed_packed_codes(int bits, int64_t k, int64_t n, int panel_columns, std::vector<uint8_t> block_bits) {
+    PackedCodes out = unwritten_packed_codes(bits, k, n, panel_columns, std::move(block_bits));
     std::fill(out.words.begin(), out.words.end(), 0u);
     return out;
 }
 
-PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n, int panel_columns) {
-    PackedCodes out = zeroed_packed_codes(bits, k, n, panel_columns);
-    const std::vector<jit::CodePlane> planes = jit::code_planes(bits);
+PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n, int panel_columns,
+                       std::vector<uint8_t> block_bits) {
+    PackedCodes out = zeroed_packed_codes(bits, k, n, panel_columns, std::move(block_bits));
     for (int64_t row = 0; row < k; ++row) {
         const int64_t block = row / PackedCodes::kBlockRows;
         const int r = int(row % PackedCodes::kBlockRows);
-        for (const jit::CodePlane& plane : planes) {
+        for (const jit::CodePlane& plane : jit::code_planes(out.block_width(block))) {
             const jit::PlaneSlot slot = jit::plane_slot(plane, r);
             const uint32_t mask = (1u << plane.width) - 1u;
             for (int64_t c = 0; c < n; ++c) {
@@ -71,7 +87,7 @@ std::vector<uint8_t> unpack_codes(const PackedCodes& packed) {
 }
 
 void copy_panels(const PackedCodes& from, int64_t first_panel, int64_t end_panel, PackedCodes& to) {
-    const int64_t column_words = from.num_blocks() * from.bits;  // a column's words, block after block
+    const int64_t column_words = from.column_words();  // a column's words, block after block
     for (int64_t panel = first_panel; panel < end_panel; ++panel) {
         const int64_t c0 = panel * to.panel_columns, c1 = std::min(to.n, c0 + to.panel_columns);
         uint32_t* target = to.words.data() + panel * to.panel_words();

@@ -5,7 +5,9 @@
 // stream. Within a panel, rows are taken in blocks of 32 (the last block zero-padded) and a block
 // stores `bits` uint32 words per column:
 //     words[((panel * num_blocks + block) * bits + word) * panel_columns + column_in_panel]
-// format/code_planes.hpp says which word and bits of a block hold each row's code.
+// format/code_planes.hpp says which word and bits of a block hold each row's code. A layer of mixed
+// widths (2 and 4 bits by K-group) stores each block at its group's width, so a block starts
+// after the words of the blocks before it: block_start(block) words per column.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "base/page_allocator.hpp"
+#include "format/weight_format.hpp"
 
 namespace qjit {
 
@@ -23,13 +26,19 @@ struct PackedCodes {
     int panel_columns = 0;
     using Words = std::vector<uint32_t, PageAllocator<uint32_t>>;  // resize() leaves new words unwritten
     Words words;
+    std::vector<uint8_t> block_bits;    // mixed widths: each 32-row block's width; empty: all `bits`
+    std::vector<int64_t> block_starts;  // mixed widths: words per column before each block [num_blocks + 1]
 
     static constexpr int kBlockRows = 32;
     static constexpr const char* kLayoutName = "kblock32_quad";
 
     int64_t num_blocks() const { return (k + kBlockRows - 1) / kBlockRows; }
     int64_t num_panels() const { return (n + panel_columns - 1) / panel_columns; }
-    int64_t panel_words() const { return num_blocks() * bits * panel_columns; }
+    bool mixed() const { return !block_bits.empty(); }
+    int block_width(int64_t block) const { return mixed() ? int(block_bits[size_t(block)]) : bits; }
+    int64_t block_start(int64_t block) const { return mixed() ? block_starts[size_t(block)] : block * bits; }
+    int64_t column_words() const { return block_start(num_blocks()); }  // a column's words in all blocks
+    int64_t panel_words() const { return column_words() * panel_columns; }
     // First word of the panel that holds column n0 (a multiple of panel_columns).
     const uint32_t* panel(int64_t n0) const { return words.data() + n0 / panel_columns * panel_words(); }
     static size_t word_count(int bits, int64_t k, int64_t n, int panel_columns) {

@@ -4,8 +4,123 @@
 #include <cmath>
 
 #include "base/error.hpp"
+#include "base/half.hpp"
 
 namespace qjit {
+
+namespace {
+
+void validate_second_order(const QuantParams& p) {
+    const SecondOrderScales& s = p.second_order;
+    const size_t groups = size_t(p.num_groups()), column_groups = size_t(SecondOrderScales::column_groups(p.n));
+    require(s.codes.size() == groups * size_t(p.n), "second-order scale codes hold ", s.codes.size(),
+            " values; expected ", groups * size_t(p.n));
+    require(s.scales.size() == groups * column_groups && s.zeros.size() == groups * column_groups,
+            "second-order scales and zeros hold ", s.scales.size(), " and ", s.zeros.size(), " values; expected ",
+            groups * column_groups);
+    for (size_t i = 0; i < s.scales.size(); ++i)
+        require(std::isfinite(half_to_float(s.scales[i])) && std::isfinite(half_to_float(s.zeros[i])),
+                "second-order scale or zero ", i, " is not finite");
+    for (int64_t g = 0; g < p.num_groups(); ++g)
+        for (int64_t c = 0; c < p.n; ++c) {
+            const size_t at = size_t(g * p.n + c);
+            require(s.codes[at] < (1u << SecondOrderScales::kBits), "second-order scale code ", at, " is ",
+                    int(s.codes[at]), "; expected below 16");
+            require(p.scales[at] == s.scale(p.n, g, c), "scale ", at, " is ", p.scales[at],
+                    ", not what its second-order code gives, ", s.scale(p.n, g, c));
+            require(p.zeros[at] < 16, "zero point ", at, " is ", p.zeros[at], "; second-order layers keep it below 16");
+        }
+}
+
+void validate_outliers(const QuantParams& p) {
+    const SparseOutliers& o = p.outliers_data;
+    if (p.outliers == 0) {
+        require(o.column_start.empty() && o.rows.empty() && o.values.empty(),
+                "outlier data on a layer whose format has none");
+        return;
+    }
+    require(o.column_start.size() == size_t(p.n + 1), "outlier column starts hold ", o.column_start.size(),
+            " values; expected N + 1 = ", p.n + 1);
+    require(o.count() == p.outliers && o.values.size() == o.rows.size(), "outliers hold ", o.rows.size(), " rows and ",
+            o.values.size(), " values; the format says ", p.outliers);
+    require(o.column_start.front() == 0 && o.column_start.back() == p.outliers, "outlier column starts run from ",
+            o.column_start.front(), " to ", o.column_start.back(), "; expected 0 to ", p.outliers);
+    for (int64_t c = 0; c < p.n; ++c) {
+        const int64_t begin = o.column_start[size_t(c)], end = o.column_start[size_t(c + 1)];
+        require(begin <= end, "outlier column starts decrease at column ", c);
+        for (int64_t i = begin; i < end; ++i) {
+            const int32_t row = o.rows[size_t(i)];
+            require(row >= 0 && row < p.k, "outlier ", i, " is at row ", row, ", outside 0 .. K-1");
+            require(i == begin || row > o.rows[size_t(i - 1)], "outlier rows of column ", c, " are not ascending");
+            require(std::isfinite(half_to_float(o.values[size_t(i)])), "outlier ", i, " is not finite");
+        }
+    }
+}
+
+}  // namespace
+
+float SecondOrderScales::scale(int64_t n, int64_t g, int64_t c) const {
+    const size_t second = size_t(g * column_groups(n) + c / kColumns);
+    return half_to_float(scales[second]) * (float(codes[size_t(g * n + c)]) - half_to_float(zeros[second]));
+}
+
+SecondOrderScales quantize_second_order(int64_t num_groups, int64_t n, const std::vector<float>& scales) {
+    require(scales.size() == size_t(num_groups * n), "quantize_second_order: ", scales.size(), " scales for ",
+            num_groups, " x ", n);
+    SecondOrderScales s;
+    const int64_t column_groups = SecondOrderScales::column_groups(n);
+    s.codes.resize(size_t(num_groups * n));
+    s.scales.resize(size_t(num_groups * column_groups));
+    s.zeros.resize(s.scales.size());
+    const float top = float((1 << SecondOrderScales::kBits) - 1);
+    for (int64_t g = 0; g < num_groups; ++g)
+        for (int64_t cg = 0; cg < column_groups; ++cg) {
+            const int64_t c0 = cg * SecondOrderScales::kColumns, c1 = std::min(n, c0 + SecondOrderScales::kColumns);
+            float lo = scales[size_t(g * n + c0)], hi = lo;
+            for (int64_t c = c0; c < c1; ++c) {
+                lo = std::min(lo, scales[size_t(g * n + c)]);
+                hi = std::max(hi, scales[size_t(g * n + c)]);
+            }
+            // Equal scales: step 1 and a zero that maps code 0 onto the value.
+            const float step = half_to_float(float_to_half(hi > lo ? (hi - lo) / top : (lo != 0 ? std::fabs(lo) : 1.0f)));
+            const uint16_t zero = float_to_half(-lo / step);
+            const size_t second = size_t(g * column_groups + cg);
+            s.scales[second] = float_to_half(step);
+            s.zeros[second] = zero;
+            for (int64_t c = c0; c < c1; ++c) {
+                const float code = std::nearbyint(scales[size_t(g * n + c)] / step + half_to_float(zero));
+                s.codes[size_t(g * n + c)] = uint8_t(std::clamp(code, 0.0f, top));
+            }
+        }
+    return s;
+}
+
+std::vector<float> dequantize_second_order(const SecondOrderScales& s, int64_t num_groups, int64_t n) {
+    std::vector<float> scales(size_t(num_groups * n));
+    for (int64_t g = 0; g < num_groups; ++g)
+        for (int64_t c = 0; c < n; ++c) scales[size_t(g * n + c)] = s.scale(n, g, c);
+    return scales;
+}
+
+SparseOutliers make_sparse_outliers(int64_t k, int64_t n, std::vector<OutlierEntry> entries) {
+    std::sort(entries.begin(), entries.end(), [](const OutlierEntry& a, const OutlierEntry& b) {
+        return a.column != b.column ? a.column < b.column : a.row < b.row;
+    });
+    SparseOutliers o;
+    o.column_start.assign(size_t(n + 1), 0);
+    for (size_t i = 0; i < entries.size(); ++i) {
+        const OutlierEntry& e = entries[i];
+        require(e.row >= 0 && e.row < k && e.column >= 0 && e.column < n, "outlier at (", e.row, ", ", e.column,
+                ") is outside ", k, " x ", n);
+        require(i == 0 || e.row != entries[i - 1].row || e.column != entries[i - 1].column, "outlier at (", e.row,
+                ", ", e.column, ") is given twice");
+        o.rows.push_back(e.row);
+        o.values.push_back(float_to_half(e.value));
+        ++o.column_start[size_t(e.column + 1)];
+    }
+    for (int64_t c = 0; c < n; ++c) o.column_start[size_t(c + 1)] += o.column_start[size_t(c)];
+    return o;
+}
 
 void validate(const QuantParams& p) {
     validate(p.format());
@@ -14,8 +129,16 @@ void validate(const QuantParams& p) {
     require(p.zeros.size() == metadata, "zeros hold ", p.zeros.size(), " values; expected ", metadata);
     for (size_t i = 0; i < metadata; ++i) {
         require(std::isfinite(p.scales[i]), "scale ", i, " is not finite");
-        require(p.zeros[i] <= (1u << p.bits), "zero point ", i, " is ", p.zeros[i], ", above 2^bits");
+        const int width = p.group_width(int64_t(i) / p.n);
+        require(p.zeros[i] <= (1u << width), "zero point ", i, " is ", p.zeros[i], ", above 2^", width);
     }
+    if (p.second_order_scales()) {
+        validate_second_order(p);
+    } else {
+        require(p.second_order.codes.empty() && p.second_order.scales.empty() && p.second_order.zeros.empty(),
+                "second-order scales on a layer whose scale type is not second-order");
+    }
+    validate_outliers(p);
     if (p.symmetric)
         for (uint16_t z : p.zeros) require(z == (1u << (p.bits - 1)), "symmetric layer with zero point ", z);
     require(p.act_order == !p.row_order.empty(), p.act_order ? "an act-order layer without a row order"
@@ -31,17 +154,40 @@ void validate(const QuantParams& p) {
 }
 
 int64_t stored_bytes(const QuantParams& p) {
+    int64_t code_bits = 0, zero_bits = 0;
+    for (int64_t g = 0; g < p.num_groups(); ++g) {
+        const int64_t rows = std::min(p.k, (g + 1) * p.group_size) - g * p.group_size;
+        code_bits += rows * p.n * p.group_width(g);
+        if (!p.symmetric) zero_bits += p.n * p.group_width(g);
+    }
     const int64_t metadata = p.num_groups() * p.n;
-    const int64_t scales = metadata * (p.f16_scales() ? 2 : 4);
-    const int64_t zeros = p.symmetric ? 0 : (metadata * p.bits + 7) / 8;
-    return (p.k * p.n * p.bits + 7) / 8 + scales + zeros + int64_t(p.row_order.size() * sizeof(int32_t));
+    int64_t scales = 0;
+    switch (p.scale_type) {
+        case ScaleType::F16: scales = metadata * 2; break;
+        case ScaleType::F32: scales = metadata * 4; break;
+        case ScaleType::SecondOrder:
+            scales = (metadata * SecondOrderScales::kBits + 7) / 8 +
+                     p.num_groups() * SecondOrderScales::column_groups(p.n) * 2 * int64_t(sizeof(uint16_t));
+            break;
+    }
+    const int64_t outliers = p.outliers == 0 ? 0
+                                             : p.outliers * int64_t(sizeof(uint16_t) + sizeof(int32_t)) +
+                                                   (p.n + 1) * int64_t(sizeof(int64_t));
+    return (code_bits + 7) / 8 + scales + (zero_bits + 7) / 8 + int64_t(p.row_order.size() * sizeof(int32_t)) +
+           outliers;
 }
 
 void validate(const QuantizedMatrix& m) {
     validate(m.params);
     require(m.codes.size() == size_t(m.params.k * m.params.n), "codes hold ", m.codes.size(), " values; expected ",
             m.params.k * m.params.n);
-    for (uint8_t c : m.codes) require(c <= m.params.max_code(), "code ", int(c), " exceeds ", m.params.bits, " bits");
+    for (int64_t r = 0; r < m.params.k; ++r) {
+        const int width = m.params.group_width(r / m.params.group_size);
+        for (int64_t c = 0; c < m.params.n; ++c) {
+            const uint8_t code = m.codes[size_t(r * m.params.n + c)];
+            require(code < (1u << width), "code ", int(code), " at row ", r, " exceeds its group's ", width, " bits");
+        }
+    }
 }
 
 }  // namespace qjit

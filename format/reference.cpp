@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/half.hpp"
+
 namespace qjit {
 
 std::vector<float> dequantize(const QuantizedMatrix& matrix) {
@@ -16,6 +18,12 @@ std::vector<float> dequantize(const QuantizedMatrix& matrix) {
             w[size_t(original_row * p.n + c)] = p.scales[meta] * (q - float(p.zeros[meta]));
         }
     }
+    const SparseOutliers& o = p.outliers_data;
+    for (int64_t c = 0; c < p.n && p.outliers > 0; ++c)
+        for (int64_t i = o.column_start[size_t(c)]; i < o.column_start[size_t(c + 1)]; ++i) {
+            const int64_t r = o.rows[size_t(i)], original_row = p.act_order ? p.row_order[size_t(r)] : r;
+            w[size_t(original_row * p.n + c)] += half_to_float(o.values[size_t(i)]);
+        }
     return w;
 }
 

@@ -1,6 +1,7 @@
 #include "format/weight_format.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "base/error.hpp"
 #include "qjit/qjit.h"
@@ -9,9 +10,29 @@ namespace qjit {
 
 namespace {
 
+// "4" for a uniform width, "2or4" for the widths a mixed format uses.
+std::string widths_name(const WeightFormat& f) {
+    if (f.uniform_bits()) return std::to_string(f.bits);
+    std::vector<uint8_t> widths = f.group_bits;
+    std::sort(widths.begin(), widths.end());
+    widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
+    std::string name;
+    for (uint8_t w : widths) name += (name.empty() ? "" : "or") + std::to_string(w);
+    return name;
+}
+
+const char* scales_name(ScaleType type) {
+    switch (type) {
+        case ScaleType::F16: return "";
+        case ScaleType::F32: return "_s32";
+        case ScaleType::SecondOrder: return "_sq4";
+    }
+    return "_s?";
+}
+
 std::string base_name(const WeightFormat& f) {
-    return concat("q", f.bits, f.per_column() ? std::string("col") : concat("g", f.group_size),
-                  f.symmetric ? "_sym" : "_asym", f.f16_scales() ? "" : "_s32");
+    return concat("q", widths_name(f), f.per_column() ? std::string("col") : concat("g", f.group_size),
+                  f.symmetric ? "_sym" : "_asym", scales_name(f.scale_type), f.outliers > 0 ? "_sp" : "");
 }
 
 }  // namespace
@@ -46,10 +67,28 @@ void validate(const WeightFormat& f) {
     validate_shape(f.k, f.n);
     validate_bits(f.bits);
     require(f.group_size >= 1, "group_size ", f.group_size, " must be positive");
-    require(f.scale_type == ScaleType::F16 || f.scale_type == ScaleType::F32, "scale type ", int(f.scale_type),
-            " is unknown");
+    require(f.scale_type == ScaleType::F16 || f.scale_type == ScaleType::F32 || f.scale_type == ScaleType::SecondOrder,
+            "scale type ", int(f.scale_type), " is unknown");
+    if (!f.uniform_bits()) {
+        require(f.group_bits.size() == size_t(f.num_groups()), "group_bits holds ", f.group_bits.size(),
+                " widths; expected one per group, ", f.num_groups());
+        int widest = 0;
+        for (uint8_t w : f.group_bits) {
+            require(w == 2 || w == 4, "a group width is ", int(w), "; mixed groups are 2 or 4 bits");
+            widest = std::max(widest, int(w));
+        }
+        require(f.bits == widest, "bits is ", f.bits, " with mixed groups; expected the widest group's, ", widest);
+        require(!f.symmetric, "mixed group widths need asymmetric zero points");
+        require(f.group_size >= 32 && !f.per_column(), "mixed group widths need groups of 32 rows or more and "
+                "several groups; group_size is ", f.group_size, " for K=", f.k);
+    }
+    if (f.second_order_scales()) {
+        require(!f.symmetric, "second-order scales need asymmetric zero points");
+        require(f.bits <= 4, "second-order scales need codes of 4 bits or fewer; bits is ", f.bits);
+    }
+    require(f.outliers >= 0 && f.outliers <= max_outliers(f.k, f.n), "outliers is ", f.outliers,
+            "; expected 0 .. ", max_outliers(f.k, f.n), " (", kMaxOutlierFraction * 100, " % of the weights)");
     // Described already, run by no backend yet.
-    require(f.uniform_bits(), "mixed bit widths per group are not supported yet");
     require(!f.permuted_columns, "permuted output columns are not supported yet");
     if (f.low_rank.present()) {
         require(f.low_rank.rank <= std::min<int64_t>({f.k, f.n, kMaxLowRank}), "low-rank rank is ", f.low_rank.rank,
@@ -60,7 +99,8 @@ void validate(const WeightFormat& f) {
         require(f.low_rank.rank == 0 && f.low_rank.bits == 0, "low-rank rank ", f.low_rank.rank, " with bits ",
                 f.low_rank.bits, ": a rank must be positive, or both zero for none");
     }
-    require(f.outliers == 0, "sparse outliers are not supported yet");
 }
+
+int64_t max_outliers(int64_t k, int64_t n) { return int64_t(std::ceil(double(k) * double(n) * kMaxOutlierFraction)); }
 
 }  // namespace qjit

@@ -17,8 +17,10 @@
 namespace qjit {
 
 enum class ScaleType : uint8_t {
-    F16,  // fp16 scales (kernels may stream them as fp16)
-    F32,  // fp32 scales
+    F16,          // fp16 scales (kernels may stream them as fp16)
+    F32,          // fp32 scales
+    SecondOrder,  // scales quantized again: 4-bit codes in groups of 16 output columns, each such group
+                  // with an fp16 scale and zero (format/quantized_matrix.hpp, SecondOrderScales)
 };
 
 // y += (x U) V with U: K x rank and V: rank x N (format/low_rank.hpp holds the data), stored at
@@ -33,29 +35,34 @@ struct LowRankTerms {
 struct WeightFormat {
     int64_t k = 0;                     // rows (input features)
     int64_t n = 0;                     // columns (output features)
-    int bits = 4;                      // code width of every K-group (when group_bits is empty)
-    std::vector<uint8_t> group_bits;   // a width per K-group (mixed precision); empty: all `bits`
+    int bits = 4;                      // code width of every K-group; with group_bits, the widest
+    std::vector<uint8_t> group_bits;   // a width per K-group, 2 or 4 (mixed precision); empty: all `bits`
     int64_t group_size = 128;          // rows per group; k when per column
     bool symmetric = false;            // every zero point is 2^(bits-1)
     ScaleType scale_type = ScaleType::F32;
     bool act_order = false;            // rows are stored permuted (GPTQ desc_act): x is gathered first
     bool permuted_columns = false;     // outputs are stored permuted (tensor-parallel layouts)
     LowRankTerms low_rank;             // a low-rank compensator
-    int64_t outliers = 0;              // sparse fp16 outliers added to W
+    int64_t outliers = 0;              // sparse fp16 outliers added to W (format/quantized_matrix.hpp)
 
     bool operator==(const WeightFormat&) const = default;
 
     int64_t num_groups() const { return (k + group_size - 1) / group_size; }
     bool per_column() const { return k >= 1 && group_size >= k; }  // one group over all rows
     bool uniform_bits() const { return group_bits.empty(); }
+    // The code width of K-group g (in storage order).
+    int group_width(int64_t g) const { return uniform_bits() ? bits : int(group_bits[size_t(g)]); }
     int max_code() const { return (1 << bits) - 1; }
     bool f16_scales() const { return scale_type == ScaleType::F16; }
+    bool second_order_scales() const { return scale_type == ScaleType::SecondOrder; }
 
     // The name every kernel name, database key, describe string and dump file starts with:
-    // q<bits><g<group>|col>_<sym|asym>, then _s32 for fp32 scales, _act for act-order rows and
+    // q<bits><g<group>|col>_<sym|asym> (q2or4 for mixed 2/4-bit groups), then _s32 for fp32 scales
+    // or _sq4 for second-order scales, _sp for sparse outliers, _act for act-order rows and
     // _r<rank><q<bits>|f16> for a low-rank compensator, e.g. "q4g128_asym", "q8col_sym_s32",
-    // "q3g64_asym_act", "q3g64_asym_r16q8". The parts a quantized-product kernel does not see (the
-    // gather before it, the compensator pass after it) are left out of kernel_name().
+    // "q3g64_asym_act", "q3g64_asym_r16q8", "q2or4g32_asym_sq4_sp". The parts a quantized-product
+    // kernel does not see (the gather before it, the compensator pass after it) are left out of
+    // kernel_name(); the outliers are in it, as the product's task adds them.
     std::string name() const;
     // The name of the format a quantized-product kernel computes: name() without _act.
     std::string kernel_name() const;
@@ -70,8 +77,10 @@ inline WeightFormat f16_scaled_format() {
 
 // Throws an invalid-argument Error naming the field when the format is not one qjit can store and
 // run: bits 2/3/4/8, a positive group size, a non-empty shape below kMaxDimension, low-rank terms
-// of a rank up to min(K, N, 1024) at 8, 3 or 16 bits, and none of the features no backend runs yet
-// (mixed widths, permuted columns, outliers).
+// of a rank up to min(K, N, 1024) at 8, 3 or 16 bits; mixed widths (2 and 4 bits per group, bits
+// the widest, asymmetric, groups of 32 rows or more); second-order scales (asymmetric, bits <= 4);
+// at most kMaxOutlierFraction of the weights as outliers; no permuted columns (no backend runs them
+// yet).
 void validate(const WeightFormat& format);
 
 // K and N stay below 2^31: row indices are stored as int32.
@@ -79,6 +88,10 @@ inline constexpr int64_t kMaxDimension = int64_t(1) << 31;
 // A layer holds at most 2^36 weights (Llama-2-70B's largest holds 2^27.8): shapes beyond it are
 // refused before anything is allocated for them.
 inline constexpr int64_t kMaxWeights = int64_t(1) << 36;
+
+// Sparse outliers are at most this fraction of a layer's weights (rounded up).
+inline constexpr double kMaxOutlierFraction = 0.005;
+int64_t max_outliers(int64_t k, int64_t n);
 
 // The largest compensator rank qjit stores (MiLo's ranks reach 512 on 4096-wide layers).
 inline constexpr int kMaxLowRank = 1024;

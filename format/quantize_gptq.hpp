@@ -1,0 +1,39 @@
+// GPTQ: quantizes a K x N matrix row by row (rows = input features) and feeds each row's rounding
+// error forward into the rows not yet quantized through the Cholesky factor of H^-1, so that the
+// layer's output on the calibration inputs, not its weights, stays close. With act-order the rows
+// are taken in decreasing diag(H) and the layer stores them in that order (an act-order layer).
+// Its output is an ordinary QuantizedMatrix: saved, loaded and run like any other.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "format/hessian.hpp"
+#include "format/quantized_matrix.hpp"
+
+namespace qjit {
+
+struct GptqConfig {
+    int bits = 4;                 // 2, 3, 4 or 8 (the widest when group_bits is given)
+    int64_t group_size = 128;     // rows per group; k for per column
+    bool symmetric = false;
+    qjit_dtype scale_dtype = QJIT_DTYPE_F16;  // F16 or F32; ignored with second-order scales
+    bool act_order = false;       // rows in decreasing diag(H)
+    double damp = 0.01;           // added to H's diagonal: damp * mean(diag(H))
+    int64_t block_size = 128;     // rows whose updates are applied to the rest together
+    std::vector<uint8_t> group_bits;  // mixed precision: a width (2 or 4) per K-group in storage
+                                      // (quantization) order; empty: every group at `bits`
+    bool second_order_scales = false; // each group's scales quantized again (SecondOrderScales) as
+                                      // the group starts, its codes then chosen against them
+    double outlier_fraction = 0;      // up to this fraction of the weights, from 2-bit groups only,
+                                      // kept as fp16 outliers (those whose rounding error, weighted
+                                      // by 1 / [H^-1]_kk^2, is largest); their error is not fed on
+};
+
+// weights: K x N row-major (W[k][n]). Throws an invalid-argument Error naming the field for a bad
+// config or a Hessian of another size; an empty Hessian is refused. With only a diagonal, no error
+// is fed forward (H^-1 is diagonal): the result is RTN with the act-order and outliers H asks for.
+QuantizedMatrix quantize_gptq(const GptqConfig& config, const Hessian& hessian, int64_t k, int64_t n,
+                              const float* weights);
+
+}  // namespace qjit

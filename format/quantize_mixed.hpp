@@ -1,0 +1,43 @@
+// The 2/4/16 format: K-groups of mixed width (the most sensitive fraction alpha in 4 bits, the rest
+// in 2), second-order scales, and a few fp16 outliers taken from the 2-bit groups.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "format/hessian.hpp"
+#include "format/quantized_matrix.hpp"
+
+namespace qjit {
+
+enum class GroupSensitivity {
+    Hessian,  // sum over the group's weights of w^2 / [H^-1]_kk^2 (the 2/4/16 paper's saliency)
+    Range,    // no calibration: the group's 2-bit round-to-nearest error, sum over its columns of
+              // ((max - min) / 3)^2 * rows, a fallback named as such
+};
+
+struct MixedConfig {
+    int64_t group_size = 32;         // rows per K-group (32 or more)
+    double alpha = 0.25;             // fraction of groups in 4 bits (0 .. 1)
+    double outlier_fraction = 0.002; // of the weights, as fp16 outliers (0 .. 0.005)
+    bool second_order_scales = true;
+    bool act_order = false;          // with a Hessian only
+    double damp = 0.01;
+};
+
+// Sensitivity of each K-group (groups over rows in quantization order: act-order's when
+// act_order_rows is given), merged over all output columns.
+std::vector<double> group_sensitivity(GroupSensitivity kind, const Hessian* hessian, int64_t k, int64_t n,
+                                      const float* weights, int64_t group_size,
+                                      const std::vector<int32_t>& act_order_rows = {});
+
+// The widths: the ceil(alpha * groups) most sensitive groups 4 bits, the others 2 (ties: lower index
+// first).
+std::vector<uint8_t> assign_group_widths(const std::vector<double>& sensitivity, double alpha);
+
+// Quantizes with GPTQ (hessian given, Hessian sensitivity) or round-to-nearest (hessian null:
+// Range sensitivity) at the assigned widths. Throws an invalid-argument Error naming the field.
+QuantizedMatrix quantize_mixed(const MixedConfig& config, const Hessian* hessian, int64_t k, int64_t n,
+                               const float* weights);
+
+}  // namespace qjit
