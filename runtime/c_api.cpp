@@ -143,6 +143,11 @@ void qjit_quant_config_init(qjit_quant_config* config) {
     config->method = QJIT_QUANT_RTN;
     config->rank = 0;
     config->low_rank_bits = 8;
+    config->act_order = 0;
+    config->damp = 0.01;
+    config->mixed_alpha = 0.25;
+    config->outlier_fraction = 0.002;
+    config->second_order_scales = 1;
 }
 
 qjit_status qjit_linear_create_from_f32(qjit_context* context, const qjit_quant_config* config, int64_t k,
@@ -219,6 +224,9 @@ qjit_status qjit_linear_get_info(const qjit_linear* layer, qjit_linear_info* inf
         info->low_rank_bytes =
             p.low_rank.present() ? low_rank_stored_bytes(p.low_rank.rank, p.low_rank.bits, p.k, p.n) : 0;
         info->stored_bytes = stored_bytes(p) + info->low_rank_bytes;
+        info->wide_groups = int64_t(std::count(p.group_bits.begin(), p.group_bits.end(), uint8_t(4)));
+        info->second_order_scales = p.second_order_scales();
+        info->outliers = p.outliers;
     });
 }
 

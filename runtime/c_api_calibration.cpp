@@ -1,0 +1,96 @@
+// The C API of calibration: a handle that keeps H = sum of x^T x over a layer's inputs
+// (format/hessian.hpp), and the layers quantized with it (GPTQ, the 2/4/16 mixed format).
+#include "base/error.hpp"
+#include "format/hessian.hpp"
+#include "format/weight_format.hpp"
+#include "qjit/qjit.h"
+#include "runtime/f32_layer.hpp"
+#include "runtime/forward_arguments.hpp"
+
+struct qjit_calibration {
+    explicit qjit_calibration(int64_t k) : hessian(k) {}
+    qjit::Hessian hessian;
+};
+
+using namespace qjit;
+
+extern "C" {
+
+qjit_status qjit_calibration_create(int64_t k, qjit_calibration** calibration) {
+    return guarded([&] {
+        require(calibration != nullptr, "calibration (the output pointer) is NULL");
+        *calibration = nullptr;
+        // H is K x K: K stays within a layer's limit on weights, so that H's size cannot overflow.
+        require(k >= 1 && k < kMaxDimension, "k is ", k, "; expected 1 .. 2^31 - 1");
+        require(k <= kMaxWeights / k, "k is ", k, "; a K x K calibration holds more than the 2^36 values a layer may");
+        *calibration = new qjit_calibration(k);
+    });
+}
+
+qjit_status qjit_calibration_destroy(qjit_calibration* calibration) {
+    return guarded([&] { delete calibration; });
+}
+
+qjit_status qjit_calibration_add(qjit_calibration* calibration, const float* x, int64_t m) {
+    return guarded([&] {
+        require(calibration != nullptr, "calibration is NULL");
+        require(x != nullptr, "x is NULL");
+        require_row_count(m);
+        const int64_t k = calibration->hessian.k();
+        require(m <= kMaxActivations / k, "m is ", m, "; m x K = ", m, " x ", k,
+                " is more than the 2^40 activations a call may take");
+        calibration->hessian.add(x, m);  // refuses a value that is not finite, naming x[row][column]
+    });
+}
+
+qjit_status qjit_calibration_set_hessian(qjit_calibration* calibration, const float* h) {
+    return guarded([&] {
+        require(calibration != nullptr, "calibration is NULL");
+        require(h != nullptr, "h is NULL");
+        calibration->hessian.set_full(h);  // refuses non-finite, asymmetric or negative-diagonal h, naming h[i][j]
+    });
+}
+
+qjit_status qjit_calibration_set_diagonal(qjit_calibration* calibration, const float* diagonal) {
+    return guarded([&] {
+        require(calibration != nullptr, "calibration is NULL");
+        require(diagonal != nullptr, "diagonal is NULL");
+        calibration->hessian.set_diagonal(diagonal);  // refuses non-finite or negative values, naming diagonal[i]
+    });
+}
+
+qjit_status qjit_calibration_rows(const qjit_calibration* calibration, int64_t* rows) {
+    return guarded([&] {
+        require(calibration != nullptr, "calibration is NULL");
+        require(rows != nullptr, "rows is NULL");
+        *rows = calibration->hessian.rows();
+    });
+}
+
+qjit_status qjit_linear_create_calibrated(qjit_context* context, const qjit_quant_config* config,
+                                          const qjit_calibration* calibration, int64_t k, int64_t n,
+                                          const float* weights, qjit_weight_layout layout, qjit_linear** layer) {
+    return guarded([&] {
+        require(layer != nullptr, "layer (the output pointer) is NULL");
+        *layer = nullptr;
+        require(context != nullptr, "context is NULL");
+        require(config != nullptr, "config is NULL");
+        require(weights != nullptr, "weights is NULL");
+        validate_shape(k, n);
+        validate_quant_config(*config, k);
+        require(layout == QJIT_LAYOUT_K_BY_N || layout == QJIT_LAYOUT_N_BY_K, "layout is ", int(layout),
+                "; expected QJIT_LAYOUT_K_BY_N or QJIT_LAYOUT_N_BY_K");
+        if (calibration)
+            require(calibration->hessian.k() == k, "calibration has K = ", calibration->hessian.k(),
+                    " inputs but the layer has K = ", k);
+        const Hessian* hessian = calibration ? &calibration->hessian : nullptr;
+        if (layout == QJIT_LAYOUT_K_BY_N) {
+            *layer = make_linear_from_f32(context, *config, k, n, weights, hessian).release();
+        } else {
+            *layer = make_linear_from_f32(context, *config, k, n, k_by_n_from_n_by_k(weights, k, n).data(), hessian)
+                         .release();
+        }
+    });
+}
+
+}  // extern "C"
