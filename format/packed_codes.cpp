@@ -38,19 +38,36 @@ std::vector<uint8_t> block_widths(const WeightFormat& format) {
     return widths;
 }
 
+void assign_block_widths(PackedCodes& codes, std::vector<uint8_t> block_bits) {
+    codes.block_starts.clear();
+    if (!block_bits.empty()) {
+        require(int64_t(block_bits.size()) == codes.num_blocks(), "packed codes: ", block_bits.size(),
+                " block widths for ", codes.num_blocks(), " blocks");
+        codes.block_starts.assign(block_bits.size() + 1, 0);
+        for (size_t b = 0; b < block_bits.size(); ++b) codes.block_starts[b + 1] = codes.block_starts[b] + block_bits[b];
+    }
+    codes.block_bits = std::move(block_bits);
+}
+
+int64_t column_words(const WeightFormat& format) {
+    const std::vector<uint8_t> widths = block_widths(format);
+    if (widths.empty()) return (format.k + PackedCodes::kBlockRows - 1) / PackedCodes::kBlockRows * format.bits;
+    int64_t words = 0;
+    for (uint8_t w : widths) words += w;
+    return words;
+}
+
+size_t packed_word_count(const WeightFormat& format, int64_t n, int panel_columns) {
+    return size_t(column_words(format) * ((n + panel_columns - 1) / panel_columns) * panel_columns);
+}
+
 PackedCodes unwritten_packed_codes(int bits, int64_t k, int64_t n, int panel_columns, std::vector<uint8_t> block_bits) {
     PackedCodes out;
     out.bits = bits;
     out.k = k;
     out.n = n;
     out.panel_columns = panel_columns;
-    if (!block_bits.empty()) {
-        require(int64_t(block_bits.size()) == out.num_blocks(), "packed codes: ", block_bits.size(),
-                " block widths for ", out.num_blocks(), " blocks");
-        out.block_starts.assign(block_bits.size() + 1, 0);
-        for (size_t b = 0; b < block_bits.size(); ++b) out.block_starts[b + 1] = out.block_starts[b] + block_bits[b];
-        out.block_bits = std::move(block_bits);
-    }
+    assign_block_widths(out, std::move(block_bits));
     out.words.resize(size_t(out.num_panels() * out.panel_words()));
     return out;
 }

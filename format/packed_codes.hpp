@@ -48,14 +48,30 @@ struct PackedCodes {
     uint8_t code(int64_t row, int64_t column) const;
 };
 
-// Every word zero, sized for the layout: what the packers fill in.
-PackedCodes zeroed_packed_codes(int bits, int64_t k, int64_t n, int panel_columns);
+// Sets a layout's block widths (empty: uniform) and where each block starts.
+void assign_block_widths(PackedCodes& codes, std::vector<uint8_t> block_bits);
+
+// Words per column of a layout of `format` (all blocks), and words over n columns in panels of
+// panel_columns.
+int64_t column_words(const WeightFormat& format);
+size_t packed_word_count(const WeightFormat& format, int64_t n, int panel_columns);
+
+// The width of each 32-row block of a format of mixed widths (groups of 32 rows or more, so a block
+// lies in one group); empty for a uniform format.
+std::vector<uint8_t> block_widths(const WeightFormat& format);
+
+// Every word zero, sized for the layout: what the packers fill in. block_bits: as PackedCodes holds
+// them (empty: uniform).
+PackedCodes zeroed_packed_codes(int bits, int64_t k, int64_t n, int panel_columns,
+                                std::vector<uint8_t> block_bits = {});
 // Sized for the layout, the words not written yet: for a packer that writes every word
 // (pack_gptq_panels), so pages are first touched by the threads that fill them.
-PackedCodes unwritten_packed_codes(int bits, int64_t k, int64_t n, int panel_columns);
+PackedCodes unwritten_packed_codes(int bits, int64_t k, int64_t n, int panel_columns,
+                                   std::vector<uint8_t> block_bits = {});
 
-// codes: [k][n], each below 2^bits. panel_columns: a positive multiple of 8.
-PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n, int panel_columns);
+// codes: [k][n], each below its block's width (2^bits). panel_columns: a positive multiple of 8.
+PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n, int panel_columns,
+                       std::vector<uint8_t> block_bits = {});
 std::vector<uint8_t> unpack_codes(const PackedCodes& packed);
 
 // The same codes in panels of another width: a 32-row block of a column is the same words at any

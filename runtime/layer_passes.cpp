@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/error.hpp"
+#include "base/half.hpp"
 
 namespace qjit {
 
@@ -11,24 +12,15 @@ std::vector<Pass> plan_forward(const WeightFormat& format, int64_t groups, int k
             " K splits, units of ", group_unit);
     std::vector<Pass> passes;
     if (format.act_order) passes.push_back({PassKind::Gather});
-    // Runs of groups of one width (one run while the format is uniform; groups past the format's
-    // own, padding only, take the width of the last).
-    auto width = [&](int64_t g) {
-        if (format.uniform_bits()) return format.bits;
-        return int(format.group_bits[size_t(std::min<int64_t>(g, int64_t(format.group_bits.size()) - 1))]);
-    };
-    for (int64_t run_start = 0; run_start < groups;) {
-        int64_t run_end = run_start + 1;
-        while (run_end < groups && width(run_end) == width(run_start)) ++run_end;
-        const int64_t units = std::max<int64_t>(1, (run_end - run_start) / group_unit);
-        const int64_t parts = std::min<int64_t>(k_splits, units);
-        for (int64_t s = 0; s < parts; ++s) {
-            const int64_t first = run_start + s * units / parts * group_unit;
-            const int64_t end = s + 1 == parts ? run_end : run_start + (s + 1) * units / parts * group_unit;
-            passes.push_back({PassKind::Product, first, end, width(run_start)});
-        }
-        run_start = run_end;
+    const int bits = format.uniform_bits() ? format.bits : 0;
+    const int64_t units = std::max<int64_t>(1, groups / group_unit);
+    const int64_t parts = std::min<int64_t>(k_splits, units);
+    for (int64_t s = 0; s < parts; ++s) {
+        const int64_t first = s * units / parts * group_unit;
+        const int64_t end = s + 1 == parts ? groups : (s + 1) * units / parts * group_unit;
+        passes.push_back({PassKind::Product, first, end, bits});
     }
+    if (format.outliers > 0) passes.push_back({PassKind::Outliers});
     if (format.low_rank.present()) passes.push_back({PassKind::LowRank, 0, 0, format.low_rank.bits});
     return passes;
 }
@@ -39,11 +31,27 @@ std::string passes_text(const std::vector<Pass>& passes) {
         if (!text.empty()) text += ',';
         switch (p.kind) {
             case PassKind::Gather: text += "gather"; break;
-            case PassKind::Product: text += concat("product[", p.first_group, ":", p.end_group, ")q", p.bits); break;
+            case PassKind::Product:
+                text += concat("product[", p.first_group, ":", p.end_group, ")q", p.bits == 0 ? "mixed" : std::to_string(p.bits));
+                break;
+            case PassKind::Outliers: text += "outliers"; break;
             case PassKind::LowRank: text += concat("low_rank[", p.bits == 16 ? "f16" : concat("q", p.bits), "]"); break;
         }
     }
     return text;
+}
+
+void add_outliers(const SparseOutliers& outliers, int64_t k, int64_t n, int64_t first_column, int64_t end_column,
+                  const float* x, int64_t m, float* y) {
+    for (int64_t c = first_column; c < end_column; ++c) {
+        const int64_t begin = outliers.column_start[size_t(c)], end = outliers.column_start[size_t(c + 1)];
+        for (int64_t i = 0; i < m; ++i) {
+            float sum = 0;
+            for (int64_t e = begin; e < end; ++e)
+                sum += x[i * k + outliers.rows[size_t(e)]] * half_to_float(outliers.values[size_t(e)]);
+            y[i * n + c] += sum;
+        }
+    }
 }
 
 void gather_row(const int32_t* row_order, int64_t k, const float* src, float* dst) {

@@ -122,7 +122,7 @@ std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix 
     validate(matrix);
     TilingChoice choice = choose_tiling(*context, matrix.params, activations);
     PackedCodes codes = pack_codes(matrix.codes.data(), matrix.params.bits, matrix.params.k, matrix.params.n,
-                                   layer_panel_columns(choice));
+                                   layer_panel_columns(choice), block_widths(matrix.params));
     return assemble_linear(context, std::move(matrix.params), std::move(codes), std::move(choice), start,
                            std::move(compensator));
 }
@@ -132,7 +132,8 @@ std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams para
     const auto start = Clock::now();
     TilingChoice choice = choose_tiling(*context, params);
     if (codes.panel_columns != layer_panel_columns(choice)) {
-        PackedCodes repacked = zeroed_packed_codes(codes.bits, codes.k, codes.n, layer_panel_columns(choice));
+        PackedCodes repacked =
+            zeroed_packed_codes(codes.bits, codes.k, codes.n, layer_panel_columns(choice), codes.block_bits);
         fill_panels_in_parallel(*context->pool, repacked, kColumnsPerCopyTask,
                                 [&](int64_t first, int64_t end) { copy_panels(codes, first, end, repacked); });
         codes = std::move(repacked);
@@ -153,6 +154,9 @@ void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* 
                 break;
             case PassKind::Product:
                 if (!layer.jit) portable_forward(layer.params, layer.codes, rows, m, y, *layer.context->pool);
+                break;
+            case PassKind::Outliers:  // the JIT adds them in its product tasks
+                if (!layer.jit) add_outliers(layer.params.outliers_data, layer.params.k, layer.params.n, 0, layer.params.n, rows, m, y);
                 break;
             case PassKind::LowRank:
                 layer.low_rank->add(x, m, y);

@@ -1,5 +1,5 @@
 // A layer's forward as passes (runtime/layer_passes.hpp): the plans for act-order, K-split,
-// groups of 16 and mixed widths, and layers whose plans differ computing what the oracle does.
+// groups of 16, mixed widths and outliers, and layers whose plans differ computing what the oracle does.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -59,13 +59,15 @@ TEST(LayerPasses, GroupsOf16SplitInPairs) {
     }
 }
 
-TEST(LayerPasses, MixedWidthsSplitWhereTheWidthChanges) {
+TEST(LayerPasses, MixedWidthsRunAsOneProductSplitOnlyForK) {
     WeightFormat f = format_of(512, 64);
     f.group_bits = {2, 2, 4, 4, 4, 2, 2, 2};
-    EXPECT_EQ(passes_text(plan_forward(f, 8, 1)), "product[0:2)q2,product[2:5)q4,product[5:8)q2");
+    EXPECT_EQ(passes_text(plan_forward(f, 8, 1)), "product[0:8)qmixed");
     const std::vector<Pass> split = plan_forward(f, 8, 2);
     expect_tiles(split, 8);
-    EXPECT_EQ(split.size(), 6u) << passes_text(split);
+    EXPECT_EQ(passes_text(split), "product[0:4)qmixed,product[4:8)qmixed");
+    f.outliers = 3;
+    EXPECT_EQ(passes_text(plan_forward(f, 8, 1)), "product[0:8)qmixed,outliers");
 }
 
 TEST(LayerPasses, BadPlansAreRefused) {

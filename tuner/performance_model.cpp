@@ -5,6 +5,7 @@
 
 #include "jit/x86/gemm_emitter.hpp"
 #include "base/error.hpp"
+#include "format/packed_codes.hpp"
 
 namespace qjit {
 
@@ -14,7 +15,10 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int64_t activation_bytes(const jit::CpuKernelSpec& spec) { return spec.path == jit::ActivationPath::Int8 ? 1 : 4; }
 
-int64_t code_block_bytes(const jit::CpuKernelSpec& spec) { return int64_t(spec.format.bits) * 4 * spec.panel_columns(); }
+// Bytes of one 32-row block of a panel (mixed widths: the average block).
+int64_t code_block_bytes(const jit::CpuKernelSpec& spec) {
+    return column_words(spec.format) * 4 * spec.panel_columns() / std::max<int64_t>(1, spec.padded_k() / 32);
+}
 
 // Rows of K one task covers: the K range of one part of the split.
 int64_t k_part_rows(const jit::CpuKernelSpec& spec) { return ceil_div(spec.padded_k(), spec.tiling.k_splits); }
@@ -74,7 +78,8 @@ double estimate_seconds(const jit::CpuKernelSpec& spec, const TuningProblem& pro
 
     // Memory: weights stream once from DRAM; activations come from L2 for every panel and row
     // tile when a tile's K range overflows L1d.
-    const double scale_bytes = spec.format.f16_scales() ? 2.0 : 4.0, zero_bytes = spec.format.symmetric ? 0.0 : 1.0;
+    const double scale_bytes = spec.format.second_order_scales() ? 0.25 : spec.format.f16_scales() ? 2.0 : 4.0;
+    const double zero_bytes = spec.format.symmetric ? 0.0 : 1.0;
     const double weight_bytes =
         double(blocks * code_block_bytes(spec) * panels) + double(groups * padded_n) * (scale_bytes + zero_bytes);
     const double dram_gbps = std::min(machine.dram_gbps_total, machine.dram_gbps_per_thread * threads);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "format/quantized_matrix.hpp"
+
 namespace qjit {
 
 namespace {
@@ -43,6 +45,8 @@ std::vector<jit::CpuKernelSpec> enumerate_tilings(const TuningProblem& problem) 
     std::vector<jit::CpuKernelSpec> tilings;
     for (int tu = 1; tu <= kMaxColumnVectors && tu <= std::max<int64_t>(1, vectors_needed); ++tu) {
         base.tiling.column_vectors = tu;
+        // Second-order scales come per 16 columns, so panels hold whole such groups.
+        if (base.format.second_order_scales() && base.panel_columns() % SecondOrderScales::kColumns != 0) continue;
         const int64_t panels = (problem.n + base.panel_columns() - 1) / base.panel_columns();
         for (int mb : row_choices(base, problem.batch))
             for (int prefetch : kPrefetchChoices)

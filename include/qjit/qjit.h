@@ -151,6 +151,11 @@ typedef enum qjit_quant_method {
                             error by half-quadratic splitting (HQQ), zero points kept integer */
     QJIT_QUANT_MILO = 2, /* MiLo: HQQ plus a low-rank compensator U (K x rank) V (rank x N) fitted to the
                             residual by alternating truncated SVDs; y = x Wq + (x U) V */
+    QJIT_QUANT_GPTQ = 3,  /* GPTQ: needs a calibration (qjit_linear_create_calibrated); each row's rounding error
+                             fed forward through the Cholesky factor of H^-1; act_order, damp */
+    QJIT_QUANT_MIXED = 4, /* 2/4/16: K-groups in 4 or 2 bits by sensitivity (the mixed_alpha most sensitive in 4),
+                             second-order scales, fp16 outliers from the 2-bit groups; GPTQ with a calibration,
+                             round to nearest with a range-based sensitivity without one; `bits` is ignored */
     QJIT_QUANT_METHOD_MAX_ENUM = 0x7fffffff
 } qjit_quant_method;
 
@@ -163,6 +168,13 @@ typedef struct qjit_quant_config {
     int rank;               /* MILO: the compensator's rank, 1 .. min(K, N, 1024); 0 with other methods */
     int low_rank_bits;      /* MILO: how U and V are stored: 8 (the default) or 3 (symmetric codes, one
                                scale per column), or 16 (fp16) */
+    int act_order;          /* GPTQ, MIXED with a calibration: quantize rows in decreasing diag(H); the layer
+                               stores them in that order and gathers activations (0 by default) */
+    double damp;            /* GPTQ, MIXED: damp * mean(diag(H)) added to H's diagonal (0.01) */
+    double mixed_alpha;     /* MIXED: fraction of K-groups in 4 bits, 0 .. 1 (0.25) */
+    double outlier_fraction;/* MIXED: fraction of weights kept as fp16 outliers, 0 .. 0.005 (0.002) */
+    int second_order_scales;/* MIXED: nonzero (the default): group scales quantized to 4 bits in groups of 16
+                               columns with an fp16 scale and zero each */
 } qjit_quant_config;
 
 /* GPTQ tensors exactly as AutoGPTQ / GPTQModel store them (int32 words, little-endian bit order). */
@@ -193,6 +205,9 @@ typedef struct qjit_linear_info {
                                `bits` (asymmetric), the act-order permutation, the compensator's codes and
                                scales or fp16 values: stored_bytes * 8 / (K N) is the bits per weight */
     int64_t low_rank_bytes; /* the compensator's part of stored_bytes */
+    int64_t wide_groups;    /* mixed 2/4-bit layers: K-groups stored in 4 bits (of ceil(K / group_size)); 0 otherwise */
+    int second_order_scales;/* nonzero: scales stored as 4-bit codes with fp16 scales and zeros per 16 columns */
+    int64_t outliers;       /* sparse fp16 outliers added to the weights */
 } qjit_linear_info;
 
 /* How a layer's tiling was chosen. Strings are owned by the layer. */
@@ -255,6 +270,25 @@ QJIT_API void qjit_quant_config_init(qjit_quant_config* config); /* 4-bit, group
 QJIT_API qjit_status qjit_linear_create_from_f32(qjit_context* context, const qjit_quant_config* config,
                                                  int64_t k, int64_t n, const float* weights,
                                                  qjit_weight_layout layout, qjit_linear** layer);
+
+/* ---- Calibration: what GPTQ and the 2/4/16 format learn from a layer's inputs ---- */
+/* Keeps H = sum of x^T x over every row added (K x K, double precision). */
+typedef struct qjit_calibration qjit_calibration;
+QJIT_API qjit_status qjit_calibration_create(int64_t k, qjit_calibration** calibration);
+QJIT_API qjit_status qjit_calibration_destroy(qjit_calibration* calibration); /* NULL is a no-op */
+/* Adds m >= 1 rows of the layer's inputs (x: m x K, row-major); call it for any number of batches. */
+QJIT_API qjit_status qjit_calibration_add(qjit_calibration* calibration, const float* x, int64_t m);
+/* Replaces what was added by H itself (K x K, symmetric, row-major) or by its diagonal alone (K values,
+ * >= 0; GPTQ then feeds no error forward, and act-order and the sensitivities use the diagonal). */
+QJIT_API qjit_status qjit_calibration_set_hessian(qjit_calibration* calibration, const float* h);
+QJIT_API qjit_status qjit_calibration_set_diagonal(qjit_calibration* calibration, const float* diagonal);
+QJIT_API qjit_status qjit_calibration_rows(const qjit_calibration* calibration, int64_t* rows);
+/* As qjit_linear_create_from_f32, with the calibration of the layer's inputs (K must match). GPTQ needs
+ * one; MIXED without one (NULL) ranks groups by their range instead; other methods ignore it. */
+QJIT_API qjit_status qjit_linear_create_calibrated(qjit_context* context, const qjit_quant_config* config,
+                                                   const qjit_calibration* calibration, int64_t k, int64_t n,
+                                                   const float* weights, qjit_weight_layout layout,
+                                                   qjit_linear** layer);
 
 /* Import a GPTQ layer of K inputs and N outputs. The tensors are copied. With act-order (a g_idx that is
  * not k / group_size) rows are sorted by group and activations are gathered by that order at run time. */

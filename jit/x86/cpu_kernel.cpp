@@ -32,7 +32,8 @@ int vector_registers_available(IsaFeatures isa) { return isa.vector_registers();
 int vector_registers_needed(const CpuKernelSpec& spec) {
     const bool int8_without_vnni = spec.path == ActivationPath::Int8 && !spec.vnni();
     const int accumulators = spec.tiling.column_vectors * spec.rows;
-    const int constants = int(code_planes(spec.format.bits).size()) + (int8_without_vnni ? 1 : 0);
+    int constants = int8_without_vnni ? 1 : 0;
+    for (int width : kernel_widths(spec)) constants += int(code_planes(width).size());
     return accumulators + std::max(main_scratch_registers(spec), kEpilogueTemporaries) + constants;
 }
 
@@ -50,6 +51,14 @@ void check_spec(const CpuKernelSpec& spec) {
         reject("k-unroll " + std::to_string(spec.tiling.unroll_blocks) + " does not divide the " +
                std::to_string(spec.group_rows() / 32) + " blocks of a group");
     if (spec.rows < 1 || spec.rows > spec.tiling.rows) reject("rows must be 1 .. tiling.rows");
+    if (!spec.format.uniform_bits()) {
+        for (int width : kernel_widths(spec))
+            if (width != 2 && width != 4) reject("mixed groups must be 2 or 4 bits");
+        if (spec.group_rows() < 32) reject("mixed widths need groups of 32 rows or more");
+        if (spec.format.symmetric) reject("mixed widths need asymmetric zero points");
+    }
+    if (spec.format.second_order_scales() && (spec.panel_columns() % 16 != 0 || spec.format.symmetric))
+        reject("second-order scales need asymmetric zero points and panels of whole 16-column groups");
     if (vector_registers_needed(spec) > vector_registers_available(spec.isa))
         reject("needs " + std::to_string(vector_registers_needed(spec)) + " vector registers; the ISA has " +
                std::to_string(vector_registers_available(spec.isa)));

@@ -71,8 +71,9 @@ int vector_registers_available(IsaFeatures isa);
 // Arguments of a generated kernel: void kernel(const CpuKernelArgs*).
 struct CpuKernelArgs {
     const uint32_t* codes;  // the panel's first block of the group range
-    const void* scales;     // [groups][panel] fp16 or fp32, from the first group of the range
-    const uint8_t* zeros;   // [groups][panel] (asymmetric only)
+    const void* scales;     // [groups][panel] fp16 or fp32, from the first group of the range; second-order:
+                            // [groups][panel / 16] fp16 (scale, zero) pairs
+    const uint8_t* zeros;   // [groups][panel] (asymmetric only); second-order: zero | scale code << 4
     const void* x;          // activations [rows][padded_k]: int8 (Int8) or fp32 (F32), from the range's first row
     const float* x_scale;   // [rows][num_groups]: int8 step per row and group (Int8 only)
     const float* x_sum;     // [rows][num_groups]: per row and group, the sum of the activations
@@ -80,6 +81,7 @@ struct CpuKernelArgs {
     float* y;               // [rows][panel] output tile, overwritten
     int64_t full_groups;    // groups of group_size rows to process (even for groups of 16)
     int64_t tail_blocks;    // then one more group of this many 32-row blocks (0: none; groups >= 32 only)
+    const uint8_t* group_bits;  // mixed widths: each group's width, from the range's first group
 };
 
 }  // namespace qjit::jit

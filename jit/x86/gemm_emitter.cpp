@@ -17,6 +17,12 @@
 // 3-bit codes on the int8 path walk the low plane's words and merge in the high plane's bit
 // before the dot products (emit_merged_three_bit_body), so each quad costs one dot per row.
 //
+// Mixed widths (2 and 4 bits by group): the kernel holds a copy of the block loop per width and
+// each group jumps to its width's, read from a byte per group (the codes of a block take the words
+// of its width). Second-order scales: the epilogue rebuilds the group's scales from their 4-bit
+// codes (packed with the zero point in one byte per column) and the fp16 scale and zero of each
+// 16 columns, before applying them.
+//
 // Symmetry, bits, group size, rows, tu and prefetch distance are compile-time constants of the
 // generated code; the group counts are run-time arguments so one kernel serves any K range.
 #include "jit/x86/gemm_emitter.hpp"
@@ -27,6 +33,7 @@
 #include <stdexcept>
 
 #include "format/code_planes.hpp"
+#include "format/quantized_matrix.hpp"
 
 namespace qjit::jit {
 
@@ -52,7 +59,8 @@ public:
     explicit GemmEmitter(const CpuKernelSpec& spec)
         : JitGenerator(kernel_name(spec)),
           spec_(spec),
-          planes_(code_planes(spec.format.bits)),
+          widths_(kernel_widths(spec)),
+          planes_(code_planes(widths_.front())),
           tu_(spec.tiling.column_vectors),
           rows_(spec.rows),
           lanes_(spec.lanes()),
@@ -60,7 +68,9 @@ public:
           int8_(spec.path == ActivationPath::Int8),
           x_bytes_(int8_ ? 1 : 4),
           scale_bytes_(spec.format.f16_scales() ? 2 : 4),
-          merges_planes_(merges_code_planes(spec)) {
+          merges_planes_(merges_code_planes(spec)),
+          mixed_(!spec.format.uniform_bits()),
+          second_order_(spec.format.second_order_scales()) {
         const int scratch = std::max(main_scratch_registers(spec), kEpilogueTemporaries);
         scratch_base_ = rows_ * tu_;
         const_base_ = scratch_base_ + scratch;
@@ -79,8 +89,14 @@ private:
     Vmm high_bit() const { return Vmm(scratch_base_ + 2 * tu_ + 1); }
     Vmm x_broadcast(int i) const { return Vmm(scratch_base_ + tu_ + 1 + merged_extra() + i); }
     Vmm pair_sums() const { return Vmm(scratch_base_ + tu_ + 1 + merged_extra() + rows_); }  // int8 without VNNI
-    Vmm plane_mask(int p) const { return Vmm(const_base_ + p); }
-    Vmm int16_ones() const { return Vmm(const_base_ + int(planes_.size())); }  // int8 without VNNI
+    // The masks of the width being emitted: [masks of width 0's planes][width 1's]...
+    Vmm plane_mask(int p) const { return Vmm(const_base_ + mask_base_ + p); }
+    int total_masks() const {
+        int masks = 0;
+        for (int w : widths_) masks += int(code_planes(w).size());
+        return masks;
+    }
+    Vmm int16_ones() const { return Vmm(const_base_ + total_masks()); }  // int8 without VNNI
     // Epilogue temporaries reuse the scratch registers (the weights are dead by then).
     Vmm ep_scale() const { return Vmm(scratch_base_ + 0); }
     Vmm ep_zero() const { return Vmm(scratch_base_ + 1); }
@@ -98,6 +114,8 @@ private:
     const Reg64 y_ = regs::r14;
     const Reg64 groups_left_ = regs::rcx;
     const Reg64 blocks_left_ = regs::rdx;  // (rax is taken by broadcast_constant)
+    const Reg64 group_bits_ = regs::r15;   // mixed widths: the current group's width byte
+    const Reg64 width_ = regs::rsi;
 
     static constexpr bool kZmm = std::is_same_v<Vmm, Zmm>;
 
@@ -106,7 +124,8 @@ private:
     void vzero(const Vmm& d) { kZmm ? vpxord(d, d, d) : vpxor(d, d, d); }
     void vload(const Vmm& d, const Xbyak::Address& a) { kZmm ? vmovdqu32(d, a) : vmovdqu(d, a); }
 
-    int64_t block_code_bytes() const { return int64_t(spec_.format.bits) * panel_ * 4; }
+    // The block of the width being emitted.
+    int64_t block_code_bytes() const { return int64_t(width_bits_) * panel_ * 4; }
     int64_t x_row_bytes() const { return spec_.padded_k() * x_bytes_; }
     int64_t group_meta_bytes() const { return spec_.num_groups() * 4; }  // one float per row and group
 
@@ -135,16 +154,55 @@ private:
         mov(x_scale_, ptr[args_ + offsetof(CpuKernelArgs, x_scale)]);
         mov(x_sum_, ptr[args_ + offsetof(CpuKernelArgs, x_sum)]);
         mov(y_, ptr[args_ + offsetof(CpuKernelArgs, y)]);
+        if (mixed_) mov(group_bits_, ptr[args_ + offsetof(CpuKernelArgs, group_bits)]);
     }
 
     void load_constants() {
-        for (size_t p = 0; p < planes_.size(); ++p) {
-            const uint32_t field = ((1u << planes_[p].width) - 1u) << planes_[p].value_shift;
-            // int8 unpacks bytes (masks repeat per byte); f32 unpacks 32-bit lanes.
-            if (int8_ && planes_[p].width == 8) continue;  // bytes are used as they are
-            broadcast_constant(plane_mask(int(p)), int8_ ? repeat_byte(field) : field);
+        for (size_t w = 0; w < widths_.size(); ++w) {
+            select_width(w);
+            for (size_t p = 0; p < planes_.size(); ++p) {
+                const uint32_t field = ((1u << planes_[p].width) - 1u) << planes_[p].value_shift;
+                // int8 unpacks bytes (masks repeat per byte); f32 unpacks 32-bit lanes.
+                if (int8_ && planes_[p].width == 8) continue;  // bytes are used as they are
+                broadcast_constant(plane_mask(int(p)), int8_ ? repeat_byte(field) : field);
+            }
         }
+        select_width(0);
         if (int8_ && !spec_.vnni()) broadcast_constant(int16_ones(), 0x00010001u);
+    }
+
+    // Makes width w (an index into widths_) the one the block bodies emit: its planes, masks and
+    // block size.
+    void select_width(size_t w) {
+        mask_base_ = 0;
+        for (size_t i = 0; i < w; ++i) mask_base_ += int(code_planes(widths_[i]).size());
+        width_bits_ = widths_[w];
+        planes_ = code_planes(width_bits_);
+    }
+
+    // Emits body() once per width the kernel handles; with mixed widths, the copy for the current
+    // group's width (the byte at group_bits_) runs.
+    template <typename Body>
+    void emit_per_width(Body body) {
+        if (!mixed_) return body();
+        Xbyak::Label done;
+        movzx(width_.cvt32(), byte[group_bits_]);
+        for (size_t w = 0; w < widths_.size(); ++w) {
+            Xbyak::Label other_width;
+            const bool last = w + 1 == widths_.size();
+            if (!last) {
+                cmp(width_.cvt32(), widths_[w]);
+                jne(other_width, T_NEAR);
+            }
+            select_width(w);
+            body();
+            if (!last) {
+                jmp(done, T_NEAR);
+                L(other_width);
+            }
+        }
+        L(done);
+        select_width(0);
     }
 
     void zero_output_tile() {
@@ -174,20 +232,23 @@ private:
     }
 
     void emit_group_loop() {
-        Xbyak::Label group_loop, block_loop, tail, tail_loop, done;
+        Xbyak::Label group_loop, tail, done;
         mov(groups_left_, ptr[args_ + offsetof(CpuKernelArgs, full_groups)]);
         test(groups_left_, groups_left_);
         jz(tail, T_NEAR);
         L(group_loop);
-        mov(blocks_left_, spec_.group_rows() / 32 / spec_.tiling.unroll_blocks);
-        L(block_loop);
-        for (int u = 0; u < spec_.tiling.unroll_blocks; ++u) {  // k-unroll
-            emit_prefetch();
-            emit_block_body(0, 8);
-            advance_block();
-        }
-        dec(blocks_left_);
-        jnz(block_loop, T_NEAR);
+        emit_per_width([&] {
+            Xbyak::Label block_loop;
+            mov(blocks_left_, spec_.group_rows() / 32 / spec_.tiling.unroll_blocks);
+            L(block_loop);
+            for (int u = 0; u < spec_.tiling.unroll_blocks; ++u) {  // k-unroll
+                emit_prefetch();
+                emit_block_body(0, 8);
+                advance_block();
+            }
+            dec(blocks_left_);
+            jnz(block_loop, T_NEAR);
+        });
         emit_group_epilogue();
         dec(groups_left_);
         jnz(group_loop, T_NEAR);
@@ -196,12 +257,15 @@ private:
         mov(blocks_left_, ptr[args_ + offsetof(CpuKernelArgs, tail_blocks)]);
         test(blocks_left_, blocks_left_);
         jz(done, T_NEAR);
-        L(tail_loop);
-        emit_prefetch();
-        emit_block_body(0, 8);
-        advance_block();
-        dec(blocks_left_);
-        jnz(tail_loop, T_NEAR);
+        emit_per_width([&] {
+            Xbyak::Label tail_loop;
+            L(tail_loop);
+            emit_prefetch();
+            emit_block_body(0, 8);
+            advance_block();
+            dec(blocks_left_);
+            jnz(tail_loop, T_NEAR);
+        });
         emit_group_epilogue();
         L(done);
     }
@@ -354,13 +418,17 @@ private:
     void emit_group_epilogue() {
         const Vmm scale = ep_scale(), zero = ep_zero(), factor = ep_broadcast(), out = ep_output();
         for (int t = 0; t < tu_; ++t) {
-            if (spec_.format.f16_scales()) {
+            if (second_order_) {
+                load_second_order_scale_and_zero(t, scale, zero, factor);
+            } else if (spec_.format.f16_scales()) {
                 vcvtph2ps(scale, kZmm ? Xbyak::Address(yword[scales_ + t * lanes_ * 2])
                                       : Xbyak::Address(xword[scales_ + t * lanes_ * 2]));
             } else {
                 vmovups(scale, ptr[scales_ + t * lanes_ * 4]);
             }
-            if (spec_.format.symmetric) {
+            if (second_order_) {
+                // loaded with the scale
+            } else if (spec_.format.symmetric) {
                 broadcast_constant(zero, float_bits(float(1 << (spec_.format.bits - 1))));
             } else {
                 vpmovzxbd(zero, kZmm ? Xbyak::Address(xword[zeros_ + t * lanes_])
@@ -388,22 +456,63 @@ private:
                 vzero(a);
             }
         }
-        add(scales_, panel_ * scale_bytes_);
+        add(scales_, second_order_ ? panel_ / SecondOrderScales::kColumns * kSecondOrderPairBytes : panel_ * scale_bytes_);
         if (!spec_.format.symmetric) add(zeros_, panel_);
         add(x_sum_, 4);
         if (int8_) add(x_scale_, 4);
+        if (mixed_) inc(group_bits_);
+    }
+
+    // Column vector t's scales and zero points from second-order storage: a byte per column holds
+    // the zero point (low nibble) and the scale's 4-bit code (high nibble); the vector's 16-column
+    // group has an fp16 scale and zero (s2, z2), and scale = s2 * (code - z2), in this order.
+    void load_second_order_scale_and_zero(int t, const Vmm& scale, const Vmm& zero, const Vmm& factor) {
+        vpmovzxbd(zero, kZmm ? Xbyak::Address(xword[zeros_ + t * lanes_]) : Xbyak::Address(qword[zeros_ + t * lanes_]));
+        vpsrld(scale, zero, 4);
+        broadcast_constant(factor, 0xfu);
+        vand(zero, zero, factor);
+        vcvtdq2ps(zero, zero);
+        vcvtdq2ps(scale, scale);
+        const int64_t pair = int64_t(t) * lanes_ / SecondOrderScales::kColumns * kSecondOrderPairBytes;
+        broadcast_half(factor, scales_, pair + 2);  // z2
+        vsubps(scale, scale, factor);
+        broadcast_half(factor, scales_, pair);  // s2
+        vmulps(scale, scale, factor);
+    }
+
+    // Every lane of dst = the fp16 value at base + offset, as fp32.
+    void broadcast_half(const Vmm& dst, const Reg64& base, int64_t offset) {
+        if (kZmm) {
+            const Ymm halves(dst.getIdx());
+            vpbroadcastw(halves, Xbyak::CodeGenerator::word[base + offset]);  // (word() here is a code register)
+            vcvtph2ps(dst, halves);
+        } else {
+            const Xmm halves(dst.getIdx());
+            vpbroadcastw(halves, Xbyak::CodeGenerator::word[base + offset]);  // (word() here is a code register)
+            vcvtph2ps(dst, halves);
+        }
     }
 
     const CpuKernelSpec spec_;
-    const std::vector<CodePlane> planes_;
+    const std::vector<int> widths_;  // the code widths the kernel handles (one unless mixed)
+    std::vector<CodePlane> planes_;  // of the width being emitted (select_width)
+    int width_bits_ = 0, mask_base_ = 0;
     const int tu_, rows_, lanes_, panel_;
     const bool int8_;
     const int x_bytes_, scale_bytes_;
-    const bool merges_planes_;
+    const bool merges_planes_, mixed_, second_order_;
     int scratch_base_ = 0, const_base_ = 0;
 };
 
 }  // namespace
+
+std::vector<int> kernel_widths(const CpuKernelSpec& spec) {
+    if (spec.format.uniform_bits()) return {spec.format.bits};
+    std::vector<int> widths(spec.format.group_bits.begin(), spec.format.group_bits.end());
+    std::sort(widths.begin(), widths.end());
+    widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
+    return widths;
+}
 
 bool embedded_broadcast(const CpuKernelSpec& spec) {
     return spec.isa.avx512 && (spec.path == ActivationPath::F32 || spec.vnni());

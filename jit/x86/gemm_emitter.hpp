@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "jit/x86/cpu_kernel.hpp"
 #include "jit/x86/jit_generator.hpp"
@@ -16,6 +17,12 @@ std::unique_ptr<JitGenerator> generate_cpu_kernel(const CpuKernelSpec& spec);
 
 // Vector registers the group epilogue borrows from the scratch set: scale, zero, factor, output.
 inline constexpr int kEpilogueTemporaries = 4;
+
+// The code widths a kernel of `spec` handles: its format's bits, or the widths of a mixed format.
+std::vector<int> kernel_widths(const CpuKernelSpec& spec);
+
+// Bytes of the fp16 (scale, zero) pair of one 16-column second-order group.
+inline constexpr int kSecondOrderPairBytes = 4;
 
 // Whether the kernel reads activations as EVEX embedded-broadcast memory operands (AVX-512 with
 // an instruction that takes one: vfmadd231ps, vpdpbusd) instead of broadcast registers.

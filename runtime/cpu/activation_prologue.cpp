@@ -102,7 +102,7 @@ PreparedActivations prepare_activations(const jit::CpuKernelSpec& spec, const in
     // Below this many activations a dispatch costs more than the work.
     constexpr int64_t kMinParallelElements = 1 << 14;
     pool.parallel_for(m, task, m * k >= kMinParallelElements);
-    return {int8 ? static_cast<const void*>(int8_out) : static_cast<const void*>(f32_out), scale_out, sum_out};
+    return {int8 ? static_cast<const void*>(int8_out) : static_cast<const void*>(f32_out), scale_out, sum_out, x};
 }
 
 }  // namespace qjit

@@ -14,6 +14,8 @@ struct PreparedActivations {
     const void* x;        // [m][padded_k] int8 or fp32
     const float* scale;   // [m][groups] int8 step (int8 path only)
     const float* sum;     // [m][groups]
+    const float* source = nullptr;  // the rows as given, [m][k] fp32 in the original order (the outlier
+                                    // term reads them); null where the layer has no outliers
 };
 
 // Fills per-thread buffers that only grow (so steady-state forwards do not allocate); the result

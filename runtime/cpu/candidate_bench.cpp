@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "jit/x86/gemm_emitter.hpp"
 #include "runtime/cpu/cache_eviction.hpp"
 #include "runtime/cpu/jit_executor.hpp"
 
@@ -15,15 +16,23 @@ CandidateBench::CandidateBench(const TuningProblem& problem, const std::vector<C
     static_cast<WeightFormat&>(params_) = f.format;
     params_.n = max_columns;
     params_.act_order = false;  // no row order: the gather pass is not part of what is timed
+    params_.outliers = 0;       // nor the outlier term, whose cost no tiling changes
     // Indexed [group * n + column] for any n up to max_columns: the values are all alike.
-    params_.scales.assign(size_t(params_.num_groups() * max_columns), 0.01f);
-    if (!f.format.symmetric) params_.zeros.assign(size_t(params_.num_groups() * max_columns), uint16_t(1 << (f.format.bits - 1)));
+    const size_t metadata = size_t(params_.num_groups() * max_columns);
+    params_.scales.assign(metadata, 0.01f);
+    if (!f.format.symmetric) params_.zeros.assign(metadata, uint16_t(1 << (f.format.bits - 1)));
+    if (f.format.second_order_scales()) {
+        params_.second_order.codes.assign(metadata, 5);
+        params_.second_order.scales.assign(size_t(params_.num_groups() * SecondOrderScales::column_groups(max_columns)), 0x2000);
+        params_.second_order.zeros = params_.second_order.scales;
+    }
 
     size_t words = 0;
     for (const Candidate& c : candidates)
-        words = std::max(words, PackedCodes::word_count(f.format.bits, f.format.k, max_columns, c.spec.panel_columns()));
+        words = std::max(words, packed_word_count(f.format, max_columns, c.spec.panel_columns()));
     codes_.bits = f.format.bits;
     codes_.k = f.format.k;
+    assign_block_widths(codes_, block_widths(f.format));
     codes_.words.assign(words, 0x5a3c96e1u);  // every page written: no page faults while timing
 
     x_.resize(size_t(problem.batch * f.format.k));
@@ -34,15 +43,18 @@ CandidateBench::CandidateBench(const TuningProblem& problem, const std::vector<C
 int64_t forward_weight_bytes(const jit::CpuKernelSpec& spec, int64_t n) {
     const int64_t panels = (n + spec.panel_columns() - 1) / spec.panel_columns();
     const int64_t metadata = panels * spec.panel_columns() * spec.num_groups();
-    return int64_t(PackedCodes::word_count(spec.format.bits, spec.format.k, n, spec.panel_columns()) * 4) +
-           metadata * ((spec.format.f16_scales() ? 2 : 4) + (spec.format.symmetric ? 0 : 1));
+    const int64_t metadata_bytes =
+        spec.format.second_order_scales()
+            ? metadata * (1 + jit::kSecondOrderPairBytes / SecondOrderScales::kColumns)
+            : metadata * ((spec.format.f16_scales() ? 2 : 4) + (spec.format.symmetric ? 0 : 1));
+    return int64_t(packed_word_count(spec.format, n, spec.panel_columns()) * 4) + metadata_bytes;
 }
 
 CandidateRun CandidateBench::make_run(const jit::CpuKernelSpec& spec, int64_t columns) {
     params_.n = columns;
     auto executor = std::make_shared<const JitExecutor>(spec, params_, jit_forward_plan(spec, params_), "", nullptr,
                                                         problem_.batch);
-    const size_t code_bytes = PackedCodes::word_count(spec.format.bits, spec.format.k, columns, spec.panel_columns()) * 4;
+    const size_t code_bytes = packed_word_count(spec.format, columns, spec.panel_columns()) * 4;
     CandidateRun candidate;
     candidate.prepare = [this, executor, code_bytes] {
         evict_from_caches(codes_.words.data(), code_bytes);

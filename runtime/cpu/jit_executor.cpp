@@ -33,7 +33,8 @@ std::vector<JitExecutor::GroupRange> group_ranges(const jit::CpuKernelSpec& spec
     std::vector<JitExecutor::GroupRange> ranges;
     for (const Pass& pass : passes) {
         if (pass.kind != PassKind::Product) continue;
-        require(pass.bits == spec.format.bits && pass.first_group < pass.end_group && pass.end_group <= groups,
+        require(pass.bits == (spec.format.uniform_bits() ? spec.format.bits : 0) && pass.first_group < pass.end_group &&
+                    pass.end_group <= groups,
                 "product pass over groups [", pass.first_group, ", ", pass.end_group, ") at ", pass.bits,
                 " bits does not fit ", jit::kernel_name(spec));
         const bool has_short_tail = last_group_short && pass.end_group == groups;
@@ -76,14 +77,36 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
     // Scales and zero points in panel order, so a kernel streams its panel's metadata contiguously.
     // Groups past the layer's own (groups of 16 over the padded rows) get scale 0.
     const int64_t panel = spec.panel_columns(), panels = (p.n + panel - 1) / panel, groups = spec.num_groups();
+    const bool second_order = spec.format.second_order_scales();
     const size_t scale_bytes = spec.format.f16_scales() ? 2 : 4;
-    scales_.assign(size_t(panels * groups * panel) * scale_bytes, 0);
+    const int64_t pairs_per_group = panel / SecondOrderScales::kColumns;
+    if (second_order) {
+        scales_.assign(size_t(panels * groups * pairs_per_group * jit::kSecondOrderPairBytes), 0);
+    } else {
+        scales_.assign(size_t(panels * groups * panel) * scale_bytes, 0);
+    }
     if (!p.symmetric) zeros_.assign(size_t(panels * groups * panel), 0);
+    auto repack_second_order = [&](int64_t panel_index, int64_t g) {
+        const int64_t column_groups = SecondOrderScales::column_groups(p.n);
+        for (int64_t j = 0; j < pairs_per_group; ++j) {
+            const int64_t column_group = (panel_index * panel) / SecondOrderScales::kColumns + j;
+            if (column_group >= column_groups) break;
+            const uint16_t pair[2] = {p.second_order.scales[size_t(g * column_groups + column_group)],
+                                      p.second_order.zeros[size_t(g * column_groups + column_group)]};
+            std::memcpy(&scales_[size_t(((panel_index * groups + g) * pairs_per_group + j) * jit::kSecondOrderPairBytes)],
+                        pair, sizeof pair);
+        }
+    };
     auto repack_panel = [&](int64_t panel_index) {
-        for (int64_t g = 0; g < p.num_groups(); ++g)
+        for (int64_t g = 0; g < p.num_groups(); ++g) {
+            if (second_order) repack_second_order(panel_index, g);
             for (int64_t c = panel_index * panel; c < std::min(p.n, (panel_index + 1) * panel); ++c) {
                 const size_t at = size_t((panel_index * groups + g) * panel + c % panel);
                 const float scale = p.scales[size_t(g * p.n + c)];
+                if (second_order) {
+                    zeros_[at] = uint8_t(p.zeros[size_t(g * p.n + c)] | p.second_order.codes[size_t(g * p.n + c)] << 4);
+                    continue;
+                }
                 if (spec.format.f16_scales()) {
                     const uint16_t half = float_to_half(scale);
                     std::memcpy(&scales_[at * 2], &half, 2);
@@ -92,11 +115,28 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
                 }
                 if (!p.symmetric) zeros_[at] = uint8_t(p.zeros[size_t(g * p.n + c)]);
             }
+        }
     };
     if (pool != nullptr)
         pool->parallel_for(panels, repack_panel);
     else
         for (int64_t panel_index = 0; panel_index < panels; ++panel_index) repack_panel(panel_index);
+
+    if (!p.uniform_bits()) {
+        group_bits_.assign(size_t(groups), p.group_bits.back());
+        std::copy(p.group_bits.begin(), p.group_bits.end(), group_bits_.begin());
+    }
+    if (p.outliers > 0) {
+        outliers_ = p.outliers_data;
+        if (p.act_order)
+            for (int32_t& row : outliers_.rows) row = p.row_order[size_t(row)];
+        for (uint16_t value : outliers_.values) outlier_values_.push_back(half_to_float(value));
+    }
+}
+
+int64_t JitExecutor::metadata_bytes() const {
+    return int64_t(scales_.size() + zeros_.size() + group_bits_.size() + outliers_.rows.size() * sizeof(int32_t) +
+                   outlier_values_.size() * sizeof(float) + outliers_.column_start.size() * sizeof(int64_t));
 }
 
 void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const float* x, int64_t m, float* y,
@@ -132,8 +172,12 @@ void JitExecutor::run_product_task(const QuantParams& p, const PackedCodes& code
     if (tile.size() < size_t(max_rows * panel)) tile.resize(size_t(max_rows * panel));
 
     jit::CpuKernelArgs args;
-    args.codes = codes.panel(n0) + range.first_block * spec_.format.bits * panel;
-    args.scales = scales_.data() + size_t((p_index * groups + range.first) * panel) * scale_bytes;
+    args.codes = codes.panel(n0) + codes.block_start(range.first_block) * panel;
+    args.scales = scales_.data() + (spec_.format.second_order_scales()
+                                        ? size_t((p_index * groups + range.first) * (panel / SecondOrderScales::kColumns) *
+                                                 jit::kSecondOrderPairBytes)
+                                        : size_t((p_index * groups + range.first) * panel) * scale_bytes);
+    args.group_bits = group_bits_.empty() ? nullptr : group_bits_.data() + range.first;
     args.zeros = zeros_.empty() ? nullptr : zeros_.data() + size_t((p_index * groups + range.first) * panel);
     args.y = tile.data();
     args.full_groups = range.full_groups;
@@ -147,6 +191,23 @@ void JitExecutor::run_product_task(const QuantParams& p, const PackedCodes& code
         kernels_[size_t(rows - 1)]->function<jit::CpuKernelFn>()(&args);
         for (int64_t i = 0; i < rows; ++i)
             std::memcpy(out + (m0 + i) * p.n + n0, tile.data() + i * panel, size_t(width) * sizeof(float));
+        // The outlier pass, fused: the first K part adds the panel's outliers while its outputs are
+        // in cache.
+        if (part == 0 && !outlier_values_.empty()) add_panel_outliers(p, act.source + m0 * p.k, rows, n0, width, out + m0 * p.n);
+    }
+}
+
+void JitExecutor::add_panel_outliers(const QuantParams& p, const float* x, int64_t rows, int64_t n0, int64_t width,
+                                     float* y) const {
+    for (int64_t c = n0; c < n0 + width; ++c) {
+        const int64_t begin = outliers_.column_start[size_t(c)], end = outliers_.column_start[size_t(c + 1)];
+        if (begin == end) continue;
+        for (int64_t i = 0; i < rows; ++i) {
+            const float* xi = x + i * p.k;
+            float sum = 0;
+            for (int64_t e = begin; e < end; ++e) sum += xi[outliers_.rows[size_t(e)]] * outlier_values_[size_t(e)];
+            y[i * p.n + c] += sum;
+        }
     }
 }
 

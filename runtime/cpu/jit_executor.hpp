@@ -55,8 +55,8 @@ public:
     const jit::CpuKernelSpec& spec() const { return spec_; }
     // Milliseconds the constructor spent generating machine code (not repacking metadata).
     double emission_ms() const { return emission_ms_; }
-    // Bytes of the repacked scales and zero points a forward streams.
-    int64_t metadata_bytes() const { return int64_t(scales_.size() + zeros_.size()); }
+    // Bytes of the repacked scales and zero points (and outliers) a forward streams.
+    int64_t metadata_bytes() const;
     const jit::JitGenerator& kernel(int rows) const { return *kernels_[size_t(rows - 1)]; }
     // The repacked scales and zero points (zero points empty when symmetric).
     const std::vector<uint8_t>& packed_scales() const { return scales_; }
@@ -71,6 +71,10 @@ public:
     };
 
 private:
+    // y[i][c] += the outlier term of columns [n0, n0 + width) for `rows` rows of x (original order).
+    void add_panel_outliers(const QuantParams& p, const float* x, int64_t rows, int64_t n0, int64_t width,
+                            float* y) const;
+
     jit::CpuKernelSpec spec_;
     double emission_ms_ = 0;
     std::vector<GroupRange> group_ranges_;  // one per product pass
@@ -78,8 +82,13 @@ private:
     bool gathers_ = false;                  // the plan has a gather pass
     std::vector<std::unique_ptr<jit::JitGenerator>> kernels_;  // [rows - 1]; null where not generated
     int64_t only_batch_ = 0;
-    std::vector<uint8_t> scales_;  // [panel][group][panel_columns], fp16 or fp32
-    std::vector<uint8_t> zeros_;   // [panel][group][panel_columns] (asymmetric only)
+    std::vector<uint8_t> scales_;  // [panel][group][panel_columns], fp16 or fp32; second-order: [panel][group]
+                                   // [panel_columns / 16] fp16 (scale, zero) pairs
+    std::vector<uint8_t> zeros_;   // [panel][group][panel_columns] (asymmetric only); second-order: zero | code << 4
+    std::vector<uint8_t> group_bits_;  // mixed widths: [groups] (padding groups take the last width)
+    SparseOutliers outliers_;          // rows in the original order, so the term reads x as given
+    std::vector<float> outlier_values_;  // fp32
+
 };
 
 }  // namespace qjit

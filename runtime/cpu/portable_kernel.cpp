@@ -14,15 +14,16 @@ constexpr int kRows = PortableTiling::kBatchRows;
 
 // Where a column chunk's codes live: the 32-row blocks of one panel, starting at the chunk's column.
 struct ChunkCodes {
-    const uint32_t* first;  // word 0 of block 0 for the chunk's first column
-    int64_t stride;         // words between consecutive word rows (the panel width)
+    const uint32_t* first;      // word 0 of block 0 for the chunk's first column
+    int64_t stride;             // words between consecutive word rows (the panel width)
+    const PackedCodes* packed;  // where each block starts (blocks of mixed widths)
 };
 
 // Decodes row `row` of a column chunk into floats (layout: packed_codes.hpp, format/code_planes.hpp).
 template <int Bits>
 inline void decode_row(const ChunkCodes& chunk, int64_t row, int width, float* out) {
     const int r = int(row % PackedCodes::kBlockRows);
-    const uint32_t* block = chunk.first + (row / PackedCodes::kBlockRows) * Bits * chunk.stride;
+    const uint32_t* block = chunk.first + chunk.packed->block_start(row / PackedCodes::kBlockRows) * chunk.stride;
     if constexpr (Bits == 3) {
         const jit::PlaneSlot low = jit::plane_slot({2, 0, 0}, r), high = jit::plane_slot({1, 2, 2}, r);
         const uint32_t* low_words = block + low.word * chunk.stride;
@@ -36,7 +37,13 @@ inline void decode_row(const ChunkCodes& chunk, int64_t row, int width, float* o
     }
 }
 
-// One column panel for Rows activation rows. Per group, with s and z the group's scale and zero:
+// The same for a width known at run time (a mixed layer's group): 2 or 4 bits.
+inline void decode_mixed_row(int bits, const ChunkCodes& chunk, int64_t row, int width, float* out) {
+    if (bits == 2) decode_row<2>(chunk, row, width, out);
+    else decode_row<4>(chunk, row, width, out);
+}
+
+// One column panel for Rows activation rows (Bits 0: each group at its own width). Per group, with s and z the group's scale and zero:
 // sum_r x_r * s * (q_r - z) = s * (sum_r x_r q_r - z * sum_r x_r), so the inner loop only
 // multiplies raw codes and the scale and zero are applied once per group. Rows, and the width of
 // a full panel, are compile-time constants so the compiler can unroll and vectorize.
@@ -52,7 +59,8 @@ void forward_panel(const QuantParams& p, const ChunkCodes& codes, const float* x
         float x_sum[Rows] = {};
         std::memset(dot, 0, sizeof dot);
         for (int64_t r = r0; r < r1; ++r) {
-            decode_row<Bits>(codes, r, width, q);
+            if constexpr (Bits == 0) decode_mixed_row(p.group_width(g), codes, r, width, q);
+            else decode_row<Bits>(codes, r, width, q);
             for (int i = 0; i < Rows; ++i) {
                 const float xv = x[i * p.k + r];
                 x_sum[i] += xv;
@@ -98,7 +106,7 @@ void forward_all(const QuantParams& p, const PackedCodes& codes, const float* x,
         const int64_t width = std::min<int64_t>({kPanel, codes.panel_columns - offset, p.n - n0});
         if (width <= 0) return;  // a chunk of the padding after column N
         const int64_t m0 = row_block * kRows;
-        const ChunkCodes chunk_codes{codes.panel(panel_n0) + offset, codes.panel_columns};
+        const ChunkCodes chunk_codes{codes.panel(panel_n0) + offset, codes.panel_columns, &codes};
         forward_panel<Bits>(p, chunk_codes, x + m0 * p.k, int(std::min<int64_t>(kRows, m - m0)), y + m0 * p.n, n0,
                             int(width));
     };
@@ -111,6 +119,7 @@ void forward_all(const QuantParams& p, const PackedCodes& codes, const float* x,
 
 void portable_forward(const QuantParams& params, const PackedCodes& codes, const float* x, int64_t m, float* y,
                       ThreadPool& pool) {
+    if (!params.uniform_bits()) return forward_all<0>(params, codes, x, m, y, pool);
     switch (params.bits) {
         case 2: return forward_all<2>(params, codes, x, m, y, pool);
         case 3: return forward_all<3>(params, codes, x, m, y, pool);

@@ -1,0 +1,316 @@
+// The 2/4/16 formats' parts, alone and together: K-groups of mixed width (2 and 4 bits),
+// second-order scales (on 3-bit codes too, whose int8 kernels merge two bit planes) and sparse fp16
+// outliers, with and without act-order, on every kernel this machine runs (the portable path,
+// generated kernels for each available ISA and both activation paths) against the oracle. Shapes
+// are odd: K not a multiple of the group, N not a multiple of 16 or of the vector width; batches
+// 1, 5 and 17. Then the formats' validation, names and byte accounting.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <set>
+#include <tuple>
+
+#include "base/error.hpp"
+#include "base/half.hpp"
+#include "format/packed_codes.hpp"
+#include "format/reference.hpp"
+#include "runtime/linear_layer.hpp"
+#include "test_support.hpp"
+#include "tuner/cpu_isa.hpp"
+
+namespace qjit {
+namespace {
+
+struct Features {
+    bool mixed = false;         // 2- and 4-bit groups (else uniform 3-bit)
+    bool second_order = false;  // second-order scales (else fp16)
+    bool outliers = false;      // sparse outliers at about half the cap
+    bool act_order = false;
+};
+
+std::string features_name(const Features& f) {
+    std::string name = f.mixed ? "mixed" : "q3";
+    if (f.second_order) name += "_sq4";
+    if (f.outliers) name += "_sp";
+    if (f.act_order) name += "_act";
+    return name;
+}
+
+// Random codes, scales and zero points in the ranges the features allow (the kernels do not care
+// how they were chosen), validated.
+QuantizedMatrix synthetic_matrix(int64_t k, int64_t n, int64_t group_size, const Features& f, uint32_t seed) {
+    std::mt19937 rng(seed);
+    QuantizedMatrix m;
+    QuantParams& p = m.params;
+    p.k = k;
+    p.n = n;
+    p.group_size = group_size;
+    p.bits = f.mixed ? 4 : 3;
+    p.scale_type = f.second_order ? ScaleType::SecondOrder : ScaleType::F16;
+    const int64_t groups = p.num_groups();
+    if (f.mixed) {
+        for (int64_t g = 0; g < groups; ++g) p.group_bits.push_back(uint8_t(rng() % 3 == 0 ? 4 : 2));
+        p.group_bits[0] = 4;  // both widths present
+        p.group_bits[size_t(groups - 1)] = 2;
+    }
+    std::uniform_real_distribution<float> scale(0.01f, 0.1f);
+    for (int64_t i = 0; i < groups * n; ++i) {
+        p.scales.push_back(half_to_float(float_to_half(scale(rng))));
+        p.zeros.push_back(uint16_t(rng() % (1u << p.group_width(i / n))));
+    }
+    if (f.second_order) {
+        p.second_order = quantize_second_order(groups, n, p.scales);
+        p.scales = dequantize_second_order(p.second_order, groups, n);
+    }
+    m.codes.resize(size_t(k * n));
+    for (int64_t r = 0; r < k; ++r)
+        for (int64_t c = 0; c < n; ++c) m.codes[size_t(r * n + c)] = uint8_t(rng() % (1u << p.group_width(r / group_size)));
+    if (f.act_order) {
+        p.act_order = true;
+        p.row_order.resize(size_t(k));
+        std::iota(p.row_order.begin(), p.row_order.end(), 0);
+        std::shuffle(p.row_order.begin(), p.row_order.end(), rng);
+    }
+    if (f.outliers) {
+        std::set<std::pair<int32_t, int32_t>> taken;
+        std::vector<OutlierEntry> entries;
+        std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+        while (int64_t(entries.size()) < std::max<int64_t>(1, max_outliers(k, n) / 2)) {
+            const int32_t r = int32_t(rng() % uint32_t(k)), c = int32_t(rng() % uint32_t(n));
+            if (taken.insert({r, c}).second) entries.push_back({r, c, value(rng)});
+        }
+        p.outliers = int64_t(entries.size());
+        p.outliers_data = make_sparse_outliers(k, n, std::move(entries));
+    }
+    validate(m);
+    return m;
+}
+
+// The fp32 rounding of the outlier term (summed apart, then added) on top of forward_error_bound.
+void add_outlier_rounding(std::vector<double>& bound, const QuantizedMatrix& m, const float* x, int64_t rows) {
+    const QuantParams& p = m.params;
+    if (p.outliers == 0) return;
+    const std::vector<float> w = dequantize(m);
+    for (int64_t c = 0; c < p.n; ++c)
+        for (int64_t e = p.outliers_data.column_start[size_t(c)]; e < p.outliers_data.column_start[size_t(c + 1)]; ++e) {
+            const int64_t r = p.outliers_data.rows[size_t(e)], original = p.act_order ? p.row_order[size_t(r)] : r;
+            const double terms = std::fabs(double(half_to_float(p.outliers_data.values[size_t(e)]))) +
+                                 std::fabs(double(w[size_t(original * p.n + c)]));
+            for (int64_t i = 0; i < rows; ++i)
+                bound[size_t(i * p.n + c)] += std::fabs(double(x[i * p.k + original])) * terms * double(p.k + 8) * FLT_EPSILON;
+        }
+}
+
+struct Backend {
+    qjit_isa isa;
+    qjit_activations activations;
+};
+
+std::string backend_name(const Backend& b) {
+    if (b.isa == QJIT_ISA_PORTABLE) return "portable";
+    return std::string(isa_name(b.isa)) + (b.activations == QJIT_ACTIVATIONS_INT8 ? "_int8" : "_f32");
+}
+
+std::vector<Backend> available_backends() {
+    std::vector<Backend> backends = {{QJIT_ISA_PORTABLE, QJIT_ACTIVATIONS_F32}};
+    for (const qjit_isa isa : {QJIT_ISA_AVX2, QJIT_ISA_AVX512, QJIT_ISA_AVX512_VNNI}) {
+        if (!cpu_supports(isa)) continue;
+        if (isa != QJIT_ISA_AVX512_VNNI) backends.push_back({isa, QJIT_ACTIVATIONS_F32});
+        backends.push_back({isa, QJIT_ACTIVATIONS_INT8});
+    }
+    return backends;
+}
+
+// Runs `layer` on batches 1, 5 and 17 against the oracle of `matrix`.
+void expect_matches_oracle(const qjit_linear& layer, const QuantizedMatrix& matrix, uint32_t seed) {
+    for (const int64_t m : {1, 5, 17}) {
+        SCOPED_TRACE(testing::Message() << "m=" << m << " " << layer.description);
+        const std::vector<float> x = test::random_floats(size_t(m * matrix.params.k), seed++);
+        std::vector<float> y(size_t(m * matrix.params.n)), expected(y.size());
+        linear_forward(layer, x.data(), m, y.data());
+        reference_forward(matrix, x.data(), m, expected.data());
+        std::vector<double> bound = test::forward_error_bound(matrix, x.data(), m);
+        add_outlier_rounding(bound, matrix, x.data(), m);
+        if (layer.jit && layer.jit->spec().path == jit::ActivationPath::Int8)
+            test::add_int8_activation_error(bound, matrix, x.data(), m, layer.jit->spec().group_rows(),
+                                            layer.jit->spec().int8_activation_max());
+        test::expect_within(y, expected, bound);
+    }
+}
+
+struct Shape {
+    int64_t k, n, group_size;
+};
+// K with a short last group, N off every vector width; one 16-column second-order group, and a
+// last partial one.
+constexpr Shape kShapes[] = {{200, 37, 32}, {515, 77, 64}, {1000, 130, 128}, {96, 16, 32}, {300, 250, 256}};
+
+using Case = std::tuple<int /*feature bits*/, Backend>;
+
+Features features_of(int bits) { return {(bits & 1) != 0, (bits & 2) != 0, (bits & 4) != 0, (bits & 8) != 0}; }
+
+class MixedFormatTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MixedFormatTest, MatchesOracle) {
+    const auto [feature_bits, backend] = GetParam();
+    const Features features = features_of(feature_bits);
+    test::ContextPtr context = test::make_test_context(2, backend.isa, backend.activations);
+    uint32_t seed = 11;
+    for (const Shape& shape : kShapes) {
+        SCOPED_TRACE(testing::Message() << "K=" << shape.k << " N=" << shape.n << " g" << shape.group_size);
+        const QuantizedMatrix matrix = synthetic_matrix(shape.k, shape.n, shape.group_size, features, seed++);
+        const std::unique_ptr<qjit_linear> layer = make_linear(context.get(), matrix);
+        ASSERT_EQ(layer->jit != nullptr, backend.isa != QJIT_ISA_PORTABLE) << layer->description;
+        EXPECT_EQ(layer->params.name(), matrix.params.name());
+        expect_matches_oracle(*layer, matrix, seed);
+        seed += 3;
+    }
+}
+
+std::string case_name(const testing::TestParamInfo<Case>& info) {
+    return features_name(features_of(std::get<0>(info.param))) + "_" + backend_name(std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFeatures, MixedFormatTest,
+                         ::testing::Combine(::testing::Range(1, 16), ::testing::ValuesIn(available_backends())),
+                         case_name);
+
+// Forced tilings: K-splits (the outliers belong to the first part only), k-unroll inside groups of
+// either width, one row per kernel, prefetching.
+TEST(MixedFormat, EveryTilingMatchesTheOracle) {
+    const Features all{true, true, true, true};
+    const QuantizedMatrix matrix = synthetic_matrix(1100, 93, 64, all, 7);
+    for (const char* tiling : {"tu=2,mb=3,ksplit=3,ku=2", "tu=1,mb=1,prefetch=2", "tu=4,mb=2,ksplit=2",
+                               "tu=2,mb=5,ksplit=8"}) {
+        for (const qjit_activations activations : {QJIT_ACTIVATIONS_F32, QJIT_ACTIVATIONS_INT8}) {
+            test::ContextPtr context = test::make_test_context(2, QJIT_ISA_AUTO, activations, tiling);
+            if (context->isa < QJIT_ISA_AVX2) GTEST_SKIP() << "no generated kernels on this CPU";
+            const std::unique_ptr<qjit_linear> layer = make_linear(context.get(), matrix);
+            ASSERT_TRUE(layer->jit);
+            EXPECT_NE(layer->description.find("outliers"), std::string::npos) << layer->description;
+            expect_matches_oracle(*layer, matrix, 40);
+        }
+    }
+}
+
+// A 16-column second-order group cannot straddle two panels: AVX2 panels of an odd number of
+// 8-column vectors are refused by name, and never enumerated by the tuner.
+TEST(MixedFormat, SecondOrderPanelsHoldWhole16ColumnGroups) {
+    if (!cpu_supports(QJIT_ISA_AVX2)) GTEST_SKIP() << "no AVX2";
+    const QuantizedMatrix matrix = synthetic_matrix(256, 64, 32, {false, true, false, false}, 3);
+    test::ContextPtr context = test::make_test_context(2, QJIT_ISA_AVX2, QJIT_ACTIVATIONS_F32, "tu=3,mb=2");
+    try {
+        make_linear(context.get(), matrix);
+        ADD_FAILURE() << "an AVX2 panel of 24 columns was accepted for second-order scales";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("16-column"), std::string::npos) << e.what();
+    }
+    test::ContextPtr tuned = test::make_test_context(2, QJIT_ISA_AVX2, QJIT_ACTIVATIONS_F32);
+    const std::unique_ptr<qjit_linear> layer = make_linear(tuned.get(), matrix);
+    EXPECT_EQ(layer->jit->spec().panel_columns() % 16, 0) << layer->description;
+}
+
+TEST(MixedFormat, PlansOneProductOverBothWidthsThenTheOutliers) {
+    const QuantizedMatrix matrix = synthetic_matrix(512, 64, 64, {true, false, true, false}, 5);
+    test::ContextPtr portable = test::make_test_context(2, QJIT_ISA_PORTABLE);
+    EXPECT_EQ(passes_text(make_linear(portable.get(), matrix)->passes), "product[0:8)qmixed,outliers");
+}
+
+// What validate() refuses, by name.
+TEST(MixedFormat, InvalidFormatsAreRefusedByName) {
+    auto refusal = [](const WeightFormat& f) {
+        try {
+            validate(f);
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("accepted");
+    };
+    WeightFormat f;
+    f.k = 256;
+    f.n = 64;
+    f.group_size = 32;
+    f.bits = 4;
+    f.group_bits = {2, 4, 2, 4, 2, 4, 2, 4};
+    EXPECT_EQ(refusal(f), "accepted");
+    WeightFormat bad = f;
+    bad.group_bits[3] = 3;
+    EXPECT_NE(refusal(bad).find("2 or 4 bits"), std::string::npos) << refusal(bad);
+    bad = f;
+    bad.group_bits.pop_back();
+    EXPECT_NE(refusal(bad).find("one per group"), std::string::npos) << refusal(bad);
+    bad = f;
+    bad.group_size = 16;
+    bad.group_bits.resize(16, 2);
+    EXPECT_NE(refusal(bad).find("groups of 32 rows or more"), std::string::npos) << refusal(bad);
+    bad = f;
+    bad.symmetric = true;
+    EXPECT_NE(refusal(bad).find("asymmetric"), std::string::npos) << refusal(bad);
+    bad = f;
+    bad.bits = 8;
+    EXPECT_NE(refusal(bad).find("widest"), std::string::npos) << refusal(bad);
+    bad = WeightFormat{};
+    bad.k = 256;
+    bad.n = 64;
+    bad.bits = 8;
+    bad.scale_type = ScaleType::SecondOrder;
+    EXPECT_NE(refusal(bad).find("4 bits or fewer"), std::string::npos) << refusal(bad);
+    bad = f;
+    bad.outliers = max_outliers(256, 64) + 1;
+    EXPECT_NE(refusal(bad).find("outliers is"), std::string::npos) << refusal(bad);
+}
+
+TEST(MixedFormat, DataThatDisagreesWithItsFormatIsRefused) {
+    QuantizedMatrix m = synthetic_matrix(256, 40, 32, {true, true, true, false}, 9);
+    QuantizedMatrix bad = m;
+    bad.params.scales[3] *= 1.5f;  // no longer what its second-order code gives
+    EXPECT_THROW(validate(bad), Error);
+    bad = m;
+    const size_t in_two_bit_group = size_t(std::find(m.params.group_bits.begin(), m.params.group_bits.end(), 2) -
+                                           m.params.group_bits.begin()) * 32 * 40;
+    bad.codes[in_two_bit_group] = 7;  // beyond its 2-bit group
+    EXPECT_THROW(validate(bad), Error);
+    bad = m;
+    bad.params.outliers_data.rows[0] = 256;  // outside K
+    EXPECT_THROW(validate(bad), Error);
+    bad = m;
+    bad.params.outliers -= 1;
+    EXPECT_THROW(validate(bad), Error);
+    EXPECT_THROW(make_sparse_outliers(4, 4, {{1, 1, 1.0f}, {1, 1, 2.0f}}), Error);
+}
+
+TEST(MixedFormat, NamesSayWhatIsStored) {
+    const QuantizedMatrix all = synthetic_matrix(256, 40, 32, {true, true, true, true}, 2);
+    EXPECT_EQ(all.params.name(), "q2or4g32_asym_sq4_sp_act");
+    EXPECT_EQ(all.params.kernel_name(), "q2or4g32_asym_sq4_sp");
+    EXPECT_EQ(synthetic_matrix(256, 40, 64, {false, true, false, false}, 2).params.name(), "q3g64_asym_sq4");
+}
+
+// The accounting behind bits per weight: codes at their group's width, zero points likewise,
+// 4-bit scale codes plus two fp16 values per 16 columns, and 6 bytes per outlier plus the column
+// starts.
+TEST(MixedFormat, StoredBytesFollowTheFormat) {
+    const QuantizedMatrix m = synthetic_matrix(256, 40, 32, {true, true, true, false}, 4);
+    const QuantParams& p = m.params;
+    int64_t bits = 0;
+    for (uint8_t w : p.group_bits) bits += int64_t(w) * (32 * 40 + 40);  // codes and zero points
+    const int64_t scale_bytes = 8 * 40 / 2 + 8 * 3 * 4;                   // 8 groups x 40 codes; 3 column groups
+    const int64_t outlier_bytes = p.outliers * 6 + 41 * 8;
+    EXPECT_EQ(stored_bytes(p), bits / 8 + scale_bytes + outlier_bytes);
+}
+
+// The packed layout stores each block at its group's width, and unpacks to the same codes.
+TEST(MixedFormat, PackedCodesRoundTrip) {
+    const QuantizedMatrix m = synthetic_matrix(200, 37, 64, {true, false, false, false}, 6);
+    const PackedCodes packed = pack_codes(m.codes.data(), 4, 200, 37, 16, block_widths(m.params));
+    EXPECT_EQ(unpack_codes(packed), m.codes);
+    EXPECT_EQ(packed.words.size(), packed_word_count(m.params, 37, 16));
+    int64_t words_per_column = 0;
+    for (int64_t b = 0; b < 7; ++b) words_per_column += m.params.group_width(b * 32 / 64);
+    EXPECT_EQ(packed.column_words(), words_per_column);
+}
+
+}  // namespace
+}  // namespace qjit
