@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "layer_race.hpp"
 #include "qjit/qjit.h"
 #include "tools/bandwidth_probe.hpp"
 #include "tools/random_gptq.hpp"
@@ -39,7 +40,6 @@ constexpr Shape kShapes[] = {
 };
 constexpr int64_t kBatches[] = {1, 16};
 constexpr float kFactorRange = 0.05f;
-constexpr int kRowProbeSweeps = 2;
 constexpr double kTarget = 1.10;  // the bound on a compensated layer against plain INT3 at batch 1
 
 // What one row's layer is. The first is the plain INT3 baseline, the last the INT4 reference.
@@ -57,85 +57,10 @@ constexpr Variant kVariants[] = {
 constexpr size_t kNumVariants = std::size(kVariants);
 constexpr size_t kInt3 = 0, kInt4 = kNumVariants - 1;
 
-struct Options {
-    int threads = 0;  // 0: the library's default, one per core
-    int rounds = 7;
-    int repeats = 5;  // cold calls per qjit_linear_benchmark, whose median is one round's figure
-    std::string shapes = "all";
-};
+using Options = qjit_bench::RaceOptions;
+constexpr const char* kProgram = "bench_low_rank";
 
-[[noreturn]] void die(const char* what) {
-    std::fprintf(stderr, "bench_low_rank: %s failed: %s\n", what, qjit_last_error());
-    std::exit(1);
-}
-
-[[noreturn]] void usage() {
-    std::fprintf(stderr, "usage: bench_low_rank [--quick] [--threads=N] [--rounds=N] [--repeats=N] "
-                         "[--shapes=all|mixtral|7b|KxN,...]\n");
-    std::exit(2);
-}
-
-int non_negative(const char* text) {
-    char* end = nullptr;
-    const long value = std::strtol(text, &end, 10);
-    if (end == text || *end || value < 0 || value > 1 << 20) usage();
-    return int(value);
-}
-
-Options parse(int argc, char** argv) {
-    Options options;
-    for (int i = 1; i < argc; ++i) {
-        const std::string_view arg(argv[i]);
-        // Both "--flag=value" and "--flag value".
-        auto value = [&](std::string_view flag) -> const char* {
-            if (arg.starts_with(flag) && arg.size() > flag.size() && arg[flag.size()] == '=')
-                return argv[i] + flag.size() + 1;
-            if (arg == flag) {
-                if (i + 1 >= argc) usage();
-                return argv[++i];
-            }
-            return nullptr;
-        };
-        if (arg == "--quick") {
-            options.shapes = "4096x4096";
-            options.rounds = 3;
-            options.repeats = 3;
-        } else if (const char* v = value("--threads")) {
-            options.threads = non_negative(v);
-        } else if (const char* v = value("--rounds")) {
-            options.rounds = std::max(1, non_negative(v));
-        } else if (const char* v = value("--repeats")) {
-            options.repeats = std::max(1, non_negative(v));
-        } else if (const char* v = value("--shapes")) {
-            options.shapes = v;
-        } else {
-            usage();
-        }
-    }
-    return options;
-}
-
-// --shapes: "all", a model name, or a comma-separated list of names and KxN shapes.
-bool selected(const Shape& shape, const std::string& wanted) {
-    const std::string dims = std::to_string(shape.k) + "x" + std::to_string(shape.n);
-    for (size_t begin = 0; begin <= wanted.size();) {
-        const size_t end = std::min(wanted.find(',', begin), wanted.size());
-        const std::string item = wanted.substr(begin, end - begin);
-        if (item == "all" || item == shape.model || item == dims) return true;
-        begin = end + 1;
-    }
-    return false;
-}
-
-std::string cpu_name() {
-    std::ifstream cpuinfo("/proc/cpuinfo");
-    for (std::string line; std::getline(cpuinfo, line);)
-        if (line.starts_with("model name")) {
-            const size_t colon = line.find(':');
-            return colon == std::string::npos ? line : line.substr(line.find_first_not_of(" \t", colon + 1));
-        }
-    return "unknown CPU";
-}
+[[noreturn]] void die(const char* what) { qjit_bench::race_die(kProgram, what); }
 
 // U (K x rank) and V (rank x N), row-major as qjit_low_rank takes them.
 struct Factors {
@@ -165,13 +90,7 @@ struct Row {
 std::vector<Row> measure_group(const Shape& shape, int64_t batch, const Options& options, int threads,
                                const qjit_tools::GptqTensors& int3, const qjit_tools::GptqTensors& int4,
                                const std::vector<Factors>& factors, qjit_tools::BandwidthProbe& probe) {
-    qjit_context_options context_options;
-    qjit_context_options_init(&context_options);
-    context_options.num_threads = options.threads;
-    context_options.tuning_db_path = "";
-    context_options.tuning_batch = batch;
-    qjit_context* context = nullptr;
-    if (qjit_context_create(&context_options, &context) != QJIT_OK) die("qjit_context_create");
+    qjit_context* context = qjit_bench::race_context(options.threads, batch, kProgram);
 
     std::vector<Row> rows(kNumVariants);
     std::vector<qjit_linear*> layers(kNumVariants, nullptr);
@@ -197,26 +116,10 @@ std::vector<Row> measure_group(const Shape& shape, int64_t batch, const Options&
         rows[i].tiling = *tuning.tiling ? tuning.tiling : "portable";
     }
 
-    double probe_gbps = 0;
-    auto run_probe = [&] {
-        for (int i = 0; i < kRowProbeSweeps; ++i)
-            probe_gbps = std::max(probe_gbps, probe.measure(threads, qjit_tools::BandwidthProbe::kPeakWindowBytes));
-    };
-    for (int round = 0; round < options.rounds; ++round) {
-        run_probe();
-        // Rotating the first variant keeps any position-in-round effect from always landing on one.
-        for (size_t step = 0; step < kNumVariants; ++step) {
-            const size_t i = (size_t(round) + step) % kNumVariants;
-            double us = 0;
-            if (qjit_linear_benchmark(layers[i], batch, options.repeats, 1, &us) != QJIT_OK)
-                die("qjit_linear_benchmark");
-            rows[i].rounds.push_back(us);
-        }
-    }
-    run_probe();
+    const qjit_bench::RaceResult race = qjit_bench::race_layers(layers, batch, options, threads, probe, kProgram);
     for (size_t i = 0; i < kNumVariants; ++i) {
-        rows[i].micros = median(rows[i].rounds);
-        rows[i].probe_gbps = probe_gbps;
+        rows[i].micros = race.micros[i];
+        rows[i].probe_gbps = race.probe_gbps;
         qjit_linear_destroy(layers[i]);
     }
     qjit_context_destroy(context);
@@ -265,21 +168,8 @@ void print_target(const std::vector<Row>& rows) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    const Options options = parse(argc, argv);
-
-    // The thread count the layers will run on, for the probe: the library resolves 0 to its default.
-    int threads = options.threads;
-    {
-        qjit_context_options context_options;
-        qjit_context_options_init(&context_options);
-        context_options.num_threads = options.threads;
-        context_options.tuning_db_path = "";
-        qjit_context* context = nullptr;
-        if (qjit_context_create(&context_options, &context) != QJIT_OK ||
-            qjit_context_num_threads(context, &threads) != QJIT_OK)
-            die("qjit_context_create");
-        qjit_context_destroy(context);
-    }
+    const Options options = qjit_bench::parse_race_options(argc, argv, kProgram);
+    const int threads = qjit_bench::race_threads(options.threads, kProgram);
 
     qjit_tools::BandwidthProbe probe;
     const double peak_gbps = probe.peak(threads);
@@ -290,15 +180,15 @@ int main(int argc, char** argv) {
                 "at the start (best of %d sweeps); each shape and batch is held against the best of %d sweeps "
                 "before every round and after the last (\"probe GB/s\"). \"of probe\" = bytes streamed "
                 "(weight_bytes) / time / probe GB/s, batch 1 only. Random GPTQ tensors, U and V in [-%.2f, %.2f).\n\n",
-                qjit_version(), cpu_name().c_str(), threads, options.rounds, options.repeats, probe.load_width(),
-                peak_gbps, qjit_tools::BandwidthProbe::kPeakSweeps, kRowProbeSweeps, kFactorRange, kFactorRange);
+                qjit_version(), qjit_bench::cpu_name().c_str(), threads, options.rounds, options.repeats, probe.load_width(),
+                peak_gbps, qjit_tools::BandwidthProbe::kPeakSweeps, qjit_bench::kRaceProbeSweeps, kFactorRange, kFactorRange);
     std::printf("| shape | batch | layer | bits/weight | MiB streamed | µs | vs INT3 | vs INT4 | GB/s | probe GB/s "
                 "| of probe | tiling |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     std::fflush(stdout);
 
     std::vector<Row> rows;
     for (const Shape& shape : kShapes) {
-        if (!selected(shape, options.shapes)) continue;
+        if (!qjit_bench::shape_selected(shape, options.shapes)) continue;
         const uint64_t seed = uint64_t(shape.k * 31 + shape.n);
         qjit_tools::GptqTensors int3, int4;
         qjit_tools::random_gptq(shape.k, shape.n, 3, 64, seed + 3, &int3);

@@ -25,7 +25,7 @@ std::string describe(const qjit_linear& layer) {
     const QuantParams& p = layer.params;
     const std::string common =
         concat(" K=", p.k, " N=", p.n, " bits=", p.bits, " group=", p.group_size, p.symmetric ? " symmetric" : " asymmetric",
-               " act_order=", p.act_order ? "yes" : "no", " scales=", p.f16_scales() ? "f16" : "f32",
+               " act_order=", p.act_order ? "yes" : "no", " scales=", p.second_order_scales() ? "sq4" : p.f16_scales() ? "f16" : "f32",
                " layout=", PackedCodes::kLayoutName, " panel=", layer.codes.panel_columns,
                " threads=", layer.context->num_threads, " passes=", passes_text(layer.passes),
                layer.low_rank ? " " + layer.low_rank->describe() : std::string());
@@ -83,6 +83,9 @@ std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams 
     auto layer = std::make_unique<qjit_linear>();
     layer->context = context;
     params.low_rank = {};
+    if (context->gpu && (!params.uniform_bits() || params.second_order_scales() || params.outliers > 0))
+        fail(QJIT_ERROR_UNSUPPORTED, "a ", params.name(), " layer (mixed widths, second-order scales or outliers) runs "
+             "on the CPU only; this context uploads layers to CUDA device ", context->gpu->ordinal);
     if (compensator.rank > 0) {
         if (context->gpu)
             fail(QJIT_ERROR_UNSUPPORTED, "a layer with a low-rank compensator (", compensator.rank,
