@@ -120,8 +120,7 @@ Routing decoding_routing() {
 void evict_expert(const qjit_linear& layer) {
     qjit::evict_from_caches(layer.codes.words);
     if (layer.jit) {
-        qjit::evict_from_caches(layer.jit->packed_scales());
-        qjit::evict_from_caches(layer.jit->packed_zeros());
+        layer.jit->evict_metadata();
     } else {
         qjit::evict_from_caches(layer.params.scales);
         qjit::evict_from_caches(layer.params.zeros);

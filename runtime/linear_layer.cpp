@@ -189,11 +189,12 @@ int64_t weight_bytes(const qjit_linear& layer) {
 void evict_layer_from_caches(const qjit_linear& layer) {
     evict_from_caches(layer.codes.words);
     if (layer.jit) {
-        evict_from_caches(layer.jit->packed_scales());
-        evict_from_caches(layer.jit->packed_zeros());
+        layer.jit->evict_metadata();
     } else {
         evict_from_caches(layer.params.scales);
         evict_from_caches(layer.params.zeros);
+        evict_from_caches(layer.params.outliers_data.rows);
+        evict_from_caches(layer.params.outliers_data.values);
     }
     if (layer.low_rank) layer.low_rank->evict();
 }

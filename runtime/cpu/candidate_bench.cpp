@@ -58,8 +58,7 @@ CandidateRun CandidateBench::make_run(const jit::CpuKernelSpec& spec, int64_t co
     CandidateRun candidate;
     candidate.prepare = [this, executor, code_bytes] {
         evict_from_caches(codes_.words.data(), code_bytes);
-        evict_from_caches(executor->packed_scales());
-        evict_from_caches(executor->packed_zeros());
+        executor->evict_metadata();
     };
     candidate.run = [this, executor, columns] {
         params_.n = codes_.n = columns;

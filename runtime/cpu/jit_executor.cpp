@@ -9,6 +9,7 @@
 #include "jit/x86/gemm_emitter.hpp"
 #include "base/error.hpp"
 #include "base/half.hpp"
+#include "runtime/cpu/cache_eviction.hpp"
 
 namespace qjit {
 
@@ -132,6 +133,15 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
             for (int32_t& row : outliers_.rows) row = p.row_order[size_t(row)];
         for (uint16_t value : outliers_.values) outlier_values_.push_back(half_to_float(value));
     }
+}
+
+void JitExecutor::evict_metadata() const {
+    evict_from_caches(scales_);
+    evict_from_caches(zeros_);
+    evict_from_caches(group_bits_);
+    evict_from_caches(outliers_.column_start);
+    evict_from_caches(outliers_.rows);
+    evict_from_caches(outlier_values_);
 }
 
 int64_t JitExecutor::metadata_bytes() const {

@@ -58,9 +58,8 @@ public:
     // Bytes of the repacked scales and zero points (and outliers) a forward streams.
     int64_t metadata_bytes() const;
     const jit::JitGenerator& kernel(int rows) const { return *kernels_[size_t(rows - 1)]; }
-    // The repacked scales and zero points (zero points empty when symmetric).
-    const std::vector<uint8_t>& packed_scales() const { return scales_; }
-    const std::vector<uint8_t>& packed_zeros() const { return zeros_; }
+    // Flushes what metadata_bytes() counts from every cache (cold timing).
+    void evict_metadata() const;
 
     // A contiguous range of groups one task covers, in the kernels' argument terms.
     struct GroupRange {
