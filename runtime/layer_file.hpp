@@ -2,17 +2,26 @@
 //
 // File layout (little-endian):
 //   "QJITLAYR"                 8-byte magic
-//   u32 format version         1, or 2 for a layer with a low-rank compensator (a reader of version 1
-//                              refuses it instead of dropping the compensator)
+//   u32 format version         1 for a plain layer; 2 for a layer with a low-rank compensator; 3 for a
+//                              layer with mixed 2/4-bit groups, second-order scales or sparse outliers
+//                              (and maybe a compensator). Each is written only when needed, so that an
+//                              older reader refuses what it cannot represent instead of dropping it.
 //   u32 header length H
-//   H bytes of JSON            shape, format, layout name, qjit version, section sizes; version 2 adds
-//                              "low_rank": {"rank", "bits"}
-//   sections, back to back     codes (u32 words, layout PackedCodes::kLayoutName), scales (f32), zeros (u16),
-//                              row_order (i32, empty without act-order); version 2 then U and V^T
-//                              (format/low_rank.hpp): codes (u8, one per value) and component scales
+//   H bytes of JSON            shape, format, layout name, qjit version, section sizes; a compensator
+//                              adds "low_rank": {"rank", "bits"}; version 3 adds "mixed_bits" (bool),
+//                              "outliers" (count) and scale_dtype "second_order" beside "f16"/"f32"
+//   sections, back to back     codes (u32 words, layout PackedCodes::kLayoutName; a mixed layer's blocks
+//                              at their group's width), scales (f32; absent with second-order scales),
+//                              zeros (u16), row_order (i32, empty without act-order); version 3 then
+//                              group_bits (u8 per K-group) when mixed, the second-order scales' codes
+//                              (u8 [groups][n]), scales and zeros (fp16 [groups][ceil(n/16)]) when
+//                              second-order, and the outliers' column starts (i64 [n+1]), storage rows
+//                              (i32) and values (fp16) when there are any; then the compensator's U and
+//                              V^T (format/low_rank.hpp): codes (u8, one per value) and component scales
 //                              (f32) of each, or their fp16 values (u16)
 //   u32 CRC-32                 of every byte before it
-// A file is trusted only after its size, checksum, header and every section size agree.
+// A file is trusted only after its size, checksum, header and every section size agree; the header
+// names exactly the sections its format has.
 #pragma once
 
 #include <memory>
@@ -23,8 +32,9 @@
 
 namespace qjit {
 
-inline constexpr uint32_t kLayerFileVersion = 2;         // the newest this qjit writes and reads
-inline constexpr uint32_t kPlainLayerFileVersion = 1;    // a layer without a compensator
+inline constexpr uint32_t kLayerFileVersion = 3;             // the newest this qjit writes and reads
+inline constexpr uint32_t kCompensatedLayerFileVersion = 2;  // a compensator, none of version 3's features
+inline constexpr uint32_t kPlainLayerFileVersion = 1;        // neither
 
 // Writes to a temporary file beside `path`, then renames it over `path`.
 void save_layer(const qjit_linear& layer, const std::string& path);
