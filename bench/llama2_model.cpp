@@ -128,12 +128,19 @@ private:
 
 class QjitLinear final : public Linear {
 public:
+    // calibration NULL: qjit_linear_create_from_f32.
     QjitLinear(std::shared_ptr<qjit_context> context, const qjit_quant_config& config, const float* weights_n_by_k,
-               int64_t n, int64_t k)
+               int64_t n, int64_t k, const qjit_calibration* calibration = nullptr)
         : context_(std::move(context)), n_(n), k_(k) {
-        check_qjit(
-            qjit_linear_create_from_f32(context_.get(), &config, k, n, weights_n_by_k, QJIT_LAYOUT_N_BY_K, &layer_),
-            "qjit_linear_create_from_f32");
+        if (calibration) {
+            check_qjit(qjit_linear_create_calibrated(context_.get(), &config, calibration, k, n, weights_n_by_k,
+                                                     QJIT_LAYOUT_N_BY_K, &layer_),
+                       "qjit_linear_create_calibrated");
+        } else {
+            check_qjit(qjit_linear_create_from_f32(context_.get(), &config, k, n, weights_n_by_k, QJIT_LAYOUT_N_BY_K,
+                                                   &layer_),
+                       "qjit_linear_create_from_f32");
+        }
     }
     ~QjitLinear() override { qjit_linear_destroy(layer_); }
     QjitLinear(const QjitLinear&) = delete;
@@ -151,6 +158,10 @@ public:
         const char* text = nullptr;
         check_qjit(qjit_linear_describe(layer_, &text), "qjit_linear_describe");
         return text;
+    }
+    bool qjit_info(qjit_linear_info* out) const override {
+        *out = info();
+        return true;
     }
 
 private:
@@ -278,6 +289,28 @@ std::unique_ptr<Linear> QjitBackend::make_linear(const float* weights_n_by_k, in
     return std::make_unique<QjitLinear>(context_, config, weights_n_by_k, n, k);
 }
 
+std::unique_ptr<Linear> QjitBackend::make_calibrated_linear(const float* weights_n_by_k, int64_t n, int64_t k,
+                                                            const Calibration* calibration) {
+    return std::make_unique<QjitLinear>(context_, config_, weights_n_by_k, n, k,
+                                        calibration ? calibration->get() : nullptr);
+}
+
+Calibration::Calibration(int64_t k) {
+    qjit_calibration* calibration = nullptr;
+    check_qjit(qjit_calibration_create(k, &calibration), "qjit_calibration_create");
+    calibration_.reset(calibration);
+}
+
+void Calibration::add(const float* x, int64_t m) {
+    check_qjit(qjit_calibration_add(calibration_.get(), x, m), "qjit_calibration_add");
+}
+
+int64_t Calibration::rows() const {
+    int64_t rows = 0;
+    check_qjit(qjit_calibration_rows(calibration_.get(), &rows), "qjit_calibration_rows");
+    return rows;
+}
+
 void QjitBackend::set_ranks(std::vector<int> ranks) {
     ranks_ = std::move(ranks);
     next_rank_ = 0;
@@ -313,13 +346,25 @@ qjit_quant_config make_quant_config(int bits, int group_size, bool symmetric) {
 
 std::string describe_quant_config(const qjit_quant_config& config) {
     std::ostringstream out;
-    out << "int" << config.bits << ' ';
+    const bool mixed = config.method == QJIT_QUANT_MIXED;
+    if (config.method == QJIT_QUANT_GPTQ) out << "gptq ";
+    if (mixed) {
+        out << "mixed int2/4 ";
+    } else {
+        out << "int" << config.bits << ' ';
+    }
     if (config.group_size == QJIT_GROUP_PER_COLUMN) {
         out << "per-column";
     } else {
         out << 'g' << config.group_size;
     }
-    out << (config.symmetric ? " sym" : " asym") << (config.scale_dtype == QJIT_DTYPE_F16 ? " f16" : " f32");
+    if (mixed) {
+        out << " alpha " << config.mixed_alpha << " outliers " << config.outlier_fraction
+            << (config.second_order_scales ? " sq4" : " f16");
+    } else {
+        out << (config.symmetric ? " sym" : " asym") << (config.scale_dtype == QJIT_DTYPE_F16 ? " f16" : " f32");
+    }
+    if ((config.method == QJIT_QUANT_GPTQ || mixed) && config.act_order) out << " act-order";
     return out.str();
 }
 
@@ -429,7 +474,7 @@ std::span<const float> Model::forward(std::span<const int> tokens, int pos0) {
 
         // attention block
         rmsnorm(xb_.data(), x_.data(), ck.rms_att.data() + size_t(l) * dim, count, c.dim);
-        layer.wq->forward(xb_.data(), count, q_.data());
+        if (!run_linear(l, 0, xb_.data(), count, q_.data())) return {};
         layer.wk->forward(xb_.data(), count, k);
         layer.wv->forward(xb_.data(), count, v);
         for (size_t t = 0; t < rows; ++t) {
@@ -437,24 +482,24 @@ std::span<const float> Model::forward(std::span<const int> tokens, int pos0) {
             rope(k + t * kv_dim, c.kv_dim(), c.head_size(), pos0 + int(t));
         }
         attention(l, pos0, count);
-        layer.wo->forward(att_out_.data(), count, delta_.data());
+        if (!run_linear(l, 3, att_out_.data(), count, delta_.data())) return {};
         add_in_place(x_.data(), delta_.data(), rows * dim);
 
         // SwiGLU feed-forward block
         rmsnorm(xb_.data(), x_.data(), ck.rms_ffn.data() + size_t(l) * dim, count, c.dim);
-        layer.w1->forward(xb_.data(), count, hb_.data());
+        if (!run_linear(l, 4, xb_.data(), count, hb_.data())) return {};
         layer.w3->forward(xb_.data(), count, hb2_.data());
         for (size_t i = 0; i < rows * hidden; ++i) {
             float gate = hb_[i];
             gate *= 1.0f / (1.0f + std::exp(-gate));
             hb_[i] = gate * hb2_[i];
         }
-        layer.w2->forward(hb_.data(), count, delta_.data());
+        if (!run_linear(l, 5, hb_.data(), count, delta_.data())) return {};
         add_in_place(x_.data(), delta_.data(), rows * dim);
     }
 
     rmsnorm(xb_.data(), x_.data(), ck.rms_final.data(), count, c.dim);
-    classifier_->forward(xb_.data(), count, logits_.data());
+    if (!run_linear(c.n_layers, 0, xb_.data(), count, logits_.data())) return {};
     cached_positions_ = pos0 + count;
     return {logits_.data(), rows * size_t(c.vocab_size)};
 }
@@ -465,6 +510,49 @@ std::span<const float> Model::forward_sequence(std::span<const int> tokens) {
 }
 
 std::span<const float> Model::step(int token) { return forward(std::span<const int>(&token, 1), cached_positions_); }
+
+std::unique_ptr<Linear>& Model::linear_at(InputSite site) {
+    if (site.layer == config().n_layers) return classifier_;
+    if (site.layer < 0 || site.layer > config().n_layers) fail("Model: no layer ", site.layer);
+    if (site.which < 0 || site.which >= 7) fail("Model: no matrix ", site.which);
+    Layer& l = layers_[size_t(site.layer)];
+    std::unique_ptr<Linear>* linears[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3};
+    return *linears[site.which];
+}
+
+bool Model::run_linear(int layer, int which, const float* x, int count, float* y) {
+    if (capture_ && capture_->site.layer == layer && (layer == config().n_layers || capture_->site.which == which)) {
+        (*capture_->sink)(x, count);
+        return false;
+    }
+    linear_at({layer, which})->forward(x, count, y);
+    return true;
+}
+
+void Model::capture_inputs(std::span<const int> tokens, InputSite site,
+                           const std::function<void(const float* x, int64_t rows)>& sink) {
+    linear_at(site);  // checks the site
+    // wk and wv read wq's inputs, w3 reads w1's: the forward meets wq and w1 first.
+    const int which = site.which == 1 || site.which == 2 ? 0 : site.which == 6 ? 4 : site.which;
+    const Capture capture{{site.layer, which}, &sink};
+    capture_ = &capture;
+    try {
+        forward_sequence(tokens);
+    } catch (...) {
+        capture_ = nullptr;
+        throw;
+    }
+    capture_ = nullptr;
+    reset();  // the cache holds a partial forward
+}
+
+void Model::replace_linear(InputSite site, std::unique_ptr<Linear> linear) {
+    std::unique_ptr<Linear>& slot = linear_at(site);
+    if (!linear || linear->in_features() != slot->in_features() || linear->out_features() != slot->out_features())
+        fail("Model::replace_linear: the new matrix's shape differs from layer ", site.layer, " matrix ", site.which,
+             "'s");
+    slot = std::move(linear);
+}
 
 std::vector<const Linear*> Model::linears() const {
     std::vector<const Linear*> all;
@@ -495,6 +583,33 @@ int64_t Model::linear_low_rank_bytes() const {
 
 int64_t Model::linear_weight_count() const {
     return sum_over_linears([](const Linear& l) { return l.in_features() * l.out_features(); });
+}
+
+int64_t quantize_with_calibration(Model& model, QjitBackend& backend, const std::vector<std::vector<int>>& sequences,
+                                  bool classifier) {
+    const Config& c = model.config();
+    // The matrices of one calibration each, in the order GPTQ's true-sequential mode quantizes them.
+    const std::vector<std::vector<int>> groups = {{0, 1, 2}, {3}, {4, 6}, {5}};
+    const std::vector<MatrixView> matrices = model_matrices(model.checkpoint(), true);
+    int64_t rows = 0;
+    auto view_of = [&](int layer, int which) -> const MatrixView& {  // the classifier follows the layers'
+        return matrices[size_t(layer * 7 + (layer == c.n_layers ? 0 : which))];
+    };
+    auto quantize_group = [&](int layer, const std::vector<int>& which) {
+        Calibration calibration(view_of(layer, which[0]).k);
+        for (const std::vector<int>& tokens : sequences)
+            model.capture_inputs(tokens, {layer, which[0]}, [&](const float* x, int64_t m) { calibration.add(x, m); });
+        rows = calibration.rows();
+        for (int w : which) {
+            const MatrixView& view = view_of(layer, w);
+            model.replace_linear({layer, w}, backend.make_calibrated_linear(view.weights_n_by_k, view.n, view.k,
+                                                                            &calibration));
+        }
+    };
+    for (int layer = 0; layer < c.n_layers; ++layer)
+        for (const std::vector<int>& which : groups) quantize_group(layer, which);
+    if (classifier) quantize_group(c.n_layers, {0});
+    return rows;
 }
 
 const Linear& Model::layer_linear(int layer, int which) const {
@@ -575,8 +690,10 @@ Tokenizer::Tokenizer(const std::string& path, int vocab_size) {
     take(&max_token_length, sizeof max_token_length);
     if (max_token_length < 1) fail("tokenizer '", path, "': max_token_length ", max_token_length, " is invalid");
     vocab_.resize(size_t(vocab_size));
-    for (std::string& piece : vocab_) {
-        float score = 0.0f;
+    scores_.resize(size_t(vocab_size));
+    for (size_t id = 0; id < vocab_.size(); ++id) {
+        std::string& piece = vocab_[id];
+        float& score = scores_[id];
         int32_t length = 0;
         take(&score, sizeof score);
         take(&length, sizeof length);
@@ -586,7 +703,69 @@ Tokenizer::Tokenizer(const std::string& path, int vocab_size) {
         }
         piece.resize(size_t(length));
         take(piece.data(), piece.size());
+        sorted_.emplace_back(piece, int(id));
     }
+    std::stable_sort(sorted_.begin(), sorted_.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+}
+
+int Tokenizer::lookup(const std::string& piece) const {
+    const auto it = std::lower_bound(sorted_.begin(), sorted_.end(), piece,
+                                     [](const auto& entry, const std::string& key) { return entry.first < key; });
+    return it != sorted_.end() && it->first == piece ? it->second : -1;
+}
+
+std::vector<int> Tokenizer::encode(const std::string& text) const {
+    std::vector<int> tokens;
+    if (text.empty()) return tokens;
+    const int space = lookup(" ");
+    if (space < 0) fail("Tokenizer::encode: the vocabulary has no \" \" token for the dummy prefix");
+    tokens.push_back(space);
+    // One token per UTF-8 character (a lead byte and at most 3 continuation bytes), else its bytes.
+    for (size_t at = 0; at < text.size();) {
+        size_t end = at + 1;
+        while (end < text.size() && end - at < 4 && (uint8_t(text[end]) & 0xC0) == 0x80) ++end;
+        const int id = lookup(text.substr(at, end - at));
+        if (id >= 0) {
+            tokens.push_back(id);
+        } else {
+            for (size_t i = at; i < end; ++i) tokens.push_back(int(uint8_t(text[i])) + 3);
+        }
+        at = end;
+    }
+    // Merge the adjacent pair whose concatenation scores highest (the first of equals) until none does.
+    for (;;) {
+        float best_score = -1e10f;
+        int best_id = -1;
+        size_t best_at = 0;
+        for (size_t i = 0; i + 1 < tokens.size(); ++i) {
+            const int id = lookup(vocab_[size_t(tokens[i])] + vocab_[size_t(tokens[i + 1])]);
+            if (id >= 0 && scores_[size_t(id)] > best_score) {
+                best_score = scores_[size_t(id)];
+                best_id = id;
+                best_at = i;
+            }
+        }
+        if (best_id < 0) break;
+        tokens[best_at] = best_id;
+        tokens.erase(tokens.begin() + std::ptrdiff_t(best_at) + 1);
+    }
+    return tokens;
+}
+
+std::vector<std::string> split_paragraphs(const std::string& text) {
+    std::vector<std::string> paragraphs;
+    auto is_space = [](char ch) { return std::isspace(uint8_t(ch)) != 0; };
+    for (size_t begin = 0; begin <= text.size();) {
+        size_t end = text.find("\n\n", begin);
+        if (end == std::string::npos) end = text.size();
+        size_t first = begin, last = end;
+        while (first < last && is_space(text[first])) ++first;
+        while (last > first && is_space(text[last - 1])) --last;
+        if (last > first) paragraphs.push_back(text.substr(first, last - first));
+        begin = end + 2;
+    }
+    return paragraphs;
 }
 
 std::string Tokenizer::piece(int previous, int token) const {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -65,6 +66,23 @@ public:
     virtual int64_t stored_bytes() const = 0;  // bytes the format stores (qjit_linear_info.stored_bytes)
     virtual int64_t low_rank_bytes() const { return 0; }  // of those, a compensator's
     virtual std::string describe() const = 0;
+    // A qjit layer's info (false for a layer that is not one).
+    virtual bool qjit_info(qjit_linear_info* /*info*/) const { return false; }
+};
+
+// What a calibrated quantizer learns of a matrix's inputs: a qjit_calibration (H = sum of x^T x).
+class Calibration {
+public:
+    explicit Calibration(int64_t k);
+    void add(const float* x, int64_t m);  // m rows of K inputs
+    int64_t rows() const;
+    const qjit_calibration* get() const { return calibration_.get(); }
+
+private:
+    struct Deleter {
+        void operator()(qjit_calibration* c) const { qjit_calibration_destroy(c); }
+    };
+    std::unique_ptr<qjit_calibration, Deleter> calibration_;
 };
 
 // Makes a Linear from a dense fp32 matrix stored [n][k] (the weights are copied).
@@ -89,6 +107,9 @@ public:
     // options may be NULL for the library defaults.
     explicit QjitBackend(const qjit_quant_config& config, const qjit_context_options* options = nullptr);
     std::unique_ptr<Linear> make_linear(const float* weights_n_by_k, int64_t n, int64_t k) override;
+    // With a calibration of the matrix's inputs (qjit_linear_create_calibrated); NULL: none.
+    std::unique_ptr<Linear> make_calibrated_linear(const float* weights_n_by_k, int64_t n, int64_t k,
+                                                   const Calibration* calibration);
     std::string name() const override;
     const qjit_quant_config& config() const { return config_; }
     // MiLo ranks per matrix, in the order the model makes them (model_matrices): each make_linear
@@ -117,6 +138,13 @@ std::string describe_quant_config(const qjit_quant_config& config);  // e.g. "in
 
 // ---- the model ----
 
+// Where a model's matrix reads its inputs: matrix `which` (0..6 = wq wk wv wo w1 w2 w3) of `layer`,
+// or the classifier's when layer == n_layers. wq, wk and wv read the same inputs, as do w1 and w3.
+struct InputSite {
+    int layer = 0;
+    int which = 0;
+};
+
 class Model {
 public:
     // Builds every linear layer (wq, wk, wv, wo, w1, w2, w3 of each layer) with `backend` and the
@@ -125,6 +153,7 @@ public:
           LinearBackend* classifier_backend = nullptr);
 
     const Config& config() const { return checkpoint_->config; }
+    const Checkpoint& checkpoint() const { return *checkpoint_; }
 
     // Runs tokens[0..T) at positions pos0..pos0+T-1, attending causally to the KV cache of positions
     // < pos0 and to each other; every linear layer is called once with m = T. Returns the T x vocab
@@ -139,6 +168,14 @@ public:
     void reset() { cached_positions_ = 0; }
     int cached_positions() const { return cached_positions_; }
 
+    // Runs a whole sequence from position 0 up to the matrix at `site` and hands its inputs (T x K,
+    // row-major) to `sink` instead of running it and what follows.
+    void capture_inputs(std::span<const int> tokens, InputSite site,
+                        const std::function<void(const float* x, int64_t rows)>& sink);
+    // Replaces matrix `which` (0..6) of `layer`, or the classifier at layer == n_layers, by a Linear of
+    // the same shape.
+    void replace_linear(InputSite site, std::unique_ptr<Linear> linear);
+
     // Total bytes of the weights the linear layers stream per forward (classifier included).
     int64_t linear_weight_bytes() const;
     // Their stored bytes (Linear::stored_bytes), the compensators' share, and their weights (K N).
@@ -147,6 +184,7 @@ public:
     int64_t linear_weight_count() const;
     const Linear& layer_linear(int layer, int which) const;  // which: 0..6 = wq wk wv wo w1 w2 w3
     const Linear& classifier() const { return *classifier_; }
+    std::vector<const Linear*> linears() const;  // every layer's seven, then the classifier
 
 private:
     struct Layer {
@@ -154,7 +192,10 @@ private:
     };
 
     void ensure_capacity(int tokens);
-    std::vector<const Linear*> linears() const;  // every layer's seven, then the classifier
+    std::unique_ptr<Linear>& linear_at(InputSite site);
+    // Runs matrix `which` of `layer` (layer == n_layers: the classifier) on `count` rows, or, at the
+    // capture site, hands x to the capture's sink and returns false: the forward stops there.
+    bool run_linear(int layer, int which, const float* x, int count, float* y);
     int64_t sum_over_linears(int64_t (*count)(const Linear&)) const;
     void attention(int layer, int pos0, int count);
 
@@ -169,7 +210,21 @@ private:
     int capacity_ = 0;
     std::vector<float> x_, xb_, q_, att_out_, delta_, hb_, hb2_, logits_;
     std::vector<float> scores_;  // [seq_len]
+    struct Capture {
+        InputSite site;
+        const std::function<void(const float*, int64_t)>* sink;
+    };
+    const Capture* capture_ = nullptr;  // during capture_inputs only
 };
+
+// Sequential calibrated quantization, in GPTQ's order: layer by layer, the inputs of its matrices
+// are captured from `sequences` run through the model as quantized so far (wq wk wv together, then
+// wo, then w1 w3 together, then w2, each group with the ones before it already quantized), and
+// those matrices are quantized with `backend` on that calibration; the classifier last when
+// `classifier` is true. The model may start from any backend (the runner's is fp32 dense).
+// Returns the calibration rows each matrix saw (the same for every matrix: one per token).
+int64_t quantize_with_calibration(Model& model, QjitBackend& backend, const std::vector<std::vector<int>>& sequences,
+                                  bool classifier);
 
 // ---- evaluation ----
 
@@ -199,10 +254,22 @@ public:
     std::string piece(int previous, int token) const;
     // The text run.c prints for a generated sequence (tokens[0] is the prompt BOS); stops at a BOS.
     std::string decode(std::span<const int> tokens) const;
+    // run.c's encode(): a dummy-prefix " " token, each UTF-8 character's token (its bytes + 3 when
+    // the vocabulary lacks it), then the adjacent pair of highest score merged until none merges.
+    // No BOS or EOS.
+    std::vector<int> encode(const std::string& text) const;
 
 private:
+    int lookup(const std::string& piece) const;  // -1 when absent
+
     std::vector<std::string> vocab_;
+    std::vector<float> scores_;
+    std::vector<std::pair<std::string, int>> sorted_;  // (piece, id) sorted by piece, as run.c searches
 };
+
+// The text's paragraphs as the reference tokens were made: split at blank lines ("\n\n"),
+// surrounding whitespace stripped, empty ones skipped.
+std::vector<std::string> split_paragraphs(const std::string& text);
 
 // ---- file helpers ----
 

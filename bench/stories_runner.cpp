@@ -3,11 +3,23 @@
 //   (b) mean NLL over the reference TinyStories sequences for bits 2/3/4/8 x group 32/64/per column x
 //       symmetric/asymmetric, next to the dense fp32 figure and the reference mean.
 // With --method, one quantization method instead: its NLL next to fp32's, and with --json one JSON
-// object on stdout (method, bits, group_size, nll, fp32_nll, delta_nll, tokens, bits_per_weight, ...).
+// object on stdout (method, bits, group_size, nll, fp32_nll, delta_nll, tokens, bits_per_weight, the
+// method's parameters, ...).
+//
+// The calibrated methods (gptq, mixed) quantize layer by layer on the quantized model's own
+// activations (llama2::quantize_with_calibration): the calibration text is paragraphs 400 and later of
+// text/tinystories_val.txt, tokenized here as the reference tokens were (the evaluation set is
+// paragraphs 0..199), --calibration-paragraphs of them (default 256: about 25,000 tokens, each a row
+// of every matrix's calibration; a gptq run takes 15-60 s on 2 shared cores, most of it running the
+// calibration text through the model once per group of matrices). --calibration-start P takes
+// another sample of the text (paragraphs P.., P >= 200), to see how much the result owes to it.
 //
 // Usage: stories_runner [--models-dir DIR] [--steps N] [--threads N] [--fp32-classifier] [--f32-scales]
-//        stories_runner --method rtn|hqq|milo [--bits B] [--group G] [--rank R | --rank-policy P --avg-rank R]
-//                       [--low-rank-bits 8|3|16] [--json]
+//        stories_runner --method fp32|rtn|hqq|milo|gptq|mixed [--bits B] [--group G] [--json]
+//                       milo:  [--rank R | --rank-policy P --avg-rank R] [--low-rank-bits 8|3|16]
+//                       gptq:  [--act-order] [--damp D] [--calibration-paragraphs N] [--calibration-start P]
+//                       mixed: [--alpha A] [--outliers F] [--no-second-order] [--act-order] [--damp D]
+//                              [--calibration-paragraphs N] [--calibration-start P] | --no-calibration]
 
 #include <algorithm>
 #include <chrono>
@@ -28,6 +40,9 @@
 
 namespace {
 
+// The evaluation set is the first 200 paragraphs; calibration starts well after it by default.
+constexpr int kEvaluationParagraphs = 200;
+
 struct Options {
     std::string models_dir = QJIT_SHARED_MODELS_DIR;
     int steps = 256;
@@ -43,8 +58,34 @@ struct Options {
     std::string rank_policy;       // "uniform", "dense-r", "sparse-r", "kurtosis-r", "frequency-r"
     double avg_rank = 0;
     int low_rank_bits = 8;
+    // gptq and mixed
+    bool act_order = false;
+    double damp = 0.01;
+    int calibration_paragraphs = 256;
+    int calibration_start = 400;   // first paragraph of the calibration text
+    bool no_calibration = false;   // mixed: rank groups by their range, round to nearest
+    double alpha = 0.25;           // mixed: fraction of K-groups in 4 bits
+    double outlier_fraction = 0.002;
+    bool second_order_scales = true;
+    qjit_isa max_isa = QJIT_ISA_AUTO;
     bool json = false;
+
+    bool calibrated() const { return method == "gptq" || (method == "mixed" && !no_calibration); }
 };
+
+struct IsaName {
+    const char* name;
+    qjit_isa isa;
+};
+constexpr IsaName kIsaNames[] = {{"auto", QJIT_ISA_AUTO},         {"portable", QJIT_ISA_PORTABLE},
+                                 {"avx2", QJIT_ISA_AVX2},         {"avx2-vnni", QJIT_ISA_AVX2_VNNI},
+                                 {"avx512", QJIT_ISA_AVX512},     {"avx512-vnni", QJIT_ISA_AVX512_VNNI}};
+
+const char* isa_name(qjit_isa isa) {
+    for (const IsaName& entry : kIsaNames)
+        if (entry.isa == isa) return entry.name;
+    return "?";
+}
 
 void print_usage(const char* program) {
     std::printf(
@@ -56,12 +97,23 @@ void print_usage(const char* program) {
         "  --fp32-classifier  quantize only wq..w3 and keep the classifier in fp32\n"
         "  --f32-scales       keep quantization scales in fp32 (default: f16, qjit's default)\n"
         "  --activations P    activation path of the CPU kernels (default auto: qjit's default)\n"
-        "  --method M         rtn, hqq or milo: evaluate this one method (no decoding, no sweep)\n"
-        "  --bits B, --group G  its width (default 3) and group size (default 64; -1 per column)\n"
+        "  --isa I            cap on the CPU instruction set: auto (default), portable, avx2, avx2-vnni, avx512,\n"
+        "                     avx512-vnni\n"
+        "  --method M         fp32, rtn, hqq, milo, gptq or mixed: evaluate this one method (no decoding, no sweep)\n"
+        "  --bits B, --group G  its width (default 3; mixed: 2 or 4 per group) and group size (default 64; -1 per\n"
+        "                     column)\n"
         "  --rank R           milo: the compensator rank of every matrix\n"
         "  --rank-policy P --avg-rank R  milo: ranks shared under an average rank (uniform, dense-r, sparse-r,\n"
         "                     kurtosis-r, frequency-r)\n"
         "  --low-rank-bits B  milo: how U and V are stored: 8 (default), 3 or 16 (fp16)\n"
+        "  --act-order        gptq, mixed: quantize rows in decreasing diag(H)\n"
+        "  --damp D           gptq, mixed: D * mean(diag(H)) added to H's diagonal (default 0.01)\n"
+        "  --calibration-paragraphs N  gptq, mixed: calibrate on N paragraphs of the text (default 256)\n"
+        "  --calibration-start P  gptq, mixed: the first of them (default 400; the evaluation set is 0..199)\n"
+        "  --alpha A          mixed: fraction of K-groups in 4 bits (default 0.25)\n"
+        "  --outliers F       mixed: fraction of weights kept as fp16 outliers, 0 .. 0.005 (default 0.002)\n"
+        "  --no-second-order  mixed: keep the group scales in fp16 instead of 4-bit second-order codes\n"
+        "  --no-calibration   mixed: rank groups by their range and round to nearest (no calibration)\n"
         "  --json             print one JSON object on stdout (progress goes to stderr)\n",
         program, QJIT_SHARED_MODELS_DIR);
 }
@@ -127,15 +179,42 @@ std::optional<Options> parse_args(int argc, char** argv) {
             else if (arg == "--group") options.group_size = *v;
             else if (arg == "--rank") options.rank = *v;
             else options.low_rank_bits = *v;
-        } else if (arg == "--avg-rank") {
+        } else if (arg == "--avg-rank" || arg == "--damp" || arg == "--alpha" || arg == "--outliers") {
             const char* text = value();
             if (!text) return std::nullopt;
             char* end = nullptr;
-            options.avg_rank = std::strtod(text, &end);
-            if (*text == '\0' || *end != '\0' || !(options.avg_rank >= 0 && options.avg_rank <= 1024)) {
-                std::fprintf(stderr, "--avg-rank: '%s' is not a number in [0, 1024]\n", text);
+            const double v = std::strtod(text, &end);
+            const double max = arg == "--avg-rank" ? 1024.0 : arg == "--outliers" ? 0.005 : 1.0;
+            if (*text == '\0' || *end != '\0' || !(v >= 0 && v <= max)) {
+                std::fprintf(stderr, "%s: '%s' is not a number in [0, %g]\n", arg.c_str(), text, max);
                 return std::nullopt;
             }
+            (arg == "--avg-rank" ? options.avg_rank
+             : arg == "--damp"   ? options.damp
+             : arg == "--alpha"  ? options.alpha
+                                 : options.outlier_fraction) = v;
+        } else if (arg == "--calibration-paragraphs" || arg == "--calibration-start") {
+            const auto v = arg == "--calibration-start" ? int_value(kEvaluationParagraphs, 4000) : int_value(1, 4000);
+            if (!v) return std::nullopt;
+            (arg == "--calibration-start" ? options.calibration_start : options.calibration_paragraphs) = *v;
+        } else if (arg == "--act-order") {
+            options.act_order = true;
+        } else if (arg == "--no-calibration") {
+            options.no_calibration = true;
+        } else if (arg == "--no-second-order") {
+            options.second_order_scales = false;
+        } else if (arg == "--isa") {
+            const char* text = value();
+            if (!text) return std::nullopt;
+            const IsaName* found = nullptr;
+            for (const IsaName& entry : kIsaNames)
+                if (std::strcmp(entry.name, text) == 0) found = &entry;
+            if (!found) {
+                std::fprintf(stderr, "--isa: '%s' is not auto, portable, avx2, avx2-vnni, avx512 or avx512-vnni\n",
+                             text);
+                return std::nullopt;
+            }
+            options.max_isa = found->isa;
         } else if (arg == "--json") {
             options.json = true;
         } else if (arg == "--help" || arg == "-h") {
@@ -147,8 +226,22 @@ std::optional<Options> parse_args(int argc, char** argv) {
             return std::nullopt;
         }
     }
-    if (!options.method.empty() && options.method != "rtn" && options.method != "hqq" && options.method != "milo") {
-        std::fprintf(stderr, "--method: '%s' is not rtn, hqq or milo\n", options.method.c_str());
+    const std::string& method = options.method;
+    if (!method.empty() && method != "fp32" && method != "rtn" && method != "hqq" && method != "milo" &&
+        method != "gptq" && method != "mixed") {
+        std::fprintf(stderr, "--method: '%s' is not fp32, rtn, hqq, milo, gptq or mixed\n", method.c_str());
+        return std::nullopt;
+    }
+    if (method.empty() && options.json) {
+        std::fprintf(stderr, "--json goes with --method (the sweep prints a table)\n");
+        return std::nullopt;
+    }
+    if (options.no_calibration && method != "mixed") {
+        std::fprintf(stderr, "--no-calibration goes with --method mixed (gptq needs a calibration)\n");
+        return std::nullopt;
+    }
+    if (options.act_order && !options.calibrated()) {
+        std::fprintf(stderr, "--act-order goes with --method gptq or a calibrated --method mixed\n");
         return std::nullopt;
     }
     const bool milo = options.method == "milo";
@@ -234,57 +327,211 @@ std::vector<int> policy_ranks(const Options& options, const llama2::Checkpoint& 
     return ranks;
 }
 
+// One JSON object on one line, its keys in the order added.
+class JsonLine {
+public:
+    JsonLine& number(const char* key, double value, int decimals = 6) {
+        char text[64];
+        std::snprintf(text, sizeof text, "%.*f", decimals, value);
+        return raw(key, text);
+    }
+    JsonLine& integer(const char* key, long long value) { return raw(key, std::to_string(value)); }
+    JsonLine& boolean(const char* key, bool value) { return raw(key, value ? "true" : "false"); }
+    JsonLine& text(const char* key, const std::string& value) { return raw(key, "\"" + value + "\""); }  // plain ASCII names
+    JsonLine& null(const char* key) { return raw(key, "null"); }
+    std::string str() const { return "{" + body_ + "}"; }
+
+private:
+    JsonLine& raw(const char* key, const std::string& value) {
+        body_ += (body_.empty() ? "\"" : ", \"") + std::string(key) + "\": " + value;
+        return *this;
+    }
+    std::string body_;
+};
+
+// What the model's quantized matrices store, summed (the fp32 ones, a kept classifier, left out).
+struct Storage {
+    int64_t weights = 0;       // sum of K N
+    int64_t stored_bytes = 0;  // qjit_linear_info.stored_bytes
+    int64_t low_rank_bytes = 0;
+    int64_t groups = 0, wide_groups = 0, outliers = 0;
+    bool second_order_scales = false;
+
+    double bits_per_weight() const { return weights > 0 ? double(stored_bytes) * 8.0 / double(weights) : 32.0; }
+};
+
+Storage quantized_storage(const llama2::Model& model) {
+    Storage total;
+    for (const llama2::Linear* linear : model.linears()) {
+        qjit_linear_info info{};
+        if (!linear->qjit_info(&info)) continue;
+        total.weights += info.k * info.n;
+        total.stored_bytes += info.stored_bytes;
+        total.low_rank_bytes += info.low_rank_bytes;
+        total.groups += (info.k + info.group_size - 1) / info.group_size;
+        total.wide_groups += info.wide_groups;
+        total.outliers += info.outliers;
+        total.second_order_scales = total.second_order_scales || info.second_order_scales;
+    }
+    return total;
+}
+
+// [BOS] + the tokens of paragraphs first .. first + count - 1 of the text, each cut to the model's
+// seq_len. The encoder is checked first against the reference tokens of the evaluation set's first
+// paragraphs, so both sets are tokenized alike.
+std::vector<std::vector<int>> calibration_sequences(const std::string& models_dir, const llama2::Config& config,
+                                                    const std::vector<uint16_t>& reference_tokens, int first,
+                                                    int count) {
+    const llama2::Tokenizer tokenizer(models_dir + "/stories260K/tok512.bin", config.vocab_size);
+    const std::vector<std::string> paragraphs =
+        llama2::split_paragraphs(read_text(models_dir + "/text/tinystories_val.txt"));
+    if (paragraphs.size() < size_t(first + count))
+        throw std::runtime_error("the text has " + std::to_string(paragraphs.size()) + " paragraphs; calibration needs " +
+                                 std::to_string(first + count));
+    constexpr size_t kChecked = 20;
+    std::vector<int> expected;
+    for (size_t p = 0; p < kChecked; ++p) {
+        expected.push_back(llama2::kBosToken);
+        const std::vector<int> tokens = tokenizer.encode(paragraphs[p]);
+        expected.insert(expected.end(), tokens.begin(), tokens.end());
+    }
+    if (reference_tokens.size() < expected.size() ||
+        !std::equal(expected.begin(), expected.end(), reference_tokens.begin()))
+        throw std::runtime_error("the encoder does not reproduce the reference tokens of the first paragraphs");
+    std::vector<std::vector<int>> sequences;
+    for (int p = first; p < first + count; ++p) {
+        std::vector<int> sequence{llama2::kBosToken};
+        const std::vector<int> tokens = tokenizer.encode(paragraphs[size_t(p)]);
+        sequence.insert(sequence.end(), tokens.begin(), tokens.end());
+        if (sequence.size() > size_t(config.seq_len)) sequence.resize(size_t(config.seq_len));
+        sequences.push_back(std::move(sequence));
+    }
+    return sequences;
+}
+
+qjit_quant_config method_config(const Options& options) {
+    qjit_quant_config config = llama2::make_quant_config(options.bits, options.group_size, false);
+    config.scale_dtype = options.scale_dtype;
+    const std::string& m = options.method;
+    config.method = m == "milo"   ? QJIT_QUANT_MILO
+                    : m == "hqq"  ? QJIT_QUANT_HQQ
+                    : m == "gptq" ? QJIT_QUANT_GPTQ
+                    : m == "mixed" ? QJIT_QUANT_MIXED
+                                   : QJIT_QUANT_RTN;
+    config.rank = options.rank;
+    config.low_rank_bits = options.low_rank_bits;
+    config.act_order = options.act_order ? 1 : 0;
+    config.damp = options.damp;
+    config.mixed_alpha = options.alpha;
+    config.outlier_fraction = options.outlier_fraction;
+    config.second_order_scales = options.second_order_scales ? 1 : 0;
+    return config;
+}
+
 // --method: one method's NLL next to fp32's, as text or as one JSON object on stdout.
 int run_method(const Options& options, const std::shared_ptr<const llama2::Checkpoint>& checkpoint,
                llama2::LinearBackend* classifier_backend, const std::vector<uint16_t>& tokens,
                const qjit_context_options& context_options) {
     llama2::DenseBackend dense;
     const Run fp32 = run_nll(checkpoint, dense, nullptr, tokens);
+    const bool is_fp32 = options.method == "fp32";
+    const bool mixed = options.method == "mixed", milo = options.method == "milo";
 
-    qjit_quant_config config = llama2::make_quant_config(options.bits, options.group_size, false);
-    config.scale_dtype = options.scale_dtype;
-    config.method = options.method == "milo" ? QJIT_QUANT_MILO : options.method == "hqq" ? QJIT_QUANT_HQQ
-                                                                                          : QJIT_QUANT_RTN;
-    config.rank = options.rank;
-    config.low_rank_bits = options.low_rank_bits;
-    llama2::QjitBackend backend(config, &context_options);
+    const qjit_quant_config config = method_config(options);
+    std::unique_ptr<llama2::QjitBackend> backend;
     std::vector<int> ranks;
-    if (!options.rank_policy.empty()) {
-        ranks = policy_ranks(options, *checkpoint);
-        backend.set_ranks(ranks);
+    std::unique_ptr<llama2::Model> model;
+    int64_t calibration_rows = 0;
+    auto start = std::chrono::steady_clock::now();
+    if (is_fp32) {
+        model = std::make_unique<llama2::Model>(checkpoint, dense);
+    } else {
+        backend = std::make_unique<llama2::QjitBackend>(config, &context_options);
+        if (!options.rank_policy.empty()) {
+            ranks = policy_ranks(options, *checkpoint);
+            backend->set_ranks(ranks);
+        }
+        if (options.calibrated()) {
+            const std::vector<std::vector<int>> sequences =
+                calibration_sequences(options.models_dir, checkpoint->config, tokens, options.calibration_start,
+                                      options.calibration_paragraphs);
+            model = std::make_unique<llama2::Model>(checkpoint, dense);  // fp32, quantized layer by layer
+            calibration_rows = llama2::quantize_with_calibration(*model, *backend, sequences, !classifier_backend);
+        } else {
+            model = std::make_unique<llama2::Model>(checkpoint, *backend, classifier_backend);
+        }
     }
-    const auto start = std::chrono::steady_clock::now();
-    llama2::Model model(checkpoint, backend, classifier_backend);
     const double build_s = seconds_since(start);
-    const llama2::NllResult nll = llama2::evaluate_nll(model, tokens);
+    start = std::chrono::steady_clock::now();
+    const llama2::NllResult nll = is_fp32 ? fp32.nll : llama2::evaluate_nll(*model, tokens);
+    const double eval_s = is_fp32 ? fp32.eval_s : seconds_since(start);
 
-    const double weights = double(model.linear_weight_count());
-    const double stored = double(model.linear_stored_bytes()), low_rank = double(model.linear_low_rank_bytes());
-    const double bits_per_weight = stored * 8.0 / weights;
-    const double extra_memory = low_rank / (stored - low_rank);
+    Storage storage = quantized_storage(*model);
+    if (is_fp32) {  // every matrix dense: 32 bits per weight
+        storage.weights = model->linear_weight_count();
+        storage.stored_bytes = model->linear_stored_bytes();
+    }
+    const double extra_memory = storage.stored_bytes > storage.low_rank_bytes
+                                    ? double(storage.low_rank_bytes) / double(storage.stored_bytes - storage.low_rank_bytes)
+                                    : 0.0;
     double mean_rank = 0;
     for (int r : ranks) mean_rank += r;
     if (!ranks.empty()) mean_rank /= double(ranks.size());
+
     if (options.json) {
-        std::printf(
-            "{\"method\": \"%s\", \"bits\": %d, \"group_size\": %d, \"scales\": \"%s\", \"nll\": %.6f, "
-            "\"fp32_nll\": %.6f, \"delta_nll\": %.6f, \"tokens\": %lld, \"bits_per_weight\": %.4f, "
-            "\"stored_bytes\": %.0f, \"low_rank_bytes\": %.0f, \"extra_memory\": %.4f, \"rank\": %d, "
-            "\"rank_policy\": \"%s\", \"avg_rank\": %g, \"mean_rank\": %.3f, \"low_rank_bits\": %d, "
-            "\"classifier\": \"%s\", \"build_s\": %.3f}\n",
-            options.method.c_str(), options.bits, options.group_size,
-            options.scale_dtype == QJIT_DTYPE_F16 ? "f16" : "f32", nll.mean_nll, fp32.nll.mean_nll,
-            nll.mean_nll - fp32.nll.mean_nll, static_cast<long long>(nll.tokens), bits_per_weight, stored, low_rank,
-            extra_memory, options.rank, options.rank_policy.c_str(), options.avg_rank, mean_rank,
-            config.method == QJIT_QUANT_MILO ? options.low_rank_bits : 0,
-            classifier_backend ? "fp32" : "quantized", build_s);
+        JsonLine json;
+        json.text("method", options.method);
+        if (is_fp32) json.integer("bits", 32).null("group_size");
+        else if (mixed) json.null("bits").integer("group_size", options.group_size);
+        else json.integer("bits", options.bits).integer("group_size", options.group_size);
+        json.text("scales", is_fp32 ? "-" : mixed && options.second_order_scales ? "sq4"
+                                        : options.scale_dtype == QJIT_DTYPE_F16 ? "f16" : "f32")
+            .number("nll", nll.mean_nll)
+            .number("fp32_nll", fp32.nll.mean_nll)
+            .number("delta_nll", nll.mean_nll - fp32.nll.mean_nll)
+            .integer("tokens", nll.tokens)
+            .number("bits_per_weight", storage.bits_per_weight(), 4)
+            .integer("stored_bytes", storage.stored_bytes)
+            .integer("weights", storage.weights)
+            .text("classifier", classifier_backend || is_fp32 ? "fp32" : "quantized")
+            .text("isa", isa_name(options.max_isa));
+        if (milo || !ranks.empty())
+            json.integer("rank", options.rank)
+                .text("rank_policy", options.rank_policy)
+                .number("avg_rank", options.avg_rank, 3)
+                .number("mean_rank", mean_rank, 3)
+                .integer("low_rank_bits", options.low_rank_bits)
+                .integer("low_rank_bytes", storage.low_rank_bytes)
+                .number("extra_memory", extra_memory, 4);
+        if (mixed)
+            json.number("alpha", options.alpha, 4)
+                .number("outlier_fraction", options.outlier_fraction, 4)
+                .boolean("second_order_scales", storage.second_order_scales)
+                .integer("groups", storage.groups)
+                .integer("wide_groups", storage.wide_groups)
+                .integer("outliers", storage.outliers);
+        if (options.method == "gptq" || mixed)
+            json.boolean("act_order", options.act_order)
+                .number("damp", options.damp, 4)
+                .integer("calibration_paragraphs", options.calibrated() ? options.calibration_paragraphs : 0)
+                .integer("calibration_start", options.calibrated() ? options.calibration_start : 0)
+                .integer("calibration_tokens", calibration_rows);
+        json.number("build_s", build_s, 3).number("eval_s", eval_s, 3);
+        std::printf("%s\n", json.str().c_str());
         return 0;
     }
-    std::printf("%s: %s, NLL %.5f (fp32 %.5f, %+.5f) over %lld tokens, %.3f bits per weight (%.1f %% in the "
-                "compensator), built in %.2f s\n",
-                options.method.c_str(), backend.name().c_str(), nll.mean_nll, fp32.nll.mean_nll,
-                nll.mean_nll - fp32.nll.mean_nll, static_cast<long long>(nll.tokens), bits_per_weight,
-                100.0 * extra_memory, build_s);
+    std::printf("%s: %s, NLL %.5f (fp32 %.5f, %+.5f) over %lld tokens, %.3f bits per weight", options.method.c_str(),
+                is_fp32 ? "fp32 dense" : backend->name().c_str(), nll.mean_nll, fp32.nll.mean_nll,
+                nll.mean_nll - fp32.nll.mean_nll, static_cast<long long>(nll.tokens), storage.bits_per_weight());
+    if (milo) std::printf(" (%.1f %% in the compensator)", 100.0 * extra_memory);
+    if (mixed)
+        std::printf(", %lld of %lld groups in 4 bits, %lld outliers", static_cast<long long>(storage.wide_groups),
+                    static_cast<long long>(storage.groups), static_cast<long long>(storage.outliers));
+    if (options.calibrated())
+        std::printf(", calibrated on paragraphs %d..%d (%lld tokens)", options.calibration_start,
+                    options.calibration_start + options.calibration_paragraphs - 1,
+                    static_cast<long long>(calibration_rows));
+    std::printf(", built in %.2f s\n", build_s);
     return 0;
 }
 
@@ -309,6 +556,7 @@ int run_main(const Options& options) {
     qjit_context_options_init(&context_options);
     context_options.num_threads = options.threads;
     context_options.activations = options.activations;
+    context_options.max_isa = options.max_isa;
     llama2::DenseBackend dense;
     if (!options.method.empty())
         return run_method(options, checkpoint, options.fp32_classifier ? &dense : nullptr, nll_tokens, context_options);
