@@ -56,7 +56,7 @@ void assign_block_widths(PackedCodes& codes, std::vector<uint8_t> block_bits);
 int64_t column_words(const WeightFormat& format);
 size_t packed_word_count(const WeightFormat& format, int64_t n, int panel_columns);
 
-// The width of each 32-row block of a format of mixed widths (groups of 32 rows or more, so a block
+// The width of each 32-row block of a format of mixed widths (groups of whole 32-row blocks, so a block
 // lies in one group); empty for a uniform format.
 std::vector<uint8_t> block_widths(const WeightFormat& format);
 

@@ -47,7 +47,7 @@ void validate_outliers(const QuantParams& p) {
             o.column_start.front(), " to ", o.column_start.back(), "; expected 0 to ", p.outliers);
     for (int64_t c = 0; c < p.n; ++c) {
         const int64_t begin = o.column_start[size_t(c)], end = o.column_start[size_t(c + 1)];
-        require(begin <= end, "outlier column starts decrease at column ", c);
+        require(begin <= end && end <= p.outliers, "outlier column starts decrease or pass the count at column ", c);
         for (int64_t i = begin; i < end; ++i) {
             const int32_t row = o.rows[size_t(i)];
             require(row >= 0 && row < p.k, "outlier ", i, " is at row ", row, ", outside 0 .. K-1");

@@ -79,8 +79,8 @@ void validate(const WeightFormat& f) {
         }
         require(f.bits == widest, "bits is ", f.bits, " with mixed groups; expected the widest group's, ", widest);
         require(!f.symmetric, "mixed group widths need asymmetric zero points");
-        require(f.group_size >= 32 && !f.per_column(), "mixed group widths need groups of 32 rows or more and "
-                "several groups; group_size is ", f.group_size, " for K=", f.k);
+        require(f.group_size % 32 == 0 && !f.per_column(), "mixed group widths need groups of a multiple of 32 "
+                "rows (whole 32-row blocks) and several groups; group_size is ", f.group_size, " for K=", f.k);
     }
     if (f.second_order_scales()) {
         require(!f.symmetric, "second-order scales need asymmetric zero points");

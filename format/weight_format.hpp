@@ -78,7 +78,7 @@ inline WeightFormat f16_scaled_format() {
 // Throws an invalid-argument Error naming the field when the format is not one qjit can store and
 // run: bits 2/3/4/8, a positive group size, a non-empty shape below kMaxDimension, low-rank terms
 // of a rank up to min(K, N, 1024) at 8, 3 or 16 bits; mixed widths (2 and 4 bits per group, bits
-// the widest, asymmetric, groups of 32 rows or more); second-order scales (asymmetric, bits <= 4);
+// the widest, asymmetric, groups of a multiple of 32 rows); second-order scales (asymmetric, bits <= 4);
 // at most kMaxOutlierFraction of the weights as outliers; no permuted columns (no backend runs them
 // yet).
 void validate(const WeightFormat& format);

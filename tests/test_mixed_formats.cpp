@@ -244,7 +244,11 @@ TEST(MixedFormat, InvalidFormatsAreRefusedByName) {
     bad = f;
     bad.group_size = 16;
     bad.group_bits.resize(16, 2);
-    EXPECT_NE(refusal(bad).find("groups of 32 rows or more"), std::string::npos) << refusal(bad);
+    EXPECT_NE(refusal(bad).find("multiple of 32"), std::string::npos) << refusal(bad);
+    bad = f;
+    bad.group_size = 48;
+    bad.group_bits.resize(6, 2);
+    EXPECT_NE(refusal(bad).find("multiple of 32"), std::string::npos) << refusal(bad);
     bad = f;
     bad.symmetric = true;
     EXPECT_NE(refusal(bad).find("asymmetric"), std::string::npos) << refusal(bad);
