@@ -36,4 +36,17 @@ struct GptqConfig {
 QuantizedMatrix quantize_gptq(const GptqConfig& config, const Hessian& hessian, int64_t k, int64_t n,
                               const float* weights);
 
+// The pieces of quantize_gptq the 2/4/16 quantizer (format/quantize_mixed.hpp) reads too.
+//
+// The act-order row order: rows by decreasing diag(H), ties in row order (a dead input, diag 0, counts
+// as 1, as GPTQ sets it). Storage row r holds original row result[r].
+std::vector<int32_t> gptq_act_order(const Hessian& hessian);
+// The divisor of each row's rounding error in quantize_gptq, d[r] = U[r][r] for the upper Cholesky
+// factor U of (H' + damp * mean(diag H') I)^-1, H' being H with dead inputs set to 1 and its rows and
+// columns taken in `order` (storage order; empty: the original order). d[r]^2 is [H^-1]_rr of the
+// rows from r on (the inverse of H' restricted to rows r.. of the order), which is how GPTQ and
+// SparseGPT weight an error: (w - q)^2 / d^2 is the output error it costs. With only a diagonal,
+// d[r] = 1 / sqrt(H_rr + damp * mean).
+std::vector<double> gptq_error_divisors(const Hessian& hessian, double damp, const std::vector<int32_t>& order);
+
 }  // namespace qjit

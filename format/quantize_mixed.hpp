@@ -11,7 +11,10 @@
 namespace qjit {
 
 enum class GroupSensitivity {
-    Hessian,  // sum over the group's weights of w^2 / [H^-1]_kk^2 (the 2/4/16 paper's saliency)
+    Hessian,  // sum over the group's weights of w^2 / [H^-1]_kk^2 (the 2/4/16 paper's saliency), with
+              // [H^-1]_kk GPTQ's "Hinv": the diagonal of the upper Cholesky factor of the damped H^-1 in
+              // the quantization order (gptq_error_divisors), as SparseGPT ranks weights; its square is
+              // [H^-1]_kk of the rows from k on, so w^2 / Hinv_kk^2 is the output error of losing w
     Range,    // no calibration: the group's 2-bit round-to-nearest error, sum over its columns of
               // ((max - min) / 3)^2 * rows, a fallback named as such
 };
@@ -26,7 +29,8 @@ struct MixedConfig {
 };
 
 // Sensitivity of each K-group (groups over rows in quantization order: act-order's when
-// act_order_rows is given), merged over all output columns.
+// act_order_rows is given), merged over all output columns. The Hessian kind damps H as GptqConfig's
+// default damp does (quantize_mixed uses its own config's damp).
 std::vector<double> group_sensitivity(GroupSensitivity kind, const Hessian* hessian, int64_t k, int64_t n,
                                       const float* weights, int64_t group_size,
                                       const std::vector<int32_t>& act_order_rows = {});

@@ -1,0 +1,158 @@
+#include "format/quantize_mixed.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "base/error.hpp"
+#include "format/quantize_gptq.hpp"
+
+namespace qjit {
+
+namespace {
+
+// Sum over each group's weights of w^2 / d^2, d = GPTQ's divisor of the row (the diagonal of its
+// Cholesky factor of H^-1, "Hinv" in GPTQ and SparseGPT; d^2 is [H^-1]_rr of the rows from r on, in
+// `order`), at the given damp: the output error of losing w, as SparseGPT ranks weights. Dead inputs
+// count nothing: GPTQ stores them as 0.
+std::vector<double> hessian_sensitivity(const Hessian& hessian, double damp, int64_t k, int64_t n,
+                                        const float* weights, int64_t group_size, const std::vector<int32_t>& order) {
+    const std::vector<double> diagonal = hessian.diagonal();
+    const std::vector<double> d = gptq_error_divisors(hessian, damp, order);
+    std::vector<double> sensitivity(size_t((k + group_size - 1) / group_size), 0.0);
+    for (int64_t r = 0; r < k; ++r) {
+        const int64_t from = order[size_t(r)];
+        if (diagonal[size_t(from)] == 0.0) continue;
+        const double inverse = 1.0 / (d[size_t(r)] * d[size_t(r)]);  // 1 / Hinv_rr^2
+        double sum = 0.0;
+        for (int64_t c = 0; c < n; ++c) sum += double(weights[from * n + c]) * double(weights[from * n + c]);
+        sensitivity[size_t(r / group_size)] += sum * inverse;
+    }
+    return sensitivity;
+}
+
+std::vector<int32_t> identity_rows(int64_t k) {
+    std::vector<int32_t> rows(static_cast<size_t>(k));
+    std::iota(rows.begin(), rows.end(), 0);
+    return rows;
+}
+
+}  // namespace
+
+std::vector<double> group_sensitivity(GroupSensitivity kind, const Hessian* hessian, int64_t k, int64_t n,
+                                      const float* weights, int64_t group_size,
+                                      const std::vector<int32_t>& act_order_rows) {
+    validate_shape(k, n);
+    require(weights != nullptr, "weights is NULL");
+    require(group_size >= 1, "group_size is ", group_size, "; expected 1 or more");
+    require(act_order_rows.empty() || act_order_rows.size() == size_t(k), "act_order_rows holds ",
+            act_order_rows.size(), " rows; expected K = ", k);
+    std::vector<int32_t> order = act_order_rows.empty() ? identity_rows(k) : act_order_rows;
+    if (!act_order_rows.empty()) {
+        std::vector<bool> seen(size_t(k), false);
+        for (int32_t r : order) {
+            require(r >= 0 && r < k && !seen[size_t(r)], "act_order_rows is not a permutation of 0..K-1");
+            seen[size_t(r)] = true;
+        }
+    }
+    if (kind == GroupSensitivity::Hessian) {
+        require(hessian != nullptr, "Hessian sensitivity needs a Hessian");
+        require(!hessian->empty(), "the Hessian is empty: add calibration rows or set it");
+        require(hessian->k() == k, "the Hessian is ", hessian->k(), " x ", hessian->k(), "; expected K x K = ", k,
+                " x ", k);
+        return hessian_sensitivity(*hessian, GptqConfig{}.damp, k, n, weights, group_size, order);
+    }
+
+    require(kind == GroupSensitivity::Range, "unknown group sensitivity ", int(kind));
+    const int64_t groups = (k + group_size - 1) / group_size;
+    std::vector<double> sensitivity(size_t(groups), 0.0);
+    std::vector<float> lo(static_cast<size_t>(n)), hi(static_cast<size_t>(n));
+    for (int64_t g = 0; g < groups; ++g) {
+        const int64_t r0 = g * group_size, r1 = std::min(k, r0 + group_size);
+        std::fill(lo.begin(), lo.end(), 0.0f);  // the range contains 0, as the quantizers' does
+        std::fill(hi.begin(), hi.end(), 0.0f);
+        for (int64_t r = r0; r < r1; ++r) {
+            const float* row = weights + int64_t(order[size_t(r)]) * n;
+            for (int64_t c = 0; c < n; ++c) {
+                lo[size_t(c)] = std::min(lo[size_t(c)], row[c]);
+                hi[size_t(c)] = std::max(hi[size_t(c)], row[c]);
+            }
+        }
+        double sum = 0.0;
+        for (int64_t c = 0; c < n; ++c) {
+            const double step = (double(hi[size_t(c)]) - double(lo[size_t(c)])) / 3.0;
+            sum += step * step;
+        }
+        sensitivity[size_t(g)] = sum * double(r1 - r0);
+    }
+    return sensitivity;
+}
+
+std::vector<uint8_t> assign_group_widths(const std::vector<double>& sensitivity, double alpha) {
+    require(std::isfinite(alpha) && alpha >= 0 && alpha <= 1, "alpha is ", alpha, "; expected 0 .. 1");
+    const int64_t groups = int64_t(sensitivity.size());
+    // ceil(alpha * groups), the product's rounding error (0.3 * 10 = 3.0000000000000004) forgiven.
+    const int64_t wide = std::clamp<int64_t>(int64_t(std::ceil(alpha * double(groups) - 1e-9)), 0, groups);
+    std::vector<int64_t> by_sensitivity(static_cast<size_t>(groups));
+    std::iota(by_sensitivity.begin(), by_sensitivity.end(), 0);
+    std::stable_sort(by_sensitivity.begin(), by_sensitivity.end(), [&](int64_t a, int64_t b) {
+        return sensitivity[size_t(a)] > sensitivity[size_t(b)];
+    });
+    std::vector<uint8_t> widths(size_t(groups), 2);
+    for (int64_t i = 0; i < wide; ++i) widths[size_t(by_sensitivity[size_t(i)])] = 4;
+    return widths;
+}
+
+QuantizedMatrix quantize_mixed(const MixedConfig& config, const Hessian* hessian, int64_t k, int64_t n,
+                               const float* weights) {
+    validate_shape(k, n);
+    require(weights != nullptr, "weights is NULL");
+    require(config.group_size >= 32, "group_size is ", config.group_size, "; mixed groups are 32 rows or more");
+    require(std::isfinite(config.alpha) && config.alpha >= 0 && config.alpha <= 1, "alpha is ", config.alpha,
+            "; expected 0 .. 1");
+    require(std::isfinite(config.outlier_fraction) && config.outlier_fraction >= 0 &&
+                config.outlier_fraction <= kMaxOutlierFraction,
+            "outlier_fraction is ", config.outlier_fraction, "; expected 0 .. ", kMaxOutlierFraction);
+    require(std::isfinite(config.damp) && config.damp >= 0, "damp is ", config.damp, "; expected 0 or more");
+    require(hessian != nullptr || !config.act_order, "act_order needs a Hessian (its diagonal orders the rows)");
+    if (hessian != nullptr) {
+        require(!hessian->empty(), "the Hessian is empty: add calibration rows or set it");
+        require(hessian->k() == k, "the Hessian is ", hessian->k(), " x ", hessian->k(), "; expected K x K = ", k,
+                " x ", k);
+    }
+
+    std::vector<int32_t> order;
+    if (config.act_order) order = gptq_act_order(*hessian);
+    std::vector<double> sensitivity;
+    if (hessian != nullptr) {
+        // The divisors GPTQ will use: this damp, this order.
+        sensitivity = hessian_sensitivity(*hessian, config.damp, k, n, weights, config.group_size,
+                                          order.empty() ? identity_rows(k) : order);
+    } else {
+        sensitivity = group_sensitivity(GroupSensitivity::Range, nullptr, k, n, weights, config.group_size);
+    }
+    const std::vector<uint8_t> widths = assign_group_widths(sensitivity, config.alpha);
+
+    GptqConfig gptq;
+    gptq.group_size = config.group_size;
+    gptq.symmetric = false;
+    gptq.scale_dtype = QJIT_DTYPE_F16;
+    gptq.act_order = config.act_order;
+    gptq.damp = config.damp;
+    gptq.second_order_scales = config.second_order_scales;
+    gptq.outlier_fraction = config.outlier_fraction;
+    const bool uniform = std::all_of(widths.begin(), widths.end(), [&](uint8_t w) { return w == widths.front(); });
+    if (uniform) {
+        gptq.bits = widths.front();  // one width (alpha 0 or 1, or a single group): an ordinary format
+    } else {
+        gptq.bits = 4;
+        gptq.group_bits = widths;
+    }
+    if (hessian != nullptr) return quantize_gptq(gptq, *hessian, k, n, weights);
+    // No calibration: round-to-nearest (a diagonal of ones feeds nothing on and weighs every error alike).
+    Hessian ones(k);
+    ones.set_diagonal(std::vector<float>(size_t(k), 1.0f).data());
+    return quantize_gptq(gptq, ones, k, n, weights);
+}
+
+}  // namespace qjit
