@@ -9,12 +9,15 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "format/low_rank.hpp"
+#include "llama2_model.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -326,17 +329,14 @@ TEST(CApiCalibration, BatchesAndAGivenHessianEqualOneAdd) {
     EXPECT_EQ(qjit_calibration_rows(given.get(), &rows), QJIT_OK);
     EXPECT_EQ(rows, 0) << "a given Hessian counts no rows";
 
-    // The mixed formats' layers on the portable path (the generated kernels' support comes separately).
-    const ContextPtr mixed_context = qjit::test::make_test_context(2, QJIT_ISA_PORTABLE);
     for (const qjit_quant_method method : {QJIT_QUANT_GPTQ, QJIT_QUANT_MIXED}) {
         for (const int act_order : {0, 1}) {
             SCOPED_TRACE(testing::Message() << "method " << int(method) << ", act_order " << act_order);
             qjit_quant_config config = config_of(method);
             config.act_order = act_order;
-            qjit_context* on = method == QJIT_QUANT_MIXED ? mixed_context.get() : context.get();
-            const LinearPtr from_whole = create_calibrated(on, config, whole.get(), w);
-            const LinearPtr from_batches = create_calibrated(on, config, batched.get(), w);
-            const LinearPtr from_hessian = create_calibrated(on, config, given.get(), w);
+            const LinearPtr from_whole = create_calibrated(context.get(), config, whole.get(), w);
+            const LinearPtr from_batches = create_calibrated(context.get(), config, batched.get(), w);
+            const LinearPtr from_hessian = create_calibrated(context.get(), config, given.get(), w);
             ASSERT_TRUE(from_whole && from_batches && from_hessian);
             const std::vector<float> expected = dequantized(from_whole.get());
             EXPECT_EQ(dequantized(from_batches.get()), expected);
@@ -399,10 +399,11 @@ TEST(CApiCalibration, GptqBeatsRtnOnCorrelatedInputs) {
 
 // The 2/4/16 format with and without a calibration: ceil(alpha G) groups in 4 bits, floor(f K N)
 // outliers, second-order scales, 2.5 .. 3.2 bits per weight at group 32; with a calibration its
-// outputs beat the calibration-free layer's.
-TEST(CApiCalibration, MixedLayersReportTheirStorage) {
-    // The mixed formats' layers on the portable path (the generated kernels' support comes separately).
-    const ContextPtr context = qjit::test::make_test_context(2, QJIT_ISA_PORTABLE);
+// outputs beat the calibration-free layer's. On the portable path and on the generated kernels.
+class CApiCalibrationMixed : public ::testing::TestWithParam<qjit_isa> {};
+
+TEST_P(CApiCalibrationMixed, LayersReportTheirStorage) {
+    const ContextPtr context = qjit::test::make_test_context(2, GetParam(), QJIT_ACTIVATIONS_F32);
     constexpr int64_t k = 512, n = 96;
     const std::vector<float> w = normal_weights(k, n, 13);
     const std::vector<float> x = correlated_inputs(2048, k, 14);
@@ -462,6 +463,9 @@ TEST(CApiCalibration, MixedLayersReportTheirStorage) {
     EXPECT_EQ(dequantized(from_f32.get(), k, n), dequantized(uncalibrated.get(), k, n));
 }
 
+INSTANTIATE_TEST_SUITE_P(Isa, CApiCalibrationMixed, ::testing::Values(QJIT_ISA_PORTABLE, QJIT_ISA_AUTO),
+                         [](const auto& info) { return std::string(info.param == QJIT_ISA_PORTABLE ? "Portable" : "Jit"); });
+
 // A GPTQ layer (act-order: a stored row order) saved and loaded dequantizes and runs alike.
 TEST(CApiCalibration, GptqLayerSaveLoadRoundTrip) {
     const ContextPtr context = qjit::test::make_test_context(2, QJIT_ISA_AUTO, QJIT_ACTIVATIONS_F32);
@@ -492,6 +496,71 @@ TEST(CApiCalibration, GptqLayerSaveLoadRoundTrip) {
         EXPECT_EQ(y, y_loaded);
     }
     std::filesystem::remove_all(dir);
+}
+
+// The real model, quantized layer by layer on its own activations (llama2::quantize_with_calibration,
+// what stories_runner --method gptq runs): the calibration text is tokenized as the reference
+// tokens were, and GPTQ beats RTN at 3 bits on the first 30 evaluation sequences.
+TEST(CApiCalibrationRealModel, GptqBeatsRtnOnStories260K) {
+    const std::string models = QJIT_SHARED_MODELS_DIR;
+    const std::string checkpoint_path = models + "/stories260K/stories260K.bin";
+    const std::string tokens_path = models + "/reference/tinystories_val_first200para.tok512.u16";
+    const std::string text_path = models + "/text/tinystories_val.txt";
+    for (const std::string& path : {checkpoint_path, tokens_path, text_path})
+        if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is missing";
+    const auto checkpoint = std::make_shared<const llama2::Checkpoint>(llama2::load_checkpoint(checkpoint_path));
+    const llama2::Tokenizer tokenizer(models + "/stories260K/tok512.bin", checkpoint->config.vocab_size);
+    std::ifstream in(text_path, std::ios::binary);
+    const std::vector<std::string> paragraphs =
+        llama2::split_paragraphs({std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()});
+    ASSERT_GT(paragraphs.size(), 432u);
+
+    // The encoder reproduces the reference tokens of all 200 evaluation paragraphs.
+    const std::vector<uint16_t> reference = llama2::read_u16_file(tokens_path);
+    std::vector<uint16_t> encoded;
+    for (size_t p = 0; p < 200; ++p) {
+        encoded.push_back(uint16_t(llama2::kBosToken));
+        for (int token : tokenizer.encode(paragraphs[p])) encoded.push_back(uint16_t(token));
+    }
+    EXPECT_EQ(encoded, reference);
+
+    std::vector<std::vector<int>> calibration;
+    for (size_t p = 400; p < 432; ++p) {
+        calibration.push_back({llama2::kBosToken});
+        for (int token : tokenizer.encode(paragraphs[p])) calibration.back().push_back(token);
+    }
+    std::vector<uint16_t> tokens = reference;
+    int bos_seen = 0;
+    for (size_t i = 0; i < tokens.size(); ++i)
+        if (tokens[i] == llama2::kBosToken && ++bos_seen > 30) {
+            tokens.resize(i);
+            break;
+        }
+
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.num_threads = 2;
+    options.tuning_db_path = "";
+    options.tuning_budget_ms = 0;
+    llama2::QjitBackend rtn_backend(llama2::make_quant_config(3, 32, false), &options);
+    llama2::Model rtn(checkpoint, rtn_backend);
+    qjit_quant_config config = llama2::make_quant_config(3, 32, false);
+    config.method = QJIT_QUANT_GPTQ;
+    llama2::QjitBackend gptq_backend(config, &options);
+    llama2::DenseBackend dense;
+    llama2::Model gptq(checkpoint, dense);  // fp32, quantized layer by layer
+    const int64_t rows = llama2::quantize_with_calibration(gptq, gptq_backend, calibration, true);
+    EXPECT_GT(rows, 1000);
+    for (const llama2::Linear* linear : gptq.linears()) {
+        qjit_linear_info info{};
+        EXPECT_TRUE(linear->qjit_info(&info)) << "every matrix, the classifier too, is quantized";
+        EXPECT_EQ(info.bits, 3);
+    }
+    const double rtn_nll = llama2::evaluate_nll(rtn, tokens).mean_nll;
+    const double gptq_nll = llama2::evaluate_nll(gptq, tokens).mean_nll;
+    std::printf("stories260K INT3 g32, 30 sequences, 32 calibration paragraphs (%lld tokens): NLL RTN %.4f, GPTQ %.4f\n",
+                static_cast<long long>(rows), rtn_nll, gptq_nll);
+    EXPECT_LT(gptq_nll, rtn_nll - 0.1);
 }
 
 }  // namespace
