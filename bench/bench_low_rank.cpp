@@ -75,16 +75,7 @@ Factors random_factors(int64_t k, int64_t n, int rank, uint64_t seed) {
     return factors;
 }
 
-struct Row {
-    const Shape* shape;
-    int64_t batch;
-    const Variant* variant;
-    qjit_linear_info info{};
-    std::string tiling;
-    std::vector<double> rounds;
-    double micros = 0, probe_gbps = 0;
-    double gbps() const { return double(info.weight_bytes) / micros * 1e-3; }
-};
+using Row = qjit_bench::RaceRow<Variant>;
 
 // The layers of one shape for one batch: tuned in their own context, then timed round-robin.
 std::vector<Row> measure_group(const Shape& shape, int64_t batch, const Options& options, int threads,
@@ -92,7 +83,6 @@ std::vector<Row> measure_group(const Shape& shape, int64_t batch, const Options&
                                const std::vector<Factors>& factors, qjit_tools::BandwidthProbe& probe) {
     qjit_context* context = qjit_bench::race_context(options.threads, batch, kProgram);
 
-    std::vector<Row> rows(kNumVariants);
     std::vector<qjit_linear*> layers(kNumVariants, nullptr);
     for (size_t i = 0; i < kNumVariants; ++i) {
         const Variant& variant = kVariants[i];
@@ -106,40 +96,8 @@ std::vector<Row> measure_group(const Shape& shape, int64_t batch, const Options&
             if (qjit_linear_create_with_low_rank(context, shape.k, shape.n, &tensors, &low_rank, &layers[i]) != QJIT_OK)
                 die("qjit_linear_create_with_low_rank");
         }
-        qjit_linear_tuning tuning;
-        rows[i].shape = &shape;
-        rows[i].batch = batch;
-        rows[i].variant = &variant;
-        if (qjit_linear_get_info(layers[i], &rows[i].info) != QJIT_OK ||
-            qjit_linear_get_tuning(layers[i], &tuning) != QJIT_OK)
-            die("qjit_linear_get_info/tuning");
-        rows[i].tiling = *tuning.tiling ? tuning.tiling : "portable";
     }
-
-    const qjit_bench::RaceResult race = qjit_bench::race_layers(layers, batch, options, threads, probe, kProgram);
-    for (size_t i = 0; i < kNumVariants; ++i) {
-        rows[i].micros = race.micros[i];
-        rows[i].probe_gbps = race.probe_gbps;
-        qjit_linear_destroy(layers[i]);
-    }
-    qjit_context_destroy(context);
-    return rows;
-}
-
-void print_rows(const std::vector<Row>& rows) {
-    const Row& int3 = rows[kInt3];
-    const Row& int4 = rows[kInt4];
-    for (const Row& r : rows) {
-        char of_probe[16] = "-";
-        if (r.batch == 1) std::snprintf(of_probe, sizeof of_probe, "%.2f", r.gbps() / r.probe_gbps);
-        const double bits_per_weight = double(r.info.stored_bytes) * 8 / double(r.shape->k * r.shape->n);
-        std::printf("| %s %s %lldx%lld | %lld | %s | %.2f | %.2f | %.0f | %.3f | %.3f | %.1f | %.1f | %s | %s |\n",
-                    r.shape->model, r.shape->layer, (long long)r.shape->k, (long long)r.shape->n, (long long)r.batch,
-                    r.variant->name, bits_per_weight, double(r.info.weight_bytes) / double(qjit_bench::kMiB),
-                    r.micros, r.micros / int3.micros, r.micros / int4.micros, r.gbps(), r.probe_gbps, of_probe,
-                    r.tiling.c_str());
-    }
-    std::fflush(stdout);
+    return qjit_bench::race_rows(shape, batch, kVariants, layers, context, options, threads, probe, kProgram);
 }
 
 // The target on every compensated batch-1 row: how many meet it, and the worst one.
@@ -182,8 +140,7 @@ int main(int argc, char** argv) {
                 "(weight_bytes) / time / probe GB/s, batch 1 only. Random GPTQ tensors, U and V in [-%.2f, %.2f).\n\n",
                 qjit_version(), qjit_bench::cpu_name().c_str(), threads, options.rounds, options.repeats, probe.load_width(),
                 peak_gbps, qjit_tools::BandwidthProbe::kPeakSweeps, qjit_bench::kRaceProbeSweeps, kFactorRange, kFactorRange);
-    std::printf("| shape | batch | layer | bits/weight | MiB streamed | µs | vs INT3 | vs INT4 | GB/s | probe GB/s "
-                "| of probe | tiling |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("%s", qjit_bench::kRaceTableHeader);
     std::fflush(stdout);
 
     std::vector<Row> rows;
@@ -198,7 +155,7 @@ int main(int argc, char** argv) {
             if (kVariants[i].rank > 0) factors[i] = random_factors(shape.k, shape.n, kVariants[i].rank, seed + 100 + i);
         for (int64_t batch : kBatches) {
             std::vector<Row> group = measure_group(shape, batch, options, threads, int3, int4, factors, probe);
-            print_rows(group);
+            qjit_bench::print_race_rows(group, kInt3, kInt4);
             rows.insert(rows.end(), group.begin(), group.end());
         }
     }

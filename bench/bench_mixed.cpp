@@ -63,15 +63,7 @@ std::vector<float> heavy_tailed_weights(int64_t k, int64_t n, uint32_t seed) {
     return w;
 }
 
-struct Row {
-    const Shape* shape;
-    int64_t batch;
-    const Variant* variant;
-    qjit_linear_info info{};
-    std::string tiling;
-    double micros = 0, probe_gbps = 0;
-    double gbps() const { return double(info.weight_bytes) / micros * 1e-3; }
-};
+using Row = qjit_bench::RaceRow<Variant>;
 
 qjit_linear* make_layer(qjit_context* context, const Shape& shape, const Variant& variant,
                         const qjit_tools::GptqTensors& int3, const qjit_tools::GptqTensors& int4,
@@ -98,41 +90,9 @@ std::vector<Row> measure_group(const Shape& shape, int64_t batch, const qjit_ben
                                const qjit_tools::GptqTensors& int3, const qjit_tools::GptqTensors& int4,
                                const std::vector<float>& weights, qjit_tools::BandwidthProbe& probe) {
     qjit_context* context = qjit_bench::race_context(options.threads, batch, kProgram);
-    std::vector<Row> rows(kNumVariants);
     std::vector<qjit_linear*> layers(kNumVariants, nullptr);
-    for (size_t i = 0; i < kNumVariants; ++i) {
-        layers[i] = make_layer(context, shape, kVariants[i], int3, int4, weights);
-        qjit_linear_tuning tuning;
-        rows[i].shape = &shape;
-        rows[i].batch = batch;
-        rows[i].variant = &kVariants[i];
-        if (qjit_linear_get_info(layers[i], &rows[i].info) != QJIT_OK ||
-            qjit_linear_get_tuning(layers[i], &tuning) != QJIT_OK)
-            die("qjit_linear_get_info/tuning");
-        rows[i].tiling = *tuning.tiling ? tuning.tiling : "portable";
-    }
-    const qjit_bench::RaceResult race = qjit_bench::race_layers(layers, batch, options, threads, probe, kProgram);
-    for (size_t i = 0; i < kNumVariants; ++i) {
-        rows[i].micros = race.micros[i];
-        rows[i].probe_gbps = race.probe_gbps;
-        qjit_linear_destroy(layers[i]);
-    }
-    qjit_context_destroy(context);
-    return rows;
-}
-
-void print_rows(const std::vector<Row>& rows) {
-    for (const Row& r : rows) {
-        char of_probe[16] = "-";
-        if (r.batch == 1) std::snprintf(of_probe, sizeof of_probe, "%.2f", r.gbps() / r.probe_gbps);
-        const double bits_per_weight = double(r.info.stored_bytes) * 8 / double(r.shape->k * r.shape->n);
-        std::printf("| %s %s %lldx%lld | %lld | %s | %.2f | %.2f | %.0f | %.3f | %.3f | %.1f | %.1f | %s | %s |\n",
-                    r.shape->model, r.shape->layer, (long long)r.shape->k, (long long)r.shape->n, (long long)r.batch,
-                    r.variant->name, bits_per_weight, double(r.info.weight_bytes) / double(qjit_bench::kMiB),
-                    r.micros, r.micros / rows[kInt3].micros, r.micros / rows[kInt4].micros, r.gbps(), r.probe_gbps,
-                    of_probe, r.tiling.c_str());
-    }
-    std::fflush(stdout);
+    for (size_t i = 0; i < kNumVariants; ++i) layers[i] = make_layer(context, shape, kVariants[i], int3, int4, weights);
+    return qjit_bench::race_rows(shape, batch, kVariants, layers, context, options, threads, probe, kProgram);
 }
 
 // The targets: the outlier term's cost, and every format's share of the probe at batch 1.
@@ -173,8 +133,7 @@ int main(int argc, char** argv) {
                 "batch 1 only. Mixed layers: 25 %% of groups in 4 bits (range-based sensitivity, no calibration).\n\n",
                 qjit_version(), qjit_bench::cpu_name().c_str(), threads, options.rounds, options.repeats,
                 probe.load_width(), peak_gbps, qjit_bench::kRaceProbeSweeps);
-    std::printf("| shape | batch | layer | bits/weight | MiB streamed | µs | vs INT3 | vs INT4 | GB/s | probe GB/s "
-                "| of probe | tiling |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("%s", qjit_bench::kRaceTableHeader);
     std::fflush(stdout);
 
     std::vector<Row> rows;
@@ -187,7 +146,7 @@ int main(int argc, char** argv) {
         const std::vector<float> weights = heavy_tailed_weights(shape.k, shape.n, uint32_t(seed));
         for (int64_t batch : kBatches) {
             std::vector<Row> group = measure_group(shape, batch, options, threads, int3, int4, weights, probe);
-            print_rows(group);
+            qjit_bench::print_race_rows(group, kInt3, kInt4);
             rows.insert(rows.end(), group.begin(), group.end());
         }
     }

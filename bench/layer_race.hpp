@@ -149,4 +149,64 @@ inline RaceResult race_layers(const std::vector<qjit_linear*>& layers, int64_t b
     return result;
 }
 
+// One layer of a race as the tables print it; Variant names it (`name`).
+template <typename Variant>
+struct RaceRow {
+    const ModelLayerShape* shape = nullptr;
+    int64_t batch = 0;
+    const Variant* variant = nullptr;
+    qjit_linear_info info{};
+    std::string tiling;
+    double micros = 0, probe_gbps = 0;
+    double gbps() const { return double(info.weight_bytes) / micros * 1e-3; }
+};
+
+// Races layers[i] (made for variants[i] in `context`), one row each; destroys the layers and the
+// context.
+template <typename Variant>
+std::vector<RaceRow<Variant>> race_rows(const ModelLayerShape& shape, int64_t batch, const Variant* variants,
+                                        const std::vector<qjit_linear*>& layers, qjit_context* context,
+                                        const RaceOptions& options, int threads, qjit_tools::BandwidthProbe& probe,
+                                        const char* program) {
+    std::vector<RaceRow<Variant>> rows(layers.size());
+    for (size_t i = 0; i < layers.size(); ++i) {
+        qjit_linear_tuning tuning;
+        rows[i].shape = &shape;
+        rows[i].batch = batch;
+        rows[i].variant = &variants[i];
+        if (qjit_linear_get_info(layers[i], &rows[i].info) != QJIT_OK ||
+            qjit_linear_get_tuning(layers[i], &tuning) != QJIT_OK)
+            race_die(program, "qjit_linear_get_info/tuning");
+        rows[i].tiling = *tuning.tiling ? tuning.tiling : "portable";
+    }
+    const RaceResult race = race_layers(layers, batch, options, threads, probe, program);
+    for (size_t i = 0; i < layers.size(); ++i) {
+        rows[i].micros = race.micros[i];
+        rows[i].probe_gbps = race.probe_gbps;
+        qjit_linear_destroy(layers[i]);
+    }
+    qjit_context_destroy(context);
+    return rows;
+}
+
+inline constexpr const char* kRaceTableHeader =
+    "| shape | batch | layer | bits/weight | MiB streamed | µs | vs INT3 | vs INT4 | GB/s | probe GB/s | of probe "
+    "| tiling |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+
+// One table line per row; rows[int3] and rows[int4] are the references of the ratio columns.
+template <typename Variant>
+void print_race_rows(const std::vector<RaceRow<Variant>>& rows, size_t int3, size_t int4) {
+    for (const RaceRow<Variant>& r : rows) {
+        char of_probe[16] = "-";
+        if (r.batch == 1) std::snprintf(of_probe, sizeof of_probe, "%.2f", r.gbps() / r.probe_gbps);
+        const double bits_per_weight = double(r.info.stored_bytes) * 8 / double(r.shape->k * r.shape->n);
+        std::printf("| %s %s %lldx%lld | %lld | %s | %.2f | %.2f | %.0f | %.3f | %.3f | %.1f | %.1f | %s | %s |\n",
+                    r.shape->model, r.shape->layer, (long long)r.shape->k, (long long)r.shape->n, (long long)r.batch,
+                    r.variant->name, bits_per_weight, double(r.info.weight_bytes) / double(kMiB), r.micros,
+                    r.micros / rows[int3].micros, r.micros / rows[int4].micros, r.gbps(), r.probe_gbps, of_probe,
+                    r.tiling.c_str());
+    }
+    std::fflush(stdout);
+}
+
 }  // namespace qjit_bench

@@ -21,17 +21,6 @@ using namespace qjit;
 
 namespace {
 
-// W[n][k] -> W[k][n], in tiles that stay in cache.
-std::vector<float> transpose_to_k_by_n(const float* w, int64_t k, int64_t n) {
-    constexpr int64_t kTile = 32;
-    std::vector<float> out(size_t(k * n));
-    for (int64_t c0 = 0; c0 < n; c0 += kTile)
-        for (int64_t r0 = 0; r0 < k; r0 += kTile)
-            for (int64_t c = c0; c < std::min(n, c0 + kTile); ++c)
-                for (int64_t r = r0; r < std::min(k, r0 + kTile); ++r) out[size_t(r * n + c)] = w[c * k + r];
-    return out;
-}
-
 // Runs `use` on the context's tuning database under its lock.
 template <typename Use>
 void with_tuning_db(qjit_context* context, Use use) {
@@ -153,22 +142,7 @@ void qjit_quant_config_init(qjit_quant_config* config) {
 qjit_status qjit_linear_create_from_f32(qjit_context* context, const qjit_quant_config* config, int64_t k,
                                         int64_t n, const float* weights, qjit_weight_layout layout,
                                         qjit_linear** layer) {
-    return guarded([&] {
-        require(layer != nullptr, "layer (the output pointer) is NULL");
-        *layer = nullptr;
-        require(context != nullptr, "context is NULL");
-        require(config != nullptr, "config is NULL");
-        require(weights != nullptr, "weights is NULL");
-        validate_shape(k, n);
-        validate_quant_config(*config, k);
-        require(layout == QJIT_LAYOUT_K_BY_N || layout == QJIT_LAYOUT_N_BY_K, "layout is ", int(layout),
-                "; expected QJIT_LAYOUT_K_BY_N or QJIT_LAYOUT_N_BY_K");
-        if (layout == QJIT_LAYOUT_K_BY_N) {
-            *layer = make_linear_from_f32(context, *config, k, n, weights).release();
-        } else {
-            *layer = make_linear_from_f32(context, *config, k, n, transpose_to_k_by_n(weights, k, n).data()).release();
-        }
-    });
+    return qjit_linear_create_calibrated(context, config, nullptr, k, n, weights, layout, layer);
 }
 
 qjit_status qjit_linear_create_from_gptq(qjit_context* context, int64_t k, int64_t n,

@@ -10,6 +10,7 @@
 #include "runtime/linear_layer.hpp"
 #include "format/quantize_rtn.hpp"
 #include "format/reference.hpp"
+#include "test_backends.hpp"
 #include "test_support.hpp"
 #include "tuner/cpu_isa.hpp"
 
@@ -25,31 +26,9 @@ struct Shape {
 constexpr Shape kShapes[] = {{1, 4096}, {7, 1000}, {64, 172}, {172, 64}, {1000, 7}, {4096, 1}, {300, 200}};
 constexpr int64_t kBatches[] = {1, 2, 3, 5, 16, 64};
 
-// A kernel family: the ISA cap and activation path of the context (QJIT_ISA_PORTABLE: the
-// portable path).
-struct Backend {
-    qjit_isa isa;
-    qjit_activations activations;
-};
-
-std::string backend_name(const Backend& b) {
-    if (b.isa == QJIT_ISA_PORTABLE) return "portable";
-    return std::string(isa_name(b.isa)) + (b.activations == QJIT_ACTIVATIONS_INT8 ? "_int8" : "_f32");
-}
-
-void PrintTo(const Backend& b, std::ostream* out) { *out << backend_name(b); }
-
-// Every backend this CPU runs. The f32 path emits the same code with or without VNNI, so it is
-// listed once per vector width.
-std::vector<Backend> available_backends() {
-    std::vector<Backend> backends = {{QJIT_ISA_PORTABLE, QJIT_ACTIVATIONS_F32}};
-    for (const qjit_isa isa : {QJIT_ISA_AVX2, QJIT_ISA_AVX2_VNNI, QJIT_ISA_AVX512, QJIT_ISA_AVX512_VNNI}) {
-        if (!cpu_supports(isa)) continue;
-        if (isa == QJIT_ISA_AVX2 || isa == QJIT_ISA_AVX512) backends.push_back({isa, QJIT_ACTIVATIONS_F32});
-        backends.push_back({isa, QJIT_ACTIVATIONS_INT8});
-    }
-    return backends;
-}
+using test::Backend;
+using test::available_backends;
+using test::backend_name;
 
 // A random permutation standing in for GPTQ's act-order row sort.
 std::vector<int32_t> random_row_order(int64_t k, uint32_t seed) {

@@ -17,6 +17,7 @@
 #include "format/packed_codes.hpp"
 #include "format/reference.hpp"
 #include "runtime/linear_layer.hpp"
+#include "test_backends.hpp"
 #include "test_support.hpp"
 #include "tuner/cpu_isa.hpp"
 
@@ -103,25 +104,9 @@ void add_outlier_rounding(std::vector<double>& bound, const QuantizedMatrix& m, 
         }
 }
 
-struct Backend {
-    qjit_isa isa;
-    qjit_activations activations;
-};
-
-std::string backend_name(const Backend& b) {
-    if (b.isa == QJIT_ISA_PORTABLE) return "portable";
-    return std::string(isa_name(b.isa)) + (b.activations == QJIT_ACTIVATIONS_INT8 ? "_int8" : "_f32");
-}
-
-std::vector<Backend> available_backends() {
-    std::vector<Backend> backends = {{QJIT_ISA_PORTABLE, QJIT_ACTIVATIONS_F32}};
-    for (const qjit_isa isa : {QJIT_ISA_AVX2, QJIT_ISA_AVX512, QJIT_ISA_AVX512_VNNI}) {
-        if (!cpu_supports(isa)) continue;
-        if (isa != QJIT_ISA_AVX512_VNNI) backends.push_back({isa, QJIT_ACTIVATIONS_F32});
-        backends.push_back({isa, QJIT_ACTIVATIONS_INT8});
-    }
-    return backends;
-}
+using test::Backend;
+using test::available_backends;
+using test::backend_name;
 
 // Runs `layer` on batches 1, 5 and 17 against the oracle of `matrix`.
 void expect_matches_oracle(const qjit_linear& layer, const QuantizedMatrix& matrix, uint32_t seed) {
