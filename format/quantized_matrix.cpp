@@ -81,8 +81,13 @@ SecondOrderScales quantize_second_order(int64_t num_groups, int64_t n, const std
                 lo = std::min(lo, scales[size_t(g * n + c)]);
                 hi = std::max(hi, scales[size_t(g * n + c)]);
             }
-            // Equal scales: step 1 and a zero that maps code 0 onto the value.
-            const float step = half_to_float(float_to_half(hi > lo ? (hi - lo) / top : (lo != 0 ? std::fabs(lo) : 1.0f)));
+            // Equal scales: step |lo| and a zero that maps code 0 onto the value. A range tiny next
+            // to its values (untrained embedding columns) would put the zero -lo/step beyond fp16:
+            // the step stays at least |lo| / 2^14 and at fp16's smallest normal, so the zero is
+            // finite and the codes still resolve the range.
+            constexpr float kMinStep = 6.103515625e-05f, kMaxZero = 16384.0f;
+            const float wanted = hi > lo ? (hi - lo) / top : (lo != 0 ? std::fabs(lo) : 1.0f);
+            const float step = half_to_float(float_to_half(std::max({wanted, std::fabs(lo) / kMaxZero, kMinStep})));
             const uint16_t zero = float_to_half(-lo / step);
             const size_t second = size_t(g * column_groups + cg);
             s.scales[second] = float_to_half(step);

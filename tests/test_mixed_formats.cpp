@@ -290,6 +290,23 @@ TEST(MixedFormat, StoredBytesFollowTheFormat) {
     EXPECT_EQ(stored_bytes(p), bits / 8 + scale_bytes + outlier_bytes);
 }
 
+// Scales nearly equal over 16 columns (untrained embedding columns) keep a finite fp16 zero, and
+// scales of very different sizes still come back within a code step.
+TEST(MixedFormat, SecondOrderScalesOfTinyOrWideRanges) {
+    std::vector<float> scales(2 * 20);
+    for (int c = 0; c < 20; ++c) {
+        scales[size_t(c)] = 0.0123f + 1e-9f * float(c);   // a range of 2e-8 on values of 0.01
+        scales[size_t(20 + c)] = std::ldexp(1.0f, c % 8 - 6);  // 1/64 .. 2
+    }
+    const SecondOrderScales s = quantize_second_order(2, 20, scales);
+    const std::vector<float> back = dequantize_second_order(s, 2, 20);
+    for (size_t i = 0; i < scales.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(back[i])) << i;
+        const size_t pair = i / 20 * 2 + i % 20 / 16;
+        EXPECT_LE(std::fabs(back[i] - scales[i]), half_to_float(s.scales[pair]) * 0.51f + 1e-6f * scales[i]) << i;
+    }
+}
+
 // The packed layout stores each block at its group's width, and unpacks to the same codes.
 TEST(MixedFormat, PackedCodesRoundTrip) {
     const QuantizedMatrix m = synthetic_matrix(200, 37, 64, {true, false, false, false}, 6);
