@@ -8,6 +8,7 @@
 
 #include "base/error.hpp"
 #include "base/half.hpp"
+#include "format/quantize_rtn.hpp"
 
 namespace qjit {
 
@@ -135,23 +136,11 @@ void fit_group(const Setup& s, int64_t g, const float* w, int64_t r0, int64_t r1
             lo[size_t(c)] = std::min(lo[size_t(c)], w[r * n + c]);
             hi[size_t(c)] = std::max(hi[size_t(c)], w[r * n + c]);
         }
-    // As quantize_rtn (GPTQ's find_params): the range contains 0, symmetric ranges are mirrored.
+    // As quantize_rtn (GPTQ's find_params).
     for (int64_t c = 0; c < n; ++c) {
-        float l = std::min(lo[size_t(c)], 0.0f), h = std::max(hi[size_t(c)], 0.0f);
-        if (s.symmetric) {
-            h = std::max(-l, h);
-            l = -h;
-        }
-        if (l == 0.0f && h == 0.0f) {
-            l = -1.0f;
-            h = 1.0f;
-        }
-        lo[size_t(c)] = l;
-        scale[c] = (h - l) / float(max_code);
-        if (s.scale_type == ScaleType::F16) {
-            scale[c] = round_to_half(scale[c]);
-            if (scale[c] == 0.0f) scale[c] = half_to_float(0x0400);
-        }
+        const QuantRange range = quantization_range(lo[size_t(c)], hi[size_t(c)], s.symmetric);
+        lo[size_t(c)] = range.lo;
+        scale[c] = range_scale(range, width, s.scale_type == ScaleType::F16);
     }
     if (s.scale_type == ScaleType::SecondOrder) {
         // This group's scales quantized again now, its zero points and codes chosen against them.

@@ -15,32 +15,37 @@ struct GroupQuantizer {
     int zero;
 };
 
-// Scale and zero point for values in [lo, hi], following GPTQ's find_params: the range always
-// contains 0; symmetric ranges are mirrored and centred on 2^(bits-1).
+// Scale and zero point for values in [lo, hi]: symmetric ranges are centred on 2^(bits-1).
 GroupQuantizer fit_group(float lo, float hi, const RtnConfig& config) {
     const int max_code = (1 << config.bits) - 1;
-    lo = std::min(lo, 0.0f);
-    hi = std::max(hi, 0.0f);
-    if (config.symmetric) {
-        hi = std::max(-lo, hi);
-        lo = -hi;
-    }
-    if (lo == 0.0f && hi == 0.0f) {  // an all-zero group: any scale represents it exactly
-        lo = -1.0f;
-        hi = 1.0f;
-    }
-    float scale = (hi - lo) / float(max_code);
-    if (config.scale_dtype == QJIT_DTYPE_F16) {
-        scale = round_to_half(scale);
-        // A range too small for fp16 rounds to zero; the smallest normal half keeps codes finite.
-        if (scale == 0.0f) scale = half_to_float(0x0400);
-    }
+    const QuantRange range = quantization_range(lo, hi, config.symmetric);
+    const float scale = range_scale(range, config.bits, config.scale_dtype == QJIT_DTYPE_F16);
     const int zero = config.symmetric ? (max_code + 1) / 2
-                                      : std::clamp(int(std::nearbyint(-lo / scale)), 0, max_code);
+                                      : std::clamp(int(std::nearbyint(-range.lo / scale)), 0, max_code);
     return {scale, zero};
 }
 
 }  // namespace
+
+QuantRange quantization_range(float lo, float hi, bool symmetric) {
+    lo = std::min(lo, 0.0f);
+    hi = std::max(hi, 0.0f);
+    if (symmetric) {
+        hi = std::max(-lo, hi);
+        lo = -hi;
+    }
+    if (lo == 0.0f && hi == 0.0f) return {-1.0f, 1.0f};  // an all-zero group: any scale represents it exactly
+    return {lo, hi};
+}
+
+float range_scale(const QuantRange& range, int bits, bool f16_scales) {
+    float scale = (range.hi - range.lo) / float((1 << bits) - 1);
+    if (f16_scales) {
+        scale = round_to_half(scale);
+        if (scale == 0.0f) scale = half_to_float(0x0400);
+    }
+    return scale;
+}
 
 QuantizedMatrix quantize_rtn(const RtnConfig& config, int64_t k, int64_t n, const float* weights) {
     validate_bits(config.bits);

@@ -15,6 +15,16 @@ struct RtnConfig {
     qjit_dtype scale_dtype = QJIT_DTYPE_F32;
 };
 
+// The range a group of values in [lo, hi] is quantized over (GPTQ's find_params): widened to
+// contain 0, mirrored when symmetric, [-1, 1] for an all-zero group.
+struct QuantRange {
+    float lo, hi;
+};
+QuantRange quantization_range(float lo, float hi, bool symmetric);
+// The step of `range` at `bits`; with fp16 scales rounded to half precision (the smallest normal
+// half where it would round to 0, so codes stay finite).
+float range_scale(const QuantRange& range, int bits, bool f16_scales);
+
 // weights: the dense K x N matrix, row-major (W[k][n] at weights[k * n + n]).
 QuantizedMatrix quantize_rtn(const RtnConfig& config, int64_t k, int64_t n, const float* weights);
 
