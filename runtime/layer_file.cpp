@@ -407,8 +407,8 @@ LayerImage deserialize_layer(std::string_view image) {
             corrupt(concat("codes section holds ", code_words, " words; a ", p.k, " x ", p.n, " ",
                            mixed ? "mixed 2/4-bit" : concat(p.bits, "-bit"), " layer (", p.name(), ") in panels of ",
                            panel_columns, " needs ", expected_words));
-        layer.codes = PackedCodes{p.bits, p.k, p.n, panel_columns, std::move(words)};  // any bits are valid codes
-        assign_block_widths(layer.codes, block_widths(p.format()));                    // of its block's width
+        layer.codes = PackedCodes{p.bits, p.k, p.n, panel_columns, std::move(words), {}, {}};  // any bits are valid
+        assign_block_widths(layer.codes, block_widths(p.format()));  // codes of its block's width
         validate(p);
     } catch (const nlohmann::json::exception& e) {
         corrupt(concat("header is missing a field or has a wrong type: ", e.what()));

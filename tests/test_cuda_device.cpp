@@ -15,7 +15,9 @@
 #include "runtime/cuda/cuda_executor.hpp"
 #include "base/error.hpp"
 #include "base/half.hpp"
+#include "format/cuda_weights.hpp"
 #include "format/reference.hpp"
+#include "runtime/linear_layer.hpp"
 #include "test_support.hpp"
 #include "tuner/cuda_search.hpp"
 #include "tuner/tuning_problem.hpp"
@@ -142,7 +144,8 @@ TEST_P(CudaDevice, EveryVariantMatchesTheOracle) {
             // fp16 scales (as GPTQ checkpoints) and fp32 scales that fp16 cannot hold exactly.
             const QuantizedMatrix matrices[2] = {random_matrix(format, shape.k, shape.n, shape.act_order, 11, true),
                                                  random_matrix(format, shape.k, shape.n, shape.act_order, 11, false)};
-            CudaExecutor executors[2] = {{*device, matrices[0], "", ""}, {*device, matrices[1], "", ""}};
+            CudaExecutor executors[2] = {{*device, [&] { return matrices[0]; }, "", ""},
+                                         {*device, [&] { return matrices[1]; }, "", ""}};
             const auto variants = test::cuda_variants(format, shape.k, device->arch());
             precompile(variants);
             for (const CudaKernelSpec& spec : variants) {
@@ -179,7 +182,7 @@ INSTANTIATE_TEST_SUITE_P(Bits, CudaDevice, ::testing::Values(2, 3, 4, 8),
 TEST(CudaDevice, SplitKAndEveryBatch) {
     REQUIRE_DEVICE(device);
     const QuantizedMatrix matrix = random_matrix({4, 128, false}, 1024, 200, false, 3);
-    CudaExecutor executor(*device, matrix, "", "");
+    CudaExecutor executor(*device, [&] { return matrix; }, "", "");
     for (ActivationType type : {ActivationType::F16, ActivationType::BF16}) {
         for (int split : {2, 4}) {
             jit::cuda::CudaTiling t = jit::cuda::parse_tiling("kernel=gemm,bm=32,bn=128,bk=128,warps=4,stages=3");
@@ -194,6 +197,37 @@ TEST(CudaDevice, SplitKAndEveryBatch) {
             run_and_check(executor, matrix, m, type, "model pick", uint32_t(m));
         }
     }
+}
+
+// The two code layouts: each is uploaded with the first kernel that reads it, and a layout no
+// installed kernel reads is dropped (then uploaded again when one needs it).
+TEST(CudaDevice, CodesAreHeldOnceUnlessBothLayoutsServe) {
+    REQUIRE_DEVICE(device);
+    const QuantizedMatrix matrix = random_matrix({3, 128, false}, 520, 130, false, 4);
+    const int64_t one_layout = pack_cuda_weights(matrix).code_bytes();
+    CudaExecutor executor(*device, [&] { return matrix; }, "", "");
+    EXPECT_EQ(executor.device_code_bytes(), 0);
+    const ActivationType type = ActivationType::F16;
+    const auto gemv = jit::cuda::parse_tiling("kernel=gemv,warps=2,cols=1,inflight=1");
+    const auto mma = jit::cuda::parse_tiling("kernel=mma,warps=4,ntiles=2,inflight=2,splitk=1");
+    const auto gemm = jit::cuda::parse_tiling("kernel=gemm,bm=16,bn=64,bk=128,warps=4,stages=3");
+    executor.install(type, 1, gemv);
+    EXPECT_EQ(executor.device_code_bytes(), one_layout);
+    executor.install(type, 16, mma);
+    executor.release_unused_codes();
+    EXPECT_EQ(executor.device_code_bytes(), 2 * one_layout) << "both installed kernels read their own layout";
+    run_and_check(executor, matrix, 1, type, "gemv beside mma", 1);
+    run_and_check(executor, matrix, 16, type, "mma beside gemv", 16);
+
+    executor.install(type, 16, gemm);
+    executor.release_unused_codes();
+    EXPECT_EQ(executor.device_code_bytes(), one_layout) << "no installed kernel reads fragment order";
+    run_and_check(executor, matrix, 16, type, "gemm after the mma's layout was dropped", 17);
+    executor.install(type, 1, mma);
+    executor.install(type, 16, mma);
+    executor.release_unused_codes();
+    EXPECT_EQ(executor.device_code_bytes(), one_layout) << "no installed kernel reads column blocks";
+    run_and_check(executor, matrix, 1, type, "mma after its layout came back", 18);
 }
 
 // The C API end to end: a CUDA context tunes at creation and forwards on device pointers.
@@ -216,6 +250,8 @@ TEST(CudaDevice, CApiForward) {
     ASSERT_EQ(qjit_linear_create_from_f32(context.get(), &config, k, n, w.data(), QJIT_LAYOUT_K_BY_N, &raw), QJIT_OK)
         << qjit_last_error();
     test::LinearPtr layer(raw);
+    // The search times kernels of both code layouts; the tuned layer keeps one.
+    EXPECT_EQ(layer->cuda->executor->device_code_bytes(), pack_cuda_weights(unpack_linear(*layer)).code_bytes());
     qjit_linear_tuning tuning;
     ASSERT_EQ(qjit_linear_get_tuning_cuda(layer.get(), 1, QJIT_DTYPE_F16, &tuning), QJIT_OK) << qjit_last_error();
     EXPECT_EQ(tuning.source, QJIT_TILING_SEARCHED);

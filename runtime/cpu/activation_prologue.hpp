@@ -15,7 +15,9 @@ struct PreparedActivations {
     const float* scale;   // [m][groups] int8 step (int8 path only)
     const float* sum;     // [m][groups]
     const float* source = nullptr;  // the rows as given, [m][k] fp32 in the original order (the outlier
-                                    // term reads them); null where the layer has no outliers
+                                    // term reads them)
+    const float* source_transposed = nullptr;  // the same as [k][m] (runtime/cpu/outlier_add.hpp), for
+                                               // several rows of a layer with outliers; null otherwise
 };
 
 // Fills per-thread buffers that only grow (so steady-state forwards do not allocate); the result

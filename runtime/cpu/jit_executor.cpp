@@ -10,6 +10,7 @@
 #include "base/error.hpp"
 #include "base/half.hpp"
 #include "runtime/cpu/cache_eviction.hpp"
+#include "runtime/cpu/outlier_add.hpp"
 
 namespace qjit {
 
@@ -152,7 +153,11 @@ int64_t JitExecutor::metadata_bytes() const {
 void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const float* x, int64_t m, float* y,
                           ThreadPool& pool) const {
     require(only_batch_ <= 0 || m == only_batch_, "this executor was made for forwards of ", only_batch_, " rows, not ", m);
-    const PreparedActivations act = prepare_activations(spec_, activation_row_order(p), x, m, pool);
+    PreparedActivations act = prepare_activations(spec_, activation_row_order(p), x, m, pool);
+    if (!outlier_values_.empty() && m > 1) {
+        thread_local std::vector<float> transposed;
+        act.source_transposed = transpose_for_outliers(act.source, m, p.k, transposed);
+    }
 
     // With a K split parts after the first write their own partial outputs, added below. (The
     // tasks run on other threads, which must see this thread's buffer, so they get its address.)
@@ -203,22 +208,19 @@ void JitExecutor::run_product_task(const QuantParams& p, const PackedCodes& code
             std::memcpy(out + (m0 + i) * p.n + n0, tile.data() + i * panel, size_t(width) * sizeof(float));
         // The outlier pass, fused: the first K part adds the panel's outliers while its outputs are
         // in cache.
-        if (part == 0 && !outlier_values_.empty()) add_panel_outliers(p, act.source + m0 * p.k, rows, n0, width, out + m0 * p.n);
+        if (part == 0 && !outlier_values_.empty()) add_panel_outliers(act, m, m0, rows, n0, width, out + m0 * p.n, p.n);
     }
 }
 
-void JitExecutor::add_panel_outliers(const QuantParams& p, const float* x, int64_t rows, int64_t n0, int64_t width,
-                                     float* y) const {
-    for (int64_t c = n0; c < n0 + width; ++c) {
-        const int64_t begin = outliers_.column_start[size_t(c)], end = outliers_.column_start[size_t(c + 1)];
-        if (begin == end) continue;
-        for (int64_t i = 0; i < rows; ++i) {
-            const float* xi = x + i * p.k;
-            float sum = 0;
-            for (int64_t e = begin; e < end; ++e) sum += xi[outliers_.rows[size_t(e)]] * outlier_values_[size_t(e)];
-            y[i * p.n + c] += sum;
-        }
+void JitExecutor::add_panel_outliers(const PreparedActivations& act, int64_t m, int64_t m0, int64_t rows, int64_t n0,
+                                     int64_t width, float* y, int64_t ldy) const {
+    const OutlierColumns outliers{outliers_.column_start.data(), outliers_.rows.data(), outlier_values_.data()};
+    const bool avx512 = spec_.lanes() == 16;
+    if (act.source_transposed == nullptr) {  // one row
+        add_outliers_one_row(outliers, act.source, n0, n0 + width, y, avx512);
+        return;
     }
+    add_outliers_transposed(outliers, act.source_transposed + m0, m, rows, n0, n0 + width, y, ldy, avx512);
 }
 
 void JitExecutor::add_partials(float* y, const float* partials, int64_t m, int64_t n) const {

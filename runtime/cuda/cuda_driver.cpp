@@ -59,6 +59,7 @@ struct EntryPoints {
     CUresult (*event_synchronize)(CUevent event);
     CUresult (*event_elapsed_time)(float* milliseconds, CUevent start, CUevent stop);
     CUresult (*stream_synchronize)(CUstream stream);
+    CUresult (*ctx_synchronize)();
     CUresult (*get_error_string)(CUresult error, const char** text);
     CUresult (*get_error_name)(CUresult error, const char** text);
 };
@@ -109,6 +110,7 @@ EntryPoints resolve_entry_points(void* library, const std::string& path) {
     // cuda.h 12.8+ maps cuEventElapsedTime to _v2; older drivers only have the original.
     resolve(library, path, api.event_elapsed_time, {"cuEventElapsedTime_v2", "cuEventElapsedTime"});
     resolve(library, path, api.stream_synchronize, {"cuStreamSynchronize"});
+    resolve(library, path, api.ctx_synchronize, {"cuCtxSynchronize"});
     resolve(library, path, api.get_error_string, {"cuGetErrorString"});
     resolve(library, path, api.get_error_name, {"cuGetErrorName"});
     return api;
@@ -331,6 +333,8 @@ float Driver::elapsed_ms(CUevent start, CUevent stop) {
 void Driver::synchronize_stream(CUstream stream) {
     api_->check(api_->call.stream_synchronize(stream), "cuStreamSynchronize");
 }
+
+void Driver::synchronize_context() { api_->check(api_->call.ctx_synchronize(), "cuCtxSynchronize"); }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : pointer_(Driver::get().allocate(bytes)), bytes_(bytes) {}
 

@@ -57,6 +57,7 @@ public:
     void record_event(CUevent event, CUstream stream);
     float elapsed_ms(CUevent start, CUevent stop);  // waits for `stop`
     void synchronize_stream(CUstream stream);
+    void synchronize_context();  // waits for all work queued on the current context
 
 private:
     Driver();

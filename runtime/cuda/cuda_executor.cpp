@@ -53,11 +53,13 @@ uint16_t to_bits(float v, ActivationType type) {
 
 }  // namespace
 
-CudaExecutor::CudaExecutor(const cuda::DeviceProperties& device, const QuantizedMatrix& matrix,
-                           std::string dump_dir, std::string cubin_cache_dir)
-    : device_(device), dump_dir_(std::move(dump_dir)), cubin_cache_dir_(std::move(cubin_cache_dir)) {
+CudaExecutor::CudaExecutor(const cuda::DeviceProperties& device, MatrixSource matrix_source, std::string dump_dir,
+                           std::string cubin_cache_dir)
+    : device_(device), dump_dir_(std::move(dump_dir)), cubin_cache_dir_(std::move(cubin_cache_dir)),
+      matrix_(std::move(matrix_source)) {
     cuda::Driver& driver = cuda::Driver::get();
     driver.make_current(device_.ordinal);
+    const QuantizedMatrix matrix = matrix_();
     const QuantParams& p = matrix.params;
     format_ = cuda_format(p, ActivationType::F16, device_.arch());
     jit::cuda::check_spec(format_);  // bits and group size the CUDA kernels serve
@@ -65,14 +67,12 @@ CudaExecutor::CudaExecutor(const cuda::DeviceProperties& device, const Quantized
     const CudaWeights weights = pack_cuda_weights(matrix);
     k_ = weights.k, n_ = weights.n, kp_ = weights.kp, np_ = weights.np, num_groups_ = weights.num_groups;
     act_order_ = p.act_order;
-    codes_ = cuda::DeviceBuffer(weights.codes.data(), weights.codes.size() * 4);
-    const std::vector<uint32_t> fragment_codes = pack_fragment_codes(matrix);
-    fragment_codes_ = cuda::DeviceBuffer(fragment_codes.data(), fragment_codes.size() * 4);
     if (weights.f16_scales) scales_ = cuda::DeviceBuffer(weights.scales_f16.data(), weights.scales_f16.size() * 2);
     else scales_ = cuda::DeviceBuffer(weights.scales_f32.data(), weights.scales_f32.size() * 4);
     if (!weights.zeros.empty()) zeros_ = cuda::DeviceBuffer(weights.zeros.data(), weights.zeros.size() * 2);
     if (act_order_) row_order_ = cuda::DeviceBuffer(p.row_order.data(), p.row_order.size() * 4);
-    weight_bytes_ = int64_t(codes_.size() + scales_.size() + zeros_.size());
+    // Both code layouts have kp x np codes of `bits` bits.
+    weight_bytes_ = weights.code_bytes() + int64_t(scales_.size() + zeros_.size());
 
     const cuda::CompiledKernel support = cuda::compile_cuda_cached(
         jit::cuda::support_kernels_source(), "qjit_support", device_.arch(), cubin_cache_dir_);
@@ -90,6 +90,35 @@ CudaExecutor::~CudaExecutor() {
     }
     for (auto& [key, plan] : plans_) driver.unload_module(plan->module);
     if (support_) driver.unload_module(support_);
+}
+
+const cuda::DeviceBuffer& CudaExecutor::codes_for(KernelKind kind) {
+    const bool fragment_order = kind == KernelKind::Mma;
+    cuda::DeviceBuffer& buffer = fragment_order ? fragment_codes_ : block_codes_;
+    if (buffer.size() > 0) return buffer;
+    const QuantizedMatrix matrix = matrix_();
+    const std::vector<uint32_t> codes = fragment_order ? pack_fragment_codes(matrix) : pack_cuda_weights(matrix).codes;
+    buffer = cuda::DeviceBuffer(codes.data(), codes.size() * 4);
+    return buffer;
+}
+
+int64_t CudaExecutor::device_code_bytes() const {
+    std::lock_guard lock(mutex_);
+    return int64_t(block_codes_.size() + fragment_codes_.size());
+}
+
+void CudaExecutor::release_unused_codes() {
+    cuda::Driver& driver = cuda::Driver::get();
+    driver.make_current(device_.ordinal);
+    std::lock_guard lock(mutex_);
+    bool reads_blocks = false, reads_fragments = false;
+    for (const auto& [key, plan] : plans_)
+        (plan->spec.tiling.kind == KernelKind::Mma ? reads_fragments : reads_blocks) = true;
+    if (reads_blocks && reads_fragments) return;
+    // A launch of a plan replaced since may still be reading the layout (cuMemFree need not wait).
+    driver.synchronize_context();
+    if (!reads_blocks) block_codes_ = {};
+    if (!reads_fragments) fragment_codes_ = {};
 }
 
 CudaKernelSpec CudaExecutor::format(ActivationType activations, int64_t bucket) const {
@@ -132,6 +161,7 @@ const CudaPlan& CudaExecutor::install(ActivationType activations, int64_t bucket
     cuda::Driver::get().make_current(device_.ordinal);
     auto plan = std::make_unique<CudaPlan>(compile(spec));
     std::lock_guard lock(mutex_);
+    codes_for(tiling.kind);
     std::unique_ptr<CudaPlan>& slot = plans_[{activations, bucket}];
     if (slot) cuda::Driver::get().unload_module(slot->module);
     slot = std::move(plan);
@@ -164,9 +194,11 @@ void CudaExecutor::launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdev
         driver.launch(gather_, blocks_for(m * kp_, kSupportThreads), 1, 1, kSupportThreads, 0, stream, args);
         x = gathered, k_valid = int(kp_), ldx = int(kp_);
     }
-    cuda::CUdeviceptr codes = codes_.get(), scales = scales_.get(), zeros = zeros_.get();
-    int rows = int(m), n = int(n_), np = int(np_), kp = int(kp_), groups = int(num_groups_);
     const CudaTiling& t = plan.spec.tiling;
+    const cuda::DeviceBuffer& code_layout = t.kind == KernelKind::Mma ? fragment_codes_ : block_codes_;
+    if (code_layout.size() == 0) fail(QJIT_ERROR_INTERNAL, "CUDA codes for ", jit::cuda::tiling_text(t), " not uploaded");
+    cuda::CUdeviceptr codes = code_layout.get(), scales = scales_.get(), zeros = zeros_.get();
+    int rows = int(m), n = int(n_), np = int(np_), kp = int(kp_), groups = int(num_groups_);
     if (t.kind == KernelKind::Gemv) {
         void* args[] = {&codes, &scales, &zeros, &x, &y, &rows, &n, &np, &k_valid, &ldx, &kp, &groups};
         const int64_t columns_per_block = int64_t(t.warps) * t.columns_per_warp;
@@ -178,7 +210,6 @@ void CudaExecutor::launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdev
     // 128-row steps (mma) or block_k tiles (gemm). With more than one split, blocks add into a
     // zeroed fp32 buffer and a cast writes y.
     const bool mma = t.kind == KernelKind::Mma;
-    if (mma) codes = fragment_codes_.get();
     const int k_units = int(kp_ / (mma ? cuda_layout::kFragmentStepK : t.block_k));
     int per_split = (k_units + t.split_k - 1) / t.split_k;
     const unsigned splits = unsigned((k_units + per_split - 1) / per_split);
@@ -257,6 +288,10 @@ std::function<double()> CudaExecutor::timed_tiling(int64_t m, ActivationType act
     CudaKernelSpec spec = format(activations, batch_bucket(m));
     spec.tiling = tiling;
     cuda::Driver::get().make_current(device_.ordinal);
+    {
+        std::lock_guard lock(mutex_);
+        codes_for(tiling.kind);
+    }
     std::shared_ptr<CudaPlan> candidate(new CudaPlan(compile(spec)), [](CudaPlan* plan) {
         try {
             cuda::Driver::get().unload_module(plan->module);

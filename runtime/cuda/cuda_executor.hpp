@@ -1,8 +1,10 @@
-// Runs a quantized layer on a CUDA device: its weights uploaded once (format/cuda_weights.hpp; the
-// codes in both device layouts, column blocks for gemv/gemm and fragment order for mma),
-// one compiled kernel per activation type and batch bucket, and the small support kernels
-// (act-order gather, split-K cast). Which tiling each bucket uses is decided outside
-// (runtime/cuda/cuda_layer.hpp); this class compiles, loads, launches and times.
+// Runs a quantized layer on a CUDA device: its weights uploaded once (format/cuda_weights.hpp), one
+// compiled kernel per activation type and batch bucket, and the small support kernels (act-order
+// gather, split-K cast). The codes have two device layouts, column blocks (gemv, gemm) and
+// fragment order (mma); each is uploaded when a kernel that reads it is first compiled, and
+// release_unused_codes() drops one that no installed kernel reads, so a tuned layer holds its codes
+// once. Which tiling each bucket uses is decided outside (runtime/cuda/cuda_layer.hpp); this class
+// compiles, loads, launches and times.
 #pragma once
 
 #include <cstdint>
@@ -31,9 +33,14 @@ struct CudaPlan {
 
 class CudaExecutor {
 public:
-    // Uploads the weights to `device` (made current). dump_dir: write each kernel's .cu and .ptx
-    // there when compiling; cubin_cache_dir: the on-disk cubin cache ("" for none).
-    CudaExecutor(const cuda::DeviceProperties& device, const QuantizedMatrix& matrix, std::string dump_dir,
+    // The layer's matrix, unpacked again whenever a code layout has to be uploaded (it must stay
+    // valid for the executor's lifetime).
+    using MatrixSource = std::function<QuantizedMatrix()>;
+
+    // Uploads the scales and zero points to `device` (made current); the codes follow with the
+    // first kernel that reads them. dump_dir: write each kernel's .cu and .ptx there when compiling;
+    // cubin_cache_dir: the on-disk cubin cache ("" for none).
+    CudaExecutor(const cuda::DeviceProperties& device, MatrixSource matrix, std::string dump_dir,
                  std::string cubin_cache_dir);
     ~CudaExecutor();
     CudaExecutor(const CudaExecutor&) = delete;
@@ -43,7 +50,13 @@ public:
     // The layer's format compiled for `activations` at `bucket` rows (tiling left default).
     jit::cuda::CudaKernelSpec format(jit::cuda::ActivationType activations, int64_t bucket) const;
     int64_t n() const { return n_; }
+    // Bytes a forward streams: one layout of the codes, the scales and the zero points.
     int64_t weight_bytes() const { return weight_bytes_; }
+    // Bytes of codes held on the device now (one layout, or both while a search times both kinds).
+    int64_t device_code_bytes() const;
+    // Frees the code layout that no installed plan reads (a later plan that needs it uploads it
+    // again). Call once the plans in use are installed, never while a timed candidate is alive.
+    void release_unused_codes();
 
     // Compiles and installs `tiling` for (activations, bucket); replaces an earlier plan.
     const CudaPlan& install(jit::cuda::ActivationType activations, int64_t bucket, const jit::cuda::CudaTiling& tiling);
@@ -68,6 +81,9 @@ public:
 
 private:
     CudaPlan compile(const jit::cuda::CudaKernelSpec& spec) const;
+    // The device buffer of the code layout `kind` reads (mma: fragment order), uploaded if absent.
+    // The caller holds mutex_.
+    const cuda::DeviceBuffer& codes_for(jit::cuda::KernelKind kind);
     void launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdeviceptr y, int64_t m, cuda::CUstream stream);
     double time_us(const CudaPlan* plan, int64_t m, jit::cuda::ActivationType activations, int repeats, bool warm_up);
     cuda::CUdeviceptr grow(cuda::DeviceBuffer& buffer, size_t bytes);
@@ -78,11 +94,12 @@ private:
     bool act_order_ = false;
     std::string dump_dir_, cubin_cache_dir_;
 
-    cuda::DeviceBuffer codes_, fragment_codes_, scales_, zeros_, row_order_;
+    MatrixSource matrix_;
+    cuda::DeviceBuffer block_codes_, fragment_codes_, scales_, zeros_, row_order_;
     cuda::CUmodule support_ = nullptr;
     cuda::CUfunction gather_ = nullptr, cast_f16_ = nullptr, cast_bf16_ = nullptr;
 
-    mutable std::mutex mutex_;  // guards plans_ and the scratch buffers: one forward at a time per layer
+    mutable std::mutex mutex_;  // guards plans_, the code layouts and the scratch buffers: one forward at a time per layer
     std::map<std::pair<jit::cuda::ActivationType, int64_t>, std::unique_ptr<CudaPlan>> plans_;
     cuda::DeviceBuffer gathered_, partial_, timing_x_, timing_y_, flush_;
 };

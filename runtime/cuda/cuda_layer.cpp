@@ -95,15 +95,17 @@ const CudaTilingChoice& choose_and_install(qjit_context& context, CudaLayer& lay
     CudaTilingChoice choice;
     static_cast<TuningOutcome&>(choice) = tune(target, policy, context.tuning);
     choice.compile_ms = layer.executor->install(type, batch_bucket(m), target.tiling(choice.tiling)).compile_ms;
+    layer.executor->release_unused_codes();  // the search may have uploaded both code layouts
     return layer.choices[{type, batch_bucket(m)}] = choice;
 }
 
 }  // namespace
 
-std::unique_ptr<CudaLayer> make_cuda_layer(qjit_context& context, const QuantizedMatrix& matrix) {
+std::unique_ptr<CudaLayer> make_cuda_layer(qjit_context& context, CudaExecutor::MatrixSource matrix) {
     auto layer = std::make_unique<CudaLayer>();
     try {
-        layer->executor = std::make_unique<CudaExecutor>(*context.gpu, matrix, context.dump_dir, context.cubin_cache_dir);
+        layer->executor =
+            std::make_unique<CudaExecutor>(*context.gpu, std::move(matrix), context.dump_dir, context.cubin_cache_dir);
     } catch (const std::invalid_argument& e) {
         fail(QJIT_ERROR_UNSUPPORTED, "no CUDA kernel for this layer: ", e.what());
     }

@@ -29,9 +29,10 @@ struct CudaLayer {
     std::map<std::pair<jit::cuda::ActivationType, int64_t>, CudaTilingChoice> choices;  // by type and bucket
 };
 
-// Uploads the matrix and tunes the context's default bucket. Throws QJIT_ERROR_UNSUPPORTED for a
-// format without CUDA kernels (e.g. groups of 16 rows).
-std::unique_ptr<CudaLayer> make_cuda_layer(qjit_context& context, const QuantizedMatrix& matrix);
+// Uploads the matrix and tunes the context's default bucket. `matrix` gives the layer's matrix on
+// every call, for as long as the layer lives (runtime/cuda/cuda_executor.hpp). Throws
+// QJIT_ERROR_UNSUPPORTED for a format without CUDA kernels (e.g. groups of 16 rows).
+std::unique_ptr<CudaLayer> make_cuda_layer(qjit_context& context, CudaExecutor::MatrixSource matrix);
 
 // The choice serving (activations, bucket of m rows), made and installed now if missing.
 const CudaTilingChoice& cuda_tiling_for(qjit_context& context, CudaLayer& layer, jit::cuda::ActivationType activations,
