@@ -4,6 +4,7 @@
 # under ThreadSanitizer (in build-tsan/), leaving out the suites that repeat one single-threaded
 # check per format, ISA or CUDA variant (AllFormats/, Isa/, BitsAndArch/: minutes under TSan,
 # and nothing the rest does not already run on the thread pool).
+# The sanitizer builds leave out the benchmarks, which no test runs.
 # The full NVRTC sweep of every CUDA variant (label cuda_sweep) is left out; run it with
 #   ctest --test-dir build -L cuda_sweep -j 2
 set -euo pipefail
@@ -12,12 +13,12 @@ exclude=()
 case "${QJIT_SANITIZE:-0}" in
   1)
     build_dir="$root/build-sanitize"
-    "$root/scripts/build.sh" "$build_dir" -DQJIT_SANITIZE=ON -DQJIT_BUILD_BENCH=ON >/dev/null
+    "$root/scripts/build.sh" "$build_dir" -DQJIT_SANITIZE=ON -DQJIT_BUILD_BENCH=OFF >/dev/null
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     ;;
   thread)
     build_dir="$root/build-tsan"
-    "$root/scripts/build.sh" "$build_dir" -DQJIT_TSAN=ON -DQJIT_BUILD_BENCH=ON >/dev/null
+    "$root/scripts/build.sh" "$build_dir" -DQJIT_TSAN=ON -DQJIT_BUILD_BENCH=OFF >/dev/null
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
     exclude=(-E '^(AllFormats|Isa|BitsAndArch)/|^layering_|^install_and_consume$')
     ;;
