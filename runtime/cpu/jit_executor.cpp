@@ -156,7 +156,7 @@ void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const 
     PreparedActivations act = prepare_activations(spec_, activation_row_order(p), x, m, pool);
     if (!outlier_values_.empty() && m > 1) {
         thread_local std::vector<float> transposed;
-        act.source_transposed = transpose_for_outliers(act.source, m, p.k, transposed);
+        act.source_transposed = transpose_for_outliers(act.source, m, p.k, transposed, pool);
     }
 
     // With a K split parts after the first write their own partial outputs, added below. (The
@@ -206,21 +206,20 @@ void JitExecutor::run_product_task(const QuantParams& p, const PackedCodes& code
         kernels_[size_t(rows - 1)]->function<jit::CpuKernelFn>()(&args);
         for (int64_t i = 0; i < rows; ++i)
             std::memcpy(out + (m0 + i) * p.n + n0, tile.data() + i * panel, size_t(width) * sizeof(float));
-        // The outlier pass, fused: the first K part adds the panel's outliers while its outputs are
-        // in cache.
-        if (part == 0 && !outlier_values_.empty()) add_panel_outliers(act, m, m0, rows, n0, width, out + m0 * p.n, p.n);
     }
+    // The outlier pass, fused: the first K part adds the panel's outliers while its outputs are in
+    // cache, for all rows at once (each pass over the outliers serves up to 16 rows).
+    if (part == 0 && !outlier_values_.empty()) add_panel_outliers(act, m, n0, width, out, p.n);
 }
 
-void JitExecutor::add_panel_outliers(const PreparedActivations& act, int64_t m, int64_t m0, int64_t rows, int64_t n0,
-                                     int64_t width, float* y, int64_t ldy) const {
+void JitExecutor::add_panel_outliers(const PreparedActivations& act, int64_t m, int64_t n0, int64_t width, float* y,
+                                     int64_t ldy) const {
     const OutlierColumns outliers{outliers_.column_start.data(), outliers_.rows.data(), outlier_values_.data()};
-    const bool avx512 = spec_.lanes() == 16;
     if (act.source_transposed == nullptr) {  // one row
-        add_outliers_one_row(outliers, act.source, n0, n0 + width, y, avx512);
+        add_outliers_one_row(outliers, act.source, n0, n0 + width, y);
         return;
     }
-    add_outliers_transposed(outliers, act.source_transposed + m0, m, rows, n0, n0 + width, y, ldy, avx512);
+    add_outliers_transposed(outliers, act.source_transposed, m, m, n0, n0 + width, y, ldy);
 }
 
 void JitExecutor::add_partials(float* y, const float* partials, int64_t m, int64_t n) const {

@@ -70,10 +70,10 @@ public:
     };
 
 private:
-    // y[i * ldy + c] += the outlier term of columns [n0, n0 + width) for rows m0 .. m0 + rows of the
-    // m prepared ones (runtime/cpu/outlier_add.hpp).
-    void add_panel_outliers(const PreparedActivations& act, int64_t m, int64_t m0, int64_t rows, int64_t n0,
-                            int64_t width, float* y, int64_t ldy) const;
+    // y[i * ldy + c] += the outlier term of columns [n0, n0 + width) for the m prepared rows
+    // (runtime/cpu/outlier_add.hpp).
+    void add_panel_outliers(const PreparedActivations& act, int64_t m, int64_t n0, int64_t width, float* y,
+                            int64_t ldy) const;
 
     jit::CpuKernelSpec spec_;
     double emission_ms_ = 0;

@@ -1,8 +1,5 @@
 #include "runtime/cpu/outlier_add.hpp"
 
-// GCC 12's AVX-512 intrinsics start from their own _mm512_undefined_*() values, which
-// -Wmaybe-uninitialized reports at every use.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -16,33 +13,26 @@ __attribute__((target("sse3"))) inline float sum_of(__m128 v) {
     return _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)));
 }
 
-// The columns' term for one row, 16 outliers per gather. A column with none runs the loop body
-// once with an empty mask (adding 0), which costs less than a mispredicted branch.
-__attribute__((target("avx512f"))) void one_row_avx512(const OutlierColumns& o, const float* x, int64_t first,
-                                                        int64_t end, float* y) {
-    for (int64_t c = first; c < end; ++c) {
-        const int64_t stop = o.column_start[c + 1];
-        __m512 sum = _mm512_setzero_ps();
-        int64_t e = o.column_start[c];
-        do {
-            const int64_t left = stop - e;
-            const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
-            const __m512i rows = _mm512_maskz_loadu_epi32(mask, o.rows + e);
-            const __m512 values = _mm512_maskz_loadu_ps(mask, o.values + e);
-            const __m512 xs = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, rows, x, 4);
-            sum = _mm512_fmadd_ps(xs, values, sum);
-            e += 16;
-        } while (e < stop);
-        y[c] += _mm512_reduce_add_ps(sum);
-    }
+// The outliers stream from memory once per forward, a few bytes per column between loads:
+// too little for the hardware prefetcher, so each column asks for the lines well ahead.
+inline void prefetch_ahead(const OutlierColumns& o, int64_t c, int64_t stop) {
+    constexpr int64_t kAhead = 256;  // outliers (1 KiB of rows, 1 KiB of values)
+    _mm_prefetch(reinterpret_cast<const char*>(o.rows + stop + kAhead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(o.values + stop + kAhead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(o.column_start + c + kAhead / 4), _MM_HINT_T0);
 }
 
-// The same, 8 outliers per gather.
-__attribute__((target("avx2,fma"))) void one_row_avx2(const OutlierColumns& o, const float* x, int64_t first,
-                                                       int64_t end, float* y) {
+}  // namespace
+
+// 8 outliers per gather. A column with none runs the loop body once with an empty mask (adding 0),
+// which costs less than a mispredicted branch. (16 per AVX-512 gather ran slower on Zen 5: most
+// columns hold about 8.)
+__attribute__((target("avx2,fma"))) void add_outliers_one_row(const OutlierColumns& o, const float* x, int64_t first,
+                                                              int64_t end, float* y) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int64_t c = first; c < end; ++c) {
         const int64_t stop = o.column_start[c + 1];
+        prefetch_ahead(o, c, stop);
         __m256 sum = _mm256_setzero_ps();
         int64_t e = o.column_start[c];
         do {
@@ -59,56 +49,66 @@ __attribute__((target("avx2,fma"))) void one_row_avx2(const OutlierColumns& o, c
     }
 }
 
-// Every row chunk's accumulators are kOutlierRowChunk wide whatever the chunk's height, so the
-// compiler vectorizes the inner loop at the caller's width; rows past `rows` read padding.
-__attribute__((always_inline)) inline void transposed_body(const OutlierColumns& o, const float* xt, int64_t stride,
-                                                          int64_t rows, int64_t first, int64_t end, float* y,
-                                                          int64_t ldy) {
+// Rows in chunks of 16 (two vectors), columns in chunks of 64. Each column's outliers are taken in
+// pairs with accumulators of their own, which halves the chain of dependent multiply-adds a column
+// waits on. The sums go to a small column-major block first and are added to y a row at a time:
+// y's rows lie N floats apart, often a multiple of 4 KiB, so 16 stores per column would all land
+// in one L1 set. Rows past `rows` read padding and are not stored.
+__attribute__((target("avx2,fma"))) void add_outliers_transposed(const OutlierColumns& o, const float* xt,
+                                                                 int64_t stride, int64_t rows, int64_t first,
+                                                                 int64_t end, float* y, int64_t ldy) {
+    static_assert(kOutlierRowChunk == 16);
+    constexpr int64_t kColumnChunk = 64;
+    alignas(32) float sums[kColumnChunk][kOutlierRowChunk];
     for (int64_t i0 = 0; i0 < rows; i0 += kOutlierRowChunk) {
         const int64_t height = std::min(kOutlierRowChunk, rows - i0);
-        for (int64_t c = first; c < end; ++c) {
-            float sum[kOutlierRowChunk] = {};
-            for (int64_t e = o.column_start[c]; e < o.column_start[c + 1]; ++e) {
-                const float* xr = xt + o.rows[e] * stride + i0;
-                const float v = o.values[e];
-                for (int64_t i = 0; i < kOutlierRowChunk; ++i) sum[i] += xr[i] * v;
+        const float* x0 = xt + i0;
+        for (int64_t c0 = first; c0 < end; c0 += kColumnChunk) {
+            const int64_t width = std::min(kColumnChunk, end - c0);
+            for (int64_t j = 0; j < width; ++j) {
+                const int64_t c = c0 + j, stop = o.column_start[c + 1];
+                prefetch_ahead(o, c, stop);
+                __m256 even_lo = _mm256_setzero_ps(), even_hi = _mm256_setzero_ps();
+                __m256 odd_lo = _mm256_setzero_ps(), odd_hi = _mm256_setzero_ps();
+                int64_t e = o.column_start[c];
+                for (; e + 1 < stop; e += 2) {
+                    const float* xa = x0 + o.rows[e] * stride;
+                    const float* xb = x0 + o.rows[e + 1] * stride;
+                    const __m256 va = _mm256_set1_ps(o.values[e]), vb = _mm256_set1_ps(o.values[e + 1]);
+                    even_lo = _mm256_fmadd_ps(_mm256_loadu_ps(xa), va, even_lo);
+                    even_hi = _mm256_fmadd_ps(_mm256_loadu_ps(xa + 8), va, even_hi);
+                    odd_lo = _mm256_fmadd_ps(_mm256_loadu_ps(xb), vb, odd_lo);
+                    odd_hi = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 8), vb, odd_hi);
+                }
+                if (e < stop) {
+                    const float* xa = x0 + o.rows[e] * stride;
+                    const __m256 va = _mm256_set1_ps(o.values[e]);
+                    even_lo = _mm256_fmadd_ps(_mm256_loadu_ps(xa), va, even_lo);
+                    even_hi = _mm256_fmadd_ps(_mm256_loadu_ps(xa + 8), va, even_hi);
+                }
+                _mm256_store_ps(sums[j], _mm256_add_ps(even_lo, odd_lo));
+                _mm256_store_ps(sums[j] + 8, _mm256_add_ps(even_hi, odd_hi));
             }
-            for (int64_t i = 0; i < height; ++i) y[(i0 + i) * ldy + c] += sum[i];
+            for (int64_t i = 0; i < height; ++i) {
+                float* yi = y + (i0 + i) * ldy + c0;
+                for (int64_t j = 0; j < width; ++j) yi[j] += sums[j][i];
+            }
         }
     }
 }
 
-__attribute__((target("avx512f"))) void transposed_avx512(const OutlierColumns& o, const float* xt, int64_t stride,
-                                                           int64_t rows, int64_t first, int64_t end, float* y,
-                                                           int64_t ldy) {
-    transposed_body(o, xt, stride, rows, first, end, y, ldy);
-}
-
-__attribute__((target("avx2,fma"))) void transposed_avx2(const OutlierColumns& o, const float* xt, int64_t stride,
-                                                          int64_t rows, int64_t first, int64_t end, float* y,
-                                                          int64_t ldy) {
-    transposed_body(o, xt, stride, rows, first, end, y, ldy);
-}
-
-}  // namespace
-
-void add_outliers_one_row(const OutlierColumns& outliers, const float* x, int64_t first_column, int64_t end_column,
-                          float* y, bool avx512) {
-    if (avx512) one_row_avx512(outliers, x, first_column, end_column, y);
-    else one_row_avx2(outliers, x, first_column, end_column, y);
-}
-
-void add_outliers_transposed(const OutlierColumns& outliers, const float* xt, int64_t stride, int64_t rows,
-                             int64_t first_column, int64_t end_column, float* y, int64_t ldy, bool avx512) {
-    if (avx512) transposed_avx512(outliers, xt, stride, rows, first_column, end_column, y, ldy);
-    else transposed_avx2(outliers, xt, stride, rows, first_column, end_column, y, ldy);
-}
-
-const float* transpose_for_outliers(const float* x, int64_t m, int64_t k, std::vector<float>& buffer) {
+const float* transpose_for_outliers(const float* x, int64_t m, int64_t k, std::vector<float>& buffer,
+                                   ThreadPool& pool) {
     if (buffer.size() < size_t(m * k + kOutlierRowChunk)) buffer.resize(size_t(m * k + kOutlierRowChunk));
     float* xt = buffer.data();
-    for (int64_t r = 0; r < k; ++r)
-        for (int64_t i = 0; i < m; ++i) xt[r * m + i] = x[i * k + r];
+    // Blocks of 64 rows of K: the m rows' reads stay sequential and the block's writes in L1.
+    constexpr int64_t kBlock = 64;
+    auto transpose_block = [&](int64_t block) {
+        const int64_t r0 = block * kBlock, r1 = std::min(k, r0 + kBlock);
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t r = r0; r < r1; ++r) xt[r * m + i] = x[i * k + r];
+    };
+    pool.parallel_for((k + kBlock - 1) / kBlock, transpose_block, m * k >= (int64_t(1) << 14));
     std::fill(xt + m * k, xt + m * k + kOutlierRowChunk, 0.f);
     return xt;
 }
