@@ -4,10 +4,9 @@
 // GPTQ tensors, asymmetric, fp16 scales), and the mixed format quantized from random Student-t
 // weights (heavy tails, like trained weights) without calibration: groups of 32, the 25 % of
 // groups with the widest range in 4 bits and the rest in 2, second-order scales, with no outliers
-// and with 0.2 % of the weights as fp16 outliers (tuned, and on the tiling tuned without them, which
-// isolates the outlier term's cost from the tuner's choice). Each layer is tuned for its batch
-// (the library's budget, no database) and timed cold, round-robin (bench/layer_race.hpp); batch-1
-// rows are held against the read probe taken in the same race.
+// and with 0.2 % of the weights as fp16 outliers. Each layer is tuned for its batch (the library's
+// budget, no database) and timed cold, round-robin (bench/layer_race.hpp); batch-1 rows are held
+// against the read probe taken in the same race.
 //
 //   bench_mixed                  every shape, batch 1 and 16, all cores
 //   bench_mixed --quick          one shape, few rounds
@@ -51,10 +50,9 @@ constexpr Variant kVariants[] = {
     {"INT3 g128", 3, 0},
     {"2/4 g32 sq4", 0, 0},
     {"2/4 g32 sq4 + 0.2% outliers", 0, kOutlierFraction},
-    {"2/4 g32 sq4 + 0.2% outliers, tiling of the row without", 0, kOutlierFraction},
 };
 constexpr size_t kNumVariants = std::size(kVariants);
-constexpr size_t kInt4 = 0, kInt3 = 1, kMixed = 2, kMixedOutliersSameTiling = 4;
+constexpr size_t kInt4 = 0, kInt3 = 1, kMixed = 2, kMixedOutliers = 3;
 
 // Student-t weights with 4 degrees of freedom, scaled to a typical weight's spread.
 std::vector<float> heavy_tailed_weights(int64_t k, int64_t n, uint32_t seed) {
@@ -93,17 +91,8 @@ std::vector<Row> measure_group(const Shape& shape, int64_t batch, const qjit_ben
                                const std::vector<float>& weights, qjit_tools::BandwidthProbe& probe) {
     qjit_context* context = qjit_bench::race_context(options.threads, batch, kProgram);
     std::vector<qjit_linear*> layers(kNumVariants, nullptr);
-    for (size_t i = 0; i < kMixedOutliersSameTiling; ++i)
-        layers[i] = make_layer(context, shape, kVariants[i], int3, int4, weights);
-    qjit_linear_tuning mixed;
-    if (qjit_linear_get_tuning(layers[kMixed], &mixed) != QJIT_OK) die("qjit_linear_get_tuning");
-    qjit_context* same_tiling = qjit_bench::race_context(options.threads, batch, kProgram, mixed.tiling);
-    layers[kMixedOutliersSameTiling] = make_layer(same_tiling, shape, kVariants[kMixedOutliersSameTiling], int3, int4,
-                                                  weights);
-    std::vector<Row> rows =
-        qjit_bench::race_rows(shape, batch, kVariants, layers, context, options, threads, probe, kProgram);
-    qjit_context_destroy(same_tiling);  // after race_rows destroyed its layer
-    return rows;
+    for (size_t i = 0; i < kNumVariants; ++i) layers[i] = make_layer(context, shape, kVariants[i], int3, int4, weights);
+    return qjit_bench::race_rows(shape, batch, kVariants, layers, context, options, threads, probe, kProgram);
 }
 
 // The targets: the outlier term's cost, and every format's share of the probe at batch 1.
@@ -111,7 +100,7 @@ void print_targets(const std::vector<Row>& rows) {
     int outlier_met = 0, outlier_checked = 0, probe_met = 0, probe_checked = 0;
     double worst_outlier = 0, worst_probe = 10;
     for (size_t group = 0; group + kNumVariants <= rows.size(); group += kNumVariants) {
-        const double outlier_cost = rows[group + kMixedOutliersSameTiling].micros / rows[group + kMixed].micros;
+        const double outlier_cost = rows[group + kMixedOutliers].micros / rows[group + kMixed].micros;
         ++outlier_checked;
         outlier_met += outlier_cost <= kOutlierTarget;
         worst_outlier = std::max(worst_outlier, outlier_cost);
@@ -123,8 +112,7 @@ void print_targets(const std::vector<Row>& rows) {
             worst_probe = std::min(worst_probe, of_probe);
         }
     }
-    std::printf("\nTarget: the outlier term (%.1f %%, same tiling) costs <= %.0f %%: %d of %d rows meet it; worst "
-                "%.3fx\n",
+    std::printf("\nTarget: the outlier term (%.1f %%) costs <= %.0f %%: %d of %d rows meet it; worst %.3fx\n",
                 kOutlierFraction * 100, (kOutlierTarget - 1) * 100, outlier_met, outlier_checked, worst_outlier);
     std::printf("Target: batch 1 at >= %.0f %% of the probe: %d of %d rows meet it; lowest %.2f\n", kProbeTarget * 100,
                 probe_met, probe_checked, worst_probe);

@@ -97,15 +97,13 @@ inline std::string cpu_name() {
     return "unknown CPU";
 }
 
-// A context tuned for `batch` rows (the library's budget, no database), or with every layer on
-// `tiling` when one is given.
-inline qjit_context* race_context(int threads, int64_t batch, const char* program, const char* tiling = nullptr) {
+// A context tuned for `batch` rows (the library's budget, no database).
+inline qjit_context* race_context(int threads, int64_t batch, const char* program) {
     qjit_context_options options;
     qjit_context_options_init(&options);
     options.num_threads = threads;
     options.tuning_db_path = "";
     options.tuning_batch = batch;
-    options.tiling = tiling;
     qjit_context* context = nullptr;
     if (qjit_context_create(&options, &context) != QJIT_OK) race_die(program, "qjit_context_create");
     return context;
