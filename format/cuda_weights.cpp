@@ -25,24 +25,35 @@ void pack_block(int bits, CodeAt code, uint32_t* words) {
 
 }  // namespace
 
+std::vector<uint32_t> pack_block_codes(const QuantizedMatrix& matrix) {
+    const QuantParams& p = matrix.params;
+    const int64_t kp = cuda_layout::padded_k(p.k), np = cuda_layout::padded_n(p.n);
+    const int64_t column_words = kp / kCodesPerBlock * p.bits;
+    std::vector<uint32_t> codes(size_t(np * column_words), 0);
+    for (int64_t col = 0; col < p.n; ++col)
+        for (int64_t block = 0; block < kp / kCodesPerBlock; ++block) {
+            auto code = [&](int i) -> uint8_t {
+                const int64_t row = block * kCodesPerBlock + i;
+                return row < p.k ? matrix.codes[size_t(row * p.n + col)] : 0;
+            };
+            pack_block(p.bits, code, &codes[size_t(col * column_words + block * p.bits)]);
+        }
+    return codes;
+}
+
 CudaWeights pack_cuda_weights(const QuantizedMatrix& matrix) {
+    CudaWeights w = pack_cuda_metadata(matrix);
+    w.codes = pack_block_codes(matrix);
+    return w;
+}
+
+CudaWeights pack_cuda_metadata(const QuantizedMatrix& matrix) {
     const QuantParams& p = matrix.params;
     CudaWeights w;
     w.bits = p.bits, w.k = p.k, w.n = p.n;
     w.kp = cuda_layout::padded_k(p.k), w.np = cuda_layout::padded_n(p.n);
     w.num_groups = p.num_groups();
     w.f16_scales = scales_exact_in_f16(p);
-
-    const int64_t column_words = w.kp / kCodesPerBlock * p.bits;
-    w.codes.assign(size_t(w.np * column_words), 0);
-    for (int64_t col = 0; col < p.n; ++col)
-        for (int64_t block = 0; block < w.kp / kCodesPerBlock; ++block) {
-            auto code = [&](int i) -> uint8_t {
-                const int64_t row = block * kCodesPerBlock + i;
-                return row < p.k ? matrix.codes[size_t(row * p.n + col)] : 0;
-            };
-            pack_block(p.bits, code, &w.codes[size_t(col * column_words + block * p.bits)]);
-        }
 
     const size_t metadata = size_t(w.num_groups * w.np);
     if (w.f16_scales) w.scales_f16.assign(metadata, 0);

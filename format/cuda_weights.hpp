@@ -24,11 +24,15 @@ struct CudaWeights {
     std::vector<float> scales_f32;     // otherwise
     std::vector<uint16_t> zeros;       // empty when symmetric
 
-    int64_t code_bytes() const { return int64_t(codes.size()) * 4; }
+    // Bytes of the codes in either device layout (also when `codes` was not packed).
+    int64_t code_bytes() const { return np * (kp / 32) * bits * 4; }
     int64_t scale_bytes() const { return f16_scales ? int64_t(scales_f16.size()) * 2 : int64_t(scales_f32.size()) * 4; }
 };
 
 CudaWeights pack_cuda_weights(const QuantizedMatrix& matrix);
+// The same without the codes (left empty), and the codes alone: the two halves of pack_cuda_weights.
+CudaWeights pack_cuda_metadata(const QuantizedMatrix& matrix);
+std::vector<uint32_t> pack_block_codes(const QuantizedMatrix& matrix);
 // The codes in fragment order: [np / 8][kp / 128][32 lanes][bits] words.
 std::vector<uint32_t> pack_fragment_codes(const QuantizedMatrix& matrix);
 

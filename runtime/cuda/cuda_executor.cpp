@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include "runtime/cuda/nvrtc_compiler.hpp"
 #include "base/error.hpp"
@@ -64,14 +65,13 @@ CudaExecutor::CudaExecutor(const cuda::DeviceProperties& device, MatrixSource ma
     format_ = cuda_format(p, ActivationType::F16, device_.arch());
     jit::cuda::check_spec(format_);  // bits and group size the CUDA kernels serve
 
-    const CudaWeights weights = pack_cuda_weights(matrix);
+    const CudaWeights weights = pack_cuda_metadata(matrix);  // the codes follow in upload_codes_for
     k_ = weights.k, n_ = weights.n, kp_ = weights.kp, np_ = weights.np, num_groups_ = weights.num_groups;
     act_order_ = p.act_order;
     if (weights.f16_scales) scales_ = cuda::DeviceBuffer(weights.scales_f16.data(), weights.scales_f16.size() * 2);
     else scales_ = cuda::DeviceBuffer(weights.scales_f32.data(), weights.scales_f32.size() * 4);
     if (!weights.zeros.empty()) zeros_ = cuda::DeviceBuffer(weights.zeros.data(), weights.zeros.size() * 2);
     if (act_order_) row_order_ = cuda::DeviceBuffer(p.row_order.data(), p.row_order.size() * 4);
-    // Both code layouts have kp x np codes of `bits` bits.
     weight_bytes_ = weights.code_bytes() + int64_t(scales_.size() + zeros_.size());
 
     const cuda::CompiledKernel support = cuda::compile_cuda_cached(
@@ -92,14 +92,17 @@ CudaExecutor::~CudaExecutor() {
     if (support_) driver.unload_module(support_);
 }
 
-const cuda::DeviceBuffer& CudaExecutor::codes_for(KernelKind kind) {
-    const bool fragment_order = kind == KernelKind::Mma;
-    cuda::DeviceBuffer& buffer = fragment_order ? fragment_codes_ : block_codes_;
-    if (buffer.size() > 0) return buffer;
+cuda::DeviceBuffer& CudaExecutor::code_layout(KernelKind kind) {
+    return kind == KernelKind::Mma ? fragment_codes_ : block_codes_;
+}
+
+void CudaExecutor::upload_codes_for(KernelKind kind) {
+    cuda::DeviceBuffer& buffer = code_layout(kind);
+    if (buffer.size() > 0) return;
     const QuantizedMatrix matrix = matrix_();
-    const std::vector<uint32_t> codes = fragment_order ? pack_fragment_codes(matrix) : pack_cuda_weights(matrix).codes;
+    const std::vector<uint32_t> codes =
+        kind == KernelKind::Mma ? pack_fragment_codes(matrix) : pack_block_codes(matrix);
     buffer = cuda::DeviceBuffer(codes.data(), codes.size() * 4);
-    return buffer;
 }
 
 int64_t CudaExecutor::device_code_bytes() const {
@@ -111,14 +114,13 @@ void CudaExecutor::release_unused_codes() {
     cuda::Driver& driver = cuda::Driver::get();
     driver.make_current(device_.ordinal);
     std::lock_guard lock(mutex_);
-    bool reads_blocks = false, reads_fragments = false;
-    for (const auto& [key, plan] : plans_)
-        (plan->spec.tiling.kind == KernelKind::Mma ? reads_fragments : reads_blocks) = true;
-    if (reads_blocks && reads_fragments) return;
+    std::set<const cuda::DeviceBuffer*> read;
+    for (const auto& [key, plan] : plans_) read.insert(&code_layout(plan->spec.tiling.kind));
+    if (read.size() == 2) return;
     // A launch of a plan replaced since may still be reading the layout (cuMemFree need not wait).
     driver.synchronize_context();
-    if (!reads_blocks) block_codes_ = {};
-    if (!reads_fragments) fragment_codes_ = {};
+    for (cuda::DeviceBuffer* layout : {&block_codes_, &fragment_codes_})
+        if (!read.count(layout)) *layout = {};
 }
 
 CudaKernelSpec CudaExecutor::format(ActivationType activations, int64_t bucket) const {
@@ -161,7 +163,7 @@ const CudaPlan& CudaExecutor::install(ActivationType activations, int64_t bucket
     cuda::Driver::get().make_current(device_.ordinal);
     auto plan = std::make_unique<CudaPlan>(compile(spec));
     std::lock_guard lock(mutex_);
-    codes_for(tiling.kind);
+    upload_codes_for(tiling.kind);
     std::unique_ptr<CudaPlan>& slot = plans_[{activations, bucket}];
     if (slot) cuda::Driver::get().unload_module(slot->module);
     slot = std::move(plan);
@@ -195,9 +197,9 @@ void CudaExecutor::launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdev
         x = gathered, k_valid = int(kp_), ldx = int(kp_);
     }
     const CudaTiling& t = plan.spec.tiling;
-    const cuda::DeviceBuffer& code_layout = t.kind == KernelKind::Mma ? fragment_codes_ : block_codes_;
-    if (code_layout.size() == 0) fail(QJIT_ERROR_INTERNAL, "CUDA codes for ", jit::cuda::tiling_text(t), " not uploaded");
-    cuda::CUdeviceptr codes = code_layout.get(), scales = scales_.get(), zeros = zeros_.get();
+    const cuda::DeviceBuffer& layout = code_layout(t.kind);
+    if (layout.size() == 0) fail(QJIT_ERROR_INTERNAL, "CUDA codes for ", jit::cuda::tiling_text(t), " not uploaded");
+    cuda::CUdeviceptr codes = layout.get(), scales = scales_.get(), zeros = zeros_.get();
     int rows = int(m), n = int(n_), np = int(np_), kp = int(kp_), groups = int(num_groups_);
     if (t.kind == KernelKind::Gemv) {
         void* args[] = {&codes, &scales, &zeros, &x, &y, &rows, &n, &np, &k_valid, &ldx, &kp, &groups};
@@ -290,7 +292,7 @@ std::function<double()> CudaExecutor::timed_tiling(int64_t m, ActivationType act
     cuda::Driver::get().make_current(device_.ordinal);
     {
         std::lock_guard lock(mutex_);
-        codes_for(tiling.kind);
+        upload_codes_for(tiling.kind);
     }
     std::shared_ptr<CudaPlan> candidate(new CudaPlan(compile(spec)), [](CudaPlan* plan) {
         try {

@@ -81,9 +81,10 @@ public:
 
 private:
     CudaPlan compile(const jit::cuda::CudaKernelSpec& spec) const;
-    // The device buffer of the code layout `kind` reads (mma: fragment order), uploaded if absent.
-    // The caller holds mutex_.
-    const cuda::DeviceBuffer& codes_for(jit::cuda::KernelKind kind);
+    // The device buffer of the code layout `kind` reads (mma: fragment order; empty until uploaded).
+    cuda::DeviceBuffer& code_layout(jit::cuda::KernelKind kind);
+    // Packs and uploads that layout if it is absent. The caller holds mutex_.
+    void upload_codes_for(jit::cuda::KernelKind kind);
     void launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdeviceptr y, int64_t m, cuda::CUstream stream);
     double time_us(const CudaPlan* plan, int64_t m, jit::cuda::ActivationType activations, int repeats, bool warm_up);
     cuda::CUdeviceptr grow(cuda::DeviceBuffer& buffer, size_t bytes);
