@@ -1,14 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Debian packages qjit needs to build, test and benchmark.
+# Installs the Debian packages qjit needs to build, test and benchmark (scripts/debian-packages.txt).
 # Idempotent: prints nothing and touches nothing when every package is present.
 set -euo pipefail
 
-packages=(
-  build-essential cmake pkg-config
-  libxbyak-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
-  libeigen3-dev  # SVD and QR for the MiLo quantizer (format/truncated_svd.cpp)
-  clang libclang-rt-14-dev  # the libFuzzer targets (scripts/fuzz.sh)
-)
+mapfile -t packages < <(grep -Ev '^[[:space:]]*(#|$)' "$(dirname "${BASH_SOURCE[0]}")/debian-packages.txt")
 
 missing=()
 for pkg in "${packages[@]}"; do

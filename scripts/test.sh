@@ -13,18 +13,18 @@ exclude=()
 case "${QJIT_SANITIZE:-0}" in
   1)
     build_dir="$root/build-sanitize"
-    "$root/scripts/build.sh" "$build_dir" -DQJIT_SANITIZE=ON -DQJIT_BUILD_BENCH=OFF >/dev/null
+    "$root/scripts/build.sh" --quiet "$build_dir" -DQJIT_SANITIZE=ON -DQJIT_BUILD_BENCH=OFF
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     ;;
   thread)
     build_dir="$root/build-tsan"
-    "$root/scripts/build.sh" "$build_dir" -DQJIT_TSAN=ON -DQJIT_BUILD_BENCH=OFF >/dev/null
+    "$root/scripts/build.sh" --quiet "$build_dir" -DQJIT_TSAN=ON -DQJIT_BUILD_BENCH=OFF
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
     exclude=(-E '^(AllFormats|Isa|BitsAndArch)/|^layering_|^install_and_consume$')
     ;;
   *)
     build_dir="$root/build"
-    "$root/scripts/build.sh" "$build_dir" >/dev/null
+    "$root/scripts/build.sh" --quiet "$build_dir"
     ;;
 esac
 ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" -LE cuda_sweep "${exclude[@]}"
