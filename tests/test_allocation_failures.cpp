@@ -135,7 +135,7 @@ TEST(AllocationFailures, CheckpointLayerCreation) {
                                       options);
     qjit_context* context = make_context(2);
     // Opening is not failed allocation by allocation: nlohmann-json's value destructor (noexcept)
-    // reserves a vector, so a failure there terminates whatever qjit does (see the README).
+    // reserves a vector, so a failure there terminates whatever qjit does (docs/reliability.md).
     qjit_checkpoint* checkpoint = nullptr;
     ASSERT_EQ(qjit_checkpoint_open(context, dir.c_str(), &checkpoint), QJIT_OK);
     qjit_linear* layer = nullptr;

@@ -189,7 +189,7 @@ TEST_F(CApiTest, HugeShapesAreRefusedUpFront) {
     EXPECT_EQ(raw, nullptr);
 }
 
-// Non-finite activations reach the outputs they feed, on every path (see the README's "Non-finite
+// Non-finite activations reach the outputs they feed, on every path (docs/reliability.md, "Non-finite
 // values"): a row with a NaN gives NaN in every output; a row with an infinity gives non-finite
 // outputs (the exact paths: +-Inf or NaN by IEEE rules; the int8 path: NaN). Other rows of the
 // same call are unaffected. K = 300 is not a multiple of the group or the vector width.

@@ -8,7 +8,7 @@
 
 namespace qjit {
 
-// Int8 activations change the real model's NLL by -0.0007 to +0.006 nats (README): at most 3 % of
+// Int8 activations change the real model's NLL by -0.0007 to +0.006 nats (docs/cpu-kernels.md): at most 3 % of
 // the error of 2- to 4-bit weights (0.11 and up), but as large as the whole error of 8-bit weights.
 jit::ActivationPath default_activation_path(int bits) {
     return bits <= 4 ? jit::ActivationPath::Int8 : jit::ActivationPath::F32;

@@ -77,13 +77,13 @@ typedef enum qjit_dtype {
 
 /* How the CPU kernels treat fp32 activations. */
 typedef enum qjit_activations {
-    QJIT_ACTIVATIONS_AUTO = 0, /* the default: see the README for which path and why */
+    QJIT_ACTIVATIONS_AUTO = 0, /* the default: docs/cpu-kernels.md says which path and why */
     QJIT_ACTIVATIONS_F32 = 1,  /* exact: weights unpacked to fp32 and multiplied in fp32 */
     QJIT_ACTIVATIONS_INT8 = 2, /* activations quantized to int8 per group on the fly; integer dot products */
     QJIT_ACTIVATIONS_MAX_ENUM = 0x7fffffff
 } qjit_activations;
 
-/* How a context's layers get their tiling (see the README's "Tuning"). */
+/* How a context's layers get their tiling (docs/tuning.md). */
 typedef enum qjit_tuning_mode {
     QJIT_TUNING_DEFAULT = 0,    /* this machine's database record, else a timed search within the budget (stored) */
     QJIT_TUNING_RETUNE = 1,     /* search within the budget even when the database has a record; store the result */

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The sweep behind stories_accuracy.jsonl (README "Calibrated quantization (GPTQ, 2/4/16)"), one run at a
+# The sweep behind stories_accuracy.jsonl (README.md in this folder), one run at a
 # time, each appending one JSON line. From the repository root, after a Release build with
 # -DQJIT_BUILD_BENCH=ON:  RUNNER=build/bench/stories_runner OUT=out.jsonl bench/results/gptq-2026-11-23/run_sweep.sh
 R=${RUNNER:-build/bench/stories_runner}
