@@ -7,7 +7,7 @@
 
 #include "tools/model_config.hpp"
 
-namespace qjit {
+namespace qjit_tools {
 namespace {
 
 const std::filesystem::path kConfigs = std::filesystem::path(QJIT_SOURCE_DIR) / "configs" / "models";
@@ -65,4 +65,4 @@ TEST(ModelConfig, BadFilesAreReportedByName) {
 }
 
 }  // namespace
-}  // namespace qjit
+}  // namespace qjit_tools

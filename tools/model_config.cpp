@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-namespace qjit {
+namespace qjit_tools {
 
 ModelConfig load_model_config(const std::string& path) {
     auto bad = [&](const std::string& why) { return std::runtime_error("model config '" + path + "': " + why); };
@@ -46,4 +46,4 @@ std::vector<LinearShape> distinct_shapes(const std::vector<LinearShape>& shapes)
     return distinct;
 }
 
-}  // namespace qjit
+}  // namespace qjit_tools

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace qjit {
+namespace qjit_tools {
 
 struct LinearShape {
     std::string name;  // e.g. "q_proj", or "q_proj,k_proj" once merged with same-shaped layers
@@ -30,4 +30,4 @@ ModelConfig load_model_config(const std::string& path);
 // The layer shapes with duplicates merged (names joined by commas), in first-seen order.
 std::vector<LinearShape> distinct_shapes(const std::vector<LinearShape>& shapes);
 
-}  // namespace qjit
+}  // namespace qjit_tools

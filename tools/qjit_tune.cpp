@@ -29,10 +29,10 @@
 
 namespace {
 
-using qjit::LinearShape;
+using qjit_tools::LinearShape;
 
 // The embedded default, Llama-2-7B (as configs/models/llama-2-7b.yaml): hidden 4096, MLP 11008.
-const qjit::ModelConfig kLlama2_7b = {"llama-2-7b",
+const qjit_tools::ModelConfig kLlama2_7b = {"llama-2-7b",
                                       32,
                                       {{"q_proj", 4096, 4096},
                                        {"k_proj", 4096, 4096},
@@ -148,9 +148,9 @@ double time_layer(qjit_linear* layer, int64_t batch, int repeats) {
 }
 
 // The model's distinct shapes, each a random GPTQ layer of the asked width and group.
-std::vector<Target> model_targets(const qjit::ModelConfig& model, const Options& o,
+std::vector<Target> model_targets(const qjit_tools::ModelConfig& model, const Options& o,
                                   std::vector<qjit_tools::GptqTensors>* storage) {
-    const std::vector<LinearShape> shapes = qjit::distinct_shapes(model.linear);
+    const std::vector<LinearShape> shapes = qjit_tools::distinct_shapes(model.linear);
     storage->resize(shapes.size());
     std::vector<Target> targets;
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -290,10 +290,10 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
     if (o.list || !o.export_path.empty() || !o.import_path.empty()) return manage_database(o);
 
-    qjit::ModelConfig model_config = kLlama2_7b;
+    qjit_tools::ModelConfig model_config = kLlama2_7b;
     if (!o.model.empty()) {
         try {
-            model_config = qjit::load_model_config(o.model);
+            model_config = qjit_tools::load_model_config(o.model);
         } catch (const std::exception& e) {
             std::fprintf(stderr, "qjit-tune: %s\n", e.what());
             return 1;

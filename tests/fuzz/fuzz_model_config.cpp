@@ -19,8 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } cleanup;
     std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data), std::streamsize(size));
     try {
-        const qjit::ModelConfig model = qjit::load_model_config(path);
-        (void)qjit::distinct_shapes(model.linear);
+        const qjit_tools::ModelConfig model = qjit_tools::load_model_config(path);
+        (void)qjit_tools::distinct_shapes(model.linear);
     } catch (const std::runtime_error&) {
     }
     return 0;
