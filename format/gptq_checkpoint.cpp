@@ -216,7 +216,7 @@ CheckpointLayer describe_layer(const std::string& name, const std::map<std::stri
     format.bits = bits;
     format.group_size = rows_per_group;
     format.symmetric = config.sym;
-    format.scale_type = layer.scale_dtype == QJIT_DTYPE_F16 ? ScaleType::F16 : ScaleType::F32;
+    format.scale_type = scale_type_of(layer.scale_dtype);
     format.act_order = layer.act_order;
     layer.format = format.name();
     return layer;
