@@ -58,6 +58,8 @@ struct WeightFormat {
     int max_code() const { return (1 << bits) - 1; }
     bool f16_scales() const { return scale_type == ScaleType::F16; }
     bool second_order_scales() const { return scale_type == ScaleType::SecondOrder; }
+    // Bytes of one scale stored as is (F16, F32); second-order scales are SecondOrderScales'.
+    int scale_bytes() const { return f16_scales() ? 2 : 4; }
 
     // The name every kernel name, database key, describe string and dump file starts with:
     // q<bits><g<group>|col>_<sym|asym> (q2or4 for mixed 2/4-bit groups), then _s32 for fp32 scales

@@ -67,7 +67,11 @@ QuantizerConfig quantizer_config(const qjit_quant_config& config, int64_t k, int
     if (method == QJIT_QUANT_MIXED) check_mixed(config, format.group_size, k);
     check_rank(config, method, k, n);
     switch (method) {
-        case QJIT_QUANT_HQQ: return HqqConfig{format};
+        case QJIT_QUANT_HQQ: {
+            HqqConfig hqq;
+            hqq.format = format;
+            return hqq;
+        }
         case QJIT_QUANT_MILO: {
             MiloConfig milo;
             milo.format = format;
