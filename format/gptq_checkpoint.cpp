@@ -164,7 +164,7 @@ qjit_dtype scale_dtype_of(const std::string& dtype) {
 }
 
 CheckpointLayer describe_layer(const std::string& name, const std::map<std::string, SafetensorsTensor>& tensors,
-                               const GptqConfig& config) {
+                               const CheckpointConfig& config) {
     CheckpointLayer layer;
     layer.name = name;
     layer.qweight = &layer_tensor(tensors, name, ".qweight");
@@ -216,7 +216,7 @@ CheckpointLayer describe_layer(const std::string& name, const std::map<std::stri
     format.bits = bits;
     format.group_size = rows_per_group;
     format.symmetric = config.sym;
-    format.scale_type = layer.scale_dtype == QJIT_DTYPE_F16 ? ScaleType::F16 : ScaleType::F32;
+    format.scale_type = scale_type_of(layer.scale_dtype);
     format.act_order = layer.act_order;
     layer.format = format.name();
     return layer;
@@ -233,9 +233,9 @@ const void* aligned_data(const SafetensorsTensor& tensor, std::vector<std::vecto
 
 }  // namespace
 
-GptqConfig read_gptq_config(const std::string& directory) {
+CheckpointConfig read_gptq_config(const std::string& directory) {
     json storage;
-    GptqConfig config;
+    CheckpointConfig config;
     const json* fields = find_quantization_config(directory, &storage, &config.file);
     const std::string& file = config.file;
     if (!fields->is_object()) corrupt("'", file, "': the quantization config is not a JSON object");

@@ -25,7 +25,7 @@
 
 namespace qjit {
 
-struct GptqConfig {
+struct CheckpointConfig {
     std::string file;  // where it was read: ".../config.json" or ".../quantize_config.json"
     int bits = 4;
     int group_size = 128;  // as written: rows per group, or -1 for one group per column
@@ -37,7 +37,7 @@ struct GptqConfig {
 // Reads the quantization config of `directory`. Throws QJIT_ERROR_IO when there is none,
 // QJIT_ERROR_CORRUPT_DATA when it is malformed, QJIT_ERROR_UNSUPPORTED for a method, width,
 // group size or checkpoint format qjit cannot import.
-GptqConfig read_gptq_config(const std::string& directory);
+CheckpointConfig read_gptq_config(const std::string& directory);
 
 // One quantized linear layer of a checkpoint.
 struct CheckpointLayer {
@@ -69,7 +69,7 @@ public:
     explicit GptqCheckpoint(const std::string& directory);
 
     const std::string& directory() const { return directory_; }
-    const GptqConfig& config() const { return config_; }
+    const CheckpointConfig& config() const { return config_; }
     // In natural order of their names (layers.2 before layers.10).
     const std::vector<CheckpointLayer>& layers() const { return layers_; }
     // Null when there is no such layer.
@@ -81,7 +81,7 @@ private:
     void find_layers();
 
     std::string directory_;
-    GptqConfig config_;
+    CheckpointConfig config_;
     std::vector<std::unique_ptr<MappedFile>> files_;
     std::map<std::string, SafetensorsTensor> tensors_;  // of every file
     std::vector<CheckpointLayer> layers_;

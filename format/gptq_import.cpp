@@ -146,7 +146,7 @@ QuantParams import_gptq_params(int64_t k, int64_t n, const qjit_gptq_tensors& te
     p.n = n;
     p.bits = tensors.bits;
     p.group_size = resolve_group_size(tensors.group_size, k);
-    p.scale_type = tensors.scale_dtype == QJIT_DTYPE_F16 ? ScaleType::F16 : ScaleType::F32;  // bf16 is exact in fp32
+    p.scale_type = scale_type_of(tensors.scale_dtype);
     const int64_t groups = p.num_groups();
     p.scales = read_scales(tensors, groups, n);
     p.zeros = read_zeros(tensors, groups, n);

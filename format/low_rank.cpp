@@ -27,12 +27,8 @@ LowRankFactor store_factor(int bits, int64_t rows, int64_t cols, const float* va
         for (size_t i = 0; i < factor.values.size(); ++i) factor.values[i] = round_to_half(values[i]);
         return factor;
     }
-    RtnConfig config;
-    config.bits = bits;
-    config.group_size = rows;  // one scale per column
-    config.symmetric = true;
-    config.scale_dtype = QJIT_DTYPE_F32;
-    factor.codes = quantize_rtn(config, rows, cols, values);
+    const WeightFormat per_column{.bits = bits, .group_size = rows, .symmetric = true, .scale_type = ScaleType::F32};
+    factor.codes = quantize_rtn(per_column, rows, cols, values);
     return factor;
 }
 

@@ -140,7 +140,7 @@ void fit_group(const Setup& s, int64_t g, const float* w, int64_t r0, int64_t r1
     for (int64_t c = 0; c < n; ++c) {
         const QuantRange range = quantization_range(lo[size_t(c)], hi[size_t(c)], s.symmetric);
         lo[size_t(c)] = range.lo;
-        scale[c] = range_scale(range, width, s.scale_type == ScaleType::F16);
+        scale[c] = range_scale(range, width, s.scale_type);
     }
     if (s.scale_type == ScaleType::SecondOrder) {
         // This group's scales quantized again now, its zero points and codes chosen against them.
@@ -264,11 +264,13 @@ std::vector<double> gptq_error_divisors(const Hessian& hessian, double damp, con
 
 QuantizedMatrix quantize_gptq(const GptqConfig& config, const Hessian& hessian, int64_t k, int64_t n,
                               const float* weights) {
-    validate_shape(k, n);
+    QuantizedMatrix out;
+    QuantParams& p = out.params;
+    static_cast<WeightFormat&>(p) = with_shape(config.format, k, n);  // widths, second-order limits: before any work
+    if (p.outliers > 0 || p.low_rank.present())
+        fail(QJIT_ERROR_INVALID_ARGUMENT, "format ", p.name(), " is not one GPTQ makes: outlier_fraction decides "
+             "the outliers, and GPTQ fits no compensator");
     require(weights != nullptr, "weights is NULL");
-    require(config.group_size >= 1, "group_size is ", config.group_size, "; expected 1 or more (k for per column)");
-    require(config.scale_dtype == QJIT_DTYPE_F16 || config.scale_dtype == QJIT_DTYPE_F32, "scale_dtype is ",
-            int(config.scale_dtype), "; expected F16 or F32");
     require(std::isfinite(config.damp) && config.damp >= 0, "damp is ", config.damp, "; expected 0 or more");
     require(config.block_size >= 1, "block_size is ", config.block_size, "; expected 1 or more");
     require(std::isfinite(config.outlier_fraction) && config.outlier_fraction >= 0 &&
@@ -277,35 +279,21 @@ QuantizedMatrix quantize_gptq(const GptqConfig& config, const Hessian& hessian, 
     require(!hessian.empty(), "the Hessian is empty: add calibration rows or set it");
     require(hessian.k() == k, "the Hessian is ", hessian.k(), " x ", hessian.k(), "; expected K x K = ", k, " x ", k);
 
-    QuantizedMatrix out;
-    QuantParams& p = out.params;
-    p.k = k;
-    p.n = n;
-    p.bits = config.bits;
-    p.group_bits = config.group_bits;
-    p.group_size = config.group_size;
-    p.symmetric = config.symmetric;
-    p.scale_type = config.second_order_scales              ? ScaleType::SecondOrder
-                   : config.scale_dtype == QJIT_DTYPE_F16 ? ScaleType::F16
-                                                           : ScaleType::F32;
-    p.act_order = config.act_order;
-    validate(p.format());  // bits, widths, second-order limits: refused before any work
-
     for (int64_t i = 0; i < k * n; ++i)
         require(std::isfinite(weights[i]), "weights[", i / n, "][", i % n, "] (K x N order) is not finite");
 
     Setup s;
     s.k = k;
     s.n = n;
-    s.group_size = std::min(config.group_size, k);
+    s.group_size = std::min(p.group_size, k);
     s.block = config.block_size;
-    s.symmetric = config.symmetric;
+    s.symmetric = p.symmetric;
     s.scale_type = p.scale_type;
     for (int64_t g = 0; g < p.num_groups(); ++g) s.widths.push_back(p.group_width(g));
 
     std::vector<bool> dead;
     live_diagonal(hessian, &dead);
-    const std::vector<int32_t> order = config.act_order ? gptq_act_order(hessian) : identity_order(k);
+    const std::vector<int32_t> order = p.act_order ? gptq_act_order(hessian) : identity_order(k);
     s.weights.resize(size_t(k * n));
     for (int64_t r = 0; r < k; ++r) {
         const int64_t from = order[size_t(r)];
@@ -342,7 +330,7 @@ QuantizedMatrix quantize_gptq(const GptqConfig& config, const Hessian& hessian, 
 
     p.scales = std::move(pass.scales);
     p.zeros = std::move(pass.zeros);
-    if (config.act_order) p.row_order = order;
+    if (p.act_order) p.row_order = order;
     if (p.second_order_scales()) p.second_order = std::move(pass.second);
     p.outliers = int64_t(pass.outliers.size());
     if (p.outliers > 0) p.outliers_data = make_sparse_outliers(k, n, std::move(pass.outliers));

@@ -14,20 +14,16 @@
 namespace qjit {
 
 struct GptqConfig {
-    int bits = 4;                 // 2, 3, 4 or 8 (the widest when group_bits is given)
-    int64_t group_size = 128;     // rows per group; k for per column
-    bool symmetric = false;
-    qjit_dtype scale_dtype = QJIT_DTYPE_F16;  // F16 or F32; ignored with second-order scales
-    bool act_order = false;       // rows in decreasing diag(H)
+    // The target: any width, group size and symmetry; F16, F32 or second-order scales (each group's
+    // scales quantized again as the group starts, its codes then chosen against them); act_order:
+    // rows in decreasing diag(H); group_bits: mixed precision, a width (2 or 4) per K-group in storage
+    // (quantization) order. Outliers are outlier_fraction's to decide; no compensator.
+    WeightFormat format{.bits = 4, .group_size = 128, .scale_type = ScaleType::F16};
     double damp = 0.01;           // added to H's diagonal: damp * mean(diag(H))
     int64_t block_size = 128;     // rows whose updates are applied to the rest together
-    std::vector<uint8_t> group_bits;  // mixed precision: a width (2 or 4) per K-group in storage
-                                      // (quantization) order; empty: every group at `bits`
-    bool second_order_scales = false; // each group's scales quantized again (SecondOrderScales) as
-                                      // the group starts, its codes then chosen against them
-    double outlier_fraction = 0;      // up to this fraction of the weights, from 2-bit groups only,
-                                      // kept as fp16 outliers (those whose rounding error, weighted
-                                      // by 1 / [H^-1]_kk^2, is largest); their error is not fed on
+    double outlier_fraction = 0;  // up to this fraction of the weights, from 2-bit groups only, kept as fp16
+                                  // outliers (those whose rounding error, weighted by 1 / [H^-1]_kk^2, is
+                                  // largest); their error is not fed on
 };
 
 // weights: K x N row-major (W[k][n]). Throws an invalid-argument Error naming the field for a bad

@@ -7,7 +7,6 @@
 #include <limits>
 
 #include "base/error.hpp"
-#include "base/half.hpp"
 #include "format/quantize_rtn.hpp"
 
 namespace qjit {
@@ -78,8 +77,8 @@ struct Scratch {
 
 class GroupOptimizer {
 public:
-    GroupOptimizer(const HqqConfig& config, int64_t max_rows)
-        : config_(config), max_code_(float((1 << config.bits) - 1)), scratch_(max_rows) {}
+    GroupOptimizer(const WeightFormat& format, const HqqOptions& options, int64_t max_rows)
+        : format_(format), options_(options), max_code_(float(format.max_code())), scratch_(max_rows) {}
 
     // Optimises one group: w holds its weights, codes its RTN codes on entry and the best codes on
     // exit; the best quantizer is returned.
@@ -91,8 +90,8 @@ public:
         best_q = codes;
         GroupQuantizer current = start, best = start;
         double best_error = l2_error(w, q, current);
-        float beta = config_.beta;
-        for (int it = 0; it < config_.iterations && best_error > 0.0; ++it) {
+        float beta = options_.beta;
+        for (int it = 0; it < options_.iterations && best_error > 0.0; ++it) {
             current = refit(w, q, current, beta);
             requantize(w, q, current);
             const double error = l2_error(w, q, current);
@@ -103,7 +102,7 @@ public:
             } else {
                 break;  // as HQQ: stop once the error rises (a second chance rarely pays)
             }
-            beta *= config_.beta_growth;
+            beta *= options_.beta_growth;
         }
         codes = best_q;
         return best;
@@ -123,7 +122,7 @@ private:
         auto target = scratch_.target.head(rows);
         // The error in code units, shrunk: W_e / s.
         shrunk = w * (1.0f / g.scale) - (q - float(g.zero));
-        shrink(scratch_.shrunk.data(), rows, config_.lp, beta);
+        shrink(scratch_.shrunk.data(), rows, options_.lp, beta);
         target = w - g.scale * shrunk;
 
         // Codes are centred on the current zero (b = q - z) so the sums do not cancel.
@@ -138,7 +137,7 @@ private:
         double shifts[3] = {0.0, 0.0, 0.0};
         int candidates = 1;
         const double spread = size * sum_bb - sum_b * sum_b;
-        if (!config_.symmetric && spread > 0.0) {
+        if (!format_.symmetric && spread > 0.0) {
             const double slope = (size * sum_bt - sum_b * sum_t) / spread;
             if (slope > 0.0 && std::isfinite(slope)) {
                 const double shift = (sum_b - sum_t / slope) / size;
@@ -167,12 +166,8 @@ private:
                 fitted = {float(scale), zero};
             }
         }
-        if (config_.scale_dtype == QJIT_DTYPE_F16) {
-            fitted.scale = round_to_half(fitted.scale);
-            // Too small for fp16 (or beyond it): the smallest normal half, as quantize_rtn.
-            if (fitted.scale == 0.0f) fitted.scale = half_to_float(0x0400);
-            if (!std::isfinite(fitted.scale)) fitted = g;
-        }
+        fitted.scale = stored_scale(fitted.scale, format_.scale_type);
+        if (!std::isfinite(fitted.scale)) fitted = g;  // beyond fp16's range
         return fitted;
     }
 
@@ -184,40 +179,32 @@ private:
         q = (q + float(g.zero)).max(0.0f).min(max_code_);
     }
 
-    const HqqConfig& config_;
+    const WeightFormat& format_;
+    const HqqOptions& options_;
     float max_code_;
     Scratch scratch_;
 };
 
-void validate_config(const HqqConfig& config, int64_t k, int64_t n, const float* weights) {
-    validate_bits(config.bits);
-    require(k >= 1 && n >= 1, "matrix shape ", k, " x ", n, " is empty");
-    require(config.group_size >= 1, "group_size must be positive");
+// The format is quantize_rtn's to check.
+void validate_options(const HqqOptions& options, const float* weights) {
     require(weights != nullptr, "weights is NULL");
-    require(config.scale_dtype == QJIT_DTYPE_F16 || config.scale_dtype == QJIT_DTYPE_F32, "scale_dtype ",
-            int(config.scale_dtype), " is not F16 or F32");
-    require(config.iterations >= 0, "iterations is ", config.iterations, "; expected >= 0");
-    require(config.lp > 0.0f && config.lp <= 1.0f, "lp is ", config.lp, "; expected 0 < lp <= 1");
-    require(config.beta > 0.0f && std::isfinite(config.beta), "beta is ", config.beta, "; expected > 0");
-    require(config.beta_growth >= 1.0f && std::isfinite(config.beta_growth), "beta_growth is ", config.beta_growth,
+    require(options.iterations >= 0, "iterations is ", options.iterations, "; expected >= 0");
+    require(options.lp > 0.0f && options.lp <= 1.0f, "lp is ", options.lp, "; expected 0 < lp <= 1");
+    require(options.beta > 0.0f && std::isfinite(options.beta), "beta is ", options.beta, "; expected > 0");
+    require(options.beta_growth >= 1.0f && std::isfinite(options.beta_growth), "beta_growth is ", options.beta_growth,
             "; expected >= 1");
 }
 
 }  // namespace
 
 QuantizedMatrix quantize_hqq(const HqqConfig& config, int64_t k, int64_t n, const float* weights) {
-    validate_config(config, k, n, weights);
-    RtnConfig rtn;
-    rtn.bits = config.bits;
-    rtn.group_size = config.group_size;
-    rtn.symmetric = config.symmetric;
-    rtn.scale_dtype = config.scale_dtype;
-    QuantizedMatrix out = quantize_rtn(rtn, k, n, weights);  // the start; also checks the weights are finite
-    if (config.iterations == 0) return out;
+    validate_options(config.options, weights);
+    QuantizedMatrix out = quantize_rtn(config.format, k, n, weights);  // the start; also checks the weights are finite
+    if (config.options.iterations == 0) return out;
 
     QuantParams& p = out.params;
     const int64_t group_rows = std::min(k, p.group_size);
-    GroupOptimizer optimizer(config, group_rows);
+    GroupOptimizer optimizer(p, config.options, group_rows);
     // One group's block of up to kPanel columns, transposed so each column's group is contiguous.
     Eigen::ArrayXXf block_w(group_rows, kPanel), block_q(group_rows, kPanel);
     for (int64_t g = 0; g < p.num_groups(); ++g) {

@@ -13,11 +13,8 @@
 
 namespace qjit {
 
-struct HqqConfig {
-    int bits = 3;
-    int64_t group_size = 64;  // rows per group; k for per column
-    bool symmetric = false;   // the zero stays 2^(bits-1): only the scale is refitted
-    qjit_dtype scale_dtype = QJIT_DTYPE_F16;
+// HQQ's own options.
+struct HqqOptions {
     int iterations = 20;      // at most; a group stops earlier once its error has stopped falling
     float lp = 0.7f;          // the p of the shrinkage, in (0, 1]
     // The shrinkage acts on errors in code units (divided by the group's scale), so one beta
@@ -25,6 +22,13 @@ struct HqqConfig {
     // are (partly) set aside. beta grows by beta_growth each iteration, setting less aside.
     float beta = 10.f;
     float beta_growth = 1.01f;
+};
+
+struct HqqConfig {
+    // What quantize_rtn makes (HQQ starts from it); symmetric: the zero stays 2^(bits-1), only the
+    // scale is refitted.
+    WeightFormat format{.bits = 3, .group_size = 64, .scale_type = ScaleType::F16};
+    HqqOptions options;
 };
 
 // weights: the dense K x N matrix, row-major (W[k][n] at weights[k * n + n]), as quantize_rtn.

@@ -17,37 +17,26 @@ using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Ro
 using MatrixMap = Eigen::Map<RowMatrix>;
 using ConstMatrixMap = Eigen::Map<const RowMatrix>;
 
-void validate_config(const MiloConfig& config, int64_t k, int64_t n, const float* weights) {
-    validate_bits(config.bits);
-    require(k >= 1 && n >= 1, "matrix shape ", k, " x ", n, " is empty");
+// The format the base quantizer makes: `format` (checked) without the compensator.
+WeightFormat checked_base_format(const MiloConfig& config, int64_t k, int64_t n, const float* weights) {
+    WeightFormat format = with_shape(config.format, k, n);
+    require(format.low_rank.present(), "low_rank.rank is 0; MiLo fits a compensator of rank 1 .. min(K, N, ",
+            kMaxLowRank, ")");
     require(weights != nullptr, "weights is NULL");
-    require(config.group_size >= 1, "group_size must be positive");
-    require(config.rank >= 1 && config.rank <= std::min<int64_t>({k, n, kMaxLowRank}), "rank is ", config.rank,
-            "; expected 1 .. min(K, N, ", kMaxLowRank, ") for a ", k, " x ", n, " matrix");
-    validate_low_rank_bits(config.factor_bits);
     require(config.base == BaseQuantizer::Rtn || config.base == BaseQuantizer::Hqq, "base quantizer ",
             int(config.base), " is not RTN or HQQ");
     require(config.max_iterations >= 1, "max_iterations is ", config.max_iterations, "; expected >= 1");
     require(config.tolerance >= 0.0 && std::isfinite(config.tolerance), "tolerance is ", config.tolerance,
             "; expected a finite value >= 0");
     require(config.window >= 1, "window is ", config.window, "; expected >= 1");
+    format.low_rank = {};
+    return format;
 }
 
-QuantizedMatrix quantize_base(const MiloConfig& config, int64_t k, int64_t n, const float* weights) {
-    if (config.base == BaseQuantizer::Rtn) {
-        RtnConfig rtn;
-        rtn.bits = config.bits;
-        rtn.group_size = config.group_size;
-        rtn.symmetric = config.symmetric;
-        rtn.scale_dtype = config.scale_dtype;
-        return quantize_rtn(rtn, k, n, weights);
-    }
-    HqqConfig hqq = config.hqq;
-    hqq.bits = config.bits;
-    hqq.group_size = config.group_size;
-    hqq.symmetric = config.symmetric;
-    hqq.scale_dtype = config.scale_dtype;
-    return quantize_hqq(hqq, k, n, weights);
+QuantizedMatrix quantize_base(const MiloConfig& config, const WeightFormat& base_format, int64_t k, int64_t n,
+                              const float* weights) {
+    if (config.base == BaseQuantizer::Rtn) return quantize_rtn(base_format, k, n, weights);
+    return quantize_hqq({base_format, config.hqq}, k, n, weights);
 }
 
 // U V as a dense K x N matrix (u: K x rank, v: rank x N, row-major).
@@ -73,7 +62,8 @@ bool converged(const std::vector<double>& errors, const MiloConfig& config) {
 }  // namespace
 
 MiloResult quantize_milo(const MiloConfig& config, int64_t k, int64_t n, const float* weights) {
-    validate_config(config, k, n, weights);
+    const WeightFormat base_format = checked_base_format(config, k, n, weights);
+    const LowRankTerms& terms = config.format.low_rank;
     const ConstMatrixMap w(weights, k, n);
     const double norm = std::sqrt(w.cast<double>().squaredNorm());
     require(std::isfinite(norm), "weights are not all finite");
@@ -87,11 +77,11 @@ MiloResult quantize_milo(const MiloConfig& config, int64_t k, int64_t n, const f
     } best;
     RowMatrix target = w;  // what Wq must carry: W - U V
     for (int it = 0; it < config.max_iterations; ++it) {
-        QuantizedMatrix quantized = quantize_base(config, k, n, target.data());
+        QuantizedMatrix quantized = quantize_base(config, base_format, k, n, target.data());
         const std::vector<float> dequantized = dequantize(quantized);
         const RowMatrix residual = w - ConstMatrixMap(dequantized.data(), k, n);
-        TruncatedSvd svd = truncated_svd(k, n, config.rank, residual.data());
-        const RowMatrix product = low_rank_product(k, n, config.rank, svd.u.data(), svd.v.data());
+        TruncatedSvd svd = truncated_svd(k, n, terms.rank, residual.data());
+        const RowMatrix product = low_rank_product(k, n, terms.rank, svd.u.data(), svd.v.data());
         const double error = std::sqrt((residual - product).cast<double>().squaredNorm()) * scale;
         result.relative_errors.push_back(error);
         result.iterations = it + 1;
@@ -101,16 +91,16 @@ MiloResult quantize_milo(const MiloConfig& config, int64_t k, int64_t n, const f
     }
 
     // Store the compensator, then let Wq absorb its rounding; keep whichever Wq is closer.
-    result.compensator = quantize_low_rank(config.factor_bits, k, n, config.rank, best.compensator.u.data(),
+    result.compensator = quantize_low_rank(terms.bits, k, n, terms.rank, best.compensator.u.data(),
                                            best.compensator.v.data());
     const std::vector<float> u = dense_u(result.compensator);
     const std::vector<float> v = dense_v(result.compensator);
-    const RowMatrix product = low_rank_product(k, n, config.rank, u.data(), v.data());
+    const RowMatrix product = low_rank_product(k, n, terms.rank, u.data(), v.data());
     const std::vector<float> before = dequantize(best.weights);
     const double error_before = residual_norm(w, ConstMatrixMap(before.data(), k, n), product) * scale;
 
     const RowMatrix target_after = w - product;
-    QuantizedMatrix requantized = quantize_base(config, k, n, target_after.data());
+    QuantizedMatrix requantized = quantize_base(config, base_format, k, n, target_after.data());
     const std::vector<float> after = dequantize(requantized);
     const double error_after = residual_norm(w, ConstMatrixMap(after.data(), k, n), product) * scale;
     if (error_after < error_before) {

@@ -19,19 +19,16 @@ namespace qjit {
 enum class BaseQuantizer { Rtn, Hqq };
 
 struct MiloConfig {
-    int bits = 3;
-    int64_t group_size = 64;  // rows per group; k for per column
-    bool symmetric = false;
-    qjit_dtype scale_dtype = QJIT_DTYPE_F16;
-    int rank = 16;            // 1 .. min(K, N, kMaxLowRank)
-    int factor_bits = 8;      // how U and V are stored: 8, 3 (codes) or 16 (fp16)
+    // The quantized weights' format, and in low_rank the compensator's rank (1 .. min(K, N,
+    // kMaxLowRank)) and storage: 8, 3 (codes) or 16 (fp16) bits.
+    WeightFormat format{.bits = 3, .group_size = 64, .scale_type = ScaleType::F16, .low_rank = {16, 8}};
     BaseQuantizer base = BaseQuantizer::Hqq;
     int max_iterations = 20;
     // Stop once each of the last `window` iterations changed the relative error by less than
     // `tolerance` (relative to the error before it), or the error is exactly zero.
     double tolerance = 1e-4;
     int window = 3;
-    HqqConfig hqq;            // the HQQ knobs; its bits, group, symmetry and scale type are the ones above
+    HqqOptions hqq;
 };
 
 struct MiloResult {

@@ -105,16 +105,20 @@ std::vector<uint8_t> assign_group_widths(const std::vector<double>& sensitivity,
 
 QuantizedMatrix quantize_mixed(const MixedConfig& config, const Hessian* hessian, int64_t k, int64_t n,
                                const float* weights) {
-    validate_shape(k, n);
+    const WeightFormat format = with_shape(config.format, k, n);
     require(weights != nullptr, "weights is NULL");
-    require(config.group_size >= 32, "group_size is ", config.group_size, "; mixed groups are 32 rows or more");
+    require(format.group_size >= 32, "group_size is ", format.group_size, "; mixed groups are 32 rows or more");
+    if (format.bits != 4 || !format.uniform_bits() || format.symmetric || format.outliers > 0 ||
+        format.low_rank.present())
+        fail(QJIT_ERROR_INVALID_ARGUMENT, "format ", format.name(), " is not a 2/4/16 target: bits 4 (the widest; "
+             "the quantizer chooses each group's width), asymmetric, outliers by outlier_fraction, no compensator");
     require(std::isfinite(config.alpha) && config.alpha >= 0 && config.alpha <= 1, "alpha is ", config.alpha,
             "; expected 0 .. 1");
     require(std::isfinite(config.outlier_fraction) && config.outlier_fraction >= 0 &&
                 config.outlier_fraction <= kMaxOutlierFraction,
             "outlier_fraction is ", config.outlier_fraction, "; expected 0 .. ", kMaxOutlierFraction);
     require(std::isfinite(config.damp) && config.damp >= 0, "damp is ", config.damp, "; expected 0 or more");
-    require(hessian != nullptr || !config.act_order, "act_order needs a Hessian (its diagonal orders the rows)");
+    require(hessian != nullptr || !format.act_order, "act_order needs a Hessian (its diagonal orders the rows)");
     if (hessian != nullptr) {
         require(!hessian->empty(), "the Hessian is empty: add calibration rows or set it");
         require(hessian->k() == k, "the Hessian is ", hessian->k(), " x ", hessian->k(), "; expected K x K = ", k,
@@ -122,32 +126,26 @@ QuantizedMatrix quantize_mixed(const MixedConfig& config, const Hessian* hessian
     }
 
     std::vector<int32_t> order;
-    if (config.act_order) order = gptq_act_order(*hessian);
+    if (format.act_order) order = gptq_act_order(*hessian);
     std::vector<double> sensitivity;
     if (hessian != nullptr) {
         // The divisors GPTQ will use: this damp, this order.
-        sensitivity = hessian_sensitivity(*hessian, config.damp, k, n, weights, config.group_size,
+        sensitivity = hessian_sensitivity(*hessian, config.damp, k, n, weights, format.group_size,
                                           order.empty() ? identity_rows(k) : order);
     } else {
-        sensitivity = group_sensitivity(GroupSensitivity::Range, nullptr, k, n, weights, config.group_size);
+        sensitivity = group_sensitivity(GroupSensitivity::Range, nullptr, k, n, weights, format.group_size);
     }
     const std::vector<uint8_t> widths = assign_group_widths(sensitivity, config.alpha);
 
     GptqConfig gptq;
-    gptq.group_size = config.group_size;
-    gptq.symmetric = false;
-    gptq.scale_dtype = QJIT_DTYPE_F16;
-    gptq.act_order = config.act_order;
+    gptq.format = format;
     gptq.damp = config.damp;
-    gptq.second_order_scales = config.second_order_scales;
     gptq.outlier_fraction = config.outlier_fraction;
     const bool uniform = std::all_of(widths.begin(), widths.end(), [&](uint8_t w) { return w == widths.front(); });
-    if (uniform) {
-        gptq.bits = widths.front();  // one width (alpha 0 or 1, or a single group): an ordinary format
-    } else {
-        gptq.bits = 4;
-        gptq.group_bits = widths;
-    }
+    if (uniform)
+        gptq.format.bits = widths.front();  // one width (alpha 0 or 1, or a single group): an ordinary format
+    else
+        gptq.format.group_bits = widths;
     if (hessian != nullptr) return quantize_gptq(gptq, *hessian, k, n, weights);
     // No calibration: round-to-nearest (a diagonal of ones feeds nothing on and weighs every error alike).
     Hessian ones(k);

@@ -20,11 +20,12 @@ enum class GroupSensitivity {
 };
 
 struct MixedConfig {
-    int64_t group_size = 32;         // rows per K-group (32 or more)
-    double alpha = 0.25;             // fraction of groups in 4 bits (0 .. 1)
-    double outlier_fraction = 0.002; // of the weights, as fp16 outliers (0 .. 0.005)
-    bool second_order_scales = true;
-    bool act_order = false;          // with a Hessian only
+    // The target: groups of group_size rows (32 or more), asymmetric, second-order (or F16 or F32)
+    // scales, act_order with a Hessian only. Each group's width is the quantizer's to choose: bits is
+    // the widest, 4, and group_bits is left empty.
+    WeightFormat format{.bits = 4, .group_size = 32, .scale_type = ScaleType::SecondOrder};
+    double alpha = 0.25;              // fraction of groups in 4 bits (0 .. 1)
+    double outlier_fraction = 0.002;  // of the weights, as fp16 outliers (0 .. 0.005)
     double damp = 0.01;
 };
 

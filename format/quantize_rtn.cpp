@@ -16,11 +16,11 @@ struct GroupQuantizer {
 };
 
 // Scale and zero point for values in [lo, hi]: symmetric ranges are centred on 2^(bits-1).
-GroupQuantizer fit_group(float lo, float hi, const RtnConfig& config) {
-    const int max_code = (1 << config.bits) - 1;
-    const QuantRange range = quantization_range(lo, hi, config.symmetric);
-    const float scale = range_scale(range, config.bits, config.scale_dtype == QJIT_DTYPE_F16);
-    const int zero = config.symmetric ? (max_code + 1) / 2
+GroupQuantizer fit_group(float lo, float hi, const WeightFormat& format) {
+    const int max_code = format.max_code();
+    const QuantRange range = quantization_range(lo, hi, format.symmetric);
+    const float scale = range_scale(range, format.bits, format.scale_type);
+    const int zero = format.symmetric ? (max_code + 1) / 2
                                       : std::clamp(int(std::nearbyint(-range.lo / scale)), 0, max_code);
     return {scale, zero};
 }
@@ -38,29 +38,24 @@ QuantRange quantization_range(float lo, float hi, bool symmetric) {
     return {lo, hi};
 }
 
-float range_scale(const QuantRange& range, int bits, bool f16_scales) {
-    float scale = (range.hi - range.lo) / float((1 << bits) - 1);
-    if (f16_scales) {
-        scale = round_to_half(scale);
-        if (scale == 0.0f) scale = half_to_float(0x0400);
-    }
-    return scale;
+float stored_scale(float scale, ScaleType type) {
+    if (type != ScaleType::F16) return scale;
+    const float rounded = round_to_half(scale);
+    return rounded == 0.0f ? half_to_float(0x0400) : rounded;
 }
 
-QuantizedMatrix quantize_rtn(const RtnConfig& config, int64_t k, int64_t n, const float* weights) {
-    validate_bits(config.bits);
-    require(k >= 1 && n >= 1, "matrix shape ", k, " x ", n, " is empty");
-    require(config.group_size >= 1, "group_size must be positive");
-    require(weights != nullptr, "weights is NULL");
+float range_scale(const QuantRange& range, int bits, ScaleType type) {
+    return stored_scale((range.hi - range.lo) / float((1 << bits) - 1), type);
+}
 
+QuantizedMatrix quantize_rtn(const WeightFormat& format, int64_t k, int64_t n, const float* weights) {
     QuantizedMatrix out;
     QuantParams& p = out.params;
-    p.k = k;
-    p.n = n;
-    p.bits = config.bits;
-    p.group_size = config.group_size;
-    p.symmetric = config.symmetric;
-    p.scale_type = config.scale_dtype == QJIT_DTYPE_F16 ? ScaleType::F16 : ScaleType::F32;
+    static_cast<WeightFormat&>(p) = with_shape(format, k, n);
+    if (!p.uniform_bits() || p.second_order_scales() || p.act_order || p.outliers > 0 || p.low_rank.present())
+        fail(QJIT_ERROR_INVALID_ARGUMENT, "format ", p.name(), " is not one round-to-nearest makes: it makes one "
+             "width, fp16 or fp32 scales, rows in order, no outliers or compensator");
+    require(weights != nullptr, "weights is NULL");
     const int64_t groups = p.num_groups();
     p.scales.resize(size_t(groups * n));
     p.zeros.resize(size_t(groups * n));
@@ -83,7 +78,7 @@ QuantizedMatrix quantize_rtn(const RtnConfig& config, int64_t k, int64_t n, cons
         float* scales = &p.scales[size_t(g * n)];
         uint16_t* zeros = &p.zeros[size_t(g * n)];
         for (int64_t c = 0; c < n; ++c) {
-            const GroupQuantizer gq = fit_group(lo[size_t(c)], hi[size_t(c)], config);
+            const GroupQuantizer gq = fit_group(lo[size_t(c)], hi[size_t(c)], p);
             scales[c] = gq.scale;
             zeros[c] = uint16_t(gq.zero);
         }

@@ -166,15 +166,11 @@ int64_t stored_bytes(const QuantParams& p) {
         if (!p.symmetric) zero_bits += p.n * p.group_width(g);
     }
     const int64_t metadata = p.num_groups() * p.n;
-    int64_t scales = 0;
-    switch (p.scale_type) {
-        case ScaleType::F16: scales = metadata * 2; break;
-        case ScaleType::F32: scales = metadata * 4; break;
-        case ScaleType::SecondOrder:
-            scales = (metadata * SecondOrderScales::kBits + 7) / 8 +
-                     p.num_groups() * SecondOrderScales::column_groups(p.n) * 2 * int64_t(sizeof(uint16_t));
-            break;
-    }
+    const int64_t scales =
+        p.second_order_scales()
+            ? (metadata * SecondOrderScales::kBits + 7) / 8 +
+                  p.num_groups() * SecondOrderScales::column_groups(p.n) * 2 * int64_t(sizeof(uint16_t))
+            : metadata * p.scale_bytes();
     const int64_t outliers = p.outliers == 0 ? 0
                                              : p.outliers * int64_t(sizeof(uint16_t) + sizeof(int32_t)) +
                                                    (p.n + 1) * int64_t(sizeof(int64_t));

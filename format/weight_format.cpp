@@ -101,6 +101,25 @@ void validate(const WeightFormat& f) {
     }
 }
 
+WeightFormat with_shape(WeightFormat target, int64_t k, int64_t n) {
+    require(k >= 1 && n >= 1, "matrix shape ", k, " x ", n, " is empty");
+    target.k = k;
+    target.n = n;
+    validate(target);
+    return target;
+}
+
+ScaleType scale_type_of(qjit_dtype dtype) {
+    switch (dtype) {
+        case QJIT_DTYPE_F16: return ScaleType::F16;
+        case QJIT_DTYPE_F32:
+        case QJIT_DTYPE_BF16: return ScaleType::F32;
+        default: break;
+    }
+    fail(QJIT_ERROR_INVALID_ARGUMENT, "scale_dtype is ", int(dtype),
+         "; expected QJIT_DTYPE_F32 (0), QJIT_DTYPE_F16 (1) or QJIT_DTYPE_BF16 (2)");
+}
+
 int64_t max_outliers(int64_t k, int64_t n) { return int64_t(std::ceil(double(k) * double(n) * kMaxOutlierFraction)); }
 
 }  // namespace qjit

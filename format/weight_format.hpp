@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "qjit/qjit.h"
+
 namespace qjit {
 
 enum class ScaleType : uint8_t {
@@ -32,17 +34,18 @@ struct LowRankTerms {
     bool operator==(const LowRankTerms&) const = default;
 };
 
+// Every field has an initializer, so that designated initializers may name only what they set.
 struct WeightFormat {
     int64_t k = 0;                     // rows (input features)
     int64_t n = 0;                     // columns (output features)
     int bits = 4;                      // code width of every K-group; with group_bits, the widest
-    std::vector<uint8_t> group_bits;   // a width per K-group, 2 or 4 (mixed precision); empty: all `bits`
+    std::vector<uint8_t> group_bits{}; // a width per K-group, 2 or 4 (mixed precision); empty: all `bits`
     int64_t group_size = 128;          // rows per group; k when per column
     bool symmetric = false;            // every zero point is 2^(bits-1)
     ScaleType scale_type = ScaleType::F32;
     bool act_order = false;            // rows are stored permuted (GPTQ desc_act): x is gathered first
     bool permuted_columns = false;     // outputs are stored permuted (tensor-parallel layouts)
-    LowRankTerms low_rank;             // a low-rank compensator
+    LowRankTerms low_rank{};           // a low-rank compensator
     int64_t outliers = 0;              // sparse fp16 outliers added to W (format/quantized_matrix.hpp)
 
     bool operator==(const WeightFormat&) const = default;
@@ -55,6 +58,8 @@ struct WeightFormat {
     int max_code() const { return (1 << bits) - 1; }
     bool f16_scales() const { return scale_type == ScaleType::F16; }
     bool second_order_scales() const { return scale_type == ScaleType::SecondOrder; }
+    // Bytes of one scale stored as is (F16, F32); second-order scales are SecondOrderScales'.
+    int scale_bytes() const { return f16_scales() ? 2 : 4; }
 
     // The name every kernel name, database key, describe string and dump file starts with:
     // q<bits><g<group>|col>_<sym|asym> (q2or4 for mixed 2/4-bit groups), then _s32 for fp32 scales
@@ -82,6 +87,14 @@ inline WeightFormat f16_scaled_format() {
 // at most kMaxOutlierFraction of the weights as outliers; no permuted columns (no backend runs them
 // yet).
 void validate(const WeightFormat& format);
+
+// What a quantizer makes of a k x n matrix: `target` (its caller's format) with that shape, checked by
+// validate(). Throws an invalid-argument Error naming the field, "matrix shape" for an empty one.
+WeightFormat with_shape(WeightFormat target, int64_t k, int64_t n);
+
+// The scale type of scales rounded to, or stored as, `dtype`: F16 as fp16, F32 and BF16 (exact in
+// fp32) as fp32. Throws an invalid-argument Error for another value. The one map from the C dtype.
+ScaleType scale_type_of(qjit_dtype dtype);
 
 // K and N stay below 2^31: row indices are stored as int32.
 inline constexpr int64_t kMaxDimension = int64_t(1) << 31;

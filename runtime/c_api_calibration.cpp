@@ -1,11 +1,14 @@
 // The C API of calibration: a handle that keeps H = sum of x^T x over a layer's inputs
 // (format/hessian.hpp), and the layers quantized with it (GPTQ, the 2/4/16 mixed format).
+#include <vector>
+
 #include "base/error.hpp"
 #include "format/hessian.hpp"
 #include "format/weight_format.hpp"
 #include "qjit/qjit.h"
 #include "runtime/f32_layer.hpp"
 #include "runtime/forward_arguments.hpp"
+#include "runtime/quant_config.hpp"
 
 struct qjit_calibration {
     explicit qjit_calibration(int64_t k) : hessian(k) {}
@@ -77,7 +80,7 @@ qjit_status qjit_linear_create_calibrated(qjit_context* context, const qjit_quan
         require(config != nullptr, "config is NULL");
         require(weights != nullptr, "weights is NULL");
         validate_shape(k, n);
-        validate_quant_config(*config, k);
+        const QuantizerConfig quantizer = quantizer_config(*config, k, n);
         require(layout == QJIT_LAYOUT_K_BY_N || layout == QJIT_LAYOUT_N_BY_K, "layout is ", int(layout),
                 "; expected QJIT_LAYOUT_K_BY_N or QJIT_LAYOUT_N_BY_K");
         if (calibration)
@@ -85,10 +88,10 @@ qjit_status qjit_linear_create_calibrated(qjit_context* context, const qjit_quan
                     " inputs but the layer has K = ", k);
         const Hessian* hessian = calibration ? &calibration->hessian : nullptr;
         if (layout == QJIT_LAYOUT_K_BY_N) {
-            *layer = make_linear_from_f32(context, *config, k, n, weights, hessian).release();
+            *layer = make_linear_from_f32(context, quantizer, k, n, weights, hessian).release();
         } else {
-            *layer = make_linear_from_f32(context, *config, k, n, k_by_n_from_n_by_k(weights, k, n).data(), hessian)
-                         .release();
+            const std::vector<float> k_by_n = k_by_n_from_n_by_k(weights, k, n);
+            *layer = make_linear_from_f32(context, quantizer, k, n, k_by_n.data(), hessian).release();
         }
     });
 }

@@ -62,7 +62,7 @@ qjit_status qjit_checkpoint_get_layer(const qjit_checkpoint* checkpoint, int64_t
         require(index >= 0 && index < int64_t(layers.size()), "index is ", index, "; the checkpoint has ",
                 layers.size(), " layers");
         const CheckpointLayer& entry = layers[size_t(index)];
-        const GptqConfig& config = checkpoint->files.config();
+        const CheckpointConfig& config = checkpoint->files.config();
         layer->name = entry.name.c_str();
         layer->k = entry.k;
         layer->n = entry.n;

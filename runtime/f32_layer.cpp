@@ -1,70 +1,56 @@
 #include "runtime/f32_layer.hpp"
 
 #include <algorithm>
-#include <cstring>
+#include <variant>
 
 #include "base/error.hpp"
-#include "runtime/calibrated_layer.hpp"
-#include "format/quantize_hqq.hpp"
-#include "format/quantize_milo.hpp"
 #include "format/quantize_rtn.hpp"
 
 namespace qjit {
 
-void validate_quant_config(const qjit_quant_config& config, int64_t k) {
-    // Read as the int the caller stored: a negative value is outside the enum's range, and loading
-    // it as the enum would be undefined.
-    int method = 0;
-    std::memcpy(&method, &config.method, sizeof method);
-    require(method >= QJIT_QUANT_RTN && method <= QJIT_QUANT_MIXED, "config->method is ", method,
-            "; expected QJIT_QUANT_RTN, QJIT_QUANT_HQQ, QJIT_QUANT_MILO, QJIT_QUANT_GPTQ or QJIT_QUANT_MIXED");
-    if (method != QJIT_QUANT_MIXED) validate_bits(config.bits);  // MIXED picks 2 or 4 bits per group
-    resolve_group_size(config.group_size, k);
-    require(config.scale_dtype == QJIT_DTYPE_F32 || config.scale_dtype == QJIT_DTYPE_F16, "config->scale_dtype is ",
-            int(config.scale_dtype), "; expected QJIT_DTYPE_F32 or QJIT_DTYPE_F16");
-    if (method == QJIT_QUANT_GPTQ || method == QJIT_QUANT_MIXED) validate_calibrated_config(config, k);
-    if (method == QJIT_QUANT_MILO) {
-        require(config.rank >= 1 && config.rank <= kMaxLowRank, "config->rank is ", config.rank,
-                "; MiLo needs a rank in 1 .. ", kMaxLowRank);
-        validate_low_rank_bits(config.low_rank_bits);
-    } else {
-        require(config.rank == 0, "config->rank is ", config.rank, "; only QJIT_QUANT_MILO adds a compensator");
-    }
+namespace {
+
+// K is the caller's to match (qjit_linear_create_calibrated names both); the quantizers refuse another.
+void require_filled(const Hessian& hessian) {
+    require(!hessian.empty(), "calibration is empty: no rows were added and no Hessian or diagonal was set");
 }
 
-std::unique_ptr<qjit_linear> make_linear_from_f32(qjit_context* context, const qjit_quant_config& config, int64_t k,
-                                                  int64_t n, const float* weights, const Hessian* hessian) {
-    validate_quant_config(config, k);
-    const int64_t group_size = resolve_group_size(config.group_size, k);
-    const bool symmetric = config.symmetric != 0;
-    switch (config.method) {
-        case QJIT_QUANT_HQQ: {
-            HqqConfig hqq;
-            hqq.bits = config.bits;
-            hqq.group_size = group_size;
-            hqq.symmetric = symmetric;
-            hqq.scale_dtype = config.scale_dtype;
-            return make_linear(context, quantize_hqq(hqq, k, n, weights));
-        }
-        case QJIT_QUANT_MILO: {
-            require(config.rank <= std::min(k, n), "config->rank is ", config.rank, "; a ", k, " x ", n,
-                    " layer takes at most min(K, N) = ", std::min(k, n));
-            MiloConfig milo;
-            milo.bits = config.bits;
-            milo.group_size = group_size;
-            milo.symmetric = symmetric;
-            milo.scale_dtype = config.scale_dtype;
-            milo.rank = config.rank;
-            milo.factor_bits = config.low_rank_bits;
-            MiloResult result = quantize_milo(milo, k, n, weights);
-            return make_linear(context, std::move(result.weights), std::move(result.compensator));
-        }
-        case QJIT_QUANT_GPTQ:
-        case QJIT_QUANT_MIXED: return make_linear(context, quantize_calibrated(config, hessian, k, n, weights));
-        default:
-            return make_linear(context,
-                               quantize_rtn({config.bits, group_size, symmetric, config.scale_dtype}, k, n, weights));
+// Quantizes by the method whose config it is given and makes the layer.
+struct QuantizedLayerMaker {
+    qjit_context* context;
+    int64_t k, n;
+    const float* weights;
+    const Hessian* hessian;
+
+    std::unique_ptr<qjit_linear> operator()(const WeightFormat& rtn) const {
+        return make_linear(context, quantize_rtn(rtn, k, n, weights));
     }
+    std::unique_ptr<qjit_linear> operator()(const HqqConfig& hqq) const {
+        return make_linear(context, quantize_hqq(hqq, k, n, weights));
+    }
+    std::unique_ptr<qjit_linear> operator()(const MiloConfig& milo) const {
+        MiloResult result = quantize_milo(milo, k, n, weights);
+        return make_linear(context, std::move(result.weights), std::move(result.compensator));
+    }
+    std::unique_ptr<qjit_linear> operator()(const GptqConfig& gptq) const {
+        require(hessian != nullptr, "config->method is QJIT_QUANT_GPTQ: GPTQ needs a calibration of the layer's "
+                                    "inputs (qjit_linear_create_calibrated with a calibration)");
+        require_filled(*hessian);
+        return make_linear(context, quantize_gptq(gptq, *hessian, k, n, weights));
+    }
+    std::unique_ptr<qjit_linear> operator()(const MixedConfig& mixed) const {
+        if (hessian) require_filled(*hessian);
+        require(hessian != nullptr || !mixed.format.act_order, "config->act_order is ", int(mixed.format.act_order),
+                "; QJIT_QUANT_MIXED takes act-order with a calibration only");
+        return make_linear(context, quantize_mixed(mixed, hessian, k, n, weights));
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<qjit_linear> make_linear_from_f32(qjit_context* context, const QuantizerConfig& quantizer, int64_t k,
+                                                  int64_t n, const float* weights, const Hessian* hessian) {
+    return std::visit(QuantizedLayerMaker{context, k, n, weights, hessian}, quantizer);
 }
 
 std::vector<float> k_by_n_from_n_by_k(const float* weights_n_by_k, int64_t k, int64_t n) {

@@ -49,7 +49,10 @@ TEST_P(FormatTest, MatchesOracle) {
     for (const Shape shape : kShapes) {
         SCOPED_TRACE(testing::Message() << "K=" << shape.k << " N=" << shape.n);
         const std::vector<float> weights = test::random_floats(size_t(shape.k * shape.n), seed++);
-        const RtnConfig config{bits, resolve_group_size(group_size, shape.k), symmetric, QJIT_DTYPE_F16};
+        const WeightFormat config{.bits = bits,
+                                  .group_size = resolve_group_size(group_size, shape.k),
+                                  .symmetric = symmetric,
+                                  .scale_type = ScaleType::F16};
         QuantizedMatrix matrix = quantize_rtn(config, shape.k, shape.n, weights.data());
         if (act_order && shape.k > 1) {
             matrix.params.row_order = random_row_order(shape.k, seed++);
@@ -106,7 +109,11 @@ TEST_P(CApiQuantizeTest, MatchesTheBaselineQuantizer) {
     for (int64_t r = 0; r < k; ++r)
         for (int64_t c = 0; c < n; ++c) transposed[size_t(c * k + r)] = weights[size_t(r * n + c)];
     const QuantizedMatrix expected =
-        quantize_rtn({bits, resolve_group_size(group_size, k), symmetric, QJIT_DTYPE_F32}, k, n, weights.data());
+        quantize_rtn({.bits = bits,
+                      .group_size = resolve_group_size(group_size, k),
+                      .symmetric = symmetric,
+                      .scale_type = ScaleType::F32},
+                     k, n, weights.data());
 
     const qjit_quant_config config{bits, group_size, symmetric, QJIT_DTYPE_F32};
     for (const auto& [layout, source] : {std::pair{QJIT_LAYOUT_K_BY_N, &weights}, {QJIT_LAYOUT_N_BY_K, &transposed}}) {
@@ -138,7 +145,9 @@ TEST(RtnQuantizer, RoundTripErrorIsAtMostHalfAStep) {
     const std::vector<float> weights = test::random_floats(size_t(k * n), 3, -2.0f, 0.5f);
     for (const int bits : {2, 3, 4, 8}) {
         for (const bool symmetric : {false, true}) {
-            const QuantizedMatrix q = quantize_rtn({bits, 64, symmetric, QJIT_DTYPE_F32}, k, n, weights.data());
+            const QuantizedMatrix q = quantize_rtn(
+                {.bits = bits, .group_size = 64, .symmetric = symmetric, .scale_type = ScaleType::F32}, k, n,
+                weights.data());
             const std::vector<float> dense = dequantize(q);
             for (int64_t r = 0; r < k; ++r)
                 for (int64_t c = 0; c < n; ++c) {
@@ -154,10 +163,12 @@ TEST(RtnQuantizer, RoundTripErrorIsAtMostHalfAStep) {
 
 TEST(RtnQuantizer, AllZeroGroupAndF16ScalesStayFinite) {
     const std::vector<float> zeros(64 * 3, 0.0f);
-    const QuantizedMatrix q = quantize_rtn({4, 32, false, QJIT_DTYPE_F16}, 64, 3, zeros.data());
+    const QuantizedMatrix q =
+        quantize_rtn({.bits = 4, .group_size = 32, .scale_type = ScaleType::F16}, 64, 3, zeros.data());
     for (float w : dequantize(q)) EXPECT_EQ(w, 0.0f);
     const std::vector<float> tiny(32, 1e-9f);
-    const QuantizedMatrix t = quantize_rtn({4, 32, true, QJIT_DTYPE_F16}, 32, 1, tiny.data());
+    const WeightFormat symmetric{.bits = 4, .group_size = 32, .symmetric = true, .scale_type = ScaleType::F16};
+    const QuantizedMatrix t = quantize_rtn(symmetric, 32, 1, tiny.data());
     for (float s : t.params.scales) EXPECT_GT(s, 0.0f);
 }
 

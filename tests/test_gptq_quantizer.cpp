@@ -16,6 +16,7 @@
 #include "format/quantize_gptq.hpp"
 #include "format/quantize_mixed.hpp"
 #include "format/quantize_rtn.hpp"
+#include "runtime/quant_config.hpp"
 #include "format/reference.hpp"
 #include "test_support.hpp"
 
@@ -99,21 +100,18 @@ double squared_error(const std::vector<float>& a, const std::vector<float>& b) {
 
 GptqConfig gptq_config(int bits, int64_t group, bool act_order = false, qjit_dtype scales = QJIT_DTYPE_F16) {
     GptqConfig c;
-    c.bits = bits;
-    c.group_size = group;
-    c.act_order = act_order;
-    c.scale_dtype = scales;
+    c.format.bits = bits;
+    c.format.group_size = group;
+    c.format.act_order = act_order;
+    c.format.scale_type = scale_type_of(scales);
     return c;
 }
 
 QuantizedMatrix rtn(int bits, int64_t group, int64_t k, int64_t n, const std::vector<float>& w,
                     qjit_dtype scales = QJIT_DTYPE_F16, bool symmetric = false) {
-    RtnConfig c;
-    c.bits = bits;
-    c.group_size = group;
-    c.symmetric = symmetric;
-    c.scale_dtype = scales;
-    return quantize_rtn(c, k, n, w.data());
+    const WeightFormat format{
+        .bits = bits, .group_size = group, .symmetric = symmetric, .scale_type = scale_type_of(scales)};
+    return quantize_rtn(format, k, n, w.data());
 }
 
 std::vector<float> identity(int64_t k) {
@@ -200,22 +198,26 @@ TEST(GptqQuantizer, RefusesBadInput) {
     expect_invalid([&] { quantize_gptq(gptq_config(5, 32), h, k, n, w.data()); }, "bits");
     expect_invalid([&] { quantize_gptq(gptq_config(4, 0), h, k, n, w.data()); }, "group_size");
     GptqConfig c = gptq_config(4, 32);
-    c.group_bits = {4, 2, 2};
+    c.format.group_bits = {4, 2, 2};
     expect_invalid([&] { quantize_gptq(c, h, k, n, w.data()); }, "group_bits");
-    c.group_bits = {2, 2};
+    c.format.group_bits = {2, 2};
     expect_invalid([&] { quantize_gptq(c, h, k, n, w.data()); }, "bits");  // 4, not the widest
     c = gptq_config(4, 32);
     c.outlier_fraction = 0.01;
     expect_invalid([&] { quantize_gptq(c, h, k, n, w.data()); }, "outlier_fraction");
     c = gptq_config(8, 32);
-    c.second_order_scales = true;
+    c.format.scale_type = ScaleType::SecondOrder;
     expect_invalid([&] { quantize_gptq(c, h, k, n, w.data()); }, "second-order");
     c = gptq_config(4, 32);
     c.damp = -1;
     expect_invalid([&] { quantize_gptq(c, h, k, n, w.data()); }, "damp");
-    c = gptq_config(4, 32);
-    c.scale_dtype = QJIT_DTYPE_BF16;
-    expect_invalid([&] { quantize_gptq(c, h, k, n, w.data()); }, "scale_dtype");
+    qjit_quant_config bf16_scales;  // a scale type GPTQ does not round to: refused where the C config is read
+    qjit_quant_config_init(&bf16_scales);
+    bf16_scales.method = QJIT_QUANT_GPTQ;
+    bf16_scales.scale_dtype = QJIT_DTYPE_BF16;
+    expect_invalid([&] {
+        quantize_gptq(std::get<GptqConfig>(quantizer_config(bf16_scales, k, n)), h, k, n, w.data());
+    }, "scale_dtype");
     std::vector<float> bad = w;
     bad[100] = std::numeric_limits<float>::quiet_NaN();
     expect_invalid([&] { quantize_gptq(gptq_config(4, 32), h, k, n, bad.data()); }, "not finite");
@@ -236,7 +238,7 @@ TEST(GptqQuantizer, IdentityHessianIsRoundToNearest) {
                         SCOPED_TRACE(testing::Message() << k << "x" << n << " bits " << bits << " group " << group
                                                         << (symmetric ? " sym" : " asym") << " scales " << scales);
                         GptqConfig c = gptq_config(bits, group, false, scales);
-                        c.symmetric = symmetric;
+                        c.format.symmetric = symmetric;
                         c.block_size = 48;  // blocks that do not line up with the groups
                         const QuantizedMatrix g = quantize_gptq(c, identity_h, k, n, w.data());
                         const QuantizedMatrix r = rtn(bits, group, k, n, w, scales, symmetric);
@@ -390,7 +392,7 @@ TEST(GptqQuantizer, SecondOrderScales) {
         for (bool act_order : {false, true}) {
             SCOPED_TRACE(testing::Message() << "bits " << bits << (act_order ? " act-order" : ""));
             GptqConfig c = gptq_config(bits, 32, act_order);
-            c.second_order_scales = true;
+            c.format.scale_type = ScaleType::SecondOrder;
             const QuantizedMatrix q = quantize_gptq(c, h, k, n, w.data());
             validate(q);
             EXPECT_EQ(q.params.scale_type, ScaleType::SecondOrder);
@@ -424,8 +426,8 @@ TEST(GptqQuantizer, OutliersFromTwoBitGroupsLowerTheError) {
 
     // Mixed widths: outliers only in the 2-bit groups, and as many as asked.
     GptqConfig c = gptq_config(4, 32, true);
-    c.group_bits = {4, 2, 2, 4, 2, 2, 2, 2};
-    c.second_order_scales = true;
+    c.format.group_bits = {4, 2, 2, 4, 2, 2, 2, 2};
+    c.format.scale_type = ScaleType::SecondOrder;
     c.outlier_fraction = 0.002;
     const QuantizedMatrix q = quantize_gptq(c, h, k, n, w.data());
     validate(q);
@@ -490,7 +492,7 @@ TEST(MixedQuantizer, QuantizesTheMostSensitiveGroupsInFourBits) {
         SCOPED_TRACE(act_order ? "act-order" : "plain");
         MixedConfig c;
         c.alpha = 0.25;
-        c.act_order = act_order;
+        c.format.act_order = act_order;
         const QuantizedMatrix q = quantize_mixed(c, &h, k, n, w.data());
         validate(q);
         EXPECT_EQ(q.params.format().name(), act_order ? "q2or4g32_asym_sq4_sp_act" : "q2or4g32_asym_sq4_sp");
@@ -538,7 +540,7 @@ TEST(MixedQuantizer, WithoutCalibrationUsesRangeAndRoundToNearest) {
     MixedConfig c;
     c.alpha = 0.25;
     c.outlier_fraction = 0.0;
-    c.second_order_scales = false;
+    c.format.scale_type = ScaleType::F16;
     const QuantizedMatrix q = quantize_mixed(c, nullptr, k, n, w.data());
     validate(q);
     const std::vector<uint8_t> expected =
@@ -553,7 +555,7 @@ TEST(MixedQuantizer, WithoutCalibrationUsesRangeAndRoundToNearest) {
         }
     // With outliers and second-order scales: the plain error decides. Nothing is fed on, so the codes
     // are those without outliers, and the outliers are the 2-bit weights those codes miss most.
-    c.second_order_scales = true;
+    c.format.scale_type = ScaleType::SecondOrder;
     const QuantizedMatrix plain = quantize_mixed(c, nullptr, k, n, w.data());
     c.outlier_fraction = 0.005;
     const QuantizedMatrix sp = quantize_mixed(c, nullptr, k, n, w.data());
@@ -579,7 +581,7 @@ TEST(MixedQuantizer, WithoutCalibrationUsesRangeAndRoundToNearest) {
     EXPECT_LT(squared_error(w, dequantize(sp)), squared_error(w, deq));
     expect_invalid([&] {
         MixedConfig act = c;
-        act.act_order = true;
+        act.format.act_order = true;
         quantize_mixed(act, nullptr, k, n, w.data());
     }, "act_order");
 }
@@ -598,14 +600,14 @@ TEST(MixedQuantizer, OneWidthGivesAUniformFormat) {
         EXPECT_EQ(q.params.outliers > 0, alpha == 0);  // outliers come from 2-bit groups only
     }
     MixedConfig single;
-    single.group_size = 128;  // one group
+    single.format.group_size = 128;  // one group
     const QuantizedMatrix q = quantize_mixed(single, &h, k, n, w.data());
     validate(q);
     EXPECT_TRUE(q.params.group_bits.empty());
     EXPECT_EQ(q.params.bits, 4);  // ceil(0.25 * 1) = 1 group in 4 bits
     expect_invalid([&] {
         MixedConfig small;
-        small.group_size = 16;
+        small.format.group_size = 16;
         quantize_mixed(small, &h, k, n, w.data());
     }, "group_size");
     expect_invalid([&] {

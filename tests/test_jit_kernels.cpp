@@ -30,7 +30,7 @@ ContextPtr make_context(qjit_isa isa, qjit_activations activations, const char* 
 
 QuantizedMatrix test_matrix(int bits, int64_t k, int64_t n, int64_t group_size) {
     const std::vector<float> weights = test::random_floats(size_t(k * n), uint32_t(k * 31 + n));
-    return quantize_rtn({bits, group_size, false, QJIT_DTYPE_F16}, k, n, weights.data());
+    return quantize_rtn({.bits = bits, .group_size = group_size, .scale_type = ScaleType::F16}, k, n, weights.data());
 }
 
 std::vector<uint8_t> code_of(const qjit_linear& layer, int rows) {

@@ -50,7 +50,8 @@ protected:
     // A small layer; with act_order its rows are stored in a shuffled order.
     std::unique_ptr<qjit_linear> make_layer(int bits, int64_t k, int64_t n, bool act_order) {
         const std::vector<float> weights = test::random_floats(size_t(k * n), uint32_t(bits * 7 + k));
-        QuantizedMatrix matrix = quantize_rtn({bits, 32, false, QJIT_DTYPE_F16}, k, n, weights.data());
+        QuantizedMatrix matrix =
+            quantize_rtn({.bits = bits, .group_size = 32, .scale_type = ScaleType::F16}, k, n, weights.data());
         if (act_order) {
             for (int64_t r = 0; r < k; ++r) matrix.params.row_order.push_back(int32_t((r * 7 + 3) % k));
             matrix.params.act_order = true;
@@ -170,7 +171,7 @@ std::unique_ptr<qjit_linear> make_compensated_layer(qjit_context* context, int f
     const int64_t k = 96, n = 20;
     const int rank = 5;
     const std::vector<float> w = test::random_floats(size_t(k * n), 1);
-    QuantizedMatrix matrix = quantize_rtn({3, 32, false, QJIT_DTYPE_F16}, k, n, w.data());
+    QuantizedMatrix matrix = quantize_rtn({.bits = 3, .group_size = 32, .scale_type = ScaleType::F16}, k, n, w.data());
     if (act_order) {
         for (int64_t r = 0; r < k; ++r) matrix.params.row_order.push_back(int32_t((r * 5 + 1) % k));
         matrix.params.act_order = true;
@@ -340,7 +341,7 @@ constexpr int64_t kFeatureK = 128, kFeatureN = 40;  // 4 groups of 32 rows; 3 se
 // replaced by what they give (zeros kept below 16), outliers spread over rows and columns.
 QuantizedMatrix feature_matrix(const Features& f, int64_t k = kFeatureK, int64_t n = kFeatureN) {
     const std::vector<float> w = test::random_floats(size_t(k * n), 11);
-    QuantizedMatrix m = quantize_rtn({4, 32, false, QJIT_DTYPE_F16}, k, n, w.data());
+    QuantizedMatrix m = quantize_rtn({.bits = 4, .group_size = 32, .scale_type = ScaleType::F16}, k, n, w.data());
     QuantParams& p = m.params;
     const int64_t groups = p.num_groups();
     if (f.mixed) {

@@ -80,7 +80,7 @@ TEST(LayerPasses, BadPlansAreRefused) {
 TEST(LayerPasses, EveryPlanMatchesTheOracle) {
     const int64_t k = 515, n = 77;
     const std::vector<float> w = test::random_floats(size_t(k * n), 3);
-    QuantizedMatrix matrix = quantize_rtn({4, 32, false, QJIT_DTYPE_F16}, k, n, w.data());
+    QuantizedMatrix matrix = quantize_rtn({.bits = 4, .group_size = 32, .scale_type = ScaleType::F16}, k, n, w.data());
     matrix.params.act_order = true;
     for (int64_t r = 0; r < k; ++r) matrix.params.row_order.push_back(int32_t((r * 11 + 5) % k));
     const int64_t m = 3;

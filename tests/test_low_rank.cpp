@@ -21,7 +21,7 @@ namespace {
 
 QuantizedMatrix quantized_weights(int bits, int64_t k, int64_t n, int64_t group_size, uint32_t seed) {
     const std::vector<float> w = test::random_floats(size_t(k * n), seed);
-    return quantize_rtn({bits, group_size, false, QJIT_DTYPE_F16}, k, n, w.data());
+    return quantize_rtn({.bits = bits, .group_size = group_size, .scale_type = ScaleType::F16}, k, n, w.data());
 }
 
 LowRankFactors random_factors(int bits, int64_t k, int64_t n, int rank, uint32_t seed) {

@@ -70,21 +70,13 @@ void expect_invalid(Body&& body, const std::string& word) {
 
 // ---- HQQ ----
 
-RtnConfig rtn_config(int bits, int64_t group, bool symmetric = false, qjit_dtype scales = QJIT_DTYPE_F16) {
-    RtnConfig c;
-    c.bits = bits;
-    c.group_size = group;
-    c.symmetric = symmetric;
-    c.scale_dtype = scales;
-    return c;
+WeightFormat rtn_config(int bits, int64_t group, bool symmetric = false, qjit_dtype scales = QJIT_DTYPE_F16) {
+    return {.bits = bits, .group_size = group, .symmetric = symmetric, .scale_type = scale_type_of(scales)};
 }
 
 HqqConfig hqq_config(int bits, int64_t group, bool symmetric = false, qjit_dtype scales = QJIT_DTYPE_F16) {
     HqqConfig c;
-    c.bits = bits;
-    c.group_size = group;
-    c.symmetric = symmetric;
-    c.scale_dtype = scales;
+    c.format = rtn_config(bits, group, symmetric, scales);
     return c;
 }
 
@@ -159,7 +151,7 @@ TEST(HqqQuantizer, NoIterationsIsRtn) {
     const int64_t k = 70, n = 13;
     const std::vector<float> w = random_matrix(k, n, Tails::Gaussian, 2);
     HqqConfig config = hqq_config(4, 32);
-    config.iterations = 0;
+    config.options.iterations = 0;
     const QuantizedMatrix hqq = quantize_hqq(config, k, n, w.data());
     const QuantizedMatrix rtn = quantize_rtn(rtn_config(4, 32), k, n, w.data());
     EXPECT_EQ(hqq.codes, rtn.codes);
@@ -186,13 +178,13 @@ TEST(HqqQuantizer, RejectsBadArguments) {
     expect_invalid([&] { quantize_hqq(hqq_config(3, 32), 0, 8, w.data()); }, "shape");
     expect_invalid([&] { quantize_hqq(hqq_config(3, 0), 8, 8, w.data()); }, "group_size");
     HqqConfig config = hqq_config(3, 32);
-    config.lp = 0.0f;
+    config.options.lp = 0.0f;
     expect_invalid([&] { quantize_hqq(config, 8, 8, w.data()); }, "lp");
     config = hqq_config(3, 32);
-    config.beta = -1.0f;
+    config.options.beta = -1.0f;
     expect_invalid([&] { quantize_hqq(config, 8, 8, w.data()); }, "beta");
     config = hqq_config(3, 32);
-    config.iterations = -1;
+    config.options.iterations = -1;
     expect_invalid([&] { quantize_hqq(config, 8, 8, w.data()); }, "iterations");
     std::vector<float> bad = w;
     bad[17] = NAN;
@@ -309,10 +301,9 @@ TEST(TruncatedSvd, RejectsBadArguments) {
 
 MiloConfig milo_config(int rank, int factor_bits = 8) {
     MiloConfig c;
-    c.bits = 3;
-    c.group_size = 64;
-    c.rank = rank;
-    c.factor_bits = factor_bits;
+    c.format.bits = 3;
+    c.format.group_size = 64;
+    c.format.low_rank = {rank, factor_bits};
     return c;
 }
 
@@ -434,7 +425,7 @@ TEST(MiloQuantizer, RejectsBadArguments) {
     config.window = 0;
     expect_invalid([&] { quantize_milo(config, 64, 8, w.data()); }, "window");
     config = milo_config(4);
-    config.bits = 5;
+    config.format.bits = 5;
     expect_invalid([&] { quantize_milo(config, 64, 8, w.data()); }, "bits");
 }
 

@@ -300,7 +300,8 @@ TEST(Moe, ExpertsWithACompensator) {
             const std::vector<float> w = test::random_floats(size_t(k * n), uint32_t(1 + e));
             const std::vector<float> u = test::random_floats(size_t(k * rank), uint32_t(10 + e));
             const std::vector<float> v = test::random_floats(size_t(rank * n), uint32_t(20 + e));
-            layers.emplace_back(make_linear(context.get(), quantize_rtn({3, 64, false, QJIT_DTYPE_F16}, k, n, w.data()),
+            const WeightFormat format{.bits = 3, .group_size = 64, .scale_type = ScaleType::F16};
+            layers.emplace_back(make_linear(context.get(), quantize_rtn(format, k, n, w.data()),
                                             quantize_low_rank(bits, k, n, rank, u.data(), v.data()))
                                     .release());
         }

@@ -46,7 +46,7 @@ int64_t forward_weight_bytes(const jit::CpuKernelSpec& spec, int64_t n) {
     const int64_t metadata_bytes =
         spec.format.second_order_scales()
             ? metadata * (1 + jit::kSecondOrderPairBytes / SecondOrderScales::kColumns)
-            : metadata * ((spec.format.f16_scales() ? 2 : 4) + (spec.format.symmetric ? 0 : 1));
+            : metadata * (spec.format.scale_bytes() + (spec.format.symmetric ? 0 : 1));
     return int64_t(packed_word_count(spec.format, n, spec.panel_columns()) * 4) + metadata_bytes;
 }
 

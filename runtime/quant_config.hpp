@@ -1,0 +1,25 @@
+// The C quantization config read once, at the boundary: every field checked (messages name the
+// qjit_quant_config field) and turned into the config of the quantizer it asks for, whose target
+// format holds the width, group size, symmetry and scale type. Nothing below reads the C config.
+#pragma once
+
+#include <cstdint>
+#include <variant>
+
+#include "format/quantize_gptq.hpp"
+#include "format/quantize_hqq.hpp"
+#include "format/quantize_milo.hpp"
+#include "format/quantize_mixed.hpp"
+#include "format/weight_format.hpp"
+#include "qjit/qjit.h"
+
+namespace qjit {
+
+// One quantizer's config; round to nearest (QJIT_QUANT_RTN) needs its format alone.
+using QuantizerConfig = std::variant<WeightFormat, HqqConfig, MiloConfig, GptqConfig, MixedConfig>;
+
+// The quantizer `config` asks for on a k x n layer (k, n valid), its format shaped k x n. Throws an
+// invalid-argument Error naming the field of `config` that is out of range.
+QuantizerConfig quantizer_config(const qjit_quant_config& config, int64_t k, int64_t n);
+
+}  // namespace qjit
