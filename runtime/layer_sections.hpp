@@ -7,7 +7,9 @@
 // were written: the base (codes, scales, zero points) and the row order are in every file; a
 // feature is in a file of its version (FeatureCodec::since) or newer, and its header fields are in
 // every such file; a file is written at the oldest version that holds its features. A new feature
-// with sections of its own is a codec here, in feature_codecs(), at the newest version or a new one.
+// with sections of its own is a codec in layer_sections.cpp, in feature_codecs(), with a new version
+// (kLayerFileVersion in layer_file.hpp) so that older readers refuse its files; a scale type stored
+// as fp32 scales needs only its scale_dtype name there.
 #pragma once
 
 #include <cstdint>
