@@ -1,5 +1,5 @@
 // How quantized codes are split into bit planes inside a packed 32-row block. Shared by the
-// packer (runtime/packed_codes) and every kernel that unpacks codes, so both agree by construction.
+// packer (format/packed_codes) and every kernel that unpacks codes, so both agree by construction.
 //
 // A block holds 32 rows of one column in `bits` uint32 words. Each plane of width w (1, 2, 4 or 8
 // bits) takes 32*w/32 = w words; a word holds 32/w rows. Inside a word, row r (0 .. 32/w - 1) sits

@@ -20,8 +20,11 @@
 //                              V^T (format/low_rank.hpp): codes (u8, one per value) and component scales
 //                              (f32) of each, or their fp16 values (u16)
 //   u32 CRC-32                 of every byte before it
-// A file is trusted only after its size, checksum, header and every section size agree; the header
-// names exactly the sections its format has.
+// Each format feature owns its header fields and sections: its codec in runtime/layer_sections.cpp
+// writes, reads and checks them (the base: codes, scales, zeros; act-order: row_order; mixed widths;
+// second-order scales; outliers; the compensator), and this file's reader loops over the features
+// the header names. A file is trusted only after its size, checksum, header and every section size
+// agree; the header names exactly the sections its format has.
 #pragma once
 
 #include <memory>

@@ -12,6 +12,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <set>
 
 #include "base/crc32.hpp"
 #include "base/error.hpp"
@@ -679,6 +680,34 @@ TEST_F(FeatureLayerFileTest, VersionAndFeaturesMustAgree) {
                    "scale_dtype", "a version 1 file with an unknown scale type");
     expect_corrupt(with_edited_header(image, replace_text("\"sections\":{", "\"sections\":{\"group_bits_u8\":0,")),
                    "group_bits_u8", "a version 1 file with a section of version 3");
+}
+
+// The fuzz corpus's layer files (versions 1 to 3, as earlier qjit wrote them) load, and the
+// layers they hold are written back byte for byte, in the panels they were saved in.
+TEST_F(FeatureLayerFileTest, CorpusFilesAreWrittenBackByteForByte) {
+    const std::filesystem::path corpus = std::filesystem::path(QJIT_SOURCE_DIR) / "tests/fuzz/corpus/fuzz_layer_file";
+    std::set<uint32_t> versions;
+    for (const auto& entry : std::filesystem::directory_iterator(corpus)) {
+        SCOPED_TRACE(entry.path().filename().string());
+        const std::string image = read_file(entry.path().string());
+        LayerImage loaded = deserialize_layer(image);
+        qjit_linear layer;
+        layer.context = portable_.get();
+        layer.params = std::move(loaded.params);
+        layer.codes = std::move(loaded.codes);
+        if (loaded.compensator.rank > 0)
+            layer.low_rank = std::make_unique<LowRankPass>(portable_.get(), std::move(loaded.compensator), layer.params.k,
+                                                           layer.params.n, QJIT_ACTIVATIONS_F32);
+        // The header names the qjit that wrote it: the file's own, for the comparison.
+        const std::string key = "\"qjit_version\":\"";
+        const size_t at = image.find(key) + key.size();
+        const std::string written = with_edited_header(
+            serialize_layer(layer), replace_text(concat(key, qjit_version(), "\""),
+                                                 concat(key, image.substr(at, image.find('"', at) - at), "\"")));
+        EXPECT_EQ(written, image);
+        versions.insert(version_of(image));
+    }
+    EXPECT_EQ(versions, (std::set<uint32_t>{kPlainLayerFileVersion, kCompensatedLayerFileVersion, kLayerFileVersion}));
 }
 
 // Writes the fuzz corpus's version 3 seeds: layer6 (mixed widths, second-order scales, outliers,

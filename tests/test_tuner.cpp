@@ -106,7 +106,7 @@ TEST(TunerSearchSpace, EnumeratedTilingsAreValidAndFollowTheRules) {
             EXPECT_NO_THROW(qjit::jit::check_spec(spec));
             EXPECT_EQ(spec.rows, spec.tiling.rows);
             EXPECT_TRUE(seen.insert(tiling_of(spec)).second) << "enumerated twice";
-            rows_by_tu[spec.tiling.column_vectors].insert(spec.tiling.rows);
+            rows_by_tu[spec.tiling.tu].insert(spec.tiling.rows);
             // At batch 1 the widest mb that fits is taken (a one-row call runs the same code
             // whatever mb is); above, mb never exceeds the batch.
             if (c.batch > 1) EXPECT_LE(spec.tiling.rows, c.batch) << "mb above the batch";
@@ -176,7 +176,7 @@ TEST(TunerSlice, SliceColumnsAreWholePanelsPerThread) {
         for (const int64_t k : {int64_t(4096), int64_t(8192), int64_t(28672)})
             for (const int tu : {1, 3, 4, 7, 8}) {
                 qjit::jit::CpuKernelSpec spec = format(QJIT_ISA_AVX512_VNNI, ActivationPath::Int8, 4, k, 128);
-                spec.tiling.column_vectors = tu;
+                spec.tiling.tu = tu;
                 const qjit::TuningProblem whole{spec, 28672, 16, threads};
                 const int64_t columns = qjit::timing_slice_columns(spec, whole);
                 const int64_t panel = spec.panel_columns();
@@ -201,11 +201,11 @@ TEST(TunerSlice, SliceColumnsAreWholePanelsPerThread) {
 TEST(TunerSlice, TimeFactorCountsTheBusiestThreadsTasks) {
     using qjit::jit::ActivationPath;
     qjit::jit::CpuKernelSpec spec = format(QJIT_ISA_AVX512_VNNI, ActivationPath::Int8, 4, 8192, 128);
-    spec.tiling.column_vectors = 3;  // 48-column panels
+    spec.tiling.tu = 3;  // 48-column panels
     const qjit::TuningProblem whole{spec, 28672, 1, 2};
     // 28672 / 48 -> 598 panels, 299 per thread; 960 columns: 20 panels, 10 per thread.
     EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, 960), 29.9);
-    spec.tiling.column_vectors = 5;  // 80 columns: 359 panels, 180 on the busiest thread; 800 columns: 5 per thread
+    spec.tiling.tu = 5;  // 80 columns: 359 panels, 180 on the busiest thread; 800 columns: 5 per thread
     EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, 800), 36.0);
     spec.tiling.k_splits = 2;  // 718 tasks, 359 on the busiest thread; 10 per thread
     EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, 800), 35.9);

@@ -39,7 +39,7 @@ jit::CpuKernelSpec cpu_kernel_spec(qjit_isa isa, jit::ActivationPath path, int b
 }
 
 std::string tiling_text(const jit::CpuTiling& t) {
-    return concat("tu=", t.column_vectors, ",mb=", t.rows, ",prefetch=", t.prefetch_blocks, ",ku=", t.unroll_blocks,
+    return concat("tu=", t.tu, ",mb=", t.rows, ",prefetch=", t.prefetch_blocks, ",ku=", t.unroll_blocks,
                   ",ksplit=", t.k_splits);
 }
 
@@ -59,7 +59,7 @@ jit::CpuKernelSpec with_tiling_text(jit::CpuKernelSpec spec, const std::string& 
             fail(QJIT_ERROR_INVALID_ARGUMENT, "tiling '", text, "': '", value, "' is not a number");
         }
         jit::CpuTiling& t = spec.tiling;
-        if (key == "tu") t.column_vectors = number;
+        if (key == "tu") t.tu = number;
         else if (key == "mb") t.rows = number;
         else if (key == "prefetch") t.prefetch_blocks = number;
         else if (key == "ksplit") t.k_splits = number;

@@ -44,7 +44,7 @@ std::vector<jit::CpuKernelSpec> enumerate_tilings(const TuningProblem& problem) 
 
     std::vector<jit::CpuKernelSpec> tilings;
     for (int tu = 1; tu <= kMaxColumnVectors && tu <= std::max<int64_t>(1, vectors_needed); ++tu) {
-        base.tiling.column_vectors = tu;
+        base.tiling.tu = tu;
         // Second-order scales come per 16 columns, so panels hold whole such groups.
         if (base.format.second_order_scales() && base.panel_columns() % SecondOrderScales::kColumns != 0) continue;
         const int64_t panels = (problem.n + base.panel_columns() - 1) / base.panel_columns();

@@ -21,7 +21,7 @@ std::string kernel_family_name(const CpuKernelSpec& spec) {
 
 std::string kernel_name(const CpuKernelSpec& spec) {
     TextStream name;
-    name << kernel_family_name(spec) << "_tu" << spec.tiling.column_vectors << "mb" << spec.rows << "pf"
+    name << kernel_family_name(spec) << "_tu" << spec.tiling.tu << "mb" << spec.rows << "pf"
          << spec.tiling.prefetch_blocks;
     if (spec.tiling.unroll_blocks > 1) name << "ku" << spec.tiling.unroll_blocks;
     return name.str();
@@ -31,7 +31,7 @@ int vector_registers_available(IsaFeatures isa) { return isa.vector_registers();
 
 int vector_registers_needed(const CpuKernelSpec& spec) {
     const bool int8_without_vnni = spec.path == ActivationPath::Int8 && !spec.vnni();
-    const int accumulators = spec.tiling.column_vectors * spec.rows;
+    const int accumulators = spec.tiling.tu * spec.rows;
     int constants = int8_without_vnni ? 1 : 0;
     for (int width : kernel_widths(spec)) constants += int(code_planes(width).size());
     return accumulators + std::max(main_scratch_registers(spec), kEpilogueTemporaries) + constants;
@@ -44,7 +44,7 @@ void check_spec(const CpuKernelSpec& spec) {
     if (spec.format.k < 1) reject("k must be positive");
     if (spec.group_rows() != 16 && (spec.group_rows() < 32 || spec.group_rows() % 32 != 0))
         reject("group size must be 16 or a multiple of 32");
-    if (spec.tiling.column_vectors < 1 || spec.tiling.rows < 1 || spec.tiling.prefetch_blocks < 0 ||
+    if (spec.tiling.tu < 1 || spec.tiling.rows < 1 || spec.tiling.prefetch_blocks < 0 ||
         spec.tiling.unroll_blocks < 1)
         reject("tiling values must be positive (prefetch >= 0)");
     if (spec.tiling.unroll_blocks > 1 && (spec.group_rows() < 32 || (spec.group_rows() / 32) % spec.tiling.unroll_blocks))

@@ -20,7 +20,7 @@ enum class ActivationPath {
 
 // The tuner's knobs; each one changes the emitted code.
 struct CpuTiling {
-    int column_vectors = 4;  // tu: vector registers of columns per register block (panel = tu * lanes)
+    int tu = 4;              // column vectors: registers of columns per register block (panel = tu * lanes)
     int rows = 4;            // mb: activation rows one kernel call handles (accumulators = tu * mb)
     int prefetch_blocks = 0; // software prefetch of codes this many 32-row blocks ahead (0: none)
     int unroll_blocks = 1;   // k-unroll: 32-row blocks per iteration of a group's block loop (must
@@ -39,7 +39,7 @@ struct CpuKernelSpec {
     CpuTiling tiling;
 
     int lanes() const { return isa.lanes(); }
-    int panel_columns() const { return tiling.column_vectors * lanes(); }
+    int panel_columns() const { return tiling.tu * lanes(); }
     bool vnni() const { return isa.vnni; }
     int64_t padded_k() const { return (format.k + 31) / 32 * 32; }
     // Rows per group as the kernel walks them: 16 or a multiple of 32 (one group: k rounded up to 32).

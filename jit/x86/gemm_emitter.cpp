@@ -61,7 +61,7 @@ public:
           spec_(spec),
           widths_(kernel_widths(spec)),
           planes_(code_planes(widths_.front())),
-          tu_(spec.tiling.column_vectors),
+          tu_(spec.tiling.tu),
           rows_(spec.rows),
           lanes_(spec.lanes()),
           panel_(spec.panel_columns()),
@@ -525,8 +525,8 @@ bool merges_code_planes(const CpuKernelSpec& spec) {
 int main_scratch_registers(const CpuKernelSpec& spec) {
     const bool pair_sums = spec.path == ActivationPath::Int8 && !spec.vnni();
     const int broadcasts = embedded_broadcast(spec) ? 0 : spec.rows;
-    const int high_plane = merges_code_planes(spec) ? spec.tiling.column_vectors + 1 : 0;
-    return spec.tiling.column_vectors + 1 + high_plane + broadcasts + (pair_sums ? 1 : 0);
+    const int high_plane = merges_code_planes(spec) ? spec.tiling.tu + 1 : 0;
+    return spec.tiling.tu + 1 + high_plane + broadcasts + (pair_sums ? 1 : 0);
 }
 
 std::unique_ptr<JitGenerator> generate_cpu_kernel(const CpuKernelSpec& spec) {
