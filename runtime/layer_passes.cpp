@@ -58,8 +58,8 @@ void gather_row(const int32_t* row_order, int64_t k, const float* src, float* ds
     for (int64_t r = 0; r < k; ++r) dst[r] = src[row_order[r]];
 }
 
-bool has_gather(const std::vector<Pass>& passes) {
-    return std::any_of(passes.begin(), passes.end(), [](const Pass& p) { return p.kind == PassKind::Gather; });
+bool has_pass(const std::vector<Pass>& passes, PassKind kind) {
+    return std::any_of(passes.begin(), passes.end(), [kind](const Pass& p) { return p.kind == kind; });
 }
 
 }  // namespace qjit
