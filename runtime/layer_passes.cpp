@@ -12,7 +12,7 @@ std::vector<Pass> plan_forward(const WeightFormat& format, int64_t groups, int k
             " K splits, units of ", group_unit);
     std::vector<Pass> passes;
     if (format.act_order) passes.push_back({PassKind::Gather});
-    const int bits = format.uniform_bits() ? format.bits : 0;
+    const int bits = product_bits(format);
     const int64_t units = std::max<int64_t>(1, groups / group_unit);
     const int64_t parts = std::min<int64_t>(k_splits, units);
     for (int64_t s = 0; s < parts; ++s) {

@@ -40,6 +40,9 @@ struct Pass {
 // the compensator when the format has them.
 std::vector<Pass> plan_forward(const WeightFormat& format, int64_t groups, int k_splits, int64_t group_unit = 1);
 
+// The code width a product pass over `format` names: its bits, 0 for mixed widths.
+inline int product_bits(const WeightFormat& format) { return format.uniform_bits() ? format.bits : 0; }
+
 // "gather,product[0:32)q4" / "product[0:16)q4,product[16:32)q4" / "product[0:32)q3,low_rank[q8]" /
 // "product[0:128)q2or4,outliers".
 std::string passes_text(const std::vector<Pass>& passes);

@@ -37,7 +37,7 @@ std::vector<JitExecutor::GroupRange> group_ranges(const jit::CpuKernelSpec& spec
     std::vector<JitExecutor::GroupRange> ranges;
     for (const Pass& pass : passes) {
         if (pass.kind != PassKind::Product) continue;
-        require(pass.bits == (spec.format.uniform_bits() ? spec.format.bits : 0) && pass.first_group < pass.end_group &&
+        require(pass.bits == product_bits(spec.format) && pass.first_group < pass.end_group &&
                     pass.end_group <= groups,
                 "product pass over groups [", pass.first_group, ", ", pass.end_group, ") at ", pass.bits,
                 " bits does not fit ", jit::kernel_name(spec));

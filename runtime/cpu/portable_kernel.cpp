@@ -155,10 +155,9 @@ void portable_product(const QuantParams& params, const PackedCodes& codes, const
 }
 
 PortableBackend::PortableBackend(std::vector<Pass> passes, const WeightFormat& format) : LayerBackend(std::move(passes)) {
-    const int bits = format.uniform_bits() ? format.bits : 0;
     for (const Pass& pass : this->passes())
         require(pass.kind != PassKind::Product ||
-                    (pass.bits == bits && 0 <= pass.first_group && pass.first_group < pass.end_group &&
+                    (pass.bits == product_bits(format) && 0 <= pass.first_group && pass.first_group < pass.end_group &&
                      pass.end_group <= format.num_groups()),
                 "the portable path cannot run the plan ", passes_text(this->passes()), " of a ", format.name(), " layer");
 }
