@@ -46,6 +46,15 @@ std::string WeightFormat::name() const {
 
 std::string WeightFormat::kernel_name() const { return base_name(*this); }
 
+const char* scale_type_name(ScaleType type) {
+    switch (type) {
+        case ScaleType::F16: return "f16";
+        case ScaleType::F32: return "f32";
+        case ScaleType::SecondOrder: return "sq4";
+    }
+    return "unknown";
+}
+
 void validate_bits(int bits) {
     require(bits == 2 || bits == 3 || bits == 4 || bits == 8, "bits is ", bits, "; supported: 2, 3, 4, 8");
 }

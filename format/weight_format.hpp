@@ -73,6 +73,9 @@ struct WeightFormat {
     std::string kernel_name() const;
 };
 
+// "f16", "f32" or "sq4" (describe strings).
+const char* scale_type_name(ScaleType type);
+
 // A format with fp16 scales: the kernel specs' default.
 inline WeightFormat f16_scaled_format() {
     WeightFormat format;

@@ -12,7 +12,7 @@ std::vector<Pass> plan_forward(const WeightFormat& format, int64_t groups, int k
             " K splits, units of ", group_unit);
     std::vector<Pass> passes;
     if (format.act_order) passes.push_back({PassKind::Gather});
-    const int bits = format.uniform_bits() ? format.bits : 0;
+    const int bits = product_bits(format);
     const int64_t units = std::max<int64_t>(1, groups / group_unit);
     const int64_t parts = std::min<int64_t>(k_splits, units);
     for (int64_t s = 0; s < parts; ++s) {
@@ -58,8 +58,8 @@ void gather_row(const int32_t* row_order, int64_t k, const float* src, float* ds
     for (int64_t r = 0; r < k; ++r) dst[r] = src[row_order[r]];
 }
 
-bool has_gather(const std::vector<Pass>& passes) {
-    return std::any_of(passes.begin(), passes.end(), [](const Pass& p) { return p.kind == PassKind::Gather; });
+bool has_pass(const std::vector<Pass>& passes, PassKind kind) {
+    return std::any_of(passes.begin(), passes.end(), [kind](const Pass& p) { return p.kind == kind; });
 }
 
 }  // namespace qjit

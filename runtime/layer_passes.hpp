@@ -1,6 +1,6 @@
 // A layer's forward as a list of passes over its weight format. A pass is data (what it does and
-// over which part of the weights), planned once at layer creation; a backend runs the list and
-// may fuse passes: the x86 JIT folds the gather into its activation prologue and runs the product
+// over which part of the weights), planned once at layer creation; the layer's backend
+// (runtime/layer_backend.hpp) runs the list and may fuse passes: the x86 JIT folds the gather into its activation prologue and runs the product
 // passes of one width as one parallel dispatch (tasks = column panels x passes), adding their
 // partial outputs after; the portable path runs them one after another.
 //
@@ -40,11 +40,14 @@ struct Pass {
 // the compensator when the format has them.
 std::vector<Pass> plan_forward(const WeightFormat& format, int64_t groups, int k_splits, int64_t group_unit = 1);
 
+// The code width a product pass over `format` names: its bits, 0 for mixed widths.
+inline int product_bits(const WeightFormat& format) { return format.uniform_bits() ? format.bits : 0; }
+
 // "gather,product[0:32)q4" / "product[0:16)q4,product[16:32)q4" / "product[0:32)q3,low_rank[q8]" /
 // "product[0:128)q2or4,outliers".
 std::string passes_text(const std::vector<Pass>& passes);
 
-bool has_gather(const std::vector<Pass>& passes);
+bool has_pass(const std::vector<Pass>& passes, PassKind kind);
 
 // The outlier pass over output columns [first_column, end_column): y[i][c] += sum over column c's
 // outliers of x[i][row] * value, x (m x k) in storage row order.

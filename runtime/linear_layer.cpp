@@ -10,7 +10,6 @@
 #include "runtime/cpu/cache_eviction.hpp"
 #include "runtime/cpu/panel_tasks.hpp"
 #include "runtime/cpu/portable_kernel.hpp"
-#include "tuner/cpu_isa.hpp"
 
 namespace qjit {
 
@@ -23,19 +22,14 @@ constexpr int64_t kColumnsPerCopyTask = 256;
 
 std::string describe(const qjit_linear& layer) {
     const QuantParams& p = layer.params;
-    const std::string common =
-        concat(" K=", p.k, " N=", p.n, " bits=", p.bits, " group=", p.group_size, p.symmetric ? " symmetric" : " asymmetric",
-               " act_order=", p.act_order ? "yes" : "no", " scales=", p.second_order_scales() ? "sq4" : p.f16_scales() ? "f16" : "f32",
-               " layout=", PackedCodes::kLayoutName, " panel=", layer.codes.panel_columns,
-               " threads=", layer.context->num_threads, " passes=", passes_text(layer.passes),
-               layer.low_rank ? " " + layer.low_rank->describe() : std::string());
-    if (layer.jit) {
-        const jit::CpuKernelSpec& s = layer.jit->spec();
-        return concat(jit::kernel_name(s), " format=", p.name(), common, " isa=", isa_name(s.isa.level()),
-                      " activations=", s.path == jit::ActivationPath::Int8 ? "int8" : "f32", " tiling=", layer.tuning.tiling);
-    }
-    return concat(p.kernel_name(), "_gemm_f32_portable_n", PortableTiling::kChunkColumns, "m", PortableTiling::kBatchRows,
-                  " format=", p.name(), common, " isa=portable activations=f32");
+    const LayerBackend& backend = *layer.backend;
+    const std::string low_rank = layer.low_rank ? layer.low_rank->describe() : std::string();
+    return concat(backend.kernel_name(layer), " format=", p.name(), " K=", p.k, " N=", p.n, " bits=", p.bits,
+                  " group=", p.group_size, p.symmetric ? " symmetric" : " asymmetric", " act_order=", p.act_order ? "yes" : "no",
+                  " scales=", scale_type_name(p.scale_type), " layout=", PackedCodes::kLayoutName,
+                  " panel=", layer.codes.panel_columns, " threads=", layer.context->num_threads,
+                  " passes=", passes_text(backend.passes()), low_rank.empty() ? "" : " ", low_rank, " ",
+                  backend.kernel_fields(layer));
 }
 
 double ms_since(Clock::time_point start) {
@@ -64,15 +58,6 @@ void attach_cuda(qjit_linear& layer) {
                      c.measured_us, c.warning.empty() ? "" : " warning: ", c.warning.c_str());
 }
 
-// The gather pass: activations reordered to the layer's storage row order, in a per-thread
-// buffer that only grows, so steady-state forwards do not allocate.
-const float* gather_rows(const QuantParams& p, const float* x, int64_t m) {
-    thread_local std::vector<float> gathered;
-    if (gathered.size() < size_t(m * p.k)) gathered.resize(size_t(m * p.k));
-    for (int64_t i = 0; i < m; ++i) gather_row(p.row_order.data(), p.k, x + i * p.k, gathered.data() + i * p.k);
-    return gathered.data();
-}
-
 }  // namespace
 
 int layer_panel_columns(const TilingChoice& choice) {
@@ -84,14 +69,13 @@ std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams 
     auto layer = std::make_unique<qjit_linear>();
     layer->context = context;
     params.low_rank = {};
-    if (context->gpu && (!params.uniform_bits() || params.second_order_scales() || params.outliers > 0))
-        fail(QJIT_ERROR_UNSUPPORTED, "a ", params.name(), " layer (mixed widths, second-order scales or outliers) runs "
-             "on the CPU only; this context uploads layers to CUDA device ", context->gpu->ordinal);
+    if (compensator.rank > 0) params.low_rank = {compensator.rank, compensator.bits};
+    // The backends answer before anything is built for them.
+    require_supported(choice.spec ? BackendKind::X86Jit : BackendKind::Portable, params);
+    if (context->gpu)
+        require_supported(BackendKind::Cuda, params,
+                          concat("; this context uploads layers to CUDA device ", context->gpu->ordinal));
     if (compensator.rank > 0) {
-        if (context->gpu)
-            fail(QJIT_ERROR_UNSUPPORTED, "a layer with a low-rank compensator (", compensator.rank,
-                 ") runs on the CPU only; this context uploads layers to CUDA device ", context->gpu->ordinal);
-        params.low_rank = {compensator.rank, compensator.bits};
         // The compensator's products take the layer's activation path: with int8 activations on
         // INT3 weights, their rounding is small next to the weights' and the dot products 4x
         // faster.
@@ -101,15 +85,13 @@ std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams 
         layer->low_rank = std::make_unique<LowRankPass>(context, std::move(compensator), params.k, params.n, path);
     }
     if (choice.spec) {
-        layer->passes = jit_forward_plan(*choice.spec, params);
-        layer->jit = std::make_unique<JitExecutor>(*choice.spec, params, layer->passes, context->dump_dir,
-                                                   context->pool.get());
-        layer->kernel_ms = layer->jit->emission_ms();
+        auto jit = std::make_unique<JitExecutor>(*choice.spec, params, jit_forward_plan(*choice.spec, params),
+                                                 context->dump_dir, context->pool.get());
+        layer->kernel_ms = jit->emission_ms();
+        layer->jit = jit.get();
+        layer->backend = std::move(jit);
     } else {
-        layer->passes = plan_forward(params, params.num_groups(), 1);
-        require(std::count_if(layer->passes.begin(), layer->passes.end(),
-                              [](const Pass& p) { return p.kind == PassKind::Product; }) == 1,
-                "the portable path runs one product pass; this format plans ", passes_text(layer->passes));
+        layer->backend = std::make_unique<PortableBackend>(plan_forward(params, params.num_groups(), 1), params);
     }
     layer->tuning = std::move(choice);
     layer->params = std::move(params);
@@ -146,28 +128,7 @@ std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams para
                            std::move(compensator));
 }
 
-void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y) {
-    // The JIT executor runs the gather and the products as one dispatch; the portable path runs
-    // them one after another, its product covering the whole of K. The compensator comes last.
-    if (layer.jit) layer.jit->forward(layer.params, layer.codes, x, m, y, *layer.context->pool);
-    const float* rows = x;
-    for (const Pass& pass : layer.passes) {
-        switch (pass.kind) {
-            case PassKind::Gather:
-                if (!layer.jit) rows = gather_rows(layer.params, x, m);
-                break;
-            case PassKind::Product:
-                if (!layer.jit) portable_forward(layer.params, layer.codes, rows, m, y, *layer.context->pool);
-                break;
-            case PassKind::Outliers:  // the JIT adds them in its product tasks
-                if (!layer.jit) add_outliers(layer.params.outliers_data, layer.params.k, layer.params.n, 0, layer.params.n, rows, m, y);
-                break;
-            case PassKind::LowRank:
-                layer.low_rank->add(x, m, y);
-                break;
-        }
-    }
-}
+void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y) { layer.backend->run(layer, x, m, y); }
 
 QuantizedMatrix unpack_linear(const qjit_linear& layer) {
     return QuantizedMatrix{layer.params, unpack_codes(layer.codes)};
@@ -178,25 +139,13 @@ LowRankFactors unpack_low_rank(const qjit_linear& layer) {
 }
 
 int64_t weight_bytes(const qjit_linear& layer) {
-    const QuantParams& p = layer.params;
     const int64_t codes = int64_t(layer.codes.words.size() * sizeof(uint32_t));
-    const int64_t groups_by_columns = p.num_groups() * p.n;
-    const int64_t metadata = layer.jit ? layer.jit->metadata_bytes()
-                                       : groups_by_columns * int64_t(sizeof(float)) +
-                                             (p.symmetric ? 0 : groups_by_columns * int64_t(sizeof(uint16_t)));
-    return codes + metadata + (layer.low_rank ? layer.low_rank->streamed_bytes() : 0);
+    return codes + layer.backend->metadata_bytes(layer) + (layer.low_rank ? layer.low_rank->streamed_bytes() : 0);
 }
 
 void evict_layer_from_caches(const qjit_linear& layer) {
     evict_from_caches(layer.codes.words);
-    if (layer.jit) {
-        layer.jit->evict_metadata();
-    } else {
-        evict_from_caches(layer.params.scales);
-        evict_from_caches(layer.params.zeros);
-        evict_from_caches(layer.params.outliers_data.rows);
-        evict_from_caches(layer.params.outliers_data.values);
-    }
+    layer.backend->evict_metadata(layer);
     if (layer.low_rank) layer.low_rank->evict();
 }
 

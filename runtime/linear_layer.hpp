@@ -1,5 +1,5 @@
 // A quantized linear layer as the C API hands it out: the packed weights, their metadata, the
-// kernel that runs them and a description of both.
+// backend that runs its plan of passes (runtime/layer_backend.hpp) and a description of both.
 #pragma once
 
 #include <chrono>
@@ -11,6 +11,7 @@
 #include "runtime/context.hpp"
 #include "runtime/cuda/cuda_layer.hpp"
 #include "runtime/cpu/jit_executor.hpp"
+#include "runtime/layer_backend.hpp"
 #include "runtime/layer_passes.hpp"
 #include "runtime/low_rank_pass.hpp"
 #include "format/packed_codes.hpp"
@@ -21,8 +22,8 @@ struct qjit_linear {
     qjit_context* context = nullptr;
     qjit::QuantParams params;
     qjit::PackedCodes codes;
-    std::vector<qjit::Pass> passes;          // the forward (runtime/layer_passes.hpp)
-    std::unique_ptr<qjit::JitExecutor> jit;  // null: the portable path runs the passes
+    std::unique_ptr<qjit::LayerBackend> backend;  // runs the forward's passes: the x86 JIT or the portable path
+    const qjit::JitExecutor* jit = nullptr;       // the backend when it is the x86 JIT (the grouped MoE call runs its halves)
     qjit::TilingChoice tuning;               // how the kernel and tiling were chosen
     double kernel_ms = 0;                    // generating the kernels' machine code
     std::unique_ptr<qjit::LowRankPass> low_rank;  // null: no compensator
@@ -32,7 +33,9 @@ struct qjit_linear {
 
 namespace qjit {
 
-// Validates a matrix, picks its kernel and packs the codes for it. A compensator (rank > 0) adds its
+// Validates a matrix, picks its kernel and packs the codes for it. The backends it would run on
+// (the CPU's, and CUDA in a context with a device) must run its format, or QJIT_ERROR_UNSUPPORTED
+// names what they lack. A compensator (rank > 0) adds its
 // pass after the products; the matrix's format then names it (params.low_rank is set here).
 // `activations` overrides the context's activation path.
 std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix matrix,
@@ -52,7 +55,7 @@ std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams 
                                              TilingChoice choice, std::chrono::steady_clock::time_point start,
                                              LowRankFactors compensator = {});
 
-// y (m x N) = x (m x K, original row order) * W.
+// y (m x N) = x (m x K, original row order) * W: the layer's backend runs its passes.
 void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y);
 
 // The logical matrix back from the packed layer (the oracle's input), without its compensator.

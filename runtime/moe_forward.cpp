@@ -72,10 +72,11 @@ const ExpertSlot& slot_holding(const std::vector<ExpertSlot>& slots, int64_t at,
 // complete_jit_expert below); any other pass would be skipped silently, so a layer that plans one
 // is refused until the call runs it.
 void require_grouped_passes(const ExpertSlot& slot) {
-    for (const Pass& pass : slot.layer->passes)
+    const std::vector<Pass>& passes = slot.layer->backend->passes();
+    for (const Pass& pass : passes)
         if (pass.kind != PassKind::Gather && pass.kind != PassKind::Product && pass.kind != PassKind::LowRank)
-            fail(QJIT_ERROR_UNSUPPORTED, "experts[", slot.index, "].layer plans the passes ",
-                 passes_text(slot.layer->passes), "; the grouped MoE call runs only gathers and products");
+            fail(QJIT_ERROR_UNSUPPORTED, "experts[", slot.index, "].layer plans the passes ", passes_text(passes),
+                 "; the grouped MoE call runs only gathers and products");
 }
 
 // x[rows[i]] for each of the count rows, one after another in dst (count x K).
@@ -100,7 +101,7 @@ void plan_slots(const qjit_expert_rows* experts, int num_experts, int64_t n, Moe
         slot.count = experts[e].count;
         slot.out_offset = outputs;
         outputs += size_t(slot.count * n);
-        const JitExecutor* jit = slot.layer->jit.get();
+        const JitExecutor* jit = slot.layer->jit;
         if (!jit) {
             s.portable_slots.push_back(slot);
             continue;

@@ -16,6 +16,7 @@
 #include "base/half.hpp"
 #include "format/packed_codes.hpp"
 #include "format/reference.hpp"
+#include "runtime/cpu/portable_kernel.hpp"
 #include "runtime/linear_layer.hpp"
 #include "test_backends.hpp"
 #include "test_support.hpp"
@@ -197,10 +198,31 @@ TEST(MixedFormat, SecondOrderPanelsHoldWhole16ColumnGroups) {
     EXPECT_EQ(layer->jit->spec().panel_columns() % 16, 0) << layer->description;
 }
 
+// A plan of several products (a K split) over every feature at once runs on every CPU backend:
+// the generated kernels split K as a forced tiling asks, the portable path runs any plan it is
+// made for, its products adding up in order.
+TEST(MixedFormat, AMultiProductPlanRunsOnEveryBackend) {
+    const QuantizedMatrix matrix = synthetic_matrix(1100, 93, 64, {true, true, true, true}, 9);
+    const std::string products = "gather,product[0:6)qmixed,product[6:12)qmixed,product[12:18)qmixed,outliers";
+    for (const Backend& backend : available_backends()) {
+        SCOPED_TRACE(backend_name(backend));
+        const bool portable = backend.isa == QJIT_ISA_PORTABLE;
+        test::ContextPtr context = test::make_test_context(2, backend.isa, backend.activations,
+                                                           portable ? nullptr : "tu=2,mb=3,ksplit=3");
+        const std::unique_ptr<qjit_linear> layer = make_linear(context.get(), matrix);
+        if (portable)
+            layer->backend = std::make_unique<PortableBackend>(plan_forward(layer->params, layer->params.num_groups(), 3),
+                                                               layer->params);
+        EXPECT_EQ(passes_text(layer->backend->passes()), products);
+        EXPECT_EQ(layer->backend->kind(), portable ? BackendKind::Portable : BackendKind::X86Jit);
+        expect_matches_oracle(*layer, matrix, 60);
+    }
+}
+
 TEST(MixedFormat, PlansOneProductOverBothWidthsThenTheOutliers) {
     const QuantizedMatrix matrix = synthetic_matrix(512, 64, 64, {true, false, true, false}, 5);
     test::ContextPtr portable = test::make_test_context(2, QJIT_ISA_PORTABLE);
-    EXPECT_EQ(passes_text(make_linear(portable.get(), matrix)->passes), "product[0:8)qmixed,outliers");
+    EXPECT_EQ(passes_text(make_linear(portable.get(), matrix)->backend->passes()), "product[0:8)qmixed,outliers");
 }
 
 // What validate() refuses, by name.

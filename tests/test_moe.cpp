@@ -145,7 +145,7 @@ void expect_matches_separate_calls_and_oracle(qjit_context* context, const std::
         const QuantizedMatrix matrix = unpack_linear(*layers[e]);
         reference_forward(matrix, xe.data(), count, reference.data());
         std::vector<double> expert_bound = test::forward_error_bound(matrix, xe.data(), count);
-        const JitExecutor* jit = layers[e]->jit.get();
+        const JitExecutor* jit = layers[e]->jit;
         if (jit && jit->spec().path == jit::ActivationPath::Int8)
             test::add_int8_activation_error(expert_bound, matrix, xe.data(), count, jit->spec().group_rows(),
                                             jit->spec().int8_activation_max());

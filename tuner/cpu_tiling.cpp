@@ -15,7 +15,7 @@ jit::ActivationPath default_activation_path(int bits) {
 }
 
 std::optional<jit::CpuKernelSpec> cpu_kernel_format(qjit_isa isa, qjit_activations activations, const QuantParams& p) {
-    if (isa < QJIT_ISA_AVX2) return std::nullopt;
+    if (isa < QJIT_ISA_AVX2 || !jit::unsupported_reason(p.format()).empty()) return std::nullopt;
     if (!p.symmetric && std::any_of(p.zeros.begin(), p.zeros.end(), [](uint16_t z) { return z > 255; }))
         return std::nullopt;  // GPTQ v1 can encode a zero of 256; the kernels keep zeros in bytes
     jit::CpuKernelSpec spec;

@@ -12,7 +12,8 @@ namespace qjit {
 
 // The kernel that computes this format with the instruction set `isa` and the activation path
 // asked for (AUTO: the default for the bit width); its tiling is left at the defaults. Nothing
-// when only the portable path serves it (no AVX2, or zero points above 255).
+// when only the portable path serves it (no AVX2, a format the generator refuses:
+// jit::unsupported_reason, or zero points above 255).
 std::optional<jit::CpuKernelSpec> cpu_kernel_format(qjit_isa isa, qjit_activations activations,
                                                     const QuantParams& params);
 

@@ -140,11 +140,21 @@ int shared_memory_bytes(const CudaKernelSpec& spec) {
     return int(t.stages * round_up(per_stage, 16) + dequantized);
 }
 
+std::string unsupported_reason(const WeightFormat& format) {
+    if (!one_of(format.bits, {2, 3, 4, 8})) return concat("CUDA kernels take 2, 3, 4 or 8 bits, not ", format.bits);
+    if (format.k < 1) return concat("K is ", format.k);
+    if (!format.per_column() && (format.group_size < 32 || format.group_size % 32 != 0))
+        return concat("CUDA kernels need groups of a multiple of 32 rows (or one per column), not ", format.group_size);
+    if (!format.uniform_bits()) return "CUDA kernels take one code width per layer, not mixed widths";
+    if (format.second_order_scales()) return "CUDA kernels read fp16 or fp32 scales, not second-order ones";
+    if (format.outliers > 0) return "CUDA kernels add no sparse outliers";
+    if (format.low_rank.present()) return "CUDA kernels run no low-rank compensator";
+    if (format.permuted_columns) return "CUDA kernels do not permute output columns";
+    return "";
+}
+
 void check_spec(const CudaKernelSpec& spec) {
-    if (!one_of(spec.format.bits, {2, 3, 4, 8})) reject("CUDA kernels take 2, 3, 4 or 8 bits, not ", spec.format.bits);
-    if (spec.format.k < 1) reject("K is ", spec.format.k);
-    if (!spec.per_column() && (spec.format.group_size < 32 || spec.format.group_size % 32 != 0))
-        reject("CUDA kernels need groups of a multiple of 32 rows (or one per column), not ", spec.format.group_size);
+    if (const std::string why = unsupported_reason(spec.format); !why.empty()) reject(why);
     if (spec.arch < 80) reject("CUDA kernels need sm_80 or newer (mma.sync bf16, cp.async), not sm_", spec.arch);
     const CudaTiling& t = spec.tiling;
     if (t.kind == KernelKind::Gemv) {

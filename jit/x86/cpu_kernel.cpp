@@ -10,10 +10,6 @@
 
 namespace qjit::jit {
 
-namespace {
-
-}  // namespace
-
 std::string kernel_family_name(const CpuKernelSpec& spec) {
     return spec.format.kernel_name() + (spec.path == ActivationPath::Int8 ? "_gemm_i8_" : "_gemm_f32_") +
            spec.isa.tag();
@@ -37,13 +33,27 @@ int vector_registers_needed(const CpuKernelSpec& spec) {
     return accumulators + std::max(main_scratch_registers(spec), kEpilogueTemporaries) + constants;
 }
 
+std::string unsupported_reason(const WeightFormat& format) {
+    if (format.bits != 2 && format.bits != 3 && format.bits != 4 && format.bits != 8) return "bits must be 2, 3, 4 or 8";
+    if (format.k < 1) return "k must be positive";
+    // Per column, the kernels walk one group over K rounded up to 32 rows.
+    if (!format.per_column() && format.group_size != 16 && (format.group_size < 32 || format.group_size % 32 != 0))
+        return "group size must be 16 or a multiple of 32";
+    if (!format.uniform_bits()) {
+        for (uint8_t width : format.group_bits)
+            if (width != 2 && width != 4) return "mixed groups must be 2 or 4 bits";
+        if (!format.per_column() && format.group_size < 32) return "mixed widths need groups of 32 rows or more";
+        if (format.symmetric) return "mixed widths need asymmetric zero points";
+    }
+    if (format.second_order_scales() && format.symmetric) return "second-order scales need asymmetric zero points";
+    if (format.permuted_columns) return "permuted output columns are not supported";
+    return "";
+}
+
 void check_spec(const CpuKernelSpec& spec) {
     auto reject = [&](const std::string& why) { throw std::invalid_argument(kernel_name(spec) + ": " + why); };
     if (!spec.isa.avx2) reject("needs AVX2 or better");
-    if (spec.format.bits != 2 && spec.format.bits != 3 && spec.format.bits != 4 && spec.format.bits != 8) reject("bits must be 2, 3, 4 or 8");
-    if (spec.format.k < 1) reject("k must be positive");
-    if (spec.group_rows() != 16 && (spec.group_rows() < 32 || spec.group_rows() % 32 != 0))
-        reject("group size must be 16 or a multiple of 32");
+    if (const std::string why = unsupported_reason(spec.format); !why.empty()) reject(why);
     if (spec.tiling.tu < 1 || spec.tiling.rows < 1 || spec.tiling.prefetch_blocks < 0 ||
         spec.tiling.unroll_blocks < 1)
         reject("tiling values must be positive (prefetch >= 0)");
@@ -51,14 +61,8 @@ void check_spec(const CpuKernelSpec& spec) {
         reject("k-unroll " + std::to_string(spec.tiling.unroll_blocks) + " does not divide the " +
                std::to_string(spec.group_rows() / 32) + " blocks of a group");
     if (spec.rows < 1 || spec.rows > spec.tiling.rows) reject("rows must be 1 .. tiling.rows");
-    if (!spec.format.uniform_bits()) {
-        for (int width : kernel_widths(spec))
-            if (width != 2 && width != 4) reject("mixed groups must be 2 or 4 bits");
-        if (spec.group_rows() < 32) reject("mixed widths need groups of 32 rows or more");
-        if (spec.format.symmetric) reject("mixed widths need asymmetric zero points");
-    }
-    if (spec.format.second_order_scales() && (spec.panel_columns() % 16 != 0 || spec.format.symmetric))
-        reject("second-order scales need asymmetric zero points and panels of whole 16-column groups");
+    if (spec.format.second_order_scales() && spec.panel_columns() % 16 != 0)
+        reject("second-order scales need panels of whole 16-column groups");
     if (vector_registers_needed(spec) > vector_registers_available(spec.isa))
         reject("needs " + std::to_string(vector_registers_needed(spec)) + " vector registers; the ISA has " +
                std::to_string(vector_registers_available(spec.isa)));

@@ -59,8 +59,13 @@ std::string kernel_name(const CpuKernelSpec& spec);
 // key: q4g128_asym_gemm_i8_avx512vnni.
 std::string kernel_family_name(const CpuKernelSpec& spec);
 
-// Throws std::invalid_argument when the spec cannot be generated: bits, group size, ISA, or a
-// tiling whose registers do not fit the ISA's register file.
+// Why no generated kernel computes `format` ("" when one does): its bits, group size, mixed widths
+// or second-order scales. The x86 JIT's one answer to "do you run this format"; check_spec
+// refuses the same, and what depends on the ISA and tiling besides.
+std::string unsupported_reason(const WeightFormat& format);
+
+// Throws std::invalid_argument when the spec cannot be generated: its format (unsupported_reason),
+// ISA, or a tiling whose registers do not fit the ISA's register file.
 void check_spec(const CpuKernelSpec& spec);
 
 // Vector registers the kernel's main loop needs (accumulators, weights, temporaries, constants,

@@ -11,6 +11,8 @@
 #include "base/half.hpp"
 #include "runtime/cpu/cache_eviction.hpp"
 #include "runtime/cpu/outlier_add.hpp"
+#include "runtime/linear_layer.hpp"
+#include "tuner/cpu_isa.hpp"
 
 namespace qjit {
 
@@ -35,7 +37,7 @@ std::vector<JitExecutor::GroupRange> group_ranges(const jit::CpuKernelSpec& spec
     std::vector<JitExecutor::GroupRange> ranges;
     for (const Pass& pass : passes) {
         if (pass.kind != PassKind::Product) continue;
-        require(pass.bits == (spec.format.uniform_bits() ? spec.format.bits : 0) && pass.first_group < pass.end_group &&
+        require(pass.bits == product_bits(spec.format) && pass.first_group < pass.end_group &&
                     pass.end_group <= groups,
                 "product pass over groups [", pass.first_group, ", ", pass.end_group, ") at ", pass.bits,
                 " bits does not fit ", jit::kernel_name(spec));
@@ -55,10 +57,11 @@ std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightF
 
 JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::vector<Pass>& passes,
                          const std::string& dump_dir, ThreadPool* pool, int64_t only_batch)
-    : spec_(spec),
+    : LayerBackend(passes),
+      spec_(spec),
       group_ranges_(group_ranges(spec, passes)),
       panels_((p.n + spec.panel_columns() - 1) / spec.panel_columns()),
-      gathers_(has_gather(passes)),
+      gathers_(has_pass(passes, PassKind::Gather)),
       only_batch_(only_batch) {
     const auto emission_start = std::chrono::steady_clock::now();
     const int max_rows = spec.tiling.rows;
@@ -128,7 +131,7 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
         group_bits_.assign(size_t(groups), p.group_bits.back());
         std::copy(p.group_bits.begin(), p.group_bits.end(), group_bits_.begin());
     }
-    if (p.outliers > 0) {
+    if (has_pass(passes, PassKind::Outliers)) {
         outliers_ = p.outliers_data;
         if (p.act_order)
             for (int32_t& row : outliers_.rows) row = p.row_order[size_t(row)];
@@ -171,6 +174,26 @@ void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const 
     constexpr int64_t kMinParallelWork = int64_t(1) << 18;
     pool.parallel_for(product_tasks(), task, p.k * p.n * m >= kMinParallelWork);
     add_partials(y, partials, m, p.n);
+}
+
+void JitExecutor::run(const qjit_linear& layer, const float* x, int64_t m, float* y) const {
+    forward(layer.params, layer.codes, x, m, y, *layer.context->pool);
+    for (const Pass& pass : passes()) {
+        switch (pass.kind) {
+            case PassKind::Gather:    // in the activation prologue
+            case PassKind::Product:   // the tasks of forward's dispatch
+            case PassKind::Outliers:  // in the task of a panel's first K part
+                break;
+            case PassKind::LowRank: layer.low_rank->add(x, m, y); break;
+        }
+    }
+}
+
+std::string JitExecutor::kernel_name(const qjit_linear&) const { return jit::kernel_name(spec_); }
+
+std::string JitExecutor::kernel_fields(const qjit_linear& layer) const {
+    return concat("isa=", isa_name(spec_.isa.level()), " activations=", spec_.path == jit::ActivationPath::Int8 ? "int8" : "f32",
+                  " tiling=", layer.tuning.tiling);
 }
 
 // A task is one panel and one K part for every row tile: the row tiles after the first read the

@@ -1,5 +1,8 @@
 // Runs a layer on generated x86 kernels: owns the kernels (one per activation-row count up to
-// the tiling's), the scales and zero points repacked per panel, and the parallel schedule.
+// the tiling's), the scales and zero points repacked per panel, and the parallel schedule. As a
+// layer's backend (runtime/layer_backend.hpp) it runs the plan with the gather, the products and
+// the outliers fused into one dispatch; which formats it runs is the generator's answer
+// (jit::unsupported_reason, jit/x86/cpu_kernel.hpp).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +16,7 @@
 #include "format/quantized_matrix.hpp"
 #include "runtime/cpu/activation_prologue.hpp"
 #include "runtime/cpu/thread_pool.hpp"
+#include "runtime/layer_backend.hpp"
 #include "runtime/layer_passes.hpp"
 
 namespace qjit {
@@ -21,11 +25,12 @@ namespace qjit {
 // as the tiling's K-split asks (groups of 16 rows split in pairs: they share a 32-row block).
 std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightFormat& format);
 
-class JitExecutor {
+class JitExecutor final : public LayerBackend {
 public:
     // spec.rows must equal spec.tiling.rows; codes must be packed with spec.panel_columns().
     // `passes`: the layer's plan (runtime/layer_passes.hpp) over spec.num_groups() groups; its
-    // gather is fused into the activation prologue, its products run as one parallel dispatch.
+    // gather is fused into the activation prologue, its products run as one parallel dispatch and
+    // its outliers are added in the task of a panel's first K part.
     // dump_dir: where to write each kernel's machine code ("" for nowhere). pool: where the
     // metadata is repacked, panels in parallel (null: on the calling thread). only_batch: when
     // positive, kernels are generated only for the row counts a forward of that many rows meets
@@ -36,6 +41,14 @@ public:
     // prepare_activations, one parallel dispatch of every product task, then add_partials.
     void forward(const QuantParams& params, const PackedCodes& codes, const float* x, int64_t m, float* y,
                  ThreadPool& pool) const;
+
+    // The layer's backend: forward, then the passes that run after the products (the compensator).
+    BackendKind kind() const override { return BackendKind::X86Jit; }
+    void run(const qjit_linear& layer, const float* x, int64_t m, float* y) const override;
+    std::string kernel_name(const qjit_linear& layer) const override;
+    std::string kernel_fields(const qjit_linear& layer) const override;
+    int64_t metadata_bytes(const qjit_linear&) const override { return metadata_bytes(); }
+    void evict_metadata(const qjit_linear&) const override { evict_metadata(); }
 
     // The halves of a forward, for a caller that runs the products of several layers in one
     // dispatch (runtime/moe_forward.hpp). The row order the prologue gathers by (null: none):

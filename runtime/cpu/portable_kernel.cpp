@@ -1,9 +1,12 @@
 #include "runtime/cpu/portable_kernel.hpp"
 
-#include "format/code_planes.hpp"
-
 #include <algorithm>
 #include <cstring>
+
+#include "base/error.hpp"
+#include "format/code_planes.hpp"
+#include "runtime/cpu/cache_eviction.hpp"
+#include "runtime/linear_layer.hpp"
 
 namespace qjit {
 
@@ -11,6 +14,12 @@ namespace {
 
 constexpr int kPanel = PortableTiling::kChunkColumns;
 constexpr int kRows = PortableTiling::kBatchRows;
+
+// The K-groups of one product pass, and whether it adds to y or overwrites it.
+struct GroupSpan {
+    int64_t first, end;
+    bool accumulate;
+};
 
 // Where a column chunk's codes live: the 32-row blocks of one panel, starting at the chunk's column.
 struct ChunkCodes {
@@ -48,14 +57,14 @@ inline void decode_mixed_row(int bits, const ChunkCodes& chunk, int64_t row, int
 // multiplies raw codes and the scale and zero are applied once per group. Rows, and the width of
 // a full panel, are compile-time constants so the compiler can unroll and vectorize.
 template <int Bits, int Rows, int FixedWidth>
-void forward_panel(const QuantParams& p, const ChunkCodes& codes, const float* x, float* y, int64_t n0,
+void forward_panel(const QuantParams& p, const ChunkCodes& codes, GroupSpan span, const float* x, float* y, int64_t n0,
                    int runtime_width) {
     const int width = FixedWidth > 0 ? FixedWidth : runtime_width;
     float q[kPanel];
     float dot[Rows][kPanel];
     float out[Rows][kPanel] = {};
-    for (int64_t r0 = 0, g = 0; r0 < p.k; r0 += p.group_size, ++g) {
-        const int64_t r1 = std::min(p.k, r0 + p.group_size);
+    for (int64_t g = span.first; g < span.end; ++g) {
+        const int64_t r0 = g * p.group_size, r1 = std::min(p.k, r0 + p.group_size);
         float x_sum[Rows] = {};
         std::memset(dot, 0, sizeof dot);
         for (int64_t r = r0; r < r1; ++r) {
@@ -72,28 +81,35 @@ void forward_panel(const QuantParams& p, const ChunkCodes& codes, const float* x
         for (int i = 0; i < Rows; ++i)
             for (int j = 0; j < width; ++j) out[i][j] += scale[j] * (dot[i][j] - float(zero[j]) * x_sum[i]);
     }
-    for (int i = 0; i < Rows; ++i) std::memcpy(y + i * p.n + n0, out[i], sizeof(float) * size_t(width));
+    for (int i = 0; i < Rows; ++i) {
+        float* y_row = y + i * p.n + n0;
+        if (span.accumulate)
+            for (int j = 0; j < width; ++j) y_row[j] += out[i][j];
+        else
+            std::memcpy(y_row, out[i], sizeof(float) * size_t(width));
+    }
 }
 
 template <int Bits, int Rows>
-void forward_panel(const QuantParams& p, const ChunkCodes& codes, const float* x, float* y, int64_t n0, int width) {
-    if (width == kPanel) forward_panel<Bits, Rows, kPanel>(p, codes, x, y, n0, width);
-    else forward_panel<Bits, Rows, 0>(p, codes, x, y, n0, width);
+void forward_panel(const QuantParams& p, const ChunkCodes& codes, GroupSpan span, const float* x, float* y, int64_t n0,
+                   int width) {
+    if (width == kPanel) forward_panel<Bits, Rows, kPanel>(p, codes, span, x, y, n0, width);
+    else forward_panel<Bits, Rows, 0>(p, codes, span, x, y, n0, width);
 }
 
 template <int Bits>
-void forward_panel(const QuantParams& p, const ChunkCodes& codes, const float* x, int rows, float* y, int64_t n0,
-                   int width) {
+void forward_panel(const QuantParams& p, const ChunkCodes& codes, GroupSpan span, const float* x, int rows, float* y,
+                   int64_t n0, int width) {
     switch (rows) {
-        case 1: return forward_panel<Bits, 1>(p, codes, x, y, n0, width);
-        case 2: return forward_panel<Bits, 2>(p, codes, x, y, n0, width);
-        case 3: return forward_panel<Bits, 3>(p, codes, x, y, n0, width);
-        default: return forward_panel<Bits, kRows>(p, codes, x, y, n0, width);
+        case 1: return forward_panel<Bits, 1>(p, codes, span, x, y, n0, width);
+        case 2: return forward_panel<Bits, 2>(p, codes, span, x, y, n0, width);
+        case 3: return forward_panel<Bits, 3>(p, codes, span, x, y, n0, width);
+        default: return forward_panel<Bits, kRows>(p, codes, span, x, y, n0, width);
     }
 }
 
 template <int Bits>
-void forward_all(const QuantParams& p, const PackedCodes& codes, const float* x, int64_t m, float* y,
+void forward_all(const QuantParams& p, const PackedCodes& codes, GroupSpan span, const float* x, int64_t m, float* y,
                  ThreadPool& pool) {
     // Tasks: chunks of up to kPanel columns that stay inside one packed panel, times row blocks.
     const int64_t chunks_per_panel = (codes.panel_columns + kPanel - 1) / kPanel;
@@ -107,7 +123,7 @@ void forward_all(const QuantParams& p, const PackedCodes& codes, const float* x,
         if (width <= 0) return;  // a chunk of the padding after column N
         const int64_t m0 = row_block * kRows;
         const ChunkCodes chunk_codes{codes.panel(panel_n0) + offset, codes.panel_columns, &codes};
-        forward_panel<Bits>(p, chunk_codes, x + m0 * p.k, int(std::min<int64_t>(kRows, m - m0)), y + m0 * p.n, n0,
+        forward_panel<Bits>(p, chunk_codes, span, x + m0 * p.k, int(std::min<int64_t>(kRows, m - m0)), y + m0 * p.n, n0,
                             int(width));
     };
     // Below this many weight-row visits a dispatch to the pool costs more than it saves.
@@ -115,17 +131,79 @@ void forward_all(const QuantParams& p, const PackedCodes& codes, const float* x,
     pool.parallel_for(chunks * row_blocks, task, p.k * p.n * m >= kMinParallelWork);
 }
 
+// The gather pass: activations reordered to the layer's storage row order, in a per-thread
+// buffer that only grows, so steady-state forwards do not allocate.
+const float* gather_rows(const QuantParams& p, const float* x, int64_t m) {
+    thread_local std::vector<float> gathered;
+    if (gathered.size() < size_t(m * p.k)) gathered.resize(size_t(m * p.k));
+    for (int64_t i = 0; i < m; ++i) gather_row(p.row_order.data(), p.k, x + i * p.k, gathered.data() + i * p.k);
+    return gathered.data();
+}
+
 }  // namespace
 
-void portable_forward(const QuantParams& params, const PackedCodes& codes, const float* x, int64_t m, float* y,
-                      ThreadPool& pool) {
-    if (!params.uniform_bits()) return forward_all<0>(params, codes, x, m, y, pool);
+void portable_product(const QuantParams& params, const PackedCodes& codes, const Pass& product, bool accumulate,
+                      const float* x, int64_t m, float* y, ThreadPool& pool) {
+    const GroupSpan span{product.first_group, product.end_group, accumulate};
+    if (!params.uniform_bits()) return forward_all<0>(params, codes, span, x, m, y, pool);
     switch (params.bits) {
-        case 2: return forward_all<2>(params, codes, x, m, y, pool);
-        case 3: return forward_all<3>(params, codes, x, m, y, pool);
-        case 4: return forward_all<4>(params, codes, x, m, y, pool);
-        case 8: return forward_all<8>(params, codes, x, m, y, pool);
+        case 2: return forward_all<2>(params, codes, span, x, m, y, pool);
+        case 3: return forward_all<3>(params, codes, span, x, m, y, pool);
+        case 4: return forward_all<4>(params, codes, span, x, m, y, pool);
+        case 8: return forward_all<8>(params, codes, span, x, m, y, pool);
     }
+}
+
+PortableBackend::PortableBackend(std::vector<Pass> passes, const WeightFormat& format) : LayerBackend(std::move(passes)) {
+    for (const Pass& pass : this->passes())
+        require(pass.kind != PassKind::Product ||
+                    (pass.bits == product_bits(format) && 0 <= pass.first_group && pass.first_group < pass.end_group &&
+                     pass.end_group <= format.num_groups()),
+                "the portable path cannot run the plan ", passes_text(this->passes()), " of a ", format.name(), " layer");
+}
+
+std::string PortableBackend::unsupported_reason(const WeightFormat& format) {
+    if (format.permuted_columns) return "permuted output columns are not supported";
+    return "";
+}
+
+void PortableBackend::run(const qjit_linear& layer, const float* x, int64_t m, float* y) const {
+    const QuantParams& p = layer.params;
+    ThreadPool& pool = *layer.context->pool;
+    const float* rows = x;
+    bool first_product = true;
+    for (const Pass& pass : passes()) {
+        switch (pass.kind) {
+            case PassKind::Gather: rows = gather_rows(p, x, m); break;
+            case PassKind::Product:
+                portable_product(p, layer.codes, pass, !first_product, rows, m, y, pool);
+                first_product = false;
+                break;
+            case PassKind::Outliers: add_outliers(p.outliers_data, p.k, p.n, 0, p.n, rows, m, y); break;
+            case PassKind::LowRank: layer.low_rank->add(x, m, y); break;
+        }
+    }
+}
+
+std::string PortableBackend::kernel_name(const qjit_linear& layer) const {
+    return concat(layer.params.kernel_name(), "_gemm_f32_portable_n", PortableTiling::kChunkColumns, "m",
+                  PortableTiling::kBatchRows);
+}
+
+std::string PortableBackend::kernel_fields(const qjit_linear&) const { return "isa=portable activations=f32"; }
+
+int64_t PortableBackend::metadata_bytes(const qjit_linear& layer) const {
+    const QuantParams& p = layer.params;
+    const int64_t groups_by_columns = p.num_groups() * p.n;
+    return groups_by_columns * int64_t(sizeof(float)) + (p.symmetric ? 0 : groups_by_columns * int64_t(sizeof(uint16_t)));
+}
+
+void PortableBackend::evict_metadata(const qjit_linear& layer) const {
+    const QuantParams& p = layer.params;
+    evict_from_caches(p.scales);
+    evict_from_caches(p.zeros);
+    evict_from_caches(p.outliers_data.rows);
+    evict_from_caches(p.outliers_data.values);
 }
 
 }  // namespace qjit

@@ -3,7 +3,9 @@
 // gather, split-K cast). The codes have two device layouts, column blocks (gemv, gemm) and
 // fragment order (mma); each is uploaded when a kernel that reads it is first compiled, and
 // release_unused_codes() drops one that no installed kernel reads, so a tuned layer holds its codes
-// once. Which tiling each bucket uses is decided outside (runtime/cuda/cuda_layer.hpp); this class
+// once. Of a layer's plan (runtime/layer_passes.hpp) CUDA runs the gather (a support kernel) and
+// the products (one kernel, split along K by its tiling's splitk); the formats it runs have no
+// other pass (jit::cuda::unsupported_reason). Which tiling each bucket uses is decided outside (runtime/cuda/cuda_layer.hpp); this class
 // compiles, loads, launches and times.
 #pragma once
 

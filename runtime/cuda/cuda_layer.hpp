@@ -30,8 +30,9 @@ struct CudaLayer {
 };
 
 // Uploads the matrix and tunes the context's default bucket. `matrix` gives the layer's matrix on
-// every call, for as long as the layer lives (runtime/cuda/cuda_executor.hpp). Throws
-// QJIT_ERROR_UNSUPPORTED for a format without CUDA kernels (e.g. groups of 16 rows).
+// every call, for as long as the layer lives (runtime/cuda/cuda_executor.hpp). Which formats CUDA
+// runs is jit::cuda::unsupported_reason, which a layer asks first (runtime/layer_backend.hpp);
+// this throws QJIT_ERROR_UNSUPPORTED for those it refuses all the same.
 std::unique_ptr<CudaLayer> make_cuda_layer(qjit_context& context, CudaExecutor::MatrixSource matrix);
 
 // The choice serving (activations, bucket of m rows), made and installed now if missing.

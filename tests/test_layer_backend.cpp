@@ -1,0 +1,131 @@
+// The backend contract (runtime/layer_backend.hpp): each backend answers whether it runs a format
+// in one place, refuses what it cannot run with a message naming the format and itself, and its
+// generator's check_spec agrees; a layer asks before it builds anything.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "base/error.hpp"
+#include "format/quantize_rtn.hpp"
+#include "format/reference.hpp"
+#include "jit/cuda/cuda_tiling.hpp"
+#include "jit/x86/cpu_kernel.hpp"
+#include "runtime/layer_backend.hpp"
+#include "runtime/linear_layer.hpp"
+#include "test_support.hpp"
+#include "tuner/cpu_isa.hpp"
+
+namespace qjit {
+namespace {
+
+WeightFormat plain_format() {
+    WeightFormat f;
+    f.k = 512;
+    f.n = 64;
+    f.bits = 4;
+    f.group_size = 128;
+    return f;
+}
+
+// The message require_supported throws (empty when it does not), with its status checked.
+std::string refusal(BackendKind kind, const WeightFormat& format) {
+    try {
+        require_supported(kind, format);
+    } catch (const Error& e) {
+        EXPECT_EQ(e.status(), QJIT_ERROR_UNSUPPORTED) << e.what();
+        return e.what();
+    }
+    return "";
+}
+
+void expect_refused(BackendKind kind, const WeightFormat& format, const std::string& why) {
+    const std::string message = refusal(kind, format);
+    SCOPED_TRACE(message);
+    EXPECT_FALSE(unsupported_reason(kind, format).empty());
+    EXPECT_NE(message.find(format.name()), std::string::npos);
+    EXPECT_NE(message.find(backend_name(kind)), std::string::npos);
+    EXPECT_NE(message.find(why), std::string::npos);
+}
+
+TEST(LayerBackend, EveryBackendRunsAPlainFormat) {
+    for (BackendKind kind : {BackendKind::Portable, BackendKind::X86Jit, BackendKind::Cuda}) {
+        EXPECT_EQ(unsupported_reason(kind, plain_format()), "") << backend_name(kind);
+        EXPECT_EQ(refusal(kind, plain_format()), "") << backend_name(kind);
+    }
+}
+
+TEST(LayerBackend, EachRefusesAFormatItCannotRunNamingIt) {
+    WeightFormat permuted = plain_format();
+    permuted.permuted_columns = true;
+    for (BackendKind kind : {BackendKind::Portable, BackendKind::X86Jit, BackendKind::Cuda})
+        expect_refused(kind, permuted, "permute");
+
+    WeightFormat group_48 = plain_format();
+    group_48.group_size = 48;
+    expect_refused(BackendKind::X86Jit, group_48, "group size");
+    expect_refused(BackendKind::Cuda, group_48, "groups of a multiple of 32");
+    EXPECT_EQ(unsupported_reason(BackendKind::Portable, group_48), "");
+
+    WeightFormat mixed = plain_format();
+    mixed.group_bits = {2, 4, 4, 2};
+    expect_refused(BackendKind::Cuda, mixed, "mixed widths");
+    EXPECT_EQ(unsupported_reason(BackendKind::X86Jit, mixed), "");
+
+    WeightFormat second_order = plain_format();
+    second_order.scale_type = ScaleType::SecondOrder;
+    expect_refused(BackendKind::Cuda, second_order, "second-order");
+    second_order.symmetric = true;
+    expect_refused(BackendKind::X86Jit, second_order, "second-order");
+
+    WeightFormat outliers = plain_format();
+    outliers.outliers = 10;
+    expect_refused(BackendKind::Cuda, outliers, "outliers");
+    EXPECT_EQ(unsupported_reason(BackendKind::X86Jit, outliers), "");
+
+    WeightFormat compensated = plain_format();
+    compensated.low_rank = {16, 8};
+    expect_refused(BackendKind::Cuda, compensated, "low-rank");
+    EXPECT_EQ(unsupported_reason(BackendKind::X86Jit, compensated), "");
+}
+
+// The generators refuse, in check_spec, what their backend's answer refuses.
+TEST(LayerBackend, GeneratorsCheckTheirBackendsAnswer) {
+    jit::CpuKernelSpec cpu;
+    cpu.format = plain_format();
+    EXPECT_NO_THROW(jit::check_spec(cpu));
+    cpu.format.group_size = 48;
+    EXPECT_THROW(jit::check_spec(cpu), std::invalid_argument);
+
+    jit::cuda::CudaKernelSpec gpu;
+    gpu.format = plain_format();
+    EXPECT_NO_THROW(jit::cuda::check_spec(gpu));
+    for (auto change : {+[](WeightFormat& f) { f.group_bits = {2, 4, 4, 2}; },
+                        +[](WeightFormat& f) { f.scale_type = ScaleType::SecondOrder; },
+                        +[](WeightFormat& f) { f.outliers = 10; }, +[](WeightFormat& f) { f.low_rank = {16, 8}; }}) {
+        jit::cuda::CudaKernelSpec refused = gpu;
+        change(refused.format);
+        EXPECT_THROW(jit::cuda::check_spec(refused), std::invalid_argument) << refused.format.name();
+    }
+}
+
+// A format the generated kernels refuse runs on the portable path in a context that has them.
+TEST(LayerBackend, WhatTheJitRefusesRunsOnThePortablePath) {
+    if (!cpu_supports(QJIT_ISA_AVX2)) GTEST_SKIP() << "no generated kernels on this CPU";
+    const int64_t k = 192, n = 40, m = 3;
+    const std::vector<float> w = test::random_floats(size_t(k * n), 5);
+    const QuantizedMatrix matrix = quantize_rtn({.bits = 4, .group_size = 48, .scale_type = ScaleType::F32}, k, n, w.data());
+    test::ContextPtr context = test::make_test_context(2, QJIT_ISA_AUTO, QJIT_ACTIVATIONS_F32);
+    const std::unique_ptr<qjit_linear> layer = make_linear(context.get(), matrix);
+    EXPECT_EQ(layer->backend->kind(), BackendKind::Portable) << layer->description;
+    EXPECT_FALSE(layer->jit);
+    const std::vector<float> x = test::random_floats(size_t(m * k), 6);
+    std::vector<float> y(size_t(m * n)), expected(y.size());
+    linear_forward(*layer, x.data(), m, y.data());
+    reference_forward(matrix, x.data(), m, expected.data());
+    test::expect_within(y, expected, test::forward_error_bound(matrix, x.data(), m));
+}
+
+}  // namespace
+}  // namespace qjit
