@@ -13,7 +13,7 @@
 
 #include <vector>
 
-namespace qjit::jit {
+namespace qjit {
 
 struct CodePlane {
     int width;        // bits of the code this plane holds
@@ -37,4 +37,4 @@ inline PlaneSlot plane_slot(const CodePlane& plane, int r) {
     return {plane.first_word + r / plane.rows_per_word(), 8 * (row_in_word % 4) + plane.width * (row_in_word / 4)};
 }
 
-}  // namespace qjit::jit
+}  // namespace qjit

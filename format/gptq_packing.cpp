@@ -119,7 +119,7 @@ template <int Bits>
                int64_t first_panel, int64_t end_panel, PackedCodes& out) {
     constexpr uint32_t kCodeMask = (1u << Bits) - 1u;
     const int64_t n = out.n, panel_columns = out.panel_columns;
-    const std::vector<jit::CodePlane> planes = jit::code_planes(Bits);  // one plane; for 3 bits 2 + 1
+    const std::vector<CodePlane> planes = code_planes(Bits);  // one plane; for 3 bits 2 + 1
     for (int64_t panel = first_panel; panel < end_panel; ++panel) {
         uint32_t* panel_words = out.words.data() + panel * out.panel_words();
         std::fill(panel_words + first_row / kBlockRows * Bits * panel_columns, panel_words + out.panel_words(), 0u);
@@ -131,8 +131,8 @@ template <int Bits>
         const bool straddles = shift + Bits > 32;  // 3 bits: the code's high bits are in the next word row
         const int64_t block = row / kBlockRows;
         const int row_in_block = int(row % kBlockRows);
-        const jit::PlaneSlot low_slot = jit::plane_slot(planes.front(), row_in_block);
-        const jit::PlaneSlot high_slot = jit::plane_slot(planes.back(), row_in_block);  // 3 bits: bit 2
+        const PlaneSlot low_slot = plane_slot(planes.front(), row_in_block);
+        const PlaneSlot high_slot = plane_slot(planes.back(), row_in_block);  // 3 bits: bit 2
         for (int64_t panel = first_panel; panel < end_panel; ++panel) {
             const int64_t c0 = panel * panel_columns, width = std::min(panel_columns, n - c0);
             const uint32_t* low_words = qweight + word_row * n + c0;

@@ -21,8 +21,8 @@ uint8_t PackedCodes::code(int64_t row, int64_t column) const {
     const int64_t block = row / kBlockRows;
     const int r = int(row % kBlockRows);
     uint32_t code = 0;
-    for (const jit::CodePlane& plane : jit::code_planes(block_width(block))) {
-        const jit::PlaneSlot slot = jit::plane_slot(plane, r);
+    for (const CodePlane& plane : code_planes(block_width(block))) {
+        const PlaneSlot slot = plane_slot(plane, r);
         const uint32_t field = (words[word_index(*this, block, slot.word, column)] >> slot.shift) &
                                ((1u << plane.width) - 1u);
         code |= field << plane.value_shift;
@@ -84,8 +84,8 @@ PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n, int
     for (int64_t row = 0; row < k; ++row) {
         const int64_t block = row / PackedCodes::kBlockRows;
         const int r = int(row % PackedCodes::kBlockRows);
-        for (const jit::CodePlane& plane : jit::code_planes(out.block_width(block))) {
-            const jit::PlaneSlot slot = jit::plane_slot(plane, r);
+        for (const CodePlane& plane : code_planes(out.block_width(block))) {
+            const PlaneSlot slot = plane_slot(plane, r);
             const uint32_t mask = (1u << plane.width) - 1u;
             for (int64_t c = 0; c < n; ++c) {
                 const uint32_t field = (uint32_t(codes[row * n + c]) >> plane.value_shift) & mask;

@@ -17,7 +17,7 @@ jit::cuda::ActivationType activation_type(qjit_dtype dtype) {
     return dtype == QJIT_DTYPE_F16 ? jit::cuda::ActivationType::F16 : jit::cuda::ActivationType::BF16;
 }
 
-CudaLayer& cuda_side(qjit_linear* layer) {
+cuda::CudaLayer& cuda_side(qjit_linear* layer) {
     require(layer != nullptr, "layer is NULL");
     if (!layer->cuda)
         fail(QJIT_ERROR_NO_DEVICE, "the layer has no CUDA weights: its context was created without options.cuda_device");
@@ -47,7 +47,7 @@ qjit_status qjit_cuda_get_device_info(int ordinal, qjit_cuda_device_info* info) 
         const int count = driver.device_count();
         if (ordinal < 0 || ordinal >= count)
             fail(QJIT_ERROR_NO_DEVICE, "no CUDA device ", ordinal, ": the driver sees ", count);
-        const cuda::DeviceProperties p = driver.properties(ordinal);
+        const GpuProperties p = driver.properties(ordinal);
         *info = {};
         std::strncpy(info->name, p.name.c_str(), sizeof info->name - 1);
         info->ordinal = p.ordinal;
@@ -68,7 +68,7 @@ qjit_status qjit_cuda_get_device_info(int ordinal, qjit_cuda_device_info* info) 
 qjit_status qjit_linear_forward_cuda(qjit_linear* layer, const void* x, void* y, int64_t m, qjit_dtype dtype,
                                      void* stream) {
     return guarded([&] {
-        CudaLayer& cuda = cuda_side(layer);
+        cuda::CudaLayer& cuda = cuda_side(layer);
         require(x != nullptr, "x is NULL");
         require(y != nullptr, "y is NULL");
         require_rows(m);
@@ -81,7 +81,7 @@ qjit_status qjit_linear_forward_cuda(qjit_linear* layer, const void* x, void* y,
 qjit_status qjit_linear_benchmark_cuda(qjit_linear* layer, int64_t m, qjit_dtype dtype, int repeats,
                                        double* median_us) {
     return guarded([&] {
-        CudaLayer& cuda = cuda_side(layer);
+        cuda::CudaLayer& cuda = cuda_side(layer);
         require(median_us != nullptr, "median_us is NULL");
         require_rows(m);
         require(repeats >= 1 && repeats <= 100000, "repeats is ", repeats, "; expected 1 .. 100000");
@@ -93,10 +93,10 @@ qjit_status qjit_linear_benchmark_cuda(qjit_linear* layer, int64_t m, qjit_dtype
 
 qjit_status qjit_linear_get_tuning_cuda(qjit_linear* layer, int64_t m, qjit_dtype dtype, qjit_linear_tuning* tuning) {
     return guarded([&] {
-        CudaLayer& cuda = cuda_side(layer);
+        cuda::CudaLayer& cuda = cuda_side(layer);
         require(tuning != nullptr, "tuning is NULL");
         require_rows(m);
-        const CudaTilingChoice& c = cuda_tiling_for(*layer->context, cuda, activation_type(dtype), m);
+        const cuda::CudaTilingChoice& c = cuda_tiling_for(*layer->context, cuda, activation_type(dtype), m);
         tuning->source = c.source;
         tuning->kernel_key = c.kernel_key.c_str();
         tuning->tiling = c.tiling.c_str();

@@ -27,7 +27,7 @@ struct qjit_context {
     std::unique_ptr<qjit::ThreadPool> pool;
 
     // The CUDA device layers upload their weights to (options.cuda_device), probed at creation.
-    std::optional<qjit::cuda::DeviceProperties> gpu;
+    std::optional<qjit::GpuProperties> gpu;
     qjit::jit::cuda::ActivationType cuda_activations = qjit::jit::cuda::ActivationType::F16;
     std::string cuda_tiling;      // $QJIT_CUDA_TILING: forced for every CUDA layer (tests, debugging)
     std::string cubin_cache_dir;  // the NVRTC cubin cache on disk; empty: memory only

@@ -27,7 +27,7 @@ struct qjit_linear {
     qjit::TilingChoice tuning;               // how the kernel and tiling were chosen
     double kernel_ms = 0;                    // generating the kernels' machine code
     std::unique_ptr<qjit::LowRankPass> low_rank;  // null: no compensator
-    std::unique_ptr<qjit::CudaLayer> cuda;   // in a context with a CUDA device: the uploaded weights
+    std::unique_ptr<qjit::cuda::CudaLayer> cuda;   // in a context with a CUDA device: the uploaded weights
     std::string description;
 };
 

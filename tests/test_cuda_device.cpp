@@ -30,7 +30,7 @@ using jit::cuda::CudaKernelSpec;
 using jit::cuda::KernelKind;
 
 // The device, or a skip naming why there is none.
-std::optional<cuda::DeviceProperties> device_or_skip_reason(std::string& why) {
+std::optional<GpuProperties> device_or_skip_reason(std::string& why) {
     try {
         cuda::Driver& driver = cuda::Driver::get();
         driver.make_current(0);
@@ -96,7 +96,7 @@ void expect_matches_oracle(const QuantizedMatrix& matrix, const std::vector<floa
 }
 
 // Runs m rows through the executor's installed plan and compares with the oracle.
-void run_and_check(CudaExecutor& executor, const QuantizedMatrix& matrix, int64_t m, ActivationType type,
+void run_and_check(cuda::CudaExecutor& executor, const QuantizedMatrix& matrix, int64_t m, ActivationType type,
                    const std::string& what, uint32_t seed) {
     const int64_t k = matrix.params.k, n = matrix.params.n;
     std::vector<float> x = test::random_floats(size_t(m * k), seed);
@@ -144,14 +144,14 @@ TEST_P(CudaDevice, EveryVariantMatchesTheOracle) {
             // fp16 scales (as GPTQ checkpoints) and fp32 scales that fp16 cannot hold exactly.
             const QuantizedMatrix matrices[2] = {random_matrix(format, shape.k, shape.n, shape.act_order, 11, true),
                                                  random_matrix(format, shape.k, shape.n, shape.act_order, 11, false)};
-            CudaExecutor executors[2] = {{*device, [&] { return matrices[0]; }, "", ""},
+            cuda::CudaExecutor executors[2] = {{*device, [&] { return matrices[0]; }, "", ""},
                                          {*device, [&] { return matrices[1]; }, "", ""}};
             const auto variants = test::cuda_variants(format, shape.k, device->arch());
             precompile(variants);
             for (const CudaKernelSpec& spec : variants) {
                 if (!jit::cuda::fits_device(spec, device->shared_memory_per_block_optin)) continue;
                 const int which = spec.format.f16_scales() ? 0 : 1;
-                CudaExecutor& executor = executors[which];
+                cuda::CudaExecutor& executor = executors[which];
                 const QuantizedMatrix& matrix = matrices[which];
                 const std::string name = jit::cuda::kernel_name(spec) + " K=" + std::to_string(shape.k) +
                                          " N=" + std::to_string(shape.n);
@@ -182,7 +182,7 @@ INSTANTIATE_TEST_SUITE_P(Bits, CudaDevice, ::testing::Values(2, 3, 4, 8),
 TEST(CudaDevice, SplitKAndEveryBatch) {
     REQUIRE_DEVICE(device);
     const QuantizedMatrix matrix = random_matrix({4, 128, false}, 1024, 200, false, 3);
-    CudaExecutor executor(*device, [&] { return matrix; }, "", "");
+    cuda::CudaExecutor executor(*device, [&] { return matrix; }, "", "");
     for (ActivationType type : {ActivationType::F16, ActivationType::BF16}) {
         for (int split : {2, 4}) {
             jit::cuda::CudaTiling t = jit::cuda::parse_tiling("kernel=gemm,bm=32,bn=128,bk=128,warps=4,stages=3");
@@ -205,7 +205,7 @@ TEST(CudaDevice, CodesAreHeldOnceUnlessBothLayoutsServe) {
     REQUIRE_DEVICE(device);
     const QuantizedMatrix matrix = random_matrix({3, 128, false}, 520, 130, false, 4);
     const int64_t one_layout = pack_cuda_weights(matrix).code_bytes();
-    CudaExecutor executor(*device, [&] { return matrix; }, "", "");
+    cuda::CudaExecutor executor(*device, [&] { return matrix; }, "", "");
     EXPECT_EQ(executor.device_code_bytes(), 0);
     const ActivationType type = ActivationType::F16;
     const auto gemv = jit::cuda::parse_tiling("kernel=gemv,warps=2,cols=1,inflight=1");

@@ -163,7 +163,7 @@ TEST(CudaTiling, SharedMemoryDecidesWhatADeviceRuns) {
     ASSERT_TRUE(jit::cuda::is_valid(spec));
     EXPECT_GT(jit::cuda::shared_memory_bytes(spec), jit::cuda::published_shared_memory_optin(90));
     EXPECT_FALSE(jit::cuda::fits_device(spec, jit::cuda::published_shared_memory_optin(90)));
-    cuda::DeviceProperties small;
+    GpuProperties small;
     small.sm_count = 100, small.shared_memory_per_block_optin = 99 * 1024, small.compute_major = 8;
     for (const CudaTiling& t : ranked_cuda_tilings(spec, 4096, small)) {
         spec.tiling = t;
@@ -207,7 +207,7 @@ TEST(CudaTuner, StructuresGroupVariantsOfOneTile) {
 // The ranking the search screens in: the mma kernel first wherever it serves (measured on an H100),
 // the GEMM above 64 rows; every candidate valid for the bucket.
 TEST(CudaTuner, MmaKernelRanksFirstUpTo64Rows) {
-    cuda::DeviceProperties h100;
+    GpuProperties h100;
     h100.name = "H100-like", h100.compute_major = 9, h100.sm_count = 132;
     h100.shared_memory_per_block_optin = 227 * 1024;
     for (int64_t rows : {1, 2, 8, 16, 64, 128}) {

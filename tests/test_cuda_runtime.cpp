@@ -23,7 +23,6 @@ namespace qjit {
 namespace {
 
 using cuda::DeviceBuffer;
-using cuda::DeviceProperties;
 using cuda::Driver;
 using cuda::CompiledKernel;
 using cuda::compile_cuda;
@@ -135,7 +134,7 @@ TEST(CudaRuntime, DriverLoadsOrSaysWhyNot) {
         return;
     }
     ASSERT_GE(driver->device_count(), 1);
-    const DeviceProperties p = driver->properties(0);
+    const GpuProperties p = driver->properties(0);
     EXPECT_FALSE(p.name.empty());
     EXPECT_GE(p.arch(), 70);
     EXPECT_GT(p.sm_count, 0);
@@ -159,7 +158,7 @@ TEST(CudaRuntime, BrokenDriverLibrariesAreNoDevice) {
 }
 
 TEST(CudaRuntime, FingerprintAndPeakBandwidth) {
-    DeviceProperties h100;
+    GpuProperties h100;
     h100.name = "NVIDIA H100 80GB HBM3";
     h100.compute_major = 9;
     h100.sm_count = 132;
@@ -171,7 +170,7 @@ TEST(CudaRuntime, FingerprintAndPeakBandwidth) {
     EXPECT_EQ(h100.fingerprint(), "NVIDIA H100 80GB HBM3 sm_90 SMs=132 smem=228K L2=50M bus=5120");
     EXPECT_NEAR(h100.peak_bandwidth_gbps(), 3352.3, 0.1);
 
-    DeviceProperties odd = h100;  // an L2 that is no whole number of MiB is given in KiB
+    GpuProperties odd = h100;  // an L2 that is no whole number of MiB is given in KiB
     odd.compute_major = 8;
     odd.compute_minor = 6;
     odd.l2_bytes = 3 * 1024 * 1024 / 2;
@@ -205,7 +204,7 @@ TEST(CudaRuntime, MemoryCopiesAndALaunchOnTheDevice) {
     EXPECT_EQ(driver->allocate(0), 0u);
     expect_error([&] { driver->allocate(size_t(1) << 52); }, QJIT_ERROR_OUT_OF_MEMORY, "cuMemAlloc");
 
-    const DeviceProperties p = driver->properties(0);
+    const GpuProperties p = driver->properties(0);
     std::string no_nvrtc;
     if (!cuda::nvrtc_available(&no_nvrtc)) GTEST_SKIP() << no_nvrtc;
     if (p.arch() < 80) GTEST_SKIP() << "the probe kernel needs sm_80, this is sm_" << p.arch();

@@ -104,19 +104,19 @@ TEST(TunerSearchSpace, EnumeratedTilingsAreValidAndFollowTheRules) {
         for (const qjit::jit::CpuKernelSpec& spec : tilings) {
             SCOPED_TRACE(tiling_of(spec));
             EXPECT_NO_THROW(qjit::jit::check_spec(spec));
-            EXPECT_EQ(spec.rows, spec.tiling.rows);
+            EXPECT_EQ(spec.rows, spec.tiling.mb);
             EXPECT_TRUE(seen.insert(tiling_of(spec)).second) << "enumerated twice";
-            rows_by_tu[spec.tiling.tu].insert(spec.tiling.rows);
+            rows_by_tu[spec.tiling.tu].insert(spec.tiling.mb);
             // At batch 1 the widest mb that fits is taken (a one-row call runs the same code
             // whatever mb is); above, mb never exceeds the batch.
-            if (c.batch > 1) EXPECT_LE(spec.tiling.rows, c.batch) << "mb above the batch";
-            EXPECT_LE(spec.tiling.rows, 16);
+            if (c.batch > 1) EXPECT_LE(spec.tiling.mb, c.batch) << "mb above the batch";
+            EXPECT_LE(spec.tiling.mb, 16);
             const int64_t panels = (c.n + spec.panel_columns() - 1) / spec.panel_columns();
-            if (spec.tiling.k_splits > 1) EXPECT_LE(panels * spec.tiling.k_splits, 4 * c.threads);
+            if (spec.tiling.ksplit > 1) EXPECT_LE(panels * spec.tiling.ksplit, 4 * c.threads);
             const int64_t blocks_per_group = spec.group_rows() / 32;
-            if (spec.tiling.unroll_blocks > 1) {
+            if (spec.tiling.ku > 1) {
                 ASSERT_GT(blocks_per_group, 0);
-                EXPECT_EQ(blocks_per_group % spec.tiling.unroll_blocks, 0) << "ku does not divide a group";
+                EXPECT_EQ(blocks_per_group % spec.tiling.ku, 0) << "ku does not divide a group";
             }
         }
         if (c.batch == 1)
@@ -207,7 +207,7 @@ TEST(TunerSlice, TimeFactorCountsTheBusiestThreadsTasks) {
     EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, 960), 29.9);
     spec.tiling.tu = 5;  // 80 columns: 359 panels, 180 on the busiest thread; 800 columns: 5 per thread
     EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, 800), 36.0);
-    spec.tiling.k_splits = 2;  // 718 tasks, 359 on the busiest thread; 10 per thread
+    spec.tiling.ksplit = 2;  // 718 tasks, 359 on the busiest thread; 10 per thread
     EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, 800), 35.9);
     EXPECT_DOUBLE_EQ(qjit::slice_time_factor(spec, whole, whole.n), 1.0);
 }

@@ -39,8 +39,7 @@ jit::CpuKernelSpec cpu_kernel_spec(qjit_isa isa, jit::ActivationPath path, int b
 }
 
 std::string tiling_text(const jit::CpuTiling& t) {
-    return concat("tu=", t.tu, ",mb=", t.rows, ",prefetch=", t.prefetch_blocks, ",ku=", t.unroll_blocks,
-                  ",ksplit=", t.k_splits);
+    return concat("tu=", t.tu, ",mb=", t.mb, ",prefetch=", t.prefetch, ",ku=", t.ku, ",ksplit=", t.ksplit);
 }
 
 jit::CpuKernelSpec with_tiling_text(jit::CpuKernelSpec spec, const std::string& text) {
@@ -60,15 +59,15 @@ jit::CpuKernelSpec with_tiling_text(jit::CpuKernelSpec spec, const std::string& 
         }
         jit::CpuTiling& t = spec.tiling;
         if (key == "tu") t.tu = number;
-        else if (key == "mb") t.rows = number;
-        else if (key == "prefetch") t.prefetch_blocks = number;
-        else if (key == "ksplit") t.k_splits = number;
-        else if (key == "ku") t.unroll_blocks = number;
+        else if (key == "mb") t.mb = number;
+        else if (key == "prefetch") t.prefetch = number;
+        else if (key == "ksplit") t.ksplit = number;
+        else if (key == "ku") t.ku = number;
         else fail(QJIT_ERROR_INVALID_ARGUMENT, "tiling '", text, "': unknown key '", key,
                   "' (tu, mb, prefetch, ku, ksplit)");
     }
-    require(spec.tiling.k_splits >= 1, "tiling '", text, "': ksplit must be at least 1");
-    spec.rows = spec.tiling.rows;
+    require(spec.tiling.ksplit >= 1, "tiling '", text, "': ksplit must be at least 1");
+    spec.rows = spec.tiling.mb;
     try {
         jit::check_spec(spec);
     } catch (const std::invalid_argument& e) {

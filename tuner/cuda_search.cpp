@@ -24,7 +24,7 @@ double weight_bytes(const CudaKernelSpec& f, int64_t n) {
 
 // Predicted seconds, up to a constant factor: weight traffic over the usable bandwidth, the
 // fraction of the device the launch keeps busy, and the latency the loads in flight can hide.
-double predicted_cost(const CudaKernelSpec& spec, int64_t n, const cuda::DeviceProperties& device) {
+double predicted_cost(const CudaKernelSpec& spec, int64_t n, const GpuProperties& device) {
     const CudaTiling& t = spec.tiling;
     const double sms = std::max(1, device.sm_count);
     if (t.kind == KernelKind::Gemv) {
@@ -116,7 +116,7 @@ std::string cuda_kernel_key(const CudaKernelSpec& format, int64_t n) {
 }
 
 std::vector<CudaTiling> ranked_cuda_tilings(const CudaKernelSpec& format, int64_t n,
-                                            const cuda::DeviceProperties& device) {
+                                            const GpuProperties& device) {
     std::vector<std::pair<double, CudaTiling>> scored;
     CudaKernelSpec spec = format;
     for (const CudaTiling& t : enumerate_cuda_tilings(format)) {

@@ -22,7 +22,7 @@ std::vector<jit::cuda::CudaTiling> enumerate_cuda_tilings(const jit::cuda::CudaK
 
 // Every tiling the device can run for the format's bucket, best predicted first.
 std::vector<jit::cuda::CudaTiling> ranked_cuda_tilings(const jit::cuda::CudaKernelSpec& format, int64_t n,
-                                                        const cuda::DeviceProperties& device);
+                                                        const GpuProperties& device);
 
 // Candidates of one structure (kernel kind, tile or columns per warp) differ only in pipeline
 // depth, split-K or loads in flight: timed_search screens one of each structure first.

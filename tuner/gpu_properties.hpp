@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <string>
 
-namespace qjit::cuda {
+namespace qjit {
 
 // What the probe and the tuner need to know about a device.
-struct DeviceProperties {
+struct GpuProperties {
     int ordinal = 0;
     std::string name;
     int compute_major = 0, compute_minor = 0;
@@ -27,4 +27,4 @@ struct DeviceProperties {
     std::string fingerprint() const;
 };
 
-}  // namespace qjit::cuda
+}  // namespace qjit

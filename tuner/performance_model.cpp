@@ -21,7 +21,7 @@ int64_t code_block_bytes(const jit::CpuKernelSpec& spec) {
 }
 
 // Rows of K one task covers: the K range of one part of the split.
-int64_t k_part_rows(const jit::CpuKernelSpec& spec) { return ceil_div(spec.padded_k(), spec.tiling.k_splits); }
+int64_t k_part_rows(const jit::CpuKernelSpec& spec) { return ceil_div(spec.padded_k(), spec.tiling.ksplit); }
 
 // Vector instructions per 32-row block and column vector, for one row tile of `rows` rows.
 double block_instructions(const jit::CpuKernelSpec& spec, int64_t rows) {
@@ -52,14 +52,14 @@ MachineModel MachineModel::of(const CpuInfo& cpu) {
 
 std::optional<std::string> cache_budget_violation(const jit::CpuKernelSpec& spec, const TuningProblem& problem,
                                                   const MachineModel& machine) {
-    const int64_t prefetched = int64_t(spec.tiling.prefetch_blocks) * code_block_bytes(spec);
+    const int64_t prefetched = int64_t(spec.tiling.prefetch) * code_block_bytes(spec);
     if (prefetched > machine.l1d_bytes / 2)
         return concat("prefetches ", prefetched, " bytes ahead; half of L1d is ", machine.l1d_bytes / 2);
-    const int64_t tile_rows = std::min<int64_t>(spec.tiling.rows, problem.batch);
+    const int64_t tile_rows = std::min<int64_t>(spec.tiling.mb, problem.batch);
     const int64_t x_bytes = tile_rows * k_part_rows(spec) * activation_bytes(spec);
     if (x_bytes > machine.l2_bytes / 2)
         return concat("a row tile's activations take ", x_bytes, " bytes; half of L2 is ", machine.l2_bytes / 2);
-    if (problem.batch > spec.tiling.rows) {
+    if (problem.batch > spec.tiling.mb) {
         const int64_t panel_bytes = k_part_rows(spec) / 32 * code_block_bytes(spec);
         if (panel_bytes > machine.l2_bytes / 2)
             return concat("row tiles re-read a panel of ", panel_bytes, " bytes; half of L2 is ", machine.l2_bytes / 2);
@@ -71,9 +71,9 @@ double estimate_seconds(const jit::CpuKernelSpec& spec, const TuningProblem& pro
     const int64_t lanes = spec.lanes(), panel = spec.panel_columns();
     const int64_t panels = ceil_div(problem.n, panel), padded_n = panels * panel;
     const int64_t blocks = spec.padded_k() / 32, groups = spec.num_groups();
-    const int64_t splits = spec.tiling.k_splits, tasks = panels * splits;
-    const int64_t tile_rows = std::min<int64_t>(spec.tiling.rows, problem.batch);
-    const int64_t row_tiles = ceil_div(problem.batch, spec.tiling.rows);
+    const int64_t splits = spec.tiling.ksplit, tasks = panels * splits;
+    const int64_t tile_rows = std::min<int64_t>(spec.tiling.mb, problem.batch);
+    const int64_t row_tiles = ceil_div(problem.batch, spec.tiling.mb);
     const double threads = double(problem.threads);
 
     // Memory: weights stream once from DRAM; activations come from L2 for every panel and row
@@ -90,7 +90,7 @@ double estimate_seconds(const jit::CpuKernelSpec& spec, const TuningProblem& pro
                                   : 0.0;
 
     // Prior on the prefetch distance (bytes of codes ahead): best about 3 KiB ahead.
-    const double ahead = double(spec.tiling.prefetch_blocks * code_block_bytes(spec));
+    const double ahead = double(spec.tiling.prefetch * code_block_bytes(spec));
     const double prefetch_factor = ahead == 0 ? 1.06 : 1.0 + 0.02 * std::abs(std::log2(ahead / 3072.0));
     memory_seconds *= prefetch_factor;
 
@@ -99,11 +99,11 @@ double estimate_seconds(const jit::CpuKernelSpec& spec, const TuningProblem& pro
     const double column_vectors = double(padded_n / lanes);
     double instructions = 0.0;
     for (int64_t tile = 0; tile < row_tiles; ++tile) {
-        const int64_t rows = std::min<int64_t>(spec.tiling.rows, problem.batch - tile * spec.tiling.rows);
+        const int64_t rows = std::min<int64_t>(spec.tiling.mb, problem.batch - tile * spec.tiling.mb);
         instructions += double(blocks) * column_vectors * block_instructions(spec, rows);
     }
     instructions += double(groups) * column_vectors * double(problem.batch) * 4.0;
-    instructions += double(blocks * tasks * row_tiles) * 3.0 / spec.tiling.unroll_blocks;
+    instructions += double(blocks * tasks * row_tiles) * 3.0 / spec.tiling.ku;
     // Activations that come from L2 feed the same pipeline as the instructions.
     const double compute_seconds = instructions / (machine.vector_ops_per_ns * 1e9 * threads) + l2_seconds;
 

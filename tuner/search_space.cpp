@@ -23,7 +23,7 @@ bool registers_fit(const jit::CpuKernelSpec& spec) {
 std::vector<int> row_choices(jit::CpuKernelSpec base, int64_t batch) {
     std::vector<int> rows;
     for (int mb : kRowChoices) {
-        base.tiling.rows = base.rows = mb;
+        base.tiling.mb = base.rows = mb;
         if (!registers_fit(base)) break;
         if (batch > 1 && mb <= batch) rows.push_back(mb);
         if (batch == 1) rows.assign(1, mb);  // the widest that fits

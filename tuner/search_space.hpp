@@ -10,7 +10,7 @@
 namespace qjit {
 
 struct Candidate {
-    jit::CpuKernelSpec spec;   // rows == tiling.rows
+    jit::CpuKernelSpec spec;   // rows == tiling.mb
     double model_seconds = 0;  // estimate_seconds()
 };
 

@@ -17,7 +17,7 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int64_t busiest_thread_tasks(const jit::CpuKernelSpec& spec, int64_t n, int threads) {
-    return ceil_div(ceil_div(n, spec.panel_columns()) * spec.tiling.k_splits, threads);
+    return ceil_div(ceil_div(n, spec.panel_columns()) * spec.tiling.ksplit, threads);
 }
 
 }  // namespace

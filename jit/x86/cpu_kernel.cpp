@@ -18,8 +18,8 @@ std::string kernel_family_name(const CpuKernelSpec& spec) {
 std::string kernel_name(const CpuKernelSpec& spec) {
     TextStream name;
     name << kernel_family_name(spec) << "_tu" << spec.tiling.tu << "mb" << spec.rows << "pf"
-         << spec.tiling.prefetch_blocks;
-    if (spec.tiling.unroll_blocks > 1) name << "ku" << spec.tiling.unroll_blocks;
+         << spec.tiling.prefetch;
+    if (spec.tiling.ku > 1) name << "ku" << spec.tiling.ku;
     return name.str();
 }
 
@@ -54,13 +54,13 @@ void check_spec(const CpuKernelSpec& spec) {
     auto reject = [&](const std::string& why) { throw std::invalid_argument(kernel_name(spec) + ": " + why); };
     if (!spec.isa.avx2) reject("needs AVX2 or better");
     if (const std::string why = unsupported_reason(spec.format); !why.empty()) reject(why);
-    if (spec.tiling.tu < 1 || spec.tiling.rows < 1 || spec.tiling.prefetch_blocks < 0 ||
-        spec.tiling.unroll_blocks < 1)
+    if (spec.tiling.tu < 1 || spec.tiling.mb < 1 || spec.tiling.prefetch < 0 ||
+        spec.tiling.ku < 1)
         reject("tiling values must be positive (prefetch >= 0)");
-    if (spec.tiling.unroll_blocks > 1 && (spec.group_rows() < 32 || (spec.group_rows() / 32) % spec.tiling.unroll_blocks))
-        reject("k-unroll " + std::to_string(spec.tiling.unroll_blocks) + " does not divide the " +
+    if (spec.tiling.ku > 1 && (spec.group_rows() < 32 || (spec.group_rows() / 32) % spec.tiling.ku))
+        reject("k-unroll " + std::to_string(spec.tiling.ku) + " does not divide the " +
                std::to_string(spec.group_rows() / 32) + " blocks of a group");
-    if (spec.rows < 1 || spec.rows > spec.tiling.rows) reject("rows must be 1 .. tiling.rows");
+    if (spec.rows < 1 || spec.rows > spec.tiling.mb) reject("rows must be 1 .. tiling.mb");
     if (spec.format.second_order_scales() && spec.panel_columns() % 16 != 0)
         reject("second-order scales need panels of whole 16-column groups");
     if (vector_registers_needed(spec) > vector_registers_available(spec.isa))

@@ -18,15 +18,15 @@ enum class ActivationPath {
     Int8,  // activations quantized to int8 per row and group; u8 x s8 integer dot products
 };
 
-// The tuner's knobs; each one changes the emitted code.
+// The tuner's knobs, named as the tiling text spells them ("tu=4,mb=4,prefetch=0,ku=1,ksplit=1").
 struct CpuTiling {
-    int tu = 4;              // column vectors: registers of columns per register block (panel = tu * lanes)
-    int rows = 4;            // mb: activation rows one kernel call handles (accumulators = tu * mb)
-    int prefetch_blocks = 0; // software prefetch of codes this many 32-row blocks ahead (0: none)
-    int unroll_blocks = 1;   // k-unroll: 32-row blocks per iteration of a group's block loop (must
-                             // divide group_size / 32; the tail group always steps one block)
-    int k_splits = 1;        // the runtime splits K into this many group ranges (partial sums added);
-                             // a schedule knob: it does not change the generated code
+    int tu = 4;        // column vectors: registers of columns per register block (panel = tu * lanes)
+    int mb = 4;        // activation rows one kernel call handles (accumulators = tu * mb)
+    int prefetch = 0;  // software prefetch of codes this many 32-row blocks ahead (0: none)
+    int ku = 1;        // k-unroll: 32-row blocks per iteration of a group's block loop (must divide
+                       // group_size / 32; the tail group always steps one block)
+    int ksplit = 1;    // the runtime splits K into this many group ranges (partial sums added); a
+                       // schedule knob: it does not change the generated code
 
     bool operator==(const CpuTiling&) const = default;
 };
@@ -35,7 +35,7 @@ struct CpuKernelSpec {
     WeightFormat format = f16_scaled_format();  // the weights it reads (n and act-order do not change the code)
     IsaFeatures isa = IsaFeatures::of(QJIT_ISA_AVX512_VNNI);  // AVX2 at least
     ActivationPath path = ActivationPath::Int8;
-    int rows = 1;                // activation rows of this kernel (1 .. tiling.rows)
+    int rows = 1;                // activation rows of this kernel (1 .. tiling.mb)
     CpuTiling tiling;
 
     int lanes() const { return isa.lanes(); }

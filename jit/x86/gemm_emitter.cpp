@@ -239,9 +239,9 @@ private:
         L(group_loop);
         emit_per_width([&] {
             Xbyak::Label block_loop;
-            mov(blocks_left_, spec_.group_rows() / 32 / spec_.tiling.unroll_blocks);
+            mov(blocks_left_, spec_.group_rows() / 32 / spec_.tiling.ku);
             L(block_loop);
-            for (int u = 0; u < spec_.tiling.unroll_blocks; ++u) {  // k-unroll
+            for (int u = 0; u < spec_.tiling.ku; ++u) {  // k-unroll
                 emit_prefetch();
                 emit_block_body(0, 8);
                 advance_block();
@@ -271,8 +271,8 @@ private:
     }
 
     void emit_prefetch() {
-        if (spec_.tiling.prefetch_blocks <= 0) return;
-        const int64_t ahead = spec_.tiling.prefetch_blocks * block_code_bytes();
+        if (spec_.tiling.prefetch <= 0) return;
+        const int64_t ahead = spec_.tiling.prefetch * block_code_bytes();
         for (int64_t line = 0; line < block_code_bytes(); line += 64) prefetcht0(ptr[codes_ + ahead + line]);
     }
 

@@ -30,7 +30,7 @@ public:
         candidates_ = ranked_space(prune).ranked;
         std::vector<RankedTiling> ranked;
         for (const Candidate& c : candidates_)
-            ranked.push_back({tiling_text(c.spec.tiling), concat("tu", c.spec.tiling.tu, "mb", c.spec.tiling.rows)});
+            ranked.push_back({tiling_text(c.spec.tiling), concat("tu", c.spec.tiling.tu, "mb", c.spec.tiling.mb)});
         return ranked;
     }
 

@@ -52,7 +52,7 @@ std::vector<JitExecutor::GroupRange> group_ranges(const jit::CpuKernelSpec& spec
 }  // namespace
 
 std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightFormat& format) {
-    return plan_forward(format, spec.num_groups(), spec.tiling.k_splits, spec.group_rows() == 16 ? 2 : 1);
+    return plan_forward(format, spec.num_groups(), spec.tiling.ksplit, spec.group_rows() == 16 ? 2 : 1);
 }
 
 JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::vector<Pass>& passes,
@@ -64,7 +64,7 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
       gathers_(has_pass(passes, PassKind::Gather)),
       only_batch_(only_batch) {
     const auto emission_start = std::chrono::steady_clock::now();
-    const int max_rows = spec.tiling.rows;
+    const int max_rows = spec.tiling.mb;
     for (int rows = 1; rows <= max_rows; ++rows) {
         const bool needed = only_batch <= 0 || rows == std::min<int64_t>(max_rows, only_batch) ||
                             (only_batch > max_rows && rows == only_batch % max_rows);
@@ -200,7 +200,7 @@ std::string JitExecutor::kernel_fields(const qjit_linear& layer) const {
 // panel's codes from L2 instead of memory.
 void JitExecutor::run_product_task(const QuantParams& p, const PackedCodes& codes, const PreparedActivations& act,
                                    int64_t m, float* y, float* partials, int64_t task) const {
-    const int64_t panel = spec_.panel_columns(), groups = spec_.num_groups(), max_rows = spec_.tiling.rows;
+    const int64_t panel = spec_.panel_columns(), groups = spec_.num_groups(), max_rows = spec_.tiling.mb;
     const size_t scale_bytes = spec_.format.f16_scales() ? 2 : 4;
     const int64_t x_bytes = spec_.path == jit::ActivationPath::Int8 ? 1 : 4;
     const int64_t p_index = task % panels_, part = task / panels_;

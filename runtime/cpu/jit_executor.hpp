@@ -27,7 +27,7 @@ std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightF
 
 class JitExecutor final : public LayerBackend {
 public:
-    // spec.rows must equal spec.tiling.rows; codes must be packed with spec.panel_columns().
+    // spec.rows must equal spec.tiling.mb; codes must be packed with spec.panel_columns().
     // `passes`: the layer's plan (runtime/layer_passes.hpp) over spec.num_groups() groups; its
     // gather is fused into the activation prologue, its products run as one parallel dispatch and
     // its outliers are added in the task of a panel's first K part.

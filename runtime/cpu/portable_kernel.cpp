@@ -34,13 +34,13 @@ inline void decode_row(const ChunkCodes& chunk, int64_t row, int width, float* o
     const int r = int(row % PackedCodes::kBlockRows);
     const uint32_t* block = chunk.first + chunk.packed->block_start(row / PackedCodes::kBlockRows) * chunk.stride;
     if constexpr (Bits == 3) {
-        const jit::PlaneSlot low = jit::plane_slot({2, 0, 0}, r), high = jit::plane_slot({1, 2, 2}, r);
+        const PlaneSlot low = plane_slot({2, 0, 0}, r), high = plane_slot({1, 2, 2}, r);
         const uint32_t* low_words = block + low.word * chunk.stride;
         const uint32_t* high_words = block + high.word * chunk.stride;
         for (int j = 0; j < width; ++j)
             out[j] = float(((low_words[j] >> low.shift) & 3u) | (((high_words[j] >> high.shift) & 1u) << 2));
     } else {
-        const jit::PlaneSlot slot = jit::plane_slot({Bits, 0, 0}, r);
+        const PlaneSlot slot = plane_slot({Bits, 0, 0}, r);
         const uint32_t* words = block + slot.word * chunk.stride;
         for (int j = 0; j < width; ++j) out[j] = float((words[j] >> slot.shift) & ((1u << Bits) - 1u));
     }

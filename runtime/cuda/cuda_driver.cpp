@@ -208,14 +208,14 @@ int Driver::device_count() {
     return count;
 }
 
-DeviceProperties Driver::properties(int ordinal) {
+GpuProperties Driver::properties(int ordinal) {
     const CUdevice device = api_->device(ordinal);
     auto attribute = [&](DeviceAttribute which) {
         int value = 0;
         api_->check(api_->call.device_get_attribute(&value, which, device), "cuDeviceGetAttribute");
         return value;
     };
-    DeviceProperties p;
+    GpuProperties p;
     p.ordinal = ordinal;
     char name[256] = {};
     api_->check(api_->call.device_get_name(name, int(sizeof name) - 1, device), "cuDeviceGetName");

@@ -32,7 +32,7 @@ public:
     static Driver& get();
 
     int device_count();
-    DeviceProperties properties(int ordinal);
+    GpuProperties properties(int ordinal);
 
     // Makes the device's primary context current on the calling thread (retained once per device
     // for the life of the process).

@@ -17,7 +17,7 @@
 #include "format/cuda_code_layout.hpp"
 #include "tuner/tuning_problem.hpp"
 
-namespace qjit {
+namespace qjit::cuda {
 
 using jit::cuda::ActivationType;
 using jit::cuda::CudaKernelSpec;
@@ -54,7 +54,7 @@ uint16_t to_bits(float v, ActivationType type) {
 
 }  // namespace
 
-CudaExecutor::CudaExecutor(const cuda::DeviceProperties& device, MatrixSource matrix_source, std::string dump_dir,
+CudaExecutor::CudaExecutor(const GpuProperties& device, MatrixSource matrix_source, std::string dump_dir,
                            std::string cubin_cache_dir)
     : device_(device), dump_dir_(std::move(dump_dir)), cubin_cache_dir_(std::move(cubin_cache_dir)),
       matrix_(std::move(matrix_source)) {
@@ -326,4 +326,4 @@ double CudaExecutor::time_forward_us(int64_t m, ActivationType activations, int 
     return time_us(nullptr, m, activations, repeats, true);
 }
 
-}  // namespace qjit
+}  // namespace qjit::cuda

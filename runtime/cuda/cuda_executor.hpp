@@ -23,7 +23,7 @@
 #include "format/cuda_weights.hpp"
 #include "format/quantized_matrix.hpp"
 
-namespace qjit {
+namespace qjit::cuda {
 
 struct CudaPlan {
     jit::cuda::CudaKernelSpec spec;  // format, bucket rows and tiling
@@ -42,13 +42,13 @@ public:
     // Uploads the scales and zero points to `device` (made current); the codes follow with the
     // first kernel that reads them. dump_dir: write each kernel's .cu and .ptx there when compiling;
     // cubin_cache_dir: the on-disk cubin cache ("" for none).
-    CudaExecutor(const cuda::DeviceProperties& device, MatrixSource matrix, std::string dump_dir,
+    CudaExecutor(const GpuProperties& device, MatrixSource matrix, std::string dump_dir,
                  std::string cubin_cache_dir);
     ~CudaExecutor();
     CudaExecutor(const CudaExecutor&) = delete;
     CudaExecutor& operator=(const CudaExecutor&) = delete;
 
-    const cuda::DeviceProperties& device() const { return device_; }
+    const GpuProperties& device() const { return device_; }
     // The layer's format compiled for `activations` at `bucket` rows (tiling left default).
     jit::cuda::CudaKernelSpec format(jit::cuda::ActivationType activations, int64_t bucket) const;
     int64_t n() const { return n_; }
@@ -91,7 +91,7 @@ private:
     double time_us(const CudaPlan* plan, int64_t m, jit::cuda::ActivationType activations, int repeats, bool warm_up);
     cuda::CUdeviceptr grow(cuda::DeviceBuffer& buffer, size_t bytes);
 
-    cuda::DeviceProperties device_;
+    GpuProperties device_;
     jit::cuda::CudaKernelSpec format_;  // activations, rows and tiling filled per plan
     int64_t k_ = 0, n_ = 0, kp_ = 0, np_ = 0, num_groups_ = 0, weight_bytes_ = 0;
     bool act_order_ = false;
@@ -107,4 +107,4 @@ private:
     cuda::DeviceBuffer gathered_, partial_, timing_x_, timing_y_, flush_;
 };
 
-}  // namespace qjit
+}  // namespace qjit::cuda

@@ -9,7 +9,7 @@
 #include "tuner/cuda_search.hpp"
 #include "tuner/tuning_problem.hpp"
 
-namespace qjit {
+namespace qjit::cuda {
 
 using jit::cuda::ActivationType;
 using jit::cuda::CudaKernelSpec;
@@ -121,4 +121,4 @@ const CudaTilingChoice& cuda_tiling_for(qjit_context& context, CudaLayer& layer,
     return choose_and_install(context, layer, type, m, false);
 }
 
-}  // namespace qjit
+}  // namespace qjit::cuda

@@ -17,7 +17,7 @@
 #include "runtime/cuda/cuda_executor.hpp"
 #include "format/quantized_matrix.hpp"
 
-namespace qjit {
+namespace qjit::cuda {
 
 struct CudaTilingChoice : TuningOutcome {
     double compile_ms = 0;  // NVRTC for the chosen tiling (0 on a cubin cache hit)
@@ -39,4 +39,4 @@ std::unique_ptr<CudaLayer> make_cuda_layer(qjit_context& context, CudaExecutor::
 const CudaTilingChoice& cuda_tiling_for(qjit_context& context, CudaLayer& layer, jit::cuda::ActivationType activations,
                                         int64_t m);
 
-}  // namespace qjit
+}  // namespace qjit::cuda
