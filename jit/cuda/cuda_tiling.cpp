@@ -132,7 +132,7 @@ int shared_memory_bytes(const CudaKernelSpec& spec) {
     if (t.kind == KernelKind::Gemv) return 0;
     if (t.kind == KernelKind::Mma)  // every warp's fp32 accumulators, summed across warps at the end
         return t.warps == 1 ? 0 : t.warps * mma_row_tiles(spec.rows) * t.n_tiles * 4 * 32 * 4;
-    const int64_t scale_bytes = spec.format.f16_scales() ? 2 : 4;
+    const int64_t scale_bytes = spec.format.scale_bytes();
     const int64_t per_stage = int64_t(t.block_m) * (t.block_k + kPadHalves) * 2  // activations
                               + int64_t(t.block_n) * t.block_k * spec.format.bits / 8   // codes
                               + groups_per_tile(spec) * t.block_n * (scale_bytes + (spec.format.symmetric ? 0 : 2));

@@ -67,7 +67,7 @@ public:
           panel_(spec.panel_columns()),
           int8_(spec.path == ActivationPath::Int8),
           x_bytes_(int8_ ? 1 : 4),
-          scale_bytes_(spec.format.f16_scales() ? 2 : 4),
+          scale_bytes_(spec.format.scale_bytes()),
           merges_planes_(merges_code_planes(spec)),
           mixed_(!spec.format.uniform_bits()),
           second_order_(spec.format.second_order_scales()) {

@@ -83,7 +83,7 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
     // Groups past the layer's own (groups of 16 over the padded rows) get scale 0.
     const int64_t panel = spec.panel_columns(), panels = (p.n + panel - 1) / panel, groups = spec.num_groups();
     const bool second_order = spec.format.second_order_scales();
-    const size_t scale_bytes = spec.format.f16_scales() ? 2 : 4;
+    const size_t scale_bytes = spec.format.scale_bytes();
     const int64_t pairs_per_group = panel / SecondOrderScales::kColumns;
     if (second_order) {
         scales_.assign(size_t(panels * groups * pairs_per_group * jit::kSecondOrderPairBytes), 0);
@@ -201,7 +201,7 @@ std::string JitExecutor::kernel_fields(const qjit_linear& layer) const {
 void JitExecutor::run_product_task(const QuantParams& p, const PackedCodes& codes, const PreparedActivations& act,
                                    int64_t m, float* y, float* partials, int64_t task) const {
     const int64_t panel = spec_.panel_columns(), groups = spec_.num_groups(), max_rows = spec_.tiling.mb;
-    const size_t scale_bytes = spec_.format.f16_scales() ? 2 : 4;
+    const size_t scale_bytes = spec_.format.scale_bytes();
     const int64_t x_bytes = spec_.path == jit::ActivationPath::Int8 ? 1 : 4;
     const int64_t p_index = task % panels_, part = task / panels_;
     const int64_t n0 = p_index * panel, width = std::min(panel, p.n - n0);
