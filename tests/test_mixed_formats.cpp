@@ -16,6 +16,7 @@
 #include "base/half.hpp"
 #include "format/packed_codes.hpp"
 #include "format/reference.hpp"
+#include "runtime/cpu/candidate_bench.hpp"
 #include "runtime/cpu/portable_kernel.hpp"
 #include "runtime/linear_layer.hpp"
 #include "test_backends.hpp"
@@ -196,6 +197,20 @@ TEST(MixedFormat, SecondOrderPanelsHoldWhole16ColumnGroups) {
     test::ContextPtr tuned = test::make_test_context(2, QJIT_ISA_AVX2, QJIT_ACTIVATIONS_F32);
     const std::unique_ptr<qjit_linear> layer = make_linear(tuned.get(), matrix);
     EXPECT_EQ(layer->jit->spec().panel_columns() % 16, 0) << layer->description;
+}
+
+// The tuner's count of the bytes a forward streams (what it times candidates by) is the layer's
+// own, with fp16 and with second-order scales (one code byte per column and group, and a 4-byte
+// scale and zero pair per 16 columns).
+TEST(MixedFormat, TheTunersByteCountIsTheLayers) {
+    if (!cpu_supports(QJIT_ISA_AVX2)) GTEST_SKIP() << "no AVX2";
+    for (bool second_order : {false, true}) {
+        const QuantizedMatrix matrix = synthetic_matrix(256, 96, 32, {false, second_order, false, false}, 4);
+        test::ContextPtr context = test::make_test_context(2, QJIT_ISA_AVX2, QJIT_ACTIVATIONS_F32);
+        const std::unique_ptr<qjit_linear> layer = make_linear(context.get(), matrix);
+        ASSERT_TRUE(layer->jit) << layer->description;
+        EXPECT_EQ(forward_weight_bytes(layer->jit->spec(), matrix.params.n), weight_bytes(*layer)) << layer->description;
+    }
 }
 
 // A plan of several products (a K split) over every feature at once runs on every CPU backend:

@@ -45,7 +45,7 @@ int64_t forward_weight_bytes(const jit::CpuKernelSpec& spec, int64_t n) {
     const int64_t metadata = panels * spec.panel_columns() * spec.num_groups();
     const int64_t metadata_bytes =
         spec.format.second_order_scales()
-            ? metadata * (1 + jit::kSecondOrderPairBytes / SecondOrderScales::kColumns)
+            ? metadata + metadata * jit::kSecondOrderPairBytes / SecondOrderScales::kColumns  // code byte + shared pair
             : metadata * (spec.format.scale_bytes() + (spec.format.symmetric ? 0 : 1));
     return int64_t(packed_word_count(spec.format, n, spec.panel_columns()) * 4) + metadata_bytes;
 }
