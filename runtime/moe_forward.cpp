@@ -76,7 +76,7 @@ void require_grouped_passes(const ExpertSlot& slot) {
     for (const Pass& pass : passes)
         if (pass.kind != PassKind::Gather && pass.kind != PassKind::Product && pass.kind != PassKind::LowRank)
             fail(QJIT_ERROR_UNSUPPORTED, "experts[", slot.index, "].layer plans the passes ", passes_text(passes),
-                 "; the grouped MoE call runs only gathers and products");
+                 "; the grouped MoE call runs gathers, products and compensators");
 }
 
 // x[rows[i]] for each of the count rows, one after another in dst (count x K).

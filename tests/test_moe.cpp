@@ -18,6 +18,7 @@
 #include "runtime/linear_layer.hpp"
 #include "test_support.hpp"
 #include "tools/random_gptq.hpp"
+#include "tuner/cpu_isa.hpp"
 
 namespace qjit {
 namespace {
@@ -329,6 +330,39 @@ TEST(Moe, ExpertsWithACompensator) {
         }
         test::expect_within(y, separate, bound);
     }
+}
+
+// The grouped call runs gathers, products and compensators; a layer on generated kernels that
+// plans another pass (sparse outliers) is refused by name rather than run without it.
+TEST(Moe, LayersWithOutliersAreRefusedByName) {
+    if (!cpu_supports(QJIT_ISA_AVX2)) GTEST_SKIP() << "no generated kernels on this CPU";
+    ContextPtr context = test::make_test_context();
+    const int64_t k = 128, n = 40, m = 4, samples = 64;
+    const std::vector<float> w = test::random_floats(size_t(k * n), 8);
+    const std::vector<float> inputs = test::random_floats(size_t(samples * k), 9);
+    qjit_calibration* calibration = nullptr;
+    ASSERT_EQ(qjit_calibration_create(k, &calibration), QJIT_OK);
+    ASSERT_EQ(qjit_calibration_add(calibration, inputs.data(), samples), QJIT_OK);
+    qjit_quant_config config;
+    qjit_quant_config_init(&config);
+    config.method = QJIT_QUANT_MIXED;
+    config.group_size = 32;
+    config.outlier_fraction = 0.005;
+    qjit_linear* created = nullptr;
+    const qjit_status status = qjit_linear_create_calibrated(context.get(), &config, calibration, k, n, w.data(),
+                                                             QJIT_LAYOUT_K_BY_N, &created);
+    qjit_calibration_destroy(calibration);
+    ASSERT_EQ(status, QJIT_OK) << qjit_last_error();
+    const LinearPtr layer(created);
+    ASSERT_TRUE(layer->jit) << layer->description;
+    ASSERT_GT(layer->params.outliers, 0);
+
+    const std::vector<int32_t> rows = {0, 2};
+    const qjit_expert_rows experts[] = {{layer.get(), rows.data(), nullptr, 2}};
+    const std::vector<float> x(size_t(m * k), 0.5f);
+    std::vector<float> y(size_t(m * n));
+    EXPECT_STATUS(qjit_moe_forward(context.get(), experts, 1, x.data(), m, y.data()), QJIT_ERROR_UNSUPPORTED,
+                  "outliers; the grouped MoE call runs gathers, products and compensators");
 }
 
 TEST(Moe, BadArgumentsAreRefusedWithMessages) {

@@ -427,9 +427,9 @@ typedef struct qjit_expert_rows {
  * not overlap. num_experts >= 1; the layers belong to `context`. On the CPU every expert's rows run
  * in one parallel dispatch of the context's pool (not one per expert), so experts with only a few
  * rows each, as in decoding, do not each pay a dispatch and a barrier; layers without generated
- * kernels (the portable path) run one by one inside the call. Until the grouped call runs the
- * low-rank compensator pass, layers on generated kernels that have one are refused
- * (QJIT_ERROR_UNSUPPORTED). */
+ * kernels (the portable path) run one by one inside the call. A layer's low-rank compensator runs
+ * on its expert's rows; layers on generated kernels with sparse outliers (QJIT_QUANT_MIXED) are
+ * refused (QJIT_ERROR_UNSUPPORTED) until the grouped call runs that pass. */
 QJIT_API qjit_status qjit_moe_forward(qjit_context* context, const qjit_expert_rows* experts, int num_experts,
                                       const float* x, int64_t m, float* y);
 
