@@ -328,8 +328,9 @@ int main(int argc, char** argv) {
     std::printf("%s; %d threads; %s; median of %d cold calls\n", what.c_str(), threads,
                 o.exhaustive ? "exhaustive search" : o.retune ? "retuning every shape" : "database hits reused", o.repeats);
     // The machine's peaks, on one thread and on the layers' thread count; "x probe" is against the
-    // latter. The probe's 1 GiB buffer is freed before any layer is made.
-    const double probe_gbps = [&] {
+    // latter, measured again after the rows are timed (a shared machine's bandwidth drifts): the
+    // higher of the two is the floor. The probe's 1 GiB buffer is freed before any layer is made.
+    double probe_gbps = [&] {
         qjit_tools::BandwidthProbe probe;
         const double all = probe.peak(threads);
         std::printf("memory read probe (%s loads, best of %d sweeps): %.1f GB/s on 1 thread, %.1f GB/s on %d\n",
@@ -388,6 +389,10 @@ int main(int argc, char** argv) {
         qjit_linear_destroy(slow);
     }
     if (tty) std::printf("\r%-80s\r", "");
+    const double probe_after = qjit_tools::BandwidthProbe().peak(threads);
+    std::printf("memory read probe after timing: %.1f GB/s on %d threads; x probe is against %.1f GB/s\n", probe_after,
+                threads, std::max(probe_gbps, probe_after));
+    probe_gbps = std::max(probe_gbps, probe_after);
 
     std::printf("\n| layer | K x N | m | tiling from | kernel | tiling | tuning ms | us | GB/s | x probe | vs default | vs portable |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -398,6 +403,9 @@ int main(int argc, char** argv) {
         if (o.compare) std::printf(" %.2fx | %.1fx |\n", r.default_us / r.us, r.portable_us / r.us);
         else std::printf(" - | - |\n");
     }
+    if (std::any_of(rows.begin(), rows.end(), [&](const Row& r) { return r.gbps > probe_gbps; }))
+        std::printf("\nA layer read faster than the probe (x probe above 1): its weights stayed partly in a cache, or\n"
+                    "the machine's memory bandwidth varied more than the two probes saw; those ratios are not reliable.\n");
     if (o.cuda_device >= 0) {
         std::printf("\nCUDA device %d (%s activations), L2 flushed before each call:\n\n", o.cuda_device,
                     o.cuda_dtype.c_str());
