@@ -1,8 +1,9 @@
 // A layer's forward as a list of passes over its weight format. A pass is data (what it does and
 // over which part of the weights), planned once at layer creation; the layer's backend
-// (runtime/layer_backend.hpp) runs the list and may fuse passes: the x86 JIT folds the gather into its activation prologue and runs the product
-// passes of one width as one parallel dispatch (tasks = column panels x passes), adding their
-// partial outputs after; the portable path runs them one after another.
+// (runtime/layer_backend.hpp) runs the list and may fuse passes: the x86 JIT folds the gather into
+// its activation prologue and runs the product passes of one width as one parallel dispatch
+// (tasks = column panels x passes), adding their partial outputs after; the portable path runs
+// them one after another.
 //
 // Today's forwards: [gather] product... [outliers] [low_rank]. A product walks K-groups of mixed
 // widths itself (the kernels read each group's width), so products split only for a K-split.
@@ -42,6 +43,13 @@ std::vector<Pass> plan_forward(const WeightFormat& format, int64_t groups, int k
 
 // The code width a product pass over `format` names: its bits, 0 for mixed widths.
 inline int product_bits(const WeightFormat& format) { return format.uniform_bits() ? format.bits : 0; }
+
+// Whether a product pass can run over `format` with `groups` K-groups: its width is the format's
+// and its groups are a non-empty range inside them.
+inline bool product_fits(const Pass& product, const WeightFormat& format, int64_t groups) {
+    return product.bits == product_bits(format) && 0 <= product.first_group &&
+           product.first_group < product.end_group && product.end_group <= groups;
+}
 
 // "gather,product[0:32)q4" / "product[0:16)q4,product[16:32)q4" / "product[0:32)q3,low_rank[q8]" /
 // "product[0:128)q2or4,outliers".

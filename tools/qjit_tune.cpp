@@ -390,9 +390,9 @@ int main(int argc, char** argv) {
     }
     if (tty) std::printf("\r%-80s\r", "");
     const double probe_after = qjit_tools::BandwidthProbe().peak(threads);
-    std::printf("memory read probe after timing: %.1f GB/s on %d threads; x probe is against %.1f GB/s\n", probe_after,
-                threads, std::max(probe_gbps, probe_after));
     probe_gbps = std::max(probe_gbps, probe_after);
+    std::printf("memory read probe after timing: %.1f GB/s on %d threads; x probe is against %.1f GB/s\n", probe_after,
+                threads, probe_gbps);
 
     std::printf("\n| layer | K x N | m | tiling from | kernel | tiling | tuning ms | us | GB/s | x probe | vs default | vs portable |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");

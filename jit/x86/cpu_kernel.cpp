@@ -17,8 +17,7 @@ std::string kernel_family_name(const CpuKernelSpec& spec) {
 
 std::string kernel_name(const CpuKernelSpec& spec) {
     TextStream name;
-    name << kernel_family_name(spec) << "_tu" << spec.tiling.tu << "mb" << spec.rows << "pf"
-         << spec.tiling.prefetch;
+    name << kernel_family_name(spec) << "_tu" << spec.tiling.tu << "mb" << spec.rows << "pf" << spec.tiling.prefetch;
     if (spec.tiling.ku > 1) name << "ku" << spec.tiling.ku;
     return name.str();
 }
@@ -54,8 +53,7 @@ void check_spec(const CpuKernelSpec& spec) {
     auto reject = [&](const std::string& why) { throw std::invalid_argument(kernel_name(spec) + ": " + why); };
     if (!spec.isa.avx2) reject("needs AVX2 or better");
     if (const std::string why = unsupported_reason(spec.format); !why.empty()) reject(why);
-    if (spec.tiling.tu < 1 || spec.tiling.mb < 1 || spec.tiling.prefetch < 0 ||
-        spec.tiling.ku < 1)
+    if (spec.tiling.tu < 1 || spec.tiling.mb < 1 || spec.tiling.prefetch < 0 || spec.tiling.ku < 1)
         reject("tiling values must be positive (prefetch >= 0)");
     if (spec.tiling.ku > 1 && (spec.group_rows() < 32 || (spec.group_rows() / 32) % spec.tiling.ku))
         reject("k-unroll " + std::to_string(spec.tiling.ku) + " does not divide the " +

@@ -37,10 +37,8 @@ std::vector<JitExecutor::GroupRange> group_ranges(const jit::CpuKernelSpec& spec
     std::vector<JitExecutor::GroupRange> ranges;
     for (const Pass& pass : passes) {
         if (pass.kind != PassKind::Product) continue;
-        require(pass.bits == product_bits(spec.format) && pass.first_group < pass.end_group &&
-                    pass.end_group <= groups,
-                "product pass over groups [", pass.first_group, ", ", pass.end_group, ") at ", pass.bits,
-                " bits does not fit ", jit::kernel_name(spec));
+        require(product_fits(pass, spec.format, groups), "product pass over groups [", pass.first_group, ", ",
+                pass.end_group, ") at ", pass.bits, " bits does not fit ", jit::kernel_name(spec));
         const bool has_short_tail = last_group_short && pass.end_group == groups;
         const int64_t first_block = spec.group_rows() == 16 ? pass.first_group / 2 : pass.first_group * blocks_per_group;
         ranges.push_back({pass.first_group, first_block, pass.end_group - pass.first_group - (has_short_tail ? 1 : 0),

@@ -156,9 +156,7 @@ void portable_product(const QuantParams& params, const PackedCodes& codes, const
 
 PortableBackend::PortableBackend(std::vector<Pass> passes, const WeightFormat& format) : LayerBackend(std::move(passes)) {
     for (const Pass& pass : this->passes())
-        require(pass.kind != PassKind::Product ||
-                    (pass.bits == product_bits(format) && 0 <= pass.first_group && pass.first_group < pass.end_group &&
-                     pass.end_group <= format.num_groups()),
+        require(pass.kind != PassKind::Product || product_fits(pass, format, format.num_groups()),
                 "the portable path cannot run the plan ", passes_text(this->passes()), " of a ", format.name(), " layer");
 }
 
