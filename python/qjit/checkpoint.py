@@ -1,0 +1,77 @@
+"""qjit.Checkpoint: a GPTQ checkpoint directory as a mapping of layer name to what the layer is."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any, Iterator
+
+from . import _native
+from .linear import Linear
+
+_CHECKPOINT_FORMATS = {1: "gptq", 2: "gptq_v2"}
+_SCALE_DTYPES = {0: "float32", 1: "float16", 2: "bfloat16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointLayer:
+    """One quantized linear layer of a checkpoint (qjit_checkpoint_layer)."""
+
+    name: str  #: the tensor prefix, e.g. "model.layers.0.self_attn.q_proj"
+    k: int
+    n: int
+    bits: int
+    group_size: int  #: as in the config; -1 per column
+    act_order: bool
+    symmetric: bool
+    format: str  #: the qjit format it imports to, e.g. "q4g128_asym"
+    checkpoint_format: str  #: "gptq" or "gptq_v2"
+    scale_dtype: str  #: "float16", "bfloat16" or "float32"
+    checkpoint_bytes: int
+
+
+class Checkpoint(Mapping):
+    """A GPTQ checkpoint (config.json with its quantization_config, model.safetensors or shards).
+
+    ``checkpoint[name]`` describes a layer; ``checkpoint.create(name)`` makes it a qjit.Linear on
+    the checkpoint's context. Opening checks every layer's tensors against the config: a missing
+    file raises FileIOError, a malformed one CorruptDataError, a format qjit cannot import
+    UnsupportedError. Layers made stay valid after :meth:`close`.
+    """
+
+    def __init__(self, context: Any, path: str | os.PathLike) -> None:
+        self.context = context
+        self.path = os.fspath(path)
+        self._native = _native.Checkpoint(context._native, self.path)
+        self._layers = {}
+        for record in self._native.layers():
+            record["checkpoint_format"] = _CHECKPOINT_FORMATS.get(record["checkpoint_format"], "unknown")
+            record["scale_dtype"] = _SCALE_DTYPES.get(record["scale_dtype"], "unknown")
+            self._layers[record["name"]] = CheckpointLayer(**record)
+
+    def __getitem__(self, name: str) -> CheckpointLayer:
+        return self._layers[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._layers)
+
+    def __len__(self) -> int:
+        return len(self._layers)
+
+    def create(self, name: str) -> Linear:
+        """The layer ``name`` as a qjit.Linear (tuned, or a tuning database hit)."""
+        return Linear(self._native.create(name), self.context)
+
+    def close(self) -> None:
+        """Unmaps the checkpoint's files; layers already made stay valid."""
+        self._native.close()
+
+    def __enter__(self) -> "Checkpoint":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"qjit.Checkpoint({self.path!r}, {len(self)} layers)"
