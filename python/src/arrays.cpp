@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "errors.hpp"
+#include "torch_tensors.hpp"
 
 namespace qjit_python {
 
@@ -101,6 +102,14 @@ int64_t ArrayView::rows() const {
 
 ArrayView cpu_array(nb::handle obj, const char* name, std::initializer_list<Element> allowed, int ndim) {
     ArrayView view;
+    float* tensor_data = nullptr;
+    if (std::find(allowed.begin(), allowed.end(), Element::f32) != allowed.end() &&
+        plain_f32_tensor(obj, &tensor_data, &view.shape) &&
+        (ndim >= 0 ? int(view.shape.size()) == ndim : !view.shape.empty())) {
+        view.data = tensor_data;  // the caller's reference keeps the tensor alive
+        return view;
+    }
+    view.shape.clear();
     view.source = as_ndarray(obj, name);
     const nb::ndarray<nb::ro>& array = view.source;
     bool found = false;
@@ -125,6 +134,9 @@ ArrayView cpu_array(nb::handle obj, const char* name, std::initializer_list<Elem
 }
 
 float* writable_f32(nb::handle obj, const char* name, const std::vector<int64_t>& shape) {
+    float* tensor_data = nullptr;
+    std::vector<int64_t> tensor_shape;
+    if (plain_f32_tensor(obj, &tensor_data, &tensor_shape) && tensor_shape == shape) return tensor_data;
     nb::ndarray<> array;
     if (!nb::try_cast(obj, array, /*convert=*/false))
         invalid_argument(std::string(name) + ": expected a writable float32 array (numpy array or PyTorch tensor), got " +
@@ -140,10 +152,7 @@ float* writable_f32(nb::handle obj, const char* name, const std::vector<int64_t>
     return static_cast<float*>(array.data());
 }
 
-Framework framework_of(nb::handle obj) {
-    const nb::str module = nb::borrow<nb::str>(nb::handle(obj.type()).attr("__module__"));
-    return std::strncmp(module.c_str(), "torch", 5) == 0 ? Framework::pytorch : Framework::numpy;
-}
+Framework framework_of(nb::handle obj) { return is_torch_tensor(obj) ? Framework::pytorch : Framework::numpy; }
 
 NewArray new_f32_array(const std::vector<int64_t>& shape, Framework framework) {
     int64_t size = 1;
@@ -151,11 +160,8 @@ NewArray new_f32_array(const std::vector<int64_t>& shape, Framework framework) {
     float* data = new float[size_t(std::max<int64_t>(size, 1))];  // not zeroed: the caller writes every element
     nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<float*>(p); });
     std::vector<size_t> dims(shape.begin(), shape.end());
-    nb::object array;
-    if (framework == Framework::pytorch)
-        array = nb::ndarray<nb::pytorch, float>(data, dims.size(), dims.data(), owner).cast();
-    else
-        array = nb::ndarray<nb::numpy, float>(data, dims.size(), dims.data(), owner).cast();
+    nb::object array = nb::ndarray<nb::numpy, float>(data, dims.size(), dims.data(), owner).cast();
+    if (framework == Framework::pytorch) array = torch_from_numpy(array);  // faster than torch's DLPack import
     return {data, std::move(array)};
 }
 

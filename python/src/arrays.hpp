@@ -19,7 +19,8 @@ namespace nb = nanobind;
 // The element types the binding takes.
 enum class Element { f32, f16, bf16, i32, i64 };
 
-// A CPU array, contiguous, kept alive for as long as the view.
+// A CPU array, contiguous, kept alive for as long as the view (or, for a PyTorch tensor read
+// through its attributes, by the caller's reference to it).
 struct ArrayView {
     nb::ndarray<nb::ro> source;    // holds the caller's array
     std::vector<std::byte> copy;   // its elements in C order when the source was strided
