@@ -357,6 +357,7 @@ int main(int argc, char** argv) {
     app.add_option("--json", o.json_path, "also write the run's settings and rows as JSON to this file")
         ->excludes(list, export_db, import_db);
     CLI11_PARSE(app, argc, argv);
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // through a pipe too, each line as it is printed (qjit.tune streams it)
     if (o.list || !o.export_path.empty() || !o.import_path.empty()) return manage_database(o);
 
     qjit_tools::ModelConfig model_config = kLlama2_7b;
