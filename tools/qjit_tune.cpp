@@ -6,7 +6,8 @@
 // weights: speed does not depend on their values); --checkpoint DIR tunes every distinct format
 // and shape of a GPTQ checkpoint, with its own layers. Shapes the database already holds for this
 // machine are not timed again (--retune times them anyway).
-// --list, --export and --import work on the database and tune nothing.
+// --list, --export and --import work on the database and tune nothing. --json FILE also writes the
+// run's settings and rows as JSON (what qjit.tune in Python reads).
 //
 // Every layer is timed cold (weights flushed from the caches before each call, as when decoding a
 // model larger than the caches), next to a memory-bandwidth probe of the same thread count, and
@@ -15,11 +16,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "qjit/qjit.h"
 #include "tools/bandwidth_probe.hpp"
@@ -30,6 +35,7 @@
 namespace {
 
 using qjit_tools::LinearShape;
+using Json = nlohmann::ordered_json;  // keeps the keys in the order written
 
 // The embedded default, Llama-2-7B (as configs/models/llama-2-7b.yaml): hidden 4096, MLP 11008.
 const qjit_tools::ModelConfig kLlama2_7b = {"llama-2-7b",
@@ -59,6 +65,7 @@ struct Options {
     std::string db;  // empty: the library's default path
     bool list = false;
     std::string export_path, import_path;
+    std::string json_path;  // non-empty: also write the run as JSON here
     int cuda_device = -1;       // >= 0: also tune the CUDA kernels of that device
     std::string cuda_dtype = "f16";
 };
@@ -71,8 +78,14 @@ std::string printed(const char* format, Args... args) {
     return text;
 }
 
+// Every failure is reported as "qjit-tune: WHAT failed: STATUS: MESSAGE" (qjit.tune maps STATUS to
+// its exception class).
+void report_failure(const std::string& what, qjit_status status, const char* message) {
+    std::fprintf(stderr, "qjit-tune: %s failed: %s: %s\n", what.c_str(), qjit_status_string(status), message);
+}
+
 [[noreturn]] void die(const char* what, qjit_status status) {
-    std::fprintf(stderr, "qjit-tune: %s failed: %s: %s\n", what, qjit_status_string(status), qjit_last_error());
+    report_failure(what, status, qjit_last_error());
     std::exit(1);
 }
 
@@ -250,6 +263,59 @@ const char* source_word(qjit_tiling_source source) {
     }
 }
 
+// The run as a JSON document: its settings and one object per row, in the table's words.
+Json run_json(const Options& o, const char* machine, int threads, const std::string& what, double probe_gbps,
+              const std::vector<Row>& rows) {
+    Json json_rows = Json::array();
+    for (const Row& r : rows) {
+        Json row = {{"layer", r.layer},
+                    {"k", r.shape.k},
+                    {"n", r.shape.n},
+                    {"batch", r.batch},
+                    {"source", source_word(r.source)},
+                    {"kernel", r.kernel},
+                    {"tiling", r.tiling},
+                    {"tuning_ms", r.tuning_ms},
+                    {"us", r.us},
+                    {"gbps", r.gbps},
+                    {"x_probe", r.gbps / probe_gbps},
+                    {"default_us", o.compare ? Json(r.default_us) : Json()},  // null: --no-compare
+                    {"portable_us", o.compare ? Json(r.portable_us) : Json()}};
+        if (o.cuda_device >= 0) {
+            row["cuda_source"] = source_word(r.cuda_source);
+            row["cuda_tiling"] = r.cuda_tiling;
+            row["cuda_tuning_ms"] = r.cuda_tuning_ms;
+            row["cuda_us"] = r.cuda_us;
+            row["cuda_gbps"] = r.cuda_gbps;
+        }
+        json_rows.push_back(std::move(row));
+    }
+    return {{"qjit_version", qjit_version()}, {"machine", machine},      {"threads", threads},
+            {"what", what},                   {"probe_gbps", probe_gbps}, {"repeats", o.repeats},
+            {"rows", std::move(json_rows)}};
+}
+
+// Writes PATH.tmp-PID beside PATH and renames it over PATH, so a reader sees the old file or the
+// whole new one. Reports a failure and returns false.
+bool write_atomically(const std::string& path, const std::string& text) {
+    const auto last_errno = [] { return errno != 0 ? errno : EIO; };
+    const std::string temporary = path + ".tmp-" + std::to_string(getpid());
+    int failure = 0;
+    if (std::FILE* file = std::fopen(temporary.c_str(), "wb")) {
+        if (std::fwrite(text.data(), 1, text.size(), file) != text.size() || std::fflush(file) != 0 ||
+            fsync(fileno(file)) != 0)
+            failure = last_errno();
+        if (std::fclose(file) != 0 && failure == 0) failure = last_errno();
+        if (failure == 0 && std::rename(temporary.c_str(), path.c_str()) != 0) failure = last_errno();
+        if (failure != 0) std::remove(temporary.c_str());
+    } else {
+        failure = last_errno();
+    }
+    if (failure == 0) return true;
+    report_failure("writing " + path, QJIT_ERROR_IO, std::strerror(failure));
+    return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -283,11 +349,15 @@ int main(int argc, char** argv) {
     app.add_option("--cuda-device", o.cuda_device, "also tune the CUDA kernels of this device (ordinal)")
         ->check(CLI::NonNegativeNumber);
     app.add_option("--cuda-dtype", o.cuda_dtype, "CUDA activation type: f16 or bf16")->check(CLI::IsMember({"f16", "bf16"}));
-    app.add_flag("--list", o.list, "print the database and exit");
-    app.add_option("--export", o.export_path, "write the database to this file and exit");
-    app.add_option("--import", o.import_path, "merge this database file into the database and exit")
-        ->check(CLI::ExistingFile);
+    CLI::Option* list = app.add_flag("--list", o.list, "print the database and exit");
+    CLI::Option* export_db = app.add_option("--export", o.export_path, "write the database to this file and exit");
+    CLI::Option* import_db =
+        app.add_option("--import", o.import_path, "merge this database file into the database and exit")
+            ->check(CLI::ExistingFile);
+    app.add_option("--json", o.json_path, "also write the run's settings and rows as JSON to this file")
+        ->excludes(list, export_db, import_db);
     CLI11_PARSE(app, argc, argv);
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // through a pipe too, each line as it is printed (qjit.tune streams it)
     if (o.list || !o.export_path.empty() || !o.import_path.empty()) return manage_database(o);
 
     qjit_tools::ModelConfig model_config = kLlama2_7b;
@@ -415,9 +485,12 @@ int main(int argc, char** argv) {
                         (long long)r.shape.k, (long long)r.shape.n, (long long)r.batch, source_word(r.cuda_source),
                         r.cuda_tiling.c_str(), r.cuda_tuning_ms, r.cuda_us, r.cuda_gbps);
     }
+    const bool json_written =
+        o.json_path.empty() ||
+        write_atomically(o.json_path, run_json(o, machine, threads, what, probe_gbps, rows).dump(2) + "\n");
     checkpoint.close();  // before the contexts it was opened in
     for (qjit_context* c : tuned) qjit_context_destroy(c);
     for (qjit_context* c : untuned) qjit_context_destroy(c);
     qjit_context_destroy(portable);
-    return 0;
+    return json_written ? 0 : 1;
 }

@@ -61,6 +61,17 @@ _BY_STATUS = {cls.status: cls for cls in (InvalidArgumentError, UnsupportedError
                                           CorruptDataError, NoDeviceError, InternalError)}
 
 
+# The words of qjit_status_string(), as the command-line tools print them in their failure lines.
+_BY_STATUS_STRING = {"invalid argument": InvalidArgumentError, "unsupported": UnsupportedError,
+                     "out of memory": OutOfMemoryError, "i/o error": FileIOError, "corrupt data": CorruptDataError,
+                     "no CUDA device": NoDeviceError, "internal error": InternalError}
+
+
 def class_for_status(status: int) -> type[Error]:
     """The exception class of a C status code (the extension raises through this)."""
     return _BY_STATUS.get(status, Error)
+
+
+def class_for_status_string(text: str) -> type[Error]:
+    """The exception class of a status as qjit_status_string() words it, e.g. "i/o error"."""
+    return _BY_STATUS_STRING.get(text, Error)
