@@ -247,7 +247,8 @@ class Linear:
 def _shape(array: Any, name: str) -> tuple:
     shape = getattr(array, "shape", None)
     if shape is None:
-        raise InvalidArgumentError(f"{name}: expected an array (numpy array or PyTorch tensor), got {type(array).__name__}")
+        raise InvalidArgumentError(
+            f"{name}: expected an array (numpy array or PyTorch tensor), got {type(array).__name__}")
     return tuple(shape)
 
 

@@ -115,7 +115,8 @@ def tune(model: Optional[str | os.PathLike] = None, checkpoint: Optional[str | o
     _require(_is_int(threads) and threads >= 0, f"threads is {threads!r}; expected an integer >= 0 (0: all cores)")
     _require(budget_ms is None or (isinstance(budget_ms, numbers.Real) and budget_ms >= 0),
              f"budget_ms is {budget_ms!r}; expected a number >= 0 or None")
-    _require(_is_int(repeats) and 1 <= repeats <= 100000, f"repeats is {repeats!r}; expected an integer from 1 to 100000")
+    _require(_is_int(repeats) and 1 <= repeats <= 100000,
+             f"repeats is {repeats!r}; expected an integer from 1 to 100000")
     choice(ACTIVATIONS, activations, "activations")
     choice(CUDA_DTYPES, cuda_dtype, "cuda_dtype")
     _require(cuda_device is None or (_is_int(cuda_device) and cuda_device >= 0),

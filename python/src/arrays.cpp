@@ -35,7 +35,7 @@ std::string dtype_name(dl::dtype dtype) {
                        : dtype.code == uint8_t(dl::dtype_code::UInt)  ? "uint"
                        : dtype.code == uint8_t(dl::dtype_code::Float) ? "float"
                        : dtype.code == uint8_t(dl::dtype_code::Bool)  ? "bool"
-                                                                        : "other";
+                                                                      : "other";
     return std::string(kind) + std::to_string(dtype.bits);
 }
 
@@ -90,9 +90,7 @@ nb::ndarray<nb::ro> as_ndarray(nb::handle obj, const char* name) {
 
 }  // namespace
 
-int64_t ArrayView::size() const {
-    return std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<>());
-}
+int64_t ArrayView::size() const { return std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<>()); }
 
 int64_t ArrayView::rows() const {
     int64_t rows = 1;
@@ -139,7 +137,8 @@ float* writable_f32(nb::handle obj, const char* name, const std::vector<int64_t>
     if (plain_f32_tensor(obj, &tensor_data, &tensor_shape) && tensor_shape == shape) return tensor_data;
     nb::ndarray<> array;
     if (!nb::try_cast(obj, array, /*convert=*/false))
-        invalid_argument(std::string(name) + ": expected a writable float32 array (numpy array or PyTorch tensor), got " +
+        invalid_argument(std::string(name) +
+                         ": expected a writable float32 array (numpy array or PyTorch tensor), got " +
                          nb::type_name(obj.type()).c_str());
     std::vector<int64_t> actual;
     for (size_t d = 0; d < array.ndim(); ++d) actual.push_back(int64_t(array.shape(d)));

@@ -22,8 +22,8 @@ enum class Element { f32, f16, bf16, i32, i64 };
 // A CPU array, contiguous, kept alive for as long as the view (or, for a PyTorch tensor read
 // through its attributes, by the caller's reference to it).
 struct ArrayView {
-    nb::ndarray<nb::ro> source;    // holds the caller's array
-    std::vector<std::byte> copy;   // its elements in C order when the source was strided
+    nb::ndarray<nb::ro> source;   // holds the caller's array
+    std::vector<std::byte> copy;  // its elements in C order when the source was strided
     const void* data = nullptr;
     std::vector<int64_t> shape;
     Element element = Element::f32;
@@ -31,7 +31,10 @@ struct ArrayView {
     int64_t size() const;
     int64_t rows() const;  // the product of every dimension but the last (1 for a vector)
     int64_t last() const { return shape.empty() ? 1 : shape.back(); }
-    template <typename T> const T* as() const { return static_cast<const T*>(data); }
+    template <typename T>
+    const T* as() const {
+        return static_cast<const T*>(data);
+    }
 };
 
 // `obj` as a CPU array of one of `allowed`, with `ndim` dimensions (-1: at least one).

@@ -26,6 +26,17 @@ using namespace nb::literals;
 namespace qjit_python {
 namespace {
 
+// Runs a C call without the GIL (other Python threads run meanwhile) and checks its status.
+template <typename Call>
+void call_unlocked(Call&& call) {
+    qjit_status status;
+    {
+        nb::gil_scoped_release unlocked;
+        status = call();
+    }
+    check(status);
+}
+
 // A C context, destroyed with its last owner.
 using SharedContext = std::shared_ptr<qjit_context>;
 
@@ -48,12 +59,7 @@ public:
         options.cuda_dtype = qjit_dtype(cuda_dtype);
         options.verbosity = verbosity;
         qjit_context* context = nullptr;
-        qjit_status status;
-        {
-            nb::gil_scoped_release unlocked;
-            status = qjit_context_create(&options, &context);
-        }
-        check(status);
+        call_unlocked([&] { return qjit_context_create(&options, &context); });
         shared_ = SharedContext(context, qjit_context_destroy);
     }
 
@@ -92,22 +98,23 @@ public:
     void add(nb::handle x) {
         const ArrayView rows = cpu_array(x, "x", {Element::f32});
         if (rows.last() != k_)
-            invalid_argument("x: shape " + shape_string(rows.shape) + "; the last dimension must be K = " + std::to_string(k_));
+            invalid_argument("x: shape " + shape_string(rows.shape) +
+                             "; the last dimension must be K = " + std::to_string(k_));
         if (rows.rows() == 0) return;
-        nb::gil_scoped_release unlocked;
-        check(qjit_calibration_add(calibration_.get(), rows.as<float>(), rows.rows()));
+        call_unlocked([&] { return qjit_calibration_add(calibration_.get(), rows.as<float>(), rows.rows()); });
     }
     void set_hessian(nb::handle h) {
         const ArrayView matrix = cpu_array(h, "hessian", {Element::f32}, 2);
         if (matrix.shape != std::vector<int64_t>{k_, k_})
-            invalid_argument("hessian: shape " + shape_string(matrix.shape) + ", expected (K, K) = " +
-                             shape_string({k_, k_}));
+            invalid_argument("hessian: shape " + shape_string(matrix.shape) +
+                             ", expected (K, K) = " + shape_string({k_, k_}));
         check(qjit_calibration_set_hessian(calibration_.get(), matrix.as<float>()));
     }
     void set_diagonal(nb::handle d) {
         const ArrayView diagonal = cpu_array(d, "diagonal", {Element::f32}, 1);
         if (diagonal.shape[0] != k_)
-            invalid_argument("diagonal: " + std::to_string(diagonal.shape[0]) + " values, expected K = " + std::to_string(k_));
+            invalid_argument("diagonal: " + std::to_string(diagonal.shape[0]) +
+                             " values, expected K = " + std::to_string(k_));
         check(qjit_calibration_set_diagonal(calibration_.get(), diagonal.as<float>()));
     }
     int64_t rows() const {
@@ -130,12 +137,7 @@ private:
 template <typename Create>
 qjit_linear* created(Create&& create) {
     qjit_linear* layer = nullptr;
-    qjit_status status;
-    {
-        nb::gil_scoped_release unlocked;
-        status = create(&layer);
-    }
-    check(status);
+    call_unlocked([&] { return create(&layer); });
     return layer;
 }
 
@@ -173,7 +175,8 @@ std::unique_ptr<GptqArrays> gptq_arrays(int64_t k, int64_t n, int bits, int grou
     if (bits != 2 && bits != 3 && bits != 4 && bits != 8)
         invalid_argument("bits is " + std::to_string(bits) + "; GPTQ layers are 2, 3, 4 or 8 bits");
     if (group_size == 0 || group_size < -1)
-        invalid_argument("group_size is " + std::to_string(group_size) + "; expected rows per group, or -1 (per column)");
+        invalid_argument("group_size is " + std::to_string(group_size) +
+                         "; expected rows per group, or -1 (per column)");
     if (k < 1 || n < 1) invalid_argument("K and N must be at least 1");
     auto arrays = std::make_unique<GptqArrays>();
     const int64_t groups = group_size == -1 ? 1 : (k + group_size - 1) / group_size;
@@ -228,8 +231,8 @@ public:
         const int64_t k = layout == QJIT_LAYOUT_N_BY_K ? w.shape[1] : w.shape[0];
         const int64_t n = layout == QJIT_LAYOUT_N_BY_K ? w.shape[0] : w.shape[1];
         if (calibration != nullptr && calibration->k() != k)
-            invalid_argument("the calibration is for K = " + std::to_string(calibration->k()) + " inputs; the weights have K = " +
-                             std::to_string(k));
+            invalid_argument("the calibration is for K = " + std::to_string(calibration->k()) +
+                             " inputs; the weights have K = " + std::to_string(k));
         qjit_quant_config c;
         qjit_quant_config_init(&c);
         c.bits = nb::cast<int>(config["bits"]);
@@ -252,8 +255,8 @@ public:
     }
 
     static Linear from_gptq(const Context& context, int64_t k, int64_t n, int bits, int group_size, nb::handle qweight,
-                            nb::handle qzeros, nb::handle scales, nb::handle g_idx, int checkpoint_format,
-                            nb::handle u, nb::handle v, int low_rank_bits) {
+                            nb::handle qzeros, nb::handle scales, nb::handle g_idx, int checkpoint_format, nb::handle u,
+                            nb::handle v, int low_rank_bits) {
         const std::unique_ptr<GptqArrays> arrays =
             gptq_arrays(k, n, bits, group_size, qweight, qzeros, scales, g_idx, checkpoint_format);
         if (u.is_none() != v.is_none()) invalid_argument("low_rank needs both factors, U (K x rank) and V (rank x N)");
@@ -268,22 +271,19 @@ public:
         expect_shape(v_view, "V", {rank, n}, "rank, N");
         qjit_low_rank low_rank{int(rank), low_rank_bits, u_view.as<float>(), v_view.as<float>()};
         return Linear(context.shared(), created([&](qjit_linear** layer) {
-                          return qjit_linear_create_with_low_rank(context.get(), k, n, &arrays->tensors, &low_rank, layer);
+                          return qjit_linear_create_with_low_rank(context.get(), k, n, &arrays->tensors, &low_rank,
+                                                                  layer);
                       }));
     }
 
     static Linear load(const Context& context, const std::string& path) {
-        return Linear(context.shared(),
-                      created([&](qjit_linear** layer) { return qjit_linear_load(context.get(), path.c_str(), layer); }));
+        return Linear(context.shared(), created([&](qjit_linear** layer) {
+                          return qjit_linear_load(context.get(), path.c_str(), layer);
+                      }));
     }
 
     void save(const std::string& path) const {
-        qjit_status status;
-        {
-            nb::gil_scoped_release unlocked;
-            status = qjit_linear_save(layer_.get(), path.c_str());
-        }
-        check(status);
+        call_unlocked([&] { return qjit_linear_save(layer_.get(), path.c_str()); });
     }
 
     // y = x W for x of shape (..., K): y has shape (..., N), written to `out` when given, else a new
@@ -291,8 +291,8 @@ public:
     nb::object forward(nb::handle x, nb::handle out) {
         const ArrayView input = cpu_array(x, "x", {Element::f32});
         if (input.last() != k_)
-            invalid_argument("x: shape " + shape_string(input.shape) + "; the last dimension must be K = " +
-                             std::to_string(k_));
+            invalid_argument("x: shape " + shape_string(input.shape) +
+                             "; the last dimension must be K = " + std::to_string(k_));
         std::vector<int64_t> shape = input.shape;
         shape.back() = n_;
         nb::object result;
@@ -310,34 +310,21 @@ public:
         }
         const int64_t m = input.rows();
         if (m == 0) return result;
-        qjit_status status;
-        {
-            nb::gil_scoped_release unlocked;
-            status = qjit_linear_forward(layer_.get(), input.as<float>(), m, y);
-        }
-        check(status);
+        call_unlocked([&] { return qjit_linear_forward(layer_.get(), input.as<float>(), m, y); });
         return result;
     }
 
     // The CUDA forward on device pointers (as integers), for PyTorch CUDA tensors.
     void forward_cuda(uintptr_t x, uintptr_t y, int64_t m, int dtype, uintptr_t stream) {
-        qjit_status status;
-        {
-            nb::gil_scoped_release unlocked;
-            status = qjit_linear_forward_cuda(layer_.get(), reinterpret_cast<const void*>(x), reinterpret_cast<void*>(y),
-                                              m, qjit_dtype(dtype), reinterpret_cast<void*>(stream));
-        }
-        check(status);
+        call_unlocked([&] {
+            return qjit_linear_forward_cuda(layer_.get(), reinterpret_cast<const void*>(x), reinterpret_cast<void*>(y),
+                                            m, qjit_dtype(dtype), reinterpret_cast<void*>(stream));
+        });
     }
 
     nb::object dequantize() const {
         NewArray weights = new_f32_array({k_, n_}, Framework::numpy);
-        qjit_status status;
-        {
-            nb::gil_scoped_release unlocked;
-            status = qjit_linear_dequantize(layer_.get(), weights.data);
-        }
-        check(status);
+        call_unlocked([&] { return qjit_linear_dequantize(layer_.get(), weights.data); });
         return weights.array;
     }
 
@@ -382,23 +369,14 @@ public:
 
     double benchmark(int64_t m, int repeats, bool cold) {
         double median_us = 0;
-        qjit_status status;
-        {
-            nb::gil_scoped_release unlocked;
-            status = qjit_linear_benchmark(layer_.get(), m, repeats, cold ? 1 : 0, &median_us);
-        }
-        check(status);
+        call_unlocked([&] { return qjit_linear_benchmark(layer_.get(), m, repeats, cold ? 1 : 0, &median_us); });
         return median_us;
     }
 
     double benchmark_cuda(int64_t m, int dtype, int repeats) {
         double median_us = 0;
-        qjit_status status;
-        {
-            nb::gil_scoped_release unlocked;
-            status = qjit_linear_benchmark_cuda(layer_.get(), m, qjit_dtype(dtype), repeats, &median_us);
-        }
-        check(status);
+        call_unlocked(
+            [&] { return qjit_linear_benchmark_cuda(layer_.get(), m, qjit_dtype(dtype), repeats, &median_us); });
         return median_us;
     }
 
@@ -417,12 +395,7 @@ private:
 class Checkpoint {
 public:
     Checkpoint(const Context& context, const std::string& directory) : context_(context.shared()) {
-        qjit_status status;
-        {
-            nb::gil_scoped_release unlocked;
-            status = qjit_checkpoint_open(context.get(), directory.c_str(), &checkpoint_);
-        }
-        check(status);
+        call_unlocked([&] { return qjit_checkpoint_open(context.get(), directory.c_str(), &checkpoint_); });
     }
     ~Checkpoint() { close(); }
     Checkpoint(const Checkpoint&) = delete;
