@@ -1,6 +1,7 @@
 """qjit.torch: qjit layers as PyTorch modules, and GPTQ checkpoints loaded into PyTorch models.
 
     import qjit, qjit.torch
+    from torch import nn
     ctx = qjit.Context()
     layer = qjit.torch.QuantLinear.from_linear(ctx, nn.Linear(4096, 4096), bits=4, group_size=128)
     model = qjit.torch.from_gptq_model(model, "path/to/gptq-checkpoint")
@@ -45,7 +46,7 @@ def _forward(layer: Linear, x: torch.Tensor) -> torch.Tensor:
     if x.is_cuda:
         _forward_cuda(layer, x, y)
     else:
-        layer.forward(x.detach(), out=y)  # DLPack refuses tensors that require grad
+        layer.forward(x.detach(), out=y)  # DLPack (for strided tensors) refuses tensors that require grad
     return y
 
 

@@ -15,12 +15,11 @@ def stories260k():
 
 
 @pytest.fixture(scope="module")
-def int8_model(stories260k):
+def int8_model(stories260k, exact_context):
     """8-bit per-column symmetric weights with exact (fp32) activations."""
-    context = qjit.Context(activations="f32", tuning_db="", tuning_budget_ms=0)
 
     def make_linear(name, w):
-        return qjit.Linear.quantize(context, w, bits=8, group_size=-1, symmetric=True)
+        return qjit.Linear.quantize(exact_context, w, bits=8, group_size=-1, symmetric=True)
 
     return llama2.Llama2(*stories260k, make_linear=make_linear)
 
