@@ -497,6 +497,9 @@ NB_MODULE(_native, m) {
     using namespace qjit_python;
     m.doc() = "The qjit C API as Python objects (use the qjit package, not this module)";
     register_error_translator();
+    // A layer still referenced at exit (PyTorch does not free autograd graphs at shutdown, and a
+    // QuantLinear's graph holds its layer) is not a leak worth a warning on every such exit.
+    nb::set_leak_warnings(false);
     m.def("version", [] { return std::string(qjit_version()); });
     m.def("default_quant_config", &default_quant_config);
     m.def("cuda_device_count", &cuda_device_count);
