@@ -45,6 +45,7 @@ const char* qjit_status_string(qjit_status status) {
         case QJIT_ERROR_CORRUPT_DATA: return "corrupt data";
         case QJIT_ERROR_NO_DEVICE: return "no CUDA device";
         case QJIT_ERROR_INTERNAL: return "internal error";
+        case QJIT_ERROR_COMMUNICATION: return "communication error";
         default: break;
     }
     return "unknown status";

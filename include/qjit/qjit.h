@@ -51,6 +51,7 @@ typedef enum qjit_status {
     QJIT_ERROR_CORRUPT_DATA = 5,     /* a file is truncated, fails its checksum or is malformed */
     QJIT_ERROR_NO_DEVICE = 6,        /* no usable CUDA device or driver, or no NVRTC to compile for one */
     QJIT_ERROR_INTERNAL = 7,
+    QJIT_ERROR_COMMUNICATION = 8,    /* a collective of the caller's communicator failed (qjit_tp.h) */
     QJIT_STATUS_MAX_ENUM = 0x7fffffff /* keeps the enum 32-bit; not a status */
 } qjit_status;
 

@@ -11,8 +11,8 @@ See docs/python.md. The C API (qjit.h) is underneath; errors raise qjit.Error su
 from . import _native
 from .checkpoint import Checkpoint, CheckpointLayer
 from .context import Context
-from .errors import (CorruptDataError, Error, FileIOError, InternalError, InvalidArgumentError, NoDeviceError,
-                     OutOfMemoryError, UnsupportedError)
+from .errors import (CommunicationError, CorruptDataError, Error, FileIOError, InternalError, InvalidArgumentError,
+                     NoDeviceError, OutOfMemoryError, UnsupportedError)
 from .linear import Calibration, Linear, LinearInfo, Tuning
 from .tune import TuneResult, TuneRow, tune
 
@@ -30,7 +30,8 @@ def cuda_device_info(ordinal: int = 0) -> dict:
 
 
 __all__ = [
-    "Calibration", "Checkpoint", "CheckpointLayer", "Context", "CorruptDataError", "Error", "FileIOError",
+    "Calibration", "Checkpoint", "CheckpointLayer", "CommunicationError", "Context", "CorruptDataError", "Error",
+    "FileIOError",
     "InternalError", "InvalidArgumentError", "Linear", "LinearInfo", "NoDeviceError", "OutOfMemoryError",
     "TuneResult", "TuneRow", "Tuning", "UnsupportedError", "cuda_device_count", "cuda_device_info", "tune",
 ]

@@ -57,14 +57,21 @@ class InternalError(Error):
     status = 7
 
 
+class CommunicationError(Error):
+    """A collective of the caller's communicator failed (tensor-parallel forwards)."""
+
+    status = 8
+
+
 _BY_STATUS = {cls.status: cls for cls in (InvalidArgumentError, UnsupportedError, OutOfMemoryError, FileIOError,
-                                          CorruptDataError, NoDeviceError, InternalError)}
+                                          CorruptDataError, NoDeviceError, InternalError, CommunicationError)}
 
 
 # The words of qjit_status_string(), as the command-line tools print them in their failure lines.
 _BY_STATUS_STRING = {"invalid argument": InvalidArgumentError, "unsupported": UnsupportedError,
                      "out of memory": OutOfMemoryError, "i/o error": FileIOError, "corrupt data": CorruptDataError,
-                     "no CUDA device": NoDeviceError, "internal error": InternalError}
+                     "no CUDA device": NoDeviceError, "internal error": InternalError,
+                     "communication error": CommunicationError}
 
 
 def class_for_status(status: int) -> type[Error]:

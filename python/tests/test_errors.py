@@ -14,8 +14,8 @@ def test_each_status_has_its_class():
         assert issubclass(cls, qjit.Error) and issubclass(cls, base)
     statuses = {cls.status for cls in (qjit.InvalidArgumentError, qjit.UnsupportedError, qjit.OutOfMemoryError,
                                        qjit.FileIOError, qjit.CorruptDataError, qjit.NoDeviceError,
-                                       qjit.InternalError)}
-    assert statuses == set(range(1, 8))
+                                       qjit.InternalError, qjit.CommunicationError)}
+    assert statuses == set(range(1, 9))
 
 
 def test_context_options_are_checked_by_name():
