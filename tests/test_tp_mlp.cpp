@@ -11,11 +11,14 @@
 #include <random>
 
 #include "base/error.hpp"
+#include "format/gptq_import.hpp"
 #include "format/reference.hpp"
 #include "format/tp_shards.hpp"
 #include "runtime/tp_mlp.hpp"
 #include "test_support.hpp"
 #include "thread_world.hpp"
+#include "tools/checkpoint_writer.hpp"
+#include "tools/random_gptq.hpp"
 
 namespace qjit {
 namespace {
@@ -347,6 +350,91 @@ TEST(TpMlp, FromFp32WeightsThroughTheCApi) {
     EXPECT_EQ(qjit_tp_mlp_create_from_f32(context.get(), &config, QJIT_MLP_SWIGLU, k1, n1, n2, up.data(), gate.data(),
                                           down.data(), 0, 2, QJIT_TP_AWARE, &refused), QJIT_ERROR_UNSUPPORTED);
     EXPECT_EQ(refused, nullptr);
+}
+
+// Random GPTQ tensors whose g_idx puts the rows in shuffled groups (act-order), as checkpoints hold them.
+struct ActOrderTensors {
+    qjit_tools::GptqTensors tensors;
+    std::vector<int32_t> g_idx;
+};
+
+void random_act_order_gptq(int64_t k, int64_t n, int bits, int group, uint32_t seed, ActOrderTensors* out) {
+    qjit_tools::random_gptq(k, n, bits, group, seed, &out->tensors);
+    out->g_idx.resize(size_t(k));
+    for (int64_t r = 0; r < k; ++r) out->g_idx[size_t(r)] = int32_t(r / group);
+    std::shuffle(out->g_idx.begin(), out->g_idx.end(), std::mt19937(seed));
+    out->tensors.view.g_idx = out->g_idx.data();
+}
+
+class TpMlpFromGptq : public ::testing::Test {
+protected:
+    static constexpr int64_t kK1 = 72, kN1 = 256, kN2 = 40;
+    void SetUp() override {
+        random_act_order_gptq(kK1, kN1, 4, 32, 1, &up_);
+        random_act_order_gptq(kK1, kN1, 4, 32, 2, &gate_);
+        random_act_order_gptq(kN1, kN2, 4, 32, 3, &down_);
+        whole_ = {QJIT_MLP_SWIGLU, import_gptq(kK1, kN1, up_.tensors.view), import_gptq(kK1, kN1, gate_.tensors.view),
+                  import_gptq(kN1, kN2, down_.tensors.view)};
+        x_ = test::random_floats(size_t(3 * kK1), 5, -2.0f, 2.0f);
+        expected_ = whole_mlp(whole_, x_, 3);
+    }
+    // Every rank of a world of 2 made by `create` (rank, context) and run against the oracle.
+    void expect_world_matches(const std::function<qjit_tp_mlp*(int, qjit_context*)>& create) {
+        ThreadWorld world(2);
+        world.run([&](int rank) {
+            const ContextPtr context = rank_context();
+            qjit_tp_mlp* shards = create(rank, context.get());
+            ASSERT_NE(shards, nullptr) << qjit_last_error();
+            const qjit_communicator comm = world.communicator(rank);
+            std::vector<float> y(size_t(3 * kN2));
+            ASSERT_EQ(qjit_tp_mlp_forward(shards, &comm, x_.data(), 3, y.data(), nullptr), QJIT_OK) << qjit_last_error();
+            expect_close(y, expected_, concat("rank ", rank));
+            qjit_tp_mlp_destroy(shards);
+        });
+    }
+    ActOrderTensors up_, gate_, down_;
+    MlpMatrices whole_;
+    std::vector<float> x_;
+    Expected expected_;
+};
+
+TEST_F(TpMlpFromGptq, TensorsThroughTheCApi) {
+    const qjit_mlp_gptq mlp{QJIT_MLP_SWIGLU, kK1, kN1, kN2, up_.tensors.view, gate_.tensors.view, down_.tensors.view};
+    EXPECT_FALSE(whole_.down.params.row_order.empty());  // W_down's rows are stored permuted
+    expect_world_matches([&](int rank, qjit_context* context) {
+        qjit_tp_mlp* shards = nullptr;
+        qjit_tp_mlp_create_from_gptq(context, &mlp, rank, 2, QJIT_TP_AWARE, &shards);
+        return shards;
+    });
+}
+
+TEST_F(TpMlpFromGptq, ACheckpointsLayersByName) {
+    const std::string dir = ::testing::TempDir() + "qjit_tp_checkpoint";
+    std::filesystem::create_directories(dir);
+    qjit_tools::write_gptq_checkpoint(dir,
+                                      {{"model.layers.0.mlp.up_proj", kK1, kN1, up_.tensors.view},
+                                       {"model.layers.0.mlp.gate_proj", kK1, kN1, gate_.tensors.view},
+                                       {"model.layers.0.mlp.down_proj", kN1, kN2, down_.tensors.view}},
+                                      {.format = QJIT_GPTQ_V2, .desc_act = true});
+    expect_world_matches([&](int rank, qjit_context* context) {
+        qjit_checkpoint* checkpoint = nullptr;
+        EXPECT_EQ(qjit_checkpoint_open(context, dir.c_str(), &checkpoint), QJIT_OK) << qjit_last_error();
+        qjit_tp_mlp* shards = nullptr;
+        qjit_tp_mlp_create_from_checkpoint(checkpoint, QJIT_MLP_SWIGLU, "model.layers.0.mlp.up_proj",
+                                           "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.down_proj", rank, 2,
+                                           QJIT_TP_NAIVE, &shards);
+        qjit_checkpoint_close(checkpoint);  // the shards stay valid
+        return shards;
+    });
+    qjit_checkpoint* checkpoint = nullptr;
+    const ContextPtr context = rank_context();
+    ASSERT_EQ(qjit_checkpoint_open(context.get(), dir.c_str(), &checkpoint), QJIT_OK);
+    qjit_tp_mlp* missing = nullptr;
+    EXPECT_EQ(qjit_tp_mlp_create_from_checkpoint(checkpoint, QJIT_MLP_GELU, "model.layers.0.mlp.fc1", nullptr,
+                                                 "model.layers.0.mlp.down_proj", 0, 2, QJIT_TP_AWARE, &missing),
+              QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qjit_last_error()).find("model.layers.0.mlp.fc1"), std::string::npos) << qjit_last_error();
+    qjit_checkpoint_close(checkpoint);
 }
 
 }  // namespace
