@@ -252,7 +252,7 @@ static void test_save_load(qjit_context* context, const qjit_communicator* comm,
 
 /* ---- a failing collective ---- */
 
-/* Rank 0 of a world of 2, alone: its all-gather copies this rank's part into both places (the
+/* Rank 0 of a world of 2, alone (a world of 1 calls no collective at all): its all-gather copies this rank's part into both places (the
  * values do not matter here) and fails when told to; its all-reduce fails when told to. */
 typedef struct fake_world {
     int fail_all_gather, fail_all_reduce;
