@@ -100,8 +100,8 @@ typedef struct qjit_tp_mlp_info {
 typedef struct qjit_tp_traffic {
     int all_gathers;          /* per forward: 1 naive (0 with world_size 1), 0 TP-aware */
     int all_reduces;          /* per forward: 1 (0 with world_size 1) */
-    int64_t all_gather_bytes; /* m x N1 floats gathered */
-    int64_t all_reduce_bytes; /* m x N2 floats reduced */
+    int64_t all_gather_bytes; /* m x N1 floats gathered; 0 without an all-gather */
+    int64_t all_reduce_bytes; /* m x N2 floats reduced; 0 without an all-reduce */
     int64_t bytes_sent;       /* per rank, ring accounting */
 } qjit_tp_traffic;
 
