@@ -15,6 +15,7 @@
 #include "format/reference.hpp"
 #include "format/tp_shards.hpp"
 #include "runtime/tp_mlp.hpp"
+#include "runtime/tp_mlp_file.hpp"
 #include "test_support.hpp"
 #include "thread_world.hpp"
 #include "tools/checkpoint_writer.hpp"
@@ -237,6 +238,24 @@ TEST(TpMlp, DamagedShardFilesAreRefused) {
     test::write_file(path, flipped);
     EXPECT_EQ(qjit_tp_mlp_load(context.get(), path.c_str(), &loaded), QJIT_ERROR_CORRUPT_DATA);
     EXPECT_EQ(loaded, nullptr);
+}
+
+// Writes the fuzz corpus's seeds of tests/fuzz/fuzz_tp_mlp_file.cpp (which appends the checksum
+// itself): a SwiGLU rank of two, TP-aware and act-order, and a GELU world of one, naive.
+//   QJIT_FUZZ_SEED_DIR=tests/fuzz/corpus qjit_tests --gtest_also_run_disabled_tests --gtest_filter='*TpMlpFuzzSeeds'
+TEST(TpMlp, DISABLED_WritesTpMlpFuzzSeeds) {
+    const char* dir = std::getenv("QJIT_FUZZ_SEED_DIR");
+    if (!dir) GTEST_SKIP() << "set QJIT_FUZZ_SEED_DIR to the corpus folder";
+    const ContextPtr context = test::make_test_context(1, QJIT_ISA_PORTABLE, QJIT_ACTIVATIONS_F32);
+    const auto swiglu = make_tp_mlp(context.get(), random_mlp(QJIT_MLP_SWIGLU, {16, 64, 8, 16}, 3, true, 1), 1, 2,
+                                    QJIT_TP_AWARE);
+    const auto gelu = make_tp_mlp(context.get(), random_mlp(QJIT_MLP_GELU, {16, 32, 8, 16}, 4, false, 2), 0, 1,
+                                  QJIT_TP_NAIVE);
+    for (const auto& [name, mlp] : {std::pair<const char*, const qjit_tp_mlp*>{"swiglu_aware", swiglu.get()},
+                                    {"gelu_naive", gelu.get()}}) {
+        const std::string image = serialize_tp_mlp(*mlp);
+        test::write_file(concat(dir, "/fuzz_tp_mlp_file/", name), image.substr(0, image.size() - 4));
+    }
 }
 
 TEST(TpMlp, WorldSizesThatCutGroupsAreRefusedByName) {

@@ -1,0 +1,44 @@
+// libFuzzer target: the tensor-parallel MLP file parser (runtime/tp_mlp_file.cpp) on arbitrary
+// bytes, each input given a valid CRC-32 so that mutations reach the header, the sections and the
+// embedded layer files (whose own checksums the mutations then meet). A parse may fail only with a
+// qjit::Error; anything else is a finding.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "base/crc32.hpp"
+#include "base/error.hpp"
+#include "qjit/qjit.h"
+#include "runtime/tp_mlp_file.hpp"
+
+namespace {
+
+// The portable path: a parsed file's layers are made without generating code for each input.
+qjit_context* fuzz_context() {
+    static qjit_context* context = [] {
+        qjit_context_options options;
+        qjit_context_options_init(&options);
+        options.num_threads = 1;
+        options.max_isa = QJIT_ISA_PORTABLE;
+        options.tuning_db_path = "";
+        options.tuning_budget_ms = 0;
+        qjit_context* made = nullptr;
+        qjit_context_create(&options, &made);
+        return made;
+    }();
+    return context;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    std::string image(reinterpret_cast<const char*>(data), size);
+    const uint32_t crc = qjit::crc32(image.data(), image.size());
+    image.append(reinterpret_cast<const char*>(&crc), sizeof crc);
+    try {
+        const auto mlp = qjit::deserialize_tp_mlp(fuzz_context(), image);
+        (void)mlp;
+    } catch (const qjit::Error&) {
+    }
+    return 0;
+}
