@@ -148,6 +148,17 @@ void validate(const QuantParams& p) {
         for (uint16_t z : p.zeros) require(z == (1u << (p.bits - 1)), "symmetric layer with zero point ", z);
     require(p.act_order == !p.row_order.empty(), p.act_order ? "an act-order layer without a row order"
                                                               : "a row order on a layer that is not act-order");
+    require(p.permuted_columns == !p.column_order.empty(),
+            p.permuted_columns ? "a layer with permuted columns without a column order"
+                               : "a column order on a layer whose columns are not permuted");
+    if (p.permuted_columns) {
+        require(p.column_order.size() == size_t(p.n), "column_order holds ", p.column_order.size(),
+                " columns; expected ", p.n);
+        std::vector<int32_t> sorted = p.column_order;
+        std::sort(sorted.begin(), sorted.end());
+        require(sorted.front() >= 0 && std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
+                "column_order holds a negative or repeated column");
+    }
     if (p.act_order) {
         require(p.row_order.size() == size_t(p.k), "row_order holds ", p.row_order.size(), " rows; expected ", p.k);
         std::vector<bool> seen(size_t(p.k), false);
@@ -174,8 +185,8 @@ int64_t stored_bytes(const QuantParams& p) {
     const int64_t outliers = p.outliers == 0 ? 0
                                              : p.outliers * int64_t(sizeof(uint16_t) + sizeof(int32_t)) +
                                                    (p.n + 1) * int64_t(sizeof(int64_t));
-    return (code_bits + 7) / 8 + scales + (zero_bits + 7) / 8 + int64_t(p.row_order.size() * sizeof(int32_t)) +
-           outliers;
+    return (code_bits + 7) / 8 + scales + (zero_bits + 7) / 8 +
+           int64_t((p.row_order.size() + p.column_order.size()) * sizeof(int32_t)) + outliers;
 }
 
 void validate(const QuantizedMatrix& m) {

@@ -56,6 +56,8 @@ struct QuantParams : WeightFormat {
                                     // second_order's values, dequantized)
     std::vector<uint16_t> zeros;    // [num_groups][n]; up to 2^bits (layer files saved before GPTQ v1 was read word-wise may hold it)
     std::vector<int32_t> row_order; // act_order: storage row r holds original row row_order[r]; else empty
+    std::vector<int32_t> column_order; // permuted_columns: output column j is original column column_order[j]
+                                       // (distinct, >= 0; a shard's may skip columns); else empty
     SecondOrderScales second_order; // scale_type SecondOrder; else empty
     SparseOutliers outliers_data;   // `outliers` entries; column_start empty when there are none
 
@@ -69,6 +71,7 @@ struct QuantizedMatrix {
 
 // Throws unless the matrix is self-consistent: its format valid, sizes, code and zero ranges (per
 // group width), finite scales, row_order a permutation exactly when the format is act-order,
+// column_order N distinct original columns exactly when the format has permuted columns,
 // second-order scales that dequantize to `scales`, outliers in range, sorted and finite.
 void validate(const QuantizedMatrix& matrix);
 void validate(const QuantParams& params);

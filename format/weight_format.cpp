@@ -97,8 +97,6 @@ void validate(const WeightFormat& f) {
     }
     require(f.outliers >= 0 && f.outliers <= max_outliers(f.k, f.n), "outliers is ", f.outliers,
             "; expected 0 .. ", max_outliers(f.k, f.n), " (", kMaxOutlierFraction * 100, " % of the weights)");
-    // Described already, run by no backend yet.
-    require(!f.permuted_columns, "permuted output columns are not supported yet");
     if (f.low_rank.present()) {
         require(f.low_rank.rank <= std::min<int64_t>({f.k, f.n, kMaxLowRank}), "low-rank rank is ", f.low_rank.rank,
                 "; expected 1 .. min(K, N, ", kMaxLowRank, ")");

@@ -44,7 +44,8 @@ struct WeightFormat {
     bool symmetric = false;            // every zero point is 2^(bits-1)
     ScaleType scale_type = ScaleType::F32;
     bool act_order = false;            // rows are stored permuted (GPTQ desc_act): x is gathered first
-    bool permuted_columns = false;     // outputs are stored permuted (tensor-parallel layouts)
+    bool permuted_columns = false;     // output j is original column column_order[j] (a tensor-parallel shard's
+                                       // columns): kernels compute outputs in that order, as for any layer
     LowRankTerms low_rank{};           // a low-rank compensator
     int64_t outliers = 0;              // sparse fp16 outliers added to W (format/quantized_matrix.hpp)
 

@@ -6,14 +6,22 @@
 #include "base/error.hpp"
 #include "format/gptq_checkpoint.hpp"
 #include "qjit/qjit.h"
+#include "runtime/checkpoint_handle.hpp"
 #include "runtime/gptq_layer.hpp"
 
-struct qjit_checkpoint {
-    qjit_context* context = nullptr;
-    qjit::GptqCheckpoint files;
-};
-
 using namespace qjit;
+
+namespace qjit {
+
+const CheckpointLayer& checkpoint_layer(const qjit_checkpoint& checkpoint, const char* name) {
+    require(name != nullptr, "name is NULL");
+    const CheckpointLayer* entry = checkpoint.files.find(name);
+    require(entry != nullptr, "the checkpoint '", checkpoint.files.directory(), "' has no layer '", name,
+            "' (a layer is a tensor prefix P with P.qweight)");
+    return *entry;
+}
+
+}  // namespace qjit
 
 namespace {
 
@@ -82,11 +90,7 @@ qjit_status qjit_checkpoint_create_layer(qjit_checkpoint* checkpoint, const char
         require(layer != nullptr, "layer (the output pointer) is NULL");
         *layer = nullptr;
         require(checkpoint != nullptr, "checkpoint is NULL");
-        require(name != nullptr, "name is NULL");
-        const CheckpointLayer* entry = checkpoint->files.find(name);
-        require(entry != nullptr, "the checkpoint '", checkpoint->files.directory(), "' has no layer '", name,
-                "' (a layer is a tensor prefix P with P.qweight)");
-        *layer = create_layer(*checkpoint, *entry).release();
+        *layer = create_layer(*checkpoint, checkpoint_layer(*checkpoint, name)).release();
     });
 }
 

@@ -1,11 +1,6 @@
 #include "runtime/layer_file.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,6 +10,7 @@
 #include "base/crc32.hpp"
 #include "base/error.hpp"
 #include "base/mapped_file.hpp"
+#include "base/replace_file.hpp"
 #include "runtime/layer_sections.hpp"
 
 namespace qjit {
@@ -148,25 +144,7 @@ LayerImage deserialize_layer(std::string_view image) {
     }
 }
 
-void save_layer(const qjit_linear& layer, const std::string& path) {
-    const std::string image = serialize_layer(layer);
-    static std::atomic<unsigned> counter{0};
-    const std::string temporary = concat(path, ".tmp.", getpid(), ".", counter++);
-    FILE* file = std::fopen(temporary.c_str(), "wb");
-    if (!file) fail(QJIT_ERROR_IO, "cannot create '", temporary, "': ", std::strerror(errno));
-    const bool written = std::fwrite(image.data(), 1, image.size(), file) == image.size() &&
-                         std::fflush(file) == 0 && fsync(fileno(file)) == 0;
-    const int write_errno = errno;
-    if (std::fclose(file) != 0 || !written) {
-        std::remove(temporary.c_str());
-        fail(QJIT_ERROR_IO, "cannot write '", temporary, "': ", std::strerror(write_errno));
-    }
-    if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-        const int rename_errno = errno;
-        std::remove(temporary.c_str());
-        fail(QJIT_ERROR_IO, "cannot rename '", temporary, "' to '", path, "': ", std::strerror(rename_errno));
-    }
-}
+void save_layer(const qjit_linear& layer, const std::string& path) { replace_file(path, serialize_layer(layer)); }
 
 std::unique_ptr<qjit_linear> load_layer(qjit_context* context, const std::string& path) {
     // Mapped, not read: nothing is allocated for the file itself, and a directory or a device

@@ -4,12 +4,14 @@
 //   "QJITLAYR"                 8-byte magic
 //   u32 format version         1 for a plain layer; 2 for a layer with a low-rank compensator; 3 for a
 //                              layer with mixed 2/4-bit groups, second-order scales or sparse outliers
-//                              (and maybe a compensator). Each is written only when needed, so that an
+//                              (and maybe a compensator); 4 for a layer with permuted output columns (a
+//                              tensor-parallel shard's). Each is written only when needed, so that an
 //                              older reader refuses what it cannot represent instead of dropping it.
 //   u32 header length H
 //   H bytes of JSON            shape, format, layout name, qjit version, section sizes; a compensator
 //                              adds "low_rank": {"rank", "bits"}; version 3 adds "mixed_bits" (bool),
-//                              "outliers" (count) and scale_dtype "second_order" beside "f16"/"f32"
+//                              "outliers" (count) and scale_dtype "second_order" beside "f16"/"f32";
+//                              version 4 adds "permuted_columns" (bool)
 //   sections, back to back     codes (u32 words, layout PackedCodes::kLayoutName; a mixed layer's blocks
 //                              at their group's width), scales (f32; absent with second-order scales),
 //                              zeros (u16), row_order (i32, empty without act-order); version 3 then
@@ -18,7 +20,8 @@
 //                              second-order, and the outliers' column starts (i64 [n+1]), storage rows
 //                              (i32) and values (fp16) when there are any; then the compensator's U and
 //                              V^T (format/low_rank.hpp): codes (u8, one per value) and component scales
-//                              (f32) of each, or their fp16 values (u16)
+//                              (f32) of each, or their fp16 values (u16); version 4 then the column
+//                              order (i32 [n]) when the columns are permuted
 //   u32 CRC-32                 of every byte before it
 // Each format feature owns its header fields and sections: its codec in runtime/layer_sections.cpp
 // writes, reads and checks them (the base: codes, scales, zeros; act-order: row_order; mixed widths;
@@ -35,7 +38,8 @@
 
 namespace qjit {
 
-inline constexpr uint32_t kLayerFileVersion = 3;             // the newest this qjit writes and reads
+inline constexpr uint32_t kLayerFileVersion = 4;             // the newest this qjit writes and reads
+inline constexpr uint32_t kMixedLayerFileVersion = 3;        // mixed widths, second-order scales, outliers
 inline constexpr uint32_t kCompensatedLayerFileVersion = 2;  // a compensator, none of version 3's features
 inline constexpr uint32_t kPlainLayerFileVersion = 1;        // neither
 

@@ -189,7 +189,7 @@ constexpr const char* kGroupBits = "group_bits_u8";
 
 class MixedWidthsCodec final : public FeatureCodec {
 public:
-    uint32_t since() const override { return kLayerFileVersion; }
+    uint32_t since() const override { return kMixedLayerFileVersion; }
     const char* header_name() const override { return "mixed_bits"; }
     std::vector<std::string> header_fields() const override { return {"mixed_bits"}; }
     bool in_layer(const LayerWriting& layer) const override { return !layer.params.uniform_bits(); }
@@ -219,7 +219,7 @@ constexpr const char* kScale2Zeros = "scale2_zeros_f16";
 
 class SecondOrderScalesCodec final : public FeatureCodec {
 public:
-    uint32_t since() const override { return kLayerFileVersion; }
+    uint32_t since() const override { return kMixedLayerFileVersion; }
     const char* header_name() const override { return "second_order scales"; }
     // Stored as their codes, scales and zeros only: the fp32 scales are what those give, computed
     // again at load.
@@ -262,7 +262,7 @@ constexpr const char* kOutlierValues = "outlier_values_f16";
 
 class OutliersCodec final : public FeatureCodec {
 public:
-    uint32_t since() const override { return kLayerFileVersion; }
+    uint32_t since() const override { return kMixedLayerFileVersion; }
     const char* header_name() const override { return "outliers"; }
     std::vector<std::string> header_fields() const override { return {"outliers"}; }
     bool in_layer(const LayerWriting& layer) const override { return layer.params.outliers > 0; }
@@ -388,14 +388,47 @@ public:
     }
 };
 
+// ---- Permuted columns: the original column of each output (a tensor-parallel shard's) ----
+
+constexpr const char* kColumnOrder = "column_order_i32";
+
+class PermutedColumnsCodec final : public FeatureCodec {
+public:
+    uint32_t since() const override { return kLayerFileVersion; }
+    const char* header_name() const override { return "permuted_columns"; }
+    std::vector<std::string> header_fields() const override { return {"permuted_columns"}; }
+    bool in_layer(const LayerWriting& layer) const override { return layer.params.permuted_columns; }
+    void write_header(const LayerWriting& layer, nlohmann::json& header) const override {
+        header["permuted_columns"] = layer.params.permuted_columns;
+    }
+    void write(const LayerWriting& layer, SectionWriter& out) const override {
+        out.section(kColumnOrder, layer.params.column_order);
+    }
+    bool mentioned(const LayerReading& reading) const override {
+        return reading.header.contains("permuted_columns");
+    }
+    bool read_header(LayerReading& reading) const override {
+        return reading.layer.params.permuted_columns = bool_field(reading.header, "permuted_columns");
+    }
+    std::string label(const LayerReading&) const override { return "permuted columns"; }
+    void section_names(const LayerReading&, std::vector<std::string>& names) const override {
+        names.push_back(kColumnOrder);
+    }
+    void read(SectionReader& in, LayerReading& reading) const override {
+        QuantParams& p = reading.layer.params;
+        p.column_order = in.sized_section<int32_t>(kColumnOrder, uint64_t(p.n), "one original column per output");
+    }
+};
+
 const BaseCodec kBase;
 const RowOrderCodec kRowOrder;
 const MixedWidthsCodec kMixedWidths;
 const SecondOrderScalesCodec kSecondOrderScales;
 const OutliersCodec kOutliers;
 const CompensatorCodec kCompensator;
-const FeatureCodec* const kCodecs[] = {&kBase, &kRowOrder, &kMixedWidths, &kSecondOrderScales, &kOutliers,
-                                       &kCompensator};
+const PermutedColumnsCodec kPermutedColumns;
+const FeatureCodec* const kCodecs[] = {&kBase,     &kRowOrder,    &kMixedWidths,    &kSecondOrderScales,
+                                       &kOutliers, &kCompensator, &kPermutedColumns};
 
 }  // namespace
 

@@ -166,7 +166,8 @@ public:
 inline constexpr uint32_t kClosedHeaderVersion = 3;
 
 // Every feature, in file order: the base (codes, scales, zero points), the row order of act-order
-// layers, mixed widths, second-order scales, sparse outliers, the low-rank compensator.
+// layers, mixed widths, second-order scales, sparse outliers, the low-rank compensator, permuted
+// output columns.
 std::span<const FeatureCodec* const> feature_codecs();
 
 // QJIT_ERROR_CORRUPT_DATA with `why`.

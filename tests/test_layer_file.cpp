@@ -414,7 +414,7 @@ TEST_F(FeatureLayerFileTest, RoundTripIsExact) {
         SCOPED_TRACE(feature_text(f));
         const auto layer = make_feature_layer(portable_.get(), f);
         const std::string image = serialize_layer(*layer);
-        EXPECT_EQ(version_of(image), kLayerFileVersion);
+        EXPECT_EQ(version_of(image), kMixedLayerFileVersion);
         ASSERT_EQ(qjit_linear_save(layer.get(), path("layer.qjit").c_str()), QJIT_OK) << qjit_last_error();
         qjit_linear* raw = nullptr;
         ASSERT_EQ(qjit_linear_load(portable_.get(), path("layer.qjit").c_str(), &raw), QJIT_OK) << qjit_last_error();
@@ -492,7 +492,7 @@ TEST_F(FeatureLayerFileTest, VersionFollowsTheFeatures) {
               kCompensatedLayerFileVersion);
     for (const Features& f : kFeatureCases) {
         SCOPED_TRACE(feature_text(f));
-        EXPECT_EQ(version_of(serialize_layer(*make_feature_layer(portable_.get(), f))), kLayerFileVersion);
+        EXPECT_EQ(version_of(serialize_layer(*make_feature_layer(portable_.get(), f))), kMixedLayerFileVersion);
     }
 }
 
@@ -665,13 +665,19 @@ TEST_F(FeatureLayerFileTest, DamagedFeatureSectionsAreReportedAsCorrupt) {
     }
 }
 
-// A version 3 header must name at least one of its features, and an older one none.
+// A version 3 or 4 header must name at least one of its version's features, and an older one none.
 TEST_F(FeatureLayerFileTest, VersionAndFeaturesMustAgree) {
     const auto plain = make_feature_layer(portable_.get(), {});
     const std::string image = serialize_layer(*plain);
     const std::string as_v3 = with_bytes(with_edited_header(image, replace_text("\"layout\"", "\"mixed_bits\":false,\"outliers\":0,\"layout\"")),
-                                         8, bytes_of(kLayerFileVersion));
+                                         8, bytes_of(kMixedLayerFileVersion));
     expect_corrupt(as_v3, "without mixed_bits", "a version 3 file without its features");
+    const std::string as_v4 = with_bytes(
+        with_edited_header(image, replace_text("\"layout\"", "\"mixed_bits\":false,\"outliers\":0,\"permuted_columns\":false,\"layout\"")),
+        8, bytes_of(kLayerFileVersion));
+    expect_corrupt(as_v4, "without permuted_columns", "a version 4 file without its feature");
+    expect_corrupt(with_edited_header(image, replace_text("\"layout\"", "\"permuted_columns\":true,\"layout\"")),
+                   "permuted_columns", "a version 1 file naming permuted columns");
     expect_corrupt(with_edited_header(image, replace_text("\"layout\"", "\"outliers\":0,\"layout\"")), "outliers",
                    "a version 1 file naming outliers");
     expect_corrupt(with_edited_header(image, replace_text("\"scale_dtype\":\"f16\"", "\"scale_dtype\":\"second_order\"")),
@@ -707,7 +713,7 @@ TEST_F(FeatureLayerFileTest, CorpusFilesAreWrittenBackByteForByte) {
         EXPECT_EQ(written, image);
         versions.insert(version_of(image));
     }
-    EXPECT_EQ(versions, (std::set<uint32_t>{kPlainLayerFileVersion, kCompensatedLayerFileVersion, kLayerFileVersion}));
+    EXPECT_EQ(versions, (std::set<uint32_t>{kPlainLayerFileVersion, kCompensatedLayerFileVersion, kMixedLayerFileVersion}));
 }
 
 // Writes the fuzz corpus's version 3 seeds: layer6 (mixed widths, second-order scales, outliers,
@@ -731,7 +737,7 @@ TEST_F(FeatureLayerFileTest, DISABLED_WritesFuzzSeeds) {
                                                            k, n, QJIT_ACTIVATIONS_F32);
         }
         const std::string image = serialize_layer(layer);
-        ASSERT_EQ(version_of(image), kLayerFileVersion);
+        ASSERT_EQ(version_of(image), kMixedLayerFileVersion);
         EXPECT_EQ(deserialize_layer(image).params.format(), m.params.format());
         write_file(concat(dir, "/fuzz_layer_file/", name), image);
         write_file(concat(dir, "/fuzz_layer_file_checksummed/", name), image.substr(0, image.size() - 4));

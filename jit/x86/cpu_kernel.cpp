@@ -45,7 +45,6 @@ std::string unsupported_reason(const WeightFormat& format) {
         if (format.symmetric) return "mixed widths need asymmetric zero points";
     }
     if (format.second_order_scales() && format.symmetric) return "second-order scales need asymmetric zero points";
-    if (format.permuted_columns) return "permuted output columns are not supported";
     return "";
 }
 

@@ -1,0 +1,133 @@
+#include "runtime/tp_mlp_file.hpp"
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "base/crc32.hpp"
+#include "base/error.hpp"
+#include "base/mapped_file.hpp"
+#include "base/replace_file.hpp"
+#include "runtime/layer_file.hpp"
+#include "runtime/layer_sections.hpp"
+
+namespace qjit {
+
+namespace {
+
+constexpr char kMagic[8] = {'Q', 'J', 'I', 'T', 'T', 'P', 'M', 'L'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kPreambleBytes = sizeof kMagic + 2 * sizeof(uint32_t);
+
+void append_u32(std::string& out, uint32_t value) { out.append(reinterpret_cast<const char*>(&value), sizeof value); }
+
+uint32_t read_u32(std::string_view image, size_t offset) {
+    uint32_t value;
+    std::memcpy(&value, image.data() + offset, sizeof value);
+    return value;
+}
+
+// A section's bytes at `offset`, `bytes` long, or QJIT_ERROR_CORRUPT_DATA naming it.
+std::string_view take(std::string_view image, size_t& offset, size_t end, uint64_t bytes, const char* what) {
+    if (bytes > end - offset) corrupt(concat("the ", what, " section (", bytes, " bytes) runs past the end of the file"));
+    const std::string_view section = image.substr(offset, size_t(bytes));
+    offset += size_t(bytes);
+    return section;
+}
+
+std::unique_ptr<qjit_linear> shard_layer(qjit_context* context, std::string_view image) {
+    LayerImage layer = deserialize_layer(image);
+    return make_linear(context, std::move(layer.params), std::move(layer.codes), std::move(layer.compensator));
+}
+
+}  // namespace
+
+std::string serialize_tp_mlp(const qjit_tp_mlp& mlp) {
+    const std::string up = serialize_layer(*mlp.up), down = serialize_layer(*mlp.down);
+    const std::string gate = mlp.gate ? serialize_layer(*mlp.gate) : std::string();
+    const nlohmann::json header = {
+        {"kind", mlp.kind == QJIT_MLP_SWIGLU ? "swiglu" : "gelu"},
+        {"algorithm", mlp.algorithm == QJIT_TP_AWARE ? "tp_aware" : "naive"},
+        {"rank", mlp.rank},
+        {"world_size", mlp.world_size},
+        {"k1", mlp.k1},
+        {"n1", mlp.n1},
+        {"n2", mlp.n2},
+        {"qjit_version", qjit_version()},
+        {"sections", {{"down_rows", mlp.down_rows.size()}, {"up", up.size()}, {"gate", gate.size()}, {"down", down.size()}}}};
+    const std::string header_text = header.dump();
+    std::string image(kMagic, sizeof kMagic);
+    append_u32(image, kVersion);
+    append_u32(image, uint32_t(header_text.size()));
+    image += header_text;
+    image.append(reinterpret_cast<const char*>(mlp.down_rows.data()), mlp.down_rows.size() * sizeof(int32_t));
+    image += up;
+    image += gate;
+    image += down;
+    append_u32(image, crc32(image.data(), image.size()));
+    return image;
+}
+
+std::unique_ptr<qjit_tp_mlp> deserialize_tp_mlp(qjit_context* context, std::string_view image) {
+    if (image.size() < kPreambleBytes + sizeof(uint32_t))
+        corrupt(concat("file is ", image.size(), " bytes, too short for a qjit tensor-parallel MLP (truncated?)"));
+    if (std::memcmp(image.data(), kMagic, sizeof kMagic) != 0) corrupt("not a qjit tensor-parallel MLP file (bad magic)");
+    const uint32_t version = read_u32(image, sizeof kMagic);
+    if (version != kVersion)
+        fail(QJIT_ERROR_UNSUPPORTED, "tensor-parallel MLP file version ", version, "; this qjit reads version ", kVersion);
+    const size_t end = image.size() - sizeof(uint32_t);
+    if (read_u32(image, end) != crc32(image.data(), end)) corrupt("checksum mismatch: the file is corrupt or truncated");
+    const uint32_t header_bytes = read_u32(image, sizeof kMagic + sizeof(uint32_t));
+    if (header_bytes > end - kPreambleBytes) corrupt("header length runs past the end of the file");
+    try {
+        const nlohmann::json header = nlohmann::json::parse(image.substr(kPreambleBytes, header_bytes));
+        auto mlp = std::make_unique<qjit_tp_mlp>();
+        mlp->context = context;
+        const std::string kind = header.at("kind"), algorithm = header.at("algorithm");
+        if (kind != "swiglu" && kind != "gelu") corrupt(concat("kind is '", kind, "'; expected swiglu or gelu"));
+        if (algorithm != "tp_aware" && algorithm != "naive")
+            corrupt(concat("algorithm is '", algorithm, "'; expected tp_aware or naive"));
+        mlp->kind = kind == "swiglu" ? QJIT_MLP_SWIGLU : QJIT_MLP_GELU;
+        mlp->algorithm = algorithm == "tp_aware" ? QJIT_TP_AWARE : QJIT_TP_NAIVE;
+        mlp->rank = header.at("rank");
+        mlp->world_size = header.at("world_size");
+        mlp->k1 = header.at("k1");
+        mlp->n1 = header.at("n1");
+        mlp->n2 = header.at("n2");
+        const nlohmann::json& sections = header.at("sections");
+        size_t offset = kPreambleBytes + header_bytes;
+        const uint64_t rows = sections.at("down_rows");
+        if (rows > (end - offset) / sizeof(int32_t)) corrupt("the down_rows section runs past the end of the file");
+        const std::string_view rows_bytes = take(image, offset, end, rows * sizeof(int32_t), "down_rows");
+        mlp->down_rows.resize(size_t(rows));
+        std::memcpy(mlp->down_rows.data(), rows_bytes.data(), rows_bytes.size());
+        const std::string_view up = take(image, offset, end, sections.at("up"), "up");
+        const std::string_view gate = take(image, offset, end, sections.at("gate"), "gate");
+        const std::string_view down = take(image, offset, end, sections.at("down"), "down");
+        if (offset != end) corrupt(concat(end - offset, " unexpected bytes after the last section"));
+        if ((mlp->kind == QJIT_MLP_SWIGLU) == gate.empty())
+            corrupt(mlp->kind == QJIT_MLP_SWIGLU ? "a SwiGLU MLP without its gate" : "a GELU MLP with a gate");
+        mlp->up = shard_layer(context, up);
+        if (!gate.empty()) mlp->gate = shard_layer(context, gate);
+        mlp->down = shard_layer(context, down);
+        check_tp_mlp(*mlp);
+        return mlp;
+    } catch (const nlohmann::json::exception& e) {
+        corrupt(concat("header is not valid or is missing a field: ", e.what()));
+    } catch (const Error& e) {
+        if (e.status() != QJIT_ERROR_INVALID_ARGUMENT) throw;
+        corrupt(concat("inconsistent contents: ", e.what()));
+    }
+}
+
+void save_tp_mlp(const qjit_tp_mlp& mlp, const std::string& path) { replace_file(path, serialize_tp_mlp(mlp)); }
+
+std::unique_ptr<qjit_tp_mlp> load_tp_mlp(qjit_context* context, const std::string& path) {
+    const MappedFile file(path);
+    try {
+        return deserialize_tp_mlp(context, std::string_view(reinterpret_cast<const char*>(file.data()), file.size()));
+    } catch (const Error& e) {
+        fail(e.status(), "'", path, "': ", e.what());
+    }
+}
+
+}  // namespace qjit

@@ -1,0 +1,353 @@
+// Tensor-parallel MLPs (include/qjit/qjit_tp.h): every rank's shards, run as threads of this process
+// through a shared-memory communicator (thread_world.hpp), against the whole MLP computed by the
+// oracle; both algorithms, act-order, every width, SwiGLU and GELU, several batches and worlds;
+// shard files; bad arguments and a failing communicator. tests/tp_mpi runs the same over MPI.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "base/error.hpp"
+#include "format/reference.hpp"
+#include "format/tp_shards.hpp"
+#include "runtime/tp_mlp.hpp"
+#include "test_support.hpp"
+#include "thread_world.hpp"
+
+namespace qjit {
+namespace {
+
+using test::ContextPtr;
+using test::ThreadWorld;
+
+// A random K x N matrix at `bits`, groups of `group` rows, its rows stored in a shuffled group order
+// (act-order) when asked.
+QuantizedMatrix random_matrix(int64_t k, int64_t n, int bits, int64_t group, bool act_order, uint32_t seed) {
+    std::mt19937 rng(seed);
+    QuantizedMatrix m;
+    QuantParams& p = m.params;
+    static_cast<WeightFormat&>(p) = with_shape(WeightFormat{.bits = bits, .group_size = group,
+                                                            .scale_type = ScaleType::F32, .act_order = act_order},
+                                               k, n);
+    const int64_t metadata = p.num_groups() * n;
+    std::uniform_int_distribution<int> code(0, (1 << bits) - 1);
+    std::uniform_real_distribution<float> scale(0.01f, 0.05f);
+    for (int64_t i = 0; i < metadata; ++i) {
+        p.scales.push_back(scale(rng));
+        p.zeros.push_back(uint16_t(code(rng)));
+    }
+    for (int64_t i = 0; i < k * n; ++i) m.codes.push_back(uint8_t(code(rng)));
+    if (act_order) {
+        p.row_order.resize(size_t(k));
+        std::iota(p.row_order.begin(), p.row_order.end(), 0);
+        std::shuffle(p.row_order.begin(), p.row_order.end(), rng);
+    }
+    validate(m);
+    return m;
+}
+
+struct Shapes {
+    int64_t k1, n1, n2;
+    int64_t group;
+};
+
+MlpMatrices random_mlp(qjit_mlp_kind kind, const Shapes& s, int bits, bool act_order, uint32_t seed) {
+    return {kind, random_matrix(s.k1, s.n1, bits, s.group, act_order, seed),
+            random_matrix(s.k1, s.n1, bits, s.group, act_order, seed + 1),
+            random_matrix(s.n1, s.n2, bits, s.group, act_order, seed + 2)};
+}
+
+// The whole MLP by the oracle, in double; also sum_k |h_k| |W_down[k][n]| per output, the scale of
+// the rounding a sharded fp32 computation may differ by.
+struct Expected {
+    std::vector<double> y, scale;
+};
+
+Expected whole_mlp(const MlpMatrices& mlp, const std::vector<float>& x, int64_t m) {
+    const int64_t k1 = mlp.up.params.k, n1 = mlp.up.params.n, n2 = mlp.down.params.n;
+    const std::vector<float> up = dequantize(mlp.up), down = dequantize(mlp.down);
+    const std::vector<float> gate = mlp.kind == QJIT_MLP_SWIGLU ? dequantize(mlp.gate) : std::vector<float>{};
+    Expected e{std::vector<double>(size_t(m * n2)), std::vector<double>(size_t(m * n2))};
+    for (int64_t i = 0; i < m; ++i) {
+        std::vector<double> h(static_cast<size_t>(n1));
+        for (int64_t j = 0; j < n1; ++j) {
+            double u = 0, g = 0;
+            for (int64_t k = 0; k < k1; ++k) {
+                u += double(x[size_t(i * k1 + k)]) * up[size_t(k * n1 + j)];
+                if (!gate.empty()) g += double(x[size_t(i * k1 + k)]) * gate[size_t(k * n1 + j)];
+            }
+            h[size_t(j)] = mlp.kind == QJIT_MLP_SWIGLU
+                               ? g / (1 + std::exp(-g)) * u
+                               : 0.5 * u * (1 + std::tanh(0.7978845608 * (u + 0.044715 * u * u * u)));
+        }
+        for (int64_t c = 0; c < n2; ++c)
+            for (int64_t j = 0; j < n1; ++j) {
+                e.y[size_t(i * n2 + c)] += h[size_t(j)] * down[size_t(j * n2 + c)];
+                e.scale[size_t(i * n2 + c)] += std::fabs(h[size_t(j)] * down[size_t(j * n2 + c)]);
+            }
+    }
+    return e;
+}
+
+// fp32 products, sums and activations along the way: well within 1e-5 of the terms' magnitude
+// (K1 and N1 are a few hundred); a misplaced column or row is off by whole terms.
+void expect_close(const std::vector<float>& y, const Expected& e, const std::string& what) {
+    for (size_t i = 0; i < y.size(); ++i)
+        ASSERT_LE(std::fabs(double(y[i]) - e.y[i]), 1e-5 * e.scale[i] + 1e-7) << what << " output " << i;
+}
+
+ContextPtr rank_context() { return test::make_test_context(1, QJIT_ISA_AUTO, QJIT_ACTIVATIONS_F32); }
+
+// Every rank's y for one MLP, world and algorithm.
+std::vector<std::vector<float>> run_world(const MlpMatrices& mlp, int world_size, qjit_tp_algorithm algorithm,
+                                          const std::vector<float>& x, int64_t m) {
+    ThreadWorld world(world_size);
+    std::vector<std::vector<float>> y(size_t(world_size), std::vector<float>(size_t(m * mlp.down.params.n)));
+    world.run([&](int rank) {
+        const ContextPtr context = rank_context();
+        const auto shards = make_tp_mlp(context.get(), mlp, rank, world_size, algorithm);
+        const qjit_communicator comm = world.communicator(rank);
+        EXPECT_EQ(qjit_tp_mlp_forward(shards.get(), &comm, x.data(), m, y[size_t(rank)].data(), nullptr), QJIT_OK)
+            << qjit_last_error();
+    });
+    return y;
+}
+
+class TpMlpShapes : public ::testing::TestWithParam<int> {};
+
+TEST_P(TpMlpShapes, EveryRankGetsTheWholeMlp) {
+    const int bits = GetParam();
+    const Shapes shapes{72, 256, 40, 32};  // K1 and N2 not multiples of the vector width; 64 rows a rank at 4
+    for (qjit_mlp_kind kind : {QJIT_MLP_SWIGLU, QJIT_MLP_GELU}) {
+        const MlpMatrices mlp = random_mlp(kind, shapes, bits, /*act_order=*/true, uint32_t(bits * 10 + kind));
+        for (int64_t m : {1, 5}) {
+            const std::vector<float> x = test::random_floats(size_t(m * shapes.k1), uint32_t(m), -2.0f, 2.0f);
+            const Expected expected = whole_mlp(mlp, x, m);
+            for (int world : {1, 2, 4})
+                for (qjit_tp_algorithm algorithm : {QJIT_TP_NAIVE, QJIT_TP_AWARE}) {
+                    const std::vector<std::vector<float>> y = run_world(mlp, world, algorithm, x, m);
+                    for (int rank = 0; rank < world; ++rank)
+                        expect_close(y[size_t(rank)], expected,
+                                     concat("bits ", bits, kind == QJIT_MLP_SWIGLU ? " swiglu" : " gelu",
+                                                       " m ", m, " world ", world, algorithm == QJIT_TP_AWARE ? " aware" : " naive",
+                                                       " rank ", rank));
+                }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Bits, TpMlpShapes, ::testing::Values(2, 3, 4, 8),
+                         [](const auto& info) { return "q" + std::to_string(info.param); });
+
+TEST(TpMlp, PlainRowOrderAndPerColumnGroups) {
+    for (int64_t group : {int64_t(32), int64_t(256)}) {  // 256: one group per column of W_down
+        const MlpMatrices mlp = random_mlp(QJIT_MLP_SWIGLU, {64, 256, 24, group}, 4, /*act_order=*/false, 5);
+        const std::vector<float> x = test::random_floats(size_t(3 * 64), 9);
+        const Expected expected = whole_mlp(mlp, x, 3);
+        for (qjit_tp_algorithm algorithm : {QJIT_TP_NAIVE, QJIT_TP_AWARE})
+            for (const std::vector<float>& y : run_world(mlp, 4, algorithm, x, 3)) expect_close(y, expected, "plain");
+    }
+}
+
+// TP-aware: rank r's up and gate columns are W_down's rows P2[r c .. (r + 1) c), recorded in the
+// shard; naive: the original columns in order.
+TEST(TpMlp, ShardsRecordTheirColumns) {
+    const MlpMatrices mlp = random_mlp(QJIT_MLP_SWIGLU, {64, 128, 16, 32}, 4, true, 11);
+    const std::vector<int32_t> p2 = mlp.down.params.row_order;
+    const ContextPtr context = rank_context();
+    for (qjit_tp_algorithm algorithm : {QJIT_TP_NAIVE, QJIT_TP_AWARE}) {
+        const auto shards = make_tp_mlp(context.get(), mlp, 1, 2, algorithm);
+        std::vector<int32_t> order(64);
+        for (qjit_mlp_part part : {QJIT_MLP_UP, QJIT_MLP_GATE}) {
+            qjit_linear* layer = nullptr;
+            ASSERT_EQ(qjit_tp_mlp_get_layer(shards.get(), part, &layer), QJIT_OK) << qjit_last_error();
+            ASSERT_EQ(qjit_linear_get_column_order(layer, order.data()), QJIT_OK);
+            for (int j = 0; j < 64; ++j)
+                EXPECT_EQ(order[size_t(j)], algorithm == QJIT_TP_AWARE ? p2[size_t(64 + j)] : 64 + j);
+        }
+        qjit_tp_mlp_info info;
+        ASSERT_EQ(qjit_tp_mlp_get_info(shards.get(), &info), QJIT_OK);
+        EXPECT_EQ(info.shard_n1, 64);
+        EXPECT_TRUE(info.act_order);
+    }
+}
+
+TEST(TpMlp, TpAwareMovesOneAllReduceOnly) {
+    const MlpMatrices mlp = random_mlp(QJIT_MLP_GELU, {64, 128, 48, 32}, 4, true, 3);
+    const ContextPtr context = rank_context();
+    for (qjit_tp_algorithm algorithm : {QJIT_TP_NAIVE, QJIT_TP_AWARE}) {
+        const auto shards = make_tp_mlp(context.get(), mlp, 0, 4, algorithm);
+        qjit_tp_traffic t;
+        ASSERT_EQ(qjit_tp_mlp_traffic(shards.get(), 3, &t), QJIT_OK);
+        EXPECT_EQ(t.all_reduces, 1);
+        EXPECT_EQ(t.all_reduce_bytes, 3 * 48 * 4);
+        EXPECT_EQ(t.all_gathers, algorithm == QJIT_TP_NAIVE ? 1 : 0);
+        EXPECT_EQ(t.all_gather_bytes, algorithm == QJIT_TP_NAIVE ? 3 * 128 * 4 : 0);
+        EXPECT_EQ(t.bytes_sent, (algorithm == QJIT_TP_NAIVE ? 3 * 128 * 4 * 3 / 4 : 0) + 2 * 3 * 3 * 48 * 4 / 4);
+    }
+}
+
+TEST(TpMlp, ShardFilesRoundTrip) {
+    const MlpMatrices mlp = random_mlp(QJIT_MLP_SWIGLU, {72, 256, 40, 32}, 3, true, 21);
+    const std::vector<float> x = test::random_floats(size_t(2 * 72), 4);
+    const Expected expected = whole_mlp(mlp, x, 2);
+    const std::string dir = ::testing::TempDir();
+    ThreadWorld world(2);
+    world.run([&](int rank) {
+        const ContextPtr context = rank_context();
+        const auto made = make_tp_mlp(context.get(), mlp, rank, 2, QJIT_TP_AWARE);
+        const std::string path = concat(dir, "qjit_tp_rank", rank, ".qjit");
+        ASSERT_EQ(qjit_tp_mlp_save(made.get(), path.c_str()), QJIT_OK) << qjit_last_error();
+        qjit_tp_mlp* loaded = nullptr;
+        ASSERT_EQ(qjit_tp_mlp_load(context.get(), path.c_str(), &loaded), QJIT_OK) << qjit_last_error();
+        std::vector<int32_t> made_order(128), loaded_order(128);
+        qjit_linear *made_up = nullptr, *loaded_up = nullptr;
+        qjit_tp_mlp_get_layer(made.get(), QJIT_MLP_UP, &made_up);
+        qjit_tp_mlp_get_layer(loaded, QJIT_MLP_UP, &loaded_up);
+        qjit_linear_get_column_order(made_up, made_order.data());
+        qjit_linear_get_column_order(loaded_up, loaded_order.data());
+        EXPECT_EQ(loaded_order, made_order);
+        const qjit_communicator comm = world.communicator(rank);
+        std::vector<float> y(size_t(2 * 40));
+        EXPECT_EQ(qjit_tp_mlp_forward(loaded, &comm, x.data(), 2, y.data(), nullptr), QJIT_OK) << qjit_last_error();
+        expect_close(y, expected, "loaded");
+        qjit_tp_mlp_destroy(loaded);
+    });
+}
+
+TEST(TpMlp, DamagedShardFilesAreRefused) {
+    const MlpMatrices mlp = random_mlp(QJIT_MLP_GELU, {64, 128, 16, 32}, 4, true, 8);
+    const ContextPtr context = rank_context();
+    const auto made = make_tp_mlp(context.get(), mlp, 0, 2, QJIT_TP_AWARE);
+    const std::string path = ::testing::TempDir() + "qjit_tp_damaged.qjit";
+    ASSERT_EQ(qjit_tp_mlp_save(made.get(), path.c_str()), QJIT_OK);
+    const std::string image = test::read_file(path);
+    qjit_tp_mlp* loaded = nullptr;
+    test::write_file(path, image.substr(0, image.size() / 2));
+    EXPECT_EQ(qjit_tp_mlp_load(context.get(), path.c_str(), &loaded), QJIT_ERROR_CORRUPT_DATA);
+    EXPECT_NE(std::string(qjit_last_error()).find("qjit_tp_damaged.qjit"), std::string::npos) << qjit_last_error();
+    std::string flipped = image;
+    flipped[image.size() / 3] ^= 0x10;
+    test::write_file(path, flipped);
+    EXPECT_EQ(qjit_tp_mlp_load(context.get(), path.c_str(), &loaded), QJIT_ERROR_CORRUPT_DATA);
+    EXPECT_EQ(loaded, nullptr);
+}
+
+TEST(TpMlp, WorldSizesThatCutGroupsAreRefusedByName) {
+    const MlpMatrices mlp = random_mlp(QJIT_MLP_SWIGLU, {64, 192, 16, 32}, 4, true, 2);
+    const ContextPtr context = rank_context();
+    const auto refused = [&](int rank, int world, const char* needle) {
+        try {
+            make_tp_mlp(context.get(), mlp, rank, world, QJIT_TP_AWARE);
+            ADD_FAILURE() << "world " << world << " rank " << rank << " was accepted";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.status(), QJIT_ERROR_INVALID_ARGUMENT);
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        }
+    };
+    refused(0, 5, "N1 = 192 does not split into 5");
+    refused(0, 4, "48 rows of W_down are not whole groups of 32");
+    refused(2, 2, "rank is 2");
+    refused(-1, 2, "rank is -1");
+    EXPECT_NO_THROW(make_tp_mlp(context.get(), mlp, 1, 3, QJIT_TP_AWARE));  // 64 rows: two groups
+}
+
+TEST(TpMlp, MismatchedShardsAndCommunicatorsAreRefused) {
+    const MlpMatrices mlp = random_mlp(QJIT_MLP_SWIGLU, {64, 128, 16, 32}, 4, true, 4);
+    MlpMatrices wrong_gate = mlp;
+    wrong_gate.gate = random_matrix(64, 96, 4, 32, true, 6);
+    const ContextPtr context = rank_context();
+    EXPECT_THROW(make_tp_mlp(context.get(), wrong_gate, 0, 2, QJIT_TP_AWARE), Error);
+    MlpMatrices wrong_down = mlp;
+    wrong_down.down = random_matrix(96, 16, 4, 32, true, 7);
+    EXPECT_THROW(make_tp_mlp(context.get(), wrong_down, 0, 2, QJIT_TP_AWARE), Error);
+
+    const auto shards = make_tp_mlp(context.get(), mlp, 1, 2, QJIT_TP_NAIVE);
+    ThreadWorld world(2);
+    const qjit_communicator rank0 = world.communicator(0);
+    std::vector<float> x(64, 1.0f), y(16);
+    EXPECT_EQ(qjit_tp_mlp_forward(shards.get(), &rank0, x.data(), 1, y.data(), nullptr), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qjit_last_error()).find("rank 1 of 2"), std::string::npos) << qjit_last_error();
+    qjit_communicator no_gather = world.communicator(1);
+    no_gather.all_gather_f32 = nullptr;
+    EXPECT_EQ(qjit_tp_mlp_forward(shards.get(), &no_gather, x.data(), 1, y.data(), nullptr), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qjit_last_error()).find("all_gather_f32"), std::string::npos) << qjit_last_error();
+}
+
+// A collective that fails reaches the caller by name, with its code and text, and y holds NaN
+// rather than a partial sum.
+TEST(TpMlp, AFailingCollectiveIsReportedAndLeavesNoPartialResult) {
+    const MlpMatrices mlp = random_mlp(QJIT_MLP_GELU, {64, 128, 16, 32}, 4, true, 12);
+    const ContextPtr context = rank_context();
+    const auto shards = make_tp_mlp(context.get(), mlp, 0, 2, QJIT_TP_AWARE);
+    qjit_communicator failing{0, 2, nullptr, [](void*, float*, int64_t) { return 7; }, nullptr,
+                              [](void*, int code) { return code == 7 ? "the link went down" : "?"; }};
+    std::vector<float> x(2 * 64, 0.5f), y(2 * 16, 1.0f);
+    qjit_tp_timing timing{};
+    EXPECT_EQ(qjit_tp_mlp_forward(shards.get(), &failing, x.data(), 2, y.data(), &timing), QJIT_ERROR_COMMUNICATION);
+    const std::string message = qjit_last_error();
+    EXPECT_NE(message.find("all_reduce_sum_f32 failed on rank 0 of 2: error 7 (the link went down)"),
+              std::string::npos) << message;
+    EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isnan(v); }));
+}
+
+TEST(TpMlp, TimingAccountsForTheForward) {
+    const MlpMatrices mlp = random_mlp(QJIT_MLP_SWIGLU, {64, 128, 16, 32}, 4, true, 13);
+    ThreadWorld world(2);
+    world.run([&](int rank) {
+        const ContextPtr context = rank_context();
+        const auto shards = make_tp_mlp(context.get(), mlp, rank, 2, QJIT_TP_NAIVE);
+        const qjit_communicator comm = world.communicator(rank);
+        std::vector<float> x(3 * 64, 0.25f), y(3 * 16);
+        qjit_tp_timing t{};
+        ASSERT_EQ(qjit_tp_mlp_forward(shards.get(), &comm, x.data(), 3, y.data(), &t), QJIT_OK) << qjit_last_error();
+        EXPECT_GT(t.total_us, 0);
+        EXPECT_GT(t.communicate_us, 0);
+        EXPECT_GE(t.permute_us, 0);
+        EXPECT_NEAR(t.compute_us + t.communicate_us + t.permute_us, t.total_us, 1e-6 * t.total_us + 1e-9);
+    });
+}
+
+TEST(TpMlp, FromFp32WeightsThroughTheCApi) {
+    const int64_t k1 = 64, n1 = 128, n2 = 24;
+    const std::vector<float> up = test::random_floats(size_t(n1 * k1), 1), gate = test::random_floats(size_t(n1 * k1), 2),
+                             down = test::random_floats(size_t(n2 * n1), 3), x = test::random_floats(size_t(2 * k1), 4);
+    qjit_quant_config config;
+    qjit_quant_config_init(&config);
+    config.group_size = 32;
+    const ContextPtr context = rank_context();
+    std::vector<float> whole(size_t(2 * n2));
+    {
+        qjit_tp_mlp* one = nullptr;
+        ASSERT_EQ(qjit_tp_mlp_create_from_f32(context.get(), &config, QJIT_MLP_SWIGLU, k1, n1, n2, up.data(), gate.data(),
+                                              down.data(), 0, 1, QJIT_TP_AWARE, &one), QJIT_OK) << qjit_last_error();
+        ThreadWorld solo(1);
+        const qjit_communicator comm = solo.communicator(0);
+        ASSERT_EQ(qjit_tp_mlp_forward(one, &comm, x.data(), 2, whole.data(), nullptr), QJIT_OK);
+        qjit_tp_mlp_destroy(one);
+    }
+    ThreadWorld world(2);
+    world.run([&](int rank) {
+        const ContextPtr rank_ctx = rank_context();
+        qjit_tp_mlp* shards = nullptr;
+        ASSERT_EQ(qjit_tp_mlp_create_from_f32(rank_ctx.get(), &config, QJIT_MLP_SWIGLU, k1, n1, n2, up.data(), gate.data(),
+                                              down.data(), rank, 2, QJIT_TP_NAIVE, &shards), QJIT_OK) << qjit_last_error();
+        const qjit_communicator comm = world.communicator(rank);
+        std::vector<float> y(size_t(2 * n2));
+        ASSERT_EQ(qjit_tp_mlp_forward(shards, &comm, x.data(), 2, y.data(), nullptr), QJIT_OK);
+        for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], whole[i], 1e-4f * (1 + std::fabs(whole[i])));
+        qjit_tp_mlp_destroy(shards);
+    });
+    config.method = QJIT_QUANT_MILO;
+    config.rank = 4;
+    qjit_tp_mlp* refused = nullptr;
+    EXPECT_EQ(qjit_tp_mlp_create_from_f32(context.get(), &config, QJIT_MLP_SWIGLU, k1, n1, n2, up.data(), gate.data(),
+                                          down.data(), 0, 2, QJIT_TP_AWARE, &refused), QJIT_ERROR_UNSUPPORTED);
+    EXPECT_EQ(refused, nullptr);
+}
+
+}  // namespace
+}  // namespace qjit
