@@ -163,6 +163,18 @@ struct RankResult {
     std::vector<std::vector<float>> y;  // TP=1 only: the aware y of each batch, the reference
 };
 
+// The system's load averages, as /proc/loadavg gives them: other processes make the ranks wait.
+std::string load_average() {
+    char text[128] = "unknown";
+    if (std::FILE* file = std::fopen("/proc/loadavg", "r")) {
+        if (std::fgets(text, sizeof(text), file) == nullptr) std::strcpy(text, "unknown");
+        std::fclose(file);
+    }
+    std::string line(text);
+    while (!line.empty() && line.back() == '\n') line.pop_back();
+    return line;
+}
+
 void pin_to_core(int core) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -329,6 +341,7 @@ int main(int argc, char** argv) {
         std::printf("memory read probe (%s loads, best of %d sweeps): %.1f GB/s on 1 thread, %.1f GB/s on %d\n",
                     probe.load_width(), qjit_tools::BandwidthProbe::kPeakSweeps, one, all, cores);
     }
+    std::printf("load average at start (/proc/loadavg): %s\n", load_average().c_str());
     std::printf("%d-bit g%d act-order; one rank per thread, one core each; median of %d forwards per algorithm, "
                 "alternating, after %d warm-up calls; weights stream from memory on every call\n",
                 kBits, kGroup, o.repeats, kWarmupCalls);
@@ -369,6 +382,7 @@ int main(int argc, char** argv) {
             }
         }
     }
+    std::printf("load average at end (/proc/loadavg): %s\n", load_average().c_str());
     print_tables(rows);
     if (!all_correct) {
         std::fprintf(stderr, "bench_tp_mlp: a split's y differs from TP=1's beyond %.0e\n", kTolerance);
