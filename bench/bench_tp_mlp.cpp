@@ -13,6 +13,10 @@
 // forwards run back to back; a rank's weights (75-350 MB) are larger than the 32 MiB L3, so each
 // call streams them from memory: warm runs that are in effect cold.
 //
+// A memory read probe (one thread, every core) runs before each timed size and at the end: the
+// forward is bandwidth-bound at small batches, and a VM's bandwidth on several cores drifts, so a
+// TP=2 over TP=1 speedup means something only next to it.
+//
 // Before any timing, every configuration's y at every batch is checked against the TP=1 y of the
 // same x. The --check-tp size (4 by default, more ranks than this machine's cores) is checked and
 // not timed: oversubscribed ranks take turns on a core.
@@ -23,6 +27,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -160,8 +165,28 @@ struct RankResult {
     std::vector<qjit_tp_traffic> traffic[2];       // [algorithm][batch]
     int64_t weight_bytes[2] = {0, 0};
     double max_error[2] = {0, 0};  // |y - reference| over max |reference|, all batches
+    // The collectives the communicator saw in each algorithm's checked forwards, summed over the
+    // batches: what qjit_tp_mlp_traffic claims, counted where the data moves.
+    qjit_bench::CollectiveCounts counted[2];
     std::vector<std::vector<float>> y;  // TP=1 only: the aware y of each batch, the reference
+    // The collectives alone, every rank arriving at once (median us per batch): what a forward's
+    // communicate time holds besides waiting for the slowest rank.
+    std::vector<double> all_gather_alone_us, all_reduce_alone_us;
 };
+
+// The median time of `calls` calls of `collective`, each started on every rank at once.
+template <typename Collective>
+double time_collective(qjit_bench::InProcessGroup* group, int calls, Collective collective) {
+    std::vector<double> us;
+    for (int call = -kWarmupCalls; call < calls; ++call) {
+        group->barrier();
+        const auto start = std::chrono::steady_clock::now();
+        collective();
+        const double elapsed = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+        if (call >= 0) us.push_back(elapsed);
+    }
+    return median(us);
+}
 
 // The system's load averages, as /proc/loadavg gives them: other processes make the ranks wait.
 std::string load_average() {
@@ -173,6 +198,16 @@ std::string load_average() {
     std::string line(text);
     while (!line.empty() && line.back() == '\n') line.pop_back();
     return line;
+}
+
+// The memory read bandwidth one thread and every core reach (the probe's buffer is freed on return).
+void print_read_probe(const char* when) {
+    qjit_tools::BandwidthProbe probe;
+    const int cores = qjit_bench::hardware_threads();
+    const double one = probe.peak(1);
+    const double all = probe.peak(cores);
+    std::printf("memory read probe %s (%s loads, best of %d sweeps): %.1f GB/s on 1 thread, %.1f GB/s on %d\n", when,
+                probe.load_width(), qjit_tools::BandwidthProbe::kPeakSweeps, one, all, cores);
 }
 
 void pin_to_core(int core) {
@@ -219,7 +254,14 @@ void run_rank(const RandomMlp& mlp, const Options& o, int tp, int rank, bool tim
         for (size_t b = 0; b < batches; ++b) {
             const int64_t m = o.batches[b];
             y.assign(size_t(m * mlp.view.n2), 0.0f);
+            const qjit_bench::CollectiveCounts before = group->counts(rank);
             check(qjit_tp_mlp_forward(shards[a], &comm, x.data(), m, y.data(), nullptr), "qjit_tp_mlp_forward");
+            const qjit_bench::CollectiveCounts& after = group->counts(rank);
+            qjit_bench::CollectiveCounts& counted = result->counted[a];
+            counted.all_reduces += after.all_reduces - before.all_reduces;
+            counted.all_reduce_elements += after.all_reduce_elements - before.all_reduce_elements;
+            counted.all_gathers += after.all_gathers - before.all_gathers;
+            counted.all_gather_elements += after.all_gather_elements - before.all_gather_elements;
             result->traffic[a].emplace_back();
             check(qjit_tp_mlp_traffic(shards[a], m, &result->traffic[a].back()), "qjit_tp_mlp_traffic");
             if (reference == nullptr && kAlgorithms[a] == QJIT_TP_AWARE) result->y.push_back(y);
@@ -238,6 +280,15 @@ void run_rank(const RandomMlp& mlp, const Options& o, int tp, int rank, bool tim
                     check(qjit_tp_mlp_forward(shards[a], &comm, x.data(), m, y.data(), &sample), "qjit_tp_mlp_forward");
                     if (call >= 0) result->samples[a][b].push_back(sample);
                 }
+            if (tp == 1) continue;
+            const int64_t c = mlp.view.n1 / tp;
+            std::vector<float> gathered(size_t(m * mlp.view.n1)), hidden(size_t(m * c), 1.0f);
+            result->all_gather_alone_us.push_back(time_collective(group, o.repeats, [&] {
+                comm.all_gather_f32(comm.user, hidden.data(), gathered.data(), m * c);
+            }));
+            result->all_reduce_alone_us.push_back(time_collective(group, o.repeats, [&] {
+                comm.all_reduce_sum_f32(comm.user, y.data(), m * mlp.view.n2);
+            }));
         }
     for (qjit_tp_mlp* shard : shards) qjit_tp_mlp_destroy(shard);
     qjit_context_destroy(context);
@@ -282,6 +333,8 @@ struct TableRow {
     int64_t batch;
     Medians algorithm[2];
     qjit_tp_traffic traffic[2];
+    double all_gather_alone_us = 0, all_reduce_alone_us = 0;  // the slowest rank's median
+    int64_t weight_bytes = 0;                                  // a rank's, TP-aware
 };
 
 void print_tables(const std::vector<TableRow>& rows) {
@@ -301,18 +354,27 @@ void print_tables(const std::vector<TableRow>& rows) {
                     (long long)r.traffic[0].bytes_sent, (long long)r.traffic[1].bytes_sent, r.traffic[0].all_gathers,
                     r.traffic[0].all_reduces, r.traffic[1].all_gathers, r.traffic[1].all_reduces);
     }
+    std::printf("\nThe collectives alone, every rank arriving at once (median us; a forward's communicate time\n"
+                "is this plus the wait for the slowest rank):\n\n"
+                "| MLP | TP | m | all-gather of m x N1 | all-reduce of m x N2 |\n|---|---|---|---|---|\n");
+    for (const TableRow& r : rows)
+        if (r.tp > 1)
+            std::printf("| %s | %d | %lld | %.1f | %.1f |\n", r.shape->name, r.tp, (long long)r.batch,
+                        r.all_gather_alone_us, r.all_reduce_alone_us);
     std::printf("\nTP=N against TP=1 (N ranks on N cores against one rank on one core; median times):\n\n"
-                "| MLP | TP | m | TP=1 us | naive us | naive speedup | aware us | aware speedup |\n"
-                "|---|---|---|---|---|---|---|---|\n");
+                "| MLP | TP | m | TP=1 us | naive us | naive speedup | aware us | aware speedup | weights read, TP=1 | "
+                "weights read, TP=N aware (all ranks) |\n"
+                "|---|---|---|---|---|---|---|---|---|---|\n");
     for (const TableRow& r : rows) {
         if (r.tp == 1) continue;
         const auto base = std::find_if(rows.begin(), rows.end(), [&](const TableRow& b) {
             return b.shape == r.shape && b.tp == 1 && b.batch == r.batch;
         });
         const double one = base->algorithm[1].total_us;
-        std::printf("| %s | %d | %lld | %.0f | %.0f | %.2fx | %.0f | %.2fx |\n", r.shape->name, r.tp,
-                    (long long)r.batch, one, r.algorithm[0].total_us, one / r.algorithm[0].total_us,
-                    r.algorithm[1].total_us, one / r.algorithm[1].total_us);
+        std::printf("| %s | %d | %lld | %.0f | %.0f | %.2fx | %.0f | %.2fx | %.1f GB/s | %.1f GB/s |\n", r.shape->name,
+                    r.tp, (long long)r.batch, one, r.algorithm[0].total_us, one / r.algorithm[0].total_us,
+                    r.algorithm[1].total_us, one / r.algorithm[1].total_us, double(base->weight_bytes) / one * 1e-3,
+                    double(r.tp * r.weight_bytes) / r.algorithm[1].total_us * 1e-3);
     }
 }
 
@@ -332,14 +394,6 @@ int main(int argc, char** argv) {
         check(qjit_context_describe(context, &machine), "qjit_context_describe");
         std::printf("qjit %s: %s\n", qjit_version(), machine);
         qjit_context_destroy(context);
-    }
-    {  // freed before any layer is made
-        qjit_tools::BandwidthProbe probe;
-        const int cores = qjit_bench::hardware_threads();
-        const double one = probe.peak(1);
-        const double all = probe.peak(cores);
-        std::printf("memory read probe (%s loads, best of %d sweeps): %.1f GB/s on 1 thread, %.1f GB/s on %d\n",
-                    probe.load_width(), qjit_tools::BandwidthProbe::kPeakSweeps, one, all, cores);
     }
     std::printf("load average at start (/proc/loadavg): %s\n", load_average().c_str());
     std::printf("%d-bit g%d act-order; one rank per thread, one core each; median of %d forwards per algorithm, "
@@ -361,6 +415,7 @@ int main(int argc, char** argv) {
         if (o.check_tp > 0 && std::find(sizes.begin(), sizes.end(), o.check_tp) == sizes.end()) sizes.push_back(o.check_tp);
         for (int tp : sizes) {
             const bool timed = std::find(o.timed_tp.begin(), o.timed_tp.end(), tp) != o.timed_tp.end();
+            if (timed) print_read_probe(("before " + std::string(shape.name) + " TP=" + std::to_string(tp)).c_str());
             const std::vector<RankResult> ranks = run_ranks(mlp, o, tp, timed, x, tp == 1 ? nullptr : &reference);
             if (tp == 1) reference = ranks[0].y;
             for (int a = 0; a < 2; ++a) {
@@ -368,24 +423,49 @@ int main(int argc, char** argv) {
                 for (const RankResult& rank : ranks) error = std::max(error, rank.max_error[a]);
                 const bool correct = error <= kTolerance;
                 all_correct = all_correct && correct;
+                // qjit_tp_mlp_traffic's claim over the checked forwards, against what rank 0's communicator saw.
+                int64_t claimed_reduces = 0, claimed_gathers = 0, claimed_reduce_elements = 0, claimed_gather_elements = 0;
+                for (const qjit_tp_traffic& t : ranks[0].traffic[a]) {
+                    claimed_reduces += t.all_reduces;
+                    claimed_gathers += t.all_gathers;
+                    claimed_reduce_elements += t.all_reduce_bytes / int64_t(sizeof(float));
+                    claimed_gather_elements += t.all_gather_bytes / int64_t(sizeof(float)) / tp;  // each rank's part
+                }
+                const qjit_bench::CollectiveCounts& counted = ranks[0].counted[a];
+                const bool as_claimed = counted.all_reduces == claimed_reduces && counted.all_gathers == claimed_gathers &&
+                                        counted.all_reduce_elements == claimed_reduce_elements &&
+                                        counted.all_gather_elements == claimed_gather_elements;
+                all_correct = all_correct && as_claimed;
                 std::printf("check %s TP=%d%s %s: max |y - y(TP=1)| / max |y(TP=1)| = %.2e over batches, every rank: "
-                            "%s; %.1f MB of weights per rank\n",
+                            "%s; %.1f MB of weights per rank; the communicator saw %lld all-reduces of %lld floats and "
+                            "%lld all-gathers of %lld floats sent in %zu forwards: %s\n",
                             shape.name, tp, timed ? "" : " (oversubscribed, not timed)",
                             a == 0 ? "naive" : "aware", error, correct ? "ok" : "WRONG",
-                            double(ranks[0].weight_bytes[a]) * 1e-6);
+                            double(ranks[0].weight_bytes[a]) * 1e-6, (long long)counted.all_reduces,
+                            (long long)counted.all_reduce_elements, (long long)counted.all_gathers,
+                            (long long)counted.all_gather_elements, ranks[0].traffic[a].size(),
+                            as_claimed ? "as qjit_tp_mlp_traffic says" : "NOT as qjit_tp_mlp_traffic says");
             }
             if (!timed) continue;
             for (size_t b = 0; b < o.batches.size(); ++b) {
                 TableRow row{&shape, tp, o.batches[b], {medians(ranks, 0, b), medians(ranks, 1, b)},
                              {ranks[0].traffic[0][b], ranks[0].traffic[1][b]}};
+                row.weight_bytes = ranks[0].weight_bytes[1];
+                for (const RankResult& rank : ranks)
+                    if (tp > 1) {
+                        row.all_gather_alone_us = std::max(row.all_gather_alone_us, rank.all_gather_alone_us[b]);
+                        row.all_reduce_alone_us = std::max(row.all_reduce_alone_us, rank.all_reduce_alone_us[b]);
+                    }
                 rows.push_back(row);
             }
         }
     }
     std::printf("load average at end (/proc/loadavg): %s\n", load_average().c_str());
+    print_read_probe("at the end");
     print_tables(rows);
     if (!all_correct) {
-        std::fprintf(stderr, "bench_tp_mlp: a split's y differs from TP=1's beyond %.0e\n", kTolerance);
+        std::fprintf(stderr, "bench_tp_mlp: a split's y differs from TP=1's beyond %.0e, or its collectives from "
+                             "qjit_tp_mlp_traffic's\n", kTolerance);
         return 1;
     }
     return 0;

@@ -47,6 +47,12 @@ private:
     alignas(64) std::atomic<uint32_t> generation_{0};
 };
 
+// What a rank's collectives have been called for so far.
+struct CollectiveCounts {
+    int64_t all_reduces = 0, all_reduce_elements = 0;
+    int64_t all_gathers = 0, all_gather_elements = 0;  // elements sent: the receive buffer holds world x this
+};
+
 // The ranks of one process; communicator(r) is rank r's view, valid while the group lives.
 class InProcessGroup {
 public:
@@ -59,6 +65,8 @@ public:
 
     int world_size() const { return int(ranks_.size()); }
     void barrier() { barrier_.arrive_and_wait(); }
+    // Read by rank `rank`'s own thread (or after the ranks have joined).
+    const CollectiveCounts& counts(int rank) const { return ranks_[size_t(rank)].counts; }
 
     qjit_communicator communicator(int rank) {
         qjit_communicator comm{};
@@ -76,6 +84,7 @@ private:
         InProcessGroup* group = nullptr;
         int rank = 0;
         std::vector<float> partial;  // this rank's chunk of a sum being formed
+        CollectiveCounts counts;
     };
     struct alignas(64) Slot {  // one cache line per rank: publishing does not false-share
         const float* data = nullptr;
@@ -88,6 +97,8 @@ private:
         Rank& self = *static_cast<Rank*>(user);
         InProcessGroup& group = *self.group;
         const int world = group.world_size();
+        ++self.counts.all_reduces;
+        self.counts.all_reduce_elements += count;
         group.published_[size_t(self.rank)].data = buffer;
         group.barrier();
         const int64_t begin = chunk_begin(count, world, self.rank), end = chunk_begin(count, world, self.rank + 1);
@@ -110,6 +121,8 @@ private:
     static int all_gather_f32(void* user, const float* send, float* receive, int64_t count) {
         Rank& self = *static_cast<Rank*>(user);
         InProcessGroup& group = *self.group;
+        ++self.counts.all_gathers;
+        self.counts.all_gather_elements += count;
         group.published_[size_t(self.rank)].data = send;
         group.barrier();
         for (int r = 0; r < group.world_size(); ++r)
