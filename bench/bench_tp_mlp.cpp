@@ -10,15 +10,17 @@
 // forward `repeats` times in alternation, each call started on every rank at once (a barrier): the
 // table shows the median of the slowest rank's wall time, the medians of where it went
 // (qjit_tp_timing, averaged over the ranks) and the bytes a rank sends (qjit_tp_mlp_traffic). The
-// forwards run back to back; a rank's weights (75-350 MB) are larger than the 32 MiB L3, so each
-// call streams them from memory: warm runs that are in effect cold.
+// forwards run back to back; a rank's weights (80-370 MB) are larger than a server's L3, so each
+// call streams them from memory: warm runs that are in effect cold. The collectives are also timed
+// alone, every rank arriving at once: a forward's communicate time is that plus the wait for the
+// slowest rank.
 //
 // A memory read probe (one thread, every core) runs before each timed size and at the end: the
 // forward is bandwidth-bound at small batches, and a VM's bandwidth on several cores drifts, so a
 // TP=2 over TP=1 speedup means something only next to it.
 //
 // Before any timing, every configuration's y at every batch is checked against the TP=1 y of the
-// same x. The --check-tp size (4 by default, more ranks than this machine's cores) is checked and
+// same x, and the collectives the communicator saw against what qjit_tp_mlp_traffic says. The --check-tp size (4 by default, more ranks than this machine's cores) is checked and
 // not timed: oversubscribed ranks take turns on a core.
 //
 //   bench_tp_mlp                                  both MLPs, TP 1 and 2, batch 1, 2, 4, 8, 16, 30 repeats
