@@ -49,6 +49,43 @@ TEST(ModelConfig, SameShapedLayersMerge) {
     EXPECT_EQ(shapes[2].n, 4096);
 }
 
+// Every layer of every shipped config has a known split; Llama-2-70B's shards at 8 are Megatron's.
+TEST(ModelConfig, TensorParallelShardsSplitColumnsAndRows) {
+    for (const auto& entry : std::filesystem::directory_iterator(kConfigs))
+        for (const LinearShape& shape : load_model_config(entry.path().string()).linear)
+            EXPECT_NO_THROW(tensor_parallel_split(shape.name)) << entry.path() << ": " << shape.name;
+    EXPECT_EQ(tensor_parallel_split("expert_w1"), TensorParallelSplit::column);
+    EXPECT_EQ(tensor_parallel_split("dense_down_proj"), TensorParallelSplit::row);
+    EXPECT_THROW(tensor_parallel_split("tw2"), std::runtime_error);  // a suffix counts only after '_'
+
+    const ModelConfig model = load_model_config((kConfigs / "llama-2-70b.yaml").string());
+    EXPECT_EQ(tensor_parallel_shards(model.linear, 1, 128).size(), model.linear.size());
+    const std::vector<LinearShape> shards = tensor_parallel_shards(model.linear, 8, 128);
+    ASSERT_EQ(shards.size(), 7u);
+    EXPECT_EQ(shards[1].k, 8192);  // k_proj, column-parallel
+    EXPECT_EQ(shards[1].n, 128);
+    EXPECT_EQ(shards[3].k, 1024);  // o_proj, row-parallel
+    EXPECT_EQ(shards[3].n, 8192);
+    EXPECT_EQ(shards[6].k, 3584);  // down_proj: 28 groups of 128
+    EXPECT_EQ(shards[6].n, 8192);
+}
+
+TEST(ModelConfig, TensorParallelSizesThatCutAreRefusedByLayer) {
+    const ModelConfig model = load_model_config((kConfigs / "llama-2-70b.yaml").string());
+    auto message = [&](int tp, int group) {
+        try {
+            tensor_parallel_shards(model.linear, tp, group);
+        } catch (const std::runtime_error& e) {
+            return std::string(e.what());
+        }
+        return std::string("accepted");
+    };
+    EXPECT_NE(message(3, 128).find("'q_proj'"), std::string::npos);        // 8192 % 3
+    EXPECT_NE(message(64, 128).find("'down_proj'"), std::string::npos);    // 448 rows: 3.5 groups
+    EXPECT_NE(message(64, 128).find("cuts a group"), std::string::npos);
+    EXPECT_EQ(message(64, -1), "accepted");                                // per-column groups are never cut
+}
+
 TEST(ModelConfig, BadFilesAreReportedByName) {
     const std::string path = ::testing::TempDir() + "qjit_bad_model.yaml";
     for (const char* text : {"name: x\nlayers: 1\nlinear: []\n", "name: x\nlayers: 1\nlinear:\n  - {name: a, k: 0, n: 3}\n",

@@ -3,9 +3,10 @@
 //
 // With no arguments it tunes the embedded default: the Llama-2-7B linear layers at 4-bit, group
 // 128, batch 1 and 16. --model configs/models/NAME.yaml tunes another model's layers (random
-// weights: speed does not depend on their values); --checkpoint DIR tunes every distinct format
-// and shape of a GPTQ checkpoint, with its own layers. Shapes the database already holds for this
-// machine are not timed again (--retune times them anyway).
+// weights: speed does not depend on their values), and with --tp N the shards one of N
+// tensor-parallel ranks holds (tools/model_config.hpp says which layers split which way);
+// --checkpoint DIR tunes every distinct format and shape of a GPTQ checkpoint, with its own layers.
+// Shapes the database already holds for this machine are not timed again (--retune times them anyway).
 // --list, --export and --import work on the database and tune nothing. --json FILE also writes the
 // run's settings and rows as JSON (what qjit.tune in Python reads).
 //
@@ -51,6 +52,7 @@ const qjit_tools::ModelConfig kLlama2_7b = {"llama-2-7b",
 struct Options {
     std::string model;  // empty: the embedded Llama-2-7B
     std::string checkpoint;  // a GPTQ checkpoint directory: tune its layers instead of a model's
+    int tp = 1;              // tensor-parallel world size: tune one rank's shards
     int bits = 4;
     int group = 128;
     bool symmetric = false;
@@ -328,11 +330,15 @@ int main(int argc, char** argv) {
     CLI::Option* group = app.add_option("--group", o.group, "group size: 16, 32, 64, 128, 256 or -1 (per column)")
                              ->check(CLI::IsMember({16, 32, 64, 128, 256, -1}));
     CLI::Option* symmetric = app.add_flag("--symmetric", o.symmetric, "symmetric quantization (zero point 2^(bits-1))");
+    CLI::Option* tp = app.add_option("--tp", o.tp,
+                                     "tensor-parallel world size: tune one rank's shards (column-parallel layers "
+                                     "N / tp, row-parallel K / tp)")
+                          ->check(CLI::Range(1, 4096));
     app.add_option("--checkpoint", o.checkpoint,
                    "GPTQ checkpoint directory: tune each distinct format and shape of its layers "
                    "(width, group and symmetry come from it)")
         ->check(CLI::ExistingDirectory)
-        ->excludes(model, bits, group, symmetric);
+        ->excludes(model, bits, group, symmetric, tp);
     app.add_option("--batch", o.batches, "activation rows per forward to tune for (one or more)")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
     app.add_option("--threads", o.threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber);
@@ -361,13 +367,12 @@ int main(int argc, char** argv) {
     if (o.list || !o.export_path.empty() || !o.import_path.empty()) return manage_database(o);
 
     qjit_tools::ModelConfig model_config = kLlama2_7b;
-    if (!o.model.empty()) {
-        try {
-            model_config = qjit_tools::load_model_config(o.model);
-        } catch (const std::exception& e) {
-            std::fprintf(stderr, "qjit-tune: %s\n", e.what());
-            return 1;
-        }
+    try {
+        if (!o.model.empty()) model_config = qjit_tools::load_model_config(o.model);
+        model_config.linear = qjit_tools::tensor_parallel_shards(model_config.linear, o.tp, o.group);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "qjit-tune: %s\n", e.what());
+        return 1;
     }
     const qjit_tuning_mode mode = o.exhaustive ? QJIT_TUNING_EXHAUSTIVE : o.retune ? QJIT_TUNING_RETUNE : QJIT_TUNING_DEFAULT;
     qjit_context* portable = make_context(o, 1, 0, QJIT_TUNING_DEFAULT, QJIT_ISA_PORTABLE, false);
@@ -388,8 +393,9 @@ int main(int argc, char** argv) {
     std::vector<Target> targets;
     if (o.checkpoint.empty()) {
         targets = model_targets(model_config, o, &random_layers);
-        what = printed("%s layers, %d-bit, group %d, %s", model_config.name.c_str(), o.bits, o.group,
-                       o.symmetric ? "symmetric" : "asymmetric");
+        what = printed("%s layers%s, %d-bit, group %d, %s", model_config.name.c_str(),
+                       o.tp > 1 ? printed(" as one rank's shards at tensor-parallel size %d", o.tp).c_str() : "",
+                       o.bits, o.group, o.symmetric ? "symmetric" : "asymmetric");
     } else {
         targets = checkpoint_targets(&checkpoint, tuned.front(), &what);
         what = "checkpoint " + o.checkpoint + ": " + what;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <utility>
 
 namespace qjit_tools {
 
@@ -47,6 +48,15 @@ void random_gptq(int64_t k, int64_t n, int bits, int group, uint64_t seed, GptqT
     out->view.scale_dtype = QJIT_DTYPE_F16;
     out->view.g_idx = nullptr;
     out->view.checkpoint_format = QJIT_GPTQ_V2;
+}
+
+void shuffle_groups(int64_t k, int group, uint64_t seed, GptqTensors* tensors) {
+    tensors->g_idx.resize(size_t(k));
+    for (int64_t row = 0; row < k; ++row) tensors->g_idx[size_t(row)] = int32_t(row / group);
+    Rng rng(seed);
+    for (int64_t i = k - 1; i > 0; --i)  // Fisher-Yates
+        std::swap(tensors->g_idx[size_t(i)], tensors->g_idx[size_t(rng.next() % uint64_t(i + 1))]);
+    tensors->view.g_idx = tensors->g_idx.data();
 }
 
 }  // namespace qjit_tools

@@ -34,10 +34,15 @@ struct GptqTensors {
     std::vector<int32_t> qweight;
     std::vector<int32_t> qzeros;
     std::vector<uint16_t> scales;
-    qjit_gptq_tensors view{};  // points into the vectors above
+    std::vector<int32_t> g_idx;  // empty: no act-order
+    qjit_gptq_tensors view{};    // points into the vectors above
 };
 
 // group: rows per group, or QJIT_GROUP_PER_COLUMN.
 void random_gptq(int64_t k, int64_t n, int bits, int group, uint64_t seed, GptqTensors* out, bool symmetric = false);
+
+// Gives random_gptq's tensors act-order: a g_idx in which each group still has `group` rows, spread
+// over the K rows in a random order, as GPTQ's desc_act leaves them. k must be a multiple of group.
+void shuffle_groups(int64_t k, int group, uint64_t seed, GptqTensors* tensors);
 
 }  // namespace qjit_tools
