@@ -100,13 +100,16 @@ std::vector<float> gather_in_down_order(const qjit_tp_mlp& mlp, Collectives& col
         all = gathered.data();
     }
     const auto start = Clock::now();
-    std::vector<float> chunk(size_t(m * c));
+    // Where column j of this rank's chunk sits in a row of the gathered blocks: rank o / c's block, column o % c.
+    std::vector<int64_t> source(static_cast<size_t>(c));
     const int32_t* rows = mlp.down_rows.data() + mlp.rank * c;
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < c; ++j) {
-            const int64_t original = rows[j];
-            chunk[size_t(i * c + j)] = all[size_t((original / c) * m * c + i * c + original % c)];
-        }
+    for (int64_t j = 0; j < c; ++j) source[size_t(j)] = (rows[j] / c) * m * c + rows[j] % c;
+    std::vector<float> chunk(size_t(m * c));
+    for (int64_t i = 0; i < m; ++i) {
+        const float* row = all + i * c;
+        float* out = chunk.data() + i * c;
+        for (int64_t j = 0; j < c; ++j) out[j] = row[source[size_t(j)]];
+    }
     *permute_us = microseconds_since(start);
     return chunk;
 }
