@@ -20,8 +20,9 @@
 // TP=2 over TP=1 speedup means something only next to it.
 //
 // Before any timing, every configuration's y at every batch is checked against the TP=1 y of the
-// same x, and the collectives the communicator saw against what qjit_tp_mlp_traffic says. The --check-tp size (4 by default, more ranks than this machine's cores) is checked and
-// not timed: oversubscribed ranks take turns on a core.
+// same x, and the collectives the communicator saw against what qjit_tp_mlp_traffic says. The
+// --check-tp size (4 by default, more ranks than this machine's cores) is checked and not timed:
+// oversubscribed ranks take turns on a core.
 //
 //   bench_tp_mlp                                  both MLPs, TP 1 and 2, batch 1, 2, 4, 8, 16, 30 repeats
 //   bench_tp_mlp --quick                          batch 1 and 16, 7 repeats

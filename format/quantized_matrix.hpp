@@ -54,7 +54,8 @@ SparseOutliers make_sparse_outliers(int64_t k, int64_t n, std::vector<OutlierEnt
 struct QuantParams : WeightFormat {
     std::vector<float> scales;      // [num_groups][n]; exact in fp32 whatever scale_type says (second-order:
                                     // second_order's values, dequantized)
-    std::vector<uint16_t> zeros;    // [num_groups][n]; up to 2^bits (layer files saved before GPTQ v1 was read word-wise may hold it)
+    std::vector<uint16_t> zeros;    // [num_groups][n]; up to 2^bits (layer files saved before GPTQ v1 was
+                                    // read word-wise may hold it)
     std::vector<int32_t> row_order; // act_order: storage row r holds original row row_order[r]; else empty
     std::vector<int32_t> column_order; // permuted_columns: output column j is original column column_order[j]
                                        // (distinct, >= 0; a shard's may skip columns); else empty

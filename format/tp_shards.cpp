@@ -76,7 +76,8 @@ QuantizedMatrix select_storage_rows(const QuantizedMatrix& matrix, int64_t first
         format.group_bits.assign(p.group_bits.begin() + first_group, p.group_bits.begin() + first_group + groups);
     }
     static_cast<WeightFormat&>(s) = with_shape(format, count, p.n);
-    const size_t metadata_begin = size_t(first_group * p.n), metadata_end = metadata_begin + size_t(s.num_groups() * p.n);
+    const size_t metadata_begin = size_t(first_group * p.n);
+    const size_t metadata_end = metadata_begin + size_t(s.num_groups() * p.n);
     s.scales.assign(p.scales.begin() + metadata_begin, p.scales.begin() + metadata_end);
     s.zeros.assign(p.zeros.begin() + metadata_begin, p.zeros.begin() + metadata_end);
     shard.codes.assign(matrix.codes.begin() + first * p.n, matrix.codes.begin() + (first + count) * p.n);

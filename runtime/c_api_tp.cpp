@@ -127,7 +127,8 @@ qjit_status qjit_tp_mlp_get_info(const qjit_tp_mlp* mlp, qjit_tp_mlp_info* info)
         info->shard_n1 = mlp->shard_n1();
         info->act_order = 0;
         for (size_t i = 0; i < mlp->down_rows.size(); ++i) info->act_order |= mlp->down_rows[i] != int32_t(i);
-        info->weight_bytes = weight_bytes(*mlp->up) + weight_bytes(*mlp->down) + (mlp->gate ? weight_bytes(*mlp->gate) : 0);
+        info->weight_bytes =
+            weight_bytes(*mlp->up) + weight_bytes(*mlp->down) + (mlp->gate ? weight_bytes(*mlp->gate) : 0);
     });
 }
 

@@ -17,7 +17,8 @@ constexpr FileKind kTpMlpFile{"QJITTPML", "tensor-parallel MLP", 1, 1};
 
 // A section's bytes at `offset`, `bytes` long, or QJIT_ERROR_CORRUPT_DATA naming it.
 std::string_view take(std::string_view image, size_t& offset, size_t end, uint64_t bytes, const char* what) {
-    if (bytes > end - offset) corrupt(concat("the ", what, " section (", bytes, " bytes) runs past the end of the file"));
+    if (bytes > end - offset)
+        corrupt(concat("the ", what, " section (", bytes, " bytes) runs past the end of the file"));
     const std::string_view section = image.substr(offset, size_t(bytes));
     offset += size_t(bytes);
     return section;
@@ -42,7 +43,8 @@ std::string serialize_tp_mlp(const qjit_tp_mlp& mlp) {
         {"n1", mlp.n1},
         {"n2", mlp.n2},
         {"qjit_version", qjit_version()},
-        {"sections", {{"down_rows", mlp.down_rows.size()}, {"up", up.size()}, {"gate", gate.size()}, {"down", down.size()}}}};
+        {"sections",
+         {{"down_rows", mlp.down_rows.size()}, {"up", up.size()}, {"gate", gate.size()}, {"down", down.size()}}}};
     return write_framed(kTpMlpFile, 1, header, [&](std::string& image) {
         image.append(reinterpret_cast<const char*>(mlp.down_rows.data()), mlp.down_rows.size() * sizeof(int32_t));
         image += up;
