@@ -6,8 +6,13 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
+#include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "tools/random_gptq.hpp"
@@ -19,7 +24,6 @@ inline constexpr size_t kGiB = size_t(1) << 30;
 
 inline int hardware_threads() { return std::max(1, int(std::thread::hardware_concurrency())); }
 
-// The median of a non-empty sample (the mean of the middle two for an even count).
 // A layer shape of a model, as the benchmarks list them: ("7b", "gate/up", 4096, 11008).
 struct ModelLayerShape {
     const char* model;
@@ -27,6 +31,7 @@ struct ModelLayerShape {
     int64_t k, n;
 };
 
+// The median of a non-empty sample (the mean of the middle two for an even count).
 inline double median(std::vector<double> values) {
     std::sort(values.begin(), values.end());
     const size_t mid = values.size() / 2;
@@ -34,6 +39,29 @@ inline double median(std::vector<double> values) {
 }
 
 using qjit_tools::Rng;
+
+// A command-line list, "1,2,4" or "llama-70b,granite-20b", as integers or strings; a bad integer
+// ends the program with a message naming `program` and the list.
+template <typename T>
+std::vector<T> parse_list(const char* program, const char* text) {
+    std::vector<T> values;
+    for (const char* p = text; *p;) {
+        const char* end = std::strchr(p, ',');
+        if (end == nullptr) end = p + std::strlen(p);
+        if constexpr (std::is_same_v<T, std::string>) {
+            values.emplace_back(p, end);
+        } else {
+            char* parsed = nullptr;
+            values.push_back(T(std::strtoll(p, &parsed, 10)));
+            if (parsed != end || parsed == p) {
+                std::fprintf(stderr, "%s: bad list '%s'\n", program, text);
+                std::exit(2);
+            }
+        }
+        p = *end == ',' ? end + 1 : end;
+    }
+    return values;
+}
 
 // A persistent team of threads: run(count, task) calls task(i) for i in [0, count) on `count`
 // members (the caller is member 0) and returns when all are done. Workers sleep on an atomic

@@ -34,6 +34,7 @@
 namespace {
 
 using qjit_bench::median;
+using qjit_bench::parse_list;
 
 using Shape = qjit_bench::ModelLayerShape;
 constexpr Shape kShapes[] = {
@@ -58,30 +59,15 @@ struct Options {
     std::exit(1);
 }
 
-template <typename T>
-std::vector<T> parse_list(const char* text) {
-    std::vector<T> values;
-    for (const char* p = text; *p;) {
-        char* end = nullptr;
-        values.push_back(T(std::strtoll(p, &end, 10)));
-        if (end == p) {
-            std::fprintf(stderr, "bench_cpu_speed: bad list '%s'\n", text);
-            std::exit(2);
-        }
-        p = *end == ',' ? end + 1 : end;
-    }
-    return values;
-}
-
 Options parse(int argc, char** argv) {
     Options options;
     for (int i = 1; i < argc; ++i) {
         const std::string_view arg(argv[i]);
         auto value = [&](std::string_view flag) { return arg.starts_with(flag) ? argv[i] + flag.size() : nullptr; };
         if (const char* v = value("--shapes=")) options.shapes = v;
-        else if (const char* v = value("--bits=")) options.bits = parse_list<int>(v);
-        else if (const char* v = value("--batches=")) options.batches = parse_list<int64_t>(v);
-        else if (const char* v = value("--threads=")) options.threads = parse_list<int>(v);
+        else if (const char* v = value("--bits=")) options.bits = parse_list<int>("bench_cpu_speed", v);
+        else if (const char* v = value("--batches=")) options.batches = parse_list<int64_t>("bench_cpu_speed", v);
+        else if (const char* v = value("--threads=")) options.threads = parse_list<int>("bench_cpu_speed", v);
         else {
             std::fprintf(stderr, "usage: bench_cpu_speed [--shapes=7b|70b|all] [--bits=4,3,2] "
                                  "[--batches=1,2,4,8,16,32,64] [--threads=1,2]\n");

@@ -50,6 +50,7 @@
 namespace {
 
 using qjit_bench::median;
+using qjit_bench::parse_list;
 
 struct MlpShape {
     const char* name;
@@ -85,27 +86,6 @@ void check(qjit_status status, const char* what) {
     if (status != QJIT_OK) die(what);
 }
 
-template <typename T>
-std::vector<T> parse_list(const char* text) {
-    std::vector<T> values;
-    for (const char* p = text; *p;) {
-        const char* end = std::strchr(p, ',');
-        if (end == nullptr) end = p + std::strlen(p);
-        if constexpr (std::is_same_v<T, std::string>) {
-            values.emplace_back(p, end);
-        } else {
-            char* parsed = nullptr;
-            values.push_back(T(std::strtoll(p, &parsed, 10)));
-            if (parsed != end) {
-                std::fprintf(stderr, "bench_tp_mlp: bad list '%s'\n", text);
-                std::exit(2);
-            }
-        }
-        p = *end == ',' ? end + 1 : end;
-    }
-    return values;
-}
-
 Options parse(int argc, char** argv) {
     Options options;
     for (int i = 1; i < argc; ++i) {
@@ -114,10 +94,10 @@ Options parse(int argc, char** argv) {
         if (arg == "--quick") {
             options.batches = {1, 16};
             options.repeats = 7;
-        } else if (const char* v = value("--shapes=")) options.shapes = parse_list<std::string>(v);
-        else if (const char* v = value("--batches=")) options.batches = parse_list<int64_t>(v);
+        } else if (const char* v = value("--shapes=")) options.shapes = parse_list<std::string>("bench_tp_mlp", v);
+        else if (const char* v = value("--batches=")) options.batches = parse_list<int64_t>("bench_tp_mlp", v);
         else if (const char* v = value("--repeats=")) options.repeats = std::max(1, std::atoi(v));
-        else if (const char* v = value("--tp=")) options.timed_tp = parse_list<int>(v);
+        else if (const char* v = value("--tp=")) options.timed_tp = parse_list<int>("bench_tp_mlp", v);
         else if (const char* v = value("--check-tp=")) options.check_tp = std::atoi(v);
         else {
             std::fprintf(stderr, "usage: bench_tp_mlp [--quick] [--shapes=llama-70b,granite-20b] [--batches=1,2,4,8,16] "
