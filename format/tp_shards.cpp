@@ -19,6 +19,12 @@ void require_shardable(const QuantParams& p) {
 
 }  // namespace
 
+bool is_identity(std::span<const int32_t> order) {
+    for (size_t i = 0; i < order.size(); ++i)
+        if (order[i] != int32_t(i)) return false;
+    return true;
+}
+
 std::vector<int32_t> storage_row_order(const QuantParams& p) {
     if (p.act_order) return p.row_order;
     std::vector<int32_t> identity(size_t(p.k));
@@ -47,9 +53,7 @@ QuantizedMatrix select_columns(const QuantizedMatrix& matrix, std::span<const in
         }
         for (int64_t r = 0; r < p.k; ++r) shard.codes[size_t(r * n + j)] = matrix.codes[size_t(r * p.n + c)];
     }
-    bool all_in_order = n == p.n;
-    for (int64_t j = 0; all_in_order && j < n; ++j) all_in_order = columns[size_t(j)] == j;
-    if (!all_in_order) {
+    if (n != p.n || !is_identity(columns)) {
         s.permuted_columns = true;
         s.column_order.assign(columns.begin(), columns.end());
     }

@@ -10,6 +10,9 @@
 
 namespace qjit {
 
+// Whether order[i] == i for every i: a permutation that moves nothing.
+bool is_identity(std::span<const int32_t> order);
+
 // The original rows in storage order: row_order for an act-order matrix, else 0 .. K-1.
 std::vector<int32_t> storage_row_order(const QuantParams& params);
 

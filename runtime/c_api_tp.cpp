@@ -8,6 +8,7 @@
 #include "format/gptq_import.hpp"
 #include "format/quantize_hqq.hpp"
 #include "format/quantize_rtn.hpp"
+#include "format/tp_shards.hpp"
 #include "qjit/qjit_tp.h"
 #include "runtime/checkpoint_handle.hpp"
 #include "runtime/f32_layer.hpp"
@@ -125,8 +126,7 @@ qjit_status qjit_tp_mlp_get_info(const qjit_tp_mlp* mlp, qjit_tp_mlp_info* info)
         info->n1 = mlp->n1;
         info->n2 = mlp->n2;
         info->shard_n1 = mlp->shard_n1();
-        info->act_order = 0;
-        for (size_t i = 0; i < mlp->down_rows.size(); ++i) info->act_order |= mlp->down_rows[i] != int32_t(i);
+        info->act_order = !is_identity(mlp->down_rows);
         info->weight_bytes =
             weight_bytes(*mlp->up) + weight_bytes(*mlp->down) + (mlp->gate ? weight_bytes(*mlp->gate) : 0);
     });

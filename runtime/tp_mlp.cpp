@@ -114,12 +114,6 @@ std::vector<float> gather_in_down_order(const qjit_tp_mlp& mlp, Collectives& col
     return chunk;
 }
 
-bool is_identity(const std::vector<int32_t>& order) {
-    for (size_t i = 0; i < order.size(); ++i)
-        if (order[i] != int32_t(i)) return false;
-    return true;
-}
-
 }  // namespace
 
 std::unique_ptr<qjit_tp_mlp> make_tp_mlp(qjit_context* context, const MlpMatrices& mlp, int rank, int world_size,
@@ -164,11 +158,11 @@ void check_tp_mlp(const qjit_tp_mlp& mlp) {
         require(row >= 0 && row < mlp.n1 && !seen[size_t(row)], "W_down's row order is not a permutation of 0..N1-1");
         seen[size_t(row)] = true;
     }
+    const std::vector<int32_t> columns = shard_columns(mlp.down_rows, c, mlp.rank, mlp.algorithm);
     for (const qjit_linear* shard : {mlp.up.get(), mlp.gate.get()}) {
         if (!shard) continue;
         require(shard->params.k == mlp.k1 && shard->params.n == c, "a W_up or W_gate shard is ", shard->params.k,
                 " x ", shard->params.n, "; expected K1 x N1 / world_size = ", mlp.k1, " x ", c);
-        const std::vector<int32_t> columns = shard_columns(mlp.down_rows, c, mlp.rank, mlp.algorithm);
         const bool recorded = shard->params.permuted_columns ? shard->params.column_order == columns
                                                              : c == mlp.n1 && is_identity(columns);
         require(recorded, "a W_up or W_gate shard's columns are not the ones its rank and algorithm take");

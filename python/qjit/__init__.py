@@ -31,7 +31,7 @@ def cuda_device_info(ordinal: int = 0) -> dict:
 
 __all__ = [
     "Calibration", "Checkpoint", "CheckpointLayer", "CommunicationError", "Context", "CorruptDataError", "Error",
-    "FileIOError",
-    "InternalError", "InvalidArgumentError", "Linear", "LinearInfo", "NoDeviceError", "OutOfMemoryError",
-    "TuneResult", "TuneRow", "Tuning", "UnsupportedError", "cuda_device_count", "cuda_device_info", "tune",
+    "FileIOError", "InternalError", "InvalidArgumentError", "Linear", "LinearInfo", "NoDeviceError",
+    "OutOfMemoryError", "TuneResult", "TuneRow", "Tuning", "UnsupportedError", "cuda_device_count",
+    "cuda_device_info", "tune",
 ]

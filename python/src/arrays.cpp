@@ -100,9 +100,10 @@ int64_t ArrayView::rows() const {
 
 ArrayView cpu_array(nb::handle obj, const char* name, std::initializer_list<Element> allowed, int ndim) {
     ArrayView view;
+    view.framework = is_torch_tensor(obj) ? Framework::pytorch : Framework::numpy;
+    const bool takes_f32 = std::find(allowed.begin(), allowed.end(), Element::f32) != allowed.end();
     float* tensor_data = nullptr;
-    if (std::find(allowed.begin(), allowed.end(), Element::f32) != allowed.end() &&
-        plain_f32_tensor(obj, &tensor_data, &view.shape) &&
+    if (view.framework == Framework::pytorch && takes_f32 && plain_f32_tensor(obj, &tensor_data, &view.shape) &&
         (ndim >= 0 ? int(view.shape.size()) == ndim : !view.shape.empty())) {
         view.data = tensor_data;  // the caller's reference keeps the tensor alive
         return view;
@@ -134,7 +135,8 @@ ArrayView cpu_array(nb::handle obj, const char* name, std::initializer_list<Elem
 float* writable_f32(nb::handle obj, const char* name, const std::vector<int64_t>& shape) {
     float* tensor_data = nullptr;
     std::vector<int64_t> tensor_shape;
-    if (plain_f32_tensor(obj, &tensor_data, &tensor_shape) && tensor_shape == shape) return tensor_data;
+    if (is_torch_tensor(obj) && plain_f32_tensor(obj, &tensor_data, &tensor_shape) && tensor_shape == shape)
+        return tensor_data;
     nb::ndarray<> array;
     if (!nb::try_cast(obj, array, /*convert=*/false))
         invalid_argument(std::string(name) +
@@ -150,8 +152,6 @@ float* writable_f32(nb::handle obj, const char* name, const std::vector<int64_t>
         invalid_argument(std::string(name) + ": the array is not C-contiguous; qjit writes results in row-major order");
     return static_cast<float*>(array.data());
 }
-
-Framework framework_of(nb::handle obj) { return is_torch_tensor(obj) ? Framework::pytorch : Framework::numpy; }
 
 NewArray new_f32_array(const std::vector<int64_t>& shape, Framework framework) {
     int64_t size = 1;

@@ -19,6 +19,9 @@ namespace nb = nanobind;
 // The element types the binding takes.
 enum class Element { f32, f16, bf16, i32, i64 };
 
+// What kind of array a caller passed, so that results come back as the same kind.
+enum class Framework { numpy, pytorch };
+
 // A CPU array, contiguous, kept alive for as long as the view (or, for a PyTorch tensor read
 // through its attributes, by the caller's reference to it).
 struct ArrayView {
@@ -27,6 +30,7 @@ struct ArrayView {
     const void* data = nullptr;
     std::vector<int64_t> shape;
     Element element = Element::f32;
+    Framework framework = Framework::numpy;  // a PyTorch tensor's, or anything else's
 
     int64_t size() const;
     int64_t rows() const;  // the product of every dimension but the last (1 for a vector)
@@ -42,10 +46,6 @@ ArrayView cpu_array(nb::handle obj, const char* name, std::initializer_list<Elem
 
 // `obj` as a writable, C-contiguous float32 CPU array of exactly `shape` (for out= arguments).
 float* writable_f32(nb::handle obj, const char* name, const std::vector<int64_t>& shape);
-
-// What kind of array a caller passed, so that results come back as the same kind.
-enum class Framework { numpy, pytorch };
-Framework framework_of(nb::handle obj);
 
 // A new, uninitialised float32 array of `shape`, as numpy or PyTorch, and where to write its elements.
 struct NewArray {

@@ -298,7 +298,7 @@ public:
         nb::object result;
         float* y = nullptr;
         if (out.is_none()) {
-            NewArray created = new_f32_array(shape, framework_of(x));
+            NewArray created = new_f32_array(shape, input.framework);
             result = std::move(created.array);
             y = created.data;
         } else {

@@ -30,7 +30,7 @@ bool is_torch_tensor(nb::handle obj) {
 }
 
 bool plain_f32_tensor(nb::handle obj, float** data, std::vector<int64_t>* shape) {
-    if (!is_torch_tensor(obj) || !obj.attr("dtype").is(torch().float32) || !nb::cast<bool>(obj.attr("is_cpu")) ||
+    if (!obj.attr("dtype").is(torch().float32) || !nb::cast<bool>(obj.attr("is_cpu")) ||
         !nb::cast<bool>(obj.attr("is_contiguous")()))
         return false;
     *shape = nb::cast<std::vector<int64_t>>(obj.attr("shape"));

@@ -15,7 +15,8 @@ namespace nb = nanobind;
 
 bool is_torch_tensor(nb::handle obj);
 
-// A contiguous float32 CPU tensor's memory and shape; false for any other tensor.
+// The memory and shape of a tensor (is_torch_tensor) that is float32, contiguous and on the CPU;
+// false for any other tensor.
 bool plain_f32_tensor(nb::handle obj, float** data, std::vector<int64_t>* shape);
 
 // torch.from_numpy(array): a tensor sharing the array's memory.
