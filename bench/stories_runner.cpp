@@ -7,7 +7,7 @@
 // method's parameters, ...).
 //
 // The calibrated methods (gptq, mixed) quantize layer by layer on the quantized model's own
-// activations (llama2::quantize_with_calibration): the calibration text is paragraphs 400 and later of
+// activations (qjit_tools::llama::quantize_with_calibration): the calibration text is paragraphs 400 and later of
 // text/tinystories_val.txt, tokenized here as the reference tokens were (the evaluation set is
 // paragraphs 0..199), --calibration-paragraphs of them (default 256: about 25,000 tokens, each a row
 // of every matrix's calibration; a gptq run takes 15-60 s on 2 shared cores, most of it running the
@@ -26,66 +26,44 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <fstream>
 #include <iterator>
 #include <memory>
 #include <optional>
-#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "llama2_model.hpp"
+#include "llama2_checkpoint.hpp"
+#include "llama2_tokenizer.hpp"
+#include "tools/binary_files.hpp"
+#include "tools/json_line.hpp"
+#include "tools/llama_eval.hpp"
+#include "tools/llama_model.hpp"
+#include "tools/method_model.hpp"
+#include "tools/runner_options.hpp"
 
 namespace {
 
+namespace llama = qjit_tools::llama;
+namespace llama2 = qjit_bench::llama2;
+using Sequences = std::vector<std::vector<int>>;
+
 // The evaluation set is the first 200 paragraphs; calibration starts well after it by default.
 constexpr int kEvaluationParagraphs = 200;
+constexpr const char* kMethods[] = {"fp32", "rtn", "hqq", "milo", "gptq", "mixed"};
 
 struct Options {
     std::string models_dir = QJIT_SHARED_MODELS_DIR;
     int steps = 256;
-    int threads = 0;               // 0: qjit's default (one per core)
     bool fp32_classifier = false;  // keep the classifier dense instead of quantizing it too
-    qjit_dtype scale_dtype = QJIT_DTYPE_F16;
-    qjit_activations activations = QJIT_ACTIVATIONS_AUTO;
-    // One method instead of the sweep (empty: the sweep).
-    std::string method;
-    int bits = 3;
-    int group_size = 64;
-    int rank = 0;                  // MiLo: every matrix's rank, unless a policy shares avg_rank
-    std::string rank_policy;       // "uniform", "dense-r", "sparse-r", "kurtosis-r", "frequency-r"
-    double avg_rank = 0;
-    int low_rank_bits = 8;
-    // gptq and mixed
-    bool act_order = false;
-    double damp = 0.01;
+    qjit_tools::ContextOptions context;
+    qjit_tools::MethodOptions method;  // method.method empty: the sweep
     int calibration_paragraphs = 256;
-    int calibration_start = 400;   // first paragraph of the calibration text
-    bool no_calibration = false;   // mixed: rank groups by their range, round to nearest
-    double alpha = 0.25;           // mixed: fraction of K-groups in 4 bits
-    double outlier_fraction = 0.002;
-    bool second_order_scales = true;
-    qjit_isa max_isa = QJIT_ISA_AUTO;
+    int calibration_start = 400;  // first paragraph of the calibration text
     bool json = false;
-
-    bool calibrated() const { return method == "gptq" || (method == "mixed" && !no_calibration); }
 };
-
-struct IsaName {
-    const char* name;
-    qjit_isa isa;
-};
-constexpr IsaName kIsaNames[] = {{"auto", QJIT_ISA_AUTO},         {"portable", QJIT_ISA_PORTABLE},
-                                 {"avx2", QJIT_ISA_AVX2},         {"avx2-vnni", QJIT_ISA_AVX2_VNNI},
-                                 {"avx512", QJIT_ISA_AVX512},     {"avx512-vnni", QJIT_ISA_AVX512_VNNI}};
-
-const char* isa_name(qjit_isa isa) {
-    for (const IsaName& entry : kIsaNames)
-        if (entry.isa == isa) return entry.name;
-    return "?";
-}
 
 void print_usage(const char* program) {
     std::printf(
@@ -93,128 +71,43 @@ void print_usage(const char* program) {
         "          [--activations auto|f32|int8]\n"
         "  --models-dir DIR   folder with stories260K/ and reference/ (default %s)\n"
         "  --steps N          greedy decoding steps (default 256)\n"
-        "  --threads N        qjit context threads (default 0: one per core)\n"
         "  --fp32-classifier  quantize only wq..w3 and keep the classifier in fp32\n"
-        "  --f32-scales       keep quantization scales in fp32 (default: f16, qjit's default)\n"
-        "  --activations P    activation path of the CPU kernels (default auto: qjit's default)\n"
-        "  --isa I            cap on the CPU instruction set: auto (default), portable, avx2, avx2-vnni, avx512,\n"
-        "                     avx512-vnni\n"
-        "  --method M         fp32, rtn, hqq, milo, gptq or mixed: evaluate this one method (no decoding, no sweep)\n"
-        "  --bits B, --group G  its width (default 3; mixed: 2 or 4 per group) and group size (default 64; -1 per\n"
-        "                     column)\n"
-        "  --rank R           milo: the compensator rank of every matrix\n"
-        "  --rank-policy P --avg-rank R  milo: ranks shared under an average rank (uniform, dense-r, sparse-r,\n"
-        "                     kurtosis-r, frequency-r)\n"
-        "  --low-rank-bits B  milo: how U and V are stored: 8 (default), 3 or 16 (fp16)\n"
-        "  --act-order        gptq, mixed: quantize rows in decreasing diag(H)\n"
-        "  --damp D           gptq, mixed: D * mean(diag(H)) added to H's diagonal (default 0.01)\n"
+        "%s"
+        "  --method M         %s: evaluate this one method (no decoding, no sweep)\n"
+        "%s"
         "  --calibration-paragraphs N  gptq, mixed: calibrate on N paragraphs of the text (default 256)\n"
         "  --calibration-start P  gptq, mixed: the first of them (default 400; the evaluation set is 0..199)\n"
-        "  --alpha A          mixed: fraction of K-groups in 4 bits (default 0.25)\n"
-        "  --outliers F       mixed: fraction of weights kept as fp16 outliers, 0 .. 0.005 (default 0.002)\n"
-        "  --no-second-order  mixed: keep the group scales in fp16 instead of 4-bit second-order codes\n"
-        "  --no-calibration   mixed: rank groups by their range and round to nearest (no calibration)\n"
         "  --json             print one JSON object on stdout (progress goes to stderr)\n",
-        program, QJIT_SHARED_MODELS_DIR);
+        program, QJIT_SHARED_MODELS_DIR, qjit_tools::kContextOptionsUsage, qjit_tools::list_of(kMethods).c_str(),
+        qjit_tools::kMethodOptionsUsage);
 }
 
 // Returns nullopt after printing a message when the arguments are bad.
 std::optional<Options> parse_args(int argc, char** argv) {
     Options options;
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        auto value = [&]() -> const char* {
-            if (i + 1 >= argc) {
-                std::fprintf(stderr, "%s needs a value\n", arg.c_str());
-                return nullptr;
-            }
-            return argv[++i];
-        };
-        auto int_value = [&](int min, int max) -> std::optional<int> {
-            const char* text = value();
-            if (!text) return std::nullopt;
-            char* end = nullptr;
-            const long v = std::strtol(text, &end, 10);
-            if (*text == '\0' || *end != '\0' || v < min || v > max) {
-                std::fprintf(stderr, "%s: '%s' is not an integer in [%d, %d]\n", arg.c_str(), text, min, max);
-                return std::nullopt;
-            }
-            return int(v);
-        };
+    qjit_tools::ArgumentReader args(argc, argv);
+    while (args.next()) {
+        using qjit_tools::OptionParse;
+        const std::string& arg = args.option();
+        OptionParse parsed = qjit_tools::parse_context_option(args, options.context);
+        if (parsed == OptionParse::not_mine) parsed = qjit_tools::parse_method_option(args, options.method);
+        if (parsed == OptionParse::failed) return std::nullopt;
+        if (parsed == OptionParse::taken) continue;
         if (arg == "--models-dir") {
-            const char* text = value();
+            const char* text = args.value();
             if (!text) return std::nullopt;
             options.models_dir = text;
         } else if (arg == "--steps") {
-            const auto v = int_value(0, 1 << 20);
+            const auto v = args.int_value(0, 1 << 20);
             if (!v) return std::nullopt;
             options.steps = *v;
-        } else if (arg == "--threads") {
-            const auto v = int_value(0, 1024);
-            if (!v) return std::nullopt;
-            options.threads = *v;
         } else if (arg == "--fp32-classifier") {
             options.fp32_classifier = true;
-        } else if (arg == "--activations") {
-            const char* text = value();
-            if (!text) return std::nullopt;
-            const std::string path = text;
-            if (path == "auto") options.activations = QJIT_ACTIVATIONS_AUTO;
-            else if (path == "f32") options.activations = QJIT_ACTIVATIONS_F32;
-            else if (path == "int8") options.activations = QJIT_ACTIVATIONS_INT8;
-            else {
-                std::fprintf(stderr, "--activations: '%s' is not auto, f32 or int8\n", text);
-                return std::nullopt;
-            }
-        } else if (arg == "--f32-scales") {
-            options.scale_dtype = QJIT_DTYPE_F32;
-        } else if (arg == "--method" || arg == "--rank-policy") {
-            const char* text = value();
-            if (!text) return std::nullopt;
-            (arg == "--method" ? options.method : options.rank_policy) = text;
-        } else if (arg == "--bits" || arg == "--group" || arg == "--rank" || arg == "--low-rank-bits") {
-            const auto v = int_value(-1, 1024);
-            if (!v) return std::nullopt;
-            if (arg == "--bits") options.bits = *v;
-            else if (arg == "--group") options.group_size = *v;
-            else if (arg == "--rank") options.rank = *v;
-            else options.low_rank_bits = *v;
-        } else if (arg == "--avg-rank" || arg == "--damp" || arg == "--alpha" || arg == "--outliers") {
-            const char* text = value();
-            if (!text) return std::nullopt;
-            char* end = nullptr;
-            const double v = std::strtod(text, &end);
-            const double max = arg == "--avg-rank" ? 1024.0 : arg == "--outliers" ? 0.005 : 1.0;
-            if (*text == '\0' || *end != '\0' || !(v >= 0 && v <= max)) {
-                std::fprintf(stderr, "%s: '%s' is not a number in [0, %g]\n", arg.c_str(), text, max);
-                return std::nullopt;
-            }
-            (arg == "--avg-rank" ? options.avg_rank
-             : arg == "--damp"   ? options.damp
-             : arg == "--alpha"  ? options.alpha
-                                 : options.outlier_fraction) = v;
         } else if (arg == "--calibration-paragraphs" || arg == "--calibration-start") {
-            const auto v = arg == "--calibration-start" ? int_value(kEvaluationParagraphs, 4000) : int_value(1, 4000);
+            const auto v =
+                arg == "--calibration-start" ? args.int_value(kEvaluationParagraphs, 4000) : args.int_value(1, 4000);
             if (!v) return std::nullopt;
             (arg == "--calibration-start" ? options.calibration_start : options.calibration_paragraphs) = *v;
-        } else if (arg == "--act-order") {
-            options.act_order = true;
-        } else if (arg == "--no-calibration") {
-            options.no_calibration = true;
-        } else if (arg == "--no-second-order") {
-            options.second_order_scales = false;
-        } else if (arg == "--isa") {
-            const char* text = value();
-            if (!text) return std::nullopt;
-            const IsaName* found = nullptr;
-            for (const IsaName& entry : kIsaNames)
-                if (std::strcmp(entry.name, text) == 0) found = &entry;
-            if (!found) {
-                std::fprintf(stderr, "--isa: '%s' is not auto, portable, avx2, avx2-vnni, avx512 or avx512-vnni\n",
-                             text);
-                return std::nullopt;
-            }
-            options.max_isa = found->isa;
         } else if (arg == "--json") {
             options.json = true;
         } else if (arg == "--help" || arg == "-h") {
@@ -226,31 +119,9 @@ std::optional<Options> parse_args(int argc, char** argv) {
             return std::nullopt;
         }
     }
-    const std::string& method = options.method;
-    if (!method.empty() && method != "fp32" && method != "rtn" && method != "hqq" && method != "milo" &&
-        method != "gptq" && method != "mixed") {
-        std::fprintf(stderr, "--method: '%s' is not fp32, rtn, hqq, milo, gptq or mixed\n", method.c_str());
-        return std::nullopt;
-    }
-    if (method.empty() && options.json) {
+    if (!qjit_tools::check_method_options(options.method, kMethods)) return std::nullopt;
+    if (options.method.method.empty() && options.json) {
         std::fprintf(stderr, "--json goes with --method (the sweep prints a table)\n");
-        return std::nullopt;
-    }
-    if (options.no_calibration && method != "mixed") {
-        std::fprintf(stderr, "--no-calibration goes with --method mixed (gptq needs a calibration)\n");
-        return std::nullopt;
-    }
-    if (options.act_order && !options.calibrated()) {
-        std::fprintf(stderr, "--act-order goes with --method gptq or a calibrated --method mixed\n");
-        return std::nullopt;
-    }
-    const bool milo = options.method == "milo";
-    if (milo && (options.rank > 0) == !options.rank_policy.empty()) {
-        std::fprintf(stderr, "--method milo takes either --rank R or --rank-policy P with --avg-rank R\n");
-        return std::nullopt;
-    }
-    if (!milo && (options.rank > 0 || !options.rank_policy.empty())) {
-        std::fprintf(stderr, "--rank and --rank-policy go with --method milo\n");
         return std::nullopt;
     }
     return options;
@@ -285,103 +156,36 @@ size_t generated_matches(const std::vector<int>& tokens, const std::vector<int32
     return n - 1;
 }
 
+std::vector<int> greedy_from_bos(llama::Model& model, int steps) {
+    const int bos = llama2::kBosToken;
+    return llama::greedy_decode(model, std::span<const int>(&bos, 1), steps).tokens;
+}
+
 struct Run {
-    llama2::NllResult nll;
+    llama::NllResult nll;
     int64_t weight_bytes = 0;
     double build_s = 0.0;
     double eval_s = 0.0;
 };
 
-Run run_nll(const std::shared_ptr<const llama2::Checkpoint>& checkpoint, llama2::LinearBackend& backend,
-            llama2::LinearBackend* classifier_backend, const std::vector<uint16_t>& tokens) {
+Run run_nll(const std::shared_ptr<const llama::Weights>& weights, llama::LinearBackend& backend,
+            llama::LinearBackend* classifier_backend, const Sequences& sequences) {
     Run run;
     auto start = std::chrono::steady_clock::now();
-    llama2::Model model(checkpoint, backend, classifier_backend);
+    llama::Model model(weights, backend, classifier_backend);
     run.build_s = seconds_since(start);
     run.weight_bytes = model.linear_weight_bytes();
     start = std::chrono::steady_clock::now();
-    run.nll = llama2::evaluate_nll(model, tokens);
+    run.nll = llama::evaluate_nll(model, sequences);
     run.eval_s = seconds_since(start);
     return run;
-}
-
-qjit_rank_policy parse_rank_policy(const std::string& name) {
-    if (name == "uniform") return QJIT_RANK_UNIFORM;
-    if (name == "dense-r") return QJIT_RANK_DENSE;
-    if (name == "sparse-r") return QJIT_RANK_SPARSE;
-    if (name == "kurtosis-r") return QJIT_RANK_KURTOSIS;
-    if (name == "frequency-r") return QJIT_RANK_FREQUENCY;
-    throw std::runtime_error("--rank-policy '" + name + "' is not uniform, dense-r, sparse-r, kurtosis-r or frequency-r");
-}
-
-// The ranks a policy gives the model's quantized matrices, in the order the model makes them.
-// Kurtosis reads every value of a matrix, so its [n][k] storage serves as well as [k][n].
-std::vector<int> policy_ranks(const Options& options, const llama2::Checkpoint& checkpoint) {
-    std::vector<qjit_rank_matrix> matrices;
-    for (const llama2::MatrixView& m : llama2::model_matrices(checkpoint, !options.fp32_classifier))
-        matrices.push_back({m.k, m.n, m.role, m.weights_n_by_k, 0.0});
-    std::vector<int> ranks(matrices.size());
-    if (qjit_assign_ranks(parse_rank_policy(options.rank_policy), options.avg_rank, matrices.data(),
-                          int64_t(matrices.size()), ranks.data()) != QJIT_OK)
-        throw std::runtime_error(std::string("qjit_assign_ranks: ") + qjit_last_error());
-    return ranks;
-}
-
-// One JSON object on one line, its keys in the order added.
-class JsonLine {
-public:
-    JsonLine& number(const char* key, double value, int decimals = 6) {
-        char text[64];
-        std::snprintf(text, sizeof text, "%.*f", decimals, value);
-        return raw(key, text);
-    }
-    JsonLine& integer(const char* key, long long value) { return raw(key, std::to_string(value)); }
-    JsonLine& boolean(const char* key, bool value) { return raw(key, value ? "true" : "false"); }
-    JsonLine& text(const char* key, const std::string& value) { return raw(key, "\"" + value + "\""); }  // plain ASCII names
-    JsonLine& null(const char* key) { return raw(key, "null"); }
-    std::string str() const { return "{" + body_ + "}"; }
-
-private:
-    JsonLine& raw(const char* key, const std::string& value) {
-        body_ += (body_.empty() ? "\"" : ", \"") + std::string(key) + "\": " + value;
-        return *this;
-    }
-    std::string body_;
-};
-
-// What the model's quantized matrices store, summed (the fp32 ones, a kept classifier, left out).
-struct Storage {
-    int64_t weights = 0;       // sum of K N
-    int64_t stored_bytes = 0;  // qjit_linear_info.stored_bytes
-    int64_t low_rank_bytes = 0;
-    int64_t groups = 0, wide_groups = 0, outliers = 0;
-    bool second_order_scales = false;
-
-    double bits_per_weight() const { return weights > 0 ? double(stored_bytes) * 8.0 / double(weights) : 32.0; }
-};
-
-Storage quantized_storage(const llama2::Model& model) {
-    Storage total;
-    for (const llama2::Linear* linear : model.linears()) {
-        qjit_linear_info info{};
-        if (!linear->qjit_info(&info)) continue;
-        total.weights += info.k * info.n;
-        total.stored_bytes += info.stored_bytes;
-        total.low_rank_bytes += info.low_rank_bytes;
-        total.groups += (info.k + info.group_size - 1) / info.group_size;
-        total.wide_groups += info.wide_groups;
-        total.outliers += info.outliers;
-        total.second_order_scales = total.second_order_scales || info.second_order_scales;
-    }
-    return total;
 }
 
 // [BOS] + the tokens of paragraphs first .. first + count - 1 of the text, each cut to the model's
 // seq_len. The encoder is checked first against the reference tokens of the evaluation set's first
 // paragraphs, so both sets are tokenized alike.
-std::vector<std::vector<int>> calibration_sequences(const std::string& models_dir, const llama2::Config& config,
-                                                    const std::vector<uint16_t>& reference_tokens, int first,
-                                                    int count) {
+Sequences calibration_sequences(const std::string& models_dir, const llama::Config& config,
+                                const std::vector<uint16_t>& reference_tokens, int first, int count) {
     const llama2::Tokenizer tokenizer(models_dir + "/stories260K/tok512.bin", config.vocab_size);
     const std::vector<std::string> paragraphs =
         llama2::split_paragraphs(read_text(models_dir + "/text/tinystories_val.txt"));
@@ -398,7 +202,7 @@ std::vector<std::vector<int>> calibration_sequences(const std::string& models_di
     if (reference_tokens.size() < expected.size() ||
         !std::equal(expected.begin(), expected.end(), reference_tokens.begin()))
         throw std::runtime_error("the encoder does not reproduce the reference tokens of the first paragraphs");
-    std::vector<std::vector<int>> sequences;
+    Sequences sequences;
     for (int p = first; p < first + count; ++p) {
         std::vector<int> sequence{llama2::kBosToken};
         const std::vector<int> tokens = tokenizer.encode(paragraphs[size_t(p)]);
@@ -409,83 +213,49 @@ std::vector<std::vector<int>> calibration_sequences(const std::string& models_di
     return sequences;
 }
 
-qjit_quant_config method_config(const Options& options) {
-    qjit_quant_config config = llama2::make_quant_config(options.bits, options.group_size, false);
-    config.scale_dtype = options.scale_dtype;
-    const std::string& m = options.method;
-    config.method = m == "milo"   ? QJIT_QUANT_MILO
-                    : m == "hqq"  ? QJIT_QUANT_HQQ
-                    : m == "gptq" ? QJIT_QUANT_GPTQ
-                    : m == "mixed" ? QJIT_QUANT_MIXED
-                                   : QJIT_QUANT_RTN;
-    config.rank = options.rank;
-    config.low_rank_bits = options.low_rank_bits;
-    config.act_order = options.act_order ? 1 : 0;
-    config.damp = options.damp;
-    config.mixed_alpha = options.alpha;
-    config.outlier_fraction = options.outlier_fraction;
-    config.second_order_scales = options.second_order_scales ? 1 : 0;
-    return config;
-}
-
 // --method: one method's NLL next to fp32's, as text or as one JSON object on stdout.
-int run_method(const Options& options, const std::shared_ptr<const llama2::Checkpoint>& checkpoint,
-               llama2::LinearBackend* classifier_backend, const std::vector<uint16_t>& tokens,
-               const qjit_context_options& context_options) {
-    llama2::DenseBackend dense;
-    const Run fp32 = run_nll(checkpoint, dense, nullptr, tokens);
-    const bool is_fp32 = options.method == "fp32";
-    const bool mixed = options.method == "mixed", milo = options.method == "milo";
+int run_method(const Options& options, const std::shared_ptr<const llama::Weights>& weights,
+               const std::vector<uint16_t>& nll_tokens, const qjit_context_options& context_options) {
+    const qjit_tools::MethodOptions& method = options.method;
+    const Sequences sequences = llama2::split_at_bos(nll_tokens);
+    llama::DenseBackend dense;
+    const Run fp32 = run_nll(weights, dense, nullptr, sequences);
+    const bool is_fp32 = method.method == "fp32";
+    const bool mixed = method.method == "mixed", milo = method.method == "milo";
 
-    const qjit_quant_config config = method_config(options);
-    std::unique_ptr<llama2::QjitBackend> backend;
-    std::vector<int> ranks;
-    std::unique_ptr<llama2::Model> model;
-    int64_t calibration_rows = 0;
+    Sequences calibration;
+    if (method.calibrated())
+        calibration = calibration_sequences(options.models_dir, weights->config, nll_tokens, options.calibration_start,
+                                            options.calibration_paragraphs);
     auto start = std::chrono::steady_clock::now();
-    if (is_fp32) {
-        model = std::make_unique<llama2::Model>(checkpoint, dense);
-    } else {
-        backend = std::make_unique<llama2::QjitBackend>(config, &context_options);
-        if (!options.rank_policy.empty()) {
-            ranks = policy_ranks(options, *checkpoint);
-            backend->set_ranks(ranks);
-        }
-        if (options.calibrated()) {
-            const std::vector<std::vector<int>> sequences =
-                calibration_sequences(options.models_dir, checkpoint->config, tokens, options.calibration_start,
-                                      options.calibration_paragraphs);
-            model = std::make_unique<llama2::Model>(checkpoint, dense);  // fp32, quantized layer by layer
-            calibration_rows = llama2::quantize_with_calibration(*model, *backend, sequences, !classifier_backend);
-        } else {
-            model = std::make_unique<llama2::Model>(checkpoint, *backend, classifier_backend);
-        }
-    }
+    const llama::MethodModel built =
+        llama::build_method_model(weights, method, context_options, &calibration, options.fp32_classifier);
+    const llama::Model& model = *built.model;
     const double build_s = seconds_since(start);
     start = std::chrono::steady_clock::now();
-    const llama2::NllResult nll = is_fp32 ? fp32.nll : llama2::evaluate_nll(*model, tokens);
+    const llama::NllResult nll = is_fp32 ? fp32.nll : llama::evaluate_nll(*built.model, sequences);
     const double eval_s = is_fp32 ? fp32.eval_s : seconds_since(start);
 
-    Storage storage = quantized_storage(*model);
+    llama::QjitStorage storage = llama::qjit_storage(model);
     if (is_fp32) {  // every matrix dense: 32 bits per weight
-        storage.weights = model->linear_weight_count();
-        storage.stored_bytes = model->linear_stored_bytes();
+        storage.weights = model.linear_weight_count();
+        storage.stored_bytes = model.linear_stored_bytes();
     }
     const double extra_memory = storage.stored_bytes > storage.low_rank_bytes
                                     ? double(storage.low_rank_bytes) / double(storage.stored_bytes - storage.low_rank_bytes)
                                     : 0.0;
     double mean_rank = 0;
-    for (int r : ranks) mean_rank += r;
-    if (!ranks.empty()) mean_rank /= double(ranks.size());
+    for (int r : built.ranks) mean_rank += r;
+    if (!built.ranks.empty()) mean_rank /= double(built.ranks.size());
 
     if (options.json) {
-        JsonLine json;
-        json.text("method", options.method);
+        qjit_tools::JsonLine json;
+        json.text("method", method.method);
         if (is_fp32) json.integer("bits", 32).null("group_size");
-        else if (mixed) json.null("bits").integer("group_size", options.group_size);
-        else json.integer("bits", options.bits).integer("group_size", options.group_size);
-        json.text("scales", is_fp32 ? "-" : mixed && options.second_order_scales ? "sq4"
-                                        : options.scale_dtype == QJIT_DTYPE_F16 ? "f16" : "f32")
+        else if (mixed) json.null("bits").integer("group_size", method.group_size);
+        else json.integer("bits", method.bits).integer("group_size", method.group_size);
+        json.text("scales", is_fp32 ? "-" : mixed && method.second_order_scales ? "sq4"
+                                        : method.scale_dtype == QJIT_DTYPE_F16 ? "f16" : "f32")
             .number("nll", nll.mean_nll)
             .number("fp32_nll", fp32.nll.mean_nll)
             .number("delta_nll", nll.mean_nll - fp32.nll.mean_nll)
@@ -493,44 +263,44 @@ int run_method(const Options& options, const std::shared_ptr<const llama2::Check
             .number("bits_per_weight", storage.bits_per_weight(), 4)
             .integer("stored_bytes", storage.stored_bytes)
             .integer("weights", storage.weights)
-            .text("classifier", classifier_backend || is_fp32 ? "fp32" : "quantized")
-            .text("isa", isa_name(options.max_isa));
-        if (milo || !ranks.empty())
-            json.integer("rank", options.rank)
-                .text("rank_policy", options.rank_policy)
-                .number("avg_rank", options.avg_rank, 3)
+            .text("classifier", options.fp32_classifier || is_fp32 ? "fp32" : "quantized")
+            .text("isa", qjit_tools::isa_name(options.context.max_isa));
+        if (milo || !built.ranks.empty())
+            json.integer("rank", method.rank)
+                .text("rank_policy", method.rank_policy)
+                .number("avg_rank", method.avg_rank, 3)
                 .number("mean_rank", mean_rank, 3)
-                .integer("low_rank_bits", options.low_rank_bits)
+                .integer("low_rank_bits", method.low_rank_bits)
                 .integer("low_rank_bytes", storage.low_rank_bytes)
                 .number("extra_memory", extra_memory, 4);
         if (mixed)
-            json.number("alpha", options.alpha, 4)
-                .number("outlier_fraction", options.outlier_fraction, 4)
+            json.number("alpha", method.alpha, 4)
+                .number("outlier_fraction", method.outlier_fraction, 4)
                 .boolean("second_order_scales", storage.second_order_scales)
                 .integer("groups", storage.groups)
                 .integer("wide_groups", storage.wide_groups)
                 .integer("outliers", storage.outliers);
-        if (options.method == "gptq" || mixed)
-            json.boolean("act_order", options.act_order)
-                .number("damp", options.damp, 4)
-                .integer("calibration_paragraphs", options.calibrated() ? options.calibration_paragraphs : 0)
-                .integer("calibration_start", options.calibrated() ? options.calibration_start : 0)
-                .integer("calibration_tokens", calibration_rows);
+        if (method.method == "gptq" || mixed)
+            json.boolean("act_order", method.act_order)
+                .number("damp", method.damp, 4)
+                .integer("calibration_paragraphs", method.calibrated() ? options.calibration_paragraphs : 0)
+                .integer("calibration_start", method.calibrated() ? options.calibration_start : 0)
+                .integer("calibration_tokens", built.calibration_rows);
         json.number("build_s", build_s, 3).number("eval_s", eval_s, 3);
         std::printf("%s\n", json.str().c_str());
         return 0;
     }
-    std::printf("%s: %s, NLL %.5f (fp32 %.5f, %+.5f) over %lld tokens, %.3f bits per weight", options.method.c_str(),
-                is_fp32 ? "fp32 dense" : backend->name().c_str(), nll.mean_nll, fp32.nll.mean_nll,
-                nll.mean_nll - fp32.nll.mean_nll, static_cast<long long>(nll.tokens), storage.bits_per_weight());
+    std::printf("%s: %s, NLL %.5f (fp32 %.5f, %+.5f) over %lld tokens, %.3f bits per weight", method.method.c_str(),
+                built.backend_name.c_str(), nll.mean_nll, fp32.nll.mean_nll, nll.mean_nll - fp32.nll.mean_nll,
+                static_cast<long long>(nll.tokens), storage.bits_per_weight());
     if (milo) std::printf(" (%.1f %% in the compensator)", 100.0 * extra_memory);
     if (mixed)
         std::printf(", %lld of %lld groups in 4 bits, %lld outliers", static_cast<long long>(storage.wide_groups),
                     static_cast<long long>(storage.groups), static_cast<long long>(storage.outliers));
-    if (options.calibrated())
+    if (method.calibrated())
         std::printf(", calibrated on paragraphs %d..%d (%lld tokens)", options.calibration_start,
                     options.calibration_start + options.calibration_paragraphs - 1,
-                    static_cast<long long>(calibration_rows));
+                    static_cast<long long>(built.calibration_rows));
     std::printf(", built in %.2f s\n", build_s);
     return 0;
 }
@@ -540,46 +310,41 @@ int run_main(const Options& options) {
     const std::string dir = options.models_dir;
     const std::string ref = dir + "/reference/";
 
-    auto checkpoint =
-        std::make_shared<const llama2::Checkpoint>(llama2::load_checkpoint(dir + "/stories260K/stories260K.bin"));
-    const llama2::Config& c = checkpoint->config;
+    const std::shared_ptr<const llama::Weights> weights = llama2::load_checkpoint(dir + "/stories260K/stories260K.bin");
+    const llama::Config& c = weights->config;
     const llama2::Tokenizer tokenizer(dir + "/stories260K/tok512.bin", c.vocab_size);
-    const std::vector<int32_t> reference_tokens = llama2::read_i32_file(ref + "stories260K_greedy_tokens.i32");
+    const std::vector<int32_t> reference_tokens = qjit_tools::read_array_file<int32_t>(ref + "stories260K_greedy_tokens.i32");
     const std::string reference_text = read_text(ref + "stories260K_greedy_text.txt");
-    const std::vector<uint16_t> nll_tokens = llama2::read_u16_file(ref + "tinystories_val_first200para.tok512.u16");
+    const std::vector<uint16_t> nll_tokens = qjit_tools::read_array_file<uint16_t>(ref + "tinystories_val_first200para.tok512.u16");
     const std::string nll_json = read_text(ref + "stories260K_tinystories_val_first200para_nll.json");
     const std::vector<double> reference_mean = json_numbers(nll_json, "mean_nll_nats");
     const std::vector<double> reference_sums = json_numbers(nll_json, "nll_sum");
     if (reference_mean.size() != 1) throw std::runtime_error("no \"mean_nll_nats\" in the reference JSON");
 
-    qjit_context_options context_options;
-    qjit_context_options_init(&context_options);
-    context_options.num_threads = options.threads;
-    context_options.activations = options.activations;
-    context_options.max_isa = options.max_isa;
-    llama2::DenseBackend dense;
-    if (!options.method.empty())
-        return run_method(options, checkpoint, options.fp32_classifier ? &dense : nullptr, nll_tokens, context_options);
+    const qjit_context_options context_options = options.context.context_options();
+    if (!options.method.method.empty()) return run_method(options, weights, nll_tokens, context_options);
+    const Sequences nll_sequences = llama2::split_at_bos(nll_tokens);
+    llama::DenseBackend dense;
 
     std::printf("stories_runner: qjit %s, models from %s\n", qjit_version(), dir.c_str());
     std::printf("model: dim %d, hidden %d, layers %d, heads %d (kv %d), vocab %d, seq_len %d\n", c.dim, c.hidden_dim,
                 c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len);
-    const char* scales = options.scale_dtype == QJIT_DTYPE_F16 ? "f16 (qjit default)" : "f32";
+    const char* scales = options.method.scale_dtype == QJIT_DTYPE_F16 ? "f16 (qjit default)" : "f32";
     std::printf("quantized: wq wk wv wo w1 w2 w3%s; scales %s\n\n",
                 options.fp32_classifier ? " (classifier kept fp32)" : " and the classifier", scales);
     auto quant_config = [&](int bits, int group_size, bool symmetric) {
-        qjit_quant_config config = llama2::make_quant_config(bits, group_size, symmetric);
-        config.scale_dtype = options.scale_dtype;
+        qjit_quant_config config = llama::make_quant_config(bits, group_size, symmetric);
+        config.scale_dtype = options.method.scale_dtype;
         return config;
     };
 
     // (a) greedy decoding, one token at a time through the KV cache.
     {
-        llama2::QjitBackend backend(quant_config(8, QJIT_GROUP_PER_COLUMN, true), &context_options);
-        llama2::Model model(checkpoint, backend, options.fp32_classifier ? &dense : nullptr);
+        llama::QjitBackend backend(quant_config(8, QJIT_GROUP_PER_COLUMN, true), &context_options);
+        llama::Model model(weights, backend, options.fp32_classifier ? &dense : nullptr);
         const int steps = std::min(options.steps, c.seq_len);
         const auto start = std::chrono::steady_clock::now();
-        const std::vector<int> tokens = llama2::greedy_decode(model, steps);
+        const std::vector<int> tokens = greedy_from_bos(model, steps);
         const double seconds = seconds_since(start);
 
         const size_t matching = generated_matches(tokens, reference_tokens);
@@ -596,8 +361,8 @@ int run_main(const Options& options) {
             std::printf("text identical to reference/stories260K_greedy_text.txt: %s\n",
                         text == reference_text ? "yes" : "NO");
         }
-        llama2::Model dense_model(checkpoint, dense);
-        const std::vector<int> dense_tokens = llama2::greedy_decode(dense_model, steps);
+        llama::Model dense_model(weights, dense);
+        const std::vector<int> dense_tokens = greedy_from_bos(dense_model, steps);
         std::printf("for comparison, fp32 dense: %zu of %d leading generated tokens match, text identical: %s\n",
                     generated_matches(dense_tokens, reference_tokens), steps,
                     tokenizer.decode(dense_tokens) + "\n" == reference_text ? "yes" : "no");
@@ -605,7 +370,7 @@ int run_main(const Options& options) {
     }
 
     // (b) mean NLL over the reference sequences, one batched forward per sequence.
-    const Run fp32 = run_nll(checkpoint, dense, nullptr, nll_tokens);
+    const Run fp32 = run_nll(weights, dense, nullptr, nll_sequences);
     const double fp32_nll = fp32.nll.mean_nll;
     double max_sequence_diff = 0.0;
     if (reference_sums.size() == fp32.nll.sequence_nll.size()) {
@@ -632,9 +397,9 @@ int run_main(const Options& options) {
                 std::printf("%-4d  %-10s  %-5s  ", bits, group_name.c_str(), symmetric ? "sym" : "asym");
                 std::fflush(stdout);
                 try {
-                    llama2::QjitBackend backend(quant_config(bits, group, symmetric), &context_options);
+                    llama::QjitBackend backend(quant_config(bits, group, symmetric), &context_options);
                     const Run run =
-                        run_nll(checkpoint, backend, options.fp32_classifier ? &dense : nullptr, nll_tokens);
+                        run_nll(weights, backend, options.fp32_classifier ? &dense : nullptr, nll_sequences);
                     std::printf("%9.5f  %+9.5f  %10.1f  %7.3f  %7.3f\n", run.nll.mean_nll, run.nll.mean_nll - fp32_nll,
                                 double(run.weight_bytes) / 1024.0, run.build_s, run.eval_s);
                 } catch (const std::exception& e) {

@@ -17,7 +17,11 @@
 #include <vector>
 
 #include "format/low_rank.hpp"
-#include "llama2_model.hpp"
+#include "llama2_checkpoint.hpp"
+#include "llama2_tokenizer.hpp"
+#include "tools/binary_files.hpp"
+#include "tools/llama_eval.hpp"
+#include "tools/llama_model.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -498,7 +502,7 @@ TEST(CApiCalibration, GptqLayerSaveLoadRoundTrip) {
     std::filesystem::remove_all(dir);
 }
 
-// The real model, quantized layer by layer on its own activations (llama2::quantize_with_calibration,
+// The real model, quantized layer by layer on its own activations (llama::quantize_with_calibration,
 // what stories_runner --method gptq runs): the calibration text is tokenized as the reference
 // tokens were, and GPTQ beats RTN at 3 bits on the first 30 evaluation sequences.
 TEST(CApiCalibrationRealModel, GptqBeatsRtnOnStories260K) {
@@ -508,7 +512,9 @@ TEST(CApiCalibrationRealModel, GptqBeatsRtnOnStories260K) {
     const std::string text_path = models + "/text/tinystories_val.txt";
     for (const std::string& path : {checkpoint_path, tokens_path, text_path})
         if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is missing";
-    const auto checkpoint = std::make_shared<const llama2::Checkpoint>(llama2::load_checkpoint(checkpoint_path));
+    namespace llama = qjit_tools::llama;
+    namespace llama2 = qjit_bench::llama2;
+    const auto checkpoint = llama2::load_checkpoint(checkpoint_path);
     const llama2::Tokenizer tokenizer(models + "/stories260K/tok512.bin", checkpoint->config.vocab_size);
     std::ifstream in(text_path, std::ios::binary);
     const std::vector<std::string> paragraphs =
@@ -516,7 +522,7 @@ TEST(CApiCalibrationRealModel, GptqBeatsRtnOnStories260K) {
     ASSERT_GT(paragraphs.size(), 432u);
 
     // The encoder reproduces the reference tokens of all 200 evaluation paragraphs.
-    const std::vector<uint16_t> reference = llama2::read_u16_file(tokens_path);
+    const std::vector<uint16_t> reference = qjit_tools::read_array_file<uint16_t>(tokens_path);
     std::vector<uint16_t> encoded;
     for (size_t p = 0; p < 200; ++p) {
         encoded.push_back(uint16_t(llama2::kBosToken));
@@ -542,22 +548,22 @@ TEST(CApiCalibrationRealModel, GptqBeatsRtnOnStories260K) {
     options.num_threads = 2;
     options.tuning_db_path = "";
     options.tuning_budget_ms = 0;
-    llama2::QjitBackend rtn_backend(llama2::make_quant_config(3, 32, false), &options);
-    llama2::Model rtn(checkpoint, rtn_backend);
-    qjit_quant_config config = llama2::make_quant_config(3, 32, false);
+    llama::QjitBackend rtn_backend(llama::make_quant_config(3, 32, false), &options);
+    llama::Model rtn(checkpoint, rtn_backend);
+    qjit_quant_config config = llama::make_quant_config(3, 32, false);
     config.method = QJIT_QUANT_GPTQ;
-    llama2::QjitBackend gptq_backend(config, &options);
-    llama2::DenseBackend dense;
-    llama2::Model gptq(checkpoint, dense);  // fp32, quantized layer by layer
-    const int64_t rows = llama2::quantize_with_calibration(gptq, gptq_backend, calibration, true);
+    llama::QjitBackend gptq_backend(config, &options);
+    llama::DenseBackend dense;
+    llama::Model gptq(checkpoint, dense);  // fp32, quantized layer by layer
+    const int64_t rows = llama::quantize_with_calibration(gptq, gptq_backend, calibration, true);
     EXPECT_GT(rows, 1000);
-    for (const llama2::Linear* linear : gptq.linears()) {
+    for (const llama::Linear* linear : gptq.linears()) {
         qjit_linear_info info{};
         EXPECT_TRUE(linear->qjit_info(&info)) << "every matrix, the classifier too, is quantized";
         EXPECT_EQ(info.bits, 3);
     }
-    const double rtn_nll = llama2::evaluate_nll(rtn, tokens).mean_nll;
-    const double gptq_nll = llama2::evaluate_nll(gptq, tokens).mean_nll;
+    const double rtn_nll = llama::evaluate_nll(rtn, llama2::split_at_bos(tokens)).mean_nll;
+    const double gptq_nll = llama::evaluate_nll(gptq, llama2::split_at_bos(tokens)).mean_nll;
     std::printf("stories260K INT3 g32, 30 sequences, 32 calibration paragraphs (%lld tokens): NLL RTN %.4f, GPTQ %.4f\n",
                 static_cast<long long>(rows), rtn_nll, gptq_nll);
     EXPECT_LT(gptq_nll, rtn_nll - 0.1);

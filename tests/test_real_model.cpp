@@ -1,6 +1,6 @@
 // End-to-end tests on a real trained model: karpathy's stories260K llama2.c checkpoint, run through
-// bench/llama2_model (dense fp32 and qjit backends) and checked against the golden outputs in
-// shared/models/reference (see shared/models/README.md).
+// the shared Llama model (tools/llama_model; dense fp32 and qjit backends) and checked against the
+// golden outputs in shared/models/reference (see shared/models/README.md).
 
 #include <gtest/gtest.h>
 
@@ -16,22 +16,29 @@
 #include <string>
 #include <vector>
 
-#include "llama2_model.hpp"
+#include "llama2_checkpoint.hpp"
+#include "llama2_tokenizer.hpp"
+#include "tools/binary_files.hpp"
+#include "tools/llama_eval.hpp"
+#include "tools/llama_model.hpp"
 #include "tuner/cpu_isa.hpp"
 
 namespace {
+
+namespace llama = qjit_tools::llama;
+namespace llama2 = qjit_bench::llama2;
 
 const std::string kModelsDir = QJIT_SHARED_MODELS_DIR;
 const std::string kCheckpointPath = kModelsDir + "/stories260K/stories260K.bin";
 const std::string kReferenceDir = kModelsDir + "/reference/";
 
-std::shared_ptr<const llama2::Checkpoint> stories260k() {
-    static const auto checkpoint = std::make_shared<const llama2::Checkpoint>(llama2::load_checkpoint(kCheckpointPath));
-    return checkpoint;
+std::shared_ptr<const llama::Weights> stories260k() {
+    static const auto weights = llama2::load_checkpoint(kCheckpointPath);
+    return weights;
 }
 
 std::vector<int> reference_greedy_tokens() {
-    const std::vector<int32_t> tokens = llama2::read_i32_file(kReferenceDir + "stories260K_greedy_tokens.i32");
+    const std::vector<int32_t> tokens = qjit_tools::read_array_file<int32_t>(kReferenceDir + "stories260K_greedy_tokens.i32");
     return {tokens.begin(), tokens.end()};
 }
 
@@ -47,7 +54,7 @@ double reference_mean_nll() {
 // The first BOS-delimited sequence of the perplexity set.
 std::vector<int> first_nll_sequence() {
     const std::vector<uint16_t> tokens =
-        llama2::read_u16_file(kReferenceDir + "tinystories_val_first200para.tok512.u16");
+        qjit_tools::read_array_file<uint16_t>(kReferenceDir + "tinystories_val_first200para.tok512.u16");
     std::vector<int> sequence{tokens.at(0)};
     for (size_t i = 1; i < tokens.size() && tokens[i] != llama2::kBosToken; ++i) sequence.push_back(tokens[i]);
     return sequence;
@@ -76,7 +83,7 @@ protected:
 
 // (i) The runner itself: dense fp32 logits, batched and step by step, against the float64 reference.
 TEST_F(RealModel, Fp32LogitsMatchReference) {
-    const std::vector<float> reference = llama2::read_f32_file(kReferenceDir + "stories260K_greedy_logits_64x512.f32");
+    const std::vector<float> reference = qjit_tools::read_array_file<float>(kReferenceDir + "stories260K_greedy_logits_64x512.f32");
     const std::vector<int> greedy = reference_greedy_tokens();
     ASSERT_GE(greedy.size(), 65u);
     const int positions = 64;
@@ -84,13 +91,13 @@ TEST_F(RealModel, Fp32LogitsMatchReference) {
     ASSERT_EQ(reference.size(), size_t(positions) * size_t(vocab));
     const std::vector<int> inputs(greedy.begin(), greedy.begin() + positions);
 
-    llama2::DenseBackend dense;
-    llama2::Model model(stories260k(), dense);
+    llama::DenseBackend dense;
+    llama::Model model(stories260k(), dense);
     const std::span<const float> logits = model.forward_sequence(inputs);
     ASSERT_EQ(logits.size(), reference.size());
     EXPECT_LE(max_abs_diff(logits, reference), 1e-4f);
     for (int t = 0; t < positions; ++t) {
-        EXPECT_EQ(llama2::argmax(logits.subspan(size_t(t) * vocab, size_t(vocab))), greedy[size_t(t) + 1])
+        EXPECT_EQ(llama::argmax(logits.subspan(size_t(t) * vocab, size_t(vocab))), greedy[size_t(t) + 1])
             << "position " << t;
     }
 
@@ -123,9 +130,9 @@ protected:
 TEST_P(RealModelExact, Int8WeightsGreedyDecodeMatchesReference) {
     const std::vector<int> reference = reference_greedy_tokens();
     const qjit_context_options options = exact_options();
-    llama2::QjitBackend backend(llama2::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true), &options);
-    llama2::Model model(stories260k(), backend);
-    const std::vector<int> tokens = llama2::greedy_decode(model, int(reference.size()) - 1);
+    llama::QjitBackend backend(llama::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true), &options);
+    llama::Model model(stories260k(), backend);
+    const std::vector<int> tokens = llama::greedy_decode(model, {reference.data(), 1}, int(reference.size()) - 1).tokens;
     const size_t generated_matching = leading_matches(tokens, reference) - 1;  // BOS is not generated
     std::printf("int8 per-column (%s): %zu of %zu generated tokens match the reference\n",
                 model.layer_linear(0, 0).describe().c_str(), generated_matching, reference.size() - 1);
@@ -134,11 +141,11 @@ TEST_P(RealModelExact, Int8WeightsGreedyDecodeMatchesReference) {
 
 TEST_P(RealModelExact, Int8WeightsMeanNllMatchesReference) {
     const std::vector<uint16_t> tokens =
-        llama2::read_u16_file(kReferenceDir + "tinystories_val_first200para.tok512.u16");
+        qjit_tools::read_array_file<uint16_t>(kReferenceDir + "tinystories_val_first200para.tok512.u16");
     const qjit_context_options options = exact_options();
-    llama2::QjitBackend backend(llama2::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true), &options);
-    llama2::Model model(stories260k(), backend);
-    const llama2::NllResult result = llama2::evaluate_nll(model, tokens);
+    llama::QjitBackend backend(llama::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true), &options);
+    llama::Model model(stories260k(), backend);
+    const llama::NllResult result = llama::evaluate_nll(model, llama2::split_at_bos(tokens));
     const double reference = reference_mean_nll();
     std::printf("int8 per-column mean NLL %.5f, reference fp32 %.5f\n", result.mean_nll, reference);
     EXPECT_EQ(result.tokens, 19380);
@@ -160,12 +167,12 @@ INSTANTIATE_TEST_SUITE_P(Isa, RealModelExact, ::testing::ValuesIn(isas_to_test()
 TEST_F(RealModel, QjitBatchedForwardMatchesKvCacheSteps) {
     const std::vector<int> sequence = first_nll_sequence();
     const size_t vocab = size_t(stories260k()->config.vocab_size);
-    const qjit_quant_config configs[] = {llama2::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true),
-                                         llama2::make_quant_config(4, 32, false)};
+    const qjit_quant_config configs[] = {llama::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true),
+                                         llama::make_quant_config(4, 32, false)};
     for (const qjit_quant_config& config : configs) {
-        SCOPED_TRACE(llama2::describe_quant_config(config));
-        llama2::QjitBackend backend(config);
-        llama2::Model model(stories260k(), backend);
+        SCOPED_TRACE(llama::describe_quant_config(config));
+        llama::QjitBackend backend(config);
+        llama::Model model(stories260k(), backend);
         const std::span<const float> batched_view = model.forward_sequence(sequence);
         const std::vector<float> batched(batched_view.begin(), batched_view.end());
         ASSERT_EQ(batched.size(), sequence.size() * vocab);
@@ -177,7 +184,7 @@ TEST_F(RealModel, QjitBatchedForwardMatchesKvCacheSteps) {
             worst = std::max(worst, max_abs_diff(row, std::span(batched).subspan(t * vocab, vocab)));
         }
         std::printf("%s: batched vs KV-cache steps, max |logit diff| %.2g\n",
-                    llama2::describe_quant_config(config).c_str(), double(worst));
+                    llama::describe_quant_config(config).c_str(), double(worst));
         EXPECT_LE(worst, 1e-3f);
     }
 }
