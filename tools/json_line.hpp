@@ -27,22 +27,35 @@ public:
         }
         return raw(key, list + "]");
     }
+    JsonLine& integers(const char* key, const std::vector<int>& values) {
+        std::string list = "[";
+        for (size_t i = 0; i < values.size(); ++i) list += (i > 0 ? ", " : "") + std::to_string(values[i]);
+        return raw(key, list + "]");
+    }
     std::string str() const { return "{" + body_ + "}"; }
 
-    // A JSON string: quotes, backslashes and control characters escaped; other bytes (UTF-8) kept.
+    // A JSON string: quotes, backslashes and control characters escaped, UTF-8 kept, and a byte that
+    // does not belong to a valid UTF-8 character replaced by U+FFFD (generated text may end inside one).
     static std::string quoted(const std::string& value) {
         std::string out = "\"";
-        for (const char ch : value) {
-            const auto byte = static_cast<unsigned char>(ch);
-            if (ch == '"' || ch == '\\') {
+        for (size_t at = 0; at < value.size();) {
+            const auto byte = static_cast<unsigned char>(value[at]);
+            const size_t length = utf8_length(value, at);
+            if (length == 0) {
+                out += "\\ufffd";
+                at += 1;
+            } else if (byte == '"' || byte == '\\') {
                 out += '\\';
-                out += ch;
+                out += char(byte);
+                at += 1;
             } else if (byte < 0x20) {
                 char escape[8];
                 std::snprintf(escape, sizeof escape, "\\u%04x", byte);
                 out += escape;
+                at += 1;
             } else {
-                out += ch;
+                out.append(value, at, length);
+                at += length;
             }
         }
         return out + "\"";
@@ -53,6 +66,19 @@ private:
         body_ += (body_.empty() ? "\"" : ", \"") + std::string(key) + "\": " + value;
         return *this;
     }
+    // Bytes of the valid UTF-8 character at value[at]; 0 when none starts there.
+    static size_t utf8_length(const std::string& value, size_t at) {
+        const auto byte = [&](size_t i) { return static_cast<unsigned char>(value[i]); };
+        const unsigned char lead = byte(at);
+        const size_t length = lead < 0x80 ? 1 : lead >= 0xC2 && lead <= 0xDF ? 2 : lead >= 0xE0 && lead <= 0xEF ? 3
+                              : lead >= 0xF0 && lead <= 0xF4                 ? 4
+                                                                             : 0;
+        if (length == 0 || at + length > value.size()) return 0;
+        for (size_t i = 1; i < length; ++i)
+            if ((byte(at + i) & 0xC0) != 0x80) return 0;
+        return length;
+    }
+
     std::string body_;
 };
 

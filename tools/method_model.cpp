@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "tools/gguf_import_backend.hpp"
+
 namespace qjit_tools::llama {
 
 std::vector<int> policy_ranks(const MethodOptions& options, const Weights& weights, bool with_classifier) {
@@ -30,6 +32,12 @@ MethodModel build_method_model(std::shared_ptr<const Weights> weights, const Met
     if (options.method == "fp32") {
         built.model = std::make_unique<Model>(std::move(weights), dense);
         built.backend_name = dense.name();
+        return built;
+    }
+    if (options.method == "exact") {
+        GgufImportBackend exact(&context_options);
+        built.model = std::make_unique<Model>(std::move(weights), exact, classifier_backend);
+        built.backend_name = exact.name();
         return built;
     }
     QjitBackend backend(options.quant_config(), &context_options);

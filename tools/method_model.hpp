@@ -1,7 +1,7 @@
 // The model a runner's --method asks for, built from a model's weights: "fp32" (dense fp32 loops),
-// or qjit layers quantized from the fp32 weights by rtn, hqq, milo (one rank, or ranks from a
-// policy), gptq or mixed; the calibrated methods quantize layer by layer on the model's own
-// activations of a calibration set.
+// "exact" (qjit layers with exactly the weights of the GGUF tensors), or qjit layers quantized from
+// the fp32 weights by rtn, hqq, milo (one rank, or ranks from a policy), gptq or mixed; the
+// calibrated methods quantize layer by layer on the model's own activations of a calibration set.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,281 @@
+// qjit-run: runs a Llama-architecture GGUF model (llama.cpp's model files) with qjit's linear layers:
+// the mean NLL of token sequences, scored as llama.cpp's perplexity tools score them, and greedy
+// decoding timed per token. The layers are the file's own weights imported exactly (--method
+// exact, the default), dense fp32 loops over the dequantized weights (fp32), or the dequantized
+// weights requantized by one of qjit's methods (rtn, hqq, milo, gptq, mixed). docs/models.md.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "format/gguf_file.hpp"
+#include "tools/gguf_llama.hpp"
+#include "tools/gguf_vocabulary.hpp"
+#include "tools/json_line.hpp"
+#include "tools/llama_eval.hpp"
+#include "tools/llama_model.hpp"
+#include "tools/method_model.hpp"
+#include "tools/runner_options.hpp"
+#include "tools/token_sequences.hpp"
+
+namespace {
+
+namespace llama = qjit_tools::llama;
+using qjit_tools::TokenSequences;
+
+constexpr const char* kMethods[] = {"exact", "fp32", "rtn", "hqq", "milo", "gptq", "mixed"};
+
+struct Options {
+    std::string model;
+    std::string tokens;               // sequences to score; empty: none
+    int max_sequences = 0;            // 0: all
+    std::string calibration_tokens;   // gptq, mixed
+    int calibration_sequences = 64;
+    int generate = 0;                 // tokens to decode greedily
+    std::string prompt_tokens;        // empty: the BOS token
+    bool fp32_classifier = false;
+    bool json = false;
+    qjit_tools::ContextOptions context;
+    qjit_tools::MethodOptions method;
+};
+
+void print_usage(const char* program) {
+    std::printf(
+        "usage: %s --model FILE.gguf [--tokens FILE.seq.u32 [--max-sequences N]]\n"
+        "          [--generate N [--prompt-tokens 1,2,3]] [--method M ...] [--threads N] [--json]\n"
+        "  --model FILE       a GGUF file of a Llama-architecture model\n"
+        "  --tokens FILE      token sequences to score (*.seq.u32: count, lengths, tokens; little-endian uint32)\n"
+        "  --max-sequences N  score only the first N of them\n"
+        "  --generate N       decode N tokens greedily after the prompt, timing each\n"
+        "  --prompt-tokens L  the prompt as comma-separated token ids (default: the model's BOS token)\n"
+        "  --method M         %s (default exact: the file's own weights, imported exactly)\n"
+        "%s"
+        "  --calibration-tokens FILE  gptq, mixed: calibration sequences (*.seq.u32; tools/tokenize_text.py)\n"
+        "  --calibration-sequences N  gptq, mixed: how many of them (default 64)\n"
+        "  --fp32-classifier  keep the classifier in dense fp32 loops whatever the method\n"
+        "%s"
+        "  --json             print one JSON object on stdout\n",
+        program, qjit_tools::list_of(kMethods).c_str(), qjit_tools::kMethodOptionsUsage,
+        qjit_tools::kContextOptionsUsage);
+}
+
+// Returns nullopt after printing a message when the arguments are bad.
+std::optional<Options> parse_args(int argc, char** argv) {
+    Options options;
+    options.method.method = "exact";
+    qjit_tools::ArgumentReader args(argc, argv);
+    while (args.next()) {
+        using qjit_tools::OptionParse;
+        const std::string& arg = args.option();
+        OptionParse parsed = qjit_tools::parse_context_option(args, options.context);
+        if (parsed == OptionParse::not_mine) parsed = qjit_tools::parse_method_option(args, options.method);
+        if (parsed == OptionParse::failed) return std::nullopt;
+        if (parsed == OptionParse::taken) continue;
+        if (arg == "--model" || arg == "--tokens" || arg == "--calibration-tokens" || arg == "--prompt-tokens") {
+            const char* text = args.value();
+            if (!text) return std::nullopt;
+            (arg == "--model"                ? options.model
+             : arg == "--tokens"             ? options.tokens
+             : arg == "--calibration-tokens" ? options.calibration_tokens
+                                             : options.prompt_tokens) = text;
+        } else if (arg == "--max-sequences" || arg == "--calibration-sequences" || arg == "--generate") {
+            const auto v = args.int_value(arg == "--generate" ? 0 : 1, 1 << 24);
+            if (!v) return std::nullopt;
+            (arg == "--max-sequences"           ? options.max_sequences
+             : arg == "--calibration-sequences" ? options.calibration_sequences
+                                                : options.generate) = *v;
+        } else if (arg == "--fp32-classifier") {
+            options.fp32_classifier = true;
+        } else if (arg == "--json") {
+            options.json = true;
+        } else if (arg == "--help" || arg == "-h") {
+            print_usage(argv[0]);
+            std::exit(0);
+        } else {
+            std::fprintf(stderr, "unknown argument '%s'\n", arg.c_str());
+            print_usage(argv[0]);
+            return std::nullopt;
+        }
+    }
+    if (!qjit_tools::check_method_options(options.method, kMethods)) return std::nullopt;
+    auto refuse = [](const char* message) -> std::optional<Options> {
+        std::fprintf(stderr, "%s\n", message);
+        return std::nullopt;
+    };
+    if (options.model.empty()) return refuse("--model FILE.gguf is required");
+    if (options.max_sequences > 0 && options.tokens.empty()) return refuse("--max-sequences goes with --tokens");
+    if (!options.prompt_tokens.empty() && options.generate == 0) return refuse("--prompt-tokens goes with --generate");
+    if (options.method.calibrated() && options.calibration_tokens.empty())
+        return refuse("--method gptq and a calibrated --method mixed need --calibration-tokens FILE.seq.u32");
+    if (!options.method.calibrated() && !options.calibration_tokens.empty())
+        return refuse("--calibration-tokens goes with --method gptq or a calibrated --method mixed");
+    return options;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The nearest-rank percentile p (0 < p <= 1) of `values`.
+double percentile(std::vector<double> values, double p) {
+    if (values.empty()) return 0.0;
+    std::sort(values.begin(), values.end());
+    const size_t rank = size_t(std::ceil(p * double(values.size())));
+    return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
+}
+
+const char* activations_name(qjit_activations activations) {
+    return activations == QJIT_ACTIVATIONS_F32 ? "f32" : activations == QJIT_ACTIVATIONS_INT8 ? "int8" : "auto";
+}
+
+// Sequences longer than the model's context are refused rather than cut: their scores would differ.
+void check_lengths(const TokenSequences& sequences, int seq_len, const std::string& what) {
+    for (size_t s = 0; s < sequences.size(); ++s)
+        if (sequences[s].size() > size_t(seq_len))
+            throw std::runtime_error(what + ": sequence " + std::to_string(s) + " has " +
+                                     std::to_string(sequences[s].size()) + " tokens, more than the model's context of " +
+                                     std::to_string(seq_len));
+}
+
+int run(const Options& options) {
+    TokenSequences sequences, calibration;
+    if (!options.tokens.empty()) {
+        sequences = qjit_tools::read_token_sequences(options.tokens);
+        if (options.max_sequences > 0 && sequences.size() > size_t(options.max_sequences))
+            sequences.resize(size_t(options.max_sequences));
+    }
+    if (!options.calibration_tokens.empty()) {
+        calibration = qjit_tools::read_token_sequences(options.calibration_tokens);
+        if (calibration.size() > size_t(options.calibration_sequences))
+            calibration.resize(size_t(options.calibration_sequences));
+    }
+
+    const auto load_start = std::chrono::steady_clock::now();
+    const std::shared_ptr<const qjit::GgufFile> file = qjit::GgufFile::open(options.model);
+    const std::shared_ptr<const llama::Weights> weights = llama::load_gguf_llama(file);
+    const llama::Config& c = weights->config;
+    const qjit_tools::GgufVocabulary vocabulary(*file);
+    qjit_tools::check_tokens_in_vocabulary(sequences, c.vocab_size, "--tokens '" + options.tokens + "'");
+    check_lengths(sequences, c.seq_len, "--tokens '" + options.tokens + "'");
+    qjit_tools::check_tokens_in_vocabulary(calibration, c.vocab_size,
+                                           "--calibration-tokens '" + options.calibration_tokens + "'");
+    check_lengths(calibration, c.seq_len, "--calibration-tokens '" + options.calibration_tokens + "'");
+    std::vector<int> prompt;
+    if (options.generate > 0) {
+        if (!options.prompt_tokens.empty()) {
+            prompt = qjit_tools::parse_token_list(options.prompt_tokens);
+        } else if (vocabulary.bos()) {
+            prompt = {*vocabulary.bos()};
+        } else {
+            throw std::runtime_error("the model names no BOS token (tokenizer.ggml.bos_token_id): give --prompt-tokens");
+        }
+        qjit_tools::check_tokens_in_vocabulary({prompt}, c.vocab_size, "--prompt-tokens");
+        if (prompt.size() - 1 + size_t(options.generate) > size_t(c.seq_len))
+            throw std::runtime_error("--generate " + std::to_string(options.generate) + " after a prompt of " +
+                                     std::to_string(prompt.size()) + " tokens exceeds the model's context of " +
+                                     std::to_string(c.seq_len));
+    }
+
+    const qjit_context_options context_options = options.context.context_options();
+    const llama::MethodModel built = llama::build_method_model(weights, options.method, context_options,
+                                                               &calibration, options.fp32_classifier);
+    llama::Model& model = *built.model;
+    const double load_seconds = seconds_since(load_start);
+    llama::QjitStorage storage = llama::qjit_storage(model);
+    if (storage.weights == 0) {  // no qjit layer: every matrix dense fp32
+        storage.weights = model.linear_weight_count();
+        storage.stored_bytes = model.linear_stored_bytes();
+    }
+
+    std::optional<llama::NllResult> nll;
+    double eval_seconds = 0.0;
+    if (!options.tokens.empty()) {
+        const auto start = std::chrono::steady_clock::now();
+        nll = llama::evaluate_nll(model, sequences);
+        eval_seconds = seconds_since(start);
+    }
+    std::optional<llama::Generation> generation;
+    if (options.generate > 0) generation = llama::greedy_decode(model, prompt, options.generate);
+    std::string text;
+    double tokens_per_second = 0.0, p50_ms = 0.0, p99_ms = 0.0;
+    if (generation) {
+        const std::span<const int> generated = std::span(generation->tokens).subspan(prompt.size());
+        text = vocabulary.decode(generated);
+        double decode_seconds = 0.0;
+        for (double s : generation->step_seconds) decode_seconds += s;
+        tokens_per_second = decode_seconds > 0 ? double(generated.size()) / decode_seconds : 0.0;
+        p50_ms = 1e3 * percentile(generation->step_seconds, 0.50);
+        p99_ms = 1e3 * percentile(generation->step_seconds, 0.99);
+    }
+
+    if (options.json) {
+        qjit_tools::JsonLine json;
+        json.text("model", options.model)
+            .text("method", options.method.method)
+            .text("linears", built.backend_name)
+            .integer("threads", options.context.threads)
+            .text("activations", activations_name(options.context.activations))
+            .number("bits_per_weight", storage.bits_per_weight(), 4)
+            .integer("stored_bytes", storage.stored_bytes)
+            .integer("weights", storage.weights)
+            .number("load_seconds", load_seconds, 3);
+        if (options.method.calibrated()) json.integer("calibration_tokens", built.calibration_rows);
+        if (nll) {
+            json.number("nll", nll->mean_nll)
+                .integer("tokens", nll->tokens)
+                .integer("sequences", int64_t(nll->sequence_nll.size()))
+                .number("eval_seconds", eval_seconds, 3)
+                .numbers("per_sequence_nll_sum", nll->sequence_nll);
+        }
+        if (generation) {
+            const std::vector<int> generated(generation->tokens.begin() + std::ptrdiff_t(prompt.size()),
+                                             generation->tokens.end());
+            json.integers("prompt_tokens", prompt)
+                .integers("generated_tokens", generated)
+                .text("text", text)
+                .number("prompt_seconds", generation->prompt_seconds, 4)
+                .number("tokens_per_second", tokens_per_second, 2)
+                .number("p50_ms", p50_ms, 3)
+                .number("p99_ms", p99_ms, 3);
+        }
+        std::printf("%s\n", json.str().c_str());
+        return 0;
+    }
+    std::printf("model: %s: llama, %d layers, dim %d, FFN %d, %d heads (%d KV) of %d, vocab %d, context %d, "
+                "RoPE base %g, RMSNorm eps %g, classifier %s\n",
+                options.model.c_str(), c.n_layers, c.dim, c.hidden_dim, c.n_heads, c.n_kv_heads, c.head_size,
+                c.vocab_size, c.seq_len, double(c.rope_base), double(c.rms_eps),
+                weights->tied_classifier ? "tied to the embedding" : "separate");
+    std::printf("linears: %s, %.3f bits per weight as stored, loaded in %.2f s\n", built.backend_name.c_str(),
+                storage.bits_per_weight(), load_seconds);
+    if (nll)
+        std::printf("NLL %.6f nats per token over %lld tokens of %zu sequences (%.2f s)\n", nll->mean_nll,
+                    static_cast<long long>(nll->tokens), nll->sequence_nll.size(), eval_seconds);
+    if (generation) {
+        std::printf("----\n%s\n----\n", text.c_str());
+        std::printf("decode: %d tokens, %.1f tokens/s, p50 %.2f ms, p99 %.2f ms per token (prompt of %zu tokens: "
+                    "%.3f s)\n",
+                    options.generate, tokens_per_second, p50_ms, p99_ms, prompt.size(), generation->prompt_seconds);
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::optional<Options> options = parse_args(argc, argv);
+    if (!options) return 2;
+    try {
+        return run(*options);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "qjit-run: %s\n", e.what());
+        return 1;
+    }
+}
