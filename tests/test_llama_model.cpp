@@ -1,0 +1,310 @@
+// The shared Llama model (tools/llama_model) with GGUF weights (tools/gguf_llama): the dense backend
+// against run.c's loop, the GGUF loader against the llama2.c loader on the same weights, refusals of
+// malformed model files by name, token sequence files, and the real SmolLM2-135M file (skipped
+// without it: scripts/fetch_model.sh) against the fp32 reference of shared/smollm2.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "format/gguf_file.hpp"
+#include "gguf_writer.hpp"
+#include "llama2_checkpoint.hpp"
+#include "llama2_tokenizer.hpp"
+#include "tools/gguf_import_backend.hpp"
+#include "tools/gguf_llama.hpp"
+#include "tools/gguf_vocabulary.hpp"
+#include "tools/llama_eval.hpp"
+#include "tools/llama_model.hpp"
+#include "tools/token_sequences.hpp"
+
+namespace {
+
+namespace llama = qjit_tools::llama;
+using qjit::test::GgufTensorSpec;
+using qjit::test::GgufWriter;
+
+const std::string kModelsDir = QJIT_SHARED_MODELS_DIR;
+const std::string kSmolLM2Dir = kModelsDir + "/../smollm2/";
+
+constexpr uint32_t kGgmlF32 = 0;
+
+std::string float_bytes(std::span<const float> values) {
+    return {reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)};
+}
+
+// Changes to make to a model file, to see them refused.
+struct FileDamage {
+    std::string architecture = "llama";
+    std::string left_out;                   // a tensor not written
+    std::string extra;                      // a tensor written besides the model's
+    std::string reshaped;                   // a tensor written with `reshaped_dims`
+    std::vector<uint64_t> reshaped_dims;
+};
+
+// `weights` as a GGUF file with F32 tensors, laid out as llama.cpp's converter lays out a Llama model.
+std::string llama_gguf(const llama::Weights& weights, const FileDamage& damage = {}) {
+    const llama::Config& c = weights.config;
+    std::vector<std::string> tokens;
+    for (int i = 0; i < c.vocab_size; ++i) tokens.push_back("t" + std::to_string(i));
+    GgufWriter writer;
+    writer.value("general.architecture", damage.architecture)
+        .value("llama.block_count", uint32_t(c.n_layers))
+        .value("llama.embedding_length", uint32_t(c.dim))
+        .value("llama.feed_forward_length", uint32_t(c.hidden_dim))
+        .value("llama.attention.head_count", uint32_t(c.n_heads))
+        .value("llama.attention.head_count_kv", uint32_t(c.n_kv_heads))
+        .value("llama.rope.freq_base", c.rope_base)
+        .value("llama.attention.layer_norm_rms_epsilon", c.rms_eps)
+        .value("llama.context_length", uint32_t(c.seq_len))
+        .value("tokenizer.ggml.model", "gpt2")
+        .array("tokenizer.ggml.tokens", tokens);
+    auto add = [&](const std::string& name, std::vector<uint64_t> dims, std::span<const float> values) {
+        if (name == damage.left_out) return;
+        std::string data = float_bytes(values);
+        if (name == damage.reshaped) {
+            dims = damage.reshaped_dims;
+            uint64_t count = 1;
+            for (const uint64_t dim : dims) count *= dim;
+            data.assign(count * sizeof(float), '\0');
+        }
+        writer.tensor(GgufTensorSpec{name, kGgmlF32, dims, data, std::nullopt});
+    };
+    auto add_matrix = [&](const std::string& name, const llama::MatrixSource& matrix) {
+        std::vector<float> scratch;
+        add(name, {uint64_t(matrix.k()), uint64_t(matrix.n())}, matrix.dense_values(scratch));
+    };
+    add_matrix("token_embd.weight", weights.token_embedding);
+    for (int l = 0; l < c.n_layers; ++l) {
+        const llama::LayerWeights& w = weights.layers[size_t(l)];
+        const std::string block = "blk." + std::to_string(l) + ".";
+        add(block + "attn_norm.weight", {uint64_t(c.dim)}, w.attention_norm);
+        add_matrix(block + "attn_q.weight", w.wq);
+        add_matrix(block + "attn_k.weight", w.wk);
+        add_matrix(block + "attn_v.weight", w.wv);
+        add_matrix(block + "attn_output.weight", w.wo);
+        add(block + "ffn_norm.weight", {uint64_t(c.dim)}, w.ffn_norm);
+        add_matrix(block + "ffn_gate.weight", w.w1);
+        add_matrix(block + "ffn_down.weight", w.w2);
+        add_matrix(block + "ffn_up.weight", w.w3);
+    }
+    add("output_norm.weight", {uint64_t(c.dim)}, weights.final_norm);
+    if (!weights.tied_classifier) add_matrix("output.weight", weights.classifier);
+    if (!damage.extra.empty()) add(damage.extra, {uint64_t(c.dim)}, weights.final_norm);
+    return writer.bytes();
+}
+
+// A GGUF file in memory and the model's weights read from it (which point into it).
+struct LoadedGguf {
+    std::string bytes;
+    std::shared_ptr<const llama::Weights> weights;
+};
+
+LoadedGguf load(std::string bytes) {
+    LoadedGguf loaded{std::move(bytes), nullptr};
+    const auto file = qjit::GgufFile::parse(reinterpret_cast<const uint8_t*>(loaded.bytes.data()), loaded.bytes.size(),
+                                            "tiny.gguf");
+    loaded.weights = llama::load_gguf_llama(file);
+    return loaded;
+}
+
+// A random model of one layer: dim 8, FFN 16, 2 heads of 4 sharing one KV head, 6 tokens.
+llama::Weights tiny_weights() {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 0.5f);
+    auto values = [&](int64_t count) {
+        std::vector<float> v(static_cast<size_t>(count));
+        for (float& x : v) x = normal(rng);
+        return v;
+    };
+    llama::Weights w;
+    llama::Config& c = w.config;
+    c = {.dim = 8, .hidden_dim = 16, .n_layers = 1, .n_heads = 2, .n_kv_heads = 1, .head_size = 4, .vocab_size = 6,
+         .seq_len = 16, .rope_base = 10000.0f, .rms_eps = 1e-5f};
+    auto matrix = [&](const char* name, int64_t n, int64_t k) {
+        return llama::MatrixSource::dense(name, n, k, values(n * k));
+    };
+    w.token_embedding = matrix("embedding", c.vocab_size, c.dim);
+    w.layers.push_back({values(c.dim), matrix("wq", c.q_dim(), c.dim), matrix("wk", c.kv_dim(), c.dim),
+                        matrix("wv", c.kv_dim(), c.dim), matrix("wo", c.dim, c.q_dim()), values(c.dim),
+                        matrix("w1", c.hidden_dim, c.dim), matrix("w2", c.dim, c.hidden_dim),
+                        matrix("w3", c.hidden_dim, c.dim)});
+    w.final_norm = values(c.dim);
+    w.classifier = w.token_embedding;
+    return w;
+}
+
+void expect_refused(const std::function<void()>& load_it, const std::string& needle) {
+    try {
+        load_it();
+        ADD_FAILURE() << "accepted; expected an error naming '" << needle << "'";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+}
+
+TEST(LlamaDense, BackendMatchesRunCsLoopBitForBit) {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal;
+    const int64_t n = 75, k = 37, m = 6;  // odd sizes: partial tiles of rows and outputs
+    std::vector<float> w(size_t(n * k)), x(size_t(m * k));
+    for (float& v : w) v = normal(rng);
+    for (float& v : x) v = normal(rng);
+    llama::DenseBackend dense;
+    const auto linear = dense.make_linear(llama::MatrixSource::dense("w", n, k, w));
+    std::vector<float> y(size_t(m * n));
+    linear->forward(x.data(), m, y.data());
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = 0; j < n; ++j) {
+            float sum = 0.0f;
+            for (int64_t i = 0; i < k; ++i) sum += w[size_t(j * k + i)] * x[size_t(r * k + i)];
+            ASSERT_EQ(y[size_t(r * n + j)], sum) << "row " << r << " output " << j;
+        }
+}
+
+// The stories260K checkpoint written as a GGUF file of F32 tensors reads back as the same model:
+// every logit of a sequence equal, bit for bit.
+TEST(LlamaGguf, StoriesCheckpointAsGgufGivesTheSameLogits) {
+    const std::string checkpoint_path = kModelsDir + "/stories260K/stories260K.bin";
+    if (!std::filesystem::exists(checkpoint_path)) GTEST_SKIP() << checkpoint_path << " is missing";
+    const auto checkpoint = qjit_bench::llama2::load_checkpoint(checkpoint_path);
+    const LoadedGguf gguf = load(llama_gguf(*checkpoint));
+    EXPECT_TRUE(gguf.weights->tied_classifier);
+    EXPECT_EQ(gguf.weights->config.head_size, checkpoint->config.head_size);
+
+    const std::vector<int> tokens = {1, 403, 407, 261, 378, 425, 280, 370, 453, 312, 268};
+    llama::DenseBackend dense;
+    llama::Model from_checkpoint(checkpoint, dense), from_gguf(gguf.weights, dense);
+    const std::span<const float> a = from_checkpoint.forward_sequence(tokens);
+    const std::vector<float> expected(a.begin(), a.end());
+    const std::span<const float> b = from_gguf.forward_sequence(tokens);
+    ASSERT_EQ(b.size(), expected.size());
+    EXPECT_EQ(std::memcmp(b.data(), expected.data(), expected.size() * sizeof(float)), 0);
+}
+
+TEST(LlamaGguf, TinyModelLoadsAndRuns) {
+    const LoadedGguf gguf = load(llama_gguf(tiny_weights()));
+    llama::DenseBackend dense;
+    llama::Model model(gguf.weights, dense);
+    const std::vector<int> tokens = {0, 5, 2, 3};
+    for (const float logit : model.forward_sequence(tokens)) EXPECT_TRUE(std::isfinite(logit));
+    const llama::Generation generation = llama::greedy_decode(model, tokens, 4);
+    EXPECT_EQ(generation.tokens.size(), 8u);
+    EXPECT_EQ(generation.step_seconds.size(), 4u);
+}
+
+TEST(LlamaGguf, MalformedModelsAreRefusedByName) {
+    const llama::Weights weights = tiny_weights();
+    auto with = [&](FileDamage damage) { return [&weights, damage] { load(llama_gguf(weights, damage)); }; };
+    expect_refused(with({.architecture = "gpt2"}), "general.architecture is 'gpt2'");
+    expect_refused(with({.reshaped = "blk.0.attn_k.weight", .reshaped_dims = {8, 5}}),
+                   "tensor blk.0.attn_k.weight has dims [8, 5], but the metadata implies [8, 4]");
+    expect_refused(with({.reshaped = "blk.0.ffn_norm.weight", .reshaped_dims = {7}}), "tensor blk.0.ffn_norm.weight");
+    expect_refused(with({.left_out = "blk.0.ffn_up.weight"}), "tensor blk.0.ffn_up.weight is missing");
+    expect_refused(with({.extra = "blk.0.attn_q.bias"}), "tensor blk.0.attn_q.bias is not part of the Llama model");
+    expect_refused(with({.extra = "rope_freqs.weight"}), "tensor rope_freqs.weight");
+}
+
+TEST(LlamaGguf, VocabularyInvertsGpt2ByteTable) {
+    // Every byte's character maps back to it; printable ASCII stands for itself, space for U+0120.
+    EXPECT_EQ(qjit_tools::byte_to_unicode('a'), U'a');
+    EXPECT_EQ(qjit_tools::byte_to_unicode(' '), char32_t(0x120));
+    EXPECT_EQ(qjit_tools::byte_to_unicode('\n'), char32_t(0x10A));
+    EXPECT_EQ(qjit_tools::byte_to_unicode(0xAD), char32_t(0x143));
+}
+
+TEST(TokenSequences, FilesAreReadAndCheckedWhole) {
+    const std::string path = ::testing::TempDir() + "qjit_test_tokens.seq.u32";
+    auto write = [&](const std::vector<uint32_t>& values) {
+        std::ofstream out(path, std::ios::binary | std::ios::trunc);
+        out.write(reinterpret_cast<const char*>(values.data()), std::streamsize(values.size() * 4));
+    };
+    write({2, 3, 1, 10, 11, 12, 7});
+    EXPECT_EQ(qjit_tools::read_token_sequences(path), (qjit_tools::TokenSequences{{10, 11, 12}, {7}}));
+    EXPECT_THROW(qjit_tools::check_tokens_in_vocabulary({{10, 11, 12}}, 12, "test"), std::runtime_error);
+    write({2, 3, 2, 10, 11, 12, 7});
+    expect_refused([&] { qjit_tools::read_token_sequences(path); }, "lengths add up to 5 tokens, but 4 follow");
+    write({9, 1});
+    expect_refused([&] { qjit_tools::read_token_sequences(path); }, "declares 9 sequences");
+    write({});
+    expect_refused([&] { qjit_tools::read_token_sequences(path); }, "empty");
+    std::filesystem::remove(path);
+    EXPECT_EQ(qjit_tools::parse_token_list("1,2, 3"), (std::vector<int>{1, 2, 3}));
+    EXPECT_THROW(qjit_tools::parse_token_list("1,,2"), std::runtime_error);
+    EXPECT_THROW(qjit_tools::parse_token_list("1,-2"), std::runtime_error);
+}
+
+// ---- the real SmolLM2-135M file ----
+
+std::filesystem::path smollm2_path() {
+    const char* dir = std::getenv("QJIT_MODEL_DIR");
+    const char* home = std::getenv("HOME");
+    const std::filesystem::path folder =
+        dir && *dir ? std::filesystem::path(dir) : std::filesystem::path(home ? home : "") / ".cache/qjit/models";
+    return folder / "SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+class SmolLM2 : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!std::filesystem::exists(smollm2_path()))
+            GTEST_SKIP() << smollm2_path().string() << " is absent: run scripts/fetch_model.sh";
+        if (!std::filesystem::exists(kSmolLM2Dir + "eval.seq.u32"))
+            GTEST_SKIP() << kSmolLM2Dir << " is missing";
+        file_ = qjit::GgufFile::open(smollm2_path().string());
+        sequences_ = qjit_tools::read_token_sequences(kSmolLM2Dir + "eval.seq.u32");
+        sequences_.resize(10);
+    }
+    std::shared_ptr<const qjit::GgufFile> file_;
+    qjit_tools::TokenSequences sequences_;
+};
+
+// Exact import with fp32 activations reproduces the independent fp32 forward of the same weights.
+TEST_F(SmolLM2, ExactImportMatchesFp32Reference) {
+    std::ifstream in(kSmolLM2Dir + "eval_fp32_reference.json");
+    const nlohmann::json reference = nlohmann::json::parse(in);
+    const std::vector<double> expected = reference.at("per_sequence_nll_sum").get<std::vector<double>>();
+    ASSERT_GE(expected.size(), sequences_.size());
+
+    const auto weights = llama::load_gguf_llama(file_);
+    EXPECT_EQ(weights->config.n_layers, 30);
+    EXPECT_EQ(weights->config.rope_base, 100000.0f);
+    EXPECT_TRUE(weights->tied_classifier);
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.activations = QJIT_ACTIVATIONS_F32;
+    llama::GgufImportBackend exact(&options);
+    llama::Model model(weights, exact);
+    const llama::NllResult nll = llama::evaluate_nll(model, sequences_);
+    ASSERT_EQ(nll.sequence_nll.size(), sequences_.size());
+    for (size_t s = 0; s < sequences_.size(); ++s)
+        EXPECT_NEAR(nll.sequence_nll[s], expected[s], 1e-3) << "sequence " << s;
+    std::printf("SmolLM2 exact import, f32 activations, 10 sequences: mean NLL %.6f over %lld tokens\n",
+                nll.mean_nll, static_cast<long long>(nll.tokens));
+}
+
+// The vocabulary turns the evaluation tokens back into the paragraphs they were made from.
+TEST_F(SmolLM2, VocabularyDecodesTheEvaluationText) {
+    std::ifstream in(kModelsDir + "/text/tinystories_val.txt", std::ios::binary);
+    const std::vector<std::string> paragraphs =
+        qjit_bench::llama2::split_paragraphs({std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()});
+    ASSERT_GE(paragraphs.size(), sequences_.size());
+    const qjit_tools::GgufVocabulary vocabulary(*file_);
+    for (size_t s = 0; s < sequences_.size(); ++s) EXPECT_EQ(vocabulary.decode(sequences_[s]), paragraphs[s]);
+    EXPECT_EQ(vocabulary.bos(), 1);
+    EXPECT_EQ(vocabulary.piece(1), "");  // <|im_start|>, a control token
+}
+
+}  // namespace
