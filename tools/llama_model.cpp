@@ -148,6 +148,7 @@ void Model::ensure_capacity(int tokens) {
     x_.resize(t * size_t(c.dim));
     xb_.resize(t * size_t(c.dim));
     q_.resize(t * size_t(c.q_dim()));
+    k_.resize(t * size_t(c.kv_dim()));
     att_out_.resize(t * size_t(c.q_dim()));
     delta_.resize(t * size_t(c.dim));
     hb_.resize(t * size_t(c.hidden_dim));
@@ -161,9 +162,14 @@ void Model::ensure_cache(int positions) {
     const Config& c = config();
     // Grows geometrically, so a decode loop reallocates O(log n) times; never past seq_len.
     const int grown = std::min(c.seq_len, std::max({positions, 2 * cache_positions_, 64}));
-    const size_t values = size_t(grown) * size_t(c.kv_dim());
-    for (std::vector<float>& cache : key_cache_) cache.resize(values);
-    for (std::vector<float>& cache : value_cache_) cache.resize(values);
+    const size_t kv_dim = size_t(c.kv_dim()), old_positions = size_t(cache_positions_);
+    for (std::vector<float>& cache : key_cache_) {  // [kv_dim][positions]: each feature's row widens
+        std::vector<float> wider(kv_dim * size_t(grown));
+        for (size_t i = 0; i < kv_dim && old_positions > 0; ++i)
+            std::copy_n(cache.data() + i * old_positions, old_positions, wider.data() + i * size_t(grown));
+        cache = std::move(wider);
+    }
+    for (std::vector<float>& cache : value_cache_) cache.resize(size_t(grown) * kv_dim);
     // The rotation angles of each position, computed as run.c computes them.
     rotations_.resize(size_t(grown) * size_t(c.head_size));
     for (int pos = cache_positions_; pos < grown; ++pos) {
@@ -179,34 +185,57 @@ void Model::ensure_cache(int positions) {
     cache_positions_ = grown;
 }
 
+namespace {
+
+// One head's attention for the query `q` at position `pos`: the scores of positions 0..pos against
+// its keys (keys[i * key_row + s]: the transposed cache), softmax, and the sum of the values
+// (values[s * value_row]) weighted by them into `out`. Each score is summed over i in order, as
+// run.c sums it, kBlock positions at a time side by side, so the sums run in SIMD lanes and every
+// result equals run.c's bit for bit at every instruction set.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void attend(const float* q, const float* keys,
+                                                                          size_t key_row, const float* values,
+                                                                          size_t value_row, int head_size, int pos,
+                                                                          float inv_sqrt, float* scores, float* out) {
+    constexpr int kBlock = 16;
+    int s = 0;
+    for (; s + kBlock <= pos + 1; s += kBlock) {
+        float score[kBlock] = {};
+        for (int i = 0; i < head_size; ++i) {
+            const float* k = keys + size_t(i) * key_row + size_t(s);
+            for (int b = 0; b < kBlock; ++b) score[b] += q[i] * k[b];
+        }
+        for (int b = 0; b < kBlock; ++b) scores[s + b] = score[b] * inv_sqrt;
+    }
+    for (; s <= pos; ++s) {
+        float score = 0.0f;
+        for (int i = 0; i < head_size; ++i) score += q[i] * keys[size_t(i) * key_row + size_t(s)];
+        scores[s] = score * inv_sqrt;
+    }
+    softmax(scores, pos + 1);
+    std::fill(out, out + head_size, 0.0f);
+    for (s = 0; s <= pos; ++s) {
+        const float* v = values + size_t(s) * value_row;
+        const float a = scores[s];
+        for (int i = 0; i < head_size; ++i) out[i] += a * v[i];
+    }
+}
+
+}  // namespace
+
 // Causal multi-head attention of `count` queries (positions pos0..) over the cached keys and values.
 void Model::attention(int layer, int pos0, int count) {
     const Config& c = config();
-    const int head_size = c.head_size, kv_dim = c.kv_dim(), q_dim = c.q_dim();
+    const int head_size = c.head_size, q_dim = c.q_dim();
     const int kv_mul = c.n_heads / c.n_kv_heads;  // query heads per key/value head
     const float inv_sqrt = 1.0f / std::sqrt(float(head_size));
-    const float* keys = key_cache_[size_t(layer)].data();
-    const float* values = value_cache_[size_t(layer)].data();
-
+    const size_t key_row = size_t(cache_positions_);
     for (int t = 0; t < count; ++t) {
-        const int pos = pos0 + t;
         for (int h = 0; h < c.n_heads; ++h) {
-            const float* q = q_.data() + size_t(t) * size_t(q_dim) + size_t(h) * size_t(head_size);
             const size_t kv_offset = size_t(h / kv_mul) * size_t(head_size);
-            for (int s = 0; s <= pos; ++s) {
-                const float* k = keys + size_t(s) * size_t(kv_dim) + kv_offset;
-                float score = 0.0f;
-                for (int i = 0; i < head_size; ++i) score += q[i] * k[i];
-                scores_[size_t(s)] = score * inv_sqrt;
-            }
-            softmax(scores_.data(), pos + 1);
-            float* out = att_out_.data() + size_t(t) * size_t(q_dim) + size_t(h) * size_t(head_size);
-            std::fill(out, out + head_size, 0.0f);
-            for (int s = 0; s <= pos; ++s) {
-                const float* v = values + size_t(s) * size_t(kv_dim) + kv_offset;
-                const float a = scores_[size_t(s)];
-                for (int i = 0; i < head_size; ++i) out[i] += a * v[i];
-            }
+            const size_t at = size_t(t) * size_t(q_dim) + size_t(h) * size_t(head_size);
+            attend(q_.data() + at, key_cache_[size_t(layer)].data() + kv_offset * key_row, key_row,
+                   value_cache_[size_t(layer)].data() + kv_offset, size_t(c.kv_dim()), head_size, pos0 + t, inv_sqrt,
+                   scores_.data(), att_out_.data() + at);
         }
     }
 }
@@ -235,9 +264,8 @@ std::span<const float> Model::forward(std::span<const int> tokens, int pos0) {
     for (int l = 0; l < c.n_layers; ++l) {
         const Layer& layer = layers_[size_t(l)];
         const LayerWeights& lw = w.layers[size_t(l)];
-        // keys and values go straight into the cache
-        float* k = key_cache_[size_t(l)].data() + size_t(pos0) * kv_dim;
-        float* v = value_cache_[size_t(l)].data() + size_t(pos0) * kv_dim;
+        float* k = k_.data();  // rotated, then stored transposed in the cache
+        float* v = value_cache_[size_t(l)].data() + size_t(pos0) * kv_dim;  // straight into the cache
 
         // attention block
         rmsnorm(xb_.data(), x_.data(), lw.attention_norm.data(), count, c.dim, c.rms_eps);
@@ -249,6 +277,9 @@ std::span<const float> Model::forward(std::span<const int> tokens, int pos0) {
             rope(q_.data() + t * q_dim, c.q_dim(), c.head_size, rotation);
             rope(k + t * kv_dim, c.kv_dim(), c.head_size, rotation);
         }
+        float* key_cache = key_cache_[size_t(l)].data();
+        for (size_t t = 0; t < rows; ++t)
+            for (size_t i = 0; i < kv_dim; ++i) key_cache[i * size_t(cache_positions_) + size_t(pos0) + t] = k[t * kv_dim + i];
         attention(l, pos0, count);
         if (!run_linear(l, 3, att_out_.data(), count, delta_.data())) return {};
         add_in_place(x_.data(), delta_.data(), rows * dim);

@@ -145,13 +145,14 @@ private:
     std::unique_ptr<Linear> classifier_;
     int cached_positions_ = 0;
 
-    // KV cache per layer, [position][kv_dim], grown as positions are added.
+    // KV cache per layer, grown as positions are added: keys [kv_dim][cache_positions_] (transposed, so
+    // a head's scores run across positions), values [cache_positions_][kv_dim].
     int cache_positions_ = 0;
     std::vector<std::vector<float>> key_cache_, value_cache_;
     std::vector<float> rotations_;  // [position][head_size]: cos, sin of each pair's RoPE angle
     // Activations for up to `capacity_` tokens, row-major [token][features].
     int capacity_ = 0;
-    std::vector<float> x_, xb_, q_, att_out_, delta_, hb_, hb2_, logits_;
+    std::vector<float> x_, xb_, q_, k_, att_out_, delta_, hb_, hb2_, logits_;
     std::vector<float> scores_;  // [cache_positions_]
     struct Capture {
         InputSite site;
