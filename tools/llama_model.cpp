@@ -242,12 +242,21 @@ void Model::attention(int layer, int pos0, int count) {
 
 std::span<const float> Model::forward(std::span<const int> tokens, int pos0) {
     const Config& c = config();
-    const Weights& w = *weights_;
     const int count = int(tokens.size());
-    if (count < 1) fail("Model::forward: no tokens");
     if (pos0 != cached_positions_) {
         fail("Model::forward: pos0 ", pos0, " does not follow the ", cached_positions_, " cached positions");
     }
+    embed(tokens, pos0);
+    for (int l = 0; l < c.n_layers; ++l) run_layer(l, pos0, count);
+    run_classifier(count);
+    cached_positions_ = pos0 + count;
+    return {logits_.data(), size_t(count) * size_t(c.vocab_size)};
+}
+
+void Model::embed(std::span<const int> tokens, int pos0) {
+    const Config& c = config();
+    const int count = int(tokens.size());
+    if (count < 1) fail("Model::forward: no tokens");
     if (int64_t(pos0) + count > c.seq_len) {
         fail("Model::forward: positions ", pos0, "..", int64_t(pos0) + count - 1, " exceed seq_len ", c.seq_len);
     }
@@ -256,51 +265,54 @@ std::span<const float> Model::forward(std::span<const int> tokens, int pos0) {
     }
     ensure_capacity(count);
     ensure_cache(pos0 + count);
+    for (size_t t = 0; t < size_t(count); ++t)
+        weights_->token_embedding.read_row(tokens[t], x_.data() + t * size_t(c.dim));
+}
 
+bool Model::run_layer(int l, int pos0, int count) {
+    const Config& c = config();
+    const Layer& layer = layers_[size_t(l)];
+    const LayerWeights& lw = weights_->layers[size_t(l)];
     const size_t dim = size_t(c.dim), q_dim = size_t(c.q_dim()), kv_dim = size_t(c.kv_dim());
     const size_t hidden = size_t(c.hidden_dim), rows = size_t(count);
-    for (size_t t = 0; t < rows; ++t) w.token_embedding.read_row(tokens[t], x_.data() + t * dim);
+    float* k = k_.data();  // rotated, then stored transposed in the cache
+    float* v = value_cache_[size_t(l)].data() + size_t(pos0) * kv_dim;  // straight into the cache
 
-    for (int l = 0; l < c.n_layers; ++l) {
-        const Layer& layer = layers_[size_t(l)];
-        const LayerWeights& lw = w.layers[size_t(l)];
-        float* k = k_.data();  // rotated, then stored transposed in the cache
-        float* v = value_cache_[size_t(l)].data() + size_t(pos0) * kv_dim;  // straight into the cache
-
-        // attention block
-        rmsnorm(xb_.data(), x_.data(), lw.attention_norm.data(), count, c.dim, c.rms_eps);
-        if (!run_linear(l, 0, xb_.data(), count, q_.data())) return {};
-        layer.wk->forward(xb_.data(), count, k);
-        layer.wv->forward(xb_.data(), count, v);
-        for (size_t t = 0; t < rows; ++t) {
-            const float* rotation = rotations_.data() + (size_t(pos0) + t) * size_t(c.head_size);
-            rope(q_.data() + t * q_dim, c.q_dim(), c.head_size, rotation);
-            rope(k + t * kv_dim, c.kv_dim(), c.head_size, rotation);
-        }
-        float* key_cache = key_cache_[size_t(l)].data();
-        for (size_t t = 0; t < rows; ++t)
-            for (size_t i = 0; i < kv_dim; ++i) key_cache[i * size_t(cache_positions_) + size_t(pos0) + t] = k[t * kv_dim + i];
-        attention(l, pos0, count);
-        if (!run_linear(l, 3, att_out_.data(), count, delta_.data())) return {};
-        add_in_place(x_.data(), delta_.data(), rows * dim);
-
-        // SwiGLU feed-forward block
-        rmsnorm(xb_.data(), x_.data(), lw.ffn_norm.data(), count, c.dim, c.rms_eps);
-        if (!run_linear(l, 4, xb_.data(), count, hb_.data())) return {};
-        layer.w3->forward(xb_.data(), count, hb2_.data());
-        for (size_t i = 0; i < rows * hidden; ++i) {
-            float gate = hb_[i];
-            gate *= 1.0f / (1.0f + std::exp(-gate));
-            hb_[i] = gate * hb2_[i];
-        }
-        if (!run_linear(l, 5, hb_.data(), count, delta_.data())) return {};
-        add_in_place(x_.data(), delta_.data(), rows * dim);
+    // attention block
+    rmsnorm(xb_.data(), x_.data(), lw.attention_norm.data(), count, c.dim, c.rms_eps);
+    if (!run_linear(l, 0, xb_.data(), count, q_.data())) return false;
+    layer.wk->forward(xb_.data(), count, k);
+    layer.wv->forward(xb_.data(), count, v);
+    for (size_t t = 0; t < rows; ++t) {
+        const float* rotation = rotations_.data() + (size_t(pos0) + t) * size_t(c.head_size);
+        rope(q_.data() + t * q_dim, c.q_dim(), c.head_size, rotation);
+        rope(k + t * kv_dim, c.kv_dim(), c.head_size, rotation);
     }
+    float* key_cache = key_cache_[size_t(l)].data();
+    for (size_t t = 0; t < rows; ++t)
+        for (size_t i = 0; i < kv_dim; ++i) key_cache[i * size_t(cache_positions_) + size_t(pos0) + t] = k[t * kv_dim + i];
+    attention(l, pos0, count);
+    if (!run_linear(l, 3, att_out_.data(), count, delta_.data())) return false;
+    add_in_place(x_.data(), delta_.data(), rows * dim);
 
-    rmsnorm(xb_.data(), x_.data(), w.final_norm.data(), count, c.dim, c.rms_eps);
-    if (!run_linear(c.n_layers, 0, xb_.data(), count, logits_.data())) return {};
-    cached_positions_ = pos0 + count;
-    return {logits_.data(), rows * size_t(c.vocab_size)};
+    // SwiGLU feed-forward block
+    rmsnorm(xb_.data(), x_.data(), lw.ffn_norm.data(), count, c.dim, c.rms_eps);
+    if (!run_linear(l, 4, xb_.data(), count, hb_.data())) return false;
+    layer.w3->forward(xb_.data(), count, hb2_.data());
+    for (size_t i = 0; i < rows * hidden; ++i) {
+        float gate = hb_[i];
+        gate *= 1.0f / (1.0f + std::exp(-gate));
+        hb_[i] = gate * hb2_[i];
+    }
+    if (!run_linear(l, 5, hb_.data(), count, delta_.data())) return false;
+    add_in_place(x_.data(), delta_.data(), rows * dim);
+    return true;
+}
+
+bool Model::run_classifier(int count) {
+    const Config& c = config();
+    rmsnorm(xb_.data(), x_.data(), weights_->final_norm.data(), count, c.dim, c.rms_eps);
+    return run_linear(c.n_layers, 0, xb_.data(), count, logits_.data());
 }
 
 std::span<const float> Model::forward_sequence(std::span<const int> tokens) {
@@ -328,21 +340,48 @@ bool Model::run_linear(int layer, int which, const float* x, int count, float* y
     return true;
 }
 
-void Model::capture_inputs(std::span<const int> tokens, InputSite site,
+std::vector<float> Model::embed_sequence(std::span<const int> tokens) {
+    reset();
+    embed(tokens, 0);
+    return {x_.begin(), x_.begin() + std::ptrdiff_t(tokens.size() * size_t(config().dim))};
+}
+
+void Model::load_stream(const std::vector<float>& stream) {
+    const size_t dim = size_t(config().dim);
+    if (stream.empty() || stream.size() % dim != 0)
+        fail("Model: a residual stream of ", stream.size(), " values is not whole rows of ", dim);
+    const int count = int(stream.size() / dim);
+    if (count > config().seq_len) fail("Model: a stream of ", count, " positions exceeds seq_len ", config().seq_len);
+    reset();  // the cache is refilled, one layer at a time
+    ensure_capacity(count);
+    ensure_cache(count);
+    std::copy(stream.begin(), stream.end(), x_.begin());
+}
+
+void Model::run_layer(int layer, std::vector<float>& stream) {
+    if (layer < 0 || layer >= config().n_layers) fail("Model::run_layer: no layer ", layer);
+    load_stream(stream);
+    run_layer(layer, 0, int(stream.size() / size_t(config().dim)));
+    std::copy(x_.begin(), x_.begin() + std::ptrdiff_t(stream.size()), stream.begin());
+}
+
+void Model::capture_inputs(const std::vector<float>& stream, InputSite site,
                            const std::function<void(const float* x, int64_t rows)>& sink) {
     linear_at(site);  // checks the site
     // wk and wv read wq's inputs, w3 reads w1's: the forward meets wq and w1 first.
     const int which = site.which == 1 || site.which == 2 ? 0 : site.which == 6 ? 4 : site.which;
     const Capture capture{{site.layer, which}, &sink};
+    load_stream(stream);
+    const int count = int(stream.size() / size_t(config().dim));
     capture_ = &capture;
     try {
-        forward_sequence(tokens);
+        if (site.layer == config().n_layers) run_classifier(count);
+        else run_layer(site.layer, 0, count);
     } catch (...) {
         capture_ = nullptr;
         throw;
     }
     capture_ = nullptr;
-    reset();  // the cache holds a partial forward
 }
 
 void Model::replace_linear(InputSite site, std::unique_ptr<Linear> linear) {
@@ -398,21 +437,28 @@ int64_t quantize_with_calibration(Model& model, QjitBackend& backend, const std:
     // The matrices of one calibration each, in the order GPTQ's true-sequential mode quantizes them.
     const std::vector<std::vector<int>> groups = {{0, 1, 2}, {3}, {4, 6}, {5}};
     const std::vector<ModelMatrix> matrices = model_matrices(model.weights(), true);
-    int64_t rows = 0;
     auto source_of = [&](int layer, int which) -> const MatrixSource& {  // the classifier follows the layers'
         return *matrices[size_t(layer * kLayerMatrices + (layer == c.n_layers ? 0 : which))].source;
     };
+    // Each sequence's residual stream at the input of the layer being quantized: a layer runs once
+    // per group of its matrices and once more, quantized, to move the streams to the next layer.
+    std::vector<std::vector<float>> streams;
+    for (const std::vector<int>& tokens : sequences) streams.push_back(model.embed_sequence(tokens));
+    int64_t rows = 0;
     auto quantize_group = [&](int layer, const std::vector<int>& which) {
         Calibration calibration(source_of(layer, which[0]).k());
-        for (const std::vector<int>& tokens : sequences)
-            model.capture_inputs(tokens, {layer, which[0]}, [&](const float* x, int64_t m) { calibration.add(x, m); });
+        for (const std::vector<float>& stream : streams)
+            model.capture_inputs(stream, {layer, which[0]}, [&](const float* x, int64_t m) { calibration.add(x, m); });
         rows = calibration.rows();
         for (int w : which)
             model.replace_linear({layer, w}, backend.make_calibrated_linear(source_of(layer, w), &calibration));
     };
-    for (int layer = 0; layer < c.n_layers; ++layer)
+    for (int layer = 0; layer < c.n_layers; ++layer) {
         for (const std::vector<int>& which : groups) quantize_group(layer, which);
+        for (std::vector<float>& stream : streams) model.run_layer(layer, stream);
+    }
     if (classifier) quantize_group(c.n_layers, {0});
+    model.reset();
     return rows;
 }
 

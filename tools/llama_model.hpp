@@ -108,9 +108,14 @@ public:
     void reset() { cached_positions_ = 0; }
     int cached_positions() const { return cached_positions_; }
 
-    // Runs a whole sequence from position 0 up to the matrix at `site` and hands its inputs (T x K,
-    // row-major) to `sink` instead of running it and what follows.
-    void capture_inputs(std::span<const int> tokens, InputSite site,
+    // One layer at a time, for sequential calibration. A residual stream is a whole sequence's
+    // activations between layers (T x dim, positions from 0): the embedding of its tokens, then each
+    // layer applied to it in place. capture_inputs runs a stream (at the input of layer site.layer,
+    // or of the final norm when site.layer == n_layers) up to the matrix at `site` and hands its
+    // inputs (T x K, row-major) to `sink` instead of running it. These calls leave the KV cache empty.
+    std::vector<float> embed_sequence(std::span<const int> tokens);
+    void run_layer(int layer, std::vector<float>& stream);
+    void capture_inputs(const std::vector<float>& stream, InputSite site,
                         const std::function<void(const float* x, int64_t rows)>& sink);
     // Replaces matrix `which` (0..6) of `layer`, or the classifier at layer == n_layers, by a Linear of
     // the same shape.
@@ -133,6 +138,12 @@ private:
 
     void ensure_capacity(int tokens);
     void ensure_cache(int positions);
+    // The forward's steps on x_ (count rows at positions pos0..): the token embedding, one layer, the
+    // final norm and classifier (into logits_). The last two return false where a capture stopped them.
+    void embed(std::span<const int> tokens, int pos0);
+    bool run_layer(int layer, int pos0, int count);
+    bool run_classifier(int count);
+    void load_stream(const std::vector<float>& stream);  // into x_, the cache sized for it
     std::unique_ptr<Linear>& linear_at(InputSite site);
     // Runs matrix `which` of `layer` (layer == n_layers: the classifier) on `count` rows, or, at the
     // capture site, hands x to the capture's sink and returns false: the forward stops there.
@@ -165,8 +176,10 @@ private:
 // are captured from `sequences` run through the model as quantized so far (wq wk wv together, then
 // wo, then w1 w3 together, then w2, each group with the ones before it already quantized), and
 // those matrices are quantized with `backend` on that calibration; the classifier last when
-// `classifier` is true. The model may start from any backend (the runners' is fp32 dense).
-// Returns the calibration rows each matrix saw (the same for every matrix: one per token).
+// `classifier` is true. Each sequence's activations are kept between layers, so every layer runs
+// once per group of its matrices, not the whole model up to it. The model may start from any
+// backend (the runners' is fp32 dense). Returns the calibration rows each matrix saw (the same for
+// every matrix: one per token).
 int64_t quantize_with_calibration(Model& model, QjitBackend& backend, const std::vector<std::vector<int>>& sequences,
                                   bool classifier);
 
