@@ -195,8 +195,8 @@ BlockDequantizer dequantizer_of(GgmlType type) {
 BlockDequantizer require_dequantizer(GgmlType type) {
     const BlockDequantizer dequantizer = dequantizer_of(type);
     if (dequantizer == nullptr)
-        fail(QJIT_ERROR_UNSUPPORTED, "dequantizing ggml type ", ggml_type_name(type),
-             " is not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K to Q6_K are)");
+        fail(QJIT_ERROR_UNSUPPORTED, "dequantizing ggml ", ggml_type_name(type),
+             " tensors is not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K to Q6_K are)");
     return dequantizer;
 }
 

@@ -62,8 +62,8 @@ uint64_t min_value_bytes(ValueType type) {
     return 1;
 }
 
-// Key (length and at least one byte), value type, and the smallest value.
-constexpr uint64_t kMinMetadataBytes = 8 + 1 + 4 + 1;
+// Key length, value type and the smallest value (an empty key is refused by name later).
+constexpr uint64_t kMinMetadataBytes = 8 + 4 + 1;
 // Name length, dimension count, one dimension, type, offset.
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;
 
@@ -346,7 +346,7 @@ void GgufFile::read_contents(const uint8_t* data, size_t size) {
         tensor.data = data + data_start + offsets[i];
         extents.push_back({offsets[i], offsets[i] + tensor.bytes, &tensor.name});
     }
-    std::sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) { return a.begin < b.begin; });
+    std::stable_sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) { return a.begin < b.begin; });
     for (size_t i = 1; i < extents.size(); ++i)
         if (extents[i].begin < extents[i - 1].end)
             in.corrupt("tensors '", *extents[i - 1].name, "' [", extents[i - 1].begin, ", ", extents[i - 1].end,
