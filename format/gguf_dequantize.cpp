@@ -16,7 +16,9 @@ namespace {
 constexpr int kSuperBlock = 256;  // QK_K
 
 uint16_t u16_at(const uint8_t* p) { return uint16_t(p[0] | p[1] << 8); }
-uint32_t u32_at(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24; }
+uint32_t u32_at(const uint8_t* p) {
+    return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
 float half_at(const uint8_t* p) { return half_to_float(u16_at(p)); }
 
 void dequantize_f32(const uint8_t* block, float* out) { *out = std::bit_cast<float>(u32_at(block)); }

@@ -162,16 +162,21 @@ private:
     std::string entry_;
 };
 
-GgufValue read_value(Reader& in, uint32_t type_number);
+// A value type number read as `what`, refused when GGUF does not define it.
+ValueType read_value_type(Reader& in, const char* what) {
+    const uint32_t number = in.u32(what);
+    if (number >= kValueTypes) in.corrupt(what, " ", number, " is unknown (GGUF value types are 0 to 12)");
+    return ValueType(number);
+}
+
+GgufValue read_value(Reader& in, ValueType type);
 
 GgufValue read_array(Reader& in) {
-    const uint32_t element_type = in.u32("the array's element type");
-    if (element_type >= kValueTypes)
-        in.corrupt("the array's element type ", element_type, " is unknown (GGUF value types are 0 to 12)");
-    if (ValueType(element_type) == ValueType::ARRAY) in.corrupt("an array of arrays (nested arrays are not supported)");
-    const uint64_t count = in.count(min_value_bytes(ValueType(element_type)), "the array's length");
+    const ValueType element_type = read_value_type(in, "the array's element type");
+    if (element_type == ValueType::ARRAY) in.corrupt("an array of arrays (nested arrays are not supported)");
+    const uint64_t count = in.count(min_value_bytes(element_type), "the array's length");
     if (count > kMaxArrayValues)
-        in.corrupt("the array holds ", count, " ", value_type_name(ValueType(element_type)), " values; more than ",
+        in.corrupt("the array holds ", count, " ", value_type_name(element_type), " values; more than ",
                    kMaxArrayValues, " is not metadata");
     auto array = std::make_shared<GgufArray>();
     array->reserve(size_t(count));  // bounded by the bytes left, which hold every value
@@ -179,10 +184,9 @@ GgufValue read_array(Reader& in) {
     return GgufValue{std::shared_ptr<const GgufArray>(std::move(array))};
 }
 
-GgufValue read_value(Reader& in, uint32_t type_number) {
-    if (type_number >= kValueTypes) in.corrupt("the value type ", type_number, " is unknown (GGUF value types are 0 to 12)");
+GgufValue read_value(Reader& in, ValueType type) {
     constexpr const char* what = "the value";
-    switch (ValueType(type_number)) {
+    switch (type) {
         case ValueType::U8: return GgufValue{in.u8(what)};
         case ValueType::I8: return GgufValue{int8_t(in.u8(what))};
         case ValueType::U16: return GgufValue{in.u16(what)};
@@ -201,7 +205,7 @@ GgufValue read_value(Reader& in, uint32_t type_number) {
         case ValueType::I64: return GgufValue{int64_t(in.u64(what))};
         case ValueType::F64: return GgufValue{std::bit_cast<double>(in.u64(what))};
     }
-    in.corrupt("the value type ", type_number, " is unknown");
+    in.corrupt("the value type ", uint32_t(type), " is unknown");
 }
 
 // Versions 2 and 3 share one layout (3 only allows big-endian files, which are refused here).
@@ -260,6 +264,68 @@ GgufTensor read_tensor_info(Reader& in, uint32_t alignment, uint64_t* offset) {
     return tensor;
 }
 
+void read_metadata(Reader& in, uint64_t count, std::map<std::string, GgufValue>* metadata) {
+    for (uint64_t i = 0; i < count; ++i) {
+        in.set_entry(concat("metadata entry ", i));
+        std::string key = in.string("the key");
+        if (key.empty()) in.corrupt("the key is empty");
+        in.set_entry(concat("metadata key '", key, "'"));
+        if (metadata->count(key) != 0) in.corrupt("the key appears twice");
+        const ValueType type = read_value_type(in, "the value type");
+        metadata->emplace(std::move(key), read_value(in, type));
+    }
+}
+
+// The tensors in file order, indexed by name; returns each one's offset in the data section.
+std::vector<uint64_t> read_tensor_infos(Reader& in, uint64_t count, uint32_t alignment,
+                                        std::vector<GgufTensor>* tensors, std::map<std::string, size_t>* index) {
+    std::vector<uint64_t> offsets;
+    for (uint64_t i = 0; i < count; ++i) {
+        in.set_entry(concat("tensor info ", i));
+        std::string name = in.string("the name");
+        in.set_entry(concat("tensor '", name, "'"));
+        if (index->count(name) != 0) in.corrupt("the name appears twice");
+        uint64_t offset = 0;
+        GgufTensor tensor = read_tensor_info(in, alignment, &offset);
+        tensor.name = std::move(name);
+        index->emplace(tensor.name, tensors->size());
+        tensors->push_back(std::move(tensor));
+        offsets.push_back(offset);
+    }
+    return offsets;
+}
+
+// The data section starts at the next multiple of the alignment after the tensor infos. Each
+// tensor must lie inside the file (the padding after the last one may be cut off) and overlap no
+// other; then it points into `data`.
+void place_tensors(const Reader& in, const uint8_t* data, size_t size, uint32_t alignment,
+                   const std::vector<uint64_t>& offsets, std::vector<GgufTensor>* tensors) {
+    const uint64_t data_start = (uint64_t(in.offset()) + alignment - 1) / alignment * alignment;
+    const uint64_t data_bytes = data_start <= size ? size - data_start : 0;
+    struct Extent {
+        uint64_t begin, end;
+        const std::string* name;
+    };
+    std::vector<Extent> extents;
+    for (size_t i = 0; i < tensors->size(); ++i) {
+        GgufTensor& tensor = (*tensors)[i];
+        if (offsets[i] > data_bytes || tensor.bytes > data_bytes - offsets[i])
+            in.corrupt("tensor '", tensor.name, "' (", tensor.bytes, " bytes at offset ", offsets[i],
+                       " of the data section, which starts at byte ", data_start, ") runs past the end of the file (",
+                       size, " bytes): the file is truncated or the offset is wrong");
+        tensor.data = data + data_start + offsets[i];
+        extents.push_back({offsets[i], offsets[i] + tensor.bytes, &tensor.name});
+    }
+    // Sorted by start, each must start at or after the end of the one before (ties in file order).
+    std::stable_sort(extents.begin(), extents.end(),
+                     [](const Extent& a, const Extent& b) { return a.begin < b.begin; });
+    for (size_t i = 1; i < extents.size(); ++i)
+        if (extents[i].begin < extents[i - 1].end)
+            in.corrupt("tensors '", *extents[i - 1].name, "' [", extents[i - 1].begin, ", ", extents[i - 1].end,
+                       ") and '", *extents[i].name, "' [", extents[i].begin, ", ", extents[i].end,
+                       ") overlap in the data section");
+}
+
 }  // namespace
 
 std::string ggml_type_name(GgmlType type) {
@@ -300,58 +366,12 @@ void GgufFile::read_contents(const uint8_t* data, size_t size) {
     version_ = read_version(in);
     const uint64_t tensor_count = in.count(kMinTensorInfoBytes, "the tensor count");
     const uint64_t metadata_count = in.count(kMinMetadataBytes, "the metadata count");
-
-    for (uint64_t i = 0; i < metadata_count; ++i) {
-        in.set_entry(concat("metadata entry ", i));
-        std::string key = in.string("the key");
-        if (key.empty()) in.corrupt("the key is empty");
-        in.set_entry(concat("metadata key '", key, "'"));
-        if (metadata_.count(key) != 0) in.corrupt("the key appears twice");
-        const uint32_t type = in.u32("the value type");
-        metadata_.emplace(std::move(key), read_value(in, type));
-    }
+    read_metadata(in, metadata_count, &metadata_);
     in.set_entry("");
     const uint32_t alignment = alignment_of(metadata_, in);
-
-    std::vector<uint64_t> offsets;
-    for (uint64_t i = 0; i < tensor_count; ++i) {
-        in.set_entry(concat("tensor info ", i));
-        std::string name = in.string("the name");
-        in.set_entry(concat("tensor '", name, "'"));
-        if (tensor_index_.count(name) != 0) in.corrupt("the name appears twice");
-        uint64_t offset = 0;
-        GgufTensor tensor = read_tensor_info(in, alignment, &offset);
-        tensor.name = std::move(name);
-        tensor_index_.emplace(tensor.name, tensors_.size());
-        tensors_.push_back(std::move(tensor));
-        offsets.push_back(offset);
-    }
-
-    // The data section starts at the next multiple of the alignment; each tensor must lie inside the
-    // file (the padding after the last one may be cut off) and overlap no other.
+    const std::vector<uint64_t> offsets = read_tensor_infos(in, tensor_count, alignment, &tensors_, &tensor_index_);
     in.set_entry("");
-    const uint64_t data_start = (uint64_t(in.offset()) + alignment - 1) / alignment * alignment;
-    const uint64_t data_bytes = data_start <= size ? size - data_start : 0;
-    struct Extent {
-        uint64_t begin, end;
-        const std::string* name;
-    };
-    std::vector<Extent> extents;
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-        GgufTensor& tensor = tensors_[i];
-        if (offsets[i] > data_bytes || tensor.bytes > data_bytes - offsets[i])
-            in.corrupt("tensor '", tensor.name, "' (", tensor.bytes, " bytes at offset ", offsets[i],
-                       " of the data section, which starts at byte ", data_start, ") runs past the end of the file (",
-                       size, " bytes): the file is truncated or the offset is wrong");
-        tensor.data = data + data_start + offsets[i];
-        extents.push_back({offsets[i], offsets[i] + tensor.bytes, &tensor.name});
-    }
-    std::stable_sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) { return a.begin < b.begin; });
-    for (size_t i = 1; i < extents.size(); ++i)
-        if (extents[i].begin < extents[i - 1].end)
-            in.corrupt("tensors '", *extents[i - 1].name, "' [", extents[i - 1].begin, ", ", extents[i - 1].end,
-                       ") and '", *extents[i].name, "' [", extents[i].begin, ", ", extents[i].end,
-                       ") overlap in the data section");
+    place_tensors(in, data, size, alignment, offsets, &tensors_);
 }
 
 const GgufTensor* GgufFile::find(const std::string& name) const {

@@ -25,7 +25,9 @@ std::vector<float> dequantized(GgmlType type, const std::vector<uint8_t>& bytes,
 // Appends a block's bytes: fp16 constants are written as their bit patterns.
 void append(std::vector<uint8_t>* block, std::initializer_list<uint8_t> bytes) { block->insert(block->end(), bytes); }
 void append_fp16(std::vector<uint8_t>* block, uint16_t bits) { append(block, {uint8_t(bits), uint8_t(bits >> 8)}); }
-void append_repeated(std::vector<uint8_t>* block, size_t count, uint8_t byte) { block->insert(block->end(), count, byte); }
+void append_repeated(std::vector<uint8_t>* block, size_t count, uint8_t byte) {
+    block->insert(block->end(), count, byte);
+}
 
 constexpr uint16_t kHalfOne = 0x3c00, kHalfHalf = 0x3800, kHalfQuarter = 0x3400, kHalfEighth = 0x3000,
                    kHalfMinusOne = 0xbc00, kHalfTwo = 0x4000;
@@ -311,9 +313,8 @@ TEST(GgufDequantize, RefusesOtherTypesAndBadShapes) {
             ADD_FAILURE() << ggml_type_name(type) << " was dequantized";
         } catch (const Error& e) {
             EXPECT_EQ(e.status(), QJIT_ERROR_UNSUPPORTED);
-            EXPECT_NE(std::string(e.what()).find("dequantizing ggml " + ggml_type_name(type) + " tensors is not supported"),
-                      std::string::npos)
-                << e.what();
+            const std::string refusal = "dequantizing ggml " + ggml_type_name(type) + " tensors is not supported";
+            EXPECT_NE(std::string(e.what()).find(refusal), std::string::npos) << e.what();
         }
     }
     EXPECT_TRUE(gguf_dequantize_supported(GgmlType::Q6_K));
