@@ -34,12 +34,12 @@ const char* value_type_name(ValueType type) {
     return names[uint32_t(type)];
 }
 
-// The name of the type a parsed value holds (the variant's order is not the file's numbering).
+// The type a parsed value holds, by the variant's alternatives (whose order is not the file's).
 const char* held_type_name(const GgufValue& value) {
-    static constexpr const char* names[] = {"uint8",  "int8",  "uint16", "int16",  "uint32",  "int32", "float32",
-                                            "bool",   "string", "uint64", "int64", "float64", "array"};
-    static_assert(std::size(names) == std::variant_size_v<decltype(GgufValue::value)>);
-    return names[value.value.index()];
+    using enum ValueType;
+    static constexpr ValueType held[] = {U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, U64, I64, F64, ARRAY};
+    static_assert(std::size(held) == std::variant_size_v<decltype(GgufValue::value)>);
+    return value_type_name(held[value.value.index()]);
 }
 
 // The fewest bytes a value of `type` takes in the file: what bounds a count by the bytes left.
