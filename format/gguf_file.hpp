@@ -56,6 +56,7 @@ enum class GgmlType : uint32_t {
     BF16 = 30,
     TQ1_0 = 34,
     TQ2_0 = 35,
+    MXFP4 = 39,
 };
 
 // "Q4_K", "F32", ...; "type 31" for a number ggml does not define.
@@ -117,11 +118,17 @@ public:
     uint64_t get_uint(const std::string& key) const;
     double get_float(const std::string& key) const;
     const std::string& get_string(const std::string& key) const;
-    // An array of strings (a vocabulary), or of float32 (token scores), or of integers (token types).
+    // Arrays, under the same rules: of strings (a vocabulary), of float32 (token scores),
+    // of integers (token types; get_int_array accepts any integer type whose values fit int64).
     std::vector<std::string> get_string_array(const std::string& key) const;
+    std::vector<float> get_float_array(const std::string& key) const;
+    std::vector<int64_t> get_int_array(const std::string& key) const;
 
 private:
     GgufFile() = default;
+    void read_contents(const uint8_t* data, size_t size);
+    const GgufValue& value_of(const std::string& key) const;
+    const GgufArray& array_of(const std::string& key) const;
 
     std::shared_ptr<const MappedFile> mapping_;  // null for parse()
     std::string file_name_;

@@ -32,6 +32,17 @@ void validate_second_order(const QuantParams& p) {
         }
 }
 
+void validate_offsets(const QuantParams& p) {
+    const size_t metadata = size_t(p.num_groups() * p.n);
+    require(p.zeros.empty(), "zero points on a layer with float offsets");
+    require(p.offsets.size() == metadata, "offsets hold ", p.offsets.size(), " values; expected ", metadata);
+    for (size_t i = 0; i < metadata; ++i) {
+        require(std::isfinite(p.offsets[i]), "offset ", i, " is not finite");
+        require(!p.f16_scales() || half_to_float(float_to_half(p.offsets[i])) == p.offsets[i], "offset ", i, " (",
+                p.offsets[i], ") is not an fp16 value, as a layer with fp16 scales stores it");
+    }
+}
+
 void validate_outliers(const QuantParams& p) {
     const SparseOutliers& o = p.outliers_data;
     if (p.outliers == 0) {
@@ -131,11 +142,16 @@ void validate(const QuantParams& p) {
     validate(p.format());
     const size_t metadata = size_t(p.num_groups() * p.n);
     require(p.scales.size() == metadata, "scales hold ", p.scales.size(), " values; expected ", metadata);
-    require(p.zeros.size() == metadata, "zeros hold ", p.zeros.size(), " values; expected ", metadata);
-    for (size_t i = 0; i < metadata; ++i) {
-        require(std::isfinite(p.scales[i]), "scale ", i, " is not finite");
-        const int width = p.group_width(int64_t(i) / p.n);
-        require(p.zeros[i] <= (1u << width), "zero point ", i, " is ", p.zeros[i], ", above 2^", width);
+    for (size_t i = 0; i < metadata; ++i) require(std::isfinite(p.scales[i]), "scale ", i, " is not finite");
+    if (p.float_offsets) {
+        validate_offsets(p);
+    } else {
+        require(p.offsets.empty(), "float offsets on a layer whose format has integer zero points");
+        require(p.zeros.size() == metadata, "zeros hold ", p.zeros.size(), " values; expected ", metadata);
+        for (size_t i = 0; i < metadata; ++i) {
+            const int width = p.group_width(int64_t(i) / p.n);
+            require(p.zeros[i] <= (1u << width), "zero point ", i, " is ", p.zeros[i], ", above 2^", width);
+        }
     }
     if (p.second_order_scales()) {
         validate_second_order(p);
@@ -174,7 +190,7 @@ int64_t stored_bytes(const QuantParams& p) {
     for (int64_t g = 0; g < p.num_groups(); ++g) {
         const int64_t rows = std::min(p.k, (g + 1) * p.group_size) - g * p.group_size;
         code_bits += rows * p.n * p.group_width(g);
-        if (!p.symmetric) zero_bits += p.n * p.group_width(g);
+        if (!p.symmetric) zero_bits += p.n * (p.float_offsets ? p.scale_bytes() * 8 : p.group_width(g));
     }
     const int64_t metadata = p.num_groups() * p.n;
     const int64_t scales =

@@ -55,7 +55,8 @@ struct QuantParams : WeightFormat {
     std::vector<float> scales;      // [num_groups][n]; exact in fp32 whatever scale_type says (second-order:
                                     // second_order's values, dequantized)
     std::vector<uint16_t> zeros;    // [num_groups][n]; up to 2^bits (layer files saved before GPTQ v1 was
-                                    // read word-wise may hold it)
+                                    // read word-wise may hold it); empty with float offsets
+    std::vector<float> offsets;     // float_offsets: [num_groups][n], exact at the scales' type; else empty
     std::vector<int32_t> row_order; // act_order: storage row r holds original row row_order[r]; else empty
     std::vector<int32_t> column_order; // permuted_columns: output column j is original column column_order[j]
                                        // (distinct, >= 0; a shard's may skip columns); else empty
@@ -71,7 +72,7 @@ struct QuantizedMatrix {
 };
 
 // Throws unless the matrix is self-consistent: its format valid, sizes, code and zero ranges (per
-// group width), finite scales, row_order a permutation exactly when the format is act-order,
+// group width), finite scales, finite offsets exactly when the format has them (fp16 values with fp16 scales), row_order a permutation exactly when the format is act-order,
 // column_order N distinct original columns exactly when the format has permuted columns,
 // second-order scales that dequantize to `scales`, outliers in range, sorted and finite.
 void validate(const QuantizedMatrix& matrix);
@@ -85,7 +86,7 @@ std::vector<float> dequantize_second_order(const SecondOrderScales& s, int64_t n
 
 // Bytes the format stores, by the usual accounting: codes at their group's width, scales at their
 // type (second-order: 4-bit codes plus an fp16 scale and zero per 16 columns), zero points at
-// their group's width when asymmetric, the act-order permutation as int32, outliers as an fp16
+// their group's width when asymmetric (float offsets at the scales' type), the act-order permutation as int32, outliers as an fp16
 // value and an int32 row each plus an int64 start per column (a compensator is counted by
 // low_rank_stored_bytes).
 int64_t stored_bytes(const QuantParams& params);

@@ -42,14 +42,16 @@ QuantizedMatrix select_columns(const QuantizedMatrix& matrix, std::span<const in
     static_cast<WeightFormat&>(s) = with_shape(p.format(), p.k, n);
     s.row_order = p.row_order;
     s.scales.resize(size_t(groups * n));
-    s.zeros.resize(size_t(groups * n));
+    s.zeros.resize(p.zeros.empty() ? 0 : size_t(groups * n));
+    s.offsets.resize(p.offsets.empty() ? 0 : size_t(groups * n));
     shard.codes.resize(size_t(p.k * n));
     for (int64_t j = 0; j < n; ++j) {
         const int64_t c = columns[size_t(j)];
         require(c >= 0 && c < p.n, "column ", c, " is outside the matrix's ", p.n);
         for (int64_t g = 0; g < groups; ++g) {
             s.scales[size_t(g * n + j)] = p.scales[size_t(g * p.n + c)];
-            s.zeros[size_t(g * n + j)] = p.zeros[size_t(g * p.n + c)];
+            if (!s.zeros.empty()) s.zeros[size_t(g * n + j)] = p.zeros[size_t(g * p.n + c)];
+            if (!s.offsets.empty()) s.offsets[size_t(g * n + j)] = p.offsets[size_t(g * p.n + c)];
         }
         for (int64_t r = 0; r < p.k; ++r) shard.codes[size_t(r * n + j)] = matrix.codes[size_t(r * p.n + c)];
     }
@@ -83,7 +85,8 @@ QuantizedMatrix select_storage_rows(const QuantizedMatrix& matrix, int64_t first
     const size_t metadata_begin = size_t(first_group * p.n);
     const size_t metadata_end = metadata_begin + size_t(s.num_groups() * p.n);
     s.scales.assign(p.scales.begin() + metadata_begin, p.scales.begin() + metadata_end);
-    s.zeros.assign(p.zeros.begin() + metadata_begin, p.zeros.begin() + metadata_end);
+    if (!p.zeros.empty()) s.zeros.assign(p.zeros.begin() + metadata_begin, p.zeros.begin() + metadata_end);
+    if (!p.offsets.empty()) s.offsets.assign(p.offsets.begin() + metadata_begin, p.offsets.begin() + metadata_end);
     shard.codes.assign(matrix.codes.begin() + first * p.n, matrix.codes.begin() + (first + count) * p.n);
     validate(shard);
     return shard;

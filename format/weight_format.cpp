@@ -32,7 +32,7 @@ const char* scales_name(ScaleType type) {
 
 std::string base_name(const WeightFormat& f) {
     return concat("q", widths_name(f), f.per_column() ? std::string("col") : concat("g", f.group_size),
-                  f.symmetric ? "_sym" : "_asym", scales_name(f.scale_type), f.outliers > 0 ? "_sp" : "");
+                  f.symmetric ? "_sym" : (f.float_offsets ? "_off" : "_asym"), scales_name(f.scale_type), f.outliers > 0 ? "_sp" : "");
 }
 
 }  // namespace
@@ -94,6 +94,11 @@ void validate(const WeightFormat& f) {
     if (f.second_order_scales()) {
         require(!f.symmetric, "second-order scales need asymmetric zero points");
         require(f.bits <= 4, "second-order scales need codes of 4 bits or fewer; bits is ", f.bits);
+    }
+    if (f.float_offsets) {
+        require(!f.symmetric, "float offsets replace zero points; a symmetric format has neither");
+        require(f.uniform_bits(), "float offsets with mixed group widths are not supported");
+        require(!f.second_order_scales(), "float offsets need fp16 or fp32 scales, not second-order ones");
     }
     require(f.outliers >= 0 && f.outliers <= max_outliers(f.k, f.n), "outliers is ", f.outliers,
             "; expected 0 .. ", max_outliers(f.k, f.n), " (", kMaxOutlierFraction * 100, " % of the weights)");

@@ -4,6 +4,7 @@
 // QuantizedMatrix (format/quantized_matrix.hpp).
 //
 //     W[k][n] = scale[g][n] * (code[k][n] - zero[g][n]),   g = k / group_size (k in storage order)
+//     W[k][n] = scale[g][n] * code[k][n] + offset[g][n]      (float_offsets: a real-valued offset)
 //
 // Fields a later format needs are here already, so that adding one is a change to this file, its
 // validation and the backends that can run it, not to every stride in the tree. validate() refuses
@@ -42,6 +43,9 @@ struct WeightFormat {
     std::vector<uint8_t> group_bits{}; // a width per K-group, 2 or 4 (mixed precision); empty: all `bits`
     int64_t group_size = 128;          // rows per group; k when per column
     bool symmetric = false;            // every zero point is 2^(bits-1)
+    bool float_offsets = false;        // a real-valued offset per group instead of an integer zero point
+                                       // (llama.cpp's Q4_1 and K-quants, HQQ's optimised zeros); stored
+                                       // at the scales' type
     ScaleType scale_type = ScaleType::F32;
     bool act_order = false;            // rows are stored permuted (GPTQ desc_act): x is gathered first
     bool permuted_columns = false;     // output j is original column column_order[j] (a tensor-parallel shard's
@@ -61,9 +65,12 @@ struct WeightFormat {
     bool second_order_scales() const { return scale_type == ScaleType::SecondOrder; }
     // Bytes of one scale stored as is (F16, F32); second-order scales are SecondOrderScales'.
     int scale_bytes() const { return f16_scales() ? 2 : 4; }
+    // Bytes of one zero point as the CPU kernels stream it: none when symmetric, a byte, or a float
+    // offset at the scales' type.
+    int zero_point_bytes() const { return symmetric ? 0 : float_offsets ? scale_bytes() : 1; }
 
     // The name every kernel name, database key, describe string and dump file starts with:
-    // q<bits><g<group>|col>_<sym|asym> (q2or4 for mixed 2/4-bit groups), then _s32 for fp32 scales
+    // q<bits><g<group>|col>_<sym|asym|off> (q2or4 for mixed 2/4-bit groups; off: float offsets), then _s32 for fp32 scales
     // or _sq4 for second-order scales, _sp for sparse outliers, _act for act-order rows and
     // _r<rank><q<bits>|f16> for a low-rank compensator, e.g. "q4g128_asym", "q8col_sym_s32",
     // "q3g64_asym_act", "q3g64_asym_r16q8", "q2or4g32_asym_sq4_sp". The parts a quantized-product
@@ -88,6 +95,7 @@ inline WeightFormat f16_scaled_format() {
 // run: bits 2/3/4/8, a positive group size, a non-empty shape below kMaxDimension, low-rank terms
 // of a rank up to min(K, N, 1024) at 8, 3 or 16 bits; mixed widths (2 and 4 bits per group, bits
 // the widest, asymmetric, groups of a multiple of 32 rows); second-order scales (asymmetric, bits <= 4);
+// float offsets (not symmetric, uniform widths, fp16 or fp32 scales);
 // at most kMaxOutlierFraction of the weights as outliers; no permuted columns (no backend runs them
 // yet).
 void validate(const WeightFormat& format);

@@ -138,6 +138,7 @@ void qjit_quant_config_init(qjit_quant_config* config) {
     config->mixed_alpha = 0.25;
     config->outlier_fraction = 0.002;
     config->second_order_scales = 1;
+    config->float_offsets = 0;
 }
 
 qjit_status qjit_linear_create_from_f32(qjit_context* context, const qjit_quant_config* config, int64_t k,
@@ -202,6 +203,7 @@ qjit_status qjit_linear_get_info(const qjit_linear* layer, qjit_linear_info* inf
         info->wide_groups = int64_t(std::count(p.group_bits.begin(), p.group_bits.end(), uint8_t(4)));
         info->second_order_scales = p.second_order_scales();
         info->outliers = p.outliers;
+        info->float_offsets = p.float_offsets;
     });
 }
 

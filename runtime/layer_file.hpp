@@ -38,7 +38,8 @@
 
 namespace qjit {
 
-inline constexpr uint32_t kLayerFileVersion = 4;             // the newest this qjit writes and reads
+inline constexpr uint32_t kLayerFileVersion = 5;             // the newest this qjit writes and reads: float offsets
+inline constexpr uint32_t kPermutedLayerFileVersion = 4;     // permuted columns
 inline constexpr uint32_t kMixedLayerFileVersion = 3;        // mixed widths, second-order scales, outliers
 inline constexpr uint32_t kCompensatedLayerFileVersion = 2;  // a compensator, none of version 3's features
 inline constexpr uint32_t kPlainLayerFileVersion = 1;        // neither

@@ -394,7 +394,7 @@ constexpr const char* kColumnOrder = "column_order_i32";
 
 class PermutedColumnsCodec final : public FeatureCodec {
 public:
-    uint32_t since() const override { return kLayerFileVersion; }
+    uint32_t since() const override { return kPermutedLayerFileVersion; }
     const char* header_name() const override { return "permuted_columns"; }
     std::vector<std::string> header_fields() const override { return {"permuted_columns"}; }
     bool in_layer(const LayerWriting& layer) const override { return layer.params.permuted_columns; }
@@ -420,6 +420,36 @@ public:
     }
 };
 
+// ---- Float offsets: a real-valued offset per group in place of the zero points ----
+
+constexpr const char* kOffsets = "offsets_f32";
+
+class FloatOffsetsCodec final : public FeatureCodec {
+public:
+    uint32_t since() const override { return kLayerFileVersion; }
+    const char* header_name() const override { return "float_offsets"; }
+    std::vector<std::string> header_fields() const override { return {"float_offsets"}; }
+    bool in_layer(const LayerWriting& layer) const override { return layer.params.float_offsets; }
+    void write_header(const LayerWriting& layer, nlohmann::json& header) const override {
+        header["float_offsets"] = layer.params.float_offsets;
+    }
+    void write(const LayerWriting& layer, SectionWriter& out) const override {
+        out.section(kOffsets, layer.params.offsets);
+    }
+    bool mentioned(const LayerReading& reading) const override { return reading.header.contains("float_offsets"); }
+    bool read_header(LayerReading& reading) const override {
+        return reading.layer.params.float_offsets = bool_field(reading.header, "float_offsets");
+    }
+    std::string label(const LayerReading&) const override { return "float offsets"; }
+    void section_names(const LayerReading&, std::vector<std::string>& names) const override {
+        names.push_back(kOffsets);
+    }
+    void read(SectionReader& in, LayerReading& reading) const override {
+        QuantParams& p = reading.layer.params;
+        p.offsets = in.sized_section<float>(kOffsets, uint64_t(p.num_groups() * p.n), "groups x N");
+    }
+};
+
 const BaseCodec kBase;
 const RowOrderCodec kRowOrder;
 const MixedWidthsCodec kMixedWidths;
@@ -427,8 +457,9 @@ const SecondOrderScalesCodec kSecondOrderScales;
 const OutliersCodec kOutliers;
 const CompensatorCodec kCompensator;
 const PermutedColumnsCodec kPermutedColumns;
-const FeatureCodec* const kCodecs[] = {&kBase,     &kRowOrder,    &kMixedWidths,    &kSecondOrderScales,
-                                       &kOutliers, &kCompensator, &kPermutedColumns};
+const FloatOffsetsCodec kFloatOffsets;
+const FeatureCodec* const kCodecs[] = {&kBase,     &kRowOrder,    &kMixedWidths,     &kSecondOrderScales,
+                                       &kOutliers, &kCompensator, &kPermutedColumns, &kFloatOffsets};
 
 }  // namespace
 

@@ -60,6 +60,11 @@ QuantizerConfig quantizer_config(const qjit_quant_config& config, int64_t k, int
     require(config.scale_dtype == QJIT_DTYPE_F32 || config.scale_dtype == QJIT_DTYPE_F16, "config->scale_dtype is ",
             int(config.scale_dtype), "; expected QJIT_DTYPE_F32 or QJIT_DTYPE_F16");
     format.scale_type = scale_type_of(config.scale_dtype);
+    if (config.float_offsets != 0) {
+        require(method == QJIT_QUANT_RTN, "config->float_offsets is for QJIT_QUANT_RTN; method is ", int(method));
+        require(!format.symmetric, "config->float_offsets and config->symmetric exclude each other");
+        format.float_offsets = true;
+    }
     if (method == QJIT_QUANT_GPTQ || method == QJIT_QUANT_MIXED) {
         require_within(config.damp, 0.0, 1.0, "damp");
         format.act_order = config.act_order != 0;

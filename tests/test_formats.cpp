@@ -1,4 +1,4 @@
-// Every weight format (bits x group x symmetric x act-order) on every kernel this machine can run
+// Every weight format (bits x group x zero points x act-order) on every kernel this machine can run
 // (the portable path; generated kernels for each available ISA and both activation paths)
 // against the oracle, on odd shapes (K and N in {1, 7, 64, 172, 1000, 4096}) and batches
 // 1, 2, 3, 5, 16 and 64.
@@ -7,6 +7,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "base/half.hpp"
 #include "runtime/linear_layer.hpp"
 #include "format/quantize_rtn.hpp"
 #include "format/reference.hpp"
@@ -38,12 +39,23 @@ std::vector<int32_t> random_row_order(int64_t k, uint32_t seed) {
     return order;
 }
 
-using Format = std::tuple<int /*bits*/, int /*group_size*/, bool /*symmetric*/, bool /*act_order*/, Backend>;
+// How a format stores its zero points.
+enum class Zeros { Symmetric, Asymmetric, FloatOffsets };
+const char* zeros_label(Zeros zeros) {
+    switch (zeros) {
+        case Zeros::Symmetric: return "_sym";
+        case Zeros::Asymmetric: return "_asym";
+        case Zeros::FloatOffsets: return "_off";
+    }
+    return "_?";
+}
+
+using Format = std::tuple<int /*bits*/, int /*group_size*/, Zeros, bool /*act_order*/, Backend>;
 
 class FormatTest : public ::testing::TestWithParam<Format> {};
 
 TEST_P(FormatTest, MatchesOracle) {
-    const auto [bits, group_size, symmetric, act_order, backend] = GetParam();
+    const auto [bits, group_size, zeros, act_order, backend] = GetParam();
     ContextPtr context = test::make_test_context(2, backend.isa, backend.activations);
     uint32_t seed = 1;
     for (const Shape shape : kShapes) {
@@ -51,7 +63,8 @@ TEST_P(FormatTest, MatchesOracle) {
         const std::vector<float> weights = test::random_floats(size_t(shape.k * shape.n), seed++);
         const WeightFormat config{.bits = bits,
                                   .group_size = resolve_group_size(group_size, shape.k),
-                                  .symmetric = symmetric,
+                                  .symmetric = zeros == Zeros::Symmetric,
+                                  .float_offsets = zeros == Zeros::FloatOffsets,
                                   .scale_type = ScaleType::F16};
         QuantizedMatrix matrix = quantize_rtn(config, shape.k, shape.n, weights.data());
         if (act_order && shape.k > 1) {
@@ -77,31 +90,32 @@ TEST_P(FormatTest, MatchesOracle) {
     }
 }
 
-std::string format_label(int bits, int group_size, bool symmetric, bool act_order) {
+std::string format_label(int bits, int group_size, Zeros zeros, bool act_order) {
     return "q" + std::to_string(bits) + (group_size < 0 ? "col" : "g" + std::to_string(group_size)) +
-           (symmetric ? "_sym" : "_asym") + (act_order ? "_actorder" : "");
+           zeros_label(zeros) + (act_order ? "_actorder" : "");
 }
 
 std::string format_test_name(const testing::TestParamInfo<Format>& info) {
-    const auto [bits, group_size, symmetric, act_order, backend] = info.param;
-    return format_label(bits, group_size, symmetric, act_order) + "_" + backend_name(backend);
+    const auto [bits, group_size, zeros, act_order, backend] = info.param;
+    return format_label(bits, group_size, zeros, act_order) + "_" + backend_name(backend);
 }
 
 const auto kAllBits = ::testing::Values(2, 3, 4, 8);
 const auto kAllGroups = ::testing::Values(16, 32, 64, 128, 256, QJIT_GROUP_PER_COLUMN);
+const auto kAllZeros = ::testing::Values(Zeros::Symmetric, Zeros::Asymmetric, Zeros::FloatOffsets);
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, FormatTest,
-                         ::testing::Combine(kAllBits, kAllGroups, ::testing::Bool(), ::testing::Bool(),
+                         ::testing::Combine(kAllBits, kAllGroups, kAllZeros, ::testing::Bool(),
                                             ::testing::ValuesIn(available_backends())),
                          format_test_name);
 
 // The public entry point quantizes exactly as quantize_rtn does, from either weight layout.
 // (fp32 weights carry no act-order; the GPTQ import tests cover it through the C API.)
-using RtnFormat = std::tuple<int /*bits*/, int /*group_size*/, bool /*symmetric*/>;
+using RtnFormat = std::tuple<int /*bits*/, int /*group_size*/, Zeros>;
 class CApiQuantizeTest : public ::testing::TestWithParam<RtnFormat> {};
 
 TEST_P(CApiQuantizeTest, MatchesTheBaselineQuantizer) {
-    const auto [bits, group_size, symmetric] = GetParam();
+    const auto [bits, group_size, zeros] = GetParam();
     ContextPtr context = test::make_test_context();
     const int64_t k = 172, n = 33;
     const std::vector<float> weights = test::random_floats(size_t(k * n), 7);
@@ -111,11 +125,18 @@ TEST_P(CApiQuantizeTest, MatchesTheBaselineQuantizer) {
     const QuantizedMatrix expected =
         quantize_rtn({.bits = bits,
                       .group_size = resolve_group_size(group_size, k),
-                      .symmetric = symmetric,
+                      .symmetric = zeros == Zeros::Symmetric,
+                      .float_offsets = zeros == Zeros::FloatOffsets,
                       .scale_type = ScaleType::F32},
                      k, n, weights.data());
 
-    const qjit_quant_config config{bits, group_size, symmetric, QJIT_DTYPE_F32};
+    qjit_quant_config config;
+    qjit_quant_config_init(&config);
+    config.bits = bits;
+    config.group_size = group_size;
+    config.symmetric = zeros == Zeros::Symmetric;
+    config.float_offsets = zeros == Zeros::FloatOffsets;
+    config.scale_dtype = QJIT_DTYPE_F32;
     for (const auto& [layout, source] : {std::pair{QJIT_LAYOUT_K_BY_N, &weights}, {QJIT_LAYOUT_N_BY_K, &transposed}}) {
         qjit_linear* raw = nullptr;
         ASSERT_EQ(qjit_linear_create_from_f32(context.get(), &config, k, n, source->data(), layout, &raw), QJIT_OK)
@@ -125,6 +146,7 @@ TEST_P(CApiQuantizeTest, MatchesTheBaselineQuantizer) {
         EXPECT_EQ(got.codes, expected.codes);
         EXPECT_EQ(got.params.scales, expected.params.scales);
         EXPECT_EQ(got.params.zeros, expected.params.zeros);
+        EXPECT_EQ(got.params.offsets, expected.params.offsets);
         std::vector<float> dense(size_t(k * n));
         ASSERT_EQ(qjit_linear_dequantize(layer.get(), dense.data()), QJIT_OK);
         EXPECT_EQ(dense, dequantize(expected));
@@ -132,11 +154,11 @@ TEST_P(CApiQuantizeTest, MatchesTheBaselineQuantizer) {
 }
 
 std::string rtn_test_name(const testing::TestParamInfo<RtnFormat>& info) {
-    const auto [bits, group_size, symmetric] = info.param;
-    return format_label(bits, group_size, symmetric, false);
+    const auto [bits, group_size, zeros] = info.param;
+    return format_label(bits, group_size, zeros, false);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllFormats, CApiQuantizeTest, ::testing::Combine(kAllBits, kAllGroups, ::testing::Bool()),
+INSTANTIATE_TEST_SUITE_P(AllFormats, CApiQuantizeTest, ::testing::Combine(kAllBits, kAllGroups, kAllZeros),
                          rtn_test_name);
 
 // Quantization error of the baseline quantizer stays within half a step of each group's scale.
@@ -144,10 +166,14 @@ TEST(RtnQuantizer, RoundTripErrorIsAtMostHalfAStep) {
     const int64_t k = 200, n = 9;
     const std::vector<float> weights = test::random_floats(size_t(k * n), 3, -2.0f, 0.5f);
     for (const int bits : {2, 3, 4, 8}) {
-        for (const bool symmetric : {false, true}) {
-            const QuantizedMatrix q = quantize_rtn(
-                {.bits = bits, .group_size = 64, .symmetric = symmetric, .scale_type = ScaleType::F32}, k, n,
-                weights.data());
+        for (const Zeros zeros : {Zeros::Symmetric, Zeros::Asymmetric, Zeros::FloatOffsets}) {
+            const bool symmetric = zeros == Zeros::Symmetric;
+            const QuantizedMatrix q = quantize_rtn({.bits = bits,
+                                                    .group_size = 64,
+                                                    .symmetric = symmetric,
+                                                    .float_offsets = zeros == Zeros::FloatOffsets,
+                                                    .scale_type = ScaleType::F32},
+                                                   k, n, weights.data());
             const std::vector<float> dense = dequantize(q);
             for (int64_t r = 0; r < k; ++r)
                 for (int64_t c = 0; c < n; ++c) {
@@ -170,6 +196,21 @@ TEST(RtnQuantizer, AllZeroGroupAndF16ScalesStayFinite) {
     const WeightFormat symmetric{.bits = 4, .group_size = 32, .symmetric = true, .scale_type = ScaleType::F16};
     const QuantizedMatrix t = quantize_rtn(symmetric, 32, 1, tiny.data());
     for (float s : t.params.scales) EXPECT_GT(s, 0.0f);
+}
+
+// With float offsets a group's range is its own: a constant group is its value (as stored), a group
+// far from zero keeps every code for its span.
+TEST(RtnQuantizer, FloatOffsetsFitEachGroupsOwnRange) {
+    const WeightFormat format{.bits = 4, .group_size = 32, .float_offsets = true, .scale_type = ScaleType::F16};
+    const std::vector<float> constant(32, 0.3f);
+    for (float w : dequantize(quantize_rtn(format, 32, 1, constant.data()))) EXPECT_EQ(w, round_to_half(0.3f));
+    std::vector<float> far(32);
+    for (size_t i = 0; i < far.size(); ++i) far[i] = 10.0f + 0.01f * float(i);
+    const QuantizedMatrix q = quantize_rtn(format, 32, 1, far.data());
+    EXPECT_EQ(q.params.offsets[0], round_to_half(10.0f));
+    EXPECT_EQ(*std::max_element(q.codes.begin(), q.codes.end()), 15);
+    const std::vector<float> dense = dequantize(q);
+    for (size_t i = 0; i < far.size(); ++i) EXPECT_NEAR(dense[i], far[i], 0.5f * q.params.scales[0] + 0.01f);
 }
 
 }  // namespace

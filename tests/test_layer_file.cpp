@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -19,6 +20,7 @@
 #include "runtime/layer_file.hpp"
 #include "format/low_rank.hpp"
 #include "format/quantize_rtn.hpp"
+#include "format/reference.hpp"
 #include "child_process.hpp"
 #include "test_support.hpp"
 
@@ -557,6 +559,48 @@ std::function<void(std::string&)> replace_text(std::string from, std::string to)
     };
 }
 
+// Float offsets (version 5): saved and loaded exactly at either scale type, on any kernel; a
+// damaged offsets section is refused. The offsets are the file's last section, before the checksum.
+TEST_F(FeatureLayerFileTest, FloatOffsetsRoundTripAndDamageIsReported) {
+    ContextPtr jit = test::make_test_context();
+    const int64_t k = 160, n = 37;
+    const std::vector<float> weights = test::random_floats(size_t(k * n), 21, 0.5f, 2.0f);  // away from 0
+    for (const ScaleType scale_type : {ScaleType::F16, ScaleType::F32}) {
+        SCOPED_TRACE(scale_type_name(scale_type));
+        const WeightFormat format{.bits = 4, .group_size = 32, .float_offsets = true, .scale_type = scale_type};
+        const QuantizedMatrix m = quantize_rtn(format, k, n, weights.data());
+        for (qjit_context* context : {portable_.get(), jit.get()}) {
+            const auto layer = make_linear(context, m);
+            const std::string image = serialize_layer(*layer);
+            EXPECT_EQ(version_of(image), kLayerFileVersion);
+            const LayerImage loaded = deserialize_layer(image);
+            EXPECT_TRUE(loaded.params.float_offsets);
+            EXPECT_EQ(loaded.params.offsets, m.params.offsets);
+            EXPECT_EQ(loaded.params.scales, m.params.scales);
+            ASSERT_EQ(qjit_linear_save(layer.get(), path("offsets.qjit").c_str()), QJIT_OK) << qjit_last_error();
+            qjit_linear* raw = nullptr;
+            ASSERT_EQ(qjit_linear_load(context, path("offsets.qjit").c_str(), &raw), QJIT_OK) << qjit_last_error();
+            LinearPtr restored(raw);
+            std::vector<float> w(size_t(k * n));
+            ASSERT_EQ(qjit_linear_dequantize(restored.get(), w.data()), QJIT_OK) << qjit_last_error();
+            EXPECT_EQ(w, dequantize(m));
+            const std::vector<float> x = test::random_floats(size_t(2 * k), 22);
+            std::vector<float> y_saved(size_t(2 * n)), y_loaded(y_saved.size());
+            ASSERT_EQ(qjit_linear_forward(layer.get(), x.data(), 2, y_saved.data()), QJIT_OK) << qjit_last_error();
+            ASSERT_EQ(qjit_linear_forward(restored.get(), x.data(), 2, y_loaded.data()), QJIT_OK) << qjit_last_error();
+            EXPECT_EQ(y_loaded, y_saved);
+
+            const size_t offsets_at = image.size() - 4 - m.params.offsets.size() * 4;
+            expect_corrupt(with_bytes(image, offsets_at, bytes_of(std::numeric_limits<float>::quiet_NaN())), "offset",
+                           "a NaN offset");
+            if (scale_type == ScaleType::F16)
+                expect_corrupt(with_bytes(image, offsets_at, bytes_of(0.1f)), "fp16", "an offset fp16 cannot hold");
+            expect_corrupt(with_edited_header(image, replace_text("\"float_offsets\":true", "\"float_offsets\":1")),
+                           "float_offsets", "a float_offsets field that is not a bool");
+        }
+    }
+}
+
 TEST_F(FeatureLayerFileTest, TruncationsAndFlippedBytesAreReportedAsCorrupt) {
     for (const Features& f : {Features{true, true, 12, true, 8}, Features{true, false, 7, false, 0}}) {
         SCOPED_TRACE(feature_text(f));
@@ -674,8 +718,15 @@ TEST_F(FeatureLayerFileTest, VersionAndFeaturesMustAgree) {
     expect_corrupt(as_v3, "without mixed_bits", "a version 3 file without its features");
     const std::string as_v4 = with_bytes(
         with_edited_header(image, replace_text("\"layout\"", "\"mixed_bits\":false,\"outliers\":0,\"permuted_columns\":false,\"layout\"")),
-        8, bytes_of(kLayerFileVersion));
+        8, bytes_of(kPermutedLayerFileVersion));
     expect_corrupt(as_v4, "without permuted_columns", "a version 4 file without its feature");
+    const std::string as_v5 = with_bytes(
+        with_edited_header(image, replace_text("\"layout\"", "\"mixed_bits\":false,\"outliers\":0,\"permuted_columns\":false,"
+                                                             "\"layout\"")),
+        8, bytes_of(kLayerFileVersion));
+    expect_corrupt(as_v5, "float_offsets", "a version 5 file without its feature");
+    expect_corrupt(with_edited_header(image, replace_text("\"layout\"", "\"float_offsets\":true,\"layout\"")),
+                   "float_offsets", "a version 1 file naming float offsets");
     expect_corrupt(with_edited_header(image, replace_text("\"layout\"", "\"permuted_columns\":true,\"layout\"")),
                    "permuted_columns", "a version 1 file naming permuted columns");
     expect_corrupt(with_edited_header(image, replace_text("\"layout\"", "\"outliers\":0,\"layout\"")), "outliers",

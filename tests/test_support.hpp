@@ -81,7 +81,21 @@ inline ContextPtr make_test_context(int threads = 2, qjit_isa max_isa = QJIT_ISA
     return ContextPtr(context);
 }
 
-// Worst-case fp32 error of a kernel that, per group, sums x*q and x, applies s*(dot - z*xsum) and
+// The absolute terms of one dequantized weight, |s| * (q + z) or with float offsets |s| * q + |m|:
+// what its rounding errors scale with.
+inline double weight_terms(const QuantParams& p, size_t meta, uint8_t code) {
+    if (p.float_offsets) return std::fabs(double(p.scales[meta])) * double(code) + std::fabs(double(p.offsets[meta]));
+    return std::fabs(double(p.scales[meta])) * (double(code) + double(p.zeros[meta]));
+}
+
+// One weight as the oracle dequantizes it, in double.
+inline double dequantized_weight(const QuantParams& p, size_t meta, uint8_t code) {
+    if (p.float_offsets) return double(p.scales[meta]) * double(code) + double(p.offsets[meta]);
+    return double(p.scales[meta]) * (double(code) - double(p.zeros[meta]));
+}
+
+// Worst-case fp32 error of a kernel that, per group, sums x*q and x, applies s*(dot - z*xsum) (or
+// s*dot + m*xsum) and
 // sums the groups, against the oracle (which also rounds each dequantized weight to fp32): each
 // of the at most (group rows + groups + 3) roundings on a path contributes at most FLT_EPSILON/2
 // of the absolute terms sum_k |x_k| * s * (q + z). Twice that is the bound.
@@ -96,8 +110,7 @@ inline std::vector<double> forward_error_bound(const QuantizedMatrix& matrix, co
             const int64_t g = r / p.group_size;
             for (int64_t c = 0; c < p.n; ++c) {
                 const size_t meta = size_t(g * p.n + c);
-                const double terms = double(matrix.codes[size_t(r * p.n + c)]) + double(p.zeros[meta]);
-                bound[size_t(i * p.n + c)] += xv * std::fabs(double(p.scales[meta])) * terms;
+                bound[size_t(i * p.n + c)] += xv * weight_terms(p, meta, matrix.codes[size_t(r * p.n + c)]);
             }
         }
     for (double& b : bound) b = b * steps * FLT_EPSILON + 1e-30;
@@ -124,8 +137,7 @@ inline void add_int8_activation_error(std::vector<double>& bound, const Quantize
                 const int64_t g = r / p.group_size;
                 for (int64_t c = 0; c < p.n; ++c) {
                     const size_t meta = size_t(g * p.n + c);
-                    const double w = double(p.scales[meta]) *
-                                     (double(matrix.codes[size_t(r * p.n + c)]) - double(p.zeros[meta]));
+                    const double w = dequantized_weight(p, meta, matrix.codes[size_t(r * p.n + c)]);
                     bound[size_t(i * p.n + c)] += half_step * std::fabs(w) * (1.0 + 1e-6);
                 }
             }

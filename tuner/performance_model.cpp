@@ -79,7 +79,7 @@ double estimate_seconds(const jit::CpuKernelSpec& spec, const TuningProblem& pro
     // Memory: weights stream once from DRAM; activations come from L2 for every panel and row
     // tile when a tile's K range overflows L1d.
     const double scale_bytes = spec.format.second_order_scales() ? 0.25 : double(spec.format.scale_bytes());
-    const double zero_bytes = spec.format.symmetric ? 0.0 : 1.0;
+    const double zero_bytes = spec.format.zero_point_bytes();
     const double weight_bytes =
         double(blocks * code_block_bytes(spec) * panels) + double(groups * padded_n) * (scale_bytes + zero_bytes);
     const double dram_gbps = std::min(machine.dram_gbps_total, machine.dram_gbps_per_thread * threads);

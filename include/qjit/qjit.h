@@ -176,6 +176,9 @@ typedef struct qjit_quant_config {
     double outlier_fraction;/* MIXED: fraction of weights kept as fp16 outliers, 0 .. 0.005 (0.002) */
     int second_order_scales;/* MIXED: nonzero (the default): group scales quantized to 4 bits in groups of 16
                                columns with an fp16 scale and zero each */
+    int float_offsets;      /* RTN: nonzero: a real-valued offset per group instead of an integer zero point,
+                               W = scale * code + offset, over each group's own min..max (as llama.cpp's
+                               Q4_1); stored at scale_dtype. Not with symmetric (0 by default) */
 } qjit_quant_config;
 
 /* GPTQ tensors exactly as AutoGPTQ / GPTQModel store them (int32 words, little-endian bit order). */
@@ -209,6 +212,8 @@ typedef struct qjit_linear_info {
     int64_t wide_groups;    /* mixed 2/4-bit layers: K-groups stored in 4 bits (of ceil(K / group_size)); 0 otherwise */
     int second_order_scales;/* nonzero: scales stored as 4-bit codes with fp16 scales and zeros per 16 columns */
     int64_t outliers;       /* sparse fp16 outliers added to the weights */
+    int float_offsets;      /* nonzero: real-valued offsets per group (stored like the scales) instead of
+                               integer zero points */
 } qjit_linear_info;
 
 /* How a layer's tiling was chosen. Strings are owned by the layer. */

@@ -78,7 +78,8 @@ struct CpuKernelArgs {
     const uint32_t* codes;  // the panel's first block of the group range
     const void* scales;     // [groups][panel] fp16 or fp32, from the first group of the range; second-order:
                             // [groups][panel / 16] fp16 (scale, zero) pairs
-    const uint8_t* zeros;   // [groups][panel] (asymmetric only); second-order: zero | scale code << 4
+    const void* zeros;      // [groups][panel] u8 (asymmetric only); second-order: zero | scale code << 4;
+                            // float offsets: fp16 or fp32 as the scales
     const void* x;          // activations [rows][padded_k]: int8 (Int8) or fp32 (F32), from the range's first row
     const float* x_scale;   // [rows][num_groups]: int8 step per row and group (Int8 only)
     const float* x_sum;     // [rows][num_groups]: per row and group, the sum of the activations

@@ -12,7 +12,8 @@
 //           broadcast the activations of each row
 //           unpack the quad/row with one shift and one mask        (weight unpack)
 //           acc[i][t] += codes . activations                       (dot core)
-//     y[i][t] += scale * (acc[i][t] - zero * x_sum[i]) [* x_scale[i]]   (group epilogue)
+//     y[i][t] += scale * (acc[i][t] - zero * x_sum[i]) [* x_scale[i]]   (group epilogue; with float
+//                offsets: scale * acc[i][t] [* x_scale[i]] + offset * x_sum[i] [* x_scale[i]])
 //
 // 3-bit codes on the int8 path walk the low plane's words and merge in the high plane's bit
 // before the dot products (emit_merged_three_bit_body), so each quad costs one dot per row.
@@ -70,7 +71,8 @@ public:
           scale_bytes_(spec.format.scale_bytes()),
           merges_planes_(merges_code_planes(spec)),
           mixed_(!spec.format.uniform_bits()),
-          second_order_(spec.format.second_order_scales()) {
+          second_order_(spec.format.second_order_scales()),
+          float_offsets_(spec.format.float_offsets) {
         const int scratch = std::max(main_scratch_registers(spec), kEpilogueTemporaries);
         scratch_base_ = rows_ * tu_;
         const_base_ = scratch_base_ + scratch;
@@ -413,21 +415,21 @@ private:
         }
     }
 
-    // y[i][t] += scale * (acc - zero * x_sum[i]) (* x_scale[i] on the int8 path); then the
+    // y[i][t] += scale * (acc - zero * x_sum[i]) (* x_scale[i] on the int8 path), or with float
+    // offsets y[i][t] += scale * acc (* x_scale[i]) + offset * x_sum[i] (* x_scale[i]); then the
     // accumulators restart and the group pointers move on.
     void emit_group_epilogue() {
         const Vmm scale = ep_scale(), zero = ep_zero(), factor = ep_broadcast(), out = ep_output();
         for (int t = 0; t < tu_; ++t) {
             if (second_order_) {
                 load_second_order_scale_and_zero(t, scale, zero, factor);
-            } else if (spec_.format.f16_scales()) {
-                vcvtph2ps(scale, kZmm ? Xbyak::Address(yword[scales_ + t * lanes_ * 2])
-                                      : Xbyak::Address(xword[scales_ + t * lanes_ * 2]));
             } else {
-                vmovups(scale, ptr[scales_ + t * lanes_ * 4]);
+                load_stored_floats(scale, scales_, t);
             }
             if (second_order_) {
                 // loaded with the scale
+            } else if (float_offsets_) {
+                load_stored_floats(zero, zeros_, t);  // the offsets
             } else if (spec_.format.symmetric) {
                 broadcast_constant(zero, float_bits(float(1 << (spec_.format.bits - 1))));
             } else {
@@ -438,6 +440,12 @@ private:
             for (int i = 0; i < rows_; ++i) {
                 const Vmm a = acc(i, t);
                 if (int8_) vcvtdq2ps(a, a);
+                const Xbyak::Address y_at = ptr[y_ + (i * panel_ + t * lanes_) * 4];
+                if (float_offsets_) {
+                    emit_offset_row(i, a, scale, zero, factor, out, y_at);
+                    vzero(a);
+                    continue;
+                }
                 if (kZmm) {  // the per-row factors as embedded broadcasts
                     vfnmadd231ps(a, zero, ptr_b[x_sum_ + i * group_meta_bytes()]);
                     if (int8_) vmulps(factor, scale, ptr_b[x_scale_ + i * group_meta_bytes()]);
@@ -449,7 +457,6 @@ private:
                         vmulps(factor, factor, scale);
                     }
                 }
-                const Xbyak::Address y_at = ptr[y_ + (i * panel_ + t * lanes_) * 4];
                 vmovups(out, y_at);
                 vfmadd231ps(out, a, int8_ ? factor : scale);
                 vmovups(y_at, out);
@@ -457,10 +464,52 @@ private:
             }
         }
         add(scales_, second_order_ ? panel_ / SecondOrderScales::kColumns * kSecondOrderPairBytes : panel_ * scale_bytes_);
-        if (!spec_.format.symmetric) add(zeros_, panel_);
+        if (!spec_.format.symmetric) add(zeros_, float_offsets_ ? panel_ * scale_bytes_ : panel_);
         add(x_sum_, 4);
         if (int8_) add(x_scale_, 4);
         if (mixed_) inc(group_bits_);
+    }
+
+    // Column vector t of fp16 or fp32 values stored like the scales (scales, float offsets), as fp32.
+    void load_stored_floats(const Vmm& dst, const Reg64& base, int t) {
+        if (spec_.format.f16_scales()) {
+            vcvtph2ps(dst, kZmm ? Xbyak::Address(yword[base + t * lanes_ * 2]) : Xbyak::Address(xword[base + t * lanes_ * 2]));
+        } else {
+            vmovups(dst, ptr[base + t * lanes_ * 4]);
+        }
+    }
+
+    // Row i of the float-offset epilogue: y += scale * acc + offset * x_sum, each term times the
+    // row's int8 step on the int8 path (x_sum then sums the int8 values). `a` is free afterwards.
+    void emit_offset_row(int i, const Vmm& a, const Vmm& scale, const Vmm& offset, const Vmm& factor, const Vmm& out,
+                         const Xbyak::Address& y_at) {
+        const int64_t meta = int64_t(i) * group_meta_bytes();
+        vmovups(out, y_at);
+        if (int8_) {
+            scale_by_row_step(factor, scale, meta);
+            vfmadd231ps(out, a, factor);
+            scale_by_row_step(factor, offset, meta);
+        } else {
+            vfmadd231ps(out, a, scale);
+        }
+        const Vmm& sum_factor = int8_ ? factor : offset;
+        if (kZmm) {
+            vfmadd231ps(out, sum_factor, ptr_b[x_sum_ + meta]);
+        } else {
+            vbroadcastss(a, dword[x_sum_ + meta]);
+            vfmadd231ps(out, sum_factor, a);
+        }
+        vmovups(y_at, out);
+    }
+
+    // dst = values * the row's int8 step (x_scale at byte `meta` of the row's group metadata).
+    void scale_by_row_step(const Vmm& dst, const Vmm& values, int64_t meta) {
+        if (kZmm) {
+            vmulps(dst, values, ptr_b[x_scale_ + meta]);
+        } else {
+            vbroadcastss(dst, dword[x_scale_ + meta]);
+            vmulps(dst, dst, values);
+        }
     }
 
     // Column vector t's scales and zero points from second-order storage: a byte per column holds
@@ -500,7 +549,7 @@ private:
     const int tu_, rows_, lanes_, panel_;
     const bool int8_;
     const int x_bytes_, scale_bytes_;
-    const bool merges_planes_, mixed_, second_order_;
+    const bool merges_planes_, mixed_, second_order_, float_offsets_;
     int scratch_base_ = 0, const_base_ = 0;
 };
 

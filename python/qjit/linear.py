@@ -19,7 +19,7 @@ CUDA_DTYPES = {"f16": 1, "bf16": 2}
 
 # The options of Linear.quantize beyond bits, group size and symmetry (qjit_quant_config's fields).
 METHOD_OPTIONS = ("rank", "low_rank_bits", "act_order", "damp", "mixed_alpha", "outlier_fraction",
-                  "second_order_scales")
+                  "second_order_scales", "float_offsets")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +40,7 @@ class LinearInfo:
     wide_groups: int  #: mixed 2/4-bit layers: groups stored in 4 bits
     second_order_scales: bool
     outliers: int  #: sparse fp16 outliers
+    float_offsets: bool  #: real-valued offsets per group instead of integer zero points
 
     @property
     def bits_per_weight(self) -> float:
@@ -133,7 +134,8 @@ class Linear:
             calibration: a :class:`Calibration`, or an array of sample inputs (..., K).
             scale_dtype: "f16" (scales rounded to half precision, as stored) or "f32".
             options: the method's options: rank and low_rank_bits (milo), act_order and damp
-                (gptq, mixed), mixed_alpha, outlier_fraction and second_order_scales (mixed).
+                (gptq, mixed), mixed_alpha, outlier_fraction and second_order_scales (mixed),
+                float_offsets (rtn: a real offset per group over its own min..max, W = s * q + m).
         """
         unknown = sorted(set(options) - set(METHOD_OPTIONS))
         if unknown:

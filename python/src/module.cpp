@@ -247,6 +247,7 @@ public:
         c.mixed_alpha = nb::cast<double>(config["mixed_alpha"]);
         c.outlier_fraction = nb::cast<double>(config["outlier_fraction"]);
         c.second_order_scales = nb::cast<bool>(config["second_order_scales"]);
+        c.float_offsets = nb::cast<bool>(config["float_offsets"]);
         const qjit_calibration* calibrated = calibration ? calibration->get() : nullptr;
         return Linear(context.shared(), created([&](qjit_linear** layer) {
                           return qjit_linear_create_calibrated(context.get(), &c, calibrated, k, n, w.as<float>(),
@@ -346,6 +347,7 @@ public:
         d["wide_groups"] = i.wide_groups;
         d["second_order_scales"] = bool(i.second_order_scales);
         d["outliers"] = i.outliers;
+        d["float_offsets"] = bool(i.float_offsets);
         return d;
     }
 
@@ -462,6 +464,7 @@ nb::dict default_quant_config() {
     d["mixed_alpha"] = c.mixed_alpha;
     d["outlier_fraction"] = c.outlier_fraction;
     d["second_order_scales"] = bool(c.second_order_scales);
+    d["float_offsets"] = bool(c.float_offsets);
     return d;
 }
 

@@ -140,6 +140,22 @@ def test_calibration_free_methods(exact_context, rng, method, options):
     assert error <= np.linalg.norm(rtn.dequantize() - w.T) * 1.0001
 
 
+@pytest.mark.parametrize("scale_dtype", ["f16", "f32"])
+def test_float_offsets_fit_each_groups_range(exact_context, default_context, rng, scale_dtype):
+    k, n = 200, 33
+    w = rng.standard_normal((n, k), dtype=np.float32) + 10.0  # groups far from zero
+    for context, int8 in ((exact_context, False), (default_context, True)):
+        layer = qjit.Linear.quantize(context, w, bits=4, group_size=32, float_offsets=True, scale_dtype=scale_dtype)
+        assert layer.info.float_offsets and "_off" in layer.describe()
+        x = rng.standard_normal((3, k), dtype=np.float32)
+        assert_forward_matches(layer, x, layer(x), int8)
+    # Integer zero points spend codes on the range down to 0; offsets spend them on the group's own.
+    asym = qjit.Linear.quantize(exact_context, w, bits=4, group_size=32, scale_dtype=scale_dtype)
+    assert np.linalg.norm(layer.dequantize() - w.T) < 0.5 * np.linalg.norm(asym.dequantize() - w.T)
+    with pytest.raises(qjit.InvalidArgumentError, match="float_offsets"):
+        qjit.Linear.quantize(exact_context, w, bits=4, float_offsets=True, symmetric=True)
+
+
 @pytest.mark.parametrize("act_order", [False, True])
 def test_gptq_with_a_calibration(exact_context, rng, act_order):
     k, n = 128, 48

@@ -20,7 +20,8 @@ CandidateBench::CandidateBench(const TuningProblem& problem, const std::vector<C
     // Indexed [group * n + column] for any n up to max_columns: the values are all alike.
     const size_t metadata = size_t(params_.num_groups() * max_columns);
     params_.scales.assign(metadata, 0.01f);
-    if (!f.format.symmetric) params_.zeros.assign(metadata, uint16_t(1 << (f.format.bits - 1)));
+    if (f.format.float_offsets) params_.offsets.assign(metadata, -0.25f);
+    else if (!f.format.symmetric) params_.zeros.assign(metadata, uint16_t(1 << (f.format.bits - 1)));
     if (f.format.second_order_scales()) {
         params_.second_order.codes.assign(metadata, 5);
         params_.second_order.scales.assign(size_t(params_.num_groups() * SecondOrderScales::column_groups(max_columns)), 0x2000);
@@ -46,7 +47,7 @@ int64_t forward_weight_bytes(const jit::CpuKernelSpec& spec, int64_t n) {
     const int64_t metadata_bytes =
         spec.format.second_order_scales()
             ? metadata + metadata * jit::kSecondOrderPairBytes / SecondOrderScales::kColumns  // code byte + shared pair
-            : metadata * (spec.format.scale_bytes() + (spec.format.symmetric ? 0 : 1));
+            : metadata * (spec.format.scale_bytes() + spec.format.zero_point_bytes());
     return int64_t(packed_word_count(spec.format, n, spec.panel_columns()) * 4) + metadata_bytes;
 }
 

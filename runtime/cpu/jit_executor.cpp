@@ -88,7 +88,17 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
     } else {
         scales_.assign(size_t(panels * groups * panel) * scale_bytes, 0);
     }
-    if (!p.symmetric) zeros_.assign(size_t(panels * groups * panel), 0);
+    // Zero points are a byte each; float offsets are stored like the scales.
+    const size_t zero_bytes = p.float_offsets ? scale_bytes : 1;
+    if (!p.symmetric) zeros_.assign(size_t(panels * groups * panel) * zero_bytes, 0);
+    auto put_float = [&](std::vector<uint8_t>& to, size_t at, float value) {
+        if (spec.format.f16_scales()) {
+            const uint16_t half = float_to_half(value);
+            std::memcpy(&to[at * 2], &half, 2);
+        } else {
+            std::memcpy(&to[at * 4], &value, 4);
+        }
+    };
     auto repack_second_order = [&](int64_t panel_index, int64_t g) {
         const int64_t column_groups = SecondOrderScales::column_groups(p.n);
         for (int64_t j = 0; j < pairs_per_group; ++j) {
@@ -110,13 +120,9 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
                     zeros_[at] = uint8_t(p.zeros[size_t(g * p.n + c)] | p.second_order.codes[size_t(g * p.n + c)] << 4);
                     continue;
                 }
-                if (spec.format.f16_scales()) {
-                    const uint16_t half = float_to_half(scale);
-                    std::memcpy(&scales_[at * 2], &half, 2);
-                } else {
-                    std::memcpy(&scales_[at * 4], &scale, 4);
-                }
-                if (!p.symmetric) zeros_[at] = uint8_t(p.zeros[size_t(g * p.n + c)]);
+                put_float(scales_, at, scale);
+                if (p.float_offsets) put_float(zeros_, at, p.offsets[size_t(g * p.n + c)]);
+                else if (!p.symmetric) zeros_[at] = uint8_t(p.zeros[size_t(g * p.n + c)]);
             }
         }
     };
@@ -214,7 +220,8 @@ void JitExecutor::run_product_task(const QuantParams& p, const PackedCodes& code
                                                  jit::kSecondOrderPairBytes)
                                         : size_t((p_index * groups + range.first) * panel) * scale_bytes);
     args.group_bits = group_bits_.empty() ? nullptr : group_bits_.data() + range.first;
-    args.zeros = zeros_.empty() ? nullptr : zeros_.data() + size_t((p_index * groups + range.first) * panel);
+    const size_t zero_bytes = p.float_offsets ? scale_bytes : 1;
+    args.zeros = zeros_.empty() ? nullptr : zeros_.data() + size_t((p_index * groups + range.first) * panel) * zero_bytes;
     args.y = tile.data();
     args.full_groups = range.full_groups;
     args.tail_blocks = range.tail_blocks;

@@ -97,7 +97,8 @@ private:
     int64_t only_batch_ = 0;
     std::vector<uint8_t> scales_;  // [panel][group][panel_columns], fp16 or fp32; second-order: [panel][group]
                                    // [panel_columns / 16] fp16 (scale, zero) pairs
-    std::vector<uint8_t> zeros_;   // [panel][group][panel_columns] (asymmetric only); second-order: zero | code << 4
+    std::vector<uint8_t> zeros_;   // [panel][group][panel_columns] (asymmetric only); second-order: zero | code << 4;
+                                   // float offsets: fp16 or fp32 as the scales
     std::vector<uint8_t> group_bits_;  // mixed widths: [groups] (padding groups take the last width)
     SparseOutliers outliers_;          // rows in the original order, so the term reads x as given
     std::vector<float> outlier_values_;  // fp32

@@ -77,6 +77,12 @@ void forward_panel(const QuantParams& p, const ChunkCodes& codes, GroupSpan span
             }
         }
         const float* scale = &p.scales[size_t(g * p.n + n0)];
+        if (p.float_offsets) {  // sum_r x_r * (s * q_r + m) = s * sum_r x_r q_r + m * sum_r x_r
+            const float* offset = &p.offsets[size_t(g * p.n + n0)];
+            for (int i = 0; i < Rows; ++i)
+                for (int j = 0; j < width; ++j) out[i][j] += scale[j] * dot[i][j] + offset[j] * x_sum[i];
+            continue;
+        }
         const uint16_t* zero = &p.zeros[size_t(g * p.n + n0)];
         for (int i = 0; i < Rows; ++i)
             for (int j = 0; j < width; ++j) out[i][j] += scale[j] * (dot[i][j] - float(zero[j]) * x_sum[i]);
@@ -192,13 +198,15 @@ std::string PortableBackend::kernel_fields(const qjit_linear&) const { return "i
 int64_t PortableBackend::metadata_bytes(const qjit_linear& layer) const {
     const QuantParams& p = layer.params;
     const int64_t groups_by_columns = p.num_groups() * p.n;
-    return groups_by_columns * int64_t(sizeof(float)) + (p.symmetric ? 0 : groups_by_columns * int64_t(sizeof(uint16_t)));
+    const int64_t zero_bytes = p.float_offsets ? int64_t(sizeof(float)) : p.symmetric ? 0 : int64_t(sizeof(uint16_t));
+    return groups_by_columns * (int64_t(sizeof(float)) + zero_bytes);
 }
 
 void PortableBackend::evict_metadata(const qjit_linear& layer) const {
     const QuantParams& p = layer.params;
     evict_from_caches(p.scales);
     evict_from_caches(p.zeros);
+    evict_from_caches(p.offsets);
     evict_from_caches(p.outliers_data.rows);
     evict_from_caches(p.outliers_data.values);
 }

@@ -1,0 +1,97 @@
+// The GGUF reader and dequantizers on a real model: SmolLM2-135M-Instruct with Q4_1 linear weights
+// (scripts/fetch_model.sh puts it in $QJIT_MODEL_DIR, default ~/.cache/qjit/models). Skipped when
+// the file is absent.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/crc32.hpp"
+#include "format/gguf_dequantize.hpp"
+#include "format/gguf_file.hpp"
+
+namespace qjit {
+namespace {
+
+std::filesystem::path model_path() {
+    const char* dir = std::getenv("QJIT_MODEL_DIR");
+    const char* home = std::getenv("HOME");
+    const std::filesystem::path folder =
+        dir && *dir ? std::filesystem::path(dir) : std::filesystem::path(home ? home : "") / ".cache/qjit/models";
+    return folder / "SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+class GgufModel : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!std::filesystem::exists(model_path()))
+            GTEST_SKIP() << model_path().string() << " is absent: run scripts/fetch_model.sh";
+        file_ = GgufFile::open(model_path().string());
+    }
+    std::shared_ptr<const GgufFile> file_;
+};
+
+// The 7 linear weights of each of the 30 blocks.
+std::set<std::string> linear_weight_names() {
+    std::set<std::string> names;
+    for (int block = 0; block < 30; ++block)
+        for (const char* linear : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
+            names.insert("blk." + std::to_string(block) + "." + linear + ".weight");
+    return names;
+}
+
+TEST_F(GgufModel, ReadsTheSmolLM2File) {
+    EXPECT_EQ(file_->version(), 3u);
+    EXPECT_EQ(file_->tensors().size(), 272u);
+    EXPECT_EQ(file_->get_string("general.architecture"), "llama");
+    EXPECT_EQ(file_->get_uint("llama.block_count"), 30u);
+    EXPECT_EQ(file_->get_uint("llama.embedding_length"), 576u);
+    EXPECT_EQ(file_->get_string_array("tokenizer.ggml.tokens").size(), 49152u);
+
+    const std::set<std::string> linear = linear_weight_names();
+    ASSERT_EQ(linear.size(), 210u);
+    for (const std::string& name : linear) EXPECT_EQ(file_->tensor(name).type, GgmlType::Q4_1) << name;
+    int q4_1 = 0;
+    for (const GgufTensor& tensor : file_->tensors()) q4_1 += tensor.type == GgmlType::Q4_1;
+    EXPECT_EQ(q4_1, 210);
+    const GgufTensor& embedding = file_->tensor("token_embd.weight");
+    EXPECT_EQ(embedding.type, GgmlType::Q8_0);
+    EXPECT_EQ(embedding.dims, (std::vector<int64_t>{576, 49152}));
+    EXPECT_EQ(file_->tensor("blk.0.ffn_down.weight").dims, (std::vector<int64_t>{1536, 576}));
+}
+
+TEST_F(GgufModel, EveryQ4_1TensorDequantizesToFiniteValues) {
+    int tensors = 0;
+    for (const GgufTensor& tensor : file_->tensors()) {
+        if (tensor.type != GgmlType::Q4_1) continue;
+        const std::vector<float> values = dequantize_gguf(tensor);
+        ASSERT_EQ(values.size(), size_t(tensor.elements())) << tensor.name;
+        size_t finite = 0;
+        for (const float value : values) finite += std::isfinite(value);
+        EXPECT_EQ(finite, values.size()) << tensor.name;
+        ++tensors;
+    }
+    EXPECT_EQ(tensors, 210);
+}
+
+// Bit for bit what the gguf package's numpy dequantizers give for these tensors (CRC-32 of the
+// fp32 values, computed with gguf 0.19).
+TEST_F(GgufModel, DequantizesAsGgufPyDoes) {
+    const struct {
+        const char* name;
+        uint32_t crc;
+    } expected[] = {{"token_embd.weight", 0x39786908u},
+                    {"blk.0.attn_k.weight", 0xd35b933bu},
+                    {"blk.29.ffn_down.weight", 0x975c5ef1u}};
+    for (const auto& tensor : expected) {
+        const std::vector<float> values = dequantize_gguf(file_->tensor(tensor.name));
+        EXPECT_EQ(crc32(values.data(), values.size() * sizeof(float)), tensor.crc) << tensor.name;
+    }
+}
+
+}  // namespace
+}  // namespace qjit
