@@ -13,17 +13,12 @@
 #include "base/crc32.hpp"
 #include "format/gguf_dequantize.hpp"
 #include "format/gguf_file.hpp"
+#include "smollm2_model.hpp"
 
 namespace qjit {
 namespace {
 
-std::filesystem::path model_path() {
-    const char* dir = std::getenv("QJIT_MODEL_DIR");
-    const char* home = std::getenv("HOME");
-    const std::filesystem::path folder =
-        dir && *dir ? std::filesystem::path(dir) : std::filesystem::path(home ? home : "") / ".cache/qjit/models";
-    return folder / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+std::filesystem::path model_path() { return test::smollm2_model_path(); }
 
 class GgufModel : public ::testing::Test {
 protected:

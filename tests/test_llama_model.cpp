@@ -23,6 +23,7 @@
 #include "gguf_writer.hpp"
 #include "llama2_checkpoint.hpp"
 #include "llama2_tokenizer.hpp"
+#include "smollm2_model.hpp"
 #include "tools/gguf_import_backend.hpp"
 #include "tools/gguf_llama.hpp"
 #include "tools/gguf_vocabulary.hpp"
@@ -248,22 +249,14 @@ TEST(TokenSequences, FilesAreReadAndCheckedWhole) {
 
 // ---- the real SmolLM2-135M file ----
 
-std::filesystem::path smollm2_path() {
-    const char* dir = std::getenv("QJIT_MODEL_DIR");
-    const char* home = std::getenv("HOME");
-    const std::filesystem::path folder =
-        dir && *dir ? std::filesystem::path(dir) : std::filesystem::path(home ? home : "") / ".cache/qjit/models";
-    return folder / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
 class SmolLM2 : public ::testing::Test {
 protected:
     void SetUp() override {
-        if (!std::filesystem::exists(smollm2_path()))
-            GTEST_SKIP() << smollm2_path().string() << " is absent: run scripts/fetch_model.sh";
+        if (!std::filesystem::exists(qjit::test::smollm2_model_path()))
+            GTEST_SKIP() << qjit::test::smollm2_model_path().string() << " is absent: run scripts/fetch_model.sh";
         if (!std::filesystem::exists(kSmolLM2Dir + "eval.seq.u32"))
             GTEST_SKIP() << kSmolLM2Dir << " is missing";
-        file_ = qjit::GgufFile::open(smollm2_path().string());
+        file_ = qjit::GgufFile::open(qjit::test::smollm2_model_path().string());
         sequences_ = qjit_tools::read_token_sequences(kSmolLM2Dir + "eval.seq.u32");
         sequences_.resize(10);
     }

@@ -131,8 +131,13 @@ double percentile(std::vector<double> values, double p) {
     return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
 }
 
-const char* activations_name(qjit_activations activations) {
-    return activations == QJIT_ACTIVATIONS_F32 ? "f32" : activations == QJIT_ACTIVATIONS_INT8 ? "int8" : "auto";
+// The activation path the layers take: the option, or for auto $QJIT_ACTIVATIONS when it names one
+// (as qjit reads it), else "auto" (qjit's default path).
+std::string activations_name(qjit_activations activations) {
+    if (activations == QJIT_ACTIVATIONS_F32) return "f32";
+    if (activations == QJIT_ACTIVATIONS_INT8) return "int8";
+    const char* env = std::getenv("QJIT_ACTIVATIONS");
+    return env && (std::string(env) == "f32" || std::string(env) == "int8") ? env : "auto";
 }
 
 // Sequences longer than the model's context are refused rather than cut: their scores would differ.
