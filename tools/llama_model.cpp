@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -189,22 +190,24 @@ namespace {
 
 // One head's attention for the query `q` at position `pos`: the scores of positions 0..pos against
 // its keys (keys[i * key_row + s]: the transposed cache), softmax, and the sum of the values
-// (values[s * value_row]) weighted by them into `out`. Each score is summed over i in order, as
-// run.c sums it, kBlock positions at a time side by side, so the sums run in SIMD lanes and every
-// result equals run.c's bit for bit at every instruction set.
+// (values[s * value_row]) weighted by them into `out`. Every sum runs in run.c's order (a score over
+// i, an output over s), 16 independent sums at a time in one vector: the same results as run.c's
+// loops, bit for bit, at every instruction set.
+using Floats16 = float __attribute__((vector_size(64)));
+// The same vector read from and written to any float address (unaligned, aliasing floats).
+using UnalignedFloats16 = float __attribute__((vector_size(64), aligned(4), may_alias));
+
 __attribute__((target_clones("avx512f", "avx2", "default"))) void attend(const float* q, const float* keys,
                                                                           size_t key_row, const float* values,
                                                                           size_t value_row, int head_size, int pos,
                                                                           float inv_sqrt, float* scores, float* out) {
-    constexpr int kBlock = 16;
+    using Vector = const UnalignedFloats16*;
     int s = 0;
-    for (; s + kBlock <= pos + 1; s += kBlock) {
-        float score[kBlock] = {};
-        for (int i = 0; i < head_size; ++i) {
-            const float* k = keys + size_t(i) * key_row + size_t(s);
-            for (int b = 0; b < kBlock; ++b) score[b] += q[i] * k[b];
-        }
-        for (int b = 0; b < kBlock; ++b) scores[s + b] = score[b] * inv_sqrt;
+    for (; s + 16 <= pos + 1; s += 16) {
+        Floats16 score = {};
+        for (int i = 0; i < head_size; ++i) score += q[i] * *Vector(keys + size_t(i) * key_row + size_t(s));
+        score *= inv_sqrt;
+        *reinterpret_cast<UnalignedFloats16*>(scores + s) = score;
     }
     for (; s <= pos; ++s) {
         float score = 0.0f;
@@ -212,11 +215,16 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void attend(const f
         scores[s] = score * inv_sqrt;
     }
     softmax(scores, pos + 1);
-    std::fill(out, out + head_size, 0.0f);
-    for (s = 0; s <= pos; ++s) {
-        const float* v = values + size_t(s) * value_row;
-        const float a = scores[s];
-        for (int i = 0; i < head_size; ++i) out[i] += a * v[i];
+    int i = 0;
+    for (; i + 16 <= head_size; i += 16) {
+        Floats16 sum = {};
+        for (s = 0; s <= pos; ++s) sum += scores[s] * *Vector(values + size_t(s) * value_row + size_t(i));
+        *reinterpret_cast<UnalignedFloats16*>(out + i) = sum;
+    }
+    for (; i < head_size; ++i) {
+        float sum = 0.0f;
+        for (s = 0; s <= pos; ++s) sum += scores[s] * values[size_t(s) * value_row + size_t(i)];
+        out[i] = sum;
     }
 }
 
