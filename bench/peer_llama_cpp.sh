@@ -30,9 +30,11 @@ if [ ! -f "$source_dir/CMakeLists.txt" ]; then
 fi
 bench="$peers/llama.cpp/bin/llama-bench"
 if [ ! -x "$bench" ]; then
-  cmake -S "$source_dir" -B "$peers/llama.cpp" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
-  cmake --build "$peers/llama.cpp" -j "$(nproc)" --target llama-bench >/dev/null
+  log="$peers/llama.cpp-build.log"
+  { cmake -S "$source_dir" -B "$peers/llama.cpp" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+          -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF &&
+    cmake --build "$peers/llama.cpp" -j "$(nproc)" --target llama-bench; } >"$log" 2>&1 ||
+    { tail -n 40 "$log" >&2; echo "peer_llama_cpp.sh: the llama.cpp build failed; its log is $log" >&2; exit 1; }
 fi
 [ "$build_only" = 1 ] && { echo "$bench"; exit 0; }
 [ -n "$model" ] || model="$("$root/scripts/fetch_model.sh")"
