@@ -1,9 +1,13 @@
 // The thread pool: every task runs exactly once, through the spinning path (jobs back to back),
-// the sleeping path (gaps longer than the spin time) and concurrent callers (one runs inline).
+// the sleeping path (gaps longer than the spin time) and concurrent callers (one runs inline); a
+// caller never waits for a worker that has not started (one that shares its core cannot).
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <future>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -78,6 +82,65 @@ TEST(ThreadPool, SmallJobsRunInlineOnTheCaller) {
     auto task = [&](int64_t) { all_on_caller = all_on_caller && std::this_thread::get_id() == caller; };
     pool.parallel_for(100, task, /*worth_dispatching=*/false);
     EXPECT_TRUE(all_on_caller);
+}
+
+// Workers held back before they claim anything (as a worker is that shares the caller's core):
+// the caller runs every task itself and returns; once released, the workers take part again.
+TEST(ThreadPool, CallerNeverWaitsForAWorkerThatHasNotStarted) {
+    std::mutex mutex;
+    std::condition_variable released_signal;
+    bool released = false;
+    ThreadPool pool(3, [&] {
+        std::unique_lock<std::mutex> lock(mutex);
+        released_signal.wait(lock, [&] { return released; });
+    });
+    auto release = [&] {
+        std::lock_guard<std::mutex> lock(mutex);
+        released = true;
+        released_signal.notify_all();
+    };
+    auto held_job = std::async(std::launch::async, [&] {
+        const std::thread::id caller = std::this_thread::get_id();
+        for (int job = 0; job < 50; ++job) {
+            std::vector<std::atomic<int>> runs(64);
+            std::atomic<bool> all_on_caller{true};
+            auto task = [&](int64_t i) {
+                runs[size_t(i)].fetch_add(1);
+                if (std::this_thread::get_id() != caller) all_on_caller = false;
+            };
+            pool.parallel_for(64, task);
+            for (int64_t i = 0; i < 64; ++i) EXPECT_EQ(runs[size_t(i)].load(), 1) << "task " << i;
+            EXPECT_TRUE(all_on_caller.load());
+        }
+    });
+    // Not a timing: a caller that waits for the held workers never returns. The generous limit
+    // only turns that hang into a failure with a name.
+    const bool returned = held_job.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+    EXPECT_TRUE(returned) << "the caller waited for workers that had not started";
+    release();
+    held_job.get();
+    std::atomic<bool> worker_ran{false};
+    const std::thread::id caller = std::this_thread::get_id();
+    for (int job = 0; job < 2000 && !worker_ran; ++job) {
+        auto task = [&](int64_t) {
+            if (std::this_thread::get_id() != caller) worker_ran = true;
+            std::this_thread::yield();
+        };
+        pool.parallel_for(32, task);
+    }
+    EXPECT_TRUE(worker_ran.load()) << "released workers never took a task";
+}
+
+// Tasks of a job are never run under an index of another: jobs of different sizes back to back,
+// from two callers, with workers that wake late (the hook yields before each claim).
+TEST(ThreadPool, LateWorkersNeverRunATaskOfAnotherJob) {
+    ThreadPool pool(3, [] { std::this_thread::yield(); });
+    auto caller = [&](int offset) {
+        for (int job = 0; job < 400; ++job) expect_each_task_once(pool, 2 + (job + offset) % 29);
+    };
+    std::thread a(caller, 0), b(caller, 7);
+    a.join();
+    b.join();
 }
 
 TEST(ThreadPool, DestroysCleanlyWhileWorkersSleepOrSpin) {
