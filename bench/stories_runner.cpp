@@ -10,8 +10,8 @@
 // activations (qjit_tools::llama::quantize_with_calibration): the calibration text is paragraphs 400 and later of
 // text/tinystories_val.txt, tokenized here as the reference tokens were (the evaluation set is
 // paragraphs 0..199), --calibration-paragraphs of them (default 256: about 25,000 tokens, each a row
-// of every matrix's calibration; a gptq run takes 15-60 s on 2 shared cores, most of it running the
-// calibration text through the model once per group of matrices). --calibration-start P takes
+// of every matrix's calibration; a gptq run takes 3-5 s on 2 shared cores, most of it running each
+// layer over the calibration text once per group of its matrices). --calibration-start P takes
 // another sample of the text (paragraphs P.., P >= 200), to see how much the result owes to it.
 //
 // Usage: stories_runner [--models-dir DIR] [--steps N] [--threads N] [--fp32-classifier] [--f32-scales]
