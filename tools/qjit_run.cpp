@@ -150,126 +150,156 @@ void check_lengths(const TokenSequences& sequences, int seq_len, const std::stri
                                      std::to_string(seq_len));
 }
 
-int run(const Options& options) {
-    TokenSequences sequences, calibration;
-    if (!options.tokens.empty()) {
-        sequences = qjit_tools::read_token_sequences(options.tokens);
-        if (options.max_sequences > 0 && sequences.size() > size_t(options.max_sequences))
-            sequences.resize(size_t(options.max_sequences));
-    }
-    if (!options.calibration_tokens.empty()) {
-        calibration = qjit_tools::read_token_sequences(options.calibration_tokens);
-        if (calibration.size() > size_t(options.calibration_sequences))
-            calibration.resize(size_t(options.calibration_sequences));
-    }
+// The token sequences a file holds (at most `limit`; 0: all), checked against the model.
+TokenSequences read_sequences(const std::string& path, int limit, const llama::Config& c, const std::string& what) {
+    if (path.empty()) return {};
+    TokenSequences sequences = qjit_tools::read_token_sequences(path);
+    if (limit > 0 && sequences.size() > size_t(limit)) sequences.resize(size_t(limit));
+    const std::string where = what + " '" + path + "'";
+    qjit_tools::check_tokens_in_vocabulary(sequences, c.vocab_size, where);
+    check_lengths(sequences, c.seq_len, where);
+    return sequences;
+}
 
-    const auto load_start = std::chrono::steady_clock::now();
-    const std::shared_ptr<const qjit::GgufFile> file = qjit::GgufFile::open(options.model);
-    const std::shared_ptr<const llama::Weights> weights = llama::load_gguf_llama(file);
-    const llama::Config& c = weights->config;
-    const qjit_tools::GgufVocabulary vocabulary(*file);
-    qjit_tools::check_tokens_in_vocabulary(sequences, c.vocab_size, "--tokens '" + options.tokens + "'");
-    check_lengths(sequences, c.seq_len, "--tokens '" + options.tokens + "'");
-    qjit_tools::check_tokens_in_vocabulary(calibration, c.vocab_size,
-                                           "--calibration-tokens '" + options.calibration_tokens + "'");
-    check_lengths(calibration, c.seq_len, "--calibration-tokens '" + options.calibration_tokens + "'");
+// --prompt-tokens, or the model's BOS token, checked to leave room for `generate` tokens.
+std::vector<int> read_prompt(const Options& options, const qjit_tools::GgufVocabulary& vocabulary,
+                             const llama::Config& c) {
     std::vector<int> prompt;
-    if (options.generate > 0) {
-        if (!options.prompt_tokens.empty()) {
-            prompt = qjit_tools::parse_token_list(options.prompt_tokens);
-        } else if (vocabulary.bos()) {
-            prompt = {*vocabulary.bos()};
-        } else {
-            throw std::runtime_error("the model names no BOS token (tokenizer.ggml.bos_token_id): give --prompt-tokens");
-        }
-        qjit_tools::check_tokens_in_vocabulary({prompt}, c.vocab_size, "--prompt-tokens");
-        if (prompt.size() - 1 + size_t(options.generate) > size_t(c.seq_len))
-            throw std::runtime_error("--generate " + std::to_string(options.generate) + " after a prompt of " +
-                                     std::to_string(prompt.size()) + " tokens exceeds the model's context of " +
-                                     std::to_string(c.seq_len));
+    if (!options.prompt_tokens.empty()) {
+        prompt = qjit_tools::parse_token_list(options.prompt_tokens);
+    } else if (vocabulary.bos()) {
+        prompt = {*vocabulary.bos()};
+    } else {
+        throw std::runtime_error("the model names no BOS token (tokenizer.ggml.bos_token_id): give --prompt-tokens");
     }
+    qjit_tools::check_tokens_in_vocabulary({prompt}, c.vocab_size, "--prompt-tokens");
+    if (prompt.size() - 1 + size_t(options.generate) > size_t(c.seq_len))
+        throw std::runtime_error("--generate " + std::to_string(options.generate) + " after a prompt of " +
+                                 std::to_string(prompt.size()) + " tokens exceeds the model's context of " +
+                                 std::to_string(c.seq_len));
+    return prompt;
+}
 
-    const qjit_context_options context_options = options.context.context_options();
-    const llama::MethodModel built = llama::build_method_model(weights, options.method, context_options,
-                                                               &calibration, options.fp32_classifier);
-    llama::Model& model = *built.model;
-    const double load_seconds = seconds_since(load_start);
-    llama::QjitStorage storage = llama::qjit_storage(model);
-    if (storage.weights == 0) {  // no qjit layer: every matrix dense fp32
-        storage.weights = model.linear_weight_count();
-        storage.stored_bytes = model.linear_stored_bytes();
-    }
+// What --generate measured.
+struct Decoding {
+    std::vector<int> prompt, generated;
+    std::string text;
+    double prompt_seconds = 0.0, tokens_per_second = 0.0, p50_ms = 0.0, p99_ms = 0.0;
+};
 
+Decoding decode(llama::Model& model, const std::vector<int>& prompt, int steps,
+                const qjit_tools::GgufVocabulary& vocabulary) {
+    const llama::Generation generation = llama::greedy_decode(model, prompt, steps);
+    Decoding d;
+    d.prompt = prompt;
+    d.generated.assign(generation.tokens.begin() + std::ptrdiff_t(prompt.size()), generation.tokens.end());
+    d.text = vocabulary.decode(d.generated);
+    d.prompt_seconds = generation.prompt_seconds;
+    double seconds = 0.0;
+    for (const double step : generation.step_seconds) seconds += step;
+    d.tokens_per_second = seconds > 0 ? double(d.generated.size()) / seconds : 0.0;
+    d.p50_ms = 1e3 * percentile(generation.step_seconds, 0.50);
+    d.p99_ms = 1e3 * percentile(generation.step_seconds, 0.99);
+    return d;
+}
+
+// Everything a run reports.
+struct Report {
+    std::shared_ptr<const llama::Weights> weights;
+    std::string linears;
+    llama::QjitStorage storage;
+    double load_seconds = 0.0;
+    int64_t calibration_rows = 0;
     std::optional<llama::NllResult> nll;
     double eval_seconds = 0.0;
-    if (!options.tokens.empty()) {
-        const auto start = std::chrono::steady_clock::now();
-        nll = llama::evaluate_nll(model, sequences);
-        eval_seconds = seconds_since(start);
-    }
-    std::optional<llama::Generation> generation;
-    if (options.generate > 0) generation = llama::greedy_decode(model, prompt, options.generate);
-    std::string text;
-    double tokens_per_second = 0.0, p50_ms = 0.0, p99_ms = 0.0;
-    if (generation) {
-        const std::span<const int> generated = std::span(generation->tokens).subspan(prompt.size());
-        text = vocabulary.decode(generated);
-        double decode_seconds = 0.0;
-        for (double s : generation->step_seconds) decode_seconds += s;
-        tokens_per_second = decode_seconds > 0 ? double(generated.size()) / decode_seconds : 0.0;
-        p50_ms = 1e3 * percentile(generation->step_seconds, 0.50);
-        p99_ms = 1e3 * percentile(generation->step_seconds, 0.99);
-    }
+    std::optional<Decoding> decoding;
+};
 
-    if (options.json) {
-        qjit_tools::JsonLine json;
-        json.text("model", options.model)
-            .text("method", options.method.method)
-            .text("linears", built.backend_name)
-            .integer("threads", options.context.threads)
-            .text("activations", activations_name(options.context.activations))
-            .number("bits_per_weight", storage.bits_per_weight(), 4)
-            .integer("stored_bytes", storage.stored_bytes)
-            .integer("weights", storage.weights)
-            .number("load_seconds", load_seconds, 3);
-        if (options.method.calibrated()) json.integer("calibration_tokens", built.calibration_rows);
-        if (nll) {
-            json.number("nll", nll->mean_nll)
-                .integer("tokens", nll->tokens)
-                .integer("sequences", int64_t(nll->sequence_nll.size()))
-                .number("eval_seconds", eval_seconds, 3)
-                .numbers("per_sequence_nll_sum", nll->sequence_nll);
-        }
-        if (generation) {
-            const std::vector<int> generated(generation->tokens.begin() + std::ptrdiff_t(prompt.size()),
-                                             generation->tokens.end());
-            json.integers("prompt_tokens", prompt)
-                .integers("generated_tokens", generated)
-                .text("text", text)
-                .number("prompt_seconds", generation->prompt_seconds, 4)
-                .number("tokens_per_second", tokens_per_second, 2)
-                .number("p50_ms", p50_ms, 3)
-                .number("p99_ms", p99_ms, 3);
-        }
-        std::printf("%s\n", json.str().c_str());
-        return 0;
+void print_json(const Options& options, const Report& r) {
+    qjit_tools::JsonLine json;
+    json.text("model", options.model)
+        .text("method", options.method.method)
+        .text("linears", r.linears)
+        .integer("threads", options.context.threads)
+        .text("activations", activations_name(options.context.activations))
+        .number("bits_per_weight", r.storage.bits_per_weight(), 4)
+        .integer("stored_bytes", r.storage.stored_bytes)
+        .integer("weights", r.storage.weights)
+        .number("load_seconds", r.load_seconds, 3);
+    if (options.method.calibrated()) json.integer("calibration_tokens", r.calibration_rows);
+    if (r.nll) {
+        json.number("nll", r.nll->mean_nll)
+            .integer("tokens", r.nll->tokens)
+            .integer("sequences", int64_t(r.nll->sequence_nll.size()))
+            .number("eval_seconds", r.eval_seconds, 3)
+            .numbers("per_sequence_nll_sum", r.nll->sequence_nll);
     }
+    if (r.decoding) {
+        json.integers("prompt_tokens", r.decoding->prompt)
+            .integers("generated_tokens", r.decoding->generated)
+            .text("text", r.decoding->text)
+            .number("prompt_seconds", r.decoding->prompt_seconds, 4)
+            .number("tokens_per_second", r.decoding->tokens_per_second, 2)
+            .number("p50_ms", r.decoding->p50_ms, 3)
+            .number("p99_ms", r.decoding->p99_ms, 3);
+    }
+    std::printf("%s\n", json.str().c_str());
+}
+
+void print_text(const Options& options, const Report& r) {
+    const llama::Config& c = r.weights->config;
     std::printf("model: %s: llama, %d layers, dim %d, FFN %d, %d heads (%d KV) of %d, vocab %d, context %d, "
                 "RoPE base %g, RMSNorm eps %g, classifier %s\n",
                 options.model.c_str(), c.n_layers, c.dim, c.hidden_dim, c.n_heads, c.n_kv_heads, c.head_size,
                 c.vocab_size, c.seq_len, double(c.rope_base), double(c.rms_eps),
-                weights->tied_classifier ? "tied to the embedding" : "separate");
-    std::printf("linears: %s, %.3f bits per weight as stored, loaded in %.2f s\n", built.backend_name.c_str(),
-                storage.bits_per_weight(), load_seconds);
-    if (nll)
-        std::printf("NLL %.6f nats per token over %lld tokens of %zu sequences (%.2f s)\n", nll->mean_nll,
-                    static_cast<long long>(nll->tokens), nll->sequence_nll.size(), eval_seconds);
-    if (generation) {
-        std::printf("----\n%s\n----\n", text.c_str());
-        std::printf("decode: %d tokens, %.1f tokens/s, p50 %.2f ms, p99 %.2f ms per token (prompt of %zu tokens: "
+                r.weights->tied_classifier ? "tied to the embedding" : "separate");
+    std::printf("linears: %s, %.3f bits per weight as stored, loaded in %.2f s\n", r.linears.c_str(),
+                r.storage.bits_per_weight(), r.load_seconds);
+    if (r.nll)
+        std::printf("NLL %.6f nats per token over %lld tokens of %zu sequences (%.2f s)\n", r.nll->mean_nll,
+                    static_cast<long long>(r.nll->tokens), r.nll->sequence_nll.size(), r.eval_seconds);
+    if (r.decoding) {
+        const Decoding& d = *r.decoding;
+        std::printf("----\n%s\n----\n", d.text.c_str());
+        std::printf("decode: %zu tokens, %.1f tokens/s, p50 %.2f ms, p99 %.2f ms per token (prompt of %zu tokens: "
                     "%.3f s)\n",
-                    options.generate, tokens_per_second, p50_ms, p99_ms, prompt.size(), generation->prompt_seconds);
+                    d.generated.size(), d.tokens_per_second, d.p50_ms, d.p99_ms, d.prompt.size(), d.prompt_seconds);
     }
+}
+
+int run(const Options& options) {
+    Report report;
+    const auto load_start = std::chrono::steady_clock::now();
+    const std::shared_ptr<const qjit::GgufFile> file = qjit::GgufFile::open(options.model);
+    report.weights = llama::load_gguf_llama(file);
+    const llama::Config& c = report.weights->config;
+    const qjit_tools::GgufVocabulary vocabulary(*file);
+    const TokenSequences sequences = read_sequences(options.tokens, options.max_sequences, c, "--tokens");
+    const TokenSequences calibration =
+        read_sequences(options.calibration_tokens, options.calibration_sequences, c, "--calibration-tokens");
+    const std::vector<int> prompt = options.generate > 0 ? read_prompt(options, vocabulary, c) : std::vector<int>{};
+
+    const llama::MethodModel built = llama::build_method_model(report.weights, options.method,
+                                                               options.context.context_options(), &calibration,
+                                                               options.fp32_classifier);
+    llama::Model& model = *built.model;
+    report.load_seconds = seconds_since(load_start);
+    report.linears = built.backend_name;
+    report.calibration_rows = built.calibration_rows;
+    report.storage = llama::qjit_storage(model);
+    if (report.storage.weights == 0) {  // no qjit layer: every matrix dense fp32
+        report.storage.weights = model.linear_weight_count();
+        report.storage.stored_bytes = model.linear_stored_bytes();
+    }
+
+    if (!options.tokens.empty()) {
+        const auto start = std::chrono::steady_clock::now();
+        report.nll = llama::evaluate_nll(model, sequences);
+        report.eval_seconds = seconds_since(start);
+    }
+    if (options.generate > 0) report.decoding = decode(model, prompt, options.generate, vocabulary);
+    if (options.json) print_json(options, report);
+    else print_text(options, report);
     return 0;
 }
 
