@@ -7,8 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <bit>
-#include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
