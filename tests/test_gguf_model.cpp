@@ -1,8 +1,9 @@
-// The GGUF reader and dequantizers on a real model: SmolLM2-135M-Instruct with Q4_1 linear weights
-// (scripts/fetch_model.sh puts it in $QJIT_MODEL_DIR, default ~/.cache/qjit/models). Skipped when
-// the file is absent.
+// The GGUF reader, dequantizers and importer on a real model: SmolLM2-135M-Instruct with Q4_1 linear
+// weights (scripts/fetch_model.sh puts it in $QJIT_MODEL_DIR, default ~/.cache/qjit/models). Skipped
+// when the file is absent.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -13,7 +14,10 @@
 #include "base/crc32.hpp"
 #include "format/gguf_dequantize.hpp"
 #include "format/gguf_file.hpp"
+#include "format/gguf_import.hpp"
+#include "format/reference.hpp"
 #include "smollm2_model.hpp"
+#include "test_support.hpp"
 
 namespace qjit {
 namespace {
@@ -85,6 +89,50 @@ TEST_F(GgufModel, DequantizesAsGgufPyDoes) {
     for (const auto& tensor : expected) {
         const std::vector<float> values = dequantize_gguf(file_->tensor(tensor.name));
         EXPECT_EQ(crc32(values.data(), values.size() * sizeof(float)), tensor.crc) << tensor.name;
+    }
+}
+
+// Whether the K x N matrix `k_by_n` is the transpose of ggml's [N][K] values, bit for bit.
+bool transposed_bits_equal(const std::vector<float>& k_by_n, const std::vector<float>& n_by_k, int64_t k, int64_t n) {
+    if (k_by_n.size() != size_t(k * n) || n_by_k.size() != size_t(k * n)) return false;
+    for (int64_t r = 0; r < k; ++r)
+        for (int64_t c = 0; c < n; ++c)
+            if (std::bit_cast<uint32_t>(k_by_n[size_t(r * n + c)]) != std::bit_cast<uint32_t>(n_by_k[size_t(c * k + r)]))
+                return false;
+    return true;
+}
+
+// Every 2-D quantized tensor (the 210 Q4_1 linear weights and the Q8_0 embedding) imports exactly.
+TEST_F(GgufModel, ImportsEveryQuantizedMatrixExactly) {
+    int imported = 0;
+    for (const GgufTensor& tensor : file_->tensors()) {
+        if (!gguf_import_supported(tensor.type) || tensor.dims.size() != 2) continue;
+        const int64_t k = tensor.dims[0], n = tensor.dims[1];
+        const QuantizedMatrix matrix = import_gguf_matrix(tensor.type, tensor.data, tensor.bytes, k, n);
+        EXPECT_TRUE(transposed_bits_equal(dequantize(matrix), dequantize_gguf(tensor), k, n)) << tensor.name;
+        ++imported;
+    }
+    EXPECT_EQ(imported, 211);
+}
+
+// Through the C API, on the portable path and the JIT: ffn_up (K 576, N 1536, Q4_1) and the
+// embedding (K 576, N 49152, Q8_0) as layers dequantize to ggml's values.
+TEST_F(GgufModel, CApiLayersDequantizeAsGgml) {
+    for (const qjit_isa isa : {QJIT_ISA_PORTABLE, QJIT_ISA_AUTO}) {
+        const test::ContextPtr context = test::make_test_context(2, isa);
+        for (const char* name : {"blk.0.ffn_up.weight", "token_embd.weight"}) {
+            const GgufTensor& tensor = file_->tensor(name);
+            const int64_t k = tensor.dims[0], n = tensor.dims[1];
+            qjit_linear* raw = nullptr;
+            ASSERT_EQ(qjit_linear_create_from_gguf(context.get(), uint32_t(tensor.type), tensor.data, tensor.bytes, k,
+                                                   n, &raw),
+                      QJIT_OK)
+                << qjit_last_error();
+            const test::LinearPtr layer(raw);
+            std::vector<float> w(size_t(k * n));
+            ASSERT_EQ(qjit_linear_dequantize(layer.get(), w.data()), QJIT_OK) << qjit_last_error();
+            EXPECT_TRUE(transposed_bits_equal(w, dequantize_gguf(tensor), k, n)) << name << " isa=" << int(isa);
+        }
     }
 }
 

@@ -118,6 +118,22 @@ typedef enum qjit_gptq_format {
     QJIT_GPTQ_MAX_ENUM = 0x7fffffff
 } qjit_gptq_format;
 
+/* ggml's quantized tensor types that qjit_linear_create_from_gguf imports, by the numbers GGUF files
+ * store (ggml.h's enum ggml_type). */
+typedef enum qjit_ggml_type {
+    QJIT_GGML_Q4_0 = 2,
+    QJIT_GGML_Q4_1 = 3,
+    QJIT_GGML_Q5_0 = 6,
+    QJIT_GGML_Q5_1 = 7,
+    QJIT_GGML_Q8_0 = 8,
+    QJIT_GGML_Q2_K = 10,
+    QJIT_GGML_Q3_K = 11,
+    QJIT_GGML_Q4_K = 12,
+    QJIT_GGML_Q5_K = 13,
+    QJIT_GGML_Q6_K = 14,
+    QJIT_GGML_TYPE_MAX_ENUM = 0x7fffffff
+} qjit_ggml_type;
+
 /* group_size value meaning one group spanning all K rows (one scale per column). */
 #define QJIT_GROUP_PER_COLUMN (-1)
 
@@ -300,6 +316,18 @@ QJIT_API qjit_status qjit_linear_create_calibrated(qjit_context* context, const 
  * not k / group_size) rows are sorted by group and activations are gathered by that order at run time. */
 QJIT_API qjit_status qjit_linear_create_from_gptq(qjit_context* context, int64_t k, int64_t n,
                                                   const qjit_gptq_tensors* tensors, qjit_linear** layer);
+
+/* Import a GGUF weight tensor of ggml type `ggml_type` (a qjit_ggml_type) with dims {K, N}: N rows of
+ * K values, each row a run of the type's blocks, as llama.cpp stores it (`data`, `bytes` long). The
+ * layer dequantizes (qjit_linear_dequantize) to exactly the fp32 values ggml's dequantizer gives,
+ * transposed to K x N; 5- and 6-bit codes are held in 8 bits, K-quant scales as fp32 (docs/gguf.md).
+ * The data are copied. QJIT_ERROR_INVALID_ARGUMENT: a NULL pointer, a K that is not a multiple of
+ * the type's block (32 or 256 values), `bytes` other than N * (K / block values) * block bytes, an
+ * infinite or NaN fp16 scale field; QJIT_ERROR_UNSUPPORTED: any other type (F32, F16, BF16: not
+ * quantized; IQ*, TQ*, Q8_1, Q8_K, MXFP4), or, in a context with a CUDA device, a format its kernels
+ * do not run (float offsets: Q4_1, Q5_1, Q2_K, Q4_K, Q5_K; groups of 16: Q3_K, Q6_K). */
+QJIT_API qjit_status qjit_linear_create_from_gguf(qjit_context* context, uint32_t ggml_type, const void* data,
+                                                  size_t bytes, int64_t k, int64_t n, qjit_linear** layer);
 
 /* A low-rank compensator given as dense factors: the layer computes y = x Wq + (x U) V. */
 typedef struct qjit_low_rank {

@@ -6,6 +6,8 @@ import dataclasses
 import os
 from typing import Any, Optional, Tuple
 
+import numpy as np
+
 from . import _native
 from .context import choice
 from .errors import InvalidArgumentError
@@ -14,6 +16,9 @@ METHODS = {"rtn": 0, "hqq": 1, "milo": 2, "gptq": 3, "mixed": 4}
 LAYOUTS = {"k_by_n": 0, "n_by_k": 1}
 SCALE_DTYPES = {"f32": 0, "f16": 1}
 CHECKPOINT_FORMATS = {"gptq": 1, "gptq_v2": 2}
+# The ggml tensor types Linear.from_gguf imports, by the numbers GGUF files store (qjit_ggml_type).
+GGML_TYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13,
+              "Q6_K": 14}
 TILING_SOURCES = ("portable", "forced", "database", "context", "searched", "model")
 CUDA_DTYPES = {"f16": 1, "bf16": 2}
 
@@ -102,7 +107,8 @@ class Calibration:
 class Linear:
     """A quantized linear layer: ``layer(x)`` computes y = x W for x of shape (..., K).
 
-    Make one with :meth:`quantize`, :meth:`from_gptq`, :meth:`load` or ``Checkpoint.create``.
+    Make one with :meth:`quantize`, :meth:`from_gptq`, :meth:`from_gguf`, :meth:`load` or
+    ``Checkpoint.create``.
     W is K x N (inputs by outputs); ``dequantize()`` returns it. Forwards take float32 numpy arrays
     or PyTorch CPU tensors of any leading shape, without copying them (a non-contiguous input is
     copied once), and return the same kind. Several threads may call a layer at once; the GIL is
@@ -184,6 +190,29 @@ class Linear:
                                           qzeros, scales, g_idx,
                                           choice(CHECKPOINT_FORMATS, checkpoint_format, "checkpoint_format"),
                                           u, v, int(low_rank_bits))
+        return cls(native, context)
+
+    @classmethod
+    def from_gguf(cls, context: Any, ggml_type: Any, data: Any, k: int, n: int) -> "Linear":
+        """Imports a GGUF weight tensor of dims {K, N} (N rows of K values in ggml blocks) exactly:
+        ``dequantize()`` gives ggml's fp32 values (``gguf.quants.dequantize``), transposed to K x N.
+
+        Args:
+            ggml_type: a type name ("Q4_K"), its number, or a ``gguf.GGMLQuantizationType``: Q4_0,
+                Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K (others raise UnsupportedError).
+            data: the tensor's bytes: bytes, a buffer, or a uint8 array of any shape (as
+                ``GGUFReader`` gives ``tensor.data``); N * (K / block values) * block bytes of them.
+            k: input features (GGUF's dims[0]), a multiple of the type's block; n: output features.
+        """
+        if isinstance(ggml_type, str):
+            type_number = choice(GGML_TYPES, ggml_type, "ggml_type")
+        else:
+            type_number = int(ggml_type)  # a number, or gguf's IntEnum
+            if not 0 <= type_number < 2**32:
+                raise InvalidArgumentError(f"ggml_type is {type_number}; expected a ggml type number")
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            data = np.frombuffer(data, dtype=np.uint8)
+        native = _native.Linear.from_gguf(context._native, type_number, data, int(k), int(n))
         return cls(native, context)
 
     @classmethod

@@ -26,6 +26,7 @@ constexpr ElementType kElements[] = {
     {Element::bf16, {uint8_t(dl::dtype_code::Bfloat), 16, 1}, "bfloat16"},
     {Element::i32, {uint8_t(dl::dtype_code::Int), 32, 1}, "int32"},
     {Element::i64, {uint8_t(dl::dtype_code::Int), 64, 1}, "int64"},
+    {Element::u8, {uint8_t(dl::dtype_code::UInt), 8, 1}, "uint8"},
 };
 
 std::string dtype_name(dl::dtype dtype) {

@@ -17,7 +17,7 @@ namespace qjit_python {
 namespace nb = nanobind;
 
 // The element types the binding takes.
-enum class Element { f32, f16, bf16, i32, i64 };
+enum class Element { f32, f16, bf16, i32, i64, u8 };
 
 // What kind of array a caller passed, so that results come back as the same kind.
 enum class Framework { numpy, pytorch };

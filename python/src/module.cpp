@@ -277,6 +277,16 @@ public:
                       }));
     }
 
+    // A GGUF tensor's bytes (a uint8 array of any shape, e.g. GGUFReader's tensor.data), checked by the
+    // C API against the type, K and N.
+    static Linear from_gguf(const Context& context, uint32_t ggml_type, nb::handle data, int64_t k, int64_t n) {
+        const ArrayView bytes = cpu_array(data, "data", {Element::u8});
+        return Linear(context.shared(), created([&](qjit_linear** layer) {
+                          return qjit_linear_create_from_gguf(context.get(), ggml_type, bytes.data, size_t(bytes.size()),
+                                                              k, n, layer);
+                      }));
+    }
+
     static Linear load(const Context& context, const std::string& path) {
         return Linear(context.shared(), created([&](qjit_linear** layer) {
                           return qjit_linear_load(context.get(), path.c_str(), layer);
@@ -533,6 +543,7 @@ NB_MODULE(_native, m) {
         .def_static("from_gptq", &Linear::from_gptq, "context"_a, "k"_a, "n"_a, "bits"_a, "group_size"_a, "qweight"_a,
                     "qzeros"_a, "scales"_a, "g_idx"_a.none(), "checkpoint_format"_a, "u"_a.none(), "v"_a.none(),
                     "low_rank_bits"_a)
+        .def_static("from_gguf", &Linear::from_gguf, "context"_a, "ggml_type"_a, "data"_a, "k"_a, "n"_a)
         .def_static("load", &Linear::load, "context"_a, "path"_a)
         .def("save", &Linear::save, "path"_a)
         .def("forward", &Linear::forward, "x"_a, "out"_a.none())

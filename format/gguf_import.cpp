@@ -1,0 +1,232 @@
+#include "format/gguf_import.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.hpp"
+#include "format/gguf_blocks.hpp"
+
+namespace qjit {
+
+namespace {
+
+using namespace gguf_blocks;
+
+// Why each mapping is exact: every product ggml forms (an fp16 d or dmin times a small integer,
+// then that times a code) is exact in fp32 (at most 11 + 7 + 6 significant bits), so the only
+// rounding is ggml's final addition or subtraction of a min, and the oracle (format/reference.cpp,
+// compiled without contraction) forms the same products and the same sum:
+//   scale * (code - zero): code - zero is ggml's signed code exactly, and the product is ggml's
+//     (multiplication commutes: Q8_0's x * d is d * x);
+//   scale * code + offset: the scale is ggml's fp32 product d * sc, computed here as numpy
+//     computes it, so scale * code is ggml's dl * q; the offset is m (Q4_1, Q5_1) or -(dmin * m),
+//     and x - y is x + (-y) in IEEE 754, signed zeros included.
+
+// One block in qjit's terms: a code per value and, per group of its values, a scale and (float
+// offsets only) an offset. Integer zero points are the type's, the same for every group.
+struct UnpackedBlock {
+    uint8_t codes[kSuperBlock];
+    float scales[kSuperBlock / 16];
+    float offsets[kSuperBlock / 16];
+};
+
+using BlockUnpacker = void (*)(const uint8_t* block, UnpackedBlock& out);
+
+struct Mapping {
+    GgmlType type;
+    int bits;             // qjit's code width
+    int group;            // values per scale
+    ScaleType scale_type; // F16 where ggml's scale is an fp16 field itself, else F32 (a product)
+    bool float_offsets;
+    int zero;             // every group's integer zero point (without float offsets)
+    const char* how;      // what the format's name leaves out
+    BlockUnpacker unpack;
+};
+
+// W = d * (q - 8).
+void unpack_q4_0(const uint8_t* block, UnpackedBlock& out) {
+    out.scales[0] = half_at(block + Q4_0::d);
+    for (int i = 0; i < 32; ++i) out.codes[i] = uint8_t(nibble_code(block + Q4_0::qs, i));
+}
+
+// W = d * q + m.
+void unpack_q4_1(const uint8_t* block, UnpackedBlock& out) {
+    out.scales[0] = half_at(block + Q4_1::d);
+    out.offsets[0] = half_at(block + Q4_1::m);
+    for (int i = 0; i < 32; ++i) out.codes[i] = uint8_t(nibble_code(block + Q4_1::qs, i));
+}
+
+// W = d * (q - 16), q of 5 bits.
+void unpack_q5_0(const uint8_t* block, UnpackedBlock& out) {
+    out.scales[0] = half_at(block + Q5_0::d);
+    const uint32_t qh = u32_at(block + Q5_0::qh);
+    for (int i = 0; i < 32; ++i) out.codes[i] = uint8_t(five_bit_code(block + Q5_0::qs, qh, i));
+}
+
+// W = d * q + m, q of 5 bits.
+void unpack_q5_1(const uint8_t* block, UnpackedBlock& out) {
+    out.scales[0] = half_at(block + Q5_1::d);
+    out.offsets[0] = half_at(block + Q5_1::m);
+    const uint32_t qh = u32_at(block + Q5_1::qh);
+    for (int i = 0; i < 32; ++i) out.codes[i] = uint8_t(five_bit_code(block + Q5_1::qs, qh, i));
+}
+
+// W = x * d for int8 x: the code x + 128 less zero 128 is x.
+void unpack_q8_0(const uint8_t* block, UnpackedBlock& out) {
+    out.scales[0] = half_at(block + Q8_0::d);
+    for (int i = 0; i < 32; ++i) out.codes[i] = uint8_t(q8_0_biased_code(block + Q8_0::qs, i));
+}
+
+// W = (d * sc) * q - (dmin * m) per 16 values.
+void unpack_q2_k(const uint8_t* block, UnpackedBlock& out) {
+    const float d = half_at(block + Q2_K::d);
+    const float dmin = half_at(block + Q2_K::dmin);
+    for (int s = 0; s < 16; ++s) {
+        out.scales[s] = d * float(q2_k_scale(block + Q2_K::scales, s));
+        out.offsets[s] = -(dmin * float(q2_k_min(block + Q2_K::scales, s)));
+    }
+    for (int i = 0; i < kSuperBlock; ++i) out.codes[i] = uint8_t(two_bit_code(block + Q2_K::qs, i));
+}
+
+// W = (d * (sc - 32)) * (q2 - 4 * !hbit) per 16 values: the code q2 | hbit << 2 less zero 4 is
+// that factor.
+void unpack_q3_k(const uint8_t* block, UnpackedBlock& out) {
+    const float d = half_at(block + Q3_K::d);
+    for (int s = 0; s < 16; ++s) out.scales[s] = d * float(q3_k_scale(block + Q3_K::scales, s));
+    for (int i = 0; i < kSuperBlock; ++i)
+        out.codes[i] = uint8_t(two_bit_code(block + Q3_K::qs, i) | high_bit(block + Q3_K::hmask, i) << 2);
+}
+
+// W = (d * sc) * q - (dmin * m) per 32 values; Q5_K's q has a fifth bit.
+template <bool FifthBit>
+void unpack_q4_q5_k(const uint8_t* block, UnpackedBlock& out) {
+    static_assert(Q4_K::d == Q5_K::d && Q4_K::dmin == Q5_K::dmin && Q4_K::scales == Q5_K::scales);
+    const float d = half_at(block + Q4_K::d);
+    const float dmin = half_at(block + Q4_K::dmin);
+    for (int j = 0; j < 8; ++j) {
+        int scale = 0, min = 0;
+        k4_scale_min(block + Q4_K::scales, j, &scale, &min);
+        out.scales[j] = d * float(scale);
+        out.offsets[j] = -(dmin * float(min));
+    }
+    const uint8_t* qs = block + (FifthBit ? Q5_K::qs : Q4_K::qs);
+    for (int i = 0; i < kSuperBlock; ++i)
+        out.codes[i] = uint8_t(k4_nibble(qs, i) | (FifthBit ? high_bit(block + Q5_K::qh, i) << 4 : 0));
+}
+
+// W = (d * sc) * (q - 32) per 16 values, q of 6 bits.
+void unpack_q6_k(const uint8_t* block, UnpackedBlock& out) {
+    const float d = half_at(block + Q6_K::d);
+    for (int s = 0; s < 16; ++s) out.scales[s] = d * float(q6_k_scale(block + Q6_K::scales, s));
+    for (int i = 0; i < kSuperBlock; ++i) out.codes[i] = uint8_t(q6_k_code(block + Q6_K::ql, block + Q6_K::qh, i));
+}
+
+// K-quant scales are products of an fp16 d and a 4- to 8-bit integer, up to 18 significant bits:
+// not fp16 values, so they are stored as fp32.
+constexpr Mapping kMappings[] = {
+    {GgmlType::Q4_0, 4, 32, ScaleType::F16, false, 8, "scale d, zero 8", unpack_q4_0},
+    {GgmlType::Q4_1, 4, 32, ScaleType::F16, true, 0, "scale d, offset m", unpack_q4_1},
+    {GgmlType::Q5_0, 8, 32, ScaleType::F16, false, 16, "5-bit codes in 8-bit, scale d, zero 16", unpack_q5_0},
+    {GgmlType::Q5_1, 8, 32, ScaleType::F16, true, 0, "5-bit codes in 8-bit, scale d, offset m", unpack_q5_1},
+    {GgmlType::Q8_0, 8, 32, ScaleType::F16, false, 128, "int8 codes plus 128, scale d, zero 128", unpack_q8_0},
+    {GgmlType::Q2_K, 2, 16, ScaleType::F32, true, 0, "scale d * sc, offset -(dmin * m)", unpack_q2_k},
+    {GgmlType::Q3_K, 3, 16, ScaleType::F32, false, 4, "scale d * (sc - 32), zero 4", unpack_q3_k},
+    {GgmlType::Q4_K, 4, 32, ScaleType::F32, true, 0, "scale d * sc, offset -(dmin * m)", unpack_q4_q5_k<false>},
+    {GgmlType::Q5_K, 8, 32, ScaleType::F32, true, 0, "5-bit codes in 8-bit, scale d * sc, offset -(dmin * m)",
+     unpack_q4_q5_k<true>},
+    {GgmlType::Q6_K, 8, 16, ScaleType::F32, false, 32, "6-bit codes in 8-bit, scale d * sc, zero 32", unpack_q6_k},
+};
+
+const Mapping* mapping_of(GgmlType type) {
+    for (const Mapping& mapping : kMappings)
+        if (mapping.type == type) return &mapping;
+    return nullptr;
+}
+
+std::string imported_type_names() {
+    std::string names;
+    for (size_t i = 0; i < std::size(kMappings); ++i)
+        names += (i == 0 ? "" : i + 1 == std::size(kMappings) ? " and " : ", ") + ggml_type_name(kMappings[i].type);
+    return names;
+}
+
+const Mapping& require_mapping(GgmlType type) {
+    if (const Mapping* mapping = mapping_of(type)) return *mapping;
+    const bool dense = type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16;
+    fail(QJIT_ERROR_UNSUPPORTED, "importing ggml ", ggml_type_name(type), " tensors is not supported",
+         dense ? " (they are not quantized: quantize them with qjit_linear_create_from_f32, or run them dense)" : "",
+         "; qjit imports ", imported_type_names());
+}
+
+// Columns whose blocks are unpacked together: the transposed writes of a tile share cache lines.
+constexpr int64_t kColumnTile = 64;
+
+}  // namespace
+
+bool gguf_import_supported(GgmlType type) { return mapping_of(type) != nullptr; }
+
+WeightFormat gguf_import_format(GgmlType type, int64_t k, int64_t n) {
+    const Mapping& m = require_mapping(type);
+    return WeightFormat{.k = k,
+                        .n = n,
+                        .bits = m.bits,
+                        .group_size = m.group,
+                        .symmetric = !m.float_offsets && m.zero == 1 << (m.bits - 1),
+                        .float_offsets = m.float_offsets,
+                        .scale_type = m.scale_type};
+}
+
+std::string gguf_import_name(GgmlType type) {
+    return concat(ggml_type_name(type), " as ", gguf_import_format(type).name(), " (", require_mapping(type).how, ")");
+}
+
+QuantizedMatrix import_gguf_matrix(GgmlType type, const uint8_t* data, size_t bytes, int64_t k, int64_t n) {
+    const Mapping& mapping = require_mapping(type);
+    const std::string type_name = ggml_type_name(type);
+    require(data != nullptr, "data is NULL");
+    validate_shape(k, n);
+    GgmlBlock block;
+    ggml_block_of(type, &block);  // every imported type has one
+    require(k % block.values == 0, "k = ", k, " is not a whole number of ", type_name, " blocks (", block.values,
+            " values each)");
+    const int64_t row_blocks = k / block.values;
+    // At most 2^36 weights at under 2 bytes each (validate_shape): no overflow.
+    const uint64_t expected = uint64_t(n) * uint64_t(row_blocks) * uint64_t(block.bytes);
+    require(bytes == expected, "a ", k, " x ", n, " ", type_name, " tensor holds N * (K / ", block.values, ") * ",
+            block.bytes, " = ", expected, " bytes; ", bytes, " were given");
+
+    QuantizedMatrix matrix;
+    QuantParams& p = matrix.params;
+    static_cast<WeightFormat&>(p) = gguf_import_format(type, k, n);
+    const int64_t block_groups = block.values / mapping.group;
+    const size_t metadata = size_t(p.num_groups() * n);
+    p.scales.resize(metadata);
+    if (p.float_offsets) {
+        p.offsets.resize(metadata);
+    } else {
+        p.zeros.assign(metadata, uint16_t(mapping.zero));
+    }
+    matrix.codes.resize(size_t(k * n));
+    UnpackedBlock unpacked;
+    for (int64_t c0 = 0; c0 < n; c0 += kColumnTile) {
+        const int64_t c1 = std::min(n, c0 + kColumnTile);
+        for (int64_t b = 0; b < row_blocks; ++b)
+            for (int64_t c = c0; c < c1; ++c) {
+                mapping.unpack(data + (c * row_blocks + b) * block.bytes, unpacked);
+                for (int64_t s = 0; s < block_groups; ++s) {
+                    const size_t meta = size_t((b * block_groups + s) * n + c);
+                    p.scales[meta] = unpacked.scales[s];
+                    if (p.float_offsets) p.offsets[meta] = unpacked.offsets[s];
+                    require(std::isfinite(p.scales[meta]) && (!p.float_offsets || std::isfinite(p.offsets[meta])),
+                            type_name, " row ", c, ", block ", b, ": an fp16 scale field (d, m or dmin) is infinite "
+                            "or NaN, so ggml's weights are not finite; qjit stores finite scales only");
+                }
+                uint8_t* codes = matrix.codes.data() + b * block.values * n + c;
+                for (int64_t i = 0; i < block.values; ++i) codes[i * n] = unpacked.codes[i];
+            }
+    }
+    validate(p);  // the codes are within their width by construction: each unpacker masks its bits
+    return matrix;
+}
+
+}  // namespace qjit
