@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "tools/fail.hpp"
+
 namespace qjit_bench::llama2 {
 
 static_assert(std::endian::native == std::endian::little, "the checkpoint files are little-endian");
@@ -19,12 +21,7 @@ using qjit_tools::llama::Config;
 using qjit_tools::llama::MatrixSource;
 using qjit_tools::llama::Weights;
 
-template <typename... Parts>
-[[noreturn]] void fail(const Parts&... parts) {
-    std::ostringstream message;
-    (message << ... << parts);
-    throw std::runtime_error(message.str());
-}
+using qjit_tools::fail;
 
 // Layer l's part of a tensor stored [layers][rows][cols].
 std::vector<float> layer_slice(const std::vector<float>& tensor, int64_t layer, int64_t values) {

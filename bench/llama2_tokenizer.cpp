@@ -7,17 +7,13 @@
 #include <stdexcept>
 
 #include "tools/binary_files.hpp"
+#include "tools/fail.hpp"
 
 namespace qjit_bench::llama2 {
 
 namespace {
 
-template <typename... Parts>
-[[noreturn]] void fail(const Parts&... parts) {
-    std::ostringstream message;
-    (message << ... << parts);
-    throw std::runtime_error(message.str());
-}
+using qjit_tools::fail;
 
 }  // namespace
 

@@ -6,16 +6,11 @@
 #include <stdexcept>
 #include <utility>
 
+#include "tools/fail.hpp"
+
 namespace qjit_tools::llama {
 
 namespace {
-
-template <typename... Parts>
-[[noreturn]] void fail(const Parts&... parts) {
-    std::ostringstream message;
-    (message << ... << parts);
-    throw std::runtime_error(message.str());
-}
 
 // ---- building blocks of the forward pass (run.c semantics, fp32 arithmetic) ----
 
