@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "tools/simd_clones.hpp"
+
 namespace qjit_tools::llama {
 
 void check_qjit(qjit_status status, const char* call) {
@@ -18,7 +20,7 @@ namespace {
 // y[r][j] = sum over i of x[r][i] * w_t[i][j], each sum taken in input order i = 0, 1, ... as run.c's
 // matmul takes it, so every output equals the plain loop's bit for bit (this file is compiled without
 // contraction into FMA). The loops run across outputs, which the compiler vectorizes at each width.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void dense_product(const float* w_t, int64_t n,
+QJIT_SIMD_CLONES void dense_product(const float* w_t, int64_t n,
                                                                                  int64_t k, const float* x,
                                                                                  int64_t m, float* y) {
     constexpr int64_t kRows = 4, kOutputs = 64;  // a tile of rows x outputs held in the accumulators

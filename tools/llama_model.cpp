@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "tools/fail.hpp"
+#include "tools/simd_clones.hpp"
 
 namespace qjit_tools::llama {
 
@@ -191,7 +192,7 @@ using Floats16 = float __attribute__((vector_size(64)));
 // The same vector read from and written to any float address (unaligned, aliasing floats).
 using UnalignedFloats16 = float __attribute__((vector_size(64), aligned(4), may_alias));
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void attend(const float* q, const float* keys,
+QJIT_SIMD_CLONES void attend(const float* q, const float* keys,
                                                                           size_t key_row, const float* values,
                                                                           size_t value_row, int head_size, int pos,
                                                                           float inv_sqrt, float* scores, float* out) {
