@@ -1,0 +1,1 @@
+#include "format/neuron_file.hpp"

@@ -1,0 +1,109 @@
+// Neuron files: the FFN layers of a model stored neuron by neuron, for FFNs too large for memory
+// that load only the neurons a token activates (runtime/flash/). Each record is aligned to the
+// storage block size so it is read directly (O_DIRECT) in one request.
+//
+// Two layouts of the same data:
+//   bundled  one record per neuron holding all its parts (gate, up, down; format/neuron_record.hpp):
+//            one read per neuron ("row-column bundling")
+//   split    one record per neuron and part, the parts in separate regions (part-major, as the
+//            matrices lie in a checkpoint): one read per neuron and part
+//
+// File layout (little-endian):
+//   header    `alignment` bytes: magic "QJITNEUR", version, the fields of NeuronFileHeader, the
+//             header's CRC-32; zero padding
+//   layers    layer after layer, each `layer_bytes()`: bundled, d_ff records; split, for each part
+//             d_ff records
+//   record    its vectors in part order, then the first projection's bias (fp32, when the file has
+//             biases; every record of the file has the slot), then the CRC-32 of everything before it
+//             in the record, seeded with record_seed(); zero padding to record_bytes
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "format/neuron_record.hpp"
+#include "format/quantized_matrix.hpp"
+
+namespace qjit {
+
+enum class FfnActivation : uint8_t {
+    Relu,    // a = max(0, x . up + bias)                 (OPT; parts: up, down)
+    SwiGlu,  // a = silu(x . gate) * (x . up)             (Llama; parts: gate, up, down)
+};
+
+struct NeuronFileHeader {
+    int64_t layers = 0;
+    int64_t d_model = 0;
+    int64_t d_ff = 0;
+    FfnActivation activation = FfnActivation::Relu;
+    bool has_bias = false;  // Relu only: a bias per neuron on the up projection
+    bool bundled = true;
+    int64_t alignment = 4096;  // record alignment and size granule: a power of two >= 512
+    NeuronVectorLayout vector;
+
+    int parts() const { return activation == FfnActivation::SwiGlu ? 3 : 2; }
+    // The parts, in file order (Relu: Up, Down; SwiGlu: Gate, Up, Down).
+    std::vector<NeuronPart> part_list() const;
+    int parts_per_record() const { return bundled ? parts() : 1; }
+    int64_t payload_bytes() const;  // a record's vectors, bias slot and CRC
+    int64_t record_bytes() const;   // payload_bytes() rounded up to alignment
+    int64_t records_per_layer() const { return bundled ? d_ff : d_ff * parts(); }
+    int64_t layer_bytes() const { return records_per_layer() * record_bytes(); }
+    int64_t data_offset() const { return alignment; }
+    int64_t file_bytes() const { return data_offset() + layers * layer_bytes(); }
+    // Where the record holding `part` of `neuron` in `layer` starts (bundled: the neuron's record,
+    // whatever the part), and where the part's vector lies inside it.
+    int64_t record_offset(int64_t layer, int64_t neuron, NeuronPart part) const;
+    int64_t vector_offset_in_record(NeuronPart part) const;
+    int64_t bias_offset_in_record() const;  // has_bias only
+    // The CRC seed of a record: a record copied to the wrong place fails its check.
+    uint32_t record_seed(int64_t layer, int64_t neuron, NeuronPart first_part) const;
+};
+
+// Throws an invalid-argument Error naming the field for a header no file may have.
+void validate(const NeuronFileHeader& header);
+
+// The header's bytes (exactly header.alignment of them) and back. parse_neuron_file_header throws
+// QJIT_ERROR_CORRUPT_DATA naming what is wrong (magic, version, CRC, a field out of range) for
+// bytes that are not a valid header; it reads at most `size` bytes.
+std::vector<uint8_t> encode_neuron_file_header(const NeuronFileHeader& header);
+NeuronFileHeader parse_neuron_file_header(const uint8_t* bytes, size_t size);
+
+// Checks a record read from the file: its CRC against record_seed. Throws QJIT_ERROR_CORRUPT_DATA
+// naming the layer, neuron and part on a mismatch.
+void check_record(const NeuronFileHeader& header, int64_t layer, int64_t neuron, NeuronPart first_part,
+                  const uint8_t* record);
+
+// One FFN layer's weights for the writer. Quantized files: up, gate (SwiGlu) and down_t are
+// d_model x d_ff matrices in the header's vector format (down_t: the down projection transposed, so
+// neuron i's row is its column i). F16 files: the same as fp32 in `*_f32`, [d_model][d_ff] row-major.
+struct FfnLayerWeights {
+    QuantizedMatrix up, gate, down_t;
+    std::vector<float> up_f32, gate_f32, down_t_f32;
+    std::vector<float> bias;  // [d_ff] when the header has biases
+};
+
+// Quantizes fp32 weights (up, gate: [d_model][d_ff]; down: [d_ff][d_model], as a checkpoint holds
+// them) for a header: round to nearest in its vector format, or fp16 copies.
+FfnLayerWeights quantize_ffn_layer(const NeuronFileHeader& header, const float* up, const float* gate,
+                                   const float* down, const float* bias);
+
+// Writes a neuron file layer by layer, to PATH.tmp-<pid> renamed over `path` by finish(): an
+// existing file is replaced only once the new one is complete. Throws QJIT_ERROR_IO naming the path.
+class NeuronFileWriter {
+public:
+    NeuronFileWriter(const std::string& path, const NeuronFileHeader& header);
+    ~NeuronFileWriter();  // removes the temporary file unless finish() ran
+    NeuronFileWriter(const NeuronFileWriter&) = delete;
+    NeuronFileWriter& operator=(const NeuronFileWriter&) = delete;
+
+    void add_layer(const FfnLayerWeights& weights);  // checks shapes and formats against the header
+    void finish();  // after exactly header.layers layers: flush, fsync, rename
+
+private:
+    struct State;
+    State* state_;
+};
+
+}  // namespace qjit

@@ -1,0 +1,1 @@
+#include "qjit/qjit.h"

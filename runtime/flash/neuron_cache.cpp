@@ -1,0 +1,1 @@
+#include "runtime/flash/neuron_cache.hpp"

@@ -1,0 +1,74 @@
+// The neurons of one FFN layer that are in memory: preallocated to its capacity, nothing
+// reallocated once running (the memory management of "LLM in a flash"). Slots [0, size()) are
+// occupied; deleting a neuron moves the last occupied slot into its hole, new neurons are
+// appended. Pinned neurons stay for good; the others stay while they were active within the last
+// `window` tokens.
+//
+// The slots hold each part's vector (format/neuron_record.hpp) in the layout the kernels read
+// (runtime/flash/sparse_ffn.hpp): gate and up as columns of packed panels with their scales and
+// zero points beside them, down as rows.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "format/neuron_file.hpp"
+
+namespace qjit {
+
+class NeuronCache {
+public:
+    // window: tokens a neuron stays resident after it was last active (0: until the next token).
+    NeuronCache(const NeuronFileHeader& header, int64_t capacity, int window);
+
+    // Bytes one slot takes (all parts, bias, bookkeeping): a DRAM budget divided by it is a capacity.
+    static int64_t slot_bytes(const NeuronFileHeader& header);
+
+    int64_t capacity() const;
+    int64_t size() const;
+    int window() const;
+    int64_t memory_bytes() const;  // what the constructor allocated
+
+    // Pins neurons (distinct, not resident yet; at most the capacity): returns their slots, which
+    // the caller fills before the next begin_token.
+    std::vector<int32_t> pin(std::span<const int32_t> neurons);
+
+    struct TokenPlan {
+        std::vector<int32_t> slots;          // the slot of each active neuron, in the order given
+        std::vector<int32_t> missing;        // the active neurons that were not resident ...
+        std::vector<int32_t> missing_slots;  // ... and the slots appended for them, to be filled
+        int64_t hits = 0;                    // active neurons already resident
+        int64_t evicted = 0;                 // neurons deleted by this call
+    };
+    // Starts a token whose active neurons are `active` (distinct ids below d_ff): deletes the
+    // neurons whose window has passed, then appends the missing ones (evicting the least recently
+    // active unpinned, inactive neurons if the capacity requires). Throws an invalid-argument Error
+    // when the active neurons cannot fit beside the pinned ones. Reuses plan's vectors.
+    void begin_token(std::span<const int32_t> active, TokenPlan& plan);
+    // Deletes every unpinned neuron.
+    void clear_unpinned();
+
+    // Fills a slot's part from a record's vector bytes (and the neuron's bias, when the file has them).
+    void fill(int32_t slot, NeuronPart part, const uint8_t* vector);
+    void fill_bias(int32_t slot, float bias);
+
+    int32_t neuron_at(int32_t slot) const;  // -1 for a free slot
+    int32_t slot_of(int32_t neuron) const;  // -1 when not resident
+
+    const NeuronFileHeader& header() const;
+
+    // What the kernels read (runtime/flash/sparse_ffn.cpp).
+    struct Data;
+    const Data& data() const;
+
+    ~NeuronCache();
+    NeuronCache(NeuronCache&&) noexcept;
+    NeuronCache& operator=(NeuronCache&&) noexcept;
+
+private:
+    std::unique_ptr<Data> data_;
+};
+
+}  // namespace qjit

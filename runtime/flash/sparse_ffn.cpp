@@ -1,0 +1,1 @@
+#include "runtime/flash/sparse_ffn.hpp"

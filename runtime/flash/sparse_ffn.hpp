@@ -1,0 +1,23 @@
+// The FFN over the neurons in a cache: for m rows of x (d_model each), the activations of the
+// given slots (gathered quantized GEMVs of gate and up over the cache's panels), then the down
+// projection over those slots' rows, added to y (m x d_model).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "runtime/cpu/thread_pool.hpp"
+#include "runtime/flash/neuron_cache.hpp"
+
+namespace qjit {
+
+enum class SparseFfnPath : uint8_t {
+    Fast,      // the fastest path for the format on this machine
+    Portable,  // plain C++ over the same layout (the reference for tests)
+};
+
+// y[r][:] += sum over s in slots of a_s(x[r]) * down_s, a_s as the file's activation says.
+void sparse_ffn_accumulate(const NeuronCache& cache, std::span<const int32_t> slots, const float* x, int64_t m,
+                           float* y, ThreadPool& pool, SparseFfnPath path = SparseFfnPath::Fast);
+
+}  // namespace qjit

@@ -1,0 +1,1 @@
+#include "runtime/flash/storage.hpp"
