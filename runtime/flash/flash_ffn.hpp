@@ -1,2 +1,123 @@
-// A model's FFN layers served from a neuron file under a DRAM budget (LLM in a flash).
+// A model's FFN layers served from a neuron file (format/neuron_file.hpp) under a DRAM budget, as
+// "LLM in a flash" (Alizadeh et al.) runs models larger than memory: per token and layer, only the
+// neurons it activates take part; those not resident are read from storage in planned direct
+// reads, checked, and put in the layer's neuron cache; the FFN then runs over the active slots.
+//
+// Where the neurons of a token live:
+//   resident   each layer's NeuronCache, sized from the budget: pinned neurons (kept for good) and,
+//              with a window, the neurons active within the last `window` tokens
+//   transient  one cache shared by all layers for the active neurons the resident cache does not
+//              hold, emptied layer by layer (without a window: every active neuron not pinned)
+// Which neurons are active: all of them, the caller's list, or the layer's predictor.
 #pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "format/neuron_file.hpp"
+#include "runtime/cpu/thread_pool.hpp"
+#include "runtime/flash/neuron_cache.hpp"
+#include "runtime/flash/neuron_predictor.hpp"
+#include "runtime/flash/read_planner.hpp"
+#include "runtime/flash/storage.hpp"
+
+namespace qjit {
+
+struct FlashFfnOptions {
+    // Bytes for the resident caches of all layers (split evenly; at most d_ff neurons a layer).
+    int64_t dram_budget_bytes = 0;
+    // Tokens a neuron stays resident after it was last active; 0: only pinned neurons stay.
+    int window = 4;
+    // Coalesce neighbouring records into larger reads (read_planner.hpp); the curve plans them.
+    bool coalesce_reads = true;
+    ReadCurve read_curve;  // empty: the planner's defaults
+    int queue_depth = 0;   // reads in flight; 0: the curve's best for the plan's read size
+};
+
+// What a run did, summed over every token and layer since creation (or reset_counters).
+struct FlashFfnCounters {
+    int64_t tokens = 0;          // forward calls (a batch counts once)
+    int64_t active_neurons = 0;  // per layer and token, summed
+    int64_t cache_hits = 0;      // active neurons found resident
+    int64_t neurons_loaded = 0;  // active neurons read from storage
+    int64_t bytes_read = 0;      // bytes the reads moved (gaps read through included)
+    int64_t reads = 0;           // read requests issued
+    int64_t predicted = 0;       // neurons the predictors named
+    double io_seconds = 0;       // waiting for reads
+    double cache_seconds = 0;    // cache bookkeeping, record checks, filling slots
+    double compute_seconds = 0;  // the sparse FFN
+    double predict_seconds = 0;  // the predictors
+};
+
+class FlashFfn {
+public:
+    // Reads and checks the file's header; allocates the resident caches from the budget.
+    FlashFfn(std::unique_ptr<Storage> storage, const FlashFfnOptions& options, ThreadPool& pool);
+
+    const NeuronFileHeader& header() const { return header_; }
+    int64_t resident_capacity() const;  // neurons a layer's resident cache holds
+    // Bytes held: resident and transient caches, read staging and predictors.
+    int64_t dram_bytes() const;
+
+    // Loads neurons into a layer's resident cache for good (the hot ones: most often active).
+    // At most resident_capacity() per layer in all.
+    void pin(int64_t layer, std::span<const int32_t> neurons);
+    void set_predictor(int64_t layer, NeuronPredictor predictor);
+    // Fits and sets the layer's predictor on n calibration rows x [n][d_model]: the truly active
+    // neurons are those with x . up + b > 0 (ReLU) or |silu(x . gate) * (x . up)| >
+    // magnitude_threshold (SwiGLU; options.score is set to match). Reads the layer once.
+    PredictorQuality fit_predictor(int64_t layer, const float* x, int64_t n, PredictorOptions options,
+                                   float magnitude_threshold = 0);
+    bool has_predictor(int64_t layer) const;
+
+    // y (m x d_model) = the layer's FFN on x (m x d_model), over the active neurons: `active`
+    // (distinct ids, any order), or, when null, the predictor's (else every neuron) for any row.
+    void forward(int64_t layer, const float* x, int64_t m, float* y, const std::vector<int32_t>* active = nullptr);
+
+    // One part of a layer as fp32 [d_model][d_ff] (down: transposed) and, when asked, the biases
+    // (empty without), read from storage: what a predictor is fitted on.
+    std::vector<float> read_part(int64_t layer, NeuronPart part, std::vector<float>* bias = nullptr);
+
+    const FlashFfnCounters& counters() const { return counters_; }
+    void reset_counters() { counters_ = {}; }
+    const Storage& storage() const { return *storage_; }
+
+private:
+    using Clock = std::chrono::steady_clock;
+    // Reads and checks the records of `neurons` of `layer` and shows each to `visit` with the index
+    // of its neuron in `neurons` and its first part.
+    using RecordVisitor = std::function<void(size_t, NeuronPart, const uint8_t*)>;
+    void read_records(int64_t layer, std::span<const int32_t> neurons, const RecordVisitor& visit);
+    // Reads the records of `neurons` of `layer` and fills `slots` of `cache` with them.
+    void load(int64_t layer, std::span<const int32_t> neurons, std::span<const int32_t> slots, NeuronCache& cache);
+    void ensure_transient_capacity(int64_t neurons);
+    uint8_t* staging(int64_t bytes);
+
+    std::unique_ptr<Storage> storage_;
+    FlashFfnOptions options_;
+    ThreadPool& pool_;
+    NeuronFileHeader header_;
+    std::vector<NeuronCache> resident_;  // one per layer
+    std::unique_ptr<NeuronCache> transient_;
+    std::vector<NeuronPredictor> predictors_;  // one per layer; rank 0: none
+    std::vector<uint8_t> has_predictor_;
+    std::vector<std::vector<uint8_t>> pinned_;  // [layer][neuron]: pinned in the resident cache
+    std::vector<int64_t> pinned_count_;
+
+    // Per-call scratch, kept so steady-state calls do not allocate.
+    std::unique_ptr<uint8_t[], AlignedFree> staging_;
+    int64_t staging_bytes_ = 0;
+    std::vector<int32_t> active_, resident_active_, transient_active_, all_neurons_;
+    NeuronCache::TokenPlan resident_plan_, transient_plan_;
+    std::vector<Extent> extents_;
+    std::vector<ReadRequest> requests_;
+
+    FlashFfnCounters counters_;
+};
+
+}  // namespace qjit

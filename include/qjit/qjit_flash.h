@@ -1,0 +1,127 @@
+/*
+ * qjit flash FFNs: a model's FFN layers kept in a file and read neuron by neuron, for models
+ * larger than the memory they are given ("LLM in a flash", Alizadeh et al.).
+ *
+ * The FFN:   ReLU    y = sum_i max(0, x . up_i + b_i) * down_i                (OPT)
+ *            SwiGLU  y = sum_i silu(x . gate_i) * (x . up_i) * down_i         (Llama)
+ * over the neurons i that are active for the token: the caller's list, the layer's predictor's
+ * (a low-rank product and a threshold fitted for a recall target), or every neuron.
+ *
+ * A neuron file (qjit_flash_writer_*, or `qjit-flash-convert` from a GGUF file or a GPTQ
+ * checkpoint) stores each neuron's vectors together, quantized in a qjit format, in records
+ * aligned for direct reads. A flash FFN keeps, per layer, a cache of resident neurons sized from a
+ * DRAM budget: pinned neurons and, with a window of k tokens, those active in the last k tokens.
+ * Active neurons not resident are read with O_DIRECT (io_uring, or a pool of pread calls) in reads
+ * planned from the device's measured read-throughput curve, checked (CRC-32 per record) and added
+ * to the cache. Details: docs/flash.md.
+ *
+ * Threads: a flash FFN is used by one thread at a time; its computation runs on the context's pool.
+ */
+#ifndef QJIT_QJIT_FLASH_H
+#define QJIT_QJIT_FLASH_H
+
+#include "qjit/qjit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum qjit_ffn_activation {
+    QJIT_FFN_RELU = 0,   /* parts: up (with an optional bias), down */
+    QJIT_FFN_SWIGLU = 1, /* parts: gate, up, down */
+    QJIT_FFN_ACTIVATION_MAX_ENUM = 0x7fffffff
+} qjit_ffn_activation;
+
+/* ---- writing a neuron file ---- */
+typedef struct qjit_flash_file_options {
+    int64_t layers, d_model, d_ff;
+    qjit_ffn_activation activation;
+    int has_bias;           /* ReLU only: a bias per neuron on the up projection */
+    int f16;                /* nonzero: vectors stored as fp16, `quant` ignored */
+    qjit_quant_config quant;/* RTN per neuron vector: bits, group_size, symmetric, scale_dtype,
+                               float_offsets (method must be RTN) */
+    int bundled;            /* nonzero (the default): one record per neuron; 0: one per neuron and part */
+    int64_t alignment;      /* record alignment in bytes, a power of two >= 512 (4096) */
+} qjit_flash_file_options;
+
+QJIT_API void qjit_flash_file_options_init(qjit_flash_file_options* options); /* 4-bit g128, bundled */
+
+typedef struct qjit_flash_writer qjit_flash_writer;
+/* Writes to PATH.tmp-<pid>, renamed over `path` by qjit_flash_writer_finish: an existing file is
+ * replaced only by a complete one. */
+QJIT_API qjit_status qjit_flash_writer_create(const char* path, const qjit_flash_file_options* options,
+                                              qjit_flash_writer** writer);
+/* The next layer: up, gate: [d_model][d_ff] row-major (gate NULL for ReLU); down: [d_ff][d_model];
+ * bias: [d_ff] or NULL. */
+QJIT_API qjit_status qjit_flash_writer_add_layer(qjit_flash_writer* writer, const float* up, const float* gate,
+                                                 const float* down, const float* bias);
+QJIT_API qjit_status qjit_flash_writer_finish(qjit_flash_writer* writer);
+QJIT_API void qjit_flash_writer_destroy(qjit_flash_writer* writer); /* without finish: nothing is written */
+
+/* ---- running FFNs from a neuron file ---- */
+typedef struct qjit_flash_options {
+    int64_t dram_budget_bytes; /* for the resident neurons of all layers (0: none resident) */
+    int window;                /* tokens a neuron stays resident after it was last active (4);
+                                  0: only pinned neurons stay */
+    int direct_io;             /* nonzero (the default): O_DIRECT, reads reach the device */
+    int coalesce_reads;        /* nonzero (the default): neighbouring records read together */
+    int tune_reads;            /* nonzero: measure the device's read curve when the tuning database
+                                  has none for it (seconds, once per device) and plan reads from it
+                                  (0 by default: the stored curve when there is one, else defaults) */
+} qjit_flash_options;
+
+QJIT_API void qjit_flash_options_init(qjit_flash_options* options);
+
+typedef struct qjit_flash_ffn qjit_flash_ffn;
+QJIT_API qjit_status qjit_flash_ffn_create(qjit_context* context, const char* path, const qjit_flash_options* options,
+                                           qjit_flash_ffn** ffn);
+QJIT_API void qjit_flash_ffn_destroy(qjit_flash_ffn* ffn);
+
+typedef struct qjit_flash_ffn_info {
+    int64_t layers, d_model, d_ff;
+    qjit_ffn_activation activation;
+    int bundled;
+    int64_t record_bytes;      /* bytes read for one neuron (bundled) or one neuron's part */
+    int64_t resident_neurons;  /* a layer's resident cache capacity */
+    int64_t dram_bytes;        /* held now: caches, read staging, predictors */
+    char format[64];           /* the vectors' format name ("q4g128_asym", "f16") */
+    char storage[256];         /* "file PATH (io_uring, O_DIRECT, block 4096)" */
+} qjit_flash_ffn_info;
+QJIT_API qjit_status qjit_flash_ffn_get_info(const qjit_flash_ffn* ffn, qjit_flash_ffn_info* info);
+
+/* Keeps neurons of a layer resident for good (the most often active ones), reading them now. */
+QJIT_API qjit_status qjit_flash_ffn_pin(qjit_flash_ffn* ffn, int64_t layer, const int32_t* neurons, int64_t count);
+
+/* Fits the layer's predictor on n calibration rows x (n x d_model): the truly active neurons are
+ * those with x . up + b > 0 (ReLU) or |silu(x . gate) * (x . up)| > magnitude_threshold (SwiGLU);
+ * the threshold on the low-rank score is set so that target_recall of them are predicted. Reads the
+ * layer once. */
+QJIT_API qjit_status qjit_flash_ffn_fit_predictor(qjit_flash_ffn* ffn, int64_t layer, const float* x, int64_t n,
+                                                  double target_recall, float magnitude_threshold);
+
+/* y (m x d_model) = the layer's FFN on x (m x d_model). active: `count` distinct neuron ids taking
+ * part for every row; NULL: the predictor's (union over the rows) when the layer has one, else all. */
+QJIT_API qjit_status qjit_flash_ffn_forward(qjit_flash_ffn* ffn, int64_t layer, const float* x, int64_t m, float* y,
+                                            const int32_t* active, int64_t count);
+
+typedef struct qjit_flash_counters {
+    int64_t tokens;          /* forward calls */
+    int64_t active_neurons;  /* summed over calls */
+    int64_t cache_hits;      /* active neurons found resident */
+    int64_t neurons_loaded;  /* active neurons read from storage */
+    int64_t predicted;       /* neurons the predictors named */
+    int64_t bytes_read;
+    int64_t reads;           /* read requests issued */
+    double io_seconds;       /* waiting for reads */
+    double cache_seconds;    /* cache bookkeeping, record checks, filling slots */
+    double compute_seconds;  /* the sparse FFN */
+    double predict_seconds;  /* the predictors */
+} qjit_flash_counters;
+QJIT_API qjit_status qjit_flash_ffn_get_counters(const qjit_flash_ffn* ffn, qjit_flash_counters* counters);
+QJIT_API qjit_status qjit_flash_ffn_reset_counters(qjit_flash_ffn* ffn);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* QJIT_QJIT_FLASH_H */
