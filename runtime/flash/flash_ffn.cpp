@@ -12,6 +12,9 @@ namespace qjit {
 
 namespace {
 
+// Neurons read per batch of reads: bounds the staging buffer.
+constexpr int64_t kLoadSlice = 2048;
+
 // Enough of the file's start to hold any header's fields (the header block may be larger).
 constexpr int64_t kHeaderReadBytes = int64_t(1) << 16;
 
@@ -95,6 +98,10 @@ void FlashFfn::set_predictor(int64_t layer, NeuronPredictor predictor) {
 
 bool FlashFfn::has_predictor(int64_t layer) const {
     return layer >= 0 && layer < header_.layers && has_predictor_[size_t(layer)];
+}
+
+const NeuronPredictor* FlashFfn::predictor(int64_t layer) const {
+    return has_predictor(layer) ? &predictors_[size_t(layer)] : nullptr;
 }
 
 // out [n][d_ff] = x [n][d_model] . w [d_model][d_ff], a few rows at a time so each slice of w is
@@ -198,6 +205,14 @@ void FlashFfn::read_records(int64_t layer, std::span<const int32_t> neurons, con
 
 void FlashFfn::load(int64_t layer, std::span<const int32_t> neurons, std::span<const int32_t> slots,
                     NeuronCache& cache) {
+    // In slices, so the read staging stays small however many neurons a call loads.
+    if (int64_t(neurons.size()) > kLoadSlice) {
+        for (size_t first = 0; first < neurons.size(); first += size_t(kLoadSlice)) {
+            const size_t count = std::min(neurons.size() - first, size_t(kLoadSlice));
+            load(layer, neurons.subspan(first, count), slots.subspan(first, count), cache);
+        }
+        return;
+    }
     if (neurons.empty()) return;
     const std::vector<NeuronPart> parts = header_.part_list();
     // The reads are timed as I/O inside read_records; everything else here is cache management.
@@ -284,11 +299,9 @@ std::vector<float> FlashFfn::read_part(int64_t layer, NeuronPart part, std::vect
     std::vector<float> weights(size_t(d_model * d_ff));
     std::vector<float> column(static_cast<size_t>(d_model));
     if (bias != nullptr) bias->assign(header_.has_bias ? size_t(d_ff) : 0, 0.0f);
-    // A layer at a time would need its whole size in staging: read in slices.
-    constexpr int64_t kSlice = 1024;
     std::vector<int32_t> slice;
-    for (int64_t first = 0; first < d_ff; first += kSlice) {
-        slice.assign(all_neurons_.begin() + first, all_neurons_.begin() + std::min(d_ff, first + kSlice));
+    for (int64_t first = 0; first < d_ff; first += kLoadSlice) {
+        slice.assign(all_neurons_.begin() + first, all_neurons_.begin() + std::min(d_ff, first + kLoadSlice));
         read_records(layer, slice, [&](size_t i, NeuronPart first_part, const uint8_t* record) {
             if (!header_.bundled && first_part != part) return;
             const int64_t neuron = slice[i];

@@ -74,6 +74,7 @@ public:
     PredictorQuality fit_predictor(int64_t layer, const float* x, int64_t n, PredictorOptions options,
                                    float magnitude_threshold = 0);
     bool has_predictor(int64_t layer) const;
+    const NeuronPredictor* predictor(int64_t layer) const;  // null when the layer has none
 
     // y (m x d_model) = the layer's FFN on x (m x d_model), over the active neurons: `active`
     // (distinct ids, any order), or, when null, the predictor's (else every neuron) for any row.
