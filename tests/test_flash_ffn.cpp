@@ -1,1 +1,444 @@
+// FFN layers served from a neuron file (runtime/flash/flash_ffn.hpp, include/qjit/qjit_flash.h):
+// against the dense oracle restricted to the active neurons, the cache's budget, counters, and
+// faults in the storage reported rather than computed on.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/error.hpp"
+#include "base/half.hpp"
+#include "format/neuron_file.hpp"
+#include "format/reference.hpp"
+#include "qjit/qjit_flash.h"
+#include "runtime/flash/flash_ffn.hpp"
+#include "test_support.hpp"
+
+namespace qjit {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path scratch_dir(const std::string& name) {
+    const fs::path dir = fs::path(::testing::TempDir()) / ("qjit-flash-" + name + "-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    return dir;
+}
+
+struct FfnCase {
+    int bits;           // 16: fp16 vectors
+    int64_t group;
+    bool symmetric;
+    FfnActivation activation;
+    bool bundled;
+    int64_t d_model, d_ff;
+};
+
+std::string case_name(const FfnCase& c) {
+    return concat(c.bits == 16 ? std::string("f16") : concat("q", c.bits, "g", c.group, c.symmetric ? "sym" : "asym"),
+                  c.activation == FfnActivation::SwiGlu ? "_swiglu" : "_relu", c.bundled ? "_bundled" : "_split", "_",
+                  c.d_model, "x", c.d_ff);
+}
+
+NeuronFileHeader header_of(const FfnCase& c, int64_t layers) {
+    NeuronFileHeader h;
+    h.layers = layers;
+    h.d_model = c.d_model;
+    h.d_ff = c.d_ff;
+    h.activation = c.activation;
+    h.has_bias = c.activation == FfnActivation::Relu;
+    h.bundled = c.bundled;
+    h.alignment = 512;
+    if (c.bits == 16) {
+        h.vector = f16_vector_layout(c.d_model);
+    } else {
+        WeightFormat f = f16_scaled_format();
+        f.bits = c.bits;
+        f.group_size = c.group;
+        f.symmetric = c.symmetric;
+        h.vector = quantized_vector_layout(f, c.d_model);
+    }
+    return h;
+}
+
+// One layer as the oracle sees it: dense fp32 weights, as the file stores them.
+struct DenseLayer {
+    std::vector<float> up, gate, down_t, bias;  // [d_model][d_ff] each; bias [d_ff]
+};
+
+std::vector<float> dense_of(const NeuronFileHeader& h, const QuantizedMatrix& q, const std::vector<float>& f32) {
+    if (h.vector.coding == VectorCoding::Quantized) return dequantize(q);
+    std::vector<float> out(f32.size());
+    for (size_t i = 0; i < f32.size(); ++i) out[i] = half_to_float(float_to_half(f32[i]));
+    return out;
+}
+
+// A file of `layers` random layers written to `path`; returns the oracle's view of each.
+std::vector<DenseLayer> write_random_file(const fs::path& path, const NeuronFileHeader& h, uint32_t seed) {
+    NeuronFileWriter writer(path.string(), h);
+    std::vector<DenseLayer> dense;
+    for (int64_t l = 0; l < h.layers; ++l) {
+        const auto up = test::random_floats(size_t(h.d_model * h.d_ff), seed + 10 * uint32_t(l));
+        const auto gate = test::random_floats(size_t(h.d_model * h.d_ff), seed + 10 * uint32_t(l) + 1);
+        const auto down = test::random_floats(size_t(h.d_ff * h.d_model), seed + 10 * uint32_t(l) + 2);
+        const auto bias = test::random_floats(size_t(h.d_ff), seed + 10 * uint32_t(l) + 3, -0.5f, 0.5f);
+        const bool gated = h.activation == FfnActivation::SwiGlu;
+        const FfnLayerWeights w = quantize_ffn_layer(h, up.data(), gated ? gate.data() : nullptr, down.data(),
+                                                     h.has_bias ? bias.data() : nullptr);
+        writer.add_layer(w);
+        DenseLayer d;
+        d.up = dense_of(h, w.up, w.up_f32);
+        if (gated) d.gate = dense_of(h, w.gate, w.gate_f32);
+        d.down_t = dense_of(h, w.down_t, w.down_t_f32);
+        if (h.has_bias) d.bias = w.bias;
+        dense.push_back(std::move(d));
+    }
+    writer.finish();
+    return dense;
+}
+
+// The oracle: y (m x d_model) over the active neurons only, in double, and a bound on the error an
+// fp32 computation of it may make.
+void oracle(const NeuronFileHeader& h, const DenseLayer& d, const std::vector<int32_t>& active, const float* x,
+            int64_t m, std::vector<float>& y, std::vector<double>& bound) {
+    const int64_t k = h.d_model, n = h.d_ff;
+    y.assign(size_t(m * k), 0.0f);
+    bound.assign(size_t(m * k), 1e-6);
+    constexpr double kRelative = 2e-5;  // a few fp32 roundings over sums of a few hundred terms
+    for (int64_t r = 0; r < m; ++r) {
+        std::vector<double> acc(size_t(k), 0.0);
+        for (int32_t i : active) {
+            double u = 0, g = 0, u_abs = 0, g_abs = 0;
+            for (int64_t j = 0; j < k; ++j) {
+                const double xv = x[r * k + j];
+                u += xv * d.up[size_t(j * n + i)];
+                u_abs += std::fabs(xv * d.up[size_t(j * n + i)]);
+                if (!d.gate.empty()) {
+                    g += xv * d.gate[size_t(j * n + i)];
+                    g_abs += std::fabs(xv * d.gate[size_t(j * n + i)]);
+                }
+            }
+            double a, a_error;
+            if (h.activation == FfnActivation::Relu) {
+                const double b = d.bias.empty() ? 0.0 : d.bias[size_t(i)];
+                a = std::max(0.0, u + b);
+                a_error = kRelative * (u_abs + std::fabs(b));
+            } else {
+                const double silu = g / (1 + std::exp(-g));
+                a = silu * u;
+                a_error = kRelative * (std::fabs(silu) * u_abs + 1.1 * g_abs * std::fabs(u));
+            }
+            for (int64_t j = 0; j < k; ++j) {
+                const double w = d.down_t[size_t(j * n + i)];
+                acc[size_t(j)] += a * w;
+                bound[size_t(r * k + j)] += (a_error + kRelative * std::fabs(a)) * std::fabs(w);
+            }
+        }
+        for (int64_t j = 0; j < k; ++j) y[size_t(r * k + j)] = float(acc[size_t(j)]);
+    }
+}
+
+// Active sets with the temporal correlation windowing feeds on: each token keeps most of the last
+// token's neurons and adds fresh ones.
+std::vector<int32_t> next_active(const std::vector<int32_t>& last, int64_t d_ff, double fraction, std::mt19937& rng) {
+    std::set<int32_t> next;
+    std::bernoulli_distribution keep(0.6);
+    for (int32_t id : last)
+        if (keep(rng)) next.insert(id);
+    std::uniform_int_distribution<int32_t> any(0, int32_t(d_ff - 1));
+    while (double(next.size()) < fraction * double(d_ff)) next.insert(any(rng));
+    std::vector<int32_t> ids(next.begin(), next.end());
+    std::shuffle(ids.begin(), ids.end(), rng);  // any order is allowed
+    return ids;
+}
+
+std::unique_ptr<Storage> file_in_memory(const fs::path& path) {
+    return make_memory_storage(test::read_file(path), 512);
+}
+
+class FlashFfnOracle : public ::testing::TestWithParam<FfnCase> {};
+
+TEST_P(FlashFfnOracle, EqualsDenseOracleRestrictedToActiveNeurons) {
+    const FfnCase c = GetParam();
+    const fs::path dir = scratch_dir(case_name(c));
+    const NeuronFileHeader h = header_of(c, 2);
+    const std::vector<DenseLayer> dense = write_random_file(dir / "ffn.qnf", h, 7);
+
+    ThreadPool pool(2);
+    FlashFfnOptions options;
+    options.window = 2;
+    options.dram_budget_bytes = h.layers * NeuronCache::slot_bytes(h) * (h.d_ff / 2);  // half the neurons
+    FlashFfn ffn(file_in_memory(dir / "ffn.qnf"), options, pool);
+    ASSERT_EQ(ffn.resident_capacity(), h.d_ff / 2);
+    const std::vector<int32_t> hot = {0, 3, int32_t(h.d_ff - 1)};
+    ffn.pin(1, hot);
+
+    std::mt19937 rng(11);
+    std::vector<int32_t> active;
+    std::vector<float> y, expected;
+    std::vector<double> bound;
+    for (int token = 0; token < 8; ++token) {
+        // A wider set now and then: more than the window's room, so some neurons go transient.
+        active = next_active(active, h.d_ff, token == 5 ? 0.7 : 0.25, rng);
+        for (int64_t layer = 0; layer < h.layers; ++layer) {
+            const int64_t m = token % 2 ? 3 : 1;
+            const auto x = test::random_floats(size_t(m * h.d_model), 100 + uint32_t(token));
+            y.assign(size_t(m * h.d_model), -1.0f);
+            const FlashFfnCounters before = ffn.counters();
+            ffn.forward(layer, x.data(), m, y.data(), &active);
+            oracle(h, dense[size_t(layer)], active, x.data(), m, expected, bound);
+            SCOPED_TRACE(concat("token ", token, " layer ", layer, " m ", m));
+            test::expect_within(y, expected, bound);
+            const FlashFfnCounters& after = ffn.counters();
+            EXPECT_EQ(after.active_neurons - before.active_neurons, int64_t(active.size()));
+            EXPECT_EQ((after.cache_hits - before.cache_hits) + (after.neurons_loaded - before.neurons_loaded),
+                      int64_t(active.size()))
+                << "every active neuron is either a hit or loaded";
+        }
+    }
+    EXPECT_GT(ffn.counters().cache_hits, 0) << "the window keeps neurons across tokens";
+}
+
+std::vector<FfnCase> oracle_cases() {
+    std::vector<FfnCase> cases;
+    for (int bits : {2, 3, 4, 8, 16})
+        for (FfnActivation activation : {FfnActivation::Relu, FfnActivation::SwiGlu})
+            cases.push_back({bits, 32, false, activation, bits % 2 == 0, 100, 77});
+    cases.push_back({4, 64, true, FfnActivation::Relu, true, 129, 64});
+    cases.push_back({3, 128, false, FfnActivation::SwiGlu, false, 160, 33});
+    return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, FlashFfnOracle, ::testing::ValuesIn(oracle_cases()),
+                         [](const auto& info) { return case_name(info.param); });
+
+TEST(FlashFfn, EveryNeuronWithoutAListOrPredictorEqualsTheDenseFfn) {
+    const FfnCase c{4, 32, false, FfnActivation::SwiGlu, true, 64, 48};
+    const fs::path dir = scratch_dir("dense");
+    const NeuronFileHeader h = header_of(c, 1);
+    const std::vector<DenseLayer> dense = write_random_file(dir / "ffn.qnf", h, 3);
+    ThreadPool pool(2);
+    FlashFfn ffn(file_in_memory(dir / "ffn.qnf"), {}, pool);  // no budget: nothing resident
+    EXPECT_EQ(ffn.resident_capacity(), 0);
+    const auto x = test::random_floats(size_t(h.d_model), 5);
+    std::vector<float> y(size_t(h.d_model)), expected;
+    std::vector<double> bound;
+    ffn.forward(0, x.data(), 1, y.data());
+    std::vector<int32_t> all(size_t(h.d_ff));
+    std::iota(all.begin(), all.end(), 0);
+    oracle(h, dense[0], all, x.data(), 1, expected, bound);
+    test::expect_within(y, expected, bound);
+    EXPECT_EQ(ffn.counters().neurons_loaded, h.d_ff);
+    EXPECT_EQ(ffn.counters().bytes_read, h.d_ff * h.record_bytes());
+}
+
+TEST(FlashFfn, ResidentCachesStayWithinTheBudget) {
+    const FfnCase c{4, 32, false, FfnActivation::Relu, true, 64, 100};
+    const fs::path dir = scratch_dir("budget");
+    const NeuronFileHeader h = header_of(c, 3);
+    write_random_file(dir / "ffn.qnf", h, 9);
+    ThreadPool pool(1);
+    for (const int64_t budget : {int64_t(0), int64_t(12345), 3 * NeuronCache::slot_bytes(h) * 40, int64_t(1) << 40}) {
+        FlashFfnOptions options;
+        options.dram_budget_bytes = budget;
+        FlashFfn ffn(file_in_memory(dir / "ffn.qnf"), options, pool);
+        const int64_t resident_bytes = h.layers * ffn.resident_capacity() * NeuronCache::slot_bytes(h);
+        EXPECT_LE(resident_bytes, std::max<int64_t>(budget, 0)) << "budget " << budget;
+        EXPECT_LE(ffn.resident_capacity(), h.d_ff);
+        EXPECT_EQ(ffn.resident_capacity(), std::min<int64_t>(h.d_ff, budget / h.layers / NeuronCache::slot_bytes(h)));
+    }
+}
+
+TEST(FlashFfn, RefusesBadArguments) {
+    const FfnCase c{4, 32, false, FfnActivation::Relu, true, 64, 20};
+    const fs::path dir = scratch_dir("arguments");
+    const NeuronFileHeader h = header_of(c, 1);
+    write_random_file(dir / "ffn.qnf", h, 1);
+    ThreadPool pool(1);
+    FlashFfn ffn(file_in_memory(dir / "ffn.qnf"), {}, pool);
+    std::vector<float> x(size_t(h.d_model), 1.0f), y(size_t(h.d_model));
+    const auto status_of = [](auto&& call) {
+        try {
+            call();
+        } catch (const Error& e) {
+            return e.status();
+        }
+        return QJIT_OK;
+    };
+    const std::vector<int32_t> out_of_range{0, 20}, twice{1, 1};
+    EXPECT_EQ(status_of([&] { ffn.forward(1, x.data(), 1, y.data()); }), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(status_of([&] { ffn.forward(0, x.data(), 0, y.data()); }), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(status_of([&] { ffn.forward(0, x.data(), 1, y.data(), &out_of_range); }), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(status_of([&] { ffn.forward(0, x.data(), 1, y.data(), &twice); }), QJIT_ERROR_INVALID_ARGUMENT);
+    const std::vector<int32_t> one{2};
+    EXPECT_EQ(status_of([&] { ffn.pin(0, one); }), QJIT_ERROR_INVALID_ARGUMENT) << "no budget, no room to pin";
+}
+
+// Faults: what a storage or a file gets wrong is reported, and nothing is computed on it.
+struct FaultFile {
+    NeuronFileHeader header;
+    std::string bytes;
+};
+
+FaultFile fault_file(bool bundled) {
+    const FfnCase c{4, 32, false, FfnActivation::SwiGlu, bundled, 64, 30};
+    const fs::path dir = scratch_dir(bundled ? "faults-bundled" : "faults-split");
+    FaultFile f{header_of(c, 2), ""};
+    write_random_file(dir / "ffn.qnf", f.header, 21);
+    f.bytes = test::read_file(dir / "ffn.qnf");
+    return f;
+}
+
+qjit_status forward_status(const std::string& bytes, std::string* message) {
+    try {
+        ThreadPool pool(1);
+        FlashFfn ffn(make_memory_storage(bytes, 512), {}, pool);
+        std::vector<float> x(64, 0.5f), y(64);
+        for (int64_t layer = 0; layer < ffn.header().layers; ++layer) ffn.forward(layer, x.data(), 1, y.data());
+    } catch (const Error& e) {
+        *message = e.what();
+        return e.status();
+    }
+    return QJIT_OK;
+}
+
+TEST(FlashFfnFaults, ADamagedRecordIsReportedWithItsLayerAndNeuron) {
+    for (const bool bundled : {true, false}) {
+        FaultFile f = fault_file(bundled);
+        std::string message;
+        ASSERT_EQ(forward_status(f.bytes, &message), QJIT_OK) << message;
+        const int64_t offset = f.header.record_offset(1, 17, NeuronPart::Up) + 5;
+        f.bytes[size_t(offset)] ^= 0x10;
+        EXPECT_EQ(forward_status(f.bytes, &message), QJIT_ERROR_CORRUPT_DATA) << "bundled " << bundled;
+        EXPECT_NE(message.find("layer 1"), std::string::npos) << message;
+        EXPECT_NE(message.find("17"), std::string::npos) << message;
+    }
+}
+
+TEST(FlashFfnFaults, ATruncatedOrPaddedFileIsRefusedAtCreation) {
+    const FaultFile f = fault_file(true);
+    std::string message;
+    EXPECT_EQ(forward_status(f.bytes.substr(0, f.bytes.size() - 512), &message), QJIT_ERROR_CORRUPT_DATA);
+    EXPECT_NE(message.find("truncated"), std::string::npos) << message;
+    EXPECT_EQ(forward_status(f.bytes + std::string(512, '\0'), &message), QJIT_ERROR_CORRUPT_DATA);
+    EXPECT_EQ(forward_status(f.bytes.substr(0, 512), &message), QJIT_ERROR_CORRUPT_DATA);
+    EXPECT_EQ(forward_status(std::string(), &message), QJIT_ERROR_CORRUPT_DATA);
+    std::string bad_header = f.bytes;
+    bad_header[0] ^= 1;
+    EXPECT_EQ(forward_status(bad_header, &message), QJIT_ERROR_CORRUPT_DATA);
+}
+
+// ---- the C API ----
+struct FlashFfnDeleter {
+    void operator()(qjit_flash_ffn* f) const { qjit_flash_ffn_destroy(f); }
+};
+using FlashFfnPtr = std::unique_ptr<qjit_flash_ffn, FlashFfnDeleter>;
+
+TEST(FlashFfnCApi, WritesAFileAndRunsItWithAPredictor) {
+    const fs::path dir = scratch_dir("c-api");
+    const std::string path = (dir / "ffn.qnf").string();
+    qjit_flash_file_options file;
+    qjit_flash_file_options_init(&file);
+    file.layers = 2;
+    file.d_model = 96;
+    file.d_ff = 200;
+    file.activation = QJIT_FFN_RELU;
+    file.has_bias = 1;
+    file.quant.group_size = 32;
+    file.alignment = 4096;
+    qjit_flash_writer* writer = nullptr;
+    ASSERT_EQ(qjit_flash_writer_create(path.c_str(), &file, &writer), QJIT_OK) << qjit_last_error();
+    const auto up = test::random_floats(size_t(96 * 200), 1), down = test::random_floats(size_t(200 * 96), 2);
+    std::vector<float> bias(200, -2.0f);  // a few active neurons per token
+    for (int l = 0; l < 2; ++l)
+        ASSERT_EQ(qjit_flash_writer_add_layer(writer, up.data(), nullptr, down.data(), bias.data()), QJIT_OK)
+            << qjit_last_error();
+    EXPECT_FALSE(fs::exists(path)) << "nothing is at the path before finish";
+    ASSERT_EQ(qjit_flash_writer_finish(writer), QJIT_OK) << qjit_last_error();
+    qjit_flash_writer_destroy(writer);
+
+    auto context = test::make_test_context(2);
+    qjit_flash_options options;
+    qjit_flash_options_init(&options);
+    options.dram_budget_bytes = 1 << 20;
+    qjit_flash_ffn* raw = nullptr;
+    const qjit_status created = qjit_flash_ffn_create(context.get(), path.c_str(), &options, &raw);
+    if (created == QJIT_ERROR_IO && std::string(qjit_last_error()).find("O_DIRECT") != std::string::npos)
+        GTEST_SKIP() << "this file system refuses O_DIRECT: " << qjit_last_error();
+    ASSERT_EQ(created, QJIT_OK) << qjit_last_error();
+    FlashFfnPtr ffn(raw);
+
+    qjit_flash_ffn_info info;
+    ASSERT_EQ(qjit_flash_ffn_get_info(ffn.get(), &info), QJIT_OK);
+    EXPECT_EQ(info.layers, 2);
+    EXPECT_EQ(info.d_ff, 200);
+    EXPECT_STREQ(info.format, "q4g32_asym");
+    EXPECT_GT(info.resident_neurons, 0);
+
+    const auto calibration = test::random_floats(size_t(64 * 96), 3);
+    ASSERT_EQ(qjit_flash_ffn_fit_predictor(ffn.get(), 0, calibration.data(), 64, 0.99, 0.0f), QJIT_OK)
+        << qjit_last_error();
+    const auto x = test::random_floats(96, 4);
+    std::vector<float> by_predictor(96), by_list(96), all(96);
+    ASSERT_EQ(qjit_flash_ffn_forward(ffn.get(), 0, x.data(), 1, by_predictor.data(), nullptr, 0), QJIT_OK)
+        << qjit_last_error();
+    qjit_flash_counters counters;
+    ASSERT_EQ(qjit_flash_ffn_get_counters(ffn.get(), &counters), QJIT_OK);
+    EXPECT_EQ(counters.tokens, 1);
+    EXPECT_GT(counters.predicted, 0);
+    EXPECT_LT(counters.predicted, 200);
+    EXPECT_GT(counters.bytes_read, 0);
+    // Layer 1 has no predictor: every neuron takes part, which equals the explicit full list.
+    std::vector<int32_t> ids(200);
+    std::iota(ids.begin(), ids.end(), 0);
+    ASSERT_EQ(qjit_flash_ffn_forward(ffn.get(), 1, x.data(), 1, all.data(), nullptr, 0), QJIT_OK);
+    ASSERT_EQ(qjit_flash_ffn_forward(ffn.get(), 1, x.data(), 1, by_list.data(), ids.data(), 200), QJIT_OK);
+    for (int j = 0; j < 96; ++j) EXPECT_FLOAT_EQ(all[size_t(j)], by_list[size_t(j)]);
+    ASSERT_EQ(qjit_flash_ffn_reset_counters(ffn.get()), QJIT_OK);
+    ASSERT_EQ(qjit_flash_ffn_get_counters(ffn.get(), &counters), QJIT_OK);
+    EXPECT_EQ(counters.tokens, 0);
+
+    EXPECT_STATUS(qjit_flash_ffn_forward(ffn.get(), 2, x.data(), 1, all.data(), nullptr, 0),
+                  QJIT_ERROR_INVALID_ARGUMENT, "layer");
+    EXPECT_STATUS(qjit_flash_ffn_forward(nullptr, 0, x.data(), 1, all.data(), nullptr, 0),
+                  QJIT_ERROR_INVALID_ARGUMENT, "ffn");
+    qjit_flash_ffn* missing = nullptr;
+    EXPECT_STATUS(qjit_flash_ffn_create(context.get(), (dir / "missing.qnf").c_str(), &options, &missing),
+                  QJIT_ERROR_IO, "missing.qnf");
+    EXPECT_EQ(missing, nullptr);
+}
+
+TEST(FlashFfnCApi, AFailedWriteLeavesTheExistingFileAlone) {
+    const fs::path dir = scratch_dir("c-api-write");
+    const std::string path = (dir / "ffn.qnf").string();
+    test::write_file(path, "what was there");
+    qjit_flash_file_options file;
+    qjit_flash_file_options_init(&file);
+    file.layers = 2;
+    file.d_model = 32;
+    file.d_ff = 8;
+    qjit_flash_writer* writer = nullptr;
+    ASSERT_EQ(qjit_flash_writer_create(path.c_str(), &file, &writer), QJIT_OK) << qjit_last_error();
+    const auto w = test::random_floats(32 * 8, 1);
+    ASSERT_EQ(qjit_flash_writer_add_layer(writer, w.data(), nullptr, w.data(), nullptr), QJIT_OK);
+    EXPECT_STATUS(qjit_flash_writer_finish(writer), QJIT_ERROR_INVALID_ARGUMENT, "layer");  // one of two
+    qjit_flash_writer_destroy(writer);
+    EXPECT_EQ(test::read_file(path), "what was there");
+
+    file.activation = QJIT_FFN_SWIGLU;
+    file.has_bias = 1;
+    EXPECT_STATUS(qjit_flash_writer_create(path.c_str(), &file, &writer), QJIT_ERROR_INVALID_ARGUMENT, "bias");
+    file.has_bias = 0;
+    file.quant.bits = 5;
+    EXPECT_STATUS(qjit_flash_writer_create(path.c_str(), &file, &writer), QJIT_ERROR_INVALID_ARGUMENT, "bits");
+}
+
+}  // namespace
+}  // namespace qjit
