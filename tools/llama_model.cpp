@@ -300,12 +300,25 @@ bool Model::run_layer(int l, int pos0, int count) {
 
     // SwiGLU feed-forward block
     rmsnorm(xb_.data(), x_.data(), lw.ffn_norm.data(), count, c.dim, c.rms_eps);
+    if (ffn_override_ != nullptr && capture_ == nullptr) {
+        ffn_override_->forward(l, xb_.data(), count, delta_.data());
+        add_in_place(x_.data(), delta_.data(), rows * dim);
+        return true;
+    }
     if (!run_linear(l, 4, xb_.data(), count, hb_.data())) return false;
     layer.w3->forward(xb_.data(), count, hb2_.data());
     for (size_t i = 0; i < rows * hidden; ++i) {
         float gate = hb_[i];
         gate *= 1.0f / (1.0f + std::exp(-gate));
         hb_[i] = gate * hb2_[i];
+    }
+    if (ffn_threshold_ > 0) {
+        for (size_t i = 0; i < rows * hidden; ++i)
+            if (std::fabs(hb_[i]) < ffn_threshold_) {
+                hb_[i] = 0.0f;
+                ++ffn_sparsity_.zeroed;
+            }
+        ffn_sparsity_.total += int64_t(rows * hidden);
     }
     if (!run_linear(l, 5, hb_.data(), count, delta_.data())) return false;
     add_in_place(x_.data(), delta_.data(), rows * dim);

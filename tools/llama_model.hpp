@@ -86,6 +86,21 @@ struct InputSite {
     int which = 0;
 };
 
+// A layer's SwiGLU FFN run by something else than its three linear layers (a flash FFN served from
+// a neuron file): y (count x dim) = FFN(x), x the FFN's normed inputs (count x dim).
+class FfnOverride {
+public:
+    virtual ~FfnOverride() = default;
+    virtual void forward(int layer, const float* x, int count, float* y) = 0;
+};
+
+// FFN activations zeroed by a magnitude threshold, and all of them, since the threshold was set.
+struct FfnSparsity {
+    int64_t zeroed = 0;
+    int64_t total = 0;
+    double fraction() const { return total > 0 ? double(zeroed) / double(total) : 0.0; }
+};
+
 class Model {
 public:
     // Builds every linear layer (wq, wk, wv, wo, w1, w2, w3 of each layer) with `backend` and the
@@ -120,6 +135,16 @@ public:
     // Replaces matrix `which` (0..6) of `layer`, or the classifier at layer == n_layers, by a Linear of
     // the same shape.
     void replace_linear(InputSite site, std::unique_ptr<Linear> linear);
+
+    // The FFN of every layer from `ffn` (null: the layer's own linear layers again).
+    void set_ffn_override(FfnOverride* ffn) { ffn_override_ = ffn; }
+    // Zeroes each FFN activation silu(x w1) * (x w3) of magnitude below `threshold` (0: none) before
+    // w2, as a sparse FFN that skips those neurons would; counts them.
+    void set_ffn_threshold(float threshold) {
+        ffn_threshold_ = threshold;
+        ffn_sparsity_ = {};
+    }
+    const FfnSparsity& ffn_sparsity() const { return ffn_sparsity_; }
 
     // Total bytes of the weights the linear layers stream per forward (classifier included).
     int64_t linear_weight_bytes() const;
@@ -170,6 +195,9 @@ private:
         const std::function<void(const float*, int64_t)>* sink;
     };
     const Capture* capture_ = nullptr;  // during capture_inputs only
+    FfnOverride* ffn_override_ = nullptr;
+    float ffn_threshold_ = 0;
+    FfnSparsity ffn_sparsity_;
 };
 
 // Sequential calibrated quantization, in GPTQ's order: layer by layer, the inputs of its matrices

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "format/gguf_file.hpp"
+#include "tools/fail.hpp"
+#include "tools/flash_ffn_runner.hpp"
 #include "tools/gguf_llama.hpp"
 #include "tools/gguf_vocabulary.hpp"
 #include "tools/json_line.hpp"
@@ -42,6 +44,8 @@ struct Options {
     std::string prompt_tokens;        // empty: the BOS token
     bool fp32_classifier = false;
     bool json = false;
+    float ffn_threshold = 0;          // zero FFN activations below this magnitude
+    llama::FlashRunOptions flash;     // path empty: the model's own FFNs
     qjit_tools::ContextOptions context;
     qjit_tools::MethodOptions method;
 };
@@ -61,6 +65,12 @@ void print_usage(const char* program) {
         "  --calibration-tokens FILE  gptq, mixed: calibration sequences (*.seq.u32; tools/tokenize_text.py)\n"
         "  --calibration-sequences N  gptq, mixed: how many of them (default 64)\n"
         "  --fp32-classifier  keep the classifier in dense fp32 loops whatever the method\n"
+        "  --ffn-threshold T  zero every FFN activation silu(x w1)*(x w3) of magnitude below T (reports the sparsity)\n"
+        "  --flash FILE       the FFNs from a neuron file (qjit-flash-convert), read neuron by neuron (docs/flash.md)\n"
+        "  --flash-budget F   resident neurons' share of the file's bytes (0.5)\n"
+        "  --flash-window K   tokens a neuron stays resident after it was active (4)\n"
+        "  --flash-recall R   fit a predictor per layer on --calibration-tokens for this recall of the neurons above\n"
+        "                     --ffn-threshold, and read only the neurons it names (default: every neuron)\n"
         "%s"
         "  --json             print one JSON object on stdout\n",
         program, qjit_tools::list_of(kMethods).c_str(), qjit_tools::kMethodOptionsUsage,
@@ -92,6 +102,20 @@ std::optional<Options> parse_args(int argc, char** argv) {
             (arg == "--max-sequences"           ? options.max_sequences
              : arg == "--calibration-sequences" ? options.calibration_sequences
                                                 : options.generate) = *v;
+        } else if (arg == "--flash") {
+            const char* text = args.value();
+            if (!text) return std::nullopt;
+            options.flash.path = text;
+        } else if (arg == "--ffn-threshold" || arg == "--flash-budget" || arg == "--flash-recall") {
+            const auto v = args.number_value(arg == "--ffn-threshold" ? 1e6 : 1.0);
+            if (!v) return std::nullopt;
+            if (arg == "--ffn-threshold") options.ffn_threshold = float(*v);
+            else if (arg == "--flash-budget") options.flash.budget_fraction = *v;
+            else options.flash.target_recall = *v;
+        } else if (arg == "--flash-window") {
+            const auto v = args.int_value(0, 1 << 20);
+            if (!v) return std::nullopt;
+            options.flash.window = *v;
         } else if (arg == "--fp32-classifier") {
             options.fp32_classifier = true;
         } else if (arg == "--json") {
@@ -113,10 +137,13 @@ std::optional<Options> parse_args(int argc, char** argv) {
     if (options.model.empty()) return refuse("--model FILE.gguf is required");
     if (options.max_sequences > 0 && options.tokens.empty()) return refuse("--max-sequences goes with --tokens");
     if (!options.prompt_tokens.empty() && options.generate == 0) return refuse("--prompt-tokens goes with --generate");
-    if (options.method.calibrated() && options.calibration_tokens.empty())
-        return refuse("--method gptq and a calibrated --method mixed need --calibration-tokens FILE.seq.u32");
-    if (!options.method.calibrated() && !options.calibration_tokens.empty())
-        return refuse("--calibration-tokens goes with --method gptq or a calibrated --method mixed");
+    const bool fits_predictor = !options.flash.path.empty() && options.flash.target_recall > 0;
+    if ((options.method.calibrated() || fits_predictor) && options.calibration_tokens.empty())
+        return refuse("--method gptq, a calibrated --method mixed and --flash-recall need --calibration-tokens FILE.seq.u32");
+    if (!options.method.calibrated() && !fits_predictor && !options.calibration_tokens.empty())
+        return refuse("--calibration-tokens goes with --method gptq, a calibrated --method mixed or --flash-recall");
+    if (options.flash.target_recall > 0 && options.flash.path.empty()) return refuse("--flash-recall goes with --flash");
+    options.flash.magnitude_threshold = options.ffn_threshold;
     return options;
 }
 
@@ -213,6 +240,10 @@ struct Report {
     std::optional<llama::NllResult> nll;
     double eval_seconds = 0.0;
     std::optional<Decoding> decoding;
+    llama::FfnSparsity sparsity;
+    std::optional<qjit_flash_counters> flash;
+    std::optional<qjit_flash_ffn_info> flash_info;
+    double flash_fit_seconds = 0.0;
 };
 
 void print_json(const Options& options, const Report& r) {
@@ -233,6 +264,24 @@ void print_json(const Options& options, const Report& r) {
             .integer("sequences", int64_t(r.nll->sequence_nll.size()))
             .number("eval_seconds", r.eval_seconds, 3)
             .numbers("per_sequence_nll_sum", r.nll->sequence_nll);
+    }
+    if (options.ffn_threshold > 0)
+        json.number("ffn_threshold", options.ffn_threshold, 6).number("ffn_sparsity", r.sparsity.fraction(), 6);
+    if (r.flash) {
+        const qjit_flash_counters& f = *r.flash;
+        const double calls = double(std::max<int64_t>(1, f.tokens));
+        json.text("flash_file", options.flash.path)
+            .text("flash_format", r.flash_info->format)
+            .integer("flash_dram_bytes", r.flash_info->dram_bytes)
+            .number("flash_fit_seconds", r.flash_fit_seconds, 3)
+            .integer("flash_calls", f.tokens)
+            .number("flash_active_fraction", double(f.active_neurons) / calls / double(r.flash_info->d_ff), 6)
+            .number("flash_hit_rate", f.active_neurons ? double(f.cache_hits) / double(f.active_neurons) : 0.0, 6)
+            .number("flash_bytes_read_per_call", double(f.bytes_read) / calls, 1)
+            .number("flash_io_seconds", f.io_seconds, 4)
+            .number("flash_cache_seconds", f.cache_seconds, 4)
+            .number("flash_compute_seconds", f.compute_seconds, 4)
+            .number("flash_predict_seconds", f.predict_seconds, 4);
     }
     if (r.decoding) {
         json.integers("prompt_tokens", r.decoding->prompt)
@@ -258,6 +307,20 @@ void print_text(const Options& options, const Report& r) {
     if (r.nll)
         std::printf("NLL %.6f nats per token over %lld tokens of %zu sequences (%.2f s)\n", r.nll->mean_nll,
                     static_cast<long long>(r.nll->tokens), r.nll->sequence_nll.size(), r.eval_seconds);
+    if (options.ffn_threshold > 0)
+        std::printf("FFN activations below %g zeroed: %.2f%% of them\n", double(options.ffn_threshold),
+                    100.0 * r.sparsity.fraction());
+    if (r.flash) {
+        const qjit_flash_counters& f = *r.flash;
+        const double calls = double(std::max<int64_t>(1, f.tokens));
+        std::printf("flash FFNs: %s (%s), %.1f MB resident; per layer call: %.2f%% of neurons active, %.1f%% of them "
+                    "resident, %.1f KB read; I/O %.2f s, cache %.2f s, compute %.2f s, predictors %.2f s\n",
+                    options.flash.path.c_str(), r.flash_info->format, r.flash_info->dram_bytes * 1e-6,
+                    100.0 * double(f.active_neurons) / calls / double(r.flash_info->d_ff),
+                    f.active_neurons ? 100.0 * double(f.cache_hits) / double(f.active_neurons) : 0.0,
+                    double(f.bytes_read) / calls * 1e-3, f.io_seconds, f.cache_seconds, f.compute_seconds,
+                    f.predict_seconds);
+    }
     if (r.decoding) {
         const Decoding& d = *r.decoding;
         std::printf("----\n%s\n----\n", d.text.c_str());
@@ -292,12 +355,36 @@ int run(const Options& options) {
         report.storage.stored_bytes = model.linear_stored_bytes();
     }
 
+    model.set_ffn_threshold(options.ffn_threshold);
+    std::unique_ptr<qjit_context, qjit_status (*)(qjit_context*)> flash_context(nullptr, qjit_context_destroy);
+    std::unique_ptr<llama::FlashFfnRunner> flash;
+    if (!options.flash.path.empty()) {
+        const qjit_context_options context_options = options.context.context_options();
+        qjit_context* context = nullptr;
+        if (qjit_context_create(&context_options, &context) != QJIT_OK)
+            qjit_tools::fail("creating a context: ", qjit_last_error());
+        flash_context.reset(context);
+        flash = std::make_unique<llama::FlashFfnRunner>(context, c, options.flash);
+        if (options.flash.target_recall > 0) {
+            const auto start = std::chrono::steady_clock::now();
+            flash->fit_predictors(model, calibration);
+            report.flash_fit_seconds = seconds_since(start);
+        }
+        flash->reset_counters();
+        model.set_ffn_override(flash.get());
+    }
+
     if (!options.tokens.empty()) {
         const auto start = std::chrono::steady_clock::now();
         report.nll = llama::evaluate_nll(model, sequences);
         report.eval_seconds = seconds_since(start);
     }
     if (options.generate > 0) report.decoding = decode(model, prompt, options.generate, vocabulary);
+    report.sparsity = model.ffn_sparsity();
+    if (flash) {
+        report.flash = flash->counters();
+        report.flash_info = flash->info();
+    }
     if (options.json) print_json(options, report);
     else print_text(options, report);
     return 0;
