@@ -20,6 +20,9 @@ struct PredictorOptions {
     std::vector<int> ranks{16, 32, 64, 128, 256};  // tried in order; the first reaching the target at
                                                   // max_predicted_fraction or less is kept
     double max_predicted_fraction = 0.25;  // of d_ff per token, on average
+    // Also fit the factors to diag(rms(x)) w (each input channel weighted by its calibration RMS,
+    // then unscaled) and keep, per rank, whichever predicts fewer neurons at the target recall.
+    bool calibration_weighted = true;
 };
 
 struct PredictorQuality {
@@ -47,6 +50,14 @@ public:
     const PredictorQuality& calibration_quality() const { return quality_; }
 
 private:
+    // One row's scores (after PredictorScore) into s [d_ff], with t [rank] as scratch.
+    void score_row(const float* x, float* t, float* s) const;
+    // Calls row(i, scores) for each of the m rows of x.
+    template <typename Row>
+    void for_each_scored_row(const float* x, int64_t m, Row&& row) const;
+    // The largest threshold keeping `target` of the truly active neurons' scores.
+    float recall_threshold(const float* x, const uint8_t* active, int64_t n, double target) const;
+
     int64_t d_model_ = 0, d_ff_ = 0;
     int rank_ = 0;
     float threshold_ = 0;
