@@ -37,7 +37,8 @@ std::vector<float> product(const std::vector<float>& a, const std::vector<float>
 
 // w = L R + noise * N with L [d_model][8], R [8][d_ff].
 std::vector<float> nearly_low_rank(std::mt19937& rng, float noise, int64_t d_model = kDModel, int64_t d_ff = kDFf) {
-    std::vector<float> w = product(gaussian(size_t(d_model * 8), rng), gaussian(size_t(8 * d_ff), rng), d_model, 8, d_ff);
+    const std::vector<float> l = gaussian(size_t(d_model * 8), rng), r = gaussian(size_t(8 * d_ff), rng);
+    std::vector<float> w = product(l, r, d_model, 8, d_ff);
     const std::vector<float> n = gaussian(w.size(), rng, noise);
     for (size_t i = 0; i < w.size(); ++i) w[i] += n[i];
     return w;
@@ -114,7 +115,6 @@ TEST(NeuronPredictor, ReluRecallOnHeldOutTokens) {
     const NeuronPredictor p = fit(layer, relu_options());
     const PredictorQuality calibration = p.calibration_quality();
     const PredictorQuality held = p.evaluate(layer.x_held.data(), layer.active_held.data(), kHeldOut);
-    RecordProperty("rank", p.rank());
     std::printf("rank %d: calibration recall %.3f precision %.3f fraction %.3f; held-out recall %.3f precision %.3f "
                 "fraction %.3f\n",
                 p.rank(), calibration.recall, calibration.precision, calibration.predicted_fraction, held.recall,
@@ -127,8 +127,9 @@ TEST(NeuronPredictor, ReluRecallOnHeldOutTokens) {
     EXPECT_GT(held.precision, 0.2);
 }
 
-// Channels of very different scale (as real activations have): weighting the SVD by them must do
-// at least as well as the plain SVD, since fit keeps the better of both.
+// Channels of very different scale (as real activations have), and noise a third the size of w's
+// low-rank entries so that rank 8 is far from exact: weighting the SVD by the channels' RMS predicts
+// clearly fewer neurons at equal rank and recall.
 TEST(NeuronPredictor, CalibrationWeightingOnUnevenChannels) {
     std::mt19937 rng(7);
     std::vector<float> scale(static_cast<size_t>(kDModel));
@@ -142,7 +143,8 @@ TEST(NeuronPredictor, CalibrationWeightingOnUnevenChannels) {
     std::printf("rank 8: plain fraction %.3f precision %.3f; weighted fraction %.3f precision %.3f\n",
                 plain.calibration_quality().predicted_fraction, plain.calibration_quality().precision,
                 weighted.calibration_quality().predicted_fraction, weighted.calibration_quality().precision);
-    EXPECT_LE(weighted.calibration_quality().predicted_fraction, plain.calibration_quality().predicted_fraction);
+    EXPECT_LT(weighted.calibration_quality().predicted_fraction,
+              0.85 * plain.calibration_quality().predicted_fraction);
     EXPECT_GE(weighted.calibration_quality().recall, 0.95);
 }
 
