@@ -30,8 +30,12 @@ std::vector<float> product(const std::vector<float>& a, const std::vector<float>
                            int64_t n) {
     std::vector<float> out(size_t(m * n), 0.0f);
     for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < k; ++j)
-            for (int64_t c = 0; c < n; ++c) out[size_t(i * n + c)] += a[size_t(i * k + j)] * b[size_t(j * n + c)];
+        for (int64_t j = 0; j < k; ++j) {
+            const float aij = a[size_t(i * k + j)];
+            const float* __restrict row = b.data() + j * n;
+            float* __restrict o = out.data() + i * n;
+            for (int64_t c = 0; c < n; ++c) o[c] += aij * row[c];
+        }
     return out;
 }
 
@@ -98,6 +102,12 @@ ReluLayer relu_layer(uint32_t seed, float noise, const std::vector<float>& chann
     return layer;
 }
 
+// The layer most tests share, made once (its products dominate the tests' time under sanitizers).
+const ReluLayer& shared_layer() {
+    static const ReluLayer layer = relu_layer(1, 0.1f);
+    return layer;
+}
+
 NeuronPredictor fit(const ReluLayer& layer, const PredictorOptions& options) {
     return NeuronPredictor::fit(layer.w.data(), layer.bias.data(), kDModel, kDFf, layer.x.data(), layer.active.data(),
                                 kCalibration, options);
@@ -110,9 +120,15 @@ PredictorOptions relu_options() {
     return options;
 }
 
+// The shared layer's predictor with those options, fitted once.
+const NeuronPredictor& shared_predictor() {
+    static const NeuronPredictor predictor = fit(shared_layer(), relu_options());
+    return predictor;
+}
+
 TEST(NeuronPredictor, ReluRecallOnHeldOutTokens) {
-    const ReluLayer layer = relu_layer(1, 0.1f);
-    const NeuronPredictor p = fit(layer, relu_options());
+    const ReluLayer& layer = shared_layer();
+    const NeuronPredictor& p = shared_predictor();
     const PredictorQuality calibration = p.calibration_quality();
     const PredictorQuality held = p.evaluate(layer.x_held.data(), layer.active_held.data(), kHeldOut);
     std::printf("rank %d: calibration recall %.3f precision %.3f fraction %.3f; held-out recall %.3f precision %.3f "
@@ -192,8 +208,8 @@ TEST(NeuronPredictor, SiluMagnitudeReachesTargetOnCalibration) {
 }
 
 TEST(NeuronPredictor, BatchPredictsTheUnionOfRows) {
-    const ReluLayer layer = relu_layer(5, 0.1f);
-    const NeuronPredictor p = fit(layer, relu_options());
+    const ReluLayer& layer = shared_layer();
+    const NeuronPredictor& p = shared_predictor();
     std::vector<int32_t> one, batch;
     std::set<int32_t> expected;
     for (int64_t i = 0; i < 3; ++i) {
@@ -204,12 +220,18 @@ TEST(NeuronPredictor, BatchPredictsTheUnionOfRows) {
     p.predict(layer.x_held.data(), 3, batch);
     EXPECT_EQ(batch, std::vector<int32_t>(expected.begin(), expected.end()));
     EXPECT_GT(batch.size(), one.size());
+    // The output's capacity is reused: a smaller prediction into it does not reallocate.
+    const int32_t* storage = batch.data();
+    p.predict(layer.x_held.data() + 2 * kDModel, 1, batch);
+    EXPECT_EQ(batch, one);
+    EXPECT_EQ(batch.data(), storage);
 }
 
 TEST(NeuronPredictor, MemoryBytesCountsFactorsScalesAndBias) {
-    const ReluLayer layer = relu_layer(6, 0.1f);
+    const ReluLayer& layer = shared_layer();
     PredictorOptions options = relu_options();
     options.ranks = {16};
+    options.calibration_weighted = false;
     const NeuronPredictor with_bias = fit(layer, options);
     EXPECT_EQ(with_bias.rank(), 16);
     EXPECT_EQ(with_bias.memory_bytes(), kDModel * 16 + 16 * kDFf + 4 * (16 + kDFf) + 4 * kDFf);
