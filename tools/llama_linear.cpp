@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "tools/simd_clones.hpp"
+#include "base/simd_clones.hpp"
 
 namespace qjit_tools::llama {
 
