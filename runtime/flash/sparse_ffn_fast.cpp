@@ -14,7 +14,9 @@ namespace {
 using Data = NeuronCache::Data;
 constexpr int kPanel = Data::kPanel;
 constexpr int64_t kDispatchWork = int64_t(1) << 16;  // multiply-adds below which one thread does it all
-constexpr int64_t kDownBlocksPerTask = 8;             // 256 outputs: y's share stays in L1
+// 1024 outputs: y's share stays in L1, and each down row is read in runs of 512 bytes (4-bit),
+// long enough for the prefetchers across the scattered slots.
+constexpr int64_t kDownBlocksPerTask = 32;
 
 // Buffers reused across calls, so a steady decode loop does not allocate.
 struct Scratch {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#pragma GCC diagnostic ignored "-Wpsabi"  // 32-byte vectors in the baseline clone: all inlined
+
 #include "base/simd_clones.hpp"
 
 // Inlined into each clone, so compiled at the clone's width.
@@ -15,43 +17,62 @@ namespace {
 using Data = NeuronCache::Data;
 constexpr int kPanel = Data::kPanel;
 
-// The code of row r of a 32-row block whose words lie at w[word * stride + c]: the bit planes of
-// format/code_planes.hpp, written out so that r (unrolled) makes every word and shift a constant.
+// GCC vector types: 8 lanes, split into halves on baseline x86-64 and one register with AVX2.
+using v8u = uint32_t __attribute__((vector_size(32)));
+using v8i = int32_t __attribute__((vector_size(32)));
+using v8f = float __attribute__((vector_size(32)));
+
+QJIT_FLASH_INLINE v8u load_u(const uint32_t* p) {
+    v8u v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+QJIT_FLASH_INLINE v8f load_f(const float* p) {
+    v8f v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+QJIT_FLASH_INLINE v8f to_float(v8u code) { return __builtin_convertvector(reinterpret_cast<v8i&>(code), v8f); }
+
+// Shift of row j of a word in a plane of `width` bits (format/code_planes.hpp's plane_slot).
+constexpr int plane_shift(int width, int j) { return 8 * (j % 4) + width * (j / 4); }
+
+// Row r's codes of the 8 columns of a panel's 32-row block (words at w[word * 8 + column]): the bit
+// planes of format/code_planes.hpp, r (unrolled) making every word and shift a constant.
 template <int B>
-QJIT_FLASH_INLINE int32_t block_code(const uint32_t* w, int r, int stride, int c) {
+QJIT_FLASH_INLINE v8u panel_row_codes(const uint32_t* w, int r) {
     if constexpr (B == 3) {
-        const int rw = r % 16;
-        const uint32_t low = (w[(r / 16) * stride + c] >> (8 * (rw % 4) + 2 * (rw / 4))) & 3u;
-        const uint32_t high = (w[2 * stride + c] >> (8 * (r % 4) + r / 4)) & 1u;
-        return int32_t(low | high << 2);
+        const v8u low = (load_u(w + (r / 16) * kPanel) >> plane_shift(2, r % 16)) & 3u;
+        const v8u high = (load_u(w + 2 * kPanel) >> plane_shift(1, r)) & 1u;
+        return low | high << 2;
     } else {
         constexpr int kRowsPerWord = 32 / B;
-        const int rw = r % kRowsPerWord;
-        return int32_t((w[(r / kRowsPerWord) * stride + c] >> (8 * (rw % 4) + B * (rw / 4))) & ((1u << B) - 1u));
+        return (load_u(w + (r / kRowsPerWord) * kPanel) >> plane_shift(B, r % kRowsPerWord)) & ((1u << B) - 1u);
     }
 }
 
-// Folds one group's sums into the panel's products: s * (dot - z * xsum), or s * dot + m * xsum
-// with float offsets.
-template <int ROWS>
-void fold_group(const Data& d, const uint8_t* scales, const uint8_t* zeros, int64_t g, const float* x_sums,
-                float (&acc)[ROWS][kPanel], float (&total)[ROWS][kPanel]) {
+// Folds one group's sums (CHAINS partial sums each) into the panel's products: s * (dot - z * xsum),
+// or s * dot + m * xsum with float offsets.
+template <int ROWS, int CHAINS>
+QJIT_FLASH_INLINE void fold_group(const Data& d, const uint8_t* scales, const uint8_t* zeros, int64_t g,
+                                  const float* x_sums, v8f (&acc)[ROWS][CHAINS], v8f (&total)[ROWS]) {
     if (g >= d.groups) return;  // the padding rows of a last block of 16-row groups
     const WeightFormat& f = d.header.vector.format;
-    float s[kPanel], z[kPanel];
+    float sf[kPanel], zf[kPanel];
     for (int c = 0; c < kPanel; ++c) {
         const int64_t at = g * kPanel + c;
-        s[c] = d.meta_float(scales + at * d.scale_bytes);
-        z[c] = f.float_offsets ? d.meta_float(zeros + at * d.zero_bytes)
-               : f.symmetric   ? float(1 << (d.bits - 1))
-                               : float(zeros[at]);
+        sf[c] = d.meta_float(scales + at * d.scale_bytes);
+        zf[c] = f.float_offsets ? d.meta_float(zeros + at * d.zero_bytes)
+                : f.symmetric   ? float(1 << (d.bits - 1))
+                                : float(zeros[at]);
     }
+    const v8f s = load_f(sf), z = load_f(zf);
     for (int r = 0; r < ROWS; ++r) {
         const float xs = x_sums[r * d.groups + g];
-        for (int c = 0; c < kPanel; ++c) {
-            total[r][c] += f.float_offsets ? s[c] * acc[r][c] + z[c] * xs : s[c] * (acc[r][c] - z[c] * xs);
-            acc[r][c] = 0.0f;
-        }
+        v8f dot = acc[r][0];
+        for (int chain = 1; chain < CHAINS; ++chain) dot += acc[r][chain];
+        for (int chain = 0; chain < CHAINS; ++chain) acc[r][chain] = v8f{};
+        total[r] += f.float_offsets ? s * dot + z * xs : s * (dot - z * xs);
     }
 }
 
@@ -62,27 +83,24 @@ QJIT_FLASH_INLINE void panel_kernel(const Data& d, NeuronPart part, int64_t pane
     const uint32_t* codes = d.panel_codes(part, panel);
     const uint8_t* scales = d.panel_scales(part, panel);
     const uint8_t* zeros = d.panel_zeros(part, panel);
-    const int64_t x_stride = d.blocks * 32;
-    float acc[ROWS][kPanel] = {}, total[ROWS][kPanel] = {};
-    for (int64_t b = 0; b < d.blocks; ++b) {
+    const int64_t x_stride = d.blocks * 32, blocks = d.blocks, group_size = d.group_size;
+    // Independent sums for rows r % CHAINS, so that few rows of x still keep the FMA units busy.
+    constexpr int CHAINS = ROWS >= 4 ? 1 : 4 / ROWS;
+    v8f acc[ROWS][CHAINS] = {}, total[ROWS] = {};
+    for (int64_t b = 0; b < blocks; ++b) {
         const uint32_t* w = codes + b * B * kPanel;
         const float* xb = x + b * 32;
 #pragma GCC unroll 32
         for (int r = 0; r < 32; ++r) {
-            float q[kPanel];
-            for (int c = 0; c < kPanel; ++c) q[c] = float(block_code<B>(w, r, kPanel, c));
-            for (int i = 0; i < ROWS; ++i) {
-                const float xv = xb[i * x_stride + r];
-                for (int c = 0; c < kPanel; ++c) acc[i][c] += xv * q[c];
-            }
-            if (HALF && r == 15) fold_group<ROWS>(d, scales, zeros, 2 * b, x_sums, acc, total);
+            const v8f q = to_float(panel_row_codes<B>(w, r));
+            for (int i = 0; i < ROWS; ++i) acc[i][r % CHAINS] += xb[i * x_stride + r] * q;
+            if (HALF && r == 15) fold_group<ROWS, CHAINS>(d, scales, zeros, 2 * b, x_sums, acc, total);
         }
-        if (HALF) fold_group<ROWS>(d, scales, zeros, 2 * b + 1, x_sums, acc, total);
-        else if ((b + 1) * 32 % d.group_size == 0 || b + 1 == d.blocks)
-            fold_group<ROWS>(d, scales, zeros, b * 32 / d.group_size, x_sums, acc, total);
+        if (HALF) fold_group<ROWS, CHAINS>(d, scales, zeros, 2 * b + 1, x_sums, acc, total);
+        else if ((b + 1) * 32 % group_size == 0 || b + 1 == blocks)
+            fold_group<ROWS, CHAINS>(d, scales, zeros, b * 32 / group_size, x_sums, acc, total);
     }
-    for (int i = 0; i < ROWS; ++i)
-        for (int c = 0; c < kPanel; ++c) out[i * kPanel + c] = total[i][c];
+    for (int i = 0; i < ROWS; ++i) std::memcpy(out + i * kPanel, &total[i], sizeof total[i]);
 }
 
 template <int B>
@@ -101,38 +119,80 @@ QJIT_FLASH_INLINE void panel_rows(const Data& d, NeuronPart part, int64_t panel,
     }
 }
 
+// Rows [8 * OCTET, 8 * OCTET + 8) of plane W's words, shifted to VALUE_SHIFT: each lane takes its
+// row's word and shifts it by a constant, one variable shift for 8 rows.
+template <int W, int VALUE_SHIFT, int OCTET>
+QJIT_FLASH_INLINE v8u plane_octet(const uint32_t* words) {
+    constexpr int kRows = 32 / W;  // rows per word
+    constexpr int kFirst = OCTET * 8;
+    constexpr auto shift_of = [](int l) { return uint32_t(plane_shift(W, (kFirst + l) % kRows)); };
+    constexpr v8u shift = {shift_of(0), shift_of(1), shift_of(2), shift_of(3),
+                           shift_of(4), shift_of(5), shift_of(6), shift_of(7)};
+    v8u word = v8u{} + words[kFirst / kRows];  // 8-bit codes: four rows a word, two words an octet
+    if constexpr (kRows < 8) word = __builtin_shuffle(word, v8u{} + words[kFirst / kRows + 1], v8u{0, 1, 2, 3, 12, 13, 14, 15});
+    return ((word >> shift) & ((1u << W) - 1u)) << VALUE_SHIFT;
+}
+
+template <int B, int OCTET>
+QJIT_FLASH_INLINE v8f decode_octet(const uint32_t* words) {
+    v8u code;
+    if constexpr (B == 3) code = plane_octet<2, 0, OCTET>(words) | plane_octet<1, 2, OCTET>(words + 2);
+    else code = plane_octet<B, 0, OCTET>(words);
+    return __builtin_convertvector(reinterpret_cast<v8i&>(code), v8f);
+}
+
+// A block's 32 codes of one column whose words are contiguous (a down vector), as floats.
+template <int B>
+QJIT_FLASH_INLINE void decode_column_block(const uint8_t* bytes, v8f (&q)[4]) {
+    uint32_t words[B];
+    std::memcpy(words, bytes, sizeof words);
+    q[0] = decode_octet<B, 0>(words);
+    q[1] = decode_octet<B, 1>(words);
+    q[2] = decode_octet<B, 2>(words);
+    q[3] = decode_octet<B, 3>(words);
+}
+
 template <int B, bool HALF>
 QJIT_FLASH_INLINE void down_kernel(const Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m,
                                    int64_t b0, int64_t b1, float* y) {
     const WeightFormat& f = d.header.vector.format;
     const int64_t scales_offset = d.header.vector.scales_offset(), zeros_offset = d.header.vector.zeros_offset();
+    // Locals, so the stores to y need not reload them.
+    const uint8_t* const vectors = d.down.data();
+    const int64_t vector_bytes = d.vector_bytes, d_model = d.d_model, group_size = d.group_size;
+    const int scale_bytes = d.scale_bytes, zero_bytes = d.zero_bytes;
+    const bool float_offsets = f.float_offsets, symmetric = f.symmetric;
     constexpr int kSegments = HALF ? 2 : 1, kSegmentRows = 32 / kSegments;
     for (int64_t i = 0; i < count; ++i) {
         bool any = false;  // Relu leaves many neurons at exactly 0
         for (int64_t r = 0; r < m; ++r) any |= a[r * count + i] != 0.0f;
         if (!any) continue;
-        const uint8_t* v = d.down_vector(slots[i]);
+        const uint8_t* v = vectors + slots[i] * vector_bytes;
         for (int64_t b = b0; b < b1; ++b) {
-            uint32_t w[B];
-            std::memcpy(w, v + b * B * 4, sizeof w);
+            v8f octets[4];
+            decode_column_block<B>(v + b * B * 4, octets);
             float q[32];
-#pragma GCC unroll 32
-            for (int r = 0; r < 32; ++r) q[r] = float(block_code<B>(w, r, 1, 0));
-            const int64_t base = b * 32, rows = std::min<int64_t>(32, d.d_model - base);
+            std::memcpy(q, octets, sizeof q);
+            const int64_t base = b * 32, rows = std::min<int64_t>(32, d_model - base);
             for (int h = 0; h < kSegments; ++h) {
                 const int64_t j0 = h * kSegmentRows, j1 = std::min<int64_t>(j0 + kSegmentRows, rows);
                 if (j0 >= j1) break;
-                const int64_t g = HALF ? 2 * b + h : base / d.group_size;
-                const float s = d.meta_float(v + scales_offset + g * d.scale_bytes);
-                const float z = f.float_offsets ? d.meta_float(v + zeros_offset + g * d.zero_bytes)
-                                : f.symmetric   ? float(1 << (B - 1))
-                                                : float(v[zeros_offset + g]);
+                const int64_t g = HALF ? 2 * b + h : base / group_size;
+                const float s = d.meta_float(v + scales_offset + g * scale_bytes);
+                const float z = float_offsets ? d.meta_float(v + zeros_offset + g * zero_bytes)
+                                : symmetric   ? float(1 << (B - 1))
+                                              : float(v[zeros_offset + g]);
                 for (int64_t r = 0; r < m; ++r) {
                     const float ar = a[r * count + i];
-                    const float scale = ar * s, offset = f.float_offsets ? ar * z : -scale * z;
-                    float* yr = y + r * d.d_model + base;
+                    const float scale = ar * s, offset = float_offsets ? ar * z : -scale * z;
+                    float* yr = y + r * d_model + base;
                     if (j1 - j0 == kSegmentRows) {
-                        for (int j = 0; j < kSegmentRows; ++j) yr[j0 + j] += scale * q[j0 + j] + offset;
+                        for (int o = int(j0 / 8); o < int(j0 / 8) + kSegmentRows / 8; ++o) {
+                            v8f out;
+                            std::memcpy(&out, yr + 8 * o, sizeof out);
+                            out += scale * octets[o] + offset;
+                            std::memcpy(yr + 8 * o, &out, sizeof out);
+                        }
                     } else {
                         for (int64_t j = j0; j < j1; ++j) yr[j] += scale * q[j] + offset;
                     }
