@@ -23,6 +23,7 @@ struct FfnCase {
     int bits = 4;
     int64_t group_size = 32;  // k: per column
     bool symmetric = false;
+    bool float_offsets = false;
     ScaleType scale_type = ScaleType::F32;
     FfnActivation activation = FfnActivation::SwiGlu;
     int64_t d_model = 100;
@@ -32,7 +33,7 @@ struct FfnCase {
 
 std::string describe(const FfnCase& c) {
     return std::string(c.coding == VectorCoding::F16 ? "f16" : "q") + " bits " + std::to_string(c.bits) +
-           " g" + std::to_string(c.group_size) + (c.symmetric ? " sym" : " asym") +
+           " g" + std::to_string(c.group_size) + (c.symmetric ? " sym" : c.float_offsets ? " float-offsets" : " asym") +
            (c.scale_type == ScaleType::F16 ? " f16-scales" : " f32-scales") +
            (c.activation == FfnActivation::Relu ? " relu" : " swiglu") + " d_model " + std::to_string(c.d_model) +
            " d_ff " + std::to_string(c.d_ff) + " m " + std::to_string(c.m);
@@ -88,6 +89,7 @@ NeuronFileHeader header_for(const FfnCase& c) {
         f.bits = c.bits;
         f.group_size = std::min(c.group_size, c.d_model);
         f.symmetric = c.symmetric;
+        f.float_offsets = c.float_offsets;
         f.scale_type = c.scale_type;
         h.vector = quantized_vector_layout(f, c.d_model);
     }
@@ -199,11 +201,11 @@ TEST(SparseFfn, MatchesTheDenseOracleOnItsNeurons) {
         for (const Shape& shape : shapes)
             for (int64_t m : {1, 3}) {
                 for (int bits : {2, 3, 4, 8})
-                    for (bool symmetric : {false, true})
+                    for (int zeros : {0, 1, 2})  // asymmetric, symmetric, float offsets
                         for (ScaleType scales : {ScaleType::F32, ScaleType::F16})
-                            run_case({.bits = bits, .group_size = shape.group_size, .symmetric = symmetric,
-                                      .scale_type = scales, .activation = activation, .d_model = shape.d_model,
-                                      .d_ff = shape.d_ff, .m = m},
+                            run_case({.bits = bits, .group_size = shape.group_size, .symmetric = zeros == 1,
+                                      .float_offsets = zeros == 2, .scale_type = scales, .activation = activation,
+                                      .d_model = shape.d_model, .d_ff = shape.d_ff, .m = m},
                                      pool, seed++);
                 run_case({.coding = VectorCoding::F16, .activation = activation, .d_model = shape.d_model,
                           .d_ff = shape.d_ff, .m = m},

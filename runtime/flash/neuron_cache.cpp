@@ -113,14 +113,14 @@ int32_t append(Data& d, int32_t neuron, bool pinned) {
     return slot;
 }
 
-// Evicts the `count` least recently active unpinned neurons not active in the current token (ties:
+// Evicts the `count` least recently active unpinned neurons not listed active in token `now` (ties:
 // lower id first). The caller has checked that there are that many.
-void evict_lru(Data& d, int64_t count) {
+void evict_lru(Data& d, int64_t count, int64_t now) {
     if (count <= 0) return;
     int64_t n = 0;
     for (int64_t s = 0; s < d.size; ++s) {
         const int32_t neuron = d.slot_neuron[size_t(s)];
-        if (!d.pinned[size_t(s)] && d.active_token[size_t(neuron)] != d.token) d.victims[size_t(n++)] = neuron;
+        if (!d.pinned[size_t(s)] && d.active_token[size_t(neuron)] != now) d.victims[size_t(n++)] = neuron;
     }
     const auto older = [&](int32_t a, int32_t b) {
         const int64_t la = d.last_active[size_t(d.neuron_slot[size_t(a)])];
@@ -228,10 +228,8 @@ std::vector<int32_t> NeuronCache::pin(std::span<const int32_t> neurons) {
     const int64_t count = int64_t(neurons.size());
     require(d.pinned_count + count <= d.capacity, "neuron cache: ", count, " neurons to pin do not fit beside ",
             d.pinned_count, " pinned in capacity ", d.capacity);
-    // Nothing counts as active now: any unpinned neuron may make room.
-    ++d.token;
-    evict_lru(d, d.size + count - d.capacity);
-    --d.token;
+    evict_lru(d, d.size + count - d.capacity, -2);  // between tokens: none is active
+
     std::vector<int32_t> slots;
     slots.reserve(neurons.size());
     for (int32_t n : neurons) slots.push_back(append(d, n, true));
@@ -265,6 +263,7 @@ void NeuronCache::begin_token(std::span<const int32_t> active, TokenPlan& plan) 
     plan.slots.clear();
     plan.missing.clear();
     plan.missing_slots.clear();
+    plan.slots.reserve(active.size());  // no-ops once the plan has served a token as large
     plan.hits = 0;
     plan.evicted = 0;
     for (int32_t n : active) {
@@ -283,7 +282,7 @@ void NeuronCache::begin_token(std::span<const int32_t> active, TokenPlan& plan) 
             ++plan.evicted;
         }
     const int64_t room = d.size + missing - d.capacity;
-    evict_lru(d, room);
+    evict_lru(d, room, now);
     plan.evicted += std::max<int64_t>(room, 0);
     // No slot moves from here on: the slots recorded stay valid.
     for (int32_t n : active) {
