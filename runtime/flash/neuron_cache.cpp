@@ -324,7 +324,8 @@ void transfer(Data& d, int32_t slot, NeuronPart part, uint8_t* vector, bool gath
     move_meta(reinterpret_cast<uint8_t*>(c.codes.data()), d.column_words, 4, slot, vector, gather);
     const NeuronVectorLayout& layout = d.header.vector;
     move_meta(c.scales.data(), d.groups, d.scale_bytes, slot, vector + layout.scales_offset(), gather);
-    if (d.zero_bytes > 0) move_meta(c.zeros.data(), d.groups, d.zero_bytes, slot, vector + layout.zeros_offset(), gather);
+    if (d.zero_bytes > 0)
+        move_meta(c.zeros.data(), d.groups, d.zero_bytes, slot, vector + layout.zeros_offset(), gather);
 }
 
 }  // namespace

@@ -32,7 +32,9 @@ QJIT_FLASH_INLINE v8f load_f(const float* p) {
     std::memcpy(&v, p, sizeof v);
     return v;
 }
-QJIT_FLASH_INLINE v8f to_float(v8u code) { return __builtin_convertvector(reinterpret_cast<v8i&>(code), v8f); }
+QJIT_FLASH_INLINE v8f to_float(const v8u& code) {
+    return __builtin_convertvector(reinterpret_cast<const v8i&>(code), v8f);
+}
 
 // Shift of row j of a word in a plane of `width` bits (format/code_planes.hpp's plane_slot).
 constexpr int plane_shift(int width, int j) { return 8 * (j % 4) + width * (j / 4); }
@@ -128,8 +130,11 @@ QJIT_FLASH_INLINE v8u plane_octet(const uint32_t* words) {
     constexpr auto shift_of = [](int l) { return uint32_t(plane_shift(W, (kFirst + l) % kRows)); };
     constexpr v8u shift = {shift_of(0), shift_of(1), shift_of(2), shift_of(3),
                            shift_of(4), shift_of(5), shift_of(6), shift_of(7)};
-    v8u word = v8u{} + words[kFirst / kRows];  // 8-bit codes: four rows a word, two words an octet
-    if constexpr (kRows < 8) word = __builtin_shuffle(word, v8u{} + words[kFirst / kRows + 1], v8u{0, 1, 2, 3, 12, 13, 14, 15});
+    v8u word = v8u{} + words[kFirst / kRows];
+    if constexpr (kRows < 8) {  // 8-bit codes: four rows a word, two words an octet
+        constexpr v8u kHalves = {0, 1, 2, 3, 12, 13, 14, 15};
+        word = __builtin_shuffle(word, v8u{} + words[kFirst / kRows + 1], kHalves);
+    }
     return ((word >> shift) & ((1u << W) - 1u)) << VALUE_SHIFT;
 }
 
@@ -138,7 +143,7 @@ QJIT_FLASH_INLINE v8f decode_octet(const uint32_t* words) {
     v8u code;
     if constexpr (B == 3) code = plane_octet<2, 0, OCTET>(words) | plane_octet<1, 2, OCTET>(words + 2);
     else code = plane_octet<B, 0, OCTET>(words);
-    return __builtin_convertvector(reinterpret_cast<v8i&>(code), v8f);
+    return to_float(code);
 }
 
 // A block's 32 codes of one column whose words are contiguous (a down vector), as floats.

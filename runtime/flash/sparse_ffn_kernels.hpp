@@ -1,6 +1,8 @@
 // The SIMD kernels of the sparse FFN's fast path, each compiled for AVX-512, AVX2 and baseline
-// x86-64 (base/simd_clones.hpp): plain C++ loops over the 8 columns of a panel or along a row,
-// which the compiler vectorizes at each width. The same results on every ISA up to rounding order.
+// x86-64 (base/simd_clones.hpp, picked at load time): GCC vector types of 8 lanes, one lane per
+// column of a panel or per row of a down vector, so the same arithmetic runs on every ISA (two SSE
+// halves on the baseline). Codes are unpacked with shifts and masks to fp32 and multiplied in fp32;
+// each group's sums get their scale and zero point once, as qjit's CPU kernels do.
 #pragma once
 
 #include <cstdint>
