@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "base/simd_clones.hpp"
+#include "tools/simd_clones.hpp"
 
 namespace qjit_tools::llama {
 

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "tools/fail.hpp"
-#include "base/simd_clones.hpp"
+#include "tools/simd_clones.hpp"
 
 namespace qjit_tools::llama {
 

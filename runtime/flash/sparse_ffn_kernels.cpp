@@ -5,9 +5,7 @@
 
 #pragma GCC diagnostic ignored "-Wpsabi"  // 32-byte vectors in the baseline clone: all inlined
 
-#include "base/simd_clones.hpp"
-
-// Inlined into each clone, so compiled at the clone's width.
+// Inlined into each variant (below), so compiled for its instruction set.
 #define QJIT_FLASH_INLINE inline __attribute__((always_inline))
 
 namespace qjit {
@@ -226,9 +224,7 @@ QJIT_FLASH_INLINE float half_bits_to_float(uint32_t h) {
     return value;
 }
 
-}  // namespace
-
-QJIT_SIMD_CLONES void panel_products(const Data& d, NeuronPart part, int64_t panel, const float* x_padded,
+QJIT_FLASH_INLINE void panel_products_body(const Data& d, NeuronPart part, int64_t panel, const float* x_padded,
                                      const float* x_sums, int64_t m, float* out) {
     const int64_t x_stride = d.blocks * 32;
     for (int64_t r0 = 0; r0 < m; r0 += 4) {
@@ -245,7 +241,7 @@ QJIT_SIMD_CLONES void panel_products(const Data& d, NeuronPart part, int64_t pan
     }
 }
 
-QJIT_SIMD_CLONES void down_accumulate(const Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m,
+QJIT_FLASH_INLINE void down_accumulate_body(const Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m,
                                       int64_t b0, int64_t b1, float* y) {
     const bool half = d.group_size == 16;
     switch (d.bits * 2 + half) {
@@ -260,7 +256,7 @@ QJIT_SIMD_CLONES void down_accumulate(const Data& d, const int32_t* slots, int64
     }
 }
 
-QJIT_SIMD_CLONES void f16_products(const uint16_t* row, const float* x, int64_t m, int64_t n, float* out) {
+QJIT_FLASH_INLINE void f16_products_body(const uint16_t* row, const float* x, int64_t m, int64_t n, float* out) {
     for (int64_t r = 0; r < m; ++r) {
         const float* xr = x + r * n;
         float acc[8] = {};
@@ -274,7 +270,7 @@ QJIT_SIMD_CLONES void f16_products(const uint16_t* row, const float* x, int64_t 
     }
 }
 
-QJIT_SIMD_CLONES void f16_down_accumulate(const Data& d, const int32_t* slots, int64_t count, const float* a,
+QJIT_FLASH_INLINE void f16_down_accumulate_body(const Data& d, const int32_t* slots, int64_t count, const float* a,
                                           int64_t m, int64_t k0, int64_t k1, float* y) {
     for (int64_t i = 0; i < count; ++i) {
         const uint16_t* row = d.f16_row(NeuronPart::Down, slots[i]);
@@ -285,6 +281,67 @@ QJIT_SIMD_CLONES void f16_down_accumulate(const Data& d, const int32_t* slots, i
             for (int64_t k = k0; k < k1; ++k) yr[k] += ar * half_bits_to_float(row[k]);
         }
     }
+}
+
+// The entry points compiled for one instruction set. AVX2 with FMA is the fast variant (8-lane
+// vectors are one register; this file is compiled with -ffp-contract=fast, so a * b + c is one
+// FMA there); the baseline splits each vector into two SSE halves. Picked at run time below, not
+// by ifunc clones, so that sanitizer builds and any x86-64 take the same route.
+#define QJIT_FLASH_VARIANT(SUFFIX, TARGET)                                                                       \
+    TARGET void panel_products_##SUFFIX(const Data& d, NeuronPart part, int64_t panel, const float* x_padded,    \
+                                        const float* x_sums, int64_t m, float* out) {                            \
+        panel_products_body(d, part, panel, x_padded, x_sums, m, out);                                           \
+    }                                                                                                            \
+    TARGET void down_accumulate_##SUFFIX(const Data& d, const int32_t* slots, int64_t count, const float* a,     \
+                                         int64_t m, int64_t b0, int64_t b1, float* y) {                          \
+        down_accumulate_body(d, slots, count, a, m, b0, b1, y);                                                  \
+    }                                                                                                            \
+    TARGET void f16_products_##SUFFIX(const uint16_t* row, const float* x, int64_t m, int64_t n, float* out) {   \
+        f16_products_body(row, x, m, n, out);                                                                    \
+    }                                                                                                            \
+    TARGET void f16_down_accumulate_##SUFFIX(const Data& d, const int32_t* slots, int64_t count, const float* a, \
+                                             int64_t m, int64_t k0, int64_t k1, float* y) {                      \
+        f16_down_accumulate_body(d, slots, count, a, m, k0, k1, y);                                              \
+    }
+
+QJIT_FLASH_VARIANT(baseline, )
+QJIT_FLASH_VARIANT(avx2, __attribute__((target("avx2,fma"))))
+
+struct Kernels {
+    decltype(&panel_products_baseline) panel_products;
+    decltype(&down_accumulate_baseline) down_accumulate;
+    decltype(&f16_products_baseline) f16_products;
+    decltype(&f16_down_accumulate_baseline) f16_down_accumulate;
+};
+
+const Kernels& kernels() {
+    static const Kernels chosen = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+                                      ? Kernels{panel_products_avx2, down_accumulate_avx2, f16_products_avx2,
+                                                f16_down_accumulate_avx2}
+                                      : Kernels{panel_products_baseline, down_accumulate_baseline,
+                                                f16_products_baseline, f16_down_accumulate_baseline};
+    return chosen;
+}
+
+}  // namespace
+
+void panel_products(const Data& d, NeuronPart part, int64_t panel, const float* x_padded, const float* x_sums,
+                    int64_t m, float* out) {
+    kernels().panel_products(d, part, panel, x_padded, x_sums, m, out);
+}
+
+void down_accumulate(const Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m, int64_t b0,
+                     int64_t b1, float* y) {
+    kernels().down_accumulate(d, slots, count, a, m, b0, b1, y);
+}
+
+void f16_products(const uint16_t* row, const float* x, int64_t m, int64_t n, float* out) {
+    kernels().f16_products(row, x, m, n, out);
+}
+
+void f16_down_accumulate(const Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m, int64_t k0,
+                         int64_t k1, float* y) {
+    kernels().f16_down_accumulate(d, slots, count, a, m, k0, k1, y);
 }
 
 }  // namespace qjit

@@ -1,5 +1,5 @@
-// The SIMD kernels of the sparse FFN's fast path, each compiled for AVX-512, AVX2 and baseline
-// x86-64 (base/simd_clones.hpp, picked at load time): GCC vector types of 8 lanes, one lane per
+// The SIMD kernels of the sparse FFN's fast path, each compiled for AVX2 with FMA and for baseline
+// x86-64, picked at run time by what the CPU supports: GCC vector types of 8 lanes, one lane per
 // column of a panel or per row of a down vector, so the same arithmetic runs on every ISA (two SSE
 // halves on the baseline). Codes are unpacked with shifts and masks to fp32 and multiplied in fp32;
 // each group's sums get their scale and zero point once, as qjit's CPU kernels do.
