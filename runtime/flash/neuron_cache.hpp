@@ -68,7 +68,7 @@ public:
 
     const NeuronFileHeader& header() const;
 
-    // What the kernels read (runtime/flash/sparse_ffn.cpp).
+    // What the kernels read: layout and bookkeeping in runtime/flash/neuron_cache_data.hpp.
     struct Data;
     const Data& data() const;
 
