@@ -1,1 +1,352 @@
 #include "runtime/flash/neuron_cache.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.hpp"
+#include "runtime/flash/neuron_cache_data.hpp"
+
+namespace qjit {
+
+namespace {
+
+using Data = NeuronCache::Data;
+constexpr int kPanel = Data::kPanel;
+
+// The parts in file order (NeuronFileHeader::part_list's answer, kept here so the cache needs
+// nothing else of the file's code).
+std::vector<NeuronPart> parts_of(const NeuronFileHeader& header) {
+    if (header.activation == FfnActivation::SwiGlu) return {NeuronPart::Gate, NeuronPart::Up, NeuronPart::Down};
+    return {NeuronPart::Up, NeuronPart::Down};
+}
+
+bool is_column(NeuronPart part) { return part != NeuronPart::Down; }
+
+void check_header(const NeuronFileHeader& h) {
+    require(h.d_model >= 1 && h.d_model == h.vector.d_model(), "neuron cache: d_model ", h.d_model,
+            " does not match the vector layout's ", h.vector.d_model());
+    require(h.d_ff >= 1 && h.d_ff < (int64_t(1) << 31), "neuron cache: d_ff ", h.d_ff, " out of range");
+    require(!h.has_bias || h.activation == FfnActivation::Relu, "neuron cache: biases need a Relu FFN");
+    if (h.vector.coding == VectorCoding::Quantized) {
+        const WeightFormat& f = h.vector.format;
+        require(f.uniform_bits() && !f.second_order_scales() && !f.act_order && f.outliers == 0 &&
+                    !f.low_rank.present(),
+                "neuron cache: vector format ", f.name(), " is not a uniform neuron vector format");
+        require(f.bits == 2 || f.bits == 3 || f.bits == 4 || f.bits == 8, "neuron cache: ", f.bits, "-bit codes");
+        // The kernels take a 32-row block to lie in one group, or in two of 16 rows.
+        require(f.group_size == 16 || (f.group_size >= 32 && f.group_size % 32 == 0) || f.group_size >= h.d_model,
+                "neuron cache: group size ", f.group_size, " (16, a multiple of 32, or per column)");
+    }
+}
+
+// Copies slot `from`'s column in a panel layout of `elements` per column (each `bytes` wide) to
+// slot `to`: element e of slot s lies at ((s / kPanel) * elements + e) * kPanel + s % kPanel.
+template <typename T>
+void copy_column(std::vector<T>& v, int64_t elements, int64_t from, int64_t to) {
+    if (v.empty()) return;
+    T* src = v.data() + (from / kPanel) * elements * kPanel + from % kPanel;
+    T* dst = v.data() + (to / kPanel) * elements * kPanel + to % kPanel;
+    for (int64_t e = 0; e < elements; ++e) dst[e * kPanel] = src[e * kPanel];
+}
+
+// The same for metadata of `width` bytes per element.
+void copy_meta_column(std::vector<uint8_t>& v, int64_t elements, int width, int64_t from, int64_t to) {
+    if (v.empty()) return;
+    const int64_t stride = int64_t(kPanel) * width;
+    const uint8_t* src = v.data() + (from / kPanel) * elements * stride + from % kPanel * width;
+    uint8_t* dst = v.data() + (to / kPanel) * elements * stride + to % kPanel * width;
+    for (int64_t e = 0; e < elements; ++e) std::memcpy(dst + e * stride, src + e * stride, size_t(width));
+}
+
+// Scatters (or, `gather`, collects) one column's metadata between vector bytes and a panel layout.
+void move_meta(uint8_t* panel_meta, int64_t elements, int width, int64_t slot, uint8_t* vector, bool gather) {
+    const int64_t stride = int64_t(kPanel) * width;
+    uint8_t* column = panel_meta + (slot / kPanel) * elements * stride + slot % kPanel * width;
+    for (int64_t e = 0; e < elements; ++e) {
+        if (gather) std::memcpy(vector + e * width, column + e * stride, size_t(width));
+        else std::memcpy(column + e * stride, vector + e * width, size_t(width));
+    }
+}
+
+// Moves the contents and bookkeeping of slot `from` into slot `to` (a hole).
+void move_slot(Data& d, int64_t from, int64_t to) {
+    for (NeuronPart part : d.parts) {
+        if (!d.quantized) {
+            std::vector<uint16_t>& rows = d.rows[int(part)];
+            std::copy_n(rows.data() + from * d.d_model, d.d_model, rows.data() + to * d.d_model);
+        } else if (is_column(part)) {
+            Data::Columns& c = d.columns[int(part)];
+            copy_column(c.codes, d.column_words, from, to);
+            copy_meta_column(c.scales, d.groups, d.scale_bytes, from, to);
+            copy_meta_column(c.zeros, d.groups, d.zero_bytes, from, to);
+        } else {
+            std::memcpy(d.down.data() + to * d.vector_bytes, d.down.data() + from * d.vector_bytes,
+                        size_t(d.vector_bytes));
+        }
+    }
+    if (!d.bias.empty()) d.bias[size_t(to)] = d.bias[size_t(from)];
+    const int32_t neuron = d.slot_neuron[size_t(from)];
+    d.slot_neuron[size_t(to)] = neuron;
+    d.neuron_slot[size_t(neuron)] = int32_t(to);
+    d.last_active[size_t(to)] = d.last_active[size_t(from)];
+    d.pinned[size_t(to)] = d.pinned[size_t(from)];
+}
+
+// Deletes the neuron in `slot`: the last occupied slot moves into the hole.
+void delete_slot(Data& d, int64_t slot) {
+    const int64_t last = d.size - 1;
+    d.neuron_slot[size_t(d.slot_neuron[size_t(slot)])] = -1;
+    if (d.pinned[size_t(slot)]) --d.pinned_count;
+    if (slot != last) move_slot(d, last, slot);
+    d.slot_neuron[size_t(last)] = -1;
+    d.pinned[size_t(last)] = 0;
+    d.size = last;
+}
+
+int32_t append(Data& d, int32_t neuron, bool pinned) {
+    const int32_t slot = int32_t(d.size++);
+    d.slot_neuron[size_t(slot)] = neuron;
+    d.neuron_slot[size_t(neuron)] = slot;
+    d.last_active[size_t(slot)] = d.token;
+    d.pinned[size_t(slot)] = pinned;
+    if (pinned) ++d.pinned_count;
+    return slot;
+}
+
+// Evicts the `count` least recently active unpinned neurons not listed active in token `now` (ties:
+// lower id first). The caller has checked that there are that many.
+void evict_lru(Data& d, int64_t count, int64_t now) {
+    if (count <= 0) return;
+    int64_t n = 0;
+    for (int64_t s = 0; s < d.size; ++s) {
+        const int32_t neuron = d.slot_neuron[size_t(s)];
+        if (!d.pinned[size_t(s)] && d.active_token[size_t(neuron)] != now) d.victims[size_t(n++)] = neuron;
+    }
+    const auto older = [&](int32_t a, int32_t b) {
+        const int64_t la = d.last_active[size_t(d.neuron_slot[size_t(a)])];
+        const int64_t lb = d.last_active[size_t(d.neuron_slot[size_t(b)])];
+        return la != lb ? la < lb : a < b;
+    };
+    std::nth_element(d.victims.begin(), d.victims.begin() + (count - 1), d.victims.begin() + n, older);
+    // Collect first: deleting moves slots, which the comparison above reads.
+    for (int64_t i = 0; i < count; ++i) delete_slot(d, d.neuron_slot[size_t(d.victims[size_t(i)])]);
+}
+
+}  // namespace
+
+NeuronCache::NeuronCache(const NeuronFileHeader& header, int64_t capacity, int window) : data_(new Data) {
+    check_header(header);
+    require(capacity >= 1 && capacity <= header.d_ff, "neuron cache: capacity ", capacity, " outside [1, d_ff ",
+            header.d_ff, "]");
+    require(window >= 0, "neuron cache: window ", window, " is negative");
+    Data& d = *data_;
+    d.header = header;
+    d.capacity = capacity;
+    d.window = window;
+    d.parts = parts_of(header);
+    d.quantized = header.vector.coding == VectorCoding::Quantized;
+    d.d_model = header.d_model;
+    d.vector_bytes = header.vector.bytes();
+    d.panels = (capacity + kPanel - 1) / kPanel;
+    if (d.quantized) {
+        const WeightFormat& f = header.vector.format;
+        d.bits = f.bits;
+        d.group_size = f.group_size;
+        d.blocks = (d.d_model + 31) / 32;
+        d.groups = f.num_groups();
+        d.column_words = d.blocks * d.bits;
+        d.scale_bytes = f.scale_bytes();
+        d.zero_bytes = f.zero_point_bytes();
+        require(d.column_words == header.vector.code_words(), "neuron cache: code words disagree");
+    }
+    const size_t columns = size_t(d.panels * kPanel);
+    for (NeuronPart part : d.parts) {
+        if (!d.quantized) {
+            d.rows[int(part)].assign(size_t(capacity * d.d_model), 0);
+        } else if (is_column(part)) {
+            Data::Columns& c = d.columns[int(part)];
+            c.codes.assign(columns * size_t(d.column_words), 0);
+            c.scales.assign(columns * size_t(d.groups * d.scale_bytes), 0);
+            c.zeros.assign(columns * size_t(d.groups * d.zero_bytes), 0);
+        } else {
+            d.down.assign(size_t(capacity * d.vector_bytes), 0);
+        }
+    }
+    if (header.has_bias) d.bias.assign(size_t(capacity), 0.0f);
+    d.slot_neuron.assign(size_t(capacity), -1);
+    d.neuron_slot.assign(size_t(header.d_ff), -1);
+    d.last_active.assign(size_t(capacity), 0);
+    d.pinned.assign(size_t(capacity), 0);
+    d.active_token.assign(size_t(header.d_ff), -1);
+    d.victims.assign(size_t(capacity), 0);
+}
+
+NeuronCache::~NeuronCache() = default;
+NeuronCache::NeuronCache(NeuronCache&&) noexcept = default;
+NeuronCache& NeuronCache::operator=(NeuronCache&&) noexcept = default;
+
+int64_t NeuronCache::slot_bytes(const NeuronFileHeader& header) {
+    // Vectors, bias, and per slot: neuron id, last active token, pinned flag, eviction scratch.
+    return int64_t(parts_of(header).size()) * header.vector.bytes() + (header.has_bias ? 4 : 0) + 4 + 8 + 1 + 4;
+}
+
+int64_t NeuronCache::capacity() const { return data_->capacity; }
+int64_t NeuronCache::size() const { return data_->size; }
+int NeuronCache::window() const { return data_->window; }
+const NeuronFileHeader& NeuronCache::header() const { return data_->header; }
+const NeuronCache::Data& NeuronCache::data() const { return *data_; }
+
+int64_t NeuronCache::memory_bytes() const {
+    const Data& d = *data_;
+    const auto bytes = [](const auto& v) { return int64_t(v.capacity() * sizeof(v[0])); };
+    int64_t total = bytes(d.down) + bytes(d.bias) + bytes(d.slot_neuron) + bytes(d.neuron_slot) +
+                    bytes(d.last_active) + bytes(d.pinned) + bytes(d.active_token) + bytes(d.victims);
+    for (int p = 0; p < Data::kParts; ++p)
+        total += bytes(d.columns[p].codes) + bytes(d.columns[p].scales) + bytes(d.columns[p].zeros) + bytes(d.rows[p]);
+    return total;
+}
+
+int32_t NeuronCache::neuron_at(int32_t slot) const {
+    require(slot >= 0 && slot < data_->capacity, "neuron cache: slot ", slot, " out of range");
+    return data_->slot_neuron[size_t(slot)];
+}
+
+int32_t NeuronCache::slot_of(int32_t neuron) const {
+    require(neuron >= 0 && neuron < data_->header.d_ff, "neuron cache: neuron ", neuron, " out of range");
+    return data_->neuron_slot[size_t(neuron)];
+}
+
+std::vector<int32_t> NeuronCache::pin(std::span<const int32_t> neurons) {
+    Data& d = *data_;
+    for (size_t i = 0; i < neurons.size(); ++i) {
+        const int32_t n = neurons[i];
+        require(n >= 0 && n < d.header.d_ff, "neuron cache: pinned neuron ", n, " out of range");
+        require(d.neuron_slot[size_t(n)] < 0, "neuron cache: pinned neuron ", n, " is already resident");
+        require(std::find(neurons.begin(), neurons.begin() + i, n) == neurons.begin() + i,
+                "neuron cache: pinned neuron ", n, " given twice");
+    }
+    const int64_t count = int64_t(neurons.size());
+    require(d.pinned_count + count <= d.capacity, "neuron cache: ", count, " neurons to pin do not fit beside ",
+            d.pinned_count, " pinned in capacity ", d.capacity);
+    evict_lru(d, d.size + count - d.capacity, -2);  // between tokens: none is active
+
+    std::vector<int32_t> slots;
+    slots.reserve(neurons.size());
+    for (int32_t n : neurons) slots.push_back(append(d, n, true));
+    return slots;
+}
+
+void NeuronCache::begin_token(std::span<const int32_t> active, TokenPlan& plan) {
+    Data& d = *data_;
+    const int64_t now = d.token + 1;
+    // Check everything before changing anything. active_token marks the list; undone on a throw.
+    int64_t unpinned_active = 0, missing = 0;
+    for (size_t i = 0; i < active.size(); ++i) {
+        const int32_t n = active[i];
+        const bool ok = n >= 0 && n < d.header.d_ff && d.active_token[size_t(n)] != now;
+        if (!ok) {
+            for (size_t j = 0; j < i; ++j) d.active_token[size_t(active[j])] = -1;
+            require(n >= 0 && n < d.header.d_ff, "neuron cache: active neuron ", n, " out of range [0, ",
+                    d.header.d_ff, ")");
+            fail(QJIT_ERROR_INVALID_ARGUMENT, "neuron cache: active neuron ", n, " given twice");
+        }
+        d.active_token[size_t(n)] = now;
+        const int32_t slot = d.neuron_slot[size_t(n)];
+        if (slot < 0 || !d.pinned[size_t(slot)]) ++unpinned_active;
+    }
+    if (d.pinned_count + unpinned_active > d.capacity) {
+        for (int32_t n : active) d.active_token[size_t(n)] = -1;
+        fail(QJIT_ERROR_INVALID_ARGUMENT, "neuron cache: ", unpinned_active, " active neurons do not fit beside ",
+             d.pinned_count, " pinned in capacity ", d.capacity);
+    }
+    d.token = now;
+    plan.slots.clear();
+    plan.missing.clear();
+    plan.missing_slots.clear();
+    plan.slots.reserve(active.size());  // no-ops once the plan has served a token as large
+    plan.hits = 0;
+    plan.evicted = 0;
+    for (int32_t n : active) {
+        const int32_t slot = d.neuron_slot[size_t(n)];
+        if (slot >= 0) {
+            d.last_active[size_t(slot)] = now;
+            ++plan.hits;
+        } else {
+            ++missing;
+        }
+    }
+    // Deletions, from the top down, so the slot moved into a hole has been looked at already.
+    for (int64_t s = d.size - 1; s >= 0; --s)
+        if (!d.pinned[size_t(s)] && now - d.last_active[size_t(s)] > d.window) {
+            delete_slot(d, s);
+            ++plan.evicted;
+        }
+    const int64_t room = d.size + missing - d.capacity;
+    evict_lru(d, room, now);
+    plan.evicted += std::max<int64_t>(room, 0);
+    // No slot moves from here on: the slots recorded stay valid.
+    for (int32_t n : active) {
+        int32_t slot = d.neuron_slot[size_t(n)];
+        if (slot < 0) {
+            slot = append(d, n, false);
+            plan.missing.push_back(n);
+            plan.missing_slots.push_back(slot);
+        }
+        plan.slots.push_back(slot);
+    }
+}
+
+void NeuronCache::clear_unpinned() {
+    Data& d = *data_;
+    for (int64_t s = d.size - 1; s >= 0; --s)
+        if (!d.pinned[size_t(s)]) delete_slot(d, s);
+}
+
+namespace {
+
+// Scatters a vector into a slot (gather false) or collects it back (gather true).
+void transfer(Data& d, int32_t slot, NeuronPart part, uint8_t* vector, bool gather) {
+    require(slot >= 0 && slot < d.capacity, "neuron cache: slot ", slot, " out of range");
+    require(d.has(part), "neuron cache: the file has no gate part");
+    if (!d.quantized) {
+        uint16_t* row = d.rows[int(part)].data() + slot * d.d_model;
+        if (gather) std::memcpy(vector, row, size_t(d.vector_bytes));
+        else std::memcpy(row, vector, size_t(d.vector_bytes));
+        return;
+    }
+    if (!is_column(part)) {
+        uint8_t* row = d.down.data() + slot * d.vector_bytes;
+        if (gather) std::memcpy(vector, row, size_t(d.vector_bytes));
+        else std::memcpy(row, vector, size_t(d.vector_bytes));
+        return;
+    }
+    Data::Columns& c = d.columns[int(part)];
+    move_meta(reinterpret_cast<uint8_t*>(c.codes.data()), d.column_words, 4, slot, vector, gather);
+    const NeuronVectorLayout& layout = d.header.vector;
+    move_meta(c.scales.data(), d.groups, d.scale_bytes, slot, vector + layout.scales_offset(), gather);
+    if (d.zero_bytes > 0)
+        move_meta(c.zeros.data(), d.groups, d.zero_bytes, slot, vector + layout.zeros_offset(), gather);
+}
+
+}  // namespace
+
+void NeuronCache::fill(int32_t slot, NeuronPart part, const uint8_t* vector) {
+    transfer(*data_, slot, part, const_cast<uint8_t*>(vector), false);
+}
+
+void NeuronCache::read_vector(int32_t slot, NeuronPart part, uint8_t* out) const {
+    transfer(*data_, slot, part, out, true);
+}
+
+void NeuronCache::fill_bias(int32_t slot, float bias) {
+    require(slot >= 0 && slot < data_->capacity, "neuron cache: slot ", slot, " out of range");
+    require(!data_->bias.empty(), "neuron cache: the file has no biases");
+    data_->bias[size_t(slot)] = bias;
+}
+
+float NeuronCache::bias(int32_t slot) const {
+    require(slot >= 0 && slot < data_->capacity, "neuron cache: slot ", slot, " out of range");
+    return data_->bias.empty() ? 0.0f : data_->bias[size_t(slot)];
+}
+
+}  // namespace qjit

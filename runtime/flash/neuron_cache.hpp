@@ -20,7 +20,8 @@ namespace qjit {
 
 class NeuronCache {
 public:
-    // window: tokens a neuron stays resident after it was last active (0: until the next token).
+    // window: tokens a neuron stays resident after it was last active: at token t it stays while
+    // t - last_active <= window (0: only while active; 1: also when active at the previous token).
     NeuronCache(const NeuronFileHeader& header, int64_t capacity, int window);
 
     // Bytes one slot takes (all parts, bias, bookkeeping): a DRAM budget divided by it is a capacity.
@@ -31,8 +32,10 @@ public:
     int window() const;
     int64_t memory_bytes() const;  // what the constructor allocated
 
-    // Pins neurons (distinct, not resident yet; at most the capacity): returns their slots, which
-    // the caller fills before the next begin_token.
+    // Pins neurons (distinct, not resident yet; at most the capacity with those already pinned):
+    // returns their slots, which the caller fills before the next begin_token. Evicts the least
+    // recently active unpinned neurons when the cache is full (which moves slots: call it between
+    // tokens, not while a plan's slots are in use).
     std::vector<int32_t> pin(std::span<const int32_t> neurons);
 
     struct TokenPlan {
@@ -43,9 +46,11 @@ public:
         int64_t evicted = 0;                 // neurons deleted by this call
     };
     // Starts a token whose active neurons are `active` (distinct ids below d_ff): deletes the
-    // neurons whose window has passed, then appends the missing ones (evicting the least recently
-    // active unpinned, inactive neurons if the capacity requires). Throws an invalid-argument Error
-    // when the active neurons cannot fit beside the pinned ones. Reuses plan's vectors.
+    // unpinned, inactive neurons whose window has passed, then appends the missing ones (evicting
+    // the least recently active unpinned, inactive neurons, ties by lower id, if the capacity
+    // requires). Throws an invalid-argument Error, the cache unchanged, for a bad id or when the
+    // active neurons cannot fit beside the pinned ones. Reuses plan's vectors; plan.slots stay
+    // valid until the next begin_token, pin or clear_unpinned.
     void begin_token(std::span<const int32_t> active, TokenPlan& plan);
     // Deletes every unpinned neuron.
     void clear_unpinned();
@@ -53,13 +58,17 @@ public:
     // Fills a slot's part from a record's vector bytes (and the neuron's bias, when the file has them).
     void fill(int32_t slot, NeuronPart part, const uint8_t* vector);
     void fill_bias(int32_t slot, float bias);
+    // The inverse of fill: a slot's part as the record's vector bytes (vector.bytes() of them), and
+    // its bias (0 without biases). For tests and for writing a cache back out.
+    void read_vector(int32_t slot, NeuronPart part, uint8_t* out) const;
+    float bias(int32_t slot) const;
 
     int32_t neuron_at(int32_t slot) const;  // -1 for a free slot
     int32_t slot_of(int32_t neuron) const;  // -1 when not resident
 
     const NeuronFileHeader& header() const;
 
-    // What the kernels read (runtime/flash/sparse_ffn.cpp).
+    // What the kernels read: layout and bookkeeping in runtime/flash/neuron_cache_data.hpp.
     struct Data;
     const Data& data() const;
 

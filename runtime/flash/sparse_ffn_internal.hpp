@@ -1,0 +1,25 @@
+// The two paths of sparse_ffn_accumulate (runtime/flash/sparse_ffn.cpp dispatches).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+
+#include "runtime/cpu/thread_pool.hpp"
+#include "runtime/flash/neuron_cache_data.hpp"
+
+namespace qjit {
+
+// A neuron's activation from its products: Relu max(0, u + bias); SwiGlu silu(g) * u.
+template <typename T>
+T ffn_activation(FfnActivation activation, T g, T u, T bias) {
+    if (activation == FfnActivation::Relu) return std::max(T(0), u + bias);
+    return g / (T(1) + std::exp(-g)) * u;
+}
+
+void sparse_ffn_portable(const NeuronCache::Data& d, std::span<const int32_t> slots, const float* x, int64_t m,
+                         float* y);
+void sparse_ffn_fast(const NeuronCache::Data& d, std::span<const int32_t> slots, const float* x, int64_t m, float* y,
+                     ThreadPool& pool);
+
+}  // namespace qjit

@@ -1,0 +1,347 @@
+#include "runtime/flash/sparse_ffn_kernels.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#pragma GCC diagnostic ignored "-Wpsabi"  // 32-byte vectors in the baseline clone: all inlined
+
+// Inlined into each variant (below), so compiled for its instruction set.
+#define QJIT_FLASH_INLINE inline __attribute__((always_inline))
+
+namespace qjit {
+
+namespace {
+
+using Data = NeuronCache::Data;
+constexpr int kPanel = Data::kPanel;
+
+// GCC vector types: 8 lanes, split into halves on baseline x86-64 and one register with AVX2.
+using v8u = uint32_t __attribute__((vector_size(32)));
+using v8i = int32_t __attribute__((vector_size(32)));
+using v8f = float __attribute__((vector_size(32)));
+
+QJIT_FLASH_INLINE v8u load_u(const uint32_t* p) {
+    v8u v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+QJIT_FLASH_INLINE v8f load_f(const float* p) {
+    v8f v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+QJIT_FLASH_INLINE v8f to_float(const v8u& code) {
+    return __builtin_convertvector(reinterpret_cast<const v8i&>(code), v8f);
+}
+
+// Shift of row j of a word in a plane of `width` bits (format/code_planes.hpp's plane_slot).
+constexpr int plane_shift(int width, int j) { return 8 * (j % 4) + width * (j / 4); }
+
+// Row r's codes of the 8 columns of a panel's 32-row block (words at w[word * 8 + column]): the bit
+// planes of format/code_planes.hpp, r (unrolled) making every word and shift a constant.
+template <int B>
+QJIT_FLASH_INLINE v8u panel_row_codes(const uint32_t* w, int r) {
+    if constexpr (B == 3) {
+        const v8u low = (load_u(w + (r / 16) * kPanel) >> plane_shift(2, r % 16)) & 3u;
+        const v8u high = (load_u(w + 2 * kPanel) >> plane_shift(1, r)) & 1u;
+        return low | high << 2;
+    } else {
+        constexpr int kRowsPerWord = 32 / B;
+        return (load_u(w + (r / kRowsPerWord) * kPanel) >> plane_shift(B, r % kRowsPerWord)) & ((1u << B) - 1u);
+    }
+}
+
+// Folds one group's sums (CHAINS partial sums each) into the panel's products: s * (dot - z * xsum),
+// or s * dot + m * xsum with float offsets.
+template <int ROWS, int CHAINS>
+QJIT_FLASH_INLINE void fold_group(const Data& d, const uint8_t* scales, const uint8_t* zeros, int64_t g,
+                                  const float* x_sums, v8f (&acc)[ROWS][CHAINS], v8f (&total)[ROWS]) {
+    if (g >= d.groups) return;  // the padding rows of a last block of 16-row groups
+    const WeightFormat& f = d.header.vector.format;
+    float sf[kPanel], zf[kPanel];
+    for (int c = 0; c < kPanel; ++c) {
+        const int64_t at = g * kPanel + c;
+        sf[c] = d.meta_float(scales + at * d.scale_bytes);
+        zf[c] = f.float_offsets ? d.meta_float(zeros + at * d.zero_bytes)
+                : f.symmetric   ? float(1 << (d.bits - 1))
+                                : float(zeros[at]);
+    }
+    const v8f s = load_f(sf), z = load_f(zf);
+    for (int r = 0; r < ROWS; ++r) {
+        const float xs = x_sums[r * d.groups + g];
+        v8f dot = acc[r][0];
+        for (int chain = 1; chain < CHAINS; ++chain) dot += acc[r][chain];
+        for (int chain = 0; chain < CHAINS; ++chain) acc[r][chain] = v8f{};
+        total[r] += f.float_offsets ? s * dot + z * xs : s * (dot - z * xs);
+    }
+}
+
+// HALF: groups of 16 rows, two to a block; otherwise a block lies in one group.
+template <int B, int ROWS, bool HALF>
+QJIT_FLASH_INLINE void panel_kernel(const Data& d, NeuronPart part, int64_t panel, const float* x, const float* x_sums,
+                                    float* out) {
+    const uint32_t* codes = d.panel_codes(part, panel);
+    const uint8_t* scales = d.panel_scales(part, panel);
+    const uint8_t* zeros = d.panel_zeros(part, panel);
+    const int64_t x_stride = d.blocks * 32, blocks = d.blocks, group_size = d.group_size;
+    // Independent sums for rows r % CHAINS, so that few rows of x still keep the FMA units busy.
+    constexpr int CHAINS = ROWS >= 4 ? 1 : 4 / ROWS;
+    v8f acc[ROWS][CHAINS] = {}, total[ROWS] = {};
+    for (int64_t b = 0; b < blocks; ++b) {
+        const uint32_t* w = codes + b * B * kPanel;
+        const float* xb = x + b * 32;
+#pragma GCC unroll 32
+        for (int r = 0; r < 32; ++r) {
+            const v8f q = to_float(panel_row_codes<B>(w, r));
+            for (int i = 0; i < ROWS; ++i) acc[i][r % CHAINS] += xb[i * x_stride + r] * q;
+            if (HALF && r == 15) fold_group<ROWS, CHAINS>(d, scales, zeros, 2 * b, x_sums, acc, total);
+        }
+        if (HALF) fold_group<ROWS, CHAINS>(d, scales, zeros, 2 * b + 1, x_sums, acc, total);
+        else if ((b + 1) * 32 % group_size == 0 || b + 1 == blocks)
+            fold_group<ROWS, CHAINS>(d, scales, zeros, b * 32 / group_size, x_sums, acc, total);
+    }
+    for (int i = 0; i < ROWS; ++i) std::memcpy(out + i * kPanel, &total[i], sizeof total[i]);
+}
+
+template <int B>
+QJIT_FLASH_INLINE void panel_rows(const Data& d, NeuronPart part, int64_t panel, const float* x, const float* x_sums,
+                                  int rows, float* out) {
+    const bool half = d.group_size == 16;
+    switch (rows * 2 + half) {
+    case 2: panel_kernel<B, 1, false>(d, part, panel, x, x_sums, out); break;
+    case 3: panel_kernel<B, 1, true>(d, part, panel, x, x_sums, out); break;
+    case 4: panel_kernel<B, 2, false>(d, part, panel, x, x_sums, out); break;
+    case 5: panel_kernel<B, 2, true>(d, part, panel, x, x_sums, out); break;
+    case 6: panel_kernel<B, 3, false>(d, part, panel, x, x_sums, out); break;
+    case 7: panel_kernel<B, 3, true>(d, part, panel, x, x_sums, out); break;
+    case 8: panel_kernel<B, 4, false>(d, part, panel, x, x_sums, out); break;
+    default: panel_kernel<B, 4, true>(d, part, panel, x, x_sums, out); break;
+    }
+}
+
+// Rows [8 * OCTET, 8 * OCTET + 8) of plane W's words, shifted to VALUE_SHIFT: each lane takes its
+// row's word and shifts it by a constant, one variable shift for 8 rows.
+template <int W, int VALUE_SHIFT, int OCTET>
+QJIT_FLASH_INLINE v8u plane_octet(const uint32_t* words) {
+    constexpr int kRows = 32 / W;  // rows per word
+    constexpr int kFirst = OCTET * 8;
+    constexpr auto shift_of = [](int l) { return uint32_t(plane_shift(W, (kFirst + l) % kRows)); };
+    constexpr v8u shift = {shift_of(0), shift_of(1), shift_of(2), shift_of(3),
+                           shift_of(4), shift_of(5), shift_of(6), shift_of(7)};
+    v8u word = v8u{} + words[kFirst / kRows];
+    if constexpr (kRows < 8) {  // 8-bit codes: four rows a word, two words an octet
+        constexpr v8u kHalves = {0, 1, 2, 3, 12, 13, 14, 15};
+        word = __builtin_shuffle(word, v8u{} + words[kFirst / kRows + 1], kHalves);
+    }
+    return ((word >> shift) & ((1u << W) - 1u)) << VALUE_SHIFT;
+}
+
+template <int B, int OCTET>
+QJIT_FLASH_INLINE v8f decode_octet(const uint32_t* words) {
+    v8u code;
+    if constexpr (B == 3) code = plane_octet<2, 0, OCTET>(words) | plane_octet<1, 2, OCTET>(words + 2);
+    else code = plane_octet<B, 0, OCTET>(words);
+    return to_float(code);
+}
+
+// A block's 32 codes of one column whose words are contiguous (a down vector), as floats.
+template <int B>
+QJIT_FLASH_INLINE void decode_column_block(const uint8_t* bytes, v8f (&q)[4]) {
+    uint32_t words[B];
+    std::memcpy(words, bytes, sizeof words);
+    q[0] = decode_octet<B, 0>(words);
+    q[1] = decode_octet<B, 1>(words);
+    q[2] = decode_octet<B, 2>(words);
+    q[3] = decode_octet<B, 3>(words);
+}
+
+template <int B, bool HALF>
+QJIT_FLASH_INLINE void down_kernel(const Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m,
+                                   int64_t b0, int64_t b1, float* y) {
+    const WeightFormat& f = d.header.vector.format;
+    const int64_t scales_offset = d.header.vector.scales_offset(), zeros_offset = d.header.vector.zeros_offset();
+    // Locals, so the stores to y need not reload them.
+    const uint8_t* const vectors = d.down.data();
+    const int64_t vector_bytes = d.vector_bytes, d_model = d.d_model, group_size = d.group_size;
+    const int scale_bytes = d.scale_bytes, zero_bytes = d.zero_bytes;
+    const bool float_offsets = f.float_offsets, symmetric = f.symmetric;
+    constexpr int kSegments = HALF ? 2 : 1, kSegmentRows = 32 / kSegments;
+    for (int64_t i = 0; i < count; ++i) {
+        bool any = false;  // Relu leaves many neurons at exactly 0
+        for (int64_t r = 0; r < m; ++r) any |= a[r * count + i] != 0.0f;
+        if (!any) continue;
+        const uint8_t* v = vectors + slots[i] * vector_bytes;
+        for (int64_t b = b0; b < b1; ++b) {
+            v8f octets[4];
+            decode_column_block<B>(v + b * B * 4, octets);
+            float q[32];
+            std::memcpy(q, octets, sizeof q);
+            const int64_t base = b * 32, rows = std::min<int64_t>(32, d_model - base);
+            for (int h = 0; h < kSegments; ++h) {
+                const int64_t j0 = h * kSegmentRows, j1 = std::min<int64_t>(j0 + kSegmentRows, rows);
+                if (j0 >= j1) break;
+                const int64_t g = HALF ? 2 * b + h : base / group_size;
+                const float s = d.meta_float(v + scales_offset + g * scale_bytes);
+                const float z = float_offsets ? d.meta_float(v + zeros_offset + g * zero_bytes)
+                                : symmetric   ? float(1 << (B - 1))
+                                              : float(v[zeros_offset + g]);
+                for (int64_t r = 0; r < m; ++r) {
+                    const float ar = a[r * count + i];
+                    const float scale = ar * s, offset = float_offsets ? ar * z : -scale * z;
+                    float* yr = y + r * d_model + base;
+                    if (j1 - j0 == kSegmentRows) {
+                        for (int o = int(j0 / 8); o < int(j0 / 8) + kSegmentRows / 8; ++o) {
+                            v8f out;
+                            std::memcpy(&out, yr + 8 * o, sizeof out);
+                            out += scale * octets[o] + offset;
+                            std::memcpy(yr + 8 * o, &out, sizeof out);
+                        }
+                    } else {
+                        for (int64_t j = j0; j < j1; ++j) yr[j] += scale * q[j] + offset;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// fp16 bits to fp32 without branches (so loops of it vectorize): exact for finite values,
+// subnormals included.
+QJIT_FLASH_INLINE float half_bits_to_float(uint32_t h) {
+    const uint32_t magnitude = (h & 0x7fffu) << 13, exponent = magnitude & 0x0f800000u;
+    uint32_t bits = magnitude + (112u << 23);
+    bits = exponent == 0x0f800000u ? bits + (112u << 23) : bits;  // inf, nan
+    float value, subnormal, one;
+    const uint32_t subnormal_bits = bits + (1u << 23), one_bits = 113u << 23;
+    std::memcpy(&value, &bits, 4);
+    std::memcpy(&subnormal, &subnormal_bits, 4);
+    std::memcpy(&one, &one_bits, 4);
+    value = exponent == 0 ? subnormal - one : value;
+    uint32_t out;
+    std::memcpy(&out, &value, 4);
+    out |= (h & 0x8000u) << 16;
+    std::memcpy(&value, &out, 4);
+    return value;
+}
+
+QJIT_FLASH_INLINE void panel_products_body(const Data& d, NeuronPart part, int64_t panel, const float* x_padded,
+                                     const float* x_sums, int64_t m, float* out) {
+    const int64_t x_stride = d.blocks * 32;
+    for (int64_t r0 = 0; r0 < m; r0 += 4) {
+        const int rows = int(std::min<int64_t>(4, m - r0));
+        const float* x = x_padded + r0 * x_stride;
+        const float* sums = x_sums + r0 * d.groups;
+        float* o = out + r0 * kPanel;
+        switch (d.bits) {
+        case 2: panel_rows<2>(d, part, panel, x, sums, rows, o); break;
+        case 3: panel_rows<3>(d, part, panel, x, sums, rows, o); break;
+        case 4: panel_rows<4>(d, part, panel, x, sums, rows, o); break;
+        default: panel_rows<8>(d, part, panel, x, sums, rows, o); break;
+        }
+    }
+}
+
+QJIT_FLASH_INLINE void down_accumulate_body(const Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m,
+                                      int64_t b0, int64_t b1, float* y) {
+    const bool half = d.group_size == 16;
+    switch (d.bits * 2 + half) {
+    case 4: down_kernel<2, false>(d, slots, count, a, m, b0, b1, y); break;
+    case 5: down_kernel<2, true>(d, slots, count, a, m, b0, b1, y); break;
+    case 6: down_kernel<3, false>(d, slots, count, a, m, b0, b1, y); break;
+    case 7: down_kernel<3, true>(d, slots, count, a, m, b0, b1, y); break;
+    case 8: down_kernel<4, false>(d, slots, count, a, m, b0, b1, y); break;
+    case 9: down_kernel<4, true>(d, slots, count, a, m, b0, b1, y); break;
+    case 16: down_kernel<8, false>(d, slots, count, a, m, b0, b1, y); break;
+    default: down_kernel<8, true>(d, slots, count, a, m, b0, b1, y); break;
+    }
+}
+
+QJIT_FLASH_INLINE void f16_products_body(const uint16_t* row, const float* x, int64_t m, int64_t n, float* out) {
+    for (int64_t r = 0; r < m; ++r) {
+        const float* xr = x + r * n;
+        float acc[8] = {};
+        int64_t k = 0;
+        for (; k + 8 <= n; k += 8)
+            for (int c = 0; c < 8; ++c) acc[c] += xr[k + c] * half_bits_to_float(row[k + c]);
+        float sum = 0.0f;
+        for (; k < n; ++k) sum += xr[k] * half_bits_to_float(row[k]);
+        for (int c = 0; c < 8; ++c) sum += acc[c];
+        out[r] = sum;
+    }
+}
+
+QJIT_FLASH_INLINE void f16_down_accumulate_body(const Data& d, const int32_t* slots, int64_t count, const float* a,
+                                          int64_t m, int64_t k0, int64_t k1, float* y) {
+    for (int64_t i = 0; i < count; ++i) {
+        const uint16_t* row = d.f16_row(NeuronPart::Down, slots[i]);
+        for (int64_t r = 0; r < m; ++r) {
+            const float ar = a[r * count + i];
+            if (ar == 0.0f) continue;
+            float* yr = y + r * d.d_model;
+            for (int64_t k = k0; k < k1; ++k) yr[k] += ar * half_bits_to_float(row[k]);
+        }
+    }
+}
+
+// The entry points compiled for one instruction set. AVX2 with FMA is the fast variant (8-lane
+// vectors are one register; this file is compiled with -ffp-contract=fast, so a * b + c is one
+// FMA there); the baseline splits each vector into two SSE halves. Picked at run time below, not
+// by ifunc clones, so that sanitizer builds and any x86-64 take the same route.
+#define QJIT_FLASH_VARIANT(SUFFIX, TARGET)                                                                       \
+    TARGET void panel_products_##SUFFIX(const Data& d, NeuronPart part, int64_t panel, const float* x_padded,    \
+                                        const float* x_sums, int64_t m, float* out) {                            \
+        panel_products_body(d, part, panel, x_padded, x_sums, m, out);                                           \
+    }                                                                                                            \
+    TARGET void down_accumulate_##SUFFIX(const Data& d, const int32_t* slots, int64_t count, const float* a,     \
+                                         int64_t m, int64_t b0, int64_t b1, float* y) {                          \
+        down_accumulate_body(d, slots, count, a, m, b0, b1, y);                                                  \
+    }                                                                                                            \
+    TARGET void f16_products_##SUFFIX(const uint16_t* row, const float* x, int64_t m, int64_t n, float* out) {   \
+        f16_products_body(row, x, m, n, out);                                                                    \
+    }                                                                                                            \
+    TARGET void f16_down_accumulate_##SUFFIX(const Data& d, const int32_t* slots, int64_t count, const float* a, \
+                                             int64_t m, int64_t k0, int64_t k1, float* y) {                      \
+        f16_down_accumulate_body(d, slots, count, a, m, k0, k1, y);                                              \
+    }
+
+QJIT_FLASH_VARIANT(baseline, )
+QJIT_FLASH_VARIANT(avx2, __attribute__((target("avx2,fma"))))
+
+struct Kernels {
+    decltype(&panel_products_baseline) panel_products;
+    decltype(&down_accumulate_baseline) down_accumulate;
+    decltype(&f16_products_baseline) f16_products;
+    decltype(&f16_down_accumulate_baseline) f16_down_accumulate;
+};
+
+const Kernels& kernels() {
+    static const Kernels chosen = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+                                      ? Kernels{panel_products_avx2, down_accumulate_avx2, f16_products_avx2,
+                                                f16_down_accumulate_avx2}
+                                      : Kernels{panel_products_baseline, down_accumulate_baseline,
+                                                f16_products_baseline, f16_down_accumulate_baseline};
+    return chosen;
+}
+
+}  // namespace
+
+void panel_products(const Data& d, NeuronPart part, int64_t panel, const float* x_padded, const float* x_sums,
+                    int64_t m, float* out) {
+    kernels().panel_products(d, part, panel, x_padded, x_sums, m, out);
+}
+
+void down_accumulate(const Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m, int64_t b0,
+                     int64_t b1, float* y) {
+    kernels().down_accumulate(d, slots, count, a, m, b0, b1, y);
+}
+
+void f16_products(const uint16_t* row, const float* x, int64_t m, int64_t n, float* out) {
+    kernels().f16_products(row, x, m, n, out);
+}
+
+void f16_down_accumulate(const Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m, int64_t k0,
+                         int64_t k1, float* y) {
+    kernels().f16_down_accumulate(d, slots, count, a, m, k0, k1, y);
+}
+
+}  // namespace qjit

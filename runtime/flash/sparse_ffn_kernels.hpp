@@ -1,0 +1,31 @@
+// The SIMD kernels of the sparse FFN's fast path, each compiled for AVX2 with FMA and for baseline
+// x86-64, picked at run time by what the CPU supports: GCC vector types of 8 lanes, one lane per
+// column of a panel or per row of a down vector, so the same arithmetic runs on every ISA (two SSE
+// halves on the baseline). Codes are unpacked with shifts and masks to fp32 and multiplied in fp32;
+// each group's sums get their scale and zero point once, as qjit's CPU kernels do.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/flash/neuron_cache_data.hpp"
+
+namespace qjit {
+
+// The products of m rows of x with the 8 columns of a panel of `part` (quantized caches):
+// out[r * 8 + c]. x_padded: [m][blocks * 32], zero past d_model; x_sums: [m][groups], the sum of
+// each group's activations.
+void panel_products(const NeuronCache::Data& d, NeuronPart part, int64_t panel, const float* x_padded,
+                    const float* x_sums, int64_t m, float* out);
+
+// y[r][k] += sum over i < count of a[r * count + i] * down_{slots[i]}[k] for k in the 32-row
+// blocks [b0, b1) (clipped to d_model). Quantized caches.
+void down_accumulate(const NeuronCache::Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m,
+                     int64_t b0, int64_t b1, float* y);
+
+// F16 caches: out[r] = x[r] . row over n values (m rows of x, n apart) ...
+void f16_products(const uint16_t* row, const float* x, int64_t m, int64_t n, float* out);
+// ... and the down accumulation over k in [k0, k1), as down_accumulate.
+void f16_down_accumulate(const NeuronCache::Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m,
+                         int64_t k0, int64_t k1, float* y);
+
+}  // namespace qjit

@@ -1,0 +1,74 @@
+// The reference path of the sparse FFN: each weight dequantized on its own from the cache's
+// layout, products and sums in double. Shares nothing with the fast path but the layout.
+#include <vector>
+
+#include "format/code_planes.hpp"
+#include "runtime/flash/sparse_ffn_internal.hpp"
+
+namespace qjit {
+
+namespace {
+
+using Data = NeuronCache::Data;
+
+// Weight k of a gate or up column in the panel layout, dequantized in fp32 as
+// format/neuron_record.cpp's dequantize_vector does.
+float column_weight(const Data& d, NeuronPart part, int64_t slot, int64_t k) {
+    const int64_t panel = slot / Data::kPanel, column = slot % Data::kPanel;
+    const uint32_t* codes = d.panel_codes(part, panel);
+    const int64_t block = k / 32;
+    uint32_t code = 0;
+    for (const CodePlane& plane : code_planes(d.bits)) {
+        const PlaneSlot at = plane_slot(plane, int(k % 32));
+        const uint32_t word = codes[(block * d.bits + at.word) * Data::kPanel + column];
+        code |= ((word >> at.shift) & ((1u << plane.width) - 1u)) << plane.value_shift;
+    }
+    const int64_t meta = (k / d.group_size) * Data::kPanel + column;
+    const float scale = d.meta_float(d.panel_scales(part, panel) + meta * d.scale_bytes);
+    const WeightFormat& f = d.header.vector.format;
+    if (f.float_offsets) return scale * float(code) + d.meta_float(d.panel_zeros(part, panel) + meta * d.zero_bytes);
+    const float zero = f.symmetric ? float(1 << (d.bits - 1)) : float(d.panel_zeros(part, panel)[meta]);
+    return scale * (float(code) - zero);
+}
+
+// The d_model weights of a slot's part.
+void slot_vector(const Data& d, NeuronPart part, int64_t slot, float* out) {
+    if (!d.quantized) {
+        const uint16_t* row = d.f16_row(part, slot);
+        for (int64_t k = 0; k < d.d_model; ++k) out[k] = half_to_float(row[k]);
+    } else if (part == NeuronPart::Down) {
+        dequantize_vector(d.header.vector, d.down_vector(slot), out);
+    } else {
+        for (int64_t k = 0; k < d.d_model; ++k) out[k] = column_weight(d, part, slot, k);
+    }
+}
+
+double dot(const float* x, const float* w, int64_t n) {
+    double sum = 0.0;
+    for (int64_t k = 0; k < n; ++k) sum += double(x[k]) * double(w[k]);
+    return sum;
+}
+
+}  // namespace
+
+void sparse_ffn_portable(const Data& d, std::span<const int32_t> slots, const float* x, int64_t m, float* y) {
+    const int64_t n = d.d_model;
+    const bool gated = d.header.activation == FfnActivation::SwiGlu;
+    std::vector<double> acc(y, y + m * n);
+    const size_t values = size_t(n);
+    std::vector<float> gate(values), up(values), down(values);
+    for (int32_t s : slots) {
+        if (gated) slot_vector(d, NeuronPart::Gate, s, gate.data());
+        slot_vector(d, NeuronPart::Up, s, up.data());
+        slot_vector(d, NeuronPart::Down, s, down.data());
+        const double bias = d.bias.empty() ? 0.0 : double(d.bias[size_t(s)]);
+        for (int64_t r = 0; r < m; ++r) {
+            const double g = gated ? dot(x + r * n, gate.data(), n) : 0.0;
+            const double a = ffn_activation(d.header.activation, g, dot(x + r * n, up.data(), n), bias);
+            for (int64_t k = 0; k < n; ++k) acc[size_t(r * n + k)] += a * double(down[size_t(k)]);
+        }
+    }
+    for (int64_t i = 0; i < m * n; ++i) y[i] = float(acc[size_t(i)]);
+}
+
+}  // namespace qjit
