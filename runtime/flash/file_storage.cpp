@@ -27,6 +27,7 @@ namespace qjit {
 namespace {
 
 constexpr int kMaxRingDepth = 256;
+constexpr int64_t kMaxUringRead = int64_t(1) << 30;  // a longer request goes as several reads
 constexpr int kMaxPreadThreads = 64;
 
 // What the engines share: the open file and how to report a failed read.
@@ -173,8 +174,8 @@ public:
         auto submit = [&](size_t i) {
             io_uring_sqe* sqe = io_uring_get_sqe(&ring_);  // never null: in_flight <= depth <= entries
             const ReadRequest& r = requests[i];
-            io_uring_prep_read(sqe, file.fd, static_cast<char*>(r.buffer) + done[i], unsigned(r.length - done[i]),
-                               uint64_t(r.offset + done[i]));
+            const auto length = unsigned(std::min<int64_t>(r.length - done[i], kMaxUringRead));
+            io_uring_prep_read(sqe, file.fd, static_cast<char*>(r.buffer) + done[i], length, uint64_t(r.offset + done[i]));
             sqe->user_data = i;
             ++in_flight;
         };
