@@ -179,7 +179,7 @@ public:
             sqe->user_data = i;
             ++in_flight;
         };
-        require(!broken_, file.description, ": its io_uring failed to submit earlier");
+        if (broken_) fail(QJIT_ERROR_IO, file.description, ": its io_uring failed to submit earlier");
         while (finished < requests.size() || in_flight > 0) {
             while (!error && in_flight < depth && next < requests.size()) submit(next++);
             if (error) {
