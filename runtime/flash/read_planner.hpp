@@ -22,9 +22,11 @@ struct ReadCurve {
 
     bool empty() const { return points.empty(); }
     // Throughput at a chunk size and depth, interpolated (log-linear in the chunk size) between
-    // the measured points and clamped at the ends. 0 when empty.
+    // the measured points and clamped at the ends. 0 when empty. The depth is not interpolated:
+    // the largest measured depth not above `queue_depth` answers (the smallest when all are).
     double gbps(int64_t chunk_bytes, int queue_depth) const;
-    // The depth with the highest throughput for chunks of about this size.
+    // The depth with the highest throughput for chunks of about this size (the smaller on a tie;
+    // 32 when empty).
     int best_queue_depth(int64_t chunk_bytes) const;
     // "4096x1=0.21;4096x8=0.95;..." and back (QJIT_ERROR_CORRUPT_DATA for bad text).
     std::string to_text() const;
@@ -56,8 +58,11 @@ struct ReadPlanOptions {
     bool coalesce = true;                       // false: one read per extent
 };
 
-// Extents in any order (duplicates allowed). With an empty curve, only touching extents merge and
-// the depth is 32.
+// Extents in any order (duplicates allowed). Overlapping extents always share a read; touching
+// ones do while the read stays within max_read_bytes; across a gap only when, by the curve, one
+// read through the gap costs no more time than two: t(L) = L / gbps(L, d) with d the best depth
+// for the median extent. The depth is the best one for the median read, at most the number of
+// reads. With an empty curve, only touching extents merge and the depth is 32.
 ReadPlan plan_reads(std::span<const Extent> extents, const ReadCurve& curve, const ReadPlanOptions& options = {});
 
 }  // namespace qjit

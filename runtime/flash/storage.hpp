@@ -21,6 +21,7 @@ struct StorageCounters {
     int64_t reads = 0;  // requests completed
 };
 
+// A storage object is used by one thread at a time; its reads may run on threads of its own.
 class Storage {
 public:
     virtual ~Storage() = default;
@@ -38,6 +39,12 @@ public:
 protected:
     StorageCounters counters_;
 };
+
+// Throws unless the requests meet `storage`'s contract: QJIT_ERROR_INVALID_ARGUMENT for a queue
+// depth < 1, a misaligned offset, length or buffer or a length <= 0, QJIT_ERROR_IO ("read past end of file")
+// for a range past size(); the message names the storage and the offset. Every implementation
+// checks its requests with it before reading.
+void check_read_requests(const Storage& storage, std::span<const ReadRequest> requests, int queue_depth);
 
 enum class ReadEngine : uint8_t {
     Auto,     // io_uring when the kernel allows it, else Pread
