@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "format/packed_codes.hpp"
 #include "format/quantize_rtn.hpp"
 #include "format/reference.hpp"
+#include "gguf_writer.hpp"
 #include "test_support.hpp"
 
 namespace qjit {
@@ -460,6 +462,104 @@ TEST(NeuronFile, QuantizeFfnLayerChecksItsInputs) {
     const NeuronFileHeader swiglu = sample_headers()[0];
     expect_error([&] { quantize_ffn_layer(swiglu, w.data(), nullptr, w.data(), nullptr); },
                  QJIT_ERROR_INVALID_ARGUMENT, {"missing"});
+}
+
+// ---- qjit-flash-convert ----
+
+// A random Llama model of 2 layers as a GGUF file of F32 tensors: d_model 64, d_ff 40.
+struct TinyLlama {
+    static constexpr int64_t kLayers = 2, kDim = 64, kHidden = 40, kVocab = 4;
+    std::vector<std::vector<float>> gate, up, down;  // as the file holds them: [out][in]
+    std::string bytes;
+};
+
+TinyLlama tiny_llama() {
+    TinyLlama m;
+    auto values = [seed = 1u](int64_t count) mutable { return test::random_floats(size_t(count), seed++); };
+    test::GgufWriter writer;
+    writer.value("general.architecture", std::string("llama"))
+        .value("llama.block_count", uint32_t(TinyLlama::kLayers))
+        .value("llama.embedding_length", uint32_t(TinyLlama::kDim))
+        .value("llama.feed_forward_length", uint32_t(TinyLlama::kHidden))
+        .value("llama.attention.head_count", uint32_t(2))
+        .value("llama.attention.head_count_kv", uint32_t(2))
+        .value("llama.rope.freq_base", 10000.0f)
+        .value("llama.attention.layer_norm_rms_epsilon", 1e-5f)
+        .value("llama.context_length", uint32_t(16))
+        .value("tokenizer.ggml.model", "gpt2")
+        .array("tokenizer.ggml.tokens", std::vector<std::string>{"a", "b", "c", "d"});
+    const auto add = [&](const std::string& name, std::vector<uint64_t> dims, const std::vector<float>& v) {
+        writer.tensor(test::GgufTensorSpec{name, 0, std::move(dims),
+                                           std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4),
+                                           std::nullopt});
+    };
+    const uint64_t dim = TinyLlama::kDim, hidden = TinyLlama::kHidden;
+    add("token_embd.weight", {dim, uint64_t(TinyLlama::kVocab)}, values(TinyLlama::kDim * TinyLlama::kVocab));
+    for (int64_t l = 0; l < TinyLlama::kLayers; ++l) {
+        const std::string block = "blk." + std::to_string(l) + ".";
+        add(block + "attn_norm.weight", {dim}, values(TinyLlama::kDim));
+        for (const char* name : {"attn_q", "attn_k", "attn_v", "attn_output"})
+            add(block + name + ".weight", {dim, dim}, values(TinyLlama::kDim * TinyLlama::kDim));
+        add(block + "ffn_norm.weight", {dim}, values(TinyLlama::kDim));
+        m.gate.push_back(values(TinyLlama::kDim * TinyLlama::kHidden));
+        m.up.push_back(values(TinyLlama::kDim * TinyLlama::kHidden));
+        m.down.push_back(values(TinyLlama::kDim * TinyLlama::kHidden));
+        add(block + "ffn_gate.weight", {dim, hidden}, m.gate.back());
+        add(block + "ffn_up.weight", {dim, hidden}, m.up.back());
+        add(block + "ffn_down.weight", {hidden, dim}, m.down.back());
+    }
+    add("output_norm.weight", {dim}, values(TinyLlama::kDim));
+    m.bytes = writer.bytes();
+    return m;
+}
+
+// rows x cols row-major, transposed.
+std::vector<float> transposed(const std::vector<float>& values, int64_t rows, int64_t cols) {
+    std::vector<float> t(values.size());
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) t[size_t(c * rows + r)] = values[size_t(r * cols + c)];
+    return t;
+}
+
+// The converter beside this test binary (build/tools/ next to build/tests/), on a tiny GGUF model:
+// every record checks and holds the RTN quantization of the model's weights.
+TEST(NeuronFile, ConvertsGgufModels) {
+    const fs::path tool = fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "tools" /
+                          "qjit-flash-convert";
+    if (!fs::exists(tool)) GTEST_SKIP() << tool << " is not built";
+    TempDir dir;
+    const TinyLlama model = tiny_llama();
+    test::write_file(dir.path / "tiny.gguf", model.bytes);
+    for (const std::string flags : {"--bits 3 --group 32 --alignment 512", "--f16 --split --alignment 1024"}) {
+        SCOPED_TRACE(flags);
+        const fs::path out = dir.path / "tiny.qneur";
+        const std::string command = tool.string() + " --gguf " + (dir.path / "tiny.gguf").string() + " --out " +
+                                    out.string() + " " + flags + " >/dev/null";
+        ASSERT_EQ(std::system(command.c_str()), 0) << command;
+        const std::string file = test::read_file(out);
+        const auto* data = reinterpret_cast<const uint8_t*>(file.data());
+        const NeuronFileHeader h = parse_neuron_file_header(data, file.size());
+        ASSERT_EQ(int64_t(file.size()), h.file_bytes());
+        EXPECT_EQ(h.layers, TinyLlama::kLayers);
+        EXPECT_EQ(h.d_model, TinyLlama::kDim);
+        EXPECT_EQ(h.d_ff, TinyLlama::kHidden);
+        EXPECT_EQ(h.activation, FfnActivation::SwiGlu);
+        for (int64_t l = 0; l < h.layers; ++l) {
+            LayerData d;
+            d.up = transposed(model.up[size_t(l)], h.d_ff, h.d_model);
+            d.gate = transposed(model.gate[size_t(l)], h.d_ff, h.d_model);
+            d.down = transposed(model.down[size_t(l)], h.d_model, h.d_ff);
+            d.weights = quantize_ffn_layer(h, d.up.data(), d.gate.data(), d.down.data(), nullptr);
+            std::vector<float> values(static_cast<size_t>(h.d_model));
+            for (int64_t i = 0; i < h.d_ff; ++i)
+                for (NeuronPart part : h.part_list()) {
+                    const uint8_t* record = data + h.record_offset(l, i, part);
+                    ASSERT_NO_THROW(check_record(h, l, i, h.bundled ? NeuronPart::Gate : part, record));
+                    dequantize_vector(h.vector, record + h.vector_offset_in_record(part), values.data());
+                    ASSERT_EQ(values, expected_vector(h, d, part, i)) << l << " " << i;
+                }
+        }
+    }
 }
 
 // The fuzz corpus's seeds parse: the fuzzer starts from valid headers and records.
