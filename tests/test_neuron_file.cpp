@@ -19,11 +19,14 @@
 #include "base/error.hpp"
 #include "base/half.hpp"
 #include "format/neuron_file.hpp"
+#include "format/gptq_import.hpp"
 #include "format/packed_codes.hpp"
 #include "format/quantize_rtn.hpp"
 #include "format/reference.hpp"
 #include "gguf_writer.hpp"
 #include "test_support.hpp"
+#include "tools/checkpoint_writer.hpp"
+#include "tools/random_gptq.hpp"
 
 namespace qjit {
 namespace {
@@ -521,11 +524,31 @@ std::vector<float> transposed(const std::vector<float>& values, int64_t rows, in
     return t;
 }
 
+// Where the converter lies: build/tools/ beside build/tests/, where this binary is.
+fs::path converter_path() {
+    return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "tools" / "qjit-flash-convert";
+}
+
+// Every record of layer `l` of a converted file checks and holds the weights (up, gate
+// [d_model][d_ff], down [d_ff][d_model]) quantized as the header says.
+void expect_layer_converted(const NeuronFileHeader& h, const uint8_t* data, int64_t l, std::vector<float> up,
+                            std::vector<float> gate, std::vector<float> down) {
+    LayerData d{std::move(up), std::move(gate), std::move(down), {}, {}};
+    d.weights = quantize_ffn_layer(h, d.up.data(), d.gate.data(), d.down.data(), nullptr);
+    std::vector<float> values(static_cast<size_t>(h.d_model));
+    for (int64_t i = 0; i < h.d_ff; ++i)
+        for (NeuronPart part : h.part_list()) {
+            const uint8_t* record = data + h.record_offset(l, i, part);
+            ASSERT_NO_THROW(check_record(h, l, i, h.bundled ? NeuronPart::Gate : part, record));
+            dequantize_vector(h.vector, record + h.vector_offset_in_record(part), values.data());
+            ASSERT_EQ(values, expected_vector(h, d, part, i)) << "layer " << l << " neuron " << i;
+        }
+}
+
 // The converter beside this test binary (build/tools/ next to build/tests/), on a tiny GGUF model:
 // every record checks and holds the RTN quantization of the model's weights.
 TEST(NeuronFile, ConvertsGgufModels) {
-    const fs::path tool = fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "tools" /
-                          "qjit-flash-convert";
+    const fs::path tool = converter_path();
     if (!fs::exists(tool)) GTEST_SKIP() << tool << " is not built";
     TempDir dir;
     const TinyLlama model = tiny_llama();
@@ -544,21 +567,50 @@ TEST(NeuronFile, ConvertsGgufModels) {
         EXPECT_EQ(h.d_model, TinyLlama::kDim);
         EXPECT_EQ(h.d_ff, TinyLlama::kHidden);
         EXPECT_EQ(h.activation, FfnActivation::SwiGlu);
-        for (int64_t l = 0; l < h.layers; ++l) {
-            LayerData d;
-            d.up = transposed(model.up[size_t(l)], h.d_ff, h.d_model);
-            d.gate = transposed(model.gate[size_t(l)], h.d_ff, h.d_model);
-            d.down = transposed(model.down[size_t(l)], h.d_model, h.d_ff);
-            d.weights = quantize_ffn_layer(h, d.up.data(), d.gate.data(), d.down.data(), nullptr);
-            std::vector<float> values(static_cast<size_t>(h.d_model));
-            for (int64_t i = 0; i < h.d_ff; ++i)
-                for (NeuronPart part : h.part_list()) {
-                    const uint8_t* record = data + h.record_offset(l, i, part);
-                    ASSERT_NO_THROW(check_record(h, l, i, h.bundled ? NeuronPart::Gate : part, record));
-                    dequantize_vector(h.vector, record + h.vector_offset_in_record(part), values.data());
-                    ASSERT_EQ(values, expected_vector(h, d, part, i)) << l << " " << i;
-                }
+        for (int64_t l = 0; l < h.layers; ++l)
+            expect_layer_converted(h, data, l, transposed(model.up[size_t(l)], h.d_ff, h.d_model),
+                                   transposed(model.gate[size_t(l)], h.d_ff, h.d_model),
+                                   transposed(model.down[size_t(l)], h.d_model, h.d_ff));
+    }
+}
+
+// The converter on a GPTQ checkpoint of 2 layers: its projections dequantized, then quantized again.
+TEST(NeuronFile, ConvertsGptqCheckpoints) {
+    const fs::path tool = converter_path();
+    if (!fs::exists(tool)) GTEST_SKIP() << tool << " is not built";
+    TempDir dir;
+    const int64_t d_model = 96, d_ff = 64, layers = 2;
+    std::vector<qjit_tools::GptqTensors> tensors(size_t(3 * layers));
+    std::vector<qjit_tools::CheckpointLayerTensors> entries;
+    for (int64_t l = 0; l < layers; ++l) {
+        const std::string prefix = "model.layers." + std::to_string(l) + ".mlp.";
+        const char* names[3] = {"gate_proj", "up_proj", "down_proj"};
+        for (int m = 0; m < 3; ++m) {
+            const int64_t k = m == 2 ? d_ff : d_model, n = m == 2 ? d_model : d_ff;
+            qjit_tools::GptqTensors& t = tensors[size_t(3 * l + m)];
+            qjit_tools::random_gptq(k, n, 4, 32, uint64_t(10 * l + m + 1), &t);
+            entries.push_back({prefix + names[m], k, n, t.view});
         }
+    }
+    fs::create_directories(dir.path / "ckpt");
+    qjit_tools::write_gptq_checkpoint((dir.path / "ckpt").string(), entries, {});
+    const fs::path out = dir.path / "ffn.qneur";
+    const std::string command = tool.string() + " --gptq " + (dir.path / "ckpt").string() + " --out " +
+                                out.string() + " --bits 8 --group 32 --split --alignment 512 >/dev/null";
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    const std::string file = test::read_file(out);
+    const auto* data = reinterpret_cast<const uint8_t*>(file.data());
+    const NeuronFileHeader h = parse_neuron_file_header(data, file.size());
+    ASSERT_EQ(int64_t(file.size()), h.file_bytes());
+    EXPECT_EQ(h.layers, layers);
+    EXPECT_EQ(h.d_model, d_model);
+    EXPECT_EQ(h.d_ff, d_ff);
+    EXPECT_EQ(h.vector.format.name(), "q8g32_asym");
+    for (int64_t l = 0; l < layers; ++l) {
+        const auto dense = [&](int m, int64_t k, int64_t n) {
+            return dequantize(import_gptq(k, n, tensors[size_t(3 * l + m)].view));
+        };
+        expect_layer_converted(h, data, l, dense(1, d_model, d_ff), dense(0, d_model, d_ff), dense(2, d_ff, d_model));
     }
 }
 
