@@ -4,6 +4,7 @@
 // exception) is a finding.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "base/error.hpp"
 #include "format/neuron_file.hpp"
