@@ -9,13 +9,17 @@
 //            matrices lie in a checkpoint): one read per neuron and part
 //
 // File layout (little-endian):
-//   header    `alignment` bytes: magic "QJITNEUR", version, the fields of NeuronFileHeader, the
-//             header's CRC-32; zero padding
+//   header    `alignment` bytes: magic "QJITNEUR", version (u32, 1), the fields of
+//             NeuronFileHeader: layers, d_model, d_ff (i64), activation, has_bias, bundled (u8),
+//             alignment (i64), the vector layout's coding (u8), bits (u32), group_size (i64),
+//             symmetric, float_offsets, scale_type (u8; an F16 layout keeps their defaults); the
+//             CRC-32 of all bytes before it (u32); zero padding
 //   layers    layer after layer, each `layer_bytes()`: bundled, d_ff records; split, for each part
 //             d_ff records
 //   record    its vectors in part order, then the first projection's bias (fp32, when the file has
-//             biases; every record of the file has the slot), then the CRC-32 of everything before it
-//             in the record, seeded with record_seed(); zero padding to record_bytes
+//             biases; every record of the file has the slot, and a split file writes the neuron's
+//             bias in each of its records), then the CRC-32 of everything before it in the record,
+//             seeded with record_seed(); zero padding to record_bytes
 #pragma once
 
 #include <cstdint>
@@ -54,6 +58,7 @@ struct NeuronFileHeader {
     int64_t file_bytes() const { return data_offset() + layers * layer_bytes(); }
     // Where the record holding `part` of `neuron` in `layer` starts (bundled: the neuron's record,
     // whatever the part), and where the part's vector lies inside it.
+    // Both throw an invalid-argument Error for a layer, neuron or part the file does not have.
     int64_t record_offset(int64_t layer, int64_t neuron, NeuronPart part) const;
     int64_t vector_offset_in_record(NeuronPart part) const;
     int64_t bias_offset_in_record() const;  // has_bias only
@@ -61,7 +66,10 @@ struct NeuronFileHeader {
     uint32_t record_seed(int64_t layer, int64_t neuron, NeuronPart first_part) const;
 };
 
-// Throws an invalid-argument Error naming the field for a header no file may have.
+// Throws an invalid-argument Error naming the field for a header no file may have: layers >= 1,
+// 1 <= d_model, d_ff < 2^31, alignment a power of two in [512, 2^20], biases only with Relu, a
+// vector layout for d_model (quantized_vector_layout's or f16_vector_layout's), a file below 2^62
+// bytes.
 void validate(const NeuronFileHeader& header);
 
 // The header's bytes (exactly header.alignment of them) and back. parse_neuron_file_header throws

@@ -69,11 +69,13 @@ void encode_quantized_vector(const NeuronVectorLayout& layout, const QuantizedMa
                              const PackedCodes& packed, int64_t column, uint8_t* out) {
     const WeightFormat& f = layout.format;
     require(layout.coding == VectorCoding::Quantized, "encode_quantized_vector: an F16 layout");
-    require(matrix.params.k == f.k && matrix.params.bits == f.bits && matrix.params.group_size == f.group_size &&
-                matrix.params.symmetric == f.symmetric && matrix.params.float_offsets == f.float_offsets &&
-                matrix.params.scale_type == f.scale_type,
-            "neuron vector: matrix format ", matrix.params.name(), " is not the layout's ", f.name());
+    WeightFormat column_format = matrix.params.format();
+    column_format.n = 1;
+    require(column_format == f, "neuron vector: matrix format ", matrix.params.name(), " is not the layout's ",
+            f.name());
     require(column >= 0 && column < matrix.params.n, "neuron vector: column ", column, " out of range");
+    require(packed.bits == f.bits && packed.k == f.k && packed.n == matrix.params.n && !packed.mixed(),
+            "neuron vector: the packed codes are not the matrix's");
     const int64_t n = matrix.params.n, groups = f.num_groups();
     // A column's words are the same at any panel width: copy them from the panel that holds it.
     const uint32_t* panel = packed.panel(column);
@@ -90,8 +92,11 @@ void encode_quantized_vector(const NeuronVectorLayout& layout, const QuantizedMa
         if (f.symmetric) continue;
         if (f.float_offsets)
             store_scale(f, matrix.params.offsets[size_t(g * n + column)], zeros + g * zb);
-        else
-            zeros[g] = uint8_t(matrix.params.zeros[size_t(g * n + column)]);
+        else {
+            const uint16_t zero = matrix.params.zeros[size_t(g * n + column)];
+            require(zero <= 255, "neuron vector: zero point ", zero, " does not fit a byte");
+            zeros[g] = uint8_t(zero);
+        }
     }
 }
 
