@@ -136,7 +136,7 @@ void evict_lru(Data& d, int64_t count, int64_t now) {
 
 NeuronCache::NeuronCache(const NeuronFileHeader& header, int64_t capacity, int window) : data_(new Data) {
     check_header(header);
-    require(capacity >= 1 && capacity <= header.d_ff, "neuron cache: capacity ", capacity, " outside [1, d_ff ",
+    require(capacity >= 0 && capacity <= header.d_ff, "neuron cache: capacity ", capacity, " outside [0, d_ff ",
             header.d_ff, "]");
     require(window >= 0, "neuron cache: window ", window, " is negative");
     Data& d = *data_;
