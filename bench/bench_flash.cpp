@@ -61,7 +61,8 @@ struct Options {
     std::fprintf(stderr,
                  "usage: bench_flash [--json] [--f16 | --bits=4 --group=128] [--layers=32] [--d-model=4096]\n"
                  "                   [--d-ff=16384] [--activity=0.03] [--tokens=32] [--warmup=8] [--window=4]\n"
-                 "                   [--budget=0.5] [--recall=0.99] [--alignment=512] [--dir=DIR]\n");
+                 "                   [--budget=0.5] [--recall=0.99] [--calibration=256] [--full-read-tokens=3]\n"
+                 "                   [--alignment=512] [--dir=DIR]\n");
     std::exit(code);
 }
 
@@ -84,6 +85,8 @@ Options parse(int argc, char** argv) {
         else if (const char* v = value("--budget=")) o.budget_fraction = std::atof(v);
         else if (const char* v = value("--recall=")) o.target_recall = std::atof(v);
         else if (const char* v = value("--alignment=")) o.alignment = std::atoll(v);
+        else if (const char* v = value("--calibration=")) o.calibration = std::max(1, std::atoi(v));
+        else if (const char* v = value("--full-read-tokens=")) o.full_read_tokens = std::max(1, std::atoi(v));
         else if (const char* v = value("--dir=")) o.dir = v;
         else usage(arg == "--help" || arg == "-h" ? 0 : 2);
     }
@@ -306,6 +309,9 @@ int main(int argc, char** argv) try {
         std::printf("{\"read_curve\": \"%s\", \"device\": \"%s\"}\n", s.curve.to_text().c_str(),
                     qjit::storage_device_key(s.bundled_path).c_str());
     else
+        std::printf("read curve of %s (chunk x depth = GB/s): %s\n", qjit::storage_device_key(s.bundled_path).c_str(),
+                    s.curve.to_text().c_str());
+    if (!o.json)
         std::printf("%-10s %11s %12s %12s %9s %9s %9s %9s %12s\n", "method", "DRAM", "read/token", "throughput",
                     "I/O", "cache", "compute", "predict", "total/token");
 
