@@ -167,20 +167,22 @@ void print_row(const Setup& s, const Method& m, const FlashFfn& ffn, double wall
     if (s.options.json) {
         std::printf("{\"method\": \"%s\", \"file\": \"%s\", \"format\": \"%s\", \"tokens\": %d, \"dram_bytes\": %lld, "
                     "\"model_bytes\": %lld, \"bytes_read_per_token\": %.0f, \"reads_per_token\": %.1f, "
-                    "\"read_gbps\": %.3f, \"io_ms_per_token\": %.3f, \"cache_ms_per_token\": %.3f, "
+                    "\"read_gbps\": %.3f, \"io_ms_per_token\": %.3f, \"io_wait_ms_per_token\": %.3f, \"cache_ms_per_token\": %.3f, "
                     "\"compute_ms_per_token\": %.3f, \"predict_ms_per_token\": %.3f, \"total_ms_per_token\": %.3f, "
                     "\"active_per_layer\": %.1f, \"loaded_per_layer\": %.1f, \"hit_rate\": %.4f, "
                     "\"page_cache_fraction\": %.4f}\n",
                     m.name, m.bundled ? "bundled" : "split",
                     s.bundled_header.vector.coding == qjit::VectorCoding::F16 ? "f16" : s.bundled_header.vector.format.name().c_str(),
                     tokens, (long long)ffn.dram_bytes(), (long long)s.model_bytes, double(c.bytes_read) / tokens,
-                    double(c.reads) / tokens, read_gbps, c.io_seconds * per_token, c.cache_seconds * per_token,
+                    double(c.reads) / tokens, read_gbps, c.io_seconds * per_token, c.io_wait_seconds * per_token,
+                    c.cache_seconds * per_token,
                     c.compute_seconds * per_token, c.predict_seconds * per_token, wall_seconds * per_token,
                     double(c.active_neurons) / layers_tokens, double(c.neurons_loaded) / layers_tokens,
                     c.active_neurons ? double(c.cache_hits) / double(c.active_neurons) : 0.0, cache_fraction);
     } else {
-        std::printf("%-10s %8.2f GB %9.1f MB %7.3f GB/s %9.1f %9.1f %9.1f %9.1f %9.1f ms\n", m.name,
+        std::printf("%-10s %8.2f GB %9.1f MB %7.3f GB/s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f ms\n", m.name,
                     ffn.dram_bytes() * 1e-9, c.bytes_read * 1e-6 / tokens, read_gbps, c.io_seconds * per_token,
+                    c.io_wait_seconds * per_token,
                     c.cache_seconds * per_token, c.compute_seconds * per_token, c.predict_seconds * per_token,
                     wall_seconds * per_token);
     }
@@ -312,8 +314,8 @@ int main(int argc, char** argv) try {
         std::printf("read curve of %s (chunk x depth = GB/s): %s\n", qjit::storage_device_key(s.bundled_path).c_str(),
                     s.curve.to_text().c_str());
     if (!o.json)
-        std::printf("%-10s %11s %12s %12s %9s %9s %9s %9s %12s\n", "method", "DRAM", "read/token", "throughput",
-                    "I/O", "cache", "compute", "predict", "total/token");
+        std::printf("%-10s %11s %12s %12s %9s %9s %9s %9s %9s %12s\n", "method", "DRAM", "read/token", "throughput",
+                    "I/O", "I/O wait", "cache", "compute", "predict", "total/token");
 
     const Method methods[] = {
         {"naive", false, false, false, false, false},     {"hybrid", false, true, false, false, false},

@@ -196,7 +196,7 @@ qjit_status qjit_flash_ffn_get_counters(const qjit_flash_ffn* ffn, qjit_flash_co
         const FlashFfnCounters& c = checked(ffn, "ffn").ffn->counters();
         require(counters != nullptr, "counters is NULL");
         *counters = {c.tokens, c.active_neurons, c.cache_hits, c.neurons_loaded, c.predicted, c.bytes_read, c.reads,
-                     c.io_seconds, c.cache_seconds, c.compute_seconds, c.predict_seconds};
+                     c.io_seconds, c.io_wait_seconds, c.cache_seconds, c.compute_seconds, c.predict_seconds};
     });
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <set>
@@ -19,6 +20,7 @@
 #include "format/reference.hpp"
 #include "qjit/qjit_flash.h"
 #include "runtime/flash/flash_ffn.hpp"
+#include "faulty_storage.hpp"
 #include "test_support.hpp"
 
 namespace qjit {
@@ -333,6 +335,63 @@ TEST(FlashFfnFaults, ATruncatedOrPaddedFileIsRefusedAtCreation) {
     std::string bad_header = f.bytes;
     bad_header[0] ^= 1;
     EXPECT_EQ(forward_status(bad_header, &message), QJIT_ERROR_CORRUPT_DATA);
+}
+
+qjit_status status_of(const std::function<void()>& call, std::string* message = nullptr) {
+    try {
+        call();
+    } catch (const Error& e) {
+        if (message != nullptr) *message = e.what();
+        return e.status();
+    }
+    return QJIT_OK;
+}
+
+TEST(FlashFfnFaults, StorageFaultsAreReportedAndLaterCallsComputeOnGoodDataOnly) {
+    const FaultFile f = fault_file(false);
+    const NeuronFileHeader& h = f.header;
+    ThreadPool pool(2);
+    FlashFfnOptions options;
+    options.window = 4;
+    options.dram_budget_bytes = h.layers * NeuronCache::slot_bytes(h) * h.d_ff;  // room for every neuron
+    auto faulty = std::make_unique<test::FaultyStorage>(make_memory_storage(f.bytes, 512));
+    test::FaultyStorage* knobs = faulty.get();
+    FlashFfn ffn(std::move(faulty), options, pool);
+    FlashFfn clean(make_memory_storage(f.bytes, 512), options, pool);
+    const auto x = test::random_floats(size_t(h.d_model), 8);
+    std::vector<float> y(size_t(h.d_model)), expected(size_t(h.d_model));
+    const std::vector<int32_t> active{1, 5, 17, 29};
+    clean.forward(1, x.data(), 1, expected.data(), &active);
+    const auto expect_clean_result = [&] {
+        std::fill(y.begin(), y.end(), 0.0f);
+        ASSERT_EQ(status_of([&] { ffn.forward(1, x.data(), 1, y.data(), &active); }), QJIT_OK);
+        for (size_t j = 0; j < y.size(); ++j) ASSERT_EQ(y[j], expected[j]) << "output " << j;
+    };
+
+    std::string message;
+    knobs->fail_on_call = knobs->calls() + 1;
+    EXPECT_EQ(status_of([&] { ffn.forward(1, x.data(), 1, y.data(), &active); }, &message), QJIT_ERROR_IO);
+    EXPECT_NE(message.find("injected"), std::string::npos) << message;
+    expect_clean_result();  // the neurons whose read failed are read again, not taken as resident
+
+    const std::vector<int32_t> more{2, 6, 18};
+    knobs->truncate_at = h.record_offset(1, 18, NeuronPart::Down);
+    EXPECT_EQ(status_of([&] { ffn.forward(1, x.data(), 1, y.data(), &more); }, &message), QJIT_ERROR_IO);
+    EXPECT_NE(message.find("past end"), std::string::npos) << message;
+    knobs->truncate_at = -1;
+
+    const int64_t damaged = h.record_offset(0, 9, NeuronPart::Gate) + 40;
+    knobs->corrupt_begin = damaged;
+    knobs->corrupt_end = damaged + 1;
+    const std::vector<int32_t> nine{9};
+    EXPECT_EQ(status_of([&] { ffn.forward(0, x.data(), 1, y.data(), &nine); }, &message), QJIT_ERROR_CORRUPT_DATA);
+    EXPECT_NE(message.find("neuron 9"), std::string::npos) << message;
+    knobs->corrupt_begin = knobs->corrupt_end = 0;
+    expect_clean_result();
+
+    knobs->fail_on_call = knobs->calls() + 1;
+    EXPECT_EQ(status_of([&] { ffn.pin(0, nine); }), QJIT_ERROR_IO);
+    ASSERT_EQ(status_of([&] { ffn.pin(0, nine); }), QJIT_OK) << "a failed pin leaves nothing pinned";
 }
 
 // ---- the C API ----

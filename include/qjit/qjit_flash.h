@@ -112,7 +112,8 @@ typedef struct qjit_flash_counters {
     int64_t predicted;       /* neurons the predictors named */
     int64_t bytes_read;
     int64_t reads;           /* read requests issued */
-    double io_seconds;       /* waiting for reads */
+    double io_seconds;       /* the reads, start to end (they overlap the resident neurons' compute) */
+    double io_wait_seconds;  /* waiting for reads: the part of io_seconds that compute did not hide */
     double cache_seconds;    /* cache bookkeeping, record checks, filling slots */
     double compute_seconds;  /* the sparse FFN */
     double predict_seconds;  /* the predictors */

@@ -87,7 +87,16 @@ void FlashFfn::pin(int64_t layer, std::span<const int32_t> neurons) {
     const std::vector<int32_t> slots = cache.pin(neurons);
     for (int32_t id : neurons) pinned[size_t(id)] = 1;
     pinned_count_[size_t(layer)] += int64_t(neurons.size());
-    load(layer, neurons, slots, cache);
+    try {
+        load(layer, neurons, slots, cache);
+    } catch (...) {
+        // Slots reserved for neurons never read must not serve later calls: the layer starts over.
+        reader_.wait_ignoring_errors();
+        cache = NeuronCache(header_, cache.capacity(), options_.window);
+        std::fill(pinned.begin(), pinned.end(), 0);
+        pinned_count_[size_t(layer)] = 0;
+        throw;
+    }
 }
 
 void FlashFfn::set_predictor(int64_t layer, NeuronPredictor predictor) {
@@ -167,7 +176,7 @@ void FlashFfn::ensure_transient_capacity(int64_t neurons) {
     transient_ = std::make_unique<NeuronCache>(header_, neurons, 0);
 }
 
-void FlashFfn::read_records(int64_t layer, std::span<const int32_t> neurons, const RecordVisitor& visit) {
+void FlashFfn::start_reads(int64_t layer, std::span<const int32_t> neurons) {
     const std::vector<NeuronPart> parts = header_.part_list();
     const int records_per_neuron = header_.bundled ? 1 : header_.parts();
     extents_.clear();
@@ -177,61 +186,72 @@ void FlashFfn::read_records(int64_t layer, std::span<const int32_t> neurons, con
 
     ReadPlanOptions plan_options;
     plan_options.coalesce = options_.coalesce_reads;
-    const ReadPlan plan = plan_reads(extents_, options_.read_curve, plan_options);
-    uint8_t* buffer = staging(plan.bytes());
+    plan_ = plan_reads(extents_, options_.read_curve, plan_options);
+    uint8_t* buffer = staging(plan_.bytes());
     requests_.clear();
-    std::vector<int64_t> read_start(plan.reads.size());
+    read_start_.clear();
     int64_t offset = 0;
-    for (size_t i = 0; i < plan.reads.size(); ++i) {
-        read_start[i] = offset;
-        requests_.push_back({plan.reads[i].offset, plan.reads[i].length, buffer + offset});
-        offset += plan.reads[i].length;
+    for (const PlannedRead& read : plan_.reads) {
+        read_start_.push_back(offset);
+        requests_.push_back({read.offset, read.length, buffer + offset});
+        offset += read.length;
     }
-    const int depth = options_.queue_depth > 0 ? options_.queue_depth : plan.queue_depth;
-    const auto io_start = Clock::now();
-    storage_->read(requests_, depth);
-    counters_.io_seconds += seconds_since(io_start);
-    counters_.bytes_read += plan.bytes();
-    counters_.reads += int64_t(plan.reads.size());
+    const int depth = options_.queue_depth > 0 ? options_.queue_depth : plan_.queue_depth;
+    reader_.start([this, depth] {
+        const auto start = Clock::now();
+        storage_->read(requests_, depth);
+        read_seconds_ = seconds_since(start);
+    });
+}
 
+void FlashFfn::finish_reads(int64_t layer, std::span<const int32_t> neurons, const RecordVisitor& visit) {
+    const auto wait_start = Clock::now();
+    reader_.wait();
+    counters_.io_wait_seconds += seconds_since(wait_start);
+    counters_.io_seconds += read_seconds_;
+    counters_.bytes_read += plan_.bytes();
+    counters_.reads += int64_t(plan_.reads.size());
+
+    const auto check_start = Clock::now();
+    const std::vector<NeuronPart> parts = header_.part_list();
+    const size_t records_per_neuron = extents_.size() / std::max<size_t>(1, neurons.size());
     for (size_t e = 0; e < extents_.size(); ++e) {
-        const uint8_t* record = buffer + read_start[size_t(plan.read_of_extent[e])] + plan.offset_in_read[e];
-        const size_t neuron_index = e / size_t(records_per_neuron);
-        const NeuronPart first_part = parts[e % size_t(records_per_neuron)];
+        const uint8_t* record = staging_.get() + read_start_[size_t(plan_.read_of_extent[e])] + plan_.offset_in_read[e];
+        const size_t neuron_index = e / records_per_neuron;
+        const NeuronPart first_part = parts[e % records_per_neuron];
         check_record(header_, layer, neurons[neuron_index], first_part, record);
         visit(neuron_index, first_part, record);
+    }
+    counters_.cache_seconds += seconds_since(check_start);
+}
+
+void FlashFfn::read_records(int64_t layer, std::span<const int32_t> neurons, const RecordVisitor& visit) {
+    // In slices, so the read staging stays small however many neurons a call reads.
+    for (size_t first = 0; first < neurons.size(); first += size_t(kLoadSlice)) {
+        const auto slice = neurons.subspan(first, std::min(neurons.size() - first, size_t(kLoadSlice)));
+        start_reads(layer, slice);
+        finish_reads(layer, slice, [&](size_t i, NeuronPart part, const uint8_t* record) { visit(first + i, part, record); });
+    }
+}
+
+void FlashFfn::fill_from_record(NeuronCache& cache, int32_t slot, NeuronPart first_part, const uint8_t* record) {
+    if (header_.bundled) {
+        for (NeuronPart part : header_.part_list()) cache.fill(slot, part, record + header_.vector_offset_in_record(part));
+    } else {
+        cache.fill(slot, first_part, record + header_.vector_offset_in_record(first_part));
+    }
+    if (header_.has_bias && (header_.bundled || first_part == deciding_part(header_))) {
+        float bias;
+        std::memcpy(&bias, record + header_.bias_offset_in_record(), sizeof bias);
+        cache.fill_bias(slot, bias);
     }
 }
 
 void FlashFfn::load(int64_t layer, std::span<const int32_t> neurons, std::span<const int32_t> slots,
                     NeuronCache& cache) {
-    // In slices, so the read staging stays small however many neurons a call loads.
-    if (int64_t(neurons.size()) > kLoadSlice) {
-        for (size_t first = 0; first < neurons.size(); first += size_t(kLoadSlice)) {
-            const size_t count = std::min(neurons.size() - first, size_t(kLoadSlice));
-            load(layer, neurons.subspan(first, count), slots.subspan(first, count), cache);
-        }
-        return;
-    }
-    if (neurons.empty()) return;
-    const std::vector<NeuronPart> parts = header_.part_list();
-    // The reads are timed as I/O inside read_records; everything else here is cache management.
-    const double io_before = counters_.io_seconds;
-    const auto start = Clock::now();
     read_records(layer, neurons, [&](size_t i, NeuronPart first_part, const uint8_t* record) {
-        const int32_t slot = slots[i];
-        if (header_.bundled) {
-            for (NeuronPart part : parts) cache.fill(slot, part, record + header_.vector_offset_in_record(part));
-        } else {
-            cache.fill(slot, first_part, record + header_.vector_offset_in_record(first_part));
-        }
-        if (header_.has_bias && (header_.bundled || first_part == deciding_part(header_))) {
-            float bias;
-            std::memcpy(&bias, record + header_.bias_offset_in_record(), sizeof bias);
-            cache.fill_bias(slot, bias);
-        }
+        fill_from_record(cache, slots[i], first_part, record);
     });
-    counters_.cache_seconds += seconds_since(start) - (counters_.io_seconds - io_before);
     counters_.neurons_loaded += int64_t(neurons.size());
 }
 
@@ -280,15 +300,52 @@ void FlashFfn::forward(int64_t layer, const float* x, int64_t m, float* y, const
     counters_.cache_seconds += seconds_since(cache_start);
     counters_.cache_hits += resident_plan_.hits;
 
-    load(layer, resident_plan_.missing, resident_plan_.missing_slots, resident);
-    load(layer, transient_plan_.missing, transient_plan_.missing_slots, *transient_);
+    // The missing neurons are read while the resident ones are computed (when they fit one batch
+    // of reads); then they are checked, filled in and computed too. The sum over slots is the same
+    // in any order of the two halves.
+    try {
+        load_neurons_ = resident_plan_.missing;
+        load_neurons_.insert(load_neurons_.end(), transient_plan_.missing.begin(), transient_plan_.missing.end());
+        const bool overlap = !load_neurons_.empty() && int64_t(load_neurons_.size()) <= kLoadSlice;
+        if (overlap) start_reads(layer, load_neurons_);
+        std::fill(y, y + m * header_.d_model, 0.0f);
+        const int64_t first_new = resident.size() - int64_t(resident_plan_.missing_slots.size());
+        hit_slots_.clear();
+        for (int32_t slot : resident_plan_.slots)
+            if (slot < first_new) hit_slots_.push_back(slot);
+        compute(resident, hit_slots_, x, m, y);
 
-    const auto compute_start = Clock::now();
-    std::fill(y, y + m * header_.d_model, 0.0f);
-    sparse_ffn_accumulate(resident, resident_plan_.slots, x, m, y, pool_);
-    sparse_ffn_accumulate(*transient_, transient_plan_.slots, x, m, y, pool_);
-    counters_.compute_seconds += seconds_since(compute_start);
+        const size_t resident_missing = resident_plan_.missing.size();
+        const auto fill = [&](size_t i, NeuronPart part, const uint8_t* record) {
+            if (i < resident_missing)
+                fill_from_record(resident, resident_plan_.missing_slots[i], part, record);
+            else
+                fill_from_record(*transient_, transient_plan_.missing_slots[i - resident_missing], part, record);
+        };
+        if (overlap)
+            finish_reads(layer, load_neurons_, fill);
+        else
+            read_records(layer, load_neurons_, fill);
+        counters_.neurons_loaded += int64_t(load_neurons_.size());
+    } catch (...) {
+        // A failed read or a damaged record: the slots reserved for this call's missing neurons
+        // hold nothing valid, so no later call may take them for resident. Dropping every unpinned
+        // neuron costs only rereads.
+        reader_.wait_ignoring_errors();
+        resident.clear_unpinned();
+        transient_->clear_unpinned();
+        throw;
+    }
+    compute(resident, resident_plan_.missing_slots, x, m, y);
+    compute(*transient_, transient_plan_.slots, x, m, y);
     ++counters_.tokens;
+}
+
+void FlashFfn::compute(const NeuronCache& cache, std::span<const int32_t> slots, const float* x, int64_t m, float* y) {
+    if (slots.empty()) return;
+    const auto start = Clock::now();
+    sparse_ffn_accumulate(cache, slots, x, m, y, pool_);
+    counters_.compute_seconds += seconds_since(start);
 }
 
 std::vector<float> FlashFfn::read_part(int64_t layer, NeuronPart part, std::vector<float>* bias) {
@@ -299,18 +356,13 @@ std::vector<float> FlashFfn::read_part(int64_t layer, NeuronPart part, std::vect
     std::vector<float> weights(size_t(d_model * d_ff));
     std::vector<float> column(static_cast<size_t>(d_model));
     if (bias != nullptr) bias->assign(header_.has_bias ? size_t(d_ff) : 0, 0.0f);
-    std::vector<int32_t> slice;
-    for (int64_t first = 0; first < d_ff; first += kLoadSlice) {
-        slice.assign(all_neurons_.begin() + first, all_neurons_.begin() + std::min(d_ff, first + kLoadSlice));
-        read_records(layer, slice, [&](size_t i, NeuronPart first_part, const uint8_t* record) {
-            if (!header_.bundled && first_part != part) return;
-            const int64_t neuron = slice[i];
-            dequantize_vector(header_.vector, record + header_.vector_offset_in_record(part), column.data());
-            for (int64_t k = 0; k < d_model; ++k) weights[size_t(k * d_ff + neuron)] = column[size_t(k)];
-            if (bias != nullptr && header_.has_bias && (header_.bundled || first_part == deciding_part(header_)))
-                std::memcpy(&(*bias)[size_t(neuron)], record + header_.bias_offset_in_record(), sizeof(float));
-        });
-    }
+    read_records(layer, all_neurons_, [&](size_t neuron, NeuronPart first_part, const uint8_t* record) {
+        if (!header_.bundled && first_part != part) return;
+        dequantize_vector(header_.vector, record + header_.vector_offset_in_record(part), column.data());
+        for (int64_t k = 0; k < d_model; ++k) weights[size_t(k * d_ff) + neuron] = column[size_t(k)];
+        if (bias != nullptr && header_.has_bias && (header_.bundled || first_part == deciding_part(header_)))
+            std::memcpy(&(*bias)[neuron], record + header_.bias_offset_in_record(), sizeof(float));
+    });
     return weights;
 }
 

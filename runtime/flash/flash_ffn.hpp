@@ -21,6 +21,7 @@
 
 #include "format/neuron_file.hpp"
 #include "runtime/cpu/thread_pool.hpp"
+#include "runtime/flash/background_task.hpp"
 #include "runtime/flash/neuron_cache.hpp"
 #include "runtime/flash/neuron_predictor.hpp"
 #include "runtime/flash/read_planner.hpp"
@@ -48,7 +49,8 @@ struct FlashFfnCounters {
     int64_t bytes_read = 0;      // bytes the reads moved (gaps read through included)
     int64_t reads = 0;           // read requests issued
     int64_t predicted = 0;       // neurons the predictors named
-    double io_seconds = 0;       // waiting for reads
+    double io_seconds = 0;       // the reads themselves, start to end
+    double io_wait_seconds = 0;  // waiting for reads: what computing the resident neurons did not hide
     double cache_seconds = 0;    // cache bookkeeping, record checks, filling slots
     double compute_seconds = 0;  // the sparse FFN
     double predict_seconds = 0;  // the predictors
@@ -94,8 +96,14 @@ private:
     // of its neuron in `neurons` and its first part.
     using RecordVisitor = std::function<void(size_t, NeuronPart, const uint8_t*)>;
     void read_records(int64_t layer, std::span<const int32_t> neurons, const RecordVisitor& visit);
+    // The same in two halves, for at most kLoadSlice neurons: the reads are planned and started on
+    // the read thread; finish_reads waits for them, checks every record and visits it.
+    void start_reads(int64_t layer, std::span<const int32_t> neurons);
+    void finish_reads(int64_t layer, std::span<const int32_t> neurons, const RecordVisitor& visit);
+    void fill_from_record(NeuronCache& cache, int32_t slot, NeuronPart first_part, const uint8_t* record);
     // Reads the records of `neurons` of `layer` and fills `slots` of `cache` with them.
     void load(int64_t layer, std::span<const int32_t> neurons, std::span<const int32_t> slots, NeuronCache& cache);
+    void compute(const NeuronCache& cache, std::span<const int32_t> slots, const float* x, int64_t m, float* y);
     void ensure_transient_capacity(int64_t neurons);
     uint8_t* staging(int64_t bytes);
 
@@ -117,6 +125,11 @@ private:
     NeuronCache::TokenPlan resident_plan_, transient_plan_;
     std::vector<Extent> extents_;
     std::vector<ReadRequest> requests_;
+    std::vector<int64_t> read_start_;  // each planned read's offset in the staging buffer
+    ReadPlan plan_;
+    std::vector<int32_t> load_neurons_, hit_slots_;
+    double read_seconds_ = 0;  // of the last batch, measured on the read thread
+    BackgroundTask reader_;    // last: its thread stops before the members it reads go away
 
     FlashFfnCounters counters_;
 };
