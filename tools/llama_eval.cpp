@@ -24,7 +24,21 @@ int argmax(std::span<const float> values) {
     return best;
 }
 
-NllResult evaluate_nll(Model& model, const std::vector<std::vector<int>>& sequences) {
+namespace {
+
+// -log softmax(row)[target].
+double token_nll(const float* row, int vocab, int target) {
+    if (target < 0 || target >= vocab)
+        throw std::runtime_error("evaluate_nll: token " + std::to_string(target) + " is outside the vocabulary");
+    const double max_logit = *std::max_element(row, row + vocab);
+    double sum = 0.0;
+    for (int i = 0; i < vocab; ++i) sum += std::exp(double(row[i]) - max_logit);
+    return max_logit + std::log(sum) - double(row[target]);
+}
+
+}  // namespace
+
+NllResult evaluate_nll(Model& model, const std::vector<std::vector<int>>& sequences, bool token_by_token) {
     const int vocab = model.config().vocab_size;
     NllResult result;
     double total = 0.0;
@@ -33,17 +47,14 @@ NllResult evaluate_nll(Model& model, const std::vector<std::vector<int>>& sequen
         if (sequence.size() >= 2) {
             // Positions 0..n-2 predict tokens 1..n-1; the last token's logits are not needed.
             const std::span<const int> inputs(sequence.data(), sequence.size() - 1);
-            const std::span<const float> logits = model.forward_sequence(inputs);
-            for (size_t t = 0; t < inputs.size(); ++t) {
-                const float* row = logits.data() + t * size_t(vocab);
-                const int target = sequence[t + 1];
-                if (target < 0 || target >= vocab)
-                    throw std::runtime_error("evaluate_nll: token " + std::to_string(target) +
-                                             " is outside the vocabulary");
-                const double max_logit = *std::max_element(row, row + vocab);
-                double sum = 0.0;
-                for (int i = 0; i < vocab; ++i) sum += std::exp(double(row[i]) - max_logit);
-                sequence_nll += max_logit + std::log(sum) - double(row[target]);
+            if (token_by_token) {
+                model.reset();
+                for (size_t t = 0; t < inputs.size(); ++t)
+                    sequence_nll += token_nll(model.step(inputs[t]).data(), vocab, sequence[t + 1]);
+            } else {
+                const std::span<const float> logits = model.forward_sequence(inputs);
+                for (size_t t = 0; t < inputs.size(); ++t)
+                    sequence_nll += token_nll(logits.data() + t * size_t(vocab), vocab, sequence[t + 1]);
             }
             result.tokens += int64_t(inputs.size());
         }

@@ -19,7 +19,9 @@ struct NllResult {
 // Each sequence from an empty KV cache in one batched forward: the logits of position t predict token
 // t + 1, -log softmax(logits[t])[token t + 1] is taken in double and summed in double over
 // t = 0 .. n - 2. A sequence of fewer than 2 tokens predicts nothing.
-NllResult evaluate_nll(Model& model, const std::vector<std::vector<int>>& sequences);
+// token_by_token: one m = 1 step per position instead (as decoding runs; what a flash FFN's
+// per-token neuron choice needs), the same NLL up to rounding for a dense model.
+NllResult evaluate_nll(Model& model, const std::vector<std::vector<int>>& sequences, bool token_by_token = false);
 
 struct Generation {
     std::vector<int> tokens;           // the prompt, then the generated tokens

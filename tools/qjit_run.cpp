@@ -44,6 +44,7 @@ struct Options {
     std::string prompt_tokens;        // empty: the BOS token
     bool fp32_classifier = false;
     bool json = false;
+    bool token_by_token = false;      // NLL with one m = 1 step per position
     float ffn_threshold = 0;          // zero FFN activations below this magnitude
     llama::FlashRunOptions flash;     // path empty: the model's own FFNs
     qjit_tools::ContextOptions context;
@@ -65,6 +66,7 @@ void print_usage(const char* program) {
         "  --calibration-tokens FILE  gptq, mixed: calibration sequences (*.seq.u32; tools/tokenize_text.py)\n"
         "  --calibration-sequences N  gptq, mixed: how many of them (default 64)\n"
         "  --fp32-classifier  keep the classifier in dense fp32 loops whatever the method\n"
+        "  --token-by-token   score --tokens one m = 1 step per position, as decoding runs\n"
         "  --ffn-threshold T  zero every FFN activation silu(x w1)*(x w3) of magnitude below T (reports the sparsity)\n"
         "  --flash FILE       the FFNs from a neuron file (qjit-flash-convert), read neuron by neuron (docs/flash.md)\n"
         "  --flash-budget F   resident neurons' share of the file's bytes (0.5)\n"
@@ -116,6 +118,8 @@ std::optional<Options> parse_args(int argc, char** argv) {
             const auto v = args.int_value(0, 1 << 20);
             if (!v) return std::nullopt;
             options.flash.window = *v;
+        } else if (arg == "--token-by-token") {
+            options.token_by_token = true;
         } else if (arg == "--fp32-classifier") {
             options.fp32_classifier = true;
         } else if (arg == "--json") {
@@ -376,7 +380,7 @@ int run(const Options& options) {
 
     if (!options.tokens.empty()) {
         const auto start = std::chrono::steady_clock::now();
-        report.nll = llama::evaluate_nll(model, sequences);
+        report.nll = llama::evaluate_nll(model, sequences, options.token_by_token);
         report.eval_seconds = seconds_since(start);
     }
     if (options.generate > 0) report.decoding = decode(model, prompt, options.generate, vocabulary);
