@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# SmolLM2-135M with sparse FFNs, from its GGUF file: what a magnitude threshold on the SwiGLU
+# activations costs in NLL and how sparse it makes them, then the FFNs served from neuron files
+# (fp16 and 4-bit g32) with a predictor per layer, scored token by token as decoding runs.
+# Writes one JSON line per run to OUT.jsonl. Usage: bench/smollm2_flash.sh OUT.jsonl [SEQUENCES]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${1:?usage: bench/smollm2_flash.sh OUT.jsonl [SEQUENCES]}"
+sequences="${2:-50}"
+shared="$root/../shared"
+model="$("$root/scripts/fetch_model.sh")"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+python3 "$root/tools/tokenize_text.py" --model "$model" --text "$shared/models/text/tinystories_val.txt" \
+        --first 400 --count 64 --out "$work/calibration.seq.u32" >/dev/null
+for coding in "--f16" "--bits 4 --group 32"; do
+  name=$([ "$coding" = --f16 ] && echo f16 || echo q4g32)
+  # shellcheck disable=SC2086
+  "$root/build/tools/qjit-flash-convert" --gguf "$model" --out "$work/ffn-$name.qnf" $coding --alignment 512 >&2
+done
+run() {
+  local name="$1"
+  shift
+  echo "smollm2_flash.sh: $name" >&2
+  "$root/build/tools/qjit-run" --model "$model" --tokens "$shared/smollm2/eval.seq.u32" --max-sequences "$sequences" \
+      "$@" --json |
+    python3 -c "import json,sys; d=json.load(sys.stdin); d.pop('per_sequence_nll_sum',None); d['run']='$name'; print(json.dumps(d))" >>"$out"
+}
+run exact --token-by-token
+for threshold in 0.005 0.01 0.02 0.04 0.08 0.16; do run "threshold_$threshold" --ffn-threshold "$threshold"; done
+for name in f16 q4g32; do
+  # Every neuron, all resident after the first token: the file's own NLL.
+  run "flash_${name}_all" --token-by-token --flash "$work/ffn-$name.qnf" --flash-budget 1
+  for threshold in 0.02 0.08; do
+    run "flash_${name}_predictor_$threshold" --token-by-token --flash "$work/ffn-$name.qnf" --flash-recall 0.99 \
+        --ffn-threshold "$threshold" --calibration-tokens "$work/calibration.seq.u32" --calibration-sequences 64
+  done
+done
