@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #pragma GCC diagnostic ignored "-Wpsabi"  // 32-byte vectors in the baseline clone: all inlined
 
@@ -13,18 +14,12 @@ namespace qjit {
 namespace {
 
 using Data = NeuronCache::Data;
-constexpr int kPanel = Data::kPanel;
 
 // GCC vector types: 8 lanes, split into halves on baseline x86-64 and one register with AVX2.
 using v8u = uint32_t __attribute__((vector_size(32)));
 using v8i = int32_t __attribute__((vector_size(32)));
 using v8f = float __attribute__((vector_size(32)));
 
-QJIT_FLASH_INLINE v8u load_u(const uint32_t* p) {
-    v8u v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
 QJIT_FLASH_INLINE v8f load_f(const float* p) {
     v8f v;
     std::memcpy(&v, p, sizeof v);
@@ -34,90 +29,27 @@ QJIT_FLASH_INLINE v8f to_float(const v8u& code) {
     return __builtin_convertvector(reinterpret_cast<const v8i&>(code), v8f);
 }
 
+// fp16 bits to fp32 without branches (so loops of it vectorize): exact for finite values,
+// subnormals included.
+QJIT_FLASH_INLINE float half_bits_to_float(uint32_t h) {
+    const uint32_t magnitude = (h & 0x7fffu) << 13, exponent = magnitude & 0x0f800000u;
+    uint32_t bits = magnitude + (112u << 23);
+    bits = exponent == 0x0f800000u ? bits + (112u << 23) : bits;  // inf, nan
+    float value, subnormal, one;
+    const uint32_t subnormal_bits = bits + (1u << 23), one_bits = 113u << 23;
+    std::memcpy(&value, &bits, 4);
+    std::memcpy(&subnormal, &subnormal_bits, 4);
+    std::memcpy(&one, &one_bits, 4);
+    value = exponent == 0 ? subnormal - one : value;
+    uint32_t out;
+    std::memcpy(&out, &value, 4);
+    out |= (h & 0x8000u) << 16;
+    std::memcpy(&value, &out, 4);
+    return value;
+}
+
 // Shift of row j of a word in a plane of `width` bits (format/code_planes.hpp's plane_slot).
 constexpr int plane_shift(int width, int j) { return 8 * (j % 4) + width * (j / 4); }
-
-// Row r's codes of the 8 columns of a panel's 32-row block (words at w[word * 8 + column]): the bit
-// planes of format/code_planes.hpp, r (unrolled) making every word and shift a constant.
-template <int B>
-QJIT_FLASH_INLINE v8u panel_row_codes(const uint32_t* w, int r) {
-    if constexpr (B == 3) {
-        const v8u low = (load_u(w + (r / 16) * kPanel) >> plane_shift(2, r % 16)) & 3u;
-        const v8u high = (load_u(w + 2 * kPanel) >> plane_shift(1, r)) & 1u;
-        return low | high << 2;
-    } else {
-        constexpr int kRowsPerWord = 32 / B;
-        return (load_u(w + (r / kRowsPerWord) * kPanel) >> plane_shift(B, r % kRowsPerWord)) & ((1u << B) - 1u);
-    }
-}
-
-// Folds one group's sums (CHAINS partial sums each) into the panel's products: s * (dot - z * xsum),
-// or s * dot + m * xsum with float offsets.
-template <int ROWS, int CHAINS>
-QJIT_FLASH_INLINE void fold_group(const Data& d, const uint8_t* scales, const uint8_t* zeros, int64_t g,
-                                  const float* x_sums, v8f (&acc)[ROWS][CHAINS], v8f (&total)[ROWS]) {
-    if (g >= d.groups) return;  // the padding rows of a last block of 16-row groups
-    const WeightFormat& f = d.header.vector.format;
-    float sf[kPanel], zf[kPanel];
-    for (int c = 0; c < kPanel; ++c) {
-        const int64_t at = g * kPanel + c;
-        sf[c] = d.meta_float(scales + at * d.scale_bytes);
-        zf[c] = f.float_offsets ? d.meta_float(zeros + at * d.zero_bytes)
-                : f.symmetric   ? float(1 << (d.bits - 1))
-                                : float(zeros[at]);
-    }
-    const v8f s = load_f(sf), z = load_f(zf);
-    for (int r = 0; r < ROWS; ++r) {
-        const float xs = x_sums[r * d.groups + g];
-        v8f dot = acc[r][0];
-        for (int chain = 1; chain < CHAINS; ++chain) dot += acc[r][chain];
-        for (int chain = 0; chain < CHAINS; ++chain) acc[r][chain] = v8f{};
-        total[r] += f.float_offsets ? s * dot + z * xs : s * (dot - z * xs);
-    }
-}
-
-// HALF: groups of 16 rows, two to a block; otherwise a block lies in one group.
-template <int B, int ROWS, bool HALF>
-QJIT_FLASH_INLINE void panel_kernel(const Data& d, NeuronPart part, int64_t panel, const float* x, const float* x_sums,
-                                    float* out) {
-    const uint32_t* codes = d.panel_codes(part, panel);
-    const uint8_t* scales = d.panel_scales(part, panel);
-    const uint8_t* zeros = d.panel_zeros(part, panel);
-    const int64_t x_stride = d.blocks * 32, blocks = d.blocks, group_size = d.group_size;
-    // Independent sums for rows r % CHAINS, so that few rows of x still keep the FMA units busy.
-    constexpr int CHAINS = ROWS >= 4 ? 1 : 4 / ROWS;
-    v8f acc[ROWS][CHAINS] = {}, total[ROWS] = {};
-    for (int64_t b = 0; b < blocks; ++b) {
-        const uint32_t* w = codes + b * B * kPanel;
-        const float* xb = x + b * 32;
-#pragma GCC unroll 32
-        for (int r = 0; r < 32; ++r) {
-            const v8f q = to_float(panel_row_codes<B>(w, r));
-            for (int i = 0; i < ROWS; ++i) acc[i][r % CHAINS] += xb[i * x_stride + r] * q;
-            if (HALF && r == 15) fold_group<ROWS, CHAINS>(d, scales, zeros, 2 * b, x_sums, acc, total);
-        }
-        if (HALF) fold_group<ROWS, CHAINS>(d, scales, zeros, 2 * b + 1, x_sums, acc, total);
-        else if ((b + 1) * 32 % group_size == 0 || b + 1 == blocks)
-            fold_group<ROWS, CHAINS>(d, scales, zeros, b * 32 / group_size, x_sums, acc, total);
-    }
-    for (int i = 0; i < ROWS; ++i) std::memcpy(out + i * kPanel, &total[i], sizeof total[i]);
-}
-
-template <int B>
-QJIT_FLASH_INLINE void panel_rows(const Data& d, NeuronPart part, int64_t panel, const float* x, const float* x_sums,
-                                  int rows, float* out) {
-    const bool half = d.group_size == 16;
-    switch (rows * 2 + half) {
-    case 2: panel_kernel<B, 1, false>(d, part, panel, x, x_sums, out); break;
-    case 3: panel_kernel<B, 1, true>(d, part, panel, x, x_sums, out); break;
-    case 4: panel_kernel<B, 2, false>(d, part, panel, x, x_sums, out); break;
-    case 5: panel_kernel<B, 2, true>(d, part, panel, x, x_sums, out); break;
-    case 6: panel_kernel<B, 3, false>(d, part, panel, x, x_sums, out); break;
-    case 7: panel_kernel<B, 3, true>(d, part, panel, x, x_sums, out); break;
-    case 8: panel_kernel<B, 4, false>(d, part, panel, x, x_sums, out); break;
-    default: panel_kernel<B, 4, true>(d, part, panel, x, x_sums, out); break;
-    }
-}
 
 // Rows [8 * OCTET, 8 * OCTET + 8) of plane W's words, shifted to VALUE_SHIFT: each lane takes its
 // row's word and shifts it by a constant, one variable shift for 8 rows.
@@ -144,7 +76,7 @@ QJIT_FLASH_INLINE v8f decode_octet(const uint32_t* words) {
     return to_float(code);
 }
 
-// A block's 32 codes of one column whose words are contiguous (a down vector), as floats.
+// A block's 32 codes of a vector (its B words), as floats.
 template <int B>
 QJIT_FLASH_INLINE void decode_column_block(const uint8_t* bytes, v8f (&q)[4]) {
     uint32_t words[B];
@@ -155,88 +87,162 @@ QJIT_FLASH_INLINE void decode_column_block(const uint8_t* bytes, v8f (&q)[4]) {
     q[3] = decode_octet<B, 3>(words);
 }
 
+// A scale (or float offset) at the scales' type, converted without branches.
+QJIT_FLASH_INLINE float meta_value(const Data& d, const uint8_t* at) {
+    if (d.scale_bytes == 2) {
+        uint16_t h;
+        std::memcpy(&h, at, 2);
+        return half_bits_to_float(h);
+    }
+    float f;
+    std::memcpy(&f, at, 4);
+    return f;
+}
+
+// Group g's terms of a quantized vector v: its weights are s * q + o, o = -s * z, or the float
+// offset itself.
+template <int B>
+QJIT_FLASH_INLINE void group_meta(const Data& d, const uint8_t* v, int64_t g, float& s, float& o) {
+    const WeightFormat& f = d.header.vector.format;
+    s = meta_value(d, v + d.scales_offset + g * d.scale_bytes);
+    const uint8_t* zeros = v + d.zeros_offset;
+    o = f.float_offsets ? meta_value(d, zeros + g * d.zero_bytes)
+        : f.symmetric   ? -s * float(1 << (B - 1))
+                        : -s * float(zeros[g]);
+}
+
+// Folds one group's sums (octets [O0, O1) of each row's chains) into the products: the scaled dot
+// into total, the offset's term (o times the group's sum of x) into offset.
+template <int B, int ROWS, int O0, int O1>
+QJIT_FLASH_INLINE void fold_group(const Data& d, const uint8_t* v, int64_t g, const float* x_sums,
+                                  v8f (&acc)[ROWS][4], v8f (&total)[ROWS], float (&offset)[ROWS]) {
+    if (g >= d.groups) return;  // the padding rows of a last block of 16-row groups
+    float s, o;
+    group_meta<B>(d, v, g, s, o);
+    for (int r = 0; r < ROWS; ++r) {
+        v8f dot = acc[r][O0];
+        for (int o = O0 + 1; o < O1; ++o) dot += acc[r][o];
+        for (int o = O0; o < O1; ++o) acc[r][o] = v8f{};
+        total[r] += s * dot;
+        offset[r] += o * x_sums[r * d.groups + g];
+    }
+}
+
+// The products of ROWS rows of x with a quantized gate or up vector v: one chain per octet of a
+// block, so that a single row keeps the FMA units busy. HALF: groups of 16 rows, two to a block;
+// otherwise a block lies in one group.
+template <int B, int ROWS, bool HALF>
+QJIT_FLASH_INLINE void column_kernel(const Data& d, const uint8_t* v, const float* x, const float* x_sums,
+                                     float* out) {
+    const int64_t x_stride = d.blocks * 32, blocks = d.blocks, group_size = d.group_size;
+    v8f acc[ROWS][4] = {}, total[ROWS] = {};
+    float offset[ROWS] = {};
+    for (int64_t b = 0; b < blocks; ++b) {
+        v8f q[4];
+        decode_column_block<B>(v + b * B * 4, q);
+        for (int r = 0; r < ROWS; ++r)
+            for (int o = 0; o < 4; ++o) acc[r][o] += load_f(x + r * x_stride + b * 32 + 8 * o) * q[o];
+        if (HALF) {
+            fold_group<B, ROWS, 0, 2>(d, v, 2 * b, x_sums, acc, total, offset);
+            fold_group<B, ROWS, 2, 4>(d, v, 2 * b + 1, x_sums, acc, total, offset);
+        } else if ((b + 1) * 32 % group_size == 0 || b + 1 == blocks) {
+            fold_group<B, ROWS, 0, 4>(d, v, b * 32 / group_size, x_sums, acc, total, offset);
+        }
+    }
+    for (int r = 0; r < ROWS; ++r) {
+        float sum = offset[r];
+        for (int l = 0; l < 8; ++l) sum += total[r][l];
+        out[r] = sum;
+    }
+}
+
+template <int B>
+QJIT_FLASH_INLINE void column_rows(const Data& d, const uint8_t* v, const float* x, const float* x_sums, int rows,
+                                   float* out) {
+    const bool half = d.group_size == 16;
+    switch (rows * 2 + half) {
+    case 2: column_kernel<B, 1, false>(d, v, x, x_sums, out); break;
+    case 3: column_kernel<B, 1, true>(d, v, x, x_sums, out); break;
+    case 4: column_kernel<B, 2, false>(d, v, x, x_sums, out); break;
+    case 5: column_kernel<B, 2, true>(d, v, x, x_sums, out); break;
+    case 6: column_kernel<B, 3, false>(d, v, x, x_sums, out); break;
+    case 7: column_kernel<B, 3, true>(d, v, x, x_sums, out); break;
+    case 8: column_kernel<B, 4, false>(d, v, x, x_sums, out); break;
+    default: column_kernel<B, 4, true>(d, v, x, x_sums, out); break;
+    }
+}
+
+// Each weight is s * q + o: the s * q terms go into y as the rows are decoded, one FMA a weight;
+// the o terms, the same over a group's rows, are summed per row of x and 16- or 32-row segment of
+// y (a task's blocks) and added once at the end.
 template <int B, bool HALF>
 QJIT_FLASH_INLINE void down_kernel(const Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m,
                                    int64_t b0, int64_t b1, float* y) {
-    const WeightFormat& f = d.header.vector.format;
-    const int64_t scales_offset = d.header.vector.scales_offset(), zeros_offset = d.header.vector.zeros_offset();
     // Locals, so the stores to y need not reload them.
-    const uint8_t* const vectors = d.down.data();
+    const uint8_t* const vectors = d.vectors[int(NeuronPart::Down)].data();
     const int64_t vector_bytes = d.vector_bytes, d_model = d.d_model, group_size = d.group_size;
-    const int scale_bytes = d.scale_bytes, zero_bytes = d.zero_bytes;
-    const bool float_offsets = f.float_offsets, symmetric = f.symmetric;
     constexpr int kSegments = HALF ? 2 : 1, kSegmentRows = 32 / kSegments;
+    const int64_t segments = (b1 - b0) * kSegments;
+    thread_local std::vector<float> offset_sums;  // [m][segments]; grows to its largest once a thread
+    offset_sums.assign(size_t(m * segments), 0.0f);
+    float* const offsets = offset_sums.data();
     for (int64_t i = 0; i < count; ++i) {
         bool any = false;  // Relu leaves many neurons at exactly 0
         for (int64_t r = 0; r < m; ++r) any |= a[r * count + i] != 0.0f;
         if (!any) continue;
         const uint8_t* v = vectors + slots[i] * vector_bytes;
+        int64_t group = -1;
+        float s = 0.0f, o = 0.0f;
         for (int64_t b = b0; b < b1; ++b) {
             v8f octets[4];
             decode_column_block<B>(v + b * B * 4, octets);
-            float q[32];
-            std::memcpy(q, octets, sizeof q);
             const int64_t base = b * 32, rows = std::min<int64_t>(32, d_model - base);
             for (int h = 0; h < kSegments; ++h) {
                 const int64_t j0 = h * kSegmentRows, j1 = std::min<int64_t>(j0 + kSegmentRows, rows);
                 if (j0 >= j1) break;
                 const int64_t g = HALF ? 2 * b + h : base / group_size;
-                const float s = d.meta_float(v + scales_offset + g * scale_bytes);
-                const float z = float_offsets ? d.meta_float(v + zeros_offset + g * zero_bytes)
-                                : symmetric   ? float(1 << (B - 1))
-                                              : float(v[zeros_offset + g]);
+                if (g != group) group_meta<B>(d, v, group = g, s, o);  // once a group
                 for (int64_t r = 0; r < m; ++r) {
-                    const float ar = a[r * count + i];
-                    const float scale = ar * s, offset = float_offsets ? ar * z : -scale * z;
+                    const float ar = a[r * count + i], scale = ar * s;
+                    offsets[r * segments + (b - b0) * kSegments + h] += ar * o;
                     float* yr = y + r * d_model + base;
                     if (j1 - j0 == kSegmentRows) {
-                        for (int o = int(j0 / 8); o < int(j0 / 8) + kSegmentRows / 8; ++o) {
+                        for (int k = int(j0 / 8); k < int(j0 / 8) + kSegmentRows / 8; ++k) {
                             v8f out;
-                            std::memcpy(&out, yr + 8 * o, sizeof out);
-                            out += scale * octets[o] + offset;
-                            std::memcpy(yr + 8 * o, &out, sizeof out);
+                            std::memcpy(&out, yr + 8 * k, sizeof out);
+                            out += scale * octets[k];
+                            std::memcpy(yr + 8 * k, &out, sizeof out);
                         }
                     } else {
-                        for (int64_t j = j0; j < j1; ++j) yr[j] += scale * q[j] + offset;
+                        float q[32];
+                        std::memcpy(q, octets, sizeof q);
+                        for (int64_t j = j0; j < j1; ++j) yr[j] += scale * q[j];
                     }
                 }
             }
         }
     }
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t t = 0; t < segments; ++t) {
+            const float offset = offsets[r * segments + t];
+            const int64_t k0 = b0 * 32 + t * kSegmentRows, k1 = std::min(d_model, k0 + kSegmentRows);
+            for (int64_t k = k0; k < k1; ++k) y[r * d_model + k] += offset;
+        }
 }
 
-// fp16 bits to fp32 without branches (so loops of it vectorize): exact for finite values,
-// subnormals included.
-QJIT_FLASH_INLINE float half_bits_to_float(uint32_t h) {
-    const uint32_t magnitude = (h & 0x7fffu) << 13, exponent = magnitude & 0x0f800000u;
-    uint32_t bits = magnitude + (112u << 23);
-    bits = exponent == 0x0f800000u ? bits + (112u << 23) : bits;  // inf, nan
-    float value, subnormal, one;
-    const uint32_t subnormal_bits = bits + (1u << 23), one_bits = 113u << 23;
-    std::memcpy(&value, &bits, 4);
-    std::memcpy(&subnormal, &subnormal_bits, 4);
-    std::memcpy(&one, &one_bits, 4);
-    value = exponent == 0 ? subnormal - one : value;
-    uint32_t out;
-    std::memcpy(&out, &value, 4);
-    out |= (h & 0x8000u) << 16;
-    std::memcpy(&value, &out, 4);
-    return value;
-}
-
-QJIT_FLASH_INLINE void panel_products_body(const Data& d, NeuronPart part, int64_t panel, const float* x_padded,
-                                     const float* x_sums, int64_t m, float* out) {
+QJIT_FLASH_INLINE void column_products_body(const Data& d, NeuronPart part, int64_t slot, const float* x_padded,
+                                            const float* x_sums, int64_t m, float* out) {
+    const uint8_t* v = d.vector(part, slot);
     const int64_t x_stride = d.blocks * 32;
     for (int64_t r0 = 0; r0 < m; r0 += 4) {
         const int rows = int(std::min<int64_t>(4, m - r0));
         const float* x = x_padded + r0 * x_stride;
         const float* sums = x_sums + r0 * d.groups;
-        float* o = out + r0 * kPanel;
         switch (d.bits) {
-        case 2: panel_rows<2>(d, part, panel, x, sums, rows, o); break;
-        case 3: panel_rows<3>(d, part, panel, x, sums, rows, o); break;
-        case 4: panel_rows<4>(d, part, panel, x, sums, rows, o); break;
-        default: panel_rows<8>(d, part, panel, x, sums, rows, o); break;
+        case 2: column_rows<2>(d, v, x, sums, rows, out + r0); break;
+        case 3: column_rows<3>(d, v, x, sums, rows, out + r0); break;
+        case 4: column_rows<4>(d, v, x, sums, rows, out + r0); break;
+        default: column_rows<8>(d, v, x, sums, rows, out + r0); break;
         }
     }
 }
@@ -288,9 +294,9 @@ QJIT_FLASH_INLINE void f16_down_accumulate_body(const Data& d, const int32_t* sl
 // FMA there); the baseline splits each vector into two SSE halves. Picked at run time below, not
 // by ifunc clones, so that sanitizer builds and any x86-64 take the same route.
 #define QJIT_FLASH_VARIANT(SUFFIX, TARGET)                                                                       \
-    TARGET void panel_products_##SUFFIX(const Data& d, NeuronPart part, int64_t panel, const float* x_padded,    \
-                                        const float* x_sums, int64_t m, float* out) {                            \
-        panel_products_body(d, part, panel, x_padded, x_sums, m, out);                                           \
+    TARGET void column_products_##SUFFIX(const Data& d, NeuronPart part, int64_t slot, const float* x_padded,    \
+                                         const float* x_sums, int64_t m, float* out) {                           \
+        column_products_body(d, part, slot, x_padded, x_sums, m, out);                                           \
     }                                                                                                            \
     TARGET void down_accumulate_##SUFFIX(const Data& d, const int32_t* slots, int64_t count, const float* a,     \
                                          int64_t m, int64_t b0, int64_t b1, float* y) {                          \
@@ -308,7 +314,7 @@ QJIT_FLASH_VARIANT(baseline, )
 QJIT_FLASH_VARIANT(avx2, __attribute__((target("avx2,fma"))))
 
 struct Kernels {
-    decltype(&panel_products_baseline) panel_products;
+    decltype(&column_products_baseline) column_products;
     decltype(&down_accumulate_baseline) down_accumulate;
     decltype(&f16_products_baseline) f16_products;
     decltype(&f16_down_accumulate_baseline) f16_down_accumulate;
@@ -316,18 +322,18 @@ struct Kernels {
 
 const Kernels& kernels() {
     static const Kernels chosen = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-                                      ? Kernels{panel_products_avx2, down_accumulate_avx2, f16_products_avx2,
+                                      ? Kernels{column_products_avx2, down_accumulate_avx2, f16_products_avx2,
                                                 f16_down_accumulate_avx2}
-                                      : Kernels{panel_products_baseline, down_accumulate_baseline,
+                                      : Kernels{column_products_baseline, down_accumulate_baseline,
                                                 f16_products_baseline, f16_down_accumulate_baseline};
     return chosen;
 }
 
 }  // namespace
 
-void panel_products(const Data& d, NeuronPart part, int64_t panel, const float* x_padded, const float* x_sums,
-                    int64_t m, float* out) {
-    kernels().panel_products(d, part, panel, x_padded, x_sums, m, out);
+void column_products(const Data& d, NeuronPart part, int64_t slot, const float* x_padded, const float* x_sums,
+                     int64_t m, float* out) {
+    kernels().column_products(d, part, slot, x_padded, x_sums, m, out);
 }
 
 void down_accumulate(const Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m, int64_t b0,
