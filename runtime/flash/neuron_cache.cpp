@@ -111,6 +111,7 @@ NeuronCache::NeuronCache(const NeuronFileHeader& header, int64_t capacity, int w
         d.group_size = f.group_size;
         d.blocks = (d.d_model + 31) / 32;
         d.groups = f.num_groups();
+        d.group_blocks = d.group_size >= d.d_model ? d.blocks : d.group_size / 32;
         d.scale_bytes = f.scale_bytes();
         d.zero_bytes = f.zero_point_bytes();
         d.scales_offset = header.vector.scales_offset();

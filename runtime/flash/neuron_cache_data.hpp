@@ -32,6 +32,7 @@ struct NeuronCache::Data {
     int64_t group_size = 0;
     int64_t blocks = 0;        // 32-row blocks of a vector
     int64_t groups = 0;
+    int64_t group_blocks = 0;  // blocks a group spans (all when per column; 0 for 16-row groups)
     int scale_bytes = 0;
     int zero_bytes = 0;        // 0 when symmetric
     int64_t vector_bytes = 0;  // one part's vector in the file

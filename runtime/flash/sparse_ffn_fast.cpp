@@ -21,6 +21,7 @@ constexpr int64_t kSlotsPerTask = 8;  // gate and up products: a few vectors a t
 // Buffers reused across calls, so a steady decode loop does not allocate.
 struct Scratch {
     std::vector<float> x_padded, x_sums, gate, up, activations;
+    std::vector<int32_t> live_slots;
 };
 
 Scratch& scratch() {
@@ -69,28 +70,39 @@ void sparse_ffn_fast(const Data& d, std::span<const int32_t> slots, const float*
     const int64_t count = int64_t(slots.size());
     gate_up(d, slots, x, m, pool, s);
 
-    // activations[r * count + i] for slot i.
-    s.activations.resize(size_t(m * count));
+    // The activations (in up's place), then those of the slots with one not 0 (Relu leaves many at
+    // exactly 0), which down streams: activations[r * live + j] for slot live_slots[j].
+    s.live_slots.clear();
     for (int64_t i = 0; i < count; ++i) {
         const int32_t slot = slots[size_t(i)];
         const float bias = d.bias.empty() ? 0.0f : d.bias[size_t(slot)];
+        bool any = false;
         for (int64_t r = 0; r < m; ++r) {
             const size_t at = size_t(i * m + r);
-            s.activations[size_t(r * count + i)] = ffn_activation(d.header.activation, s.gate[at], s.up[at], bias);
+            s.up[at] = ffn_activation(d.header.activation, s.gate[at], s.up[at], bias);
+            any |= s.up[at] != 0.0f;
+        }
+        if (any) {
+            std::copy_n(s.up.data() + i * m, m, s.up.data() + int64_t(s.live_slots.size()) * m);
+            s.live_slots.push_back(slot);
         }
     }
+    const int64_t live = int64_t(s.live_slots.size());
+    s.activations.resize(size_t(m * live));
+    for (int64_t j = 0; j < live; ++j)
+        for (int64_t r = 0; r < m; ++r) s.activations[size_t(r * live + j)] = s.up[size_t(j * m + r)];
 
     const int64_t blocks = (d.d_model + 31) / 32;
     const int64_t tasks = (blocks + kDownBlocksPerTask - 1) / kDownBlocksPerTask;
     auto down = [&](int64_t t) {
         const int64_t b0 = t * kDownBlocksPerTask, b1 = std::min(blocks, b0 + kDownBlocksPerTask);
         if (d.quantized)
-            down_accumulate(d, slots.data(), count, s.activations.data(), m, b0, b1, y);
+            down_accumulate(d, s.live_slots.data(), live, s.activations.data(), m, b0, b1, y);
         else
-            f16_down_accumulate(d, slots.data(), count, s.activations.data(), m, b0 * 32,
+            f16_down_accumulate(d, s.live_slots.data(), live, s.activations.data(), m, b0 * 32,
                                 std::min(d.d_model, b1 * 32), y);
     };
-    pool.parallel_for(tasks, down, count * d.d_model * m >= kDispatchWork);
+    pool.parallel_for(tasks, down, live * d.d_model * m >= kDispatchWork);
 }
 
 }  // namespace qjit

@@ -134,9 +134,10 @@ QJIT_FLASH_INLINE void fold_group(const Data& d, const uint8_t* v, int64_t g, co
 template <int B, int ROWS, bool HALF>
 QJIT_FLASH_INLINE void column_kernel(const Data& d, const uint8_t* v, const float* x, const float* x_sums,
                                      float* out) {
-    const int64_t x_stride = d.blocks * 32, blocks = d.blocks, group_size = d.group_size;
+    const int64_t x_stride = d.blocks * 32, blocks = d.blocks, group_blocks = d.group_blocks;
     v8f acc[ROWS][4] = {}, total[ROWS] = {};
     float offset[ROWS] = {};
+    int64_t group = 0, in_group = 0;
     for (int64_t b = 0; b < blocks; ++b) {
         v8f q[4];
         decode_column_block<B>(v + b * B * 4, q);
@@ -145,8 +146,9 @@ QJIT_FLASH_INLINE void column_kernel(const Data& d, const uint8_t* v, const floa
         if (HALF) {
             fold_group<B, ROWS, 0, 2>(d, v, 2 * b, x_sums, acc, total, offset);
             fold_group<B, ROWS, 2, 4>(d, v, 2 * b + 1, x_sums, acc, total, offset);
-        } else if ((b + 1) * 32 % group_size == 0 || b + 1 == blocks) {
-            fold_group<B, ROWS, 0, 4>(d, v, b * 32 / group_size, x_sums, acc, total, offset);
+        } else if (++in_group == group_blocks || b + 1 == blocks) {
+            fold_group<B, ROWS, 0, 4>(d, v, group++, x_sums, acc, total, offset);
+            in_group = 0;
         }
     }
     for (int r = 0; r < ROWS; ++r) {
@@ -175,23 +177,27 @@ QJIT_FLASH_INLINE void column_rows(const Data& d, const uint8_t* v, const float*
 // Each weight is s * q + o: the s * q terms go into y as the rows are decoded, one FMA a weight;
 // the o terms, the same over a group's rows, are summed per row of x and 16- or 32-row segment of
 // y (a task's blocks) and added once at the end.
+constexpr int64_t kDownPrefetch = 2;  // vectors ahead
+
 template <int B, bool HALF>
 QJIT_FLASH_INLINE void down_kernel(const Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m,
                                    int64_t b0, int64_t b1, float* y) {
     // Locals, so the stores to y need not reload them.
     const uint8_t* const vectors = d.vectors[int(NeuronPart::Down)].data();
-    const int64_t vector_bytes = d.vector_bytes, d_model = d.d_model, group_size = d.group_size;
+    const int64_t vector_bytes = d.vector_bytes, d_model = d.d_model, group_blocks = d.group_blocks;
     constexpr int kSegments = HALF ? 2 : 1, kSegmentRows = 32 / kSegments;
     const int64_t segments = (b1 - b0) * kSegments;
     thread_local std::vector<float> offset_sums;  // [m][segments]; grows to its largest once a thread
     offset_sums.assign(size_t(m * segments), 0.0f);
     float* const offsets = offset_sums.data();
     for (int64_t i = 0; i < count; ++i) {
-        bool any = false;  // Relu leaves many neurons at exactly 0
-        for (int64_t r = 0; r < m; ++r) any |= a[r * count + i] != 0.0f;
-        if (!any) continue;
+        // The task's run of a later vector, which the prefetchers cannot guess.
+        if (i + kDownPrefetch < count) {
+            const uint8_t* ahead = vectors + slots[i + kDownPrefetch] * vector_bytes;
+            for (int64_t at = b0 * B * 4; at < b1 * B * 4; at += 64) __builtin_prefetch(ahead + at);
+        }
         const uint8_t* v = vectors + slots[i] * vector_bytes;
-        int64_t group = -1;
+        int64_t next_group_block = b0;  // (16-row groups: each segment is a group)
         float s = 0.0f, o = 0.0f;
         for (int64_t b = b0; b < b1; ++b) {
             v8f octets[4];
@@ -200,8 +206,13 @@ QJIT_FLASH_INLINE void down_kernel(const Data& d, const int32_t* slots, int64_t 
             for (int h = 0; h < kSegments; ++h) {
                 const int64_t j0 = h * kSegmentRows, j1 = std::min<int64_t>(j0 + kSegmentRows, rows);
                 if (j0 >= j1) break;
-                const int64_t g = HALF ? 2 * b + h : base / group_size;
-                if (g != group) group_meta<B>(d, v, group = g, s, o);  // once a group
+                if (HALF) {
+                    group_meta<B>(d, v, 2 * b + h, s, o);
+                } else if (b == next_group_block) {  // once a group
+                    const int64_t g = b / group_blocks;
+                    next_group_block = (g + 1) * group_blocks;
+                    group_meta<B>(d, v, g, s, o);
+                }
                 for (int64_t r = 0; r < m; ++r) {
                     const float ar = a[r * count + i], scale = ar * s;
                     offsets[r * segments + (b - b0) * kSegments + h] += ar * o;

@@ -18,7 +18,8 @@ void column_products(const NeuronCache::Data& d, NeuronPart part, int64_t slot, 
                      const float* x_sums, int64_t m, float* out);
 
 // y[r][k] += sum over i < count of a[r * count + i] * down_{slots[i]}[k] for k in the 32-row
-// blocks [b0, b1) (clipped to d_model). Quantized caches.
+// blocks [b0, b1) (clipped to d_model). Quantized caches. Every slot listed is streamed: leave out
+// those whose activations are all 0.
 void down_accumulate(const NeuronCache::Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m,
                      int64_t b0, int64_t b1, float* y);
 
