@@ -54,6 +54,10 @@ void gate_up(const Data& d, std::span<const int32_t> slots, const float* x, int6
     };
     auto task = [&](int64_t t) {
         for (int64_t i = t * kSlotsPerTask; i < std::min(count, (t + 1) * kSlotsPerTask); ++i) {
+            if (i + 1 < count) {  // the next slot's vectors, while this one's are summed
+                if (gated) prefetch_bytes(d.vector(NeuronPart::Gate, slots[i + 1]), d.vector_bytes);
+                prefetch_bytes(d.vector(NeuronPart::Up, slots[i + 1]), d.vector_bytes);
+            }
             if (gated) products(NeuronPart::Gate, i, s.gate.data() + i * m);
             products(NeuronPart::Up, i, s.up.data() + i * m);
         }

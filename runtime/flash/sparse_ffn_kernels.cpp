@@ -1,6 +1,7 @@
 #include "runtime/flash/sparse_ffn_kernels.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -191,11 +192,8 @@ QJIT_FLASH_INLINE void down_kernel(const Data& d, const int32_t* slots, int64_t 
     offset_sums.assign(size_t(m * segments), 0.0f);
     float* const offsets = offset_sums.data();
     for (int64_t i = 0; i < count; ++i) {
-        // The task's run of a later vector, which the prefetchers cannot guess.
-        if (i + kDownPrefetch < count) {
-            const uint8_t* ahead = vectors + slots[i + kDownPrefetch] * vector_bytes;
-            for (int64_t at = b0 * B * 4; at < b1 * B * 4; at += 64) __builtin_prefetch(ahead + at);
-        }
+        if (i + kDownPrefetch < count)  // the task's run of a later vector
+            prefetch_bytes(vectors + slots[i + kDownPrefetch] * vector_bytes + b0 * B * 4, (b1 - b0) * B * 4);
         const uint8_t* v = vectors + slots[i] * vector_bytes;
         int64_t next_group_block = b0;  // (16-row groups: each segment is a group)
         float s = 0.0f, o = 0.0f;
@@ -331,16 +329,20 @@ struct Kernels {
     decltype(&f16_down_accumulate_baseline) f16_down_accumulate;
 };
 
+constexpr Kernels kAvx2{column_products_avx2, down_accumulate_avx2, f16_products_avx2, f16_down_accumulate_avx2};
+constexpr Kernels kBaseline{column_products_baseline, down_accumulate_baseline, f16_products_baseline,
+                            f16_down_accumulate_baseline};
+
+std::atomic<bool> baseline_only{false};
+
 const Kernels& kernels() {
-    static const Kernels chosen = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-                                      ? Kernels{column_products_avx2, down_accumulate_avx2, f16_products_avx2,
-                                                f16_down_accumulate_avx2}
-                                      : Kernels{column_products_baseline, down_accumulate_baseline,
-                                                f16_products_baseline, f16_down_accumulate_baseline};
-    return chosen;
+    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return avx2 && !baseline_only.load(std::memory_order_relaxed) ? kAvx2 : kBaseline;
 }
 
 }  // namespace
+
+void sparse_ffn_baseline_kernels(bool on) { baseline_only.store(on, std::memory_order_relaxed); }
 
 void column_products(const Data& d, NeuronPart part, int64_t slot, const float* x_padded, const float* x_sums,
                      int64_t m, float* out) {

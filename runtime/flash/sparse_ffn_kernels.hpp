@@ -11,6 +11,16 @@
 
 namespace qjit {
 
+// Makes the entry points below take the baseline x86-64 variant even where AVX2 runs (on), or the
+// fastest again (off): for tests, so that both variants meet the oracle on an AVX2 machine.
+void sparse_ffn_baseline_kernels(bool on);
+
+// Asks for bytes [p, p + n) ahead of their use: the next of a token's scattered vectors, which the
+// hardware prefetchers cannot guess.
+inline void prefetch_bytes(const uint8_t* p, int64_t n) {
+    for (int64_t at = 0; at < n; at += 64) __builtin_prefetch(p + at);
+}
+
 // The products of m rows of x with a slot's quantized gate or up vector (`part`): out[r].
 // x_padded: [m][blocks * 32], zero past d_model; x_sums: [m][groups], the sum of each group's
 // activations.
