@@ -88,68 +88,75 @@ QJIT_FLASH_INLINE void decode_column_block(const uint8_t* bytes, v8f (&q)[4]) {
     q[3] = decode_octet<B, 3>(words);
 }
 
-// A scale (or float offset) at the scales' type, converted without branches.
-QJIT_FLASH_INLINE float meta_value(const Data& d, const uint8_t* at) {
-    if (d.scale_bytes == 2) {
-        uint16_t h;
-        std::memcpy(&h, at, 2);
-        return half_bits_to_float(h);
+// n scales (or float offsets) at the scales' type, in a loop that vectorizes.
+QJIT_FLASH_INLINE void meta_values(const Data& d, const uint8_t* at, int64_t n, float* out) {
+    if (d.scale_bytes == 4) {
+        std::memcpy(out, at, size_t(n) * 4);
+        return;
     }
-    float f;
-    std::memcpy(&f, at, 4);
-    return f;
+    for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, at + 2 * i, 2);
+        out[i] = half_bits_to_float(h);
+    }
 }
 
-// Group g's terms of a quantized vector v: its weights are s * q + o, o = -s * z, or the float
-// offset itself.
+constexpr int64_t kTermChunk = 64;  // groups whose terms a kernel converts at once
+
+// The terms of groups [g0, g0 + n) of a quantized vector v (n <= kTermChunk): its weights are
+// s * q + o, o = -s * z, or the float offset itself.
 template <int B>
-QJIT_FLASH_INLINE void group_meta(const Data& d, const uint8_t* v, int64_t g, float& s, float& o) {
+QJIT_FLASH_INLINE void group_terms(const Data& d, const uint8_t* v, int64_t g0, int64_t n, float* s, float* o) {
     const WeightFormat& f = d.header.vector.format;
-    s = meta_value(d, v + d.scales_offset + g * d.scale_bytes);
-    const uint8_t* zeros = v + d.zeros_offset;
-    o = f.float_offsets ? meta_value(d, zeros + g * d.zero_bytes)
-        : f.symmetric   ? -s * float(1 << (B - 1))
-                        : -s * float(zeros[g]);
+    const uint8_t* zeros = v + d.zeros_offset + g0 * d.zero_bytes;
+    meta_values(d, v + d.scales_offset + g0 * d.scale_bytes, n, s);
+    if (f.float_offsets) meta_values(d, zeros, n, o);
+    else if (f.symmetric) for (int64_t i = 0; i < n; ++i) o[i] = -s[i] * float(1 << (B - 1));
+    else for (int64_t i = 0; i < n; ++i) o[i] = -s[i] * float(zeros[i]);
 }
 
-// Folds one group's sums (octets [O0, O1) of each row's chains) into the products: the scaled dot
-// into total, the offset's term (o times the group's sum of x) into offset.
-template <int B, int ROWS, int O0, int O1>
-QJIT_FLASH_INLINE void fold_group(const Data& d, const uint8_t* v, int64_t g, const float* x_sums,
-                                  v8f (&acc)[ROWS][4], v8f (&total)[ROWS], float (&offset)[ROWS]) {
-    if (g >= d.groups) return;  // the padding rows of a last block of 16-row groups
-    float s, o;
-    group_meta<B>(d, v, g, s, o);
+// Folds one group's sums (octets [O0, O1) of each row's chains), scaled by s, into total.
+template <int ROWS, int O0, int O1>
+QJIT_FLASH_INLINE void fold_group(float s, v8f (&acc)[ROWS][4], v8f (&total)[ROWS]) {
     for (int r = 0; r < ROWS; ++r) {
         v8f dot = acc[r][O0];
         for (int o = O0 + 1; o < O1; ++o) dot += acc[r][o];
         for (int o = O0; o < O1; ++o) acc[r][o] = v8f{};
         total[r] += s * dot;
-        offset[r] += o * x_sums[r * d.groups + g];
     }
 }
 
 // The products of ROWS rows of x with a quantized gate or up vector v: one chain per octet of a
-// block, so that a single row keeps the FMA units busy. HALF: groups of 16 rows, two to a block;
-// otherwise a block lies in one group.
+// block, so that a single row keeps the FMA units busy; the groups' terms converted a chunk at a
+// time, the offsets' share (o times a group's sum of x) summed apart. HALF: groups of 16 rows, two
+// to a block; otherwise a block lies in one group.
 template <int B, int ROWS, bool HALF>
 QJIT_FLASH_INLINE void column_kernel(const Data& d, const uint8_t* v, const float* x, const float* x_sums,
                                      float* out) {
-    const int64_t x_stride = d.blocks * 32, blocks = d.blocks, group_blocks = d.group_blocks;
+    const int64_t x_stride = d.blocks * 32, blocks = d.blocks, groups = d.groups, group_blocks = d.group_blocks;
     v8f acc[ROWS][4] = {}, total[ROWS] = {};
-    float offset[ROWS] = {};
-    int64_t group = 0, in_group = 0;
-    for (int64_t b = 0; b < blocks; ++b) {
-        v8f q[4];
-        decode_column_block<B>(v + b * B * 4, q);
+    float offset[ROWS] = {}, s[kTermChunk], o[kTermChunk];
+    for (int64_t g0 = 0; g0 < groups; g0 += kTermChunk) {
+        const int64_t n = std::min(kTermChunk, groups - g0);
+        group_terms<B>(d, v, g0, n, s, o);
         for (int r = 0; r < ROWS; ++r)
-            for (int o = 0; o < 4; ++o) acc[r][o] += load_f(x + r * x_stride + b * 32 + 8 * o) * q[o];
-        if (HALF) {
-            fold_group<B, ROWS, 0, 2>(d, v, 2 * b, x_sums, acc, total, offset);
-            fold_group<B, ROWS, 2, 4>(d, v, 2 * b + 1, x_sums, acc, total, offset);
-        } else if (++in_group == group_blocks || b + 1 == blocks) {
-            fold_group<B, ROWS, 0, 4>(d, v, group++, x_sums, acc, total, offset);
-            in_group = 0;
+            for (int64_t i = 0; i < n; ++i) offset[r] += o[i] * x_sums[r * groups + g0 + i];
+        const int64_t first = HALF ? g0 / 2 : g0 * group_blocks;
+        const int64_t end = std::min(blocks, HALF ? (g0 + n + 1) / 2 : (g0 + n) * group_blocks);
+        int64_t group = 0, in_group = 0;  // of the chunk
+        for (int64_t b = first; b < end; ++b) {
+            v8f q[4];
+            decode_column_block<B>(v + b * B * 4, q);
+            for (int r = 0; r < ROWS; ++r)
+                for (int k = 0; k < 4; ++k) acc[r][k] += load_f(x + r * x_stride + b * 32 + 8 * k) * q[k];
+            if (HALF) {
+                fold_group<ROWS, 0, 2>(s[group++], acc, total);
+                // (past the last group: a last block's padding rows, all 0 as x is padded with 0)
+                if (group < n) fold_group<ROWS, 2, 4>(s[group++], acc, total);
+            } else if (++in_group == group_blocks || b + 1 == blocks) {
+                fold_group<ROWS, 0, 4>(s[group++], acc, total);
+                in_group = 0;
+            }
         }
     }
     for (int r = 0; r < ROWS; ++r) {
@@ -205,11 +212,11 @@ QJIT_FLASH_INLINE void down_kernel(const Data& d, const int32_t* slots, int64_t 
                 const int64_t j0 = h * kSegmentRows, j1 = std::min<int64_t>(j0 + kSegmentRows, rows);
                 if (j0 >= j1) break;
                 if (HALF) {
-                    group_meta<B>(d, v, 2 * b + h, s, o);
+                    group_terms<B>(d, v, 2 * b + h, 1, &s, &o);
                 } else if (b == next_group_block) {  // once a group
                     const int64_t g = b / group_blocks;
                     next_group_block = (g + 1) * group_blocks;
-                    group_meta<B>(d, v, g, s, o);
+                    group_terms<B>(d, v, g, 1, &s, &o);
                 }
                 for (int64_t r = 0; r < m; ++r) {
                     const float ar = a[r * count + i], scale = ar * s;
