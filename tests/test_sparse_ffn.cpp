@@ -238,6 +238,17 @@ TEST(SparseFfn, MatchesTheOracleAcrossThreads) {
              pool, 9);
 }
 
+// More groups than a kernel converts at once (64), the last of them partial.
+TEST(SparseFfn, MatchesTheOracleOverManyGroups) {
+    ThreadPool pool(2);
+    run_case({.bits = 4, .group_size = 16, .scale_type = ScaleType::F16, .activation = FfnActivation::SwiGlu,
+              .d_model = 2100, .d_ff = 24, .m = 2},
+             pool, 11);
+    run_case({.bits = 2, .group_size = 32, .float_offsets = true, .activation = FfnActivation::Relu, .d_model = 2100,
+              .d_ff = 24, .m = 1},
+             pool, 12);
+}
+
 // A few active slots scattered over a large cache, and the first slots of a cache of few.
 TEST(SparseFfn, MatchesTheOracleOnScatteredAndCompactSlots) {
     ThreadPool pool(2);
