@@ -88,13 +88,36 @@ QJIT_FLASH_INLINE void decode_column_block(const uint8_t* bytes, v8f (&q)[4]) {
     q[3] = decode_octet<B, 3>(words);
 }
 
-// n scales (or float offsets) at the scales' type, in a loop that vectorizes.
+// half_bits_to_float on 8 lanes (GCC does not vectorize the scalar loop).
+QJIT_FLASH_INLINE v8f half_octet_to_float(const uint8_t* at) {
+    uint16_t h[8];
+    std::memcpy(h, at, sizeof h);
+    using v8h = uint16_t __attribute__((vector_size(16)));
+    v8h packed;
+    std::memcpy(&packed, h, sizeof packed);
+    const v8u bits16 = __builtin_convertvector(packed, v8u);
+    const v8u magnitude = (bits16 & 0x7fffu) << 13, exponent = magnitude & 0x0f800000u;
+    v8u bits = magnitude + (112u << 23);
+    bits = exponent == 0x0f800000u ? bits + (112u << 23) : bits;  // inf, nan
+    const v8f unit = v8f{} + 1.0f / 16384.0f;  // 2^-14: subnormals come out offset by it
+    const v8u subnormal_bits = bits + (1u << 23);
+    // (vector casts reinterpret the bits)
+    const v8f value = exponent == 0 ? (v8f)subnormal_bits - unit : (v8f)bits;
+    return (v8f)((v8u)value | (bits16 & 0x8000u) << 16);
+}
+
+// n scales (or float offsets) at the scales' type.
 QJIT_FLASH_INLINE void meta_values(const Data& d, const uint8_t* at, int64_t n, float* out) {
     if (d.scale_bytes == 4) {
         std::memcpy(out, at, size_t(n) * 4);
         return;
     }
-    for (int64_t i = 0; i < n; ++i) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const v8f v = half_octet_to_float(at + 2 * i);
+        std::memcpy(out + i, &v, sizeof v);
+    }
+    for (; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, at + 2 * i, 2);
         out[i] = half_bits_to_float(h);
@@ -139,8 +162,14 @@ QJIT_FLASH_INLINE void column_kernel(const Data& d, const uint8_t* v, const floa
     for (int64_t g0 = 0; g0 < groups; g0 += kTermChunk) {
         const int64_t n = std::min(kTermChunk, groups - g0);
         group_terms<B>(d, v, g0, n, s, o);
-        for (int r = 0; r < ROWS; ++r)
-            for (int64_t i = 0; i < n; ++i) offset[r] += o[i] * x_sums[r * groups + g0 + i];
+        for (int r = 0; r < ROWS; ++r) {
+            const float* xs = x_sums + r * groups + g0;
+            v8f sums{};  // 8 sums, not one chain of n
+            int64_t i = 0;
+            for (; i + 8 <= n; i += 8) sums += load_f(o + i) * load_f(xs + i);
+            for (; i < n; ++i) offset[r] += o[i] * xs[i];
+            for (int l = 0; l < 8; ++l) offset[r] += sums[l];
+        }
         const int64_t first = HALF ? g0 / 2 : g0 * group_blocks;
         const int64_t end = std::min(blocks, HALF ? (g0 + n + 1) / 2 : (g0 + n) * group_blocks);
         int64_t group = 0, in_group = 0;  // of the chunk
