@@ -13,6 +13,7 @@
 #include "format/quantize_rtn.hpp"
 #include "format/reference.hpp"
 #include "runtime/flash/sparse_ffn.hpp"
+#include "runtime/flash/sparse_ffn_kernels.hpp"
 #include "test_support.hpp"
 
 namespace qjit {
@@ -29,6 +30,9 @@ struct FfnCase {
     int64_t d_model = 100;
     int64_t d_ff = 37;
     int64_t m = 1;
+    int64_t capacity = 0;  // 0: d_ff, every neuron resident
+    int64_t active = 0;    // slots run: 0 for d_ff / 2 + 1 random ones of those resident ...
+    bool compact = false;  // ... or the first `active` slots
 };
 
 std::string describe(const FfnCase& c) {
@@ -36,7 +40,9 @@ std::string describe(const FfnCase& c) {
            " g" + std::to_string(c.group_size) + (c.symmetric ? " sym" : c.float_offsets ? " float-offsets" : " asym") +
            (c.scale_type == ScaleType::F16 ? " f16-scales" : " f32-scales") +
            (c.activation == FfnActivation::Relu ? " relu" : " swiglu") + " d_model " + std::to_string(c.d_model) +
-           " d_ff " + std::to_string(c.d_ff) + " m " + std::to_string(c.m);
+           " d_ff " + std::to_string(c.d_ff) + " m " + std::to_string(c.m) +
+           " capacity " + std::to_string(c.capacity) + " active " + std::to_string(c.active) +
+           (c.compact ? " compact" : "");
 }
 
 // One part of the layer (a d_model x d_ff matrix): its dense oracle values W[k][n] and, per weight,
@@ -107,12 +113,14 @@ void run_case(const FfnCase& c, ThreadPool& pool, uint32_t seed) {
     const std::vector<float> x = test::random_floats(size_t(m * k), seed + 4);
     const std::vector<float> y0 = test::random_floats(size_t(m * k), seed + 5);
 
-    // Every neuron resident, in shuffled slots.
+    // capacity neurons resident (every one by default), in shuffled slots.
+    const int64_t capacity = c.capacity > 0 ? c.capacity : n;
     std::mt19937 rng(seed);
     std::vector<int32_t> order(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
-    NeuronCache cache(h, n, 0);
+    order.resize(size_t(capacity));
+    NeuronCache cache(h, capacity, 0);
     NeuronCache::TokenPlan plan;
     cache.begin_token(order, plan);
     const int64_t bytes = h.vector.bytes();
@@ -123,10 +131,11 @@ void run_case(const FfnCase& c, ThreadPool& pool, uint32_t seed) {
         cache.fill(slot, NeuronPart::Down, down.vectors.data() + neuron * bytes);
         if (h.has_bias) cache.fill_bias(slot, bias[size_t(neuron)]);
     }
-    // A random subset of the slots, in random order.
+    // A random subset of the slots, in random order, or the first ones.
     std::vector<int32_t> slots(plan.slots.begin(), plan.slots.end());
-    std::shuffle(slots.begin(), slots.end(), rng);
-    slots.resize(size_t(n / 2 + 1));
+    if (c.compact) std::sort(slots.begin(), slots.end());
+    else std::shuffle(slots.begin(), slots.end(), rng);
+    slots.resize(size_t(c.active > 0 ? c.active : n / 2 + 1));
 
     // The oracle, in double, with its error bound: each product's as forward_error_bound derives it,
     // carried through the activation (silu' <= 1.1), then the down sums' own roundings.
@@ -178,8 +187,11 @@ void run_case(const FfnCase& c, ThreadPool& pool, uint32_t seed) {
             bound[size_t(r * k + i)] = 2 * (carried[size_t(i)] + (count + 4) * eps * running) + 1e-30;
         }
     }
-    for (SparseFfnPath path : {SparseFfnPath::Fast, SparseFfnPath::Portable}) {
-        SCOPED_TRACE(path == SparseFfnPath::Fast ? "fast" : "portable");
+    // The fast path with the kernels the CPU picks, then with the baseline x86-64 ones.
+    for (int variant = 0; variant < 3; ++variant) {
+        const SparseFfnPath path = variant < 2 ? SparseFfnPath::Fast : SparseFfnPath::Portable;
+        SCOPED_TRACE(variant == 0 ? "fast" : variant == 1 ? "fast, baseline kernels" : "portable");
+        sparse_ffn_baseline_kernels(variant == 1);
         std::vector<float> y = y0;
         sparse_ffn_accumulate(cache, slots, x.data(), m, y.data(), pool, path);
         test::expect_within(y, expected, bound);
@@ -187,6 +199,7 @@ void run_case(const FfnCase& c, ThreadPool& pool, uint32_t seed) {
         std::vector<float> unchanged = y0;
         sparse_ffn_accumulate(cache, {}, x.data(), m, unchanged.data(), pool, path);
         EXPECT_EQ(unchanged, y0);
+        sparse_ffn_baseline_kernels(false);
     }
 }
 
@@ -223,6 +236,34 @@ TEST(SparseFfn, MatchesTheOracleAcrossThreads) {
              pool, 8);
     run_case({.coding = VectorCoding::F16, .activation = FfnActivation::SwiGlu, .d_model = 1000, .d_ff = 300, .m = 3},
              pool, 9);
+}
+
+// More groups than a kernel converts at once (64), the last of them partial.
+TEST(SparseFfn, MatchesTheOracleOverManyGroups) {
+    ThreadPool pool(2);
+    run_case({.bits = 4, .group_size = 16, .scale_type = ScaleType::F16, .activation = FfnActivation::SwiGlu,
+              .d_model = 2100, .d_ff = 24, .m = 2},
+             pool, 11);
+    run_case({.bits = 2, .group_size = 32, .float_offsets = true, .activation = FfnActivation::Relu, .d_model = 2100,
+              .d_ff = 24, .m = 1},
+             pool, 12);
+}
+
+// A few active slots scattered over a large cache, and the first slots of a cache of few.
+TEST(SparseFfn, MatchesTheOracleOnScatteredAndCompactSlots) {
+    ThreadPool pool(2);
+    uint32_t seed = 40;
+    for (bool compact : {false, true})
+        for (int64_t m : {1, 3}) {
+            run_case({.bits = 4, .group_size = 128, .scale_type = ScaleType::F16, .activation = FfnActivation::Relu,
+                      .d_model = 300, .d_ff = 400, .m = m, .capacity = compact ? 24 : 400, .active = 13,
+                      .compact = compact},
+                     pool, seed++);
+            run_case({.bits = 3, .group_size = 16, .float_offsets = true, .activation = FfnActivation::SwiGlu,
+                      .d_model = 200, .d_ff = 150, .m = m, .capacity = compact ? 10 : 150, .active = 5,
+                      .compact = compact},
+                     pool, seed++);
+        }
 }
 
 }  // namespace

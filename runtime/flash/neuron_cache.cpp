@@ -11,7 +11,6 @@ namespace qjit {
 namespace {
 
 using Data = NeuronCache::Data;
-constexpr int kPanel = Data::kPanel;
 
 // The parts in file order (NeuronFileHeader::part_list's answer, kept here so the cache needs
 // nothing else of the file's code).
@@ -19,8 +18,6 @@ std::vector<NeuronPart> parts_of(const NeuronFileHeader& header) {
     if (header.activation == FfnActivation::SwiGlu) return {NeuronPart::Gate, NeuronPart::Up, NeuronPart::Down};
     return {NeuronPart::Up, NeuronPart::Down};
 }
-
-bool is_column(NeuronPart part) { return part != NeuronPart::Down; }
 
 void check_header(const NeuronFileHeader& h) {
     require(h.d_model >= 1 && h.d_model == h.vector.d_model(), "neuron cache: d_model ", h.d_model,
@@ -39,50 +36,11 @@ void check_header(const NeuronFileHeader& h) {
     }
 }
 
-// Copies slot `from`'s column in a panel layout of `elements` per column (each `bytes` wide) to
-// slot `to`: element e of slot s lies at ((s / kPanel) * elements + e) * kPanel + s % kPanel.
-template <typename T>
-void copy_column(std::vector<T>& v, int64_t elements, int64_t from, int64_t to) {
-    if (v.empty()) return;
-    T* src = v.data() + (from / kPanel) * elements * kPanel + from % kPanel;
-    T* dst = v.data() + (to / kPanel) * elements * kPanel + to % kPanel;
-    for (int64_t e = 0; e < elements; ++e) dst[e * kPanel] = src[e * kPanel];
-}
-
-// The same for metadata of `width` bytes per element.
-void copy_meta_column(std::vector<uint8_t>& v, int64_t elements, int width, int64_t from, int64_t to) {
-    if (v.empty()) return;
-    const int64_t stride = int64_t(kPanel) * width;
-    const uint8_t* src = v.data() + (from / kPanel) * elements * stride + from % kPanel * width;
-    uint8_t* dst = v.data() + (to / kPanel) * elements * stride + to % kPanel * width;
-    for (int64_t e = 0; e < elements; ++e) std::memcpy(dst + e * stride, src + e * stride, size_t(width));
-}
-
-// Scatters (or, `gather`, collects) one column's metadata between vector bytes and a panel layout.
-void move_meta(uint8_t* panel_meta, int64_t elements, int width, int64_t slot, uint8_t* vector, bool gather) {
-    const int64_t stride = int64_t(kPanel) * width;
-    uint8_t* column = panel_meta + (slot / kPanel) * elements * stride + slot % kPanel * width;
-    for (int64_t e = 0; e < elements; ++e) {
-        if (gather) std::memcpy(vector + e * width, column + e * stride, size_t(width));
-        else std::memcpy(column + e * stride, vector + e * width, size_t(width));
-    }
-}
-
 // Moves the contents and bookkeeping of slot `from` into slot `to` (a hole).
 void move_slot(Data& d, int64_t from, int64_t to) {
     for (NeuronPart part : d.parts) {
-        if (!d.quantized) {
-            std::vector<uint16_t>& rows = d.rows[int(part)];
-            std::copy_n(rows.data() + from * d.d_model, d.d_model, rows.data() + to * d.d_model);
-        } else if (is_column(part)) {
-            Data::Columns& c = d.columns[int(part)];
-            copy_column(c.codes, d.column_words, from, to);
-            copy_meta_column(c.scales, d.groups, d.scale_bytes, from, to);
-            copy_meta_column(c.zeros, d.groups, d.zero_bytes, from, to);
-        } else {
-            std::memcpy(d.down.data() + to * d.vector_bytes, d.down.data() + from * d.vector_bytes,
-                        size_t(d.vector_bytes));
-        }
+        uint8_t* vectors = d.vectors[int(part)].data();
+        std::memcpy(vectors + to * d.vector_bytes, vectors + from * d.vector_bytes, size_t(d.vector_bytes));
     }
     if (!d.bias.empty()) d.bias[size_t(to)] = d.bias[size_t(from)];
     const int32_t neuron = d.slot_neuron[size_t(from)];
@@ -147,31 +105,20 @@ NeuronCache::NeuronCache(const NeuronFileHeader& header, int64_t capacity, int w
     d.quantized = header.vector.coding == VectorCoding::Quantized;
     d.d_model = header.d_model;
     d.vector_bytes = header.vector.bytes();
-    d.panels = (capacity + kPanel - 1) / kPanel;
     if (d.quantized) {
         const WeightFormat& f = header.vector.format;
         d.bits = f.bits;
         d.group_size = f.group_size;
         d.blocks = (d.d_model + 31) / 32;
         d.groups = f.num_groups();
-        d.column_words = d.blocks * d.bits;
+        d.group_blocks = d.group_size >= d.d_model ? d.blocks : d.group_size / 32;
         d.scale_bytes = f.scale_bytes();
         d.zero_bytes = f.zero_point_bytes();
-        require(d.column_words == header.vector.code_words(), "neuron cache: code words disagree");
+        d.scales_offset = header.vector.scales_offset();
+        d.zeros_offset = header.vector.zeros_offset();
+        require(d.blocks * d.bits == header.vector.code_words(), "neuron cache: code words disagree");
     }
-    const size_t columns = size_t(d.panels * kPanel);
-    for (NeuronPart part : d.parts) {
-        if (!d.quantized) {
-            d.rows[int(part)].assign(size_t(capacity * d.d_model), 0);
-        } else if (is_column(part)) {
-            Data::Columns& c = d.columns[int(part)];
-            c.codes.assign(columns * size_t(d.column_words), 0);
-            c.scales.assign(columns * size_t(d.groups * d.scale_bytes), 0);
-            c.zeros.assign(columns * size_t(d.groups * d.zero_bytes), 0);
-        } else {
-            d.down.assign(size_t(capacity * d.vector_bytes), 0);
-        }
-    }
+    for (NeuronPart part : d.parts) d.vectors[int(part)].assign(size_t(capacity * d.vector_bytes), 0);
     if (header.has_bias) d.bias.assign(size_t(capacity), 0.0f);
     d.slot_neuron.assign(size_t(capacity), -1);
     d.neuron_slot.assign(size_t(header.d_ff), -1);
@@ -199,10 +146,9 @@ const NeuronCache::Data& NeuronCache::data() const { return *data_; }
 int64_t NeuronCache::memory_bytes() const {
     const Data& d = *data_;
     const auto bytes = [](const auto& v) { return int64_t(v.capacity() * sizeof(v[0])); };
-    int64_t total = bytes(d.down) + bytes(d.bias) + bytes(d.slot_neuron) + bytes(d.neuron_slot) +
+    int64_t total = bytes(d.bias) + bytes(d.slot_neuron) + bytes(d.neuron_slot) +
                     bytes(d.last_active) + bytes(d.pinned) + bytes(d.active_token) + bytes(d.victims);
-    for (int p = 0; p < Data::kParts; ++p)
-        total += bytes(d.columns[p].codes) + bytes(d.columns[p].scales) + bytes(d.columns[p].zeros) + bytes(d.rows[p]);
+    for (const std::vector<uint8_t>& v : d.vectors) total += bytes(v);
     return total;
 }
 
@@ -304,38 +250,21 @@ void NeuronCache::clear_unpinned() {
 
 namespace {
 
-// Scatters a vector into a slot (gather false) or collects it back (gather true).
-void transfer(Data& d, int32_t slot, NeuronPart part, uint8_t* vector, bool gather) {
+// The bytes of a slot's part: a record's vector as the file stores it.
+uint8_t* slot_vector(Data& d, int32_t slot, NeuronPart part) {
     require(slot >= 0 && slot < d.capacity, "neuron cache: slot ", slot, " out of range");
     require(d.has(part), "neuron cache: the file has no gate part");
-    if (!d.quantized) {
-        uint16_t* row = d.rows[int(part)].data() + slot * d.d_model;
-        if (gather) std::memcpy(vector, row, size_t(d.vector_bytes));
-        else std::memcpy(row, vector, size_t(d.vector_bytes));
-        return;
-    }
-    if (!is_column(part)) {
-        uint8_t* row = d.down.data() + slot * d.vector_bytes;
-        if (gather) std::memcpy(vector, row, size_t(d.vector_bytes));
-        else std::memcpy(row, vector, size_t(d.vector_bytes));
-        return;
-    }
-    Data::Columns& c = d.columns[int(part)];
-    move_meta(reinterpret_cast<uint8_t*>(c.codes.data()), d.column_words, 4, slot, vector, gather);
-    const NeuronVectorLayout& layout = d.header.vector;
-    move_meta(c.scales.data(), d.groups, d.scale_bytes, slot, vector + layout.scales_offset(), gather);
-    if (d.zero_bytes > 0)
-        move_meta(c.zeros.data(), d.groups, d.zero_bytes, slot, vector + layout.zeros_offset(), gather);
+    return d.vectors[int(part)].data() + slot * d.vector_bytes;
 }
 
 }  // namespace
 
 void NeuronCache::fill(int32_t slot, NeuronPart part, const uint8_t* vector) {
-    transfer(*data_, slot, part, const_cast<uint8_t*>(vector), false);
+    std::memcpy(slot_vector(*data_, slot, part), vector, size_t(data_->vector_bytes));
 }
 
 void NeuronCache::read_vector(int32_t slot, NeuronPart part, uint8_t* out) const {
-    transfer(*data_, slot, part, out, true);
+    std::memcpy(out, slot_vector(*data_, slot, part), size_t(data_->vector_bytes));
 }
 
 void NeuronCache::fill_bias(int32_t slot, float bias) {

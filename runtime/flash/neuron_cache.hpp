@@ -4,9 +4,8 @@
 // appended. Pinned neurons stay for good; the others stay while they were active within the last
 // `window` tokens.
 //
-// The slots hold each part's vector (format/neuron_record.hpp) in the layout the kernels read
-// (runtime/flash/sparse_ffn.hpp): gate and up as columns of packed panels with their scales and
-// zero points beside them, down as rows.
+// The slots hold each part's vector (format/neuron_record.hpp) as the file stores it, contiguous
+// per slot, which is what the kernels read (runtime/flash/sparse_ffn.hpp).
 #pragma once
 
 #include <cstdint>

@@ -1,18 +1,11 @@
 // What a NeuronCache holds, as the kernels read it (runtime/flash/sparse_ffn*.cpp). Internal to the
 // flash runtime and its tests.
 //
-// Quantized files:
-//   gate, up  the slots are the columns of a packed matrix in panels of kPanel columns, exactly
-//             qjit's CPU layout (format/packed_codes.hpp):
-//                 codes[((panel * blocks + block) * bits + word) * kPanel + column]
-//             with the metadata in panel order as the x86 kernels stream it (CpuKernelArgs):
-//                 scales[(panel * groups + group) * kPanel + column]   (fp16 or fp32)
-//                 zeros [(panel * groups + group) * kPanel + column]   (u8, or float offsets at the
-//                                                                       scales' type; none symmetric)
-//             so a panel's 8 columns are one 8-lane vector per row.
-//   down      each slot's vector bytes as the file stores them (format/neuron_record.hpp), contiguous
-//             per slot: a row is streamed whole by one axpy.
-// F16 files: every part as plain rows [slot][d_model] of fp16.
+// Every part (gate, up, down; quantized or F16) is stored as the file stores its vectors
+// (format/neuron_record.hpp), contiguous per slot: vectors[part][slot * vector_bytes ...]. A slot's
+// vector is then one run of memory, whichever slots a token touches (scattered slots cost no more
+// than compact ones), filling or moving a slot is one copy, and each product or axpy streams it
+// whole; the kernels decode a quantized column's 32-row blocks on their own.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +18,6 @@
 namespace qjit {
 
 struct NeuronCache::Data {
-    static constexpr int kPanel = 8;
     static constexpr int kParts = 3;  // indexed by NeuronPart
 
     NeuronFileHeader header;
@@ -40,20 +32,14 @@ struct NeuronCache::Data {
     int64_t group_size = 0;
     int64_t blocks = 0;        // 32-row blocks of a vector
     int64_t groups = 0;
-    int64_t column_words = 0;  // blocks * bits
+    int64_t group_blocks = 0;  // blocks a group spans (all when per column; 0 for 16-row groups)
     int scale_bytes = 0;
     int zero_bytes = 0;        // 0 when symmetric
     int64_t vector_bytes = 0;  // one part's vector in the file
-    int64_t panels = 0;        // ceil(capacity / kPanel)
+    int64_t scales_offset = 0;  // where a quantized vector's scales and zero points start in it
+    int64_t zeros_offset = 0;
 
-    struct Columns {
-        std::vector<uint32_t> codes;
-        std::vector<uint8_t> scales;
-        std::vector<uint8_t> zeros;
-    };
-    Columns columns[kParts];             // quantized gate and up (indexed by part; down's unused)
-    std::vector<uint8_t> down;           // quantized down: [slot][vector_bytes]
-    std::vector<uint16_t> rows[kParts];  // F16: [slot][d_model] per part present
+    std::vector<uint8_t> vectors[kParts];  // [slot][vector_bytes] per part present
     std::vector<float> bias;             // [capacity] when the file has biases
 
     // Bookkeeping.
@@ -69,14 +55,8 @@ struct NeuronCache::Data {
 
     bool has(NeuronPart part) const { return header.activation == FfnActivation::SwiGlu || part != NeuronPart::Gate; }
 
-    const uint32_t* panel_codes(NeuronPart part, int64_t panel) const {
-        return columns[int(part)].codes.data() + panel * column_words * kPanel;
-    }
-    const uint8_t* panel_scales(NeuronPart part, int64_t panel) const {
-        return columns[int(part)].scales.data() + panel * groups * kPanel * scale_bytes;
-    }
-    const uint8_t* panel_zeros(NeuronPart part, int64_t panel) const {
-        return columns[int(part)].zeros.data() + panel * groups * kPanel * zero_bytes;
+    const uint8_t* vector(NeuronPart part, int64_t slot) const {
+        return vectors[int(part)].data() + slot * vector_bytes;
     }
     // A scale (or float offset) at the scales' type.
     float meta_float(const uint8_t* at) const {
@@ -89,8 +69,9 @@ struct NeuronCache::Data {
         std::memcpy(&f, at, 4);
         return f;
     }
-    const uint8_t* down_vector(int64_t slot) const { return down.data() + slot * vector_bytes; }
-    const uint16_t* f16_row(NeuronPart part, int64_t slot) const { return rows[int(part)].data() + slot * d_model; }
+    const uint16_t* f16_row(NeuronPart part, int64_t slot) const {
+        return reinterpret_cast<const uint16_t*>(vector(part, slot));
+    }
 };
 
 }  // namespace qjit

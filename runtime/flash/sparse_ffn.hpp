@@ -1,5 +1,5 @@
 // The FFN over the neurons in a cache: for m rows of x (d_model each), the activations of the
-// given slots (gathered quantized GEMVs of gate and up over the cache's panels), then the down
+// given slots (a dot product of x with each slot's gate and up vectors), then the down
 // projection over those slots' rows, added to y (m x d_model).
 #pragma once
 

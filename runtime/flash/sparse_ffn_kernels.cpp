@@ -1,7 +1,9 @@
 #include "runtime/flash/sparse_ffn_kernels.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <vector>
 
 #pragma GCC diagnostic ignored "-Wpsabi"  // 32-byte vectors in the baseline clone: all inlined
 
@@ -13,18 +15,12 @@ namespace qjit {
 namespace {
 
 using Data = NeuronCache::Data;
-constexpr int kPanel = Data::kPanel;
 
 // GCC vector types: 8 lanes, split into halves on baseline x86-64 and one register with AVX2.
 using v8u = uint32_t __attribute__((vector_size(32)));
 using v8i = int32_t __attribute__((vector_size(32)));
 using v8f = float __attribute__((vector_size(32)));
 
-QJIT_FLASH_INLINE v8u load_u(const uint32_t* p) {
-    v8u v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
 QJIT_FLASH_INLINE v8f load_f(const float* p) {
     v8f v;
     std::memcpy(&v, p, sizeof v);
@@ -34,90 +30,27 @@ QJIT_FLASH_INLINE v8f to_float(const v8u& code) {
     return __builtin_convertvector(reinterpret_cast<const v8i&>(code), v8f);
 }
 
+// fp16 bits to fp32 without branches (so loops of it vectorize): exact for finite values,
+// subnormals included.
+QJIT_FLASH_INLINE float half_bits_to_float(uint32_t h) {
+    const uint32_t magnitude = (h & 0x7fffu) << 13, exponent = magnitude & 0x0f800000u;
+    uint32_t bits = magnitude + (112u << 23);
+    bits = exponent == 0x0f800000u ? bits + (112u << 23) : bits;  // inf, nan
+    float value, subnormal, one;
+    const uint32_t subnormal_bits = bits + (1u << 23), one_bits = 113u << 23;
+    std::memcpy(&value, &bits, 4);
+    std::memcpy(&subnormal, &subnormal_bits, 4);
+    std::memcpy(&one, &one_bits, 4);
+    value = exponent == 0 ? subnormal - one : value;
+    uint32_t out;
+    std::memcpy(&out, &value, 4);
+    out |= (h & 0x8000u) << 16;
+    std::memcpy(&value, &out, 4);
+    return value;
+}
+
 // Shift of row j of a word in a plane of `width` bits (format/code_planes.hpp's plane_slot).
 constexpr int plane_shift(int width, int j) { return 8 * (j % 4) + width * (j / 4); }
-
-// Row r's codes of the 8 columns of a panel's 32-row block (words at w[word * 8 + column]): the bit
-// planes of format/code_planes.hpp, r (unrolled) making every word and shift a constant.
-template <int B>
-QJIT_FLASH_INLINE v8u panel_row_codes(const uint32_t* w, int r) {
-    if constexpr (B == 3) {
-        const v8u low = (load_u(w + (r / 16) * kPanel) >> plane_shift(2, r % 16)) & 3u;
-        const v8u high = (load_u(w + 2 * kPanel) >> plane_shift(1, r)) & 1u;
-        return low | high << 2;
-    } else {
-        constexpr int kRowsPerWord = 32 / B;
-        return (load_u(w + (r / kRowsPerWord) * kPanel) >> plane_shift(B, r % kRowsPerWord)) & ((1u << B) - 1u);
-    }
-}
-
-// Folds one group's sums (CHAINS partial sums each) into the panel's products: s * (dot - z * xsum),
-// or s * dot + m * xsum with float offsets.
-template <int ROWS, int CHAINS>
-QJIT_FLASH_INLINE void fold_group(const Data& d, const uint8_t* scales, const uint8_t* zeros, int64_t g,
-                                  const float* x_sums, v8f (&acc)[ROWS][CHAINS], v8f (&total)[ROWS]) {
-    if (g >= d.groups) return;  // the padding rows of a last block of 16-row groups
-    const WeightFormat& f = d.header.vector.format;
-    float sf[kPanel], zf[kPanel];
-    for (int c = 0; c < kPanel; ++c) {
-        const int64_t at = g * kPanel + c;
-        sf[c] = d.meta_float(scales + at * d.scale_bytes);
-        zf[c] = f.float_offsets ? d.meta_float(zeros + at * d.zero_bytes)
-                : f.symmetric   ? float(1 << (d.bits - 1))
-                                : float(zeros[at]);
-    }
-    const v8f s = load_f(sf), z = load_f(zf);
-    for (int r = 0; r < ROWS; ++r) {
-        const float xs = x_sums[r * d.groups + g];
-        v8f dot = acc[r][0];
-        for (int chain = 1; chain < CHAINS; ++chain) dot += acc[r][chain];
-        for (int chain = 0; chain < CHAINS; ++chain) acc[r][chain] = v8f{};
-        total[r] += f.float_offsets ? s * dot + z * xs : s * (dot - z * xs);
-    }
-}
-
-// HALF: groups of 16 rows, two to a block; otherwise a block lies in one group.
-template <int B, int ROWS, bool HALF>
-QJIT_FLASH_INLINE void panel_kernel(const Data& d, NeuronPart part, int64_t panel, const float* x, const float* x_sums,
-                                    float* out) {
-    const uint32_t* codes = d.panel_codes(part, panel);
-    const uint8_t* scales = d.panel_scales(part, panel);
-    const uint8_t* zeros = d.panel_zeros(part, panel);
-    const int64_t x_stride = d.blocks * 32, blocks = d.blocks, group_size = d.group_size;
-    // Independent sums for rows r % CHAINS, so that few rows of x still keep the FMA units busy.
-    constexpr int CHAINS = ROWS >= 4 ? 1 : 4 / ROWS;
-    v8f acc[ROWS][CHAINS] = {}, total[ROWS] = {};
-    for (int64_t b = 0; b < blocks; ++b) {
-        const uint32_t* w = codes + b * B * kPanel;
-        const float* xb = x + b * 32;
-#pragma GCC unroll 32
-        for (int r = 0; r < 32; ++r) {
-            const v8f q = to_float(panel_row_codes<B>(w, r));
-            for (int i = 0; i < ROWS; ++i) acc[i][r % CHAINS] += xb[i * x_stride + r] * q;
-            if (HALF && r == 15) fold_group<ROWS, CHAINS>(d, scales, zeros, 2 * b, x_sums, acc, total);
-        }
-        if (HALF) fold_group<ROWS, CHAINS>(d, scales, zeros, 2 * b + 1, x_sums, acc, total);
-        else if ((b + 1) * 32 % group_size == 0 || b + 1 == blocks)
-            fold_group<ROWS, CHAINS>(d, scales, zeros, b * 32 / group_size, x_sums, acc, total);
-    }
-    for (int i = 0; i < ROWS; ++i) std::memcpy(out + i * kPanel, &total[i], sizeof total[i]);
-}
-
-template <int B>
-QJIT_FLASH_INLINE void panel_rows(const Data& d, NeuronPart part, int64_t panel, const float* x, const float* x_sums,
-                                  int rows, float* out) {
-    const bool half = d.group_size == 16;
-    switch (rows * 2 + half) {
-    case 2: panel_kernel<B, 1, false>(d, part, panel, x, x_sums, out); break;
-    case 3: panel_kernel<B, 1, true>(d, part, panel, x, x_sums, out); break;
-    case 4: panel_kernel<B, 2, false>(d, part, panel, x, x_sums, out); break;
-    case 5: panel_kernel<B, 2, true>(d, part, panel, x, x_sums, out); break;
-    case 6: panel_kernel<B, 3, false>(d, part, panel, x, x_sums, out); break;
-    case 7: panel_kernel<B, 3, true>(d, part, panel, x, x_sums, out); break;
-    case 8: panel_kernel<B, 4, false>(d, part, panel, x, x_sums, out); break;
-    default: panel_kernel<B, 4, true>(d, part, panel, x, x_sums, out); break;
-    }
-}
 
 // Rows [8 * OCTET, 8 * OCTET + 8) of plane W's words, shifted to VALUE_SHIFT: each lane takes its
 // row's word and shifts it by a constant, one variable shift for 8 rows.
@@ -144,7 +77,7 @@ QJIT_FLASH_INLINE v8f decode_octet(const uint32_t* words) {
     return to_float(code);
 }
 
-// A block's 32 codes of one column whose words are contiguous (a down vector), as floats.
+// A block's 32 codes of a vector (its B words), as floats.
 template <int B>
 QJIT_FLASH_INLINE void decode_column_block(const uint8_t* bytes, v8f (&q)[4]) {
     uint32_t words[B];
@@ -155,88 +88,206 @@ QJIT_FLASH_INLINE void decode_column_block(const uint8_t* bytes, v8f (&q)[4]) {
     q[3] = decode_octet<B, 3>(words);
 }
 
+// half_bits_to_float on 8 lanes (GCC does not vectorize the scalar loop).
+QJIT_FLASH_INLINE v8f half_octet_to_float(const uint8_t* at) {
+    uint16_t h[8];
+    std::memcpy(h, at, sizeof h);
+    using v8h = uint16_t __attribute__((vector_size(16)));
+    v8h packed;
+    std::memcpy(&packed, h, sizeof packed);
+    const v8u bits16 = __builtin_convertvector(packed, v8u);
+    const v8u magnitude = (bits16 & 0x7fffu) << 13, exponent = magnitude & 0x0f800000u;
+    v8u bits = magnitude + (112u << 23);
+    bits = exponent == 0x0f800000u ? bits + (112u << 23) : bits;  // inf, nan
+    const v8f unit = v8f{} + 1.0f / 16384.0f;  // 2^-14: subnormals come out offset by it
+    const v8u subnormal_bits = bits + (1u << 23);
+    // (vector casts reinterpret the bits)
+    const v8f value = exponent == 0 ? (v8f)subnormal_bits - unit : (v8f)bits;
+    return (v8f)((v8u)value | (bits16 & 0x8000u) << 16);
+}
+
+// n scales (or float offsets) at the scales' type.
+QJIT_FLASH_INLINE void meta_values(const Data& d, const uint8_t* at, int64_t n, float* out) {
+    if (d.scale_bytes == 4) {
+        std::memcpy(out, at, size_t(n) * 4);
+        return;
+    }
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const v8f v = half_octet_to_float(at + 2 * i);
+        std::memcpy(out + i, &v, sizeof v);
+    }
+    for (; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, at + 2 * i, 2);
+        out[i] = half_bits_to_float(h);
+    }
+}
+
+constexpr int64_t kTermChunk = 64;  // groups whose terms a kernel converts at once
+
+// The terms of groups [g0, g0 + n) of a quantized vector v (n <= kTermChunk): its weights are
+// s * q + o, o = -s * z, or the float offset itself.
+template <int B>
+QJIT_FLASH_INLINE void group_terms(const Data& d, const uint8_t* v, int64_t g0, int64_t n, float* s, float* o) {
+    const WeightFormat& f = d.header.vector.format;
+    const uint8_t* zeros = v + d.zeros_offset + g0 * d.zero_bytes;
+    meta_values(d, v + d.scales_offset + g0 * d.scale_bytes, n, s);
+    if (f.float_offsets) meta_values(d, zeros, n, o);
+    else if (f.symmetric) for (int64_t i = 0; i < n; ++i) o[i] = -s[i] * float(1 << (B - 1));
+    else for (int64_t i = 0; i < n; ++i) o[i] = -s[i] * float(zeros[i]);
+}
+
+// Folds one group's sums (octets [O0, O1) of each row's chains), scaled by s, into total.
+template <int ROWS, int O0, int O1>
+QJIT_FLASH_INLINE void fold_group(float s, v8f (&acc)[ROWS][4], v8f (&total)[ROWS]) {
+    for (int r = 0; r < ROWS; ++r) {
+        v8f dot = acc[r][O0];
+        for (int o = O0 + 1; o < O1; ++o) dot += acc[r][o];
+        for (int o = O0; o < O1; ++o) acc[r][o] = v8f{};
+        total[r] += s * dot;
+    }
+}
+
+// The products of ROWS rows of x with a quantized gate or up vector v: one chain per octet of a
+// block, so that a single row keeps the FMA units busy; the groups' terms converted a chunk at a
+// time, the offsets' share (o times a group's sum of x) summed apart. HALF: groups of 16 rows, two
+// to a block; otherwise a block lies in one group.
+template <int B, int ROWS, bool HALF>
+QJIT_FLASH_INLINE void column_kernel(const Data& d, const uint8_t* v, const float* x, const float* x_sums,
+                                     float* out) {
+    const int64_t x_stride = d.blocks * 32, blocks = d.blocks, groups = d.groups, group_blocks = d.group_blocks;
+    v8f acc[ROWS][4] = {}, total[ROWS] = {};
+    float offset[ROWS] = {}, s[kTermChunk], o[kTermChunk];
+    for (int64_t g0 = 0; g0 < groups; g0 += kTermChunk) {
+        const int64_t n = std::min(kTermChunk, groups - g0);
+        group_terms<B>(d, v, g0, n, s, o);
+        for (int r = 0; r < ROWS; ++r) {
+            const float* xs = x_sums + r * groups + g0;
+            v8f sums{};  // 8 sums, not one chain of n
+            int64_t i = 0;
+            for (; i + 8 <= n; i += 8) sums += load_f(o + i) * load_f(xs + i);
+            for (; i < n; ++i) offset[r] += o[i] * xs[i];
+            for (int l = 0; l < 8; ++l) offset[r] += sums[l];
+        }
+        const int64_t first = HALF ? g0 / 2 : g0 * group_blocks;
+        const int64_t end = std::min(blocks, HALF ? (g0 + n + 1) / 2 : (g0 + n) * group_blocks);
+        int64_t group = 0, in_group = 0;  // of the chunk
+        for (int64_t b = first; b < end; ++b) {
+            v8f q[4];
+            decode_column_block<B>(v + b * B * 4, q);
+            for (int r = 0; r < ROWS; ++r)
+                for (int k = 0; k < 4; ++k) acc[r][k] += load_f(x + r * x_stride + b * 32 + 8 * k) * q[k];
+            if (HALF) {
+                fold_group<ROWS, 0, 2>(s[group++], acc, total);
+                // (past the last group: a last block's padding rows, all 0 as x is padded with 0)
+                if (group < n) fold_group<ROWS, 2, 4>(s[group++], acc, total);
+            } else if (++in_group == group_blocks || b + 1 == blocks) {
+                fold_group<ROWS, 0, 4>(s[group++], acc, total);
+                in_group = 0;
+            }
+        }
+    }
+    for (int r = 0; r < ROWS; ++r) {
+        float sum = offset[r];
+        for (int l = 0; l < 8; ++l) sum += total[r][l];
+        out[r] = sum;
+    }
+}
+
+template <int B>
+QJIT_FLASH_INLINE void column_rows(const Data& d, const uint8_t* v, const float* x, const float* x_sums, int rows,
+                                   float* out) {
+    const bool half = d.group_size == 16;
+    switch (rows * 2 + half) {
+    case 2: column_kernel<B, 1, false>(d, v, x, x_sums, out); break;
+    case 3: column_kernel<B, 1, true>(d, v, x, x_sums, out); break;
+    case 4: column_kernel<B, 2, false>(d, v, x, x_sums, out); break;
+    case 5: column_kernel<B, 2, true>(d, v, x, x_sums, out); break;
+    case 6: column_kernel<B, 3, false>(d, v, x, x_sums, out); break;
+    case 7: column_kernel<B, 3, true>(d, v, x, x_sums, out); break;
+    case 8: column_kernel<B, 4, false>(d, v, x, x_sums, out); break;
+    default: column_kernel<B, 4, true>(d, v, x, x_sums, out); break;
+    }
+}
+
+// Each weight is s * q + o: the s * q terms go into y as the rows are decoded, one FMA a weight;
+// the o terms, the same over a group's rows, are summed per row of x and 16- or 32-row segment of
+// y (a task's blocks) and added once at the end.
+constexpr int64_t kDownPrefetch = 2;  // vectors ahead
+
 template <int B, bool HALF>
 QJIT_FLASH_INLINE void down_kernel(const Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m,
                                    int64_t b0, int64_t b1, float* y) {
-    const WeightFormat& f = d.header.vector.format;
-    const int64_t scales_offset = d.header.vector.scales_offset(), zeros_offset = d.header.vector.zeros_offset();
     // Locals, so the stores to y need not reload them.
-    const uint8_t* const vectors = d.down.data();
-    const int64_t vector_bytes = d.vector_bytes, d_model = d.d_model, group_size = d.group_size;
-    const int scale_bytes = d.scale_bytes, zero_bytes = d.zero_bytes;
-    const bool float_offsets = f.float_offsets, symmetric = f.symmetric;
+    const uint8_t* const vectors = d.vectors[int(NeuronPart::Down)].data();
+    const int64_t vector_bytes = d.vector_bytes, d_model = d.d_model, group_blocks = d.group_blocks;
     constexpr int kSegments = HALF ? 2 : 1, kSegmentRows = 32 / kSegments;
+    const int64_t segments = (b1 - b0) * kSegments;
+    thread_local std::vector<float> offset_sums;  // [m][segments]; grows to its largest once a thread
+    offset_sums.assign(size_t(m * segments), 0.0f);
+    float* const offsets = offset_sums.data();
     for (int64_t i = 0; i < count; ++i) {
-        bool any = false;  // Relu leaves many neurons at exactly 0
-        for (int64_t r = 0; r < m; ++r) any |= a[r * count + i] != 0.0f;
-        if (!any) continue;
+        if (i + kDownPrefetch < count)  // the task's run of a later vector
+            prefetch_bytes(vectors + slots[i + kDownPrefetch] * vector_bytes + b0 * B * 4, (b1 - b0) * B * 4);
         const uint8_t* v = vectors + slots[i] * vector_bytes;
+        int64_t next_group_block = b0;  // (16-row groups: each segment is a group)
+        float s = 0.0f, o = 0.0f;
         for (int64_t b = b0; b < b1; ++b) {
             v8f octets[4];
             decode_column_block<B>(v + b * B * 4, octets);
-            float q[32];
-            std::memcpy(q, octets, sizeof q);
             const int64_t base = b * 32, rows = std::min<int64_t>(32, d_model - base);
             for (int h = 0; h < kSegments; ++h) {
                 const int64_t j0 = h * kSegmentRows, j1 = std::min<int64_t>(j0 + kSegmentRows, rows);
                 if (j0 >= j1) break;
-                const int64_t g = HALF ? 2 * b + h : base / group_size;
-                const float s = d.meta_float(v + scales_offset + g * scale_bytes);
-                const float z = float_offsets ? d.meta_float(v + zeros_offset + g * zero_bytes)
-                                : symmetric   ? float(1 << (B - 1))
-                                              : float(v[zeros_offset + g]);
+                if (HALF) {
+                    group_terms<B>(d, v, 2 * b + h, 1, &s, &o);
+                } else if (b == next_group_block) {  // once a group
+                    const int64_t g = b / group_blocks;
+                    next_group_block = (g + 1) * group_blocks;
+                    group_terms<B>(d, v, g, 1, &s, &o);
+                }
                 for (int64_t r = 0; r < m; ++r) {
-                    const float ar = a[r * count + i];
-                    const float scale = ar * s, offset = float_offsets ? ar * z : -scale * z;
+                    const float ar = a[r * count + i], scale = ar * s;
+                    offsets[r * segments + (b - b0) * kSegments + h] += ar * o;
                     float* yr = y + r * d_model + base;
                     if (j1 - j0 == kSegmentRows) {
-                        for (int o = int(j0 / 8); o < int(j0 / 8) + kSegmentRows / 8; ++o) {
+                        for (int k = int(j0 / 8); k < int(j0 / 8) + kSegmentRows / 8; ++k) {
                             v8f out;
-                            std::memcpy(&out, yr + 8 * o, sizeof out);
-                            out += scale * octets[o] + offset;
-                            std::memcpy(yr + 8 * o, &out, sizeof out);
+                            std::memcpy(&out, yr + 8 * k, sizeof out);
+                            out += scale * octets[k];
+                            std::memcpy(yr + 8 * k, &out, sizeof out);
                         }
                     } else {
-                        for (int64_t j = j0; j < j1; ++j) yr[j] += scale * q[j] + offset;
+                        float q[32];
+                        std::memcpy(q, octets, sizeof q);
+                        for (int64_t j = j0; j < j1; ++j) yr[j] += scale * q[j];
                     }
                 }
             }
         }
     }
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t t = 0; t < segments; ++t) {
+            const float offset = offsets[r * segments + t];
+            const int64_t k0 = b0 * 32 + t * kSegmentRows, k1 = std::min(d_model, k0 + kSegmentRows);
+            for (int64_t k = k0; k < k1; ++k) y[r * d_model + k] += offset;
+        }
 }
 
-// fp16 bits to fp32 without branches (so loops of it vectorize): exact for finite values,
-// subnormals included.
-QJIT_FLASH_INLINE float half_bits_to_float(uint32_t h) {
-    const uint32_t magnitude = (h & 0x7fffu) << 13, exponent = magnitude & 0x0f800000u;
-    uint32_t bits = magnitude + (112u << 23);
-    bits = exponent == 0x0f800000u ? bits + (112u << 23) : bits;  // inf, nan
-    float value, subnormal, one;
-    const uint32_t subnormal_bits = bits + (1u << 23), one_bits = 113u << 23;
-    std::memcpy(&value, &bits, 4);
-    std::memcpy(&subnormal, &subnormal_bits, 4);
-    std::memcpy(&one, &one_bits, 4);
-    value = exponent == 0 ? subnormal - one : value;
-    uint32_t out;
-    std::memcpy(&out, &value, 4);
-    out |= (h & 0x8000u) << 16;
-    std::memcpy(&value, &out, 4);
-    return value;
-}
-
-QJIT_FLASH_INLINE void panel_products_body(const Data& d, NeuronPart part, int64_t panel, const float* x_padded,
-                                     const float* x_sums, int64_t m, float* out) {
+QJIT_FLASH_INLINE void column_products_body(const Data& d, NeuronPart part, int64_t slot, const float* x_padded,
+                                            const float* x_sums, int64_t m, float* out) {
+    const uint8_t* v = d.vector(part, slot);
     const int64_t x_stride = d.blocks * 32;
     for (int64_t r0 = 0; r0 < m; r0 += 4) {
         const int rows = int(std::min<int64_t>(4, m - r0));
         const float* x = x_padded + r0 * x_stride;
         const float* sums = x_sums + r0 * d.groups;
-        float* o = out + r0 * kPanel;
         switch (d.bits) {
-        case 2: panel_rows<2>(d, part, panel, x, sums, rows, o); break;
-        case 3: panel_rows<3>(d, part, panel, x, sums, rows, o); break;
-        case 4: panel_rows<4>(d, part, panel, x, sums, rows, o); break;
-        default: panel_rows<8>(d, part, panel, x, sums, rows, o); break;
+        case 2: column_rows<2>(d, v, x, sums, rows, out + r0); break;
+        case 3: column_rows<3>(d, v, x, sums, rows, out + r0); break;
+        case 4: column_rows<4>(d, v, x, sums, rows, out + r0); break;
+        default: column_rows<8>(d, v, x, sums, rows, out + r0); break;
         }
     }
 }
@@ -288,9 +339,9 @@ QJIT_FLASH_INLINE void f16_down_accumulate_body(const Data& d, const int32_t* sl
 // FMA there); the baseline splits each vector into two SSE halves. Picked at run time below, not
 // by ifunc clones, so that sanitizer builds and any x86-64 take the same route.
 #define QJIT_FLASH_VARIANT(SUFFIX, TARGET)                                                                       \
-    TARGET void panel_products_##SUFFIX(const Data& d, NeuronPart part, int64_t panel, const float* x_padded,    \
-                                        const float* x_sums, int64_t m, float* out) {                            \
-        panel_products_body(d, part, panel, x_padded, x_sums, m, out);                                           \
+    TARGET void column_products_##SUFFIX(const Data& d, NeuronPart part, int64_t slot, const float* x_padded,    \
+                                         const float* x_sums, int64_t m, float* out) {                           \
+        column_products_body(d, part, slot, x_padded, x_sums, m, out);                                           \
     }                                                                                                            \
     TARGET void down_accumulate_##SUFFIX(const Data& d, const int32_t* slots, int64_t count, const float* a,     \
                                          int64_t m, int64_t b0, int64_t b1, float* y) {                          \
@@ -308,26 +359,30 @@ QJIT_FLASH_VARIANT(baseline, )
 QJIT_FLASH_VARIANT(avx2, __attribute__((target("avx2,fma"))))
 
 struct Kernels {
-    decltype(&panel_products_baseline) panel_products;
+    decltype(&column_products_baseline) column_products;
     decltype(&down_accumulate_baseline) down_accumulate;
     decltype(&f16_products_baseline) f16_products;
     decltype(&f16_down_accumulate_baseline) f16_down_accumulate;
 };
 
+constexpr Kernels kAvx2{column_products_avx2, down_accumulate_avx2, f16_products_avx2, f16_down_accumulate_avx2};
+constexpr Kernels kBaseline{column_products_baseline, down_accumulate_baseline, f16_products_baseline,
+                            f16_down_accumulate_baseline};
+
+std::atomic<bool> baseline_only{false};
+
 const Kernels& kernels() {
-    static const Kernels chosen = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-                                      ? Kernels{panel_products_avx2, down_accumulate_avx2, f16_products_avx2,
-                                                f16_down_accumulate_avx2}
-                                      : Kernels{panel_products_baseline, down_accumulate_baseline,
-                                                f16_products_baseline, f16_down_accumulate_baseline};
-    return chosen;
+    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return avx2 && !baseline_only.load(std::memory_order_relaxed) ? kAvx2 : kBaseline;
 }
 
 }  // namespace
 
-void panel_products(const Data& d, NeuronPart part, int64_t panel, const float* x_padded, const float* x_sums,
-                    int64_t m, float* out) {
-    kernels().panel_products(d, part, panel, x_padded, x_sums, m, out);
+void sparse_ffn_baseline_kernels(bool on) { baseline_only.store(on, std::memory_order_relaxed); }
+
+void column_products(const Data& d, NeuronPart part, int64_t slot, const float* x_padded, const float* x_sums,
+                     int64_t m, float* out) {
+    kernels().column_products(d, part, slot, x_padded, x_sums, m, out);
 }
 
 void down_accumulate(const Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m, int64_t b0,

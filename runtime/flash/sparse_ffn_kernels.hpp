@@ -1,6 +1,6 @@
 // The SIMD kernels of the sparse FFN's fast path, each compiled for AVX2 with FMA and for baseline
 // x86-64, picked at run time by what the CPU supports: GCC vector types of 8 lanes, one lane per
-// column of a panel or per row of a down vector, so the same arithmetic runs on every ISA (two SSE
+// row of a vector (8 rows of a 32-row block), so the same arithmetic runs on every ISA (two SSE
 // halves on the baseline). Codes are unpacked with shifts and masks to fp32 and multiplied in fp32;
 // each group's sums get their scale and zero point once, as qjit's CPU kernels do.
 #pragma once
@@ -11,14 +11,25 @@
 
 namespace qjit {
 
-// The products of m rows of x with the 8 columns of a panel of `part` (quantized caches):
-// out[r * 8 + c]. x_padded: [m][blocks * 32], zero past d_model; x_sums: [m][groups], the sum of
-// each group's activations.
-void panel_products(const NeuronCache::Data& d, NeuronPart part, int64_t panel, const float* x_padded,
-                    const float* x_sums, int64_t m, float* out);
+// Makes the entry points below take the baseline x86-64 variant even where AVX2 runs (on), or the
+// fastest again (off): for tests, so that both variants meet the oracle on an AVX2 machine.
+void sparse_ffn_baseline_kernels(bool on);
+
+// Asks for bytes [p, p + n) ahead of their use: the next of a token's scattered vectors, which the
+// hardware prefetchers cannot guess.
+inline void prefetch_bytes(const uint8_t* p, int64_t n) {
+    for (int64_t at = 0; at < n; at += 64) __builtin_prefetch(p + at);
+}
+
+// The products of m rows of x with a slot's quantized gate or up vector (`part`): out[r].
+// x_padded: [m][blocks * 32], zero past d_model; x_sums: [m][groups], the sum of each group's
+// activations.
+void column_products(const NeuronCache::Data& d, NeuronPart part, int64_t slot, const float* x_padded,
+                     const float* x_sums, int64_t m, float* out);
 
 // y[r][k] += sum over i < count of a[r * count + i] * down_{slots[i]}[k] for k in the 32-row
-// blocks [b0, b1) (clipped to d_model). Quantized caches.
+// blocks [b0, b1) (clipped to d_model). Quantized caches. Every slot listed is streamed: leave out
+// those whose activations are all 0.
 void down_accumulate(const NeuronCache::Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m,
                      int64_t b0, int64_t b1, float* y);
 

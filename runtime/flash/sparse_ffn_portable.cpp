@@ -1,8 +1,9 @@
 // The reference path of the sparse FFN: each weight dequantized on its own from the cache's
-// layout, products and sums in double. Shares nothing with the fast path but the layout.
+// vector bytes by format/neuron_record.cpp, products and sums in double. Shares nothing with the
+// fast path but the layout.
 #include <vector>
 
-#include "format/code_planes.hpp"
+#include "format/neuron_record.hpp"
 #include "runtime/flash/sparse_ffn_internal.hpp"
 
 namespace qjit {
@@ -11,35 +12,13 @@ namespace {
 
 using Data = NeuronCache::Data;
 
-// Weight k of a gate or up column in the panel layout, dequantized in fp32 as
-// format/neuron_record.cpp's dequantize_vector does.
-float column_weight(const Data& d, NeuronPart part, int64_t slot, int64_t k) {
-    const int64_t panel = slot / Data::kPanel, column = slot % Data::kPanel;
-    const uint32_t* codes = d.panel_codes(part, panel);
-    const int64_t block = k / 32;
-    uint32_t code = 0;
-    for (const CodePlane& plane : code_planes(d.bits)) {
-        const PlaneSlot at = plane_slot(plane, int(k % 32));
-        const uint32_t word = codes[(block * d.bits + at.word) * Data::kPanel + column];
-        code |= ((word >> at.shift) & ((1u << plane.width) - 1u)) << plane.value_shift;
-    }
-    const int64_t meta = (k / d.group_size) * Data::kPanel + column;
-    const float scale = d.meta_float(d.panel_scales(part, panel) + meta * d.scale_bytes);
-    const WeightFormat& f = d.header.vector.format;
-    if (f.float_offsets) return scale * float(code) + d.meta_float(d.panel_zeros(part, panel) + meta * d.zero_bytes);
-    const float zero = f.symmetric ? float(1 << (d.bits - 1)) : float(d.panel_zeros(part, panel)[meta]);
-    return scale * (float(code) - zero);
-}
-
 // The d_model weights of a slot's part.
 void slot_vector(const Data& d, NeuronPart part, int64_t slot, float* out) {
     if (!d.quantized) {
         const uint16_t* row = d.f16_row(part, slot);
         for (int64_t k = 0; k < d.d_model; ++k) out[k] = half_to_float(row[k]);
-    } else if (part == NeuronPart::Down) {
-        dequantize_vector(d.header.vector, d.down_vector(slot), out);
     } else {
-        for (int64_t k = 0; k < d.d_model; ++k) out[k] = column_weight(d, part, slot, k);
+        dequantize_vector(d.header.vector, d.vector(part, slot), out);
     }
 }
 
