@@ -6,7 +6,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:?usage: bench/smollm2_flash.sh OUT.jsonl [SEQUENCES]}"
-sequences="${2:-50}"
+sequences="${2:-10}"
 shared="$root/../shared"
 model="$("$root/scripts/fetch_model.sh")"
 work="$(mktemp -d)"
@@ -31,8 +31,8 @@ for threshold in 0.005 0.01 0.02 0.04 0.08 0.16; do run "threshold_$threshold" -
 for name in f16 q4g32; do
   # Every neuron, all resident after the first token: the file's own NLL.
   run "flash_${name}_all" --token-by-token --flash "$work/ffn-$name.qnf" --flash-budget 1
-  for threshold in 0.02 0.08; do
-    run "flash_${name}_predictor_$threshold" --token-by-token --flash "$work/ffn-$name.qnf" --flash-recall 0.99 \
-        --ffn-threshold "$threshold" --calibration-tokens "$work/calibration.seq.u32" --calibration-sequences 64
-  done
+done
+for threshold in 0.08 0.16; do
+  run "flash_f16_predictor_$threshold" --token-by-token --flash "$work/ffn-f16.qnf" --flash-recall 0.99 \
+      --ffn-threshold "$threshold" --calibration-tokens "$work/calibration.seq.u32" --calibration-sequences 64
 done
