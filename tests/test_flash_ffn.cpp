@@ -161,23 +161,35 @@ std::vector<int32_t> next_active(const std::vector<int32_t>& last, int64_t d_ff,
     return ids;
 }
 
-std::unique_ptr<Storage> file_in_memory(const fs::path& path) {
-    return make_memory_storage(test::read_file(path), 512);
+// A random file of `layers` layers: its header, its bytes and the oracle's view of each layer.
+struct TestFile {
+    NeuronFileHeader header;
+    std::string bytes;
+    std::vector<DenseLayer> dense;
+    std::unique_ptr<Storage> storage() const { return make_memory_storage(bytes, 512); }
+};
+
+TestFile test_file(const std::string& name, const FfnCase& c, int64_t layers, uint32_t seed) {
+    const fs::path path = scratch_dir(name) / "ffn.qnf";
+    TestFile f{header_of(c, layers), "", {}};
+    f.dense = write_random_file(path, f.header, seed);
+    f.bytes = test::read_file(path);
+    return f;
 }
 
 class FlashFfnOracle : public ::testing::TestWithParam<FfnCase> {};
 
 TEST_P(FlashFfnOracle, EqualsDenseOracleRestrictedToActiveNeurons) {
     const FfnCase c = GetParam();
-    const fs::path dir = scratch_dir(case_name(c));
-    const NeuronFileHeader h = header_of(c, 2);
-    const std::vector<DenseLayer> dense = write_random_file(dir / "ffn.qnf", h, 7);
+    const TestFile f = test_file(case_name(c), c, 2, 7);
+    const NeuronFileHeader& h = f.header;
+    const std::vector<DenseLayer>& dense = f.dense;
 
     ThreadPool pool(2);
     FlashFfnOptions options;
     options.window = 2;
     options.dram_budget_bytes = h.layers * NeuronCache::slot_bytes(h) * (h.d_ff / 2);  // half the neurons
-    FlashFfn ffn(file_in_memory(dir / "ffn.qnf"), options, pool);
+    FlashFfn ffn(f.storage(), options, pool);
     ASSERT_EQ(ffn.resident_capacity(), h.d_ff / 2);
     const std::vector<int32_t> hot = {0, 3, int32_t(h.d_ff - 1)};
     ffn.pin(1, hot);
@@ -223,11 +235,10 @@ INSTANTIATE_TEST_SUITE_P(Formats, FlashFfnOracle, ::testing::ValuesIn(oracle_cas
 
 TEST(FlashFfn, EveryNeuronWithoutAListOrPredictorEqualsTheDenseFfn) {
     const FfnCase c{4, 32, false, FfnActivation::SwiGlu, true, 64, 48};
-    const fs::path dir = scratch_dir("dense");
-    const NeuronFileHeader h = header_of(c, 1);
-    const std::vector<DenseLayer> dense = write_random_file(dir / "ffn.qnf", h, 3);
+    const TestFile f = test_file("dense", c, 1, 3);
+    const NeuronFileHeader& h = f.header;
     ThreadPool pool(2);
-    FlashFfn ffn(file_in_memory(dir / "ffn.qnf"), {}, pool);  // no budget: nothing resident
+    FlashFfn ffn(f.storage(), {}, pool);  // no budget: nothing resident
     EXPECT_EQ(ffn.resident_capacity(), 0);
     const auto x = test::random_floats(size_t(h.d_model), 5);
     std::vector<float> y(size_t(h.d_model)), expected;
@@ -235,7 +246,7 @@ TEST(FlashFfn, EveryNeuronWithoutAListOrPredictorEqualsTheDenseFfn) {
     ffn.forward(0, x.data(), 1, y.data());
     std::vector<int32_t> all(size_t(h.d_ff));
     std::iota(all.begin(), all.end(), 0);
-    oracle(h, dense[0], all, x.data(), 1, expected, bound);
+    oracle(h, f.dense[0], all, x.data(), 1, expected, bound);
     test::expect_within(y, expected, bound);
     EXPECT_EQ(ffn.counters().neurons_loaded, h.d_ff);
     EXPECT_EQ(ffn.counters().bytes_read, h.d_ff * h.record_bytes());
@@ -243,14 +254,13 @@ TEST(FlashFfn, EveryNeuronWithoutAListOrPredictorEqualsTheDenseFfn) {
 
 TEST(FlashFfn, ResidentCachesStayWithinTheBudget) {
     const FfnCase c{4, 32, false, FfnActivation::Relu, true, 64, 100};
-    const fs::path dir = scratch_dir("budget");
-    const NeuronFileHeader h = header_of(c, 3);
-    write_random_file(dir / "ffn.qnf", h, 9);
+    const TestFile f = test_file("budget", c, 3, 9);
+    const NeuronFileHeader& h = f.header;
     ThreadPool pool(1);
     for (const int64_t budget : {int64_t(0), int64_t(12345), 3 * NeuronCache::slot_bytes(h) * 40, int64_t(1) << 40}) {
         FlashFfnOptions options;
         options.dram_budget_bytes = budget;
-        FlashFfn ffn(file_in_memory(dir / "ffn.qnf"), options, pool);
+        FlashFfn ffn(f.storage(), options, pool);
         const int64_t resident_bytes = h.layers * ffn.resident_capacity() * NeuronCache::slot_bytes(h);
         EXPECT_LE(resident_bytes, std::max<int64_t>(budget, 0)) << "budget " << budget;
         EXPECT_LE(ffn.resident_capacity(), h.d_ff);
@@ -260,11 +270,10 @@ TEST(FlashFfn, ResidentCachesStayWithinTheBudget) {
 
 TEST(FlashFfn, RefusesBadArguments) {
     const FfnCase c{4, 32, false, FfnActivation::Relu, true, 64, 20};
-    const fs::path dir = scratch_dir("arguments");
-    const NeuronFileHeader h = header_of(c, 1);
-    write_random_file(dir / "ffn.qnf", h, 1);
+    const TestFile f = test_file("arguments", c, 1, 1);
+    const NeuronFileHeader& h = f.header;
     ThreadPool pool(1);
-    FlashFfn ffn(file_in_memory(dir / "ffn.qnf"), {}, pool);
+    FlashFfn ffn(f.storage(), {}, pool);
     std::vector<float> x(size_t(h.d_model), 1.0f), y(size_t(h.d_model));
     const auto status_of = [](auto&& call) {
         try {
@@ -284,18 +293,9 @@ TEST(FlashFfn, RefusesBadArguments) {
 }
 
 // Faults: what a storage or a file gets wrong is reported, and nothing is computed on it.
-struct FaultFile {
-    NeuronFileHeader header;
-    std::string bytes;
-};
-
-FaultFile fault_file(bool bundled) {
+TestFile fault_file(bool bundled) {
     const FfnCase c{4, 32, false, FfnActivation::SwiGlu, bundled, 64, 30};
-    const fs::path dir = scratch_dir(bundled ? "faults-bundled" : "faults-split");
-    FaultFile f{header_of(c, 2), ""};
-    write_random_file(dir / "ffn.qnf", f.header, 21);
-    f.bytes = test::read_file(dir / "ffn.qnf");
-    return f;
+    return test_file(bundled ? "faults-bundled" : "faults-split", c, 2, 21);
 }
 
 qjit_status forward_status(const std::string& bytes, std::string* message) {
@@ -313,7 +313,7 @@ qjit_status forward_status(const std::string& bytes, std::string* message) {
 
 TEST(FlashFfnFaults, ADamagedRecordIsReportedWithItsLayerAndNeuron) {
     for (const bool bundled : {true, false}) {
-        FaultFile f = fault_file(bundled);
+        TestFile f = fault_file(bundled);
         std::string message;
         ASSERT_EQ(forward_status(f.bytes, &message), QJIT_OK) << message;
         const int64_t offset = f.header.record_offset(1, 17, NeuronPart::Up) + 5;
@@ -325,7 +325,7 @@ TEST(FlashFfnFaults, ADamagedRecordIsReportedWithItsLayerAndNeuron) {
 }
 
 TEST(FlashFfnFaults, ATruncatedOrPaddedFileIsRefusedAtCreation) {
-    const FaultFile f = fault_file(true);
+    const TestFile f = fault_file(true);
     std::string message;
     EXPECT_EQ(forward_status(f.bytes.substr(0, f.bytes.size() - 512), &message), QJIT_ERROR_CORRUPT_DATA);
     EXPECT_NE(message.find("truncated"), std::string::npos) << message;
@@ -348,7 +348,7 @@ qjit_status status_of(const std::function<void()>& call, std::string* message = 
 }
 
 TEST(FlashFfnFaults, StorageFaultsAreReportedAndLaterCallsComputeOnGoodDataOnly) {
-    const FaultFile f = fault_file(false);
+    const TestFile f = fault_file(false);
     const NeuronFileHeader& h = f.header;
     ThreadPool pool(2);
     FlashFfnOptions options;

@@ -12,7 +12,6 @@
 #include <cstring>
 #include <vector>
 
-#include "base/half.hpp"
 #include "runtime/flash/neuron_cache.hpp"
 
 namespace qjit {
@@ -57,17 +56,6 @@ struct NeuronCache::Data {
 
     const uint8_t* vector(NeuronPart part, int64_t slot) const {
         return vectors[int(part)].data() + slot * vector_bytes;
-    }
-    // A scale (or float offset) at the scales' type.
-    float meta_float(const uint8_t* at) const {
-        if (scale_bytes == 2) {
-            uint16_t h;
-            std::memcpy(&h, at, 2);
-            return half_to_float(h);
-        }
-        float f;
-        std::memcpy(&f, at, 4);
-        return f;
     }
     const uint16_t* f16_row(NeuronPart part, int64_t slot) const {
         return reinterpret_cast<const uint16_t*>(vector(part, slot));

@@ -3,6 +3,7 @@
 // fast path but the layout.
 #include <vector>
 
+#include "base/half.hpp"
 #include "format/neuron_record.hpp"
 #include "runtime/flash/sparse_ffn_internal.hpp"
 
