@@ -63,8 +63,8 @@ QJIT_FLASH_INLINE v8u plane_octet(const uint32_t* words) {
                            shift_of(4), shift_of(5), shift_of(6), shift_of(7)};
     v8u word = v8u{} + words[kFirst / kRows];
     if constexpr (kRows < 8) {  // 8-bit codes: four rows a word, two words an octet
-        constexpr v8u kHalves = {0, 1, 2, 3, 12, 13, 14, 15};
-        word = __builtin_shuffle(word, v8u{} + words[kFirst / kRows + 1], kHalves);
+        const uint32_t low = words[kFirst / kRows], high = words[kFirst / kRows + 1];
+        word = v8u{low, low, low, low, high, high, high, high};
     }
     return ((word >> shift) & ((1u << W) - 1u)) << VALUE_SHIFT;
 }
