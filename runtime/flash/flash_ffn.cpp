@@ -60,8 +60,6 @@ FlashFfn::FlashFfn(std::unique_ptr<Storage> storage, const FlashFfnOptions& opti
     for (int64_t l = 0; l < header_.layers; ++l) resident_.emplace_back(header_, capacity, options.window);
     predictors_.resize(size_t(header_.layers));
     has_predictor_.assign(size_t(header_.layers), 0);
-    pinned_.assign(size_t(header_.layers), std::vector<uint8_t>(size_t(header_.d_ff), 0));
-    pinned_count_.assign(size_t(header_.layers), 0);
     all_neurons_.resize(size_t(header_.d_ff));
     std::iota(all_neurons_.begin(), all_neurons_.end(), 0);
 }
@@ -78,23 +76,14 @@ int64_t FlashFfn::dram_bytes() const {
 
 void FlashFfn::pin(int64_t layer, std::span<const int32_t> neurons) {
     require(layer >= 0 && layer < header_.layers, "flash FFN: layer ", layer, " out of range");
-    std::vector<uint8_t>& pinned = pinned_[size_t(layer)];
-    for (int32_t id : neurons) {
-        require(id >= 0 && id < header_.d_ff, "flash FFN: neuron ", id, " out of range");
-        require(!pinned[size_t(id)], "flash FFN: neuron ", id, " of layer ", layer, " is pinned already");
-    }
     NeuronCache& cache = resident_[size_t(layer)];
-    const std::vector<int32_t> slots = cache.pin(neurons);
-    for (int32_t id : neurons) pinned[size_t(id)] = 1;
-    pinned_count_[size_t(layer)] += int64_t(neurons.size());
+    const std::vector<int32_t> slots = cache.pin(neurons);  // checks the ids
     try {
         load(layer, neurons, slots, cache);
     } catch (...) {
         // Slots reserved for neurons never read must not serve later calls: the layer starts over.
         reader_.wait_ignoring_errors();
         cache = NeuronCache(header_, cache.capacity(), options_.window);
-        std::fill(pinned.begin(), pinned.end(), 0);
-        pinned_count_[size_t(layer)] = 0;
         throw;
     }
 }
@@ -284,11 +273,11 @@ void FlashFfn::forward(int64_t layer, const float* x, int64_t m, float* y, const
     const auto cache_start = Clock::now();
     resident_active_.clear();
     transient_active_.clear();
-    const std::vector<uint8_t>& pinned = pinned_[size_t(layer)];
+    // Without a window the resident cache never holds more than the pinned neurons.
     const bool window_holds_all =
-        options_.window > 0 && pinned_count_[size_t(layer)] + int64_t(active_.size()) <= resident.capacity();
+        options_.window > 0 && resident.pinned() + int64_t(active_.size()) <= resident.capacity();
     for (int32_t id : active_) {
-        if (window_holds_all || pinned[size_t(id)] || (options_.window > 0 && resident.slot_of(id) >= 0))
+        if (window_holds_all || resident.slot_of(id) >= 0)
             resident_active_.push_back(id);
         else
             transient_active_.push_back(id);

@@ -115,8 +115,6 @@ private:
     std::unique_ptr<NeuronCache> transient_;
     std::vector<NeuronPredictor> predictors_;  // one per layer; rank 0: none
     std::vector<uint8_t> has_predictor_;
-    std::vector<std::vector<uint8_t>> pinned_;  // [layer][neuron]: pinned in the resident cache
-    std::vector<int64_t> pinned_count_;
 
     // Per-call scratch, kept so steady-state calls do not allocate.
     std::unique_ptr<uint8_t[], AlignedFree> staging_;

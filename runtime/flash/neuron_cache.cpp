@@ -138,6 +138,7 @@ int64_t NeuronCache::slot_bytes(const NeuronFileHeader& header) {
 }
 
 int64_t NeuronCache::capacity() const { return data_->capacity; }
+int64_t NeuronCache::pinned() const { return data_->pinned_count; }
 int64_t NeuronCache::size() const { return data_->size; }
 int NeuronCache::window() const { return data_->window; }
 const NeuronFileHeader& NeuronCache::header() const { return data_->header; }
@@ -164,13 +165,14 @@ int32_t NeuronCache::slot_of(int32_t neuron) const {
 
 std::vector<int32_t> NeuronCache::pin(std::span<const int32_t> neurons) {
     Data& d = *data_;
-    for (size_t i = 0; i < neurons.size(); ++i) {
-        const int32_t n = neurons[i];
+    for (const int32_t n : neurons) {
         require(n >= 0 && n < d.header.d_ff, "neuron cache: pinned neuron ", n, " out of range");
         require(d.neuron_slot[size_t(n)] < 0, "neuron cache: pinned neuron ", n, " is already resident");
-        require(std::find(neurons.begin(), neurons.begin() + i, n) == neurons.begin() + i,
-                "neuron cache: pinned neuron ", n, " given twice");
     }
+    std::vector<int32_t> sorted(neurons.begin(), neurons.end());  // a model pins thousands at once
+    std::sort(sorted.begin(), sorted.end());
+    const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+    require(twice == sorted.end(), "neuron cache: pinned neuron ", twice == sorted.end() ? 0 : *twice, " given twice");
     const int64_t count = int64_t(neurons.size());
     require(d.pinned_count + count <= d.capacity, "neuron cache: ", count, " neurons to pin do not fit beside ",
             d.pinned_count, " pinned in capacity ", d.capacity);

@@ -28,6 +28,7 @@ public:
 
     int64_t capacity() const;
     int64_t size() const;
+    int64_t pinned() const;  // pinned neurons, resident for good
     int window() const;
     int64_t memory_bytes() const;  // what the constructor allocated
 
