@@ -72,9 +72,8 @@ qjit_status qjit_linear_forward_cuda(qjit_linear* layer, const void* x, void* y,
         require(x != nullptr, "x is NULL");
         require(y != nullptr, "y is NULL");
         require_rows(m);
-        const jit::cuda::ActivationType type = activation_type(dtype);
-        cuda_tiling_for(*layer->context, cuda, type, m);
-        cuda.executor->forward(cuda::CUdeviceptr(x), cuda::CUdeviceptr(y), m, type, static_cast<cuda::CUstream>(stream));
+        cuda::forward(*layer->context, cuda, cuda::CUdeviceptr(x), cuda::CUdeviceptr(y), m, activation_type(dtype),
+                      static_cast<cuda::CUstream>(stream));
     });
 }
 
@@ -85,9 +84,7 @@ qjit_status qjit_linear_benchmark_cuda(qjit_linear* layer, int64_t m, qjit_dtype
         require(median_us != nullptr, "median_us is NULL");
         require_rows(m);
         require(repeats >= 1 && repeats <= 100000, "repeats is ", repeats, "; expected 1 .. 100000");
-        const jit::cuda::ActivationType type = activation_type(dtype);
-        cuda_tiling_for(*layer->context, cuda, type, m);
-        *median_us = cuda.executor->time_forward_us(m, type, repeats);
+        *median_us = cuda::time_forward_us(*layer->context, cuda, m, activation_type(dtype), repeats);
     });
 }
 

@@ -50,7 +50,7 @@ void log_creation(const qjit_linear& layer, double setup_ms) {
 // Uploads the layer to the context's CUDA device and tunes it there; logged on its own line. The
 // layer owns its CUDA side, so the matrix source may hold it by reference.
 void attach_cuda(qjit_linear& layer) {
-    layer.cuda = cuda::make_cuda_layer(*layer.context, [&layer] { return unpack_linear(layer); });
+    layer.cuda = cuda::make_cuda_layer(*layer.context, [&layer] { return unpack_linear(layer); }, layer.low_rank.get());
     if (layer.context->verbosity == 0) return;
     for (const auto& [key, c] : layer.cuda->choices)
         std::fprintf(stderr, "qjit: cuda kernel: %s %s tuning=\"%s\" tuning_ms=%.2f compile_ms=%.2f measured_us=%.2f%s%s\n",

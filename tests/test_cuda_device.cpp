@@ -16,6 +16,7 @@
 #include "base/error.hpp"
 #include "base/half.hpp"
 #include "format/cuda_weights.hpp"
+#include "format/low_rank.hpp"
 #include "format/reference.hpp"
 #include "runtime/linear_layer.hpp"
 #include "test_support.hpp"
@@ -278,6 +279,60 @@ TEST(CudaDevice, CApiForward) {
     double us = 0;
     EXPECT_EQ(qjit_linear_benchmark_cuda(layer.get(), 1, QJIT_DTYPE_F16, 5, &us), QJIT_OK) << qjit_last_error();
     EXPECT_GT(us, 0);
+}
+
+// Layers with a low-rank compensator (INT8, INT3 and fp16 factors) against their own CPU path, which
+// tests/test_low_rank.cpp checks against the oracle: K odd and act-order (the product gathers, the
+// compensator reads x as given), a rank that is not a multiple of 8, batches on each kernel kind.
+TEST(CudaDevice, CompensatedLayersMatchTheirCpuPath) {
+    REQUIRE_DEVICE(device);
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.cuda_device = 0;
+    options.tuning_db_path = "";
+    options.activations = QJIT_ACTIVATIONS_F32;
+    qjit_context* raw_context = nullptr;
+    ASSERT_EQ(qjit_context_create(&options, &raw_context), QJIT_OK) << qjit_last_error();
+    test::ContextPtr context(raw_context);
+    const int64_t k = 515, n = 300;
+    const int rank = 12;
+    const QuantizedMatrix matrix = random_matrix({3, 128, false}, k, n, true, 21);
+    // Factors large enough that a pass left out or added twice is far outside the bound below.
+    std::vector<float> u = test::random_floats(size_t(k * rank), 22), v = test::random_floats(size_t(rank * n), 23);
+    for (float& value : u) value *= 0.2f;
+    for (int bits : {8, 3, 16}) {
+        const auto layer =
+            make_linear(context.get(), matrix, quantize_low_rank(bits, k, n, rank, u.data(), v.data()));
+        ASSERT_NE(layer->cuda->low_rank, nullptr);
+        for (qjit_dtype dtype : {QJIT_DTYPE_F16, QJIT_DTYPE_BF16})
+            for (int64_t m : {1, 3, 20}) {
+                const bool f16 = dtype == QJIT_DTYPE_F16;
+                std::vector<float> x = test::random_floats(size_t(m * k), uint32_t(m + bits));
+                std::vector<uint16_t> x_bits(x.size());
+                for (size_t i = 0; i < x.size(); ++i) {
+                    x_bits[i] = f16 ? float_to_half(x[i]) : float_to_bf16(x[i]);
+                    x[i] = f16 ? half_to_float(x_bits[i]) : bf16_to_float(x_bits[i]);
+                }
+                cuda::DeviceBuffer xd(x_bits.data(), x_bits.size() * 2), yd(size_t(m * n) * 2);
+                ASSERT_EQ(qjit_linear_forward_cuda(layer.get(), reinterpret_cast<const void*>(xd.get()),
+                                                   reinterpret_cast<void*>(yd.get()), m, dtype, nullptr),
+                          QJIT_OK)
+                    << qjit_last_error();
+                std::vector<uint16_t> y_bits(size_t(m * n));
+                cuda::Driver::get().copy_to_host(y_bits.data(), yd.get(), y_bits.size() * 2);
+                std::vector<float> expected(y_bits.size());
+                ASSERT_EQ(qjit_linear_forward(layer.get(), x.data(), m, expected.data()), QJIT_OK);
+                const double tolerance = f16 ? 0.02 : 0.08;  // bf16 rounds x U and y to 8 bits
+                for (size_t i = 0; i < y_bits.size(); ++i) {
+                    const float y = f16 ? half_to_float(y_bits[i]) : bf16_to_float(y_bits[i]);
+                    ASSERT_NEAR(y, expected[i], tolerance * (1 + std::fabs(expected[i])))
+                        << "bits=" << bits << " dtype=" << (f16 ? "f16" : "bf16") << " m=" << m << " i=" << i;
+                }
+            }
+        double us = 0;
+        EXPECT_EQ(qjit_linear_benchmark_cuda(layer.get(), 1, QJIT_DTYPE_F16, 5, &us), QJIT_OK) << qjit_last_error();
+        EXPECT_GT(us, 0);
+    }
 }
 
 }  // namespace

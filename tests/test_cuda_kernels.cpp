@@ -110,6 +110,9 @@ TEST(CudaCompile, SupportKernelsCompile) {
         EXPECT_TRUE(is_elf(out.cubin));
         for (const char* entry : {"qjit_gather_rows", "qjit_cast_f32_to_f16", "qjit_cast_f32_to_bf16"})
             EXPECT_NE(out.ptx.find(std::string(".entry ") + entry), std::string::npos) << entry;
+        for (const char* pass : {"qjit_scale_columns", "qjit_add_into", "qjit_low_rank_xu", "qjit_low_rank_tv"})
+            for (const char* type : {"_f16", "_bf16"})
+                EXPECT_NE(out.ptx.find(std::string(".entry ") + pass + type), std::string::npos) << pass << type;
     }
 }
 

@@ -88,10 +88,16 @@ TEST(LayerBackend, EachRefusesAFormatItCannotRunNamingIt) {
     expect_refused(BackendKind::Cuda, outliers, "outliers");
     EXPECT_EQ(unsupported_reason(BackendKind::X86Jit, outliers), "");
 
-    WeightFormat compensated = plain_format();
-    compensated.low_rank = {16, 8};
-    expect_refused(BackendKind::Cuda, compensated, "low-rank");
-    EXPECT_EQ(unsupported_reason(BackendKind::X86Jit, compensated), "");
+}
+
+// A compensator is a pass after the product, which every backend runs at every width it is stored at.
+TEST(LayerBackend, EveryBackendRunsACompensator) {
+    for (int bits : {3, 8, 16}) {
+        WeightFormat compensated = plain_format();
+        compensated.low_rank = {16, bits};
+        for (BackendKind kind : {BackendKind::Portable, BackendKind::X86Jit, BackendKind::Cuda})
+            EXPECT_EQ(unsupported_reason(kind, compensated), "") << backend_name(kind) << " bits=" << bits;
+    }
 }
 
 // The generators refuse, in check_spec, what their backend's answer refuses.
@@ -107,7 +113,7 @@ TEST(LayerBackend, GeneratorsCheckTheirBackendsAnswer) {
     EXPECT_NO_THROW(jit::cuda::check_spec(gpu));
     for (auto change : {+[](WeightFormat& f) { f.group_bits = {2, 4, 4, 2}; },
                         +[](WeightFormat& f) { f.scale_type = ScaleType::SecondOrder; },
-                        +[](WeightFormat& f) { f.outliers = 10; }, +[](WeightFormat& f) { f.low_rank = {16, 8}; }}) {
+                        +[](WeightFormat& f) { f.outliers = 10; }}) {
         jit::cuda::CudaKernelSpec refused = gpu;
         change(refused.format);
         EXPECT_THROW(jit::cuda::check_spec(refused), std::invalid_argument) << refused.format.name();

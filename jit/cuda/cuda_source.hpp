@@ -34,6 +34,13 @@ GeneratedKernel generate_kernel(const CudaKernelSpec& spec);
 //   qjit_gather_rows(const u16* x, int ldx, const int* order, u16* out, int m, int k, int kp):
 //     out[r][j] = j < k ? x[r][order ? order[j] : j] : 0   (act-order and padding; one thread per element)
 //   qjit_cast_f32_to_f16 / qjit_cast_f32_to_bf16(const float* in, u16* out, long long count)
+// and the low-rank compensator's (runtime/cuda/cuda_low_rank.hpp), each as _f16 and _bf16:
+//   qjit_scale_columns_*(u16* t, const float* scales, int m, int cols):   t[i][j] *= scales[j]
+//   qjit_add_into_*(u16* y, const u16* p, long long count):                y[i] += p[i]
+//   qjit_low_rank_xu_*(const u16* x, const u16* ut, float* t, int m, int k, int rank):
+//     t (fp32) = x U, U given transposed (rank x k, fp16); one warp per element of t
+//   qjit_low_rank_tv_*(const float* t, const u16* v, u16* y, int m, int n, int rank):
+//     y += t V, V rank x n in fp16; one thread per element of y
 std::string support_kernels_source();
 
 }  // namespace qjit::jit::cuda

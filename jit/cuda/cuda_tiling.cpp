@@ -149,7 +149,6 @@ std::string unsupported_reason(const WeightFormat& format) {
     if (format.second_order_scales()) return "CUDA kernels read fp16 or fp32 scales, not second-order ones";
     if (format.float_offsets) return "CUDA kernels read integer zero points, not float offsets";
     if (format.outliers > 0) return "CUDA kernels add no sparse outliers";
-    if (format.low_rank.present()) return "CUDA kernels run no low-rank compensator";
     return "";
 }
 

@@ -83,8 +83,8 @@ inline constexpr int kMaxMmaRows = 64;
 // Dynamic shared memory a block asks for (GEMM stages, MMA's cross-warp reduction; 0 for a GEMV).
 int shared_memory_bytes(const CudaKernelSpec& spec);
 // Why no generated CUDA kernel computes `format` ("" when one does): its bits or group size, or a
-// feature the kernels lack (mixed widths, second-order scales, outliers, a compensator, permuted
-// columns). The CUDA backend's one answer to "do you run this format"; check_spec refuses the same.
+// feature the kernels lack (mixed widths, second-order scales, outliers). A low-rank compensator
+// runs as a pass after the product (runtime/cuda/cuda_low_rank.hpp). The CUDA backend's one answer to "do you run this format"; check_spec refuses the same.
 std::string unsupported_reason(const WeightFormat& format);
 // Throws std::invalid_argument naming what the generator cannot emit: its format (unsupported_reason), a tiling
 // knob out of range, a GEMM tile whose warps, registers or K step do not fit. Does not check the

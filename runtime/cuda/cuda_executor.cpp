@@ -30,6 +30,7 @@ namespace {
 jit::cuda::CudaKernelSpec cuda_format(const QuantParams& params, jit::cuda::ActivationType activations, int arch) {
     jit::cuda::CudaKernelSpec spec;
     spec.format = params.format();
+    spec.format.low_rank = {};  // a pass after the product (runtime/cuda/cuda_low_rank.hpp)
     if (spec.format.group_size >= spec.format.k) spec.format.group_size = spec.format.k;  // one group per column
     spec.format.scale_type = scales_exact_in_f16(params) ? ScaleType::F16 : ScaleType::F32;
     spec.activations = activations;
@@ -244,7 +245,8 @@ void CudaExecutor::forward(cuda::CUdeviceptr x, cuda::CUdeviceptr y, int64_t m, 
     launch(*it->second, x, y, m, stream);
 }
 
-double CudaExecutor::time_us(const CudaPlan* plan, int64_t m, ActivationType activations, int repeats, bool warm_up) {
+double CudaExecutor::time_us(const CudaPlan* plan, int64_t m, ActivationType activations, int repeats, bool warm_up,
+                             const AfterProduct& after) {
     cuda::Driver& driver = cuda::Driver::get();
     driver.make_current(device_.ordinal);
     std::unique_lock lock(mutex_);
@@ -262,6 +264,7 @@ double CudaExecutor::time_us(const CudaPlan* plan, int64_t m, ActivationType act
         if (plan) return launch(*plan, timing_x_.get(), y, m, nullptr);
         lock.unlock();
         forward(timing_x_.get(), y, m, activations, nullptr);
+        if (after) after(timing_x_.get(), y, nullptr);
         lock.lock();
     };
     cuda::CUevent start = driver.create_event(), stop = driver.create_event();
@@ -301,7 +304,7 @@ std::function<double()> CudaExecutor::timed_tiling(int64_t m, ActivationType act
         }
         delete plan;
     });
-    return [this, candidate, m, activations] { return time_us(candidate.get(), m, activations, 1, false) * 1e-6; };
+    return [this, candidate, m, activations] { return time_us(candidate.get(), m, activations, 1, false, {}) * 1e-6; };
 }
 
 void CudaExecutor::compile_ahead(ActivationType activations, int64_t bucket,
@@ -322,8 +325,8 @@ void CudaExecutor::compile_ahead(ActivationType activations, int64_t bucket,
     for (auto& job : jobs) job.get();
 }
 
-double CudaExecutor::time_forward_us(int64_t m, ActivationType activations, int repeats) {
-    return time_us(nullptr, m, activations, repeats, true);
+double CudaExecutor::time_forward_us(int64_t m, ActivationType activations, int repeats, const AfterProduct& after) {
+    return time_us(nullptr, m, activations, repeats, true, after);
 }
 
 }  // namespace qjit::cuda

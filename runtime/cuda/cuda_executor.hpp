@@ -78,8 +78,12 @@ public:
     // Compile errors are left for that later call to report.
     void compile_ahead(jit::cuda::ActivationType activations, int64_t bucket,
                        const std::vector<jit::cuda::CudaTiling>& tilings) const;
-    // The same with the installed plans.
-    double time_forward_us(int64_t m, jit::cuda::ActivationType activations, int repeats);
+    // A pass the layer runs after the product, on the product's x, y and stream (a compensator).
+    using AfterProduct = std::function<void(cuda::CUdeviceptr x, cuda::CUdeviceptr y, cuda::CUstream stream)>;
+    // The median forward time with the installed plans, over `repeats` calls, L2 flushed before
+    // each; `after` (when set) runs inside each timed call.
+    double time_forward_us(int64_t m, jit::cuda::ActivationType activations, int repeats,
+                           const AfterProduct& after = {});
 
 private:
     CudaPlan compile(const jit::cuda::CudaKernelSpec& spec) const;
@@ -88,7 +92,8 @@ private:
     // Packs and uploads that layout if it is absent. The caller holds mutex_.
     void upload_codes_for(jit::cuda::KernelKind kind);
     void launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdeviceptr y, int64_t m, cuda::CUstream stream);
-    double time_us(const CudaPlan* plan, int64_t m, jit::cuda::ActivationType activations, int repeats, bool warm_up);
+    double time_us(const CudaPlan* plan, int64_t m, jit::cuda::ActivationType activations, int repeats, bool warm_up,
+                   const AfterProduct& after);
     cuda::CUdeviceptr grow(cuda::DeviceBuffer& buffer, size_t bytes);
 
     GpuProperties device_;

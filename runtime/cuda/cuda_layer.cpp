@@ -101,7 +101,8 @@ const CudaTilingChoice& choose_and_install(qjit_context& context, CudaLayer& lay
 
 }  // namespace
 
-std::unique_ptr<CudaLayer> make_cuda_layer(qjit_context& context, CudaExecutor::MatrixSource matrix) {
+std::unique_ptr<CudaLayer> make_cuda_layer(qjit_context& context, CudaExecutor::MatrixSource matrix,
+                                           const LowRankPass* low_rank) {
     auto layer = std::make_unique<CudaLayer>();
     try {
         layer->executor =
@@ -109,6 +110,7 @@ std::unique_ptr<CudaLayer> make_cuda_layer(qjit_context& context, CudaExecutor::
     } catch (const std::invalid_argument& e) {
         fail(QJIT_ERROR_UNSUPPORTED, "no CUDA kernel for this layer: ", e.what());
     }
+    if (low_rank) layer->low_rank = std::make_unique<CudaLowRank>(*context.gpu, *low_rank, context.cubin_cache_dir);
     std::lock_guard lock(layer->mutex);
     choose_and_install(context, *layer, context.cuda_activations, context.tuning_batch, true);
     return layer;
@@ -119,6 +121,23 @@ const CudaTilingChoice& cuda_tiling_for(qjit_context& context, CudaLayer& layer,
     const auto it = layer.choices.find({type, batch_bucket(m)});
     if (it != layer.choices.end()) return it->second;
     return choose_and_install(context, layer, type, m, false);
+}
+
+void forward(qjit_context& context, CudaLayer& layer, CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationType type,
+             CUstream stream) {
+    cuda_tiling_for(context, layer, type, m);
+    layer.executor->forward(x, y, m, type, stream);
+    if (layer.low_rank) layer.low_rank->add(context, x, y, m, type, stream);
+}
+
+double time_forward_us(qjit_context& context, CudaLayer& layer, int64_t m, ActivationType type, int repeats) {
+    cuda_tiling_for(context, layer, type, m);
+    CudaExecutor::AfterProduct compensate;
+    if (layer.low_rank)
+        compensate = [&](CUdeviceptr x, CUdeviceptr y, CUstream stream) {
+            layer.low_rank->add(context, x, y, m, type, stream);
+        };
+    return layer.executor->time_forward_us(m, type, repeats, compensate);
 }
 
 }  // namespace qjit::cuda

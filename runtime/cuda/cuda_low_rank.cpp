@@ -1,0 +1,124 @@
+#include "runtime/cuda/cuda_low_rank.hpp"
+
+#include <vector>
+
+#include "base/error.hpp"
+#include "base/half.hpp"
+#include "format/low_rank.hpp"
+#include "jit/cuda/cuda_source.hpp"
+#include "runtime/cuda/nvrtc_compiler.hpp"
+#include "runtime/linear_layer.hpp"
+#include "runtime/low_rank_pass.hpp"
+
+namespace qjit::cuda {
+
+using jit::cuda::ActivationType;
+
+namespace {
+
+constexpr unsigned kThreads = 256;
+
+unsigned blocks_for(int64_t count, unsigned threads) { return unsigned((count + threads - 1) / threads); }
+
+std::vector<uint16_t> to_f16_bits(const std::vector<float>& values) {
+    std::vector<uint16_t> bits(values.size());
+    for (size_t i = 0; i < values.size(); ++i) bits[i] = float_to_half(values[i]);  // fp16 values: exact
+    return bits;
+}
+
+DeviceBuffer upload_f16(const std::vector<float>& values) {
+    const std::vector<uint16_t> bits = to_f16_bits(values);
+    return DeviceBuffer(bits.data(), bits.size() * 2);
+}
+
+// An inner layer's CUDA side, with its tiling for (type, m) installed.
+CudaExecutor& inner_executor(qjit_context& context, const qjit_linear& inner, ActivationType type, int64_t m) {
+    if (!inner.cuda) fail(QJIT_ERROR_INTERNAL, "the compensator's inner layer has no CUDA side");
+    cuda_tiling_for(context, *inner.cuda, type, m);
+    return *inner.cuda->executor;
+}
+
+}  // namespace
+
+CudaLowRank::CudaLowRank(const GpuProperties& device, const LowRankPass& pass, const std::string& cubin_cache_dir)
+    : pass_(pass), device_(device), rank_(pass.rank()), bits_(pass.bits()) {
+    Driver& driver = Driver::get();
+    driver.make_current(device_.ordinal);
+    if (bits_ == 16) {
+        const LowRankFactors factors = pass.factors();
+        k_ = factors.u.values.size() / size_t(rank_);
+        n_ = factors.vt.values.size() / size_t(rank_);
+        ut_ = upload_f16(transposed(factors.u.values.data(), k_, rank_));
+        v_ = upload_f16(dense_v(factors));
+    } else {
+        k_ = pass.u_layer().params.k;
+        n_ = pass.v_layer().params.n;
+        v_scales_ = DeviceBuffer(pass.v_scales().data(), pass.v_scales().size() * 4);
+    }
+    const CompiledKernel compiled =
+        compile_cuda_cached(jit::cuda::support_kernels_source(), "qjit_support", device_.arch(), cubin_cache_dir);
+    support_ = driver.load_module(compiled.cubin);
+}
+
+CudaLowRank::~CudaLowRank() {
+    if (!support_) return;
+    try {
+        Driver::get().make_current(device_.ordinal);
+    } catch (const Error&) {
+    }
+    Driver::get().unload_module(support_);
+}
+
+CUfunction CudaLowRank::support(const char* name, ActivationType type) const {
+    return Driver::get().function(support_, concat(name, type == ActivationType::F16 ? "_f16" : "_bf16"));
+}
+
+CUdeviceptr CudaLowRank::grow(DeviceBuffer& buffer, size_t bytes) {
+    if (buffer.size() < bytes) buffer = DeviceBuffer(bytes);
+    return buffer.get();
+}
+
+void CudaLowRank::add(qjit_context& context, CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationType type,
+                      CUstream stream) {
+    Driver::get().make_current(device_.ordinal);
+    std::lock_guard lock(mutex_);
+    if (bits_ == 16) add_f16(x, y, m, type, stream);
+    else add_coded(context, x, y, m, type, stream);
+}
+
+void CudaLowRank::add_coded(qjit_context& context, CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationType type,
+                            CUstream stream) {
+    Driver& driver = Driver::get();
+    CudaExecutor& u = inner_executor(context, pass_.u_layer(), type, m);
+    CudaExecutor& v = inner_executor(context, pass_.v_layer(), type, m);
+    CUdeviceptr t = grow(t_, size_t(m * rank_ * 2)), product = grow(product_, size_t(m * n_ * 2));
+    u.forward(x, t, m, type, stream);
+    CUdeviceptr scales = v_scales_.get();
+    int rows = int(m), cols = rank_;
+    void* scale_args[] = {&t, &scales, &rows, &cols};
+    driver.launch(support("qjit_scale_columns", type), blocks_for(m * rank_, kThreads), 1, 1, kThreads, 0, stream,
+                  scale_args);
+    v.forward(t, product, m, type, stream);
+    long long count = m * n_;
+    void* add_args[] = {&y, &product, &count};
+    driver.launch(support("qjit_add_into", type), blocks_for(count, kThreads), 1, 1, kThreads, 0, stream, add_args);
+}
+
+void CudaLowRank::add_f16(CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationType type, CUstream stream) {
+    Driver& driver = Driver::get();
+    CUdeviceptr t = grow(t_, size_t(m * rank_ * 4)), ut = ut_.get(), v = v_.get();
+    int rows = int(m), k = int(k_), n = int(n_), rank = rank_;
+    void* xu_args[] = {&x, &ut, &t, &rows, &k, &rank};
+    driver.launch(support("qjit_low_rank_xu", type), blocks_for(m * rank_ * 32, kThreads), 1, 1, kThreads, 0, stream,
+                  xu_args);
+    void* tv_args[] = {&t, &v, &y, &rows, &n, &rank};
+    driver.launch(support("qjit_low_rank_tv", type), blocks_for(m * n_, kThreads), 1, 1, kThreads, 0, stream, tv_args);
+}
+
+int64_t CudaLowRank::weight_bytes() const {
+    if (bits_ == 16) return int64_t(ut_.size() + v_.size());
+    return pass_.u_layer().cuda->executor->weight_bytes() + pass_.v_layer().cuda->executor->weight_bytes() +
+           int64_t(v_scales_.size());
+}
+
+}  // namespace qjit::cuda
