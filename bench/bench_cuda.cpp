@@ -8,6 +8,10 @@
 //
 //   bench_cuda [--shapes llama7b,llama70b,mixtral,granite] [--batches 1,4,16,32,64] [--reps 50]
 //              [--bits 4,3] [--all] [--dtype f16|bf16] [--tuning-db PATH] [--budget MS] [--tuner-check]
+//              [--low-rank R] [--low-rank-bits 3|8|16]
+//
+// --low-rank R adds, for each width, the same layer with a rank-R compensator (MiLo's y += (x U) V,
+// U and V stored at --low-rank-bits, 3 by default) and its time over the plain layer's.
 //
 // --tuner-check prints, instead of the main table, the GPU tuner against an exhaustive search for
 // each shape, batch and width: the budgeted search's tiling and time, the exhaustive one's, their
@@ -82,6 +86,8 @@ struct Options {
     std::optional<std::string> tuning_db;  // unset: the context's default database
     double budget_ms = -1;                 // < 0: the context's default budget
     bool tuner_check = false;              // --tuner-check: tuned vs exhaustive instead of the main table
+    int low_rank = 0;                      // --low-rank: the compensated layers' rank (0: none)
+    int low_rank_bits = 3;                 // --low-rank-bits: how their U and V are stored
 };
 
 [[noreturn]] void usage(const char* problem) {
@@ -89,7 +95,7 @@ struct Options {
                  "bench_cuda: %s\n"
                  "usage: bench_cuda [--shapes llama7b,llama70b,mixtral,granite] [--batches 1,4,16,32,64]\n"
                  "                  [--reps N] [--bits 4,3] [--all] [--dtype f16|bf16] [--tuning-db PATH]\n"
-                 "                  [--budget MS] [--tuner-check]\n",
+                 "                  [--budget MS] [--tuner-check] [--low-rank R] [--low-rank-bits 3|8|16]\n",
                  problem);
     std::exit(2);
 }
@@ -109,7 +115,8 @@ int64_t parse_int(const std::string& text, int64_t min) {
     return value;
 }
 
-const std::string kValuedFlags[] = {"--shapes", "--batches", "--bits", "--reps", "--dtype", "--tuning-db", "--budget"};
+const std::string kValuedFlags[] = {"--shapes",    "--batches", "--bits",     "--reps",         "--dtype",
+                                    "--tuning-db", "--budget",  "--low-rank", "--low-rank-bits"};
 
 Options parse_args(int argc, char** argv) {
     Options options;
@@ -151,6 +158,12 @@ Options parse_args(int argc, char** argv) {
             options.tuning_db = value;
         } else if (flag == "--budget") {
             options.budget_ms = std::atof(value.c_str());
+        } else if (flag == "--low-rank") {
+            options.low_rank = int(parse_int(value, 0));
+        } else if (flag == "--low-rank-bits") {
+            options.low_rank_bits = int(parse_int(value, 3));
+            if (options.low_rank_bits != 3 && options.low_rank_bits != 8 && options.low_rank_bits != 16)
+                usage("--low-rank-bits takes 3, 8 or 16");
         } else {
             usage(("unknown flag " + flag).c_str());
         }
@@ -371,6 +384,26 @@ QjitLayer make_layer(qjit_context* context, const Shape& shape, int bits) {
     return made;
 }
 
+// The same layer plus a rank-`rank` compensator stored at `factor_bits` (random factors of the
+// magnitude MiLo's have: a correction well below the weights).
+QjitLayer make_compensated_layer(qjit_context* context, const Shape& shape, int bits, int rank, int factor_bits) {
+    const auto start = std::chrono::steady_clock::now();
+    qjit_tools::GptqTensors tensors;
+    qjit_tools::random_gptq(shape.k, shape.n, bits, kGroupSize, uint64_t(shape.k * 131 + shape.n + bits), &tensors);
+    qjit_tools::Rng rng(uint64_t(shape.k * 7 + shape.n * 3 + rank));
+    std::vector<float> u(size_t(shape.k * rank)), v(size_t(rank * shape.n));
+    for (float& value : u) value = rng.uniform(-0.01f, 0.01f);
+    for (float& value : v) value = rng.uniform(-0.01f, 0.01f);
+    const qjit_low_rank low_rank{rank, factor_bits, u.data(), v.data()};
+    QjitLayer made;
+    QJIT_CHECK(qjit_linear_create_with_low_rank(context, shape.k, shape.n, &tensors.view, &low_rank, &made.layer));
+    qjit_linear_info info;
+    QJIT_CHECK(qjit_linear_get_info(made.layer, &info));
+    made.weight_bytes = info.weight_bytes;
+    made.create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return made;
+}
+
 std::string cuda_tiling(qjit_linear* layer, int64_t m, qjit_dtype dtype) {
     qjit_linear_tuning tuning;
     QJIT_CHECK(qjit_linear_get_tuning_cuda(layer, m, dtype, &tuning));
@@ -391,6 +424,7 @@ struct Row {
     int64_t m = 0;
     double cublas_us = 0;
     std::map<int, QjitResult> by_bits;
+    std::map<int, double> compensated_ratio;  // --low-rank: compensated layer's time / plain layer's, by bits
 };
 
 void print_device(const qjit_cuda_device_info& info) {
@@ -401,6 +435,8 @@ void print_device(const qjit_cuda_device_info& info) {
                 info.memory_bus_bits, info.memory_clock_khz / 1000, info.peak_bandwidth_gbps, info.driver_version);
 }
 
+const char* factor_label(int factor_bits) { return factor_bits == 16 ? "f16" : factor_bits == 8 ? "q8" : "q3"; }
+
 void print_table_header(const Options& options) {
     const char* dtype = options.dtype == QJIT_DTYPE_BF16 ? "bf16" : "f16";
     std::printf("\n| shape | m | cuBLAS %s us | cuBLAS weight GB/s |", dtype);
@@ -408,6 +444,10 @@ void print_table_header(const Options& options) {
     for (int bits : options.bits) {
         std::printf(" q%d us | q%d speedup | q%d weight GB/s | q%d %% of copy | q%d tiling |", bits, bits, bits, bits, bits);
         rule += "---|---|---|---|---|";
+        if (options.low_rank > 0) {
+            std::printf(" q%d+r%d%s us | / q%d |", bits, options.low_rank, factor_label(options.low_rank_bits), bits);
+            rule += "---|---|";
+        }
     }
     std::printf("\n%s\n", rule.c_str());
 }
@@ -424,7 +464,9 @@ struct Bench {
     double copy_gbps;
 };
 
-Row measure_row(const Bench& bench, const Shape& shape, int64_t m, const std::map<int, QjitLayer>& layers) {
+// `compensated`: by bits, the layers with a compensator (empty without --low-rank).
+Row measure_row(const Bench& bench, const Shape& shape, int64_t m, const std::map<int, QjitLayer>& layers,
+                const std::map<int, QjitLayer>& compensated) {
     const Options& options = bench.options;
     Row row;
     row.m = m;
@@ -446,6 +488,14 @@ Row measure_row(const Bench& bench, const Shape& shape, int64_t m, const std::ma
         row.by_bits[bits] = result;
         std::printf(" %.1f | %.2fx | %.0f | %.0f%% | %s |", result.us, result.speedup, gbps, 100 * result.copy_fraction,
                     cuda_tiling(layer, m, options.dtype).c_str());
+        if (const auto found = compensated.find(bits); found != compensated.end()) {
+            const double us = bench.timer.median_us(options.reps, [&] {
+                QJIT_CHECK(qjit_linear_forward_cuda(found->second.layer, bench.x.data(), bench.y.data(), m, options.dtype,
+                                                    bench.stream));
+            });
+            row.compensated_ratio[bits] = us / result.us;
+            std::printf(" %.1f | %.2f |", us, us / result.us);
+        }
     }
     std::printf("\n");
     std::fflush(stdout);
@@ -498,6 +548,16 @@ void print_summary(const Options& options, const std::vector<Row>& rows) {
         std::printf("| %s | %zu | %.2f%s | %.2f%s | %s |\n", target.text.c_str(), values.size(), scale * low, unit,
                     scale * median(values), unit, low >= target.threshold ? "PASS" : "FAIL");
     }
+    if (options.low_rank == 0) return;
+    std::vector<double> ratios;  // the compensated INT3 layers at batch 1, over plain INT3
+    for (const Row& row : rows)
+        if (const auto found = row.compensated_ratio.find(3); row.m == 1 && found != row.compensated_ratio.end())
+            ratios.push_back(found->second);
+    if (ratios.empty()) return;
+    const double worst = *std::max_element(ratios.begin(), ratios.end());
+    std::printf("| q3 + rank %d %s compensator, batch 1: within 10%% of plain q3 (<= 1.10) | %zu | %.2f (worst) | %.2f | %s |\n",
+                options.low_rank, factor_label(options.low_rank_bits), ratios.size(), worst, median(ratios),
+                worst <= 1.10 ? "PASS" : "FAIL");
 }
 
 // The budgeted search against the exhaustive one, and a database hit, for every shape, batch and
@@ -606,8 +666,14 @@ int main(int argc, char** argv) {
                               made.create_ms);
                 creation_lines.push_back(line);
             }
-            rows.push_back(measure_row(bench, shape, m, layers));
+            std::map<int, QjitLayer> compensated;
+            if (options.low_rank > 0)
+                for (int bits : options.bits)
+                    compensated[bits] =
+                        make_compensated_layer(contexts[m], shape, bits, options.low_rank, options.low_rank_bits);
+            rows.push_back(measure_row(bench, shape, m, layers, compensated));
             for (auto& [bits, layer] : layers) QJIT_CHECK(qjit_linear_destroy(layer.layer));
+            for (auto& [bits, layer] : compensated) QJIT_CHECK(qjit_linear_destroy(layer.layer));
         }
     print_summary(options, rows);
     print_creation_times(creation_lines);
