@@ -7,6 +7,8 @@
 # Under ASan + UBSan the AVX2 twins of the AVX-512 format variants (AllFormats/*_avx2_*) and the
 # NVRTC compile sweep (BitsAndArch/) are left out too: generated machine code and NVRTC are not
 # instrumented, and the C++ around them is the same for every ISA (the plain run keeps them all).
+# Both sanitizer runs leave out the CUDA kernels' host emulation (CudaEmulated*): the kernels run
+# there as uninstrumented libraries built at test time, on fibers the sanitizers do not follow.
 # The sanitizer builds leave out the benchmarks, which no test runs, and the runs under mpirun
 # (label mpi): Open MPI's own allocations and threads are not the project's to sanitize, and the
 # tensor-parallel logic they exercise runs sanitized in tests/test_tp_mlp.cpp, ranks as threads.
@@ -22,13 +24,13 @@ case "${QJIT_SANITIZE:-0}" in
     "$root/scripts/build.sh" --quiet "$build_dir" -DQJIT_SANITIZE=ON -DQJIT_BUILD_BENCH=OFF
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     labels_out='cuda_sweep|mpi'
-    exclude=(-E '^BitsAndArch/|^AllFormats/.*_avx2_')
+    exclude=(-E '^BitsAndArch/|^AllFormats/.*_avx2_|CudaEmulated')
     ;;
   thread)
     build_dir="$root/build-tsan"
     "$root/scripts/build.sh" --quiet "$build_dir" -DQJIT_TSAN=ON -DQJIT_BUILD_BENCH=OFF
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-    exclude=(-E '^(AllFormats|Isa|BitsAndArch)/|^layering_|^install_and_consume$')
+    exclude=(-E '^(AllFormats|Isa|BitsAndArch)/|^layering_|^install_and_consume$|CudaEmulated')
     labels_out='cuda_sweep|mpi'
     ;;
   *)

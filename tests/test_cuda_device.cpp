@@ -10,7 +10,7 @@
 #include <random>
 #include <thread>
 
-#include "cuda_variants.hpp"
+#include "cuda_oracle.hpp"
 #include "runtime/cuda/nvrtc_compiler.hpp"
 #include "runtime/cuda/cuda_executor.hpp"
 #include "base/error.hpp"
@@ -29,6 +29,8 @@ namespace {
 using jit::cuda::ActivationType;
 using jit::cuda::CudaKernelSpec;
 using jit::cuda::KernelKind;
+using test::expect_matches_oracle;
+using test::random_matrix;
 
 // The device, or a skip naming why there is none.
 std::optional<GpuProperties> device_or_skip_reason(std::string& why) {
@@ -48,72 +50,17 @@ std::optional<GpuProperties> device_or_skip_reason(std::string& why) {
     if (!device) GTEST_SKIP() << why_no_device
 
 
-QuantizedMatrix random_matrix(const test::CudaFormat& f, int64_t k, int64_t n, bool act_order, uint32_t seed,
-                              bool f16_scales = true) {
-    std::mt19937 rng(seed);
-    QuantizedMatrix m;
-    QuantParams& p = m.params;
-    p.k = k, p.n = n, p.bits = f.bits, p.symmetric = f.symmetric;
-    p.group_size = f.group == 0 ? k : f.group;
-    p.scale_type = f16_scales ? ScaleType::F16 : ScaleType::F32;
-    std::uniform_real_distribution<float> scale(0.002f, 0.02f);
-    p.scales.resize(size_t(p.num_groups() * n));
-    for (float& s : p.scales) s = f16_scales ? round_to_half(scale(rng)) : scale(rng);
-    p.zeros.resize(p.scales.size());  // symmetric: the fixed midpoint, as the quantizers store it
-    for (uint16_t& z : p.zeros) z = f.symmetric ? uint16_t(1u << (f.bits - 1)) : uint16_t(rng() % (1u << f.bits));
-    m.codes.resize(size_t(k * n));
-    for (uint8_t& c : m.codes) c = uint8_t(rng() % (1u << f.bits));
-    if (act_order) {
-        p.act_order = true;
-        p.row_order.resize(size_t(k));
-        std::iota(p.row_order.begin(), p.row_order.end(), 0);
-        std::shuffle(p.row_order.begin(), p.row_order.end(), rng);
-    }
-    return m;
-}
-
-// |y - oracle| <= 2^-6 * sum_k |x_k w_k| + (output rounding) |oracle|: weights are rounded to the
-// activation type and fp16 products are summed 16 at a time; a wrong code, scale or index is off
-// by the order of the whole sum.
-void expect_matches_oracle(const QuantizedMatrix& matrix, const std::vector<float>& x, int64_t m,
-                           const std::vector<float>& y, ActivationType type, const std::string& what) {
-    std::vector<float> expected(size_t(m * matrix.params.n));
-    reference_forward(matrix, x.data(), m, expected.data());
-    const std::vector<float> w = dequantize(matrix);
-    const int64_t k = matrix.params.k, n = matrix.params.n;
-    const double output_rounding = type == ActivationType::F16 ? 1.0 / 1024 : 1.0 / 128;
-    int reported = 0;
-    for (int64_t r = 0; r < m; ++r)
-        for (int64_t c = 0; c < n; ++c) {
-            double magnitude = 0;
-            for (int64_t i = 0; i < k; ++i) magnitude += std::fabs(x[size_t(r * k + i)] * w[size_t(i * n + c)]);
-            const double e = expected[size_t(r * n + c)];
-            const double bound = magnitude / 64 + std::fabs(e) * output_rounding + 1e-6;
-            const double got = y[size_t(r * n + c)];
-            if (!(std::fabs(got - e) <= bound) && reported++ < 5)
-                ADD_FAILURE() << what << ": y[" << r << "][" << c << "] = " << got << ", oracle " << e << " (bound "
-                              << bound << ")";
-        }
-}
-
 // Runs m rows through the executor's installed plan and compares with the oracle.
 void run_and_check(cuda::CudaExecutor& executor, const QuantizedMatrix& matrix, int64_t m, ActivationType type,
                    const std::string& what, uint32_t seed) {
     const int64_t k = matrix.params.k, n = matrix.params.n;
     std::vector<float> x = test::random_floats(size_t(m * k), seed);
-    std::vector<uint16_t> x_bits(x.size());
-    for (size_t i = 0; i < x.size(); ++i) {
-        x_bits[i] = type == ActivationType::F16 ? float_to_half(x[i]) : float_to_bf16(x[i]);
-        x[i] = type == ActivationType::F16 ? half_to_float(x_bits[i]) : bf16_to_float(x_bits[i]);
-    }
+    const std::vector<uint16_t> x_bits = test::to_activation_bits(x, type);
     cuda::DeviceBuffer x_device(x_bits.data(), x_bits.size() * 2), y_device(size_t(m * n) * 2);
     executor.forward(x_device.get(), y_device.get(), m, type, nullptr);
     std::vector<uint16_t> y_bits(size_t(m * n));
     cuda::Driver::get().copy_to_host(y_bits.data(), y_device.get(), y_bits.size() * 2);
-    std::vector<float> y(y_bits.size());
-    for (size_t i = 0; i < y.size(); ++i)
-        y[i] = type == ActivationType::F16 ? half_to_float(y_bits[i]) : bf16_to_float(y_bits[i]);
-    expect_matches_oracle(matrix, x, m, y, type, what + " m=" + std::to_string(m));
+    expect_matches_oracle(matrix, x, m, test::from_activation_bits(y_bits, type), type, what + " m=" + std::to_string(m));
 }
 
 // Compiles the variants on every core first (the cubin cache keeps them), then runs them.

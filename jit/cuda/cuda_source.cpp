@@ -13,11 +13,15 @@ namespace {
 
 // Types and PTX wrappers every generated kernel starts with. fp16 pairs travel as u32 (half2
 // bits); the 0x6400 trick: fp16 bits 0x6400 | c are the number 1024 + c for c < 1024.
+// Every inline PTX statement sits in a helper behind #ifndef QJIT_HOST_EMULATION: the tests'
+// host emulation (tests/cuda_host/) compiles the same source as C++ with its own helpers.
 const char* const kPrelude = R"(#pragma nv_diag_suppress 177  // helpers a kernel does not use
 typedef unsigned int u32;
 typedef unsigned short u16;
 typedef unsigned long long u64;
 
+#ifndef QJIT_HOST_EMULATION
+#define QJIT_DYNAMIC_SHARED(type, name) extern __shared__ __align__(16) type name[]
 static __device__ __forceinline__ u32 and_or(u32 a, u32 b, u32 c) {  // (a & b) | c
     u32 d;
     asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
@@ -43,10 +47,6 @@ static __device__ __forceinline__ float half_to_float(u16 h) {
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
 }
-static __device__ __forceinline__ float lo_f16(u32 v) { return half_to_float(u16(v)); }
-static __device__ __forceinline__ float hi_f16(u32 v) { return half_to_float(u16(v >> 16)); }
-static __device__ __forceinline__ float lo_bf16(u32 v) { return __uint_as_float(v << 16); }
-static __device__ __forceinline__ float hi_bf16(u32 v) { return __uint_as_float(v & 0xffff0000u); }
 static __device__ __forceinline__ u16 float_to_f16(float f) {
     u16 h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
@@ -69,9 +69,15 @@ static __device__ __forceinline__ uint4 load_stream(const void* p) {
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
+#endif
+static __device__ __forceinline__ float lo_f16(u32 v) { return half_to_float(u16(v)); }
+static __device__ __forceinline__ float hi_f16(u32 v) { return half_to_float(u16(v >> 16)); }
+static __device__ __forceinline__ float lo_bf16(u32 v) { return __uint_as_float(v << 16); }
+static __device__ __forceinline__ float hi_bf16(u32 v) { return __uint_as_float(v & 0xffff0000u); }
 )";
 
 const char* const kAsyncCopy = R"(
+#ifndef QJIT_HOST_EMULATION
 static __device__ __forceinline__ u32 shared_address(const void* p) {
     return u32(__cvta_generic_to_shared(p));
 }
@@ -87,6 +93,7 @@ static __device__ __forceinline__ void load_matrix_x4(u32 (&r)[4], const void* p
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(p)));
 }
+#endif
 )";
 
 class SourceWriter {
@@ -298,10 +305,14 @@ extern "C" __global__ void __launch_bounds__(256) qjit_gemv(
 void SourceWriter::mma_instruction() {
     const char* type = f16() ? "f16" : "bf16";
     out_ << "static __device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {\n"
+         << "#ifndef QJIT_HOST_EMULATION\n"
          << "    asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32." << type << "." << type
          << ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\"\n"
          << "                 : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
-         << "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));\n}\n";
+         << "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));\n"
+         << "#else\n"
+         << "    mma_m16n8k16_" << type << "(c, a, b0, b1);\n"
+         << "#endif\n}\n";
 }
 
 std::string SourceWriter::mma() {
@@ -432,7 +443,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_mma(
         for (int v = 0; v < VALUES; ++v) store(v, c[v / 4 / TILES][(v / 4) % TILES][v & 3]);
         return;
     }
-    extern __shared__ float partial_sums[];  // [WARPS][VALUES][32]
+    QJIT_DYNAMIC_SHARED(float, partial_sums);  // [WARPS][VALUES][32]
 #pragma unroll
     for (int v = 0; v < VALUES; ++v) partial_sums[(warp * VALUES + v) * 32 + lane] = c[v / 4 / TILES][(v / 4) % TILES][v & 3];
     __syncthreads();
@@ -544,7 +555,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_gemm(
     const u32* __restrict__ codes_raw, const void* __restrict__ scales_raw, const u16* __restrict__ zeros,
     const u16* __restrict__ x, u16* __restrict__ y, int m, int n, int np, int k_valid, int ldx, int kp,
     int num_groups, float* __restrict__ partial, int k_tiles_per_split) {
-    extern __shared__ __align__(16) unsigned char shared[];
+    QJIT_DYNAMIC_SHARED(unsigned char, shared);
     const unsigned char* codes = reinterpret_cast<const unsigned char*>(codes_raw);
     const scale_t* scales = static_cast<const scale_t*>(scales_raw);
     const long long column_bytes = (long long)kp * BITS / 8;

@@ -140,6 +140,27 @@ int shared_memory_bytes(const CudaKernelSpec& spec) {
     return int(t.stages * round_up(per_stage, 16) + dequantized);
 }
 
+LaunchShape launch_shape(const CudaKernelSpec& spec, int64_t m, int64_t n, int64_t np, int64_t kp) {
+    const CudaTiling& t = spec.tiling;
+    auto blocks_for = [](int64_t count, int64_t per_block) { return unsigned((count + per_block - 1) / per_block); };
+    LaunchShape shape;
+    shape.threads = unsigned(t.warps * 32);
+    shape.shared_bytes = unsigned(shared_memory_bytes(spec));
+    if (t.kind == KernelKind::Gemv) {
+        shape.grid_x = blocks_for(n, int64_t(t.warps) * t.columns_per_warp);
+        return shape;
+    }
+    const bool mma = t.kind == KernelKind::Mma;
+    const int k_units = int(kp / (mma ? cuda_layout::kFragmentStepK : t.block_k));
+    shape.units_per_split = (k_units + t.split_k - 1) / t.split_k;
+    shape.splits = (k_units + shape.units_per_split - 1) / shape.units_per_split;
+    shape.grid_x = unsigned(np / (mma ? cuda_layout::kFragmentTileN * t.n_tiles : t.block_n));
+    const unsigned row_blocks = blocks_for(m, mma ? (spec.rows + 15) / 16 * 16 : t.block_m);
+    shape.grid_y = mma ? unsigned(shape.splits) : row_blocks;
+    shape.grid_z = mma ? row_blocks : unsigned(shape.splits);
+    return shape;
+}
+
 std::string unsupported_reason(const WeightFormat& format) {
     if (!one_of(format.bits, {2, 3, 4, 8})) return concat("CUDA kernels take 2, 3, 4 or 8 bits, not ", format.bits);
     if (format.k < 1) return concat("K is ", format.k);

@@ -80,6 +80,18 @@ bool kind_serves(KernelKind kind, int64_t rows);
 // The most rows the mma kernel takes.
 inline constexpr int kMaxMmaRows = 64;
 
+// How a kernel of `spec` is launched for m rows of a layer of n columns, padded to np x kp.
+// Tensor-core kinds share each output tile between `splits` blocks along K (mma: along y, row
+// slices along z; gemm: row blocks along y, splits along z), each taking `units_per_split`
+// 128-row steps (mma) or block_k tiles (gemm); with splits > 1 they add into a zeroed fp32 buffer
+// that a cast turns into y.
+struct LaunchShape {
+    unsigned grid_x = 1, grid_y = 1, grid_z = 1;
+    unsigned threads = 0, shared_bytes = 0;
+    int splits = 1, units_per_split = 0;
+};
+LaunchShape launch_shape(const CudaKernelSpec& spec, int64_t m, int64_t n, int64_t np, int64_t kp);
+
 // Dynamic shared memory a block asks for (GEMM stages, MMA's cross-warp reduction; 0 for a GEMV).
 int shared_memory_bytes(const CudaKernelSpec& spec);
 // Why no generated CUDA kernel computes `format` ("" when one does): its bits or group size, or a

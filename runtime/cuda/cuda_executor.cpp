@@ -202,32 +202,22 @@ void CudaExecutor::launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdev
     if (layout.size() == 0) fail(QJIT_ERROR_INTERNAL, "CUDA codes for ", jit::cuda::tiling_text(t), " not uploaded");
     cuda::CUdeviceptr codes = layout.get(), scales = scales_.get(), zeros = zeros_.get();
     int rows = int(m), n = int(n_), np = int(np_), kp = int(kp_), groups = int(num_groups_);
+    jit::cuda::LaunchShape shape = jit::cuda::launch_shape(plan.spec, m, n_, np_, kp_);
     if (t.kind == KernelKind::Gemv) {
         void* args[] = {&codes, &scales, &zeros, &x, &y, &rows, &n, &np, &k_valid, &ldx, &kp, &groups};
-        const int64_t columns_per_block = int64_t(t.warps) * t.columns_per_warp;
-        driver.launch(plan.function, blocks_for(n_, unsigned(columns_per_block)), 1, 1, plan.kernel.threads, 0, stream,
-                      args);
+        driver.launch(plan.function, shape.grid_x, 1, 1, shape.threads, 0, stream, args);
         return;
     }
-    // Tensor-core kinds: blocks along K share each output tile (split-K); K is shared out in
-    // 128-row steps (mma) or block_k tiles (gemm). With more than one split, blocks add into a
-    // zeroed fp32 buffer and a cast writes y.
-    const bool mma = t.kind == KernelKind::Mma;
-    const int k_units = int(kp_ / (mma ? cuda_layout::kFragmentStepK : t.block_k));
-    int per_split = (k_units + t.split_k - 1) / t.split_k;
-    const unsigned splits = unsigned((k_units + per_split - 1) / per_split);
     cuda::CUdeviceptr partial = 0;
-    if (splits > 1) {
+    if (shape.splits > 1) {
         partial = grow(partial_, size_t(m * n_ * 4));
         driver.memset_async(partial, 0, size_t(m * n_ * 4), stream);
     }
-    void* args[] = {&codes, &scales, &zeros, &x, &y, &rows, &n, &np, &k_valid, &ldx, &kp, &groups, &partial, &per_split};
-    const unsigned column_blocks = unsigned(np_ / (mma ? cuda_layout::kFragmentTileN * t.n_tiles : t.block_n));
-    const unsigned row_blocks = blocks_for(m, unsigned(mma ? (plan.spec.rows + 15) / 16 * 16 : t.block_m));
-    // mma: splits along y, row slices along z; gemm: row blocks along y, splits along z.
-    driver.launch(plan.function, column_blocks, mma ? splits : row_blocks, mma ? row_blocks : splits,
-                  plan.kernel.threads, unsigned(plan.kernel.shared_bytes), stream, args);
-    if (splits > 1) {
+    void* args[] = {&codes,   &scales, &zeros, &x,      &y,       &rows,   &n,
+                    &np,      &k_valid, &ldx,  &kp,     &groups,  &partial, &shape.units_per_split};
+    driver.launch(plan.function, shape.grid_x, shape.grid_y, shape.grid_z, shape.threads, shape.shared_bytes, stream,
+                  args);
+    if (shape.splits > 1) {
         long long count = m * n_;
         void* cast_args[] = {&partial, &y, &count};
         const cuda::CUfunction cast = plan.spec.activations == ActivationType::F16 ? cast_f16_ : cast_bf16_;

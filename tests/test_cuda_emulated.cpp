@@ -1,0 +1,239 @@
+// The generated CUDA kernels against the oracle in the host emulation (tests/cuda_host/), where
+// there is no GPU: a sample of variants covering every width, grouping, symmetry and kernel kind,
+// both activation types, fp16 and fp32 scales and split-K, on odd shapes with and without
+// act-order, launched as CudaExecutor launches them (the gather, the kernel, the split-K cast);
+// then the compensator's support kernels. The device tests (test_cuda_device.cpp) run every
+// variant on a GPU; these check the same logic on every machine, though not the PTX the device
+// runs (the emulation implements each PTX helper by its documented semantics).
+#include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda_host/host_module.hpp"
+#include "cuda_oracle.hpp"
+#include "format/cuda_weights.hpp"
+#include "jit/cuda/cuda_source.hpp"
+#include "test_support.hpp"
+
+namespace qjit {
+namespace {
+
+using jit::cuda::ActivationType;
+using jit::cuda::CudaKernelSpec;
+using jit::cuda::KernelKind;
+using test::HostGrid;
+using test::HostModule;
+
+constexpr unsigned kSupportThreads = 256;
+
+const HostModule& support_module() {
+    static const HostModule module(jit::cuda::support_kernels_source());
+    return module;
+}
+
+unsigned blocks_for(int64_t count, unsigned threads) { return unsigned((count + threads - 1) / threads); }
+
+const char* type_suffix(ActivationType type) { return type == ActivationType::F16 ? "_f16" : "_bf16"; }
+
+// y (m x n, activation bits) = x W through `kernel` as CudaExecutor::launch runs it.
+std::vector<uint16_t> emulated_forward(const HostModule& kernel, const CudaKernelSpec& spec,
+                                       const QuantizedMatrix& matrix, std::vector<uint16_t> x, int64_t m) {
+    const CudaWeights w = pack_cuda_metadata(matrix);
+    const std::vector<uint32_t> codes =
+        spec.tiling.kind == KernelKind::Mma ? pack_fragment_codes(matrix) : pack_block_codes(matrix);
+    int k_valid = int(w.k), ldx = int(w.k);
+    const QuantParams& p = matrix.params;
+    if (p.act_order || w.k % 8 != 0) {
+        std::vector<uint16_t> gathered(size_t(m * w.kp));
+        const int* order = p.act_order ? p.row_order.data() : nullptr;
+        support_module().launch("qjit_gather_rows", {blocks_for(m * w.kp, kSupportThreads)}, kSupportThreads, 0,
+                                static_cast<const uint16_t*>(x.data()), ldx, order, gathered.data(), int(m), int(w.k),
+                                int(w.kp));
+        x = std::move(gathered);
+        k_valid = ldx = int(w.kp);
+    }
+    const void* scales = w.f16_scales ? static_cast<const void*>(w.scales_f16.data()) : w.scales_f32.data();
+    const uint16_t* zeros = w.zeros.empty() ? nullptr : w.zeros.data();
+    std::vector<uint16_t> y(size_t(m * w.n));
+    const jit::cuda::GeneratedKernel generated = jit::cuda::generate_kernel(spec);
+    const jit::cuda::LaunchShape shape = jit::cuda::launch_shape(spec, m, w.n, w.np, w.kp);
+    const HostGrid grid{shape.grid_x, shape.grid_y, shape.grid_z};
+    const int rows = int(m), n = int(w.n), np = int(w.np), kp = int(w.kp), groups = int(w.num_groups);
+    if (spec.tiling.kind == KernelKind::Gemv) {
+        kernel.launch(generated.entry.c_str(), grid, shape.threads, 0, static_cast<const uint32_t*>(codes.data()),
+                      scales, zeros, static_cast<const uint16_t*>(x.data()), y.data(), rows, n, np, k_valid, ldx, kp,
+                      groups);
+        return y;
+    }
+    std::vector<float> partial(shape.splits > 1 ? size_t(m * w.n) : 0, 0.f);
+    kernel.launch(generated.entry.c_str(), grid, shape.threads, shape.shared_bytes,
+                  static_cast<const uint32_t*>(codes.data()), scales, zeros, static_cast<const uint16_t*>(x.data()),
+                  y.data(), rows, n, np, k_valid, ldx, kp, groups, shape.splits > 1 ? partial.data() : nullptr,
+                  shape.units_per_split);
+    if (shape.splits > 1) {
+        const long long count = m * w.n;
+        const std::string cast = std::string("qjit_cast_f32_to") + type_suffix(spec.activations);
+        support_module().launch(cast.c_str(), {blocks_for(count, kSupportThreads)}, kSupportThreads, 0,
+                                static_cast<const float*>(partial.data()), y.data(), count);
+    }
+    return y;
+}
+
+// A sample of one width's variants: each format once, the kernel kinds, activation types, scale
+// types and split-K rotating across them, so that each width meets every kind several times.
+struct Sampled {
+    test::CudaFormat format;
+    CudaKernelSpec spec;
+};
+
+std::vector<Sampled> sampled_variants(int bits, int64_t k) {
+    std::vector<Sampled> sample;
+    int index = 0;
+    for (const test::CudaFormat& format : test::every_cuda_format()) {
+        if (format.bits != bits) continue;
+        const KernelKind kind = KernelKind(index % 3);
+        std::vector<CudaKernelSpec> of_kind;
+        for (const CudaKernelSpec& spec : test::cuda_variants(format, k, 80))
+            if (spec.tiling.kind == kind) of_kind.push_back(spec);
+        if (of_kind.empty()) ADD_FAILURE() << "no variant of kind " << int(kind) << " for " << bits << "-bit";
+        if (of_kind.empty()) continue;
+        CudaKernelSpec spec = of_kind[size_t(index * 7) % of_kind.size()];
+        spec.activations = index / 3 % 2 ? ActivationType::BF16 : ActivationType::F16;
+        if (index % 4 == 1) spec.format.scale_type = ScaleType::F32;
+        if (kind != KernelKind::Gemv && index % 2 == 1) spec.tiling.split_k = 2;
+        EXPECT_TRUE(jit::cuda::is_valid(spec)) << jit::cuda::kernel_name(spec);
+        sample.push_back({format, spec});
+        ++index;
+    }
+    return sample;
+}
+
+class CudaEmulated : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaEmulated, SampledVariantsMatchTheOracle) {
+    const int bits = GetParam();
+    struct Shape { int64_t k, n; bool act_order; };
+    const Shape shapes[] = {{264, 77, false},   // K a multiple of 8 only: read in place
+                            {515, 130, true}};  // odd K and act-order: gathered, padded
+    for (const Shape& shape : shapes)
+        for (const auto& [format, spec] : sampled_variants(bits, shape.k)) {
+            const QuantizedMatrix matrix =
+                test::random_matrix(format, shape.k, shape.n, shape.act_order, 11, spec.format.f16_scales());
+            ASSERT_EQ(pack_cuda_metadata(matrix).f16_scales, spec.format.f16_scales());
+            const std::string name = jit::cuda::kernel_name(spec) + " splitk=" + std::to_string(spec.tiling.split_k) +
+                                     " K=" + std::to_string(shape.k) + " N=" + std::to_string(shape.n);
+            SCOPED_TRACE(name);
+            const HostModule kernel(jit::cuda::generate_kernel(spec).source);
+            std::vector<int64_t> batches{17, 100};  // gemm: partial row blocks, two of them
+            if (spec.tiling.kind != KernelKind::Gemm) batches = {spec.rows / 2 + 1, spec.rows};
+            for (int64_t m : batches) {
+                std::vector<float> x = test::random_floats(size_t(m * shape.k), uint32_t(m));
+                const std::vector<uint16_t> x_bits = test::to_activation_bits(x, spec.activations);
+                const std::vector<uint16_t> y = emulated_forward(kernel, spec, matrix, x_bits, m);
+                test::expect_matches_oracle(matrix, x, m, test::from_activation_bits(y, spec.activations),
+                                            spec.activations, name + " m=" + std::to_string(m));
+            }
+            if (HasFailure()) return;  // one broken variant is enough to read
+        }
+}
+
+INSTANTIATE_TEST_SUITE_P(Bits, CudaEmulated, ::testing::Values(2, 3, 4, 8),
+                         [](const auto& info) { return "q" + std::to_string(info.param); });
+
+// The compensator's support kernels (runtime/cuda/cuda_low_rank.hpp) against plain loops:
+// t = x U with U given transposed, t scaled per component, y += t V, and y += p.
+TEST(CudaEmulatedSupport, CompensatorKernelsMatchPlainLoops) {
+    const int64_t m = 3, k = 77, n = 45;
+    const int rank = 5;
+    for (ActivationType type : {ActivationType::F16, ActivationType::BF16}) {
+        SCOPED_TRACE(type_suffix(type));
+        const double tolerance = type == ActivationType::F16 ? 1.0 / 512 : 1.0 / 64;
+        std::vector<float> x = test::random_floats(size_t(m * k), 1), y0 = test::random_floats(size_t(m * n), 2);
+        std::vector<float> ut = test::random_floats(size_t(rank * k), 3), v = test::random_floats(size_t(rank * n), 4);
+        const std::vector<uint16_t> x_bits = test::to_activation_bits(x, type);
+        std::vector<uint16_t> y_bits = test::to_activation_bits(y0, type);
+        const std::vector<uint16_t> ut_bits = test::to_activation_bits(ut, ActivationType::F16);
+        const std::vector<uint16_t> v_bits = test::to_activation_bits(v, ActivationType::F16);
+
+        std::vector<float> t(size_t(m * rank));
+        support_module().launch((std::string("qjit_low_rank_xu") + type_suffix(type)).c_str(),
+                                {blocks_for(m * rank * 32, kSupportThreads)}, kSupportThreads, 0, x_bits.data(),
+                                ut_bits.data(), t.data(), int(m), int(k), rank);
+        std::vector<double> t_expected(size_t(m * rank), 0.0);
+        for (int64_t i = 0; i < m; ++i)
+            for (int r = 0; r < rank; ++r) {
+                double& sum = t_expected[size_t(i * rank + r)];
+                for (int64_t j = 0; j < k; ++j) sum += double(x[size_t(i * k + j)]) * ut[size_t(r * k + j)];
+                EXPECT_NEAR(t[size_t(i * rank + r)], sum, 1e-4 * (1 + std::fabs(sum))) << "t[" << i << "][" << r << "]";
+            }
+
+        support_module().launch((std::string("qjit_low_rank_tv") + type_suffix(type)).c_str(),
+                                {blocks_for(m * n, kSupportThreads)}, kSupportThreads, 0,
+                                static_cast<const float*>(t.data()), static_cast<const uint16_t*>(v_bits.data()),
+                                y_bits.data(), int(m), int(n), rank);
+        const std::vector<float> y = test::from_activation_bits(y_bits, type);
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t c = 0; c < n; ++c) {
+                double expected = y0[size_t(i * n + c)];
+                for (int r = 0; r < rank; ++r) expected += t_expected[size_t(i * rank + r)] * v[size_t(r * n + c)];
+                EXPECT_NEAR(y[size_t(i * n + c)], expected, tolerance * (1 + std::fabs(expected)))
+                    << "y[" << i << "][" << c << "]";
+            }
+
+        std::vector<float> columns = test::random_floats(size_t(m * rank), 5), scales = test::random_floats(rank, 6);
+        std::vector<uint16_t> column_bits = test::to_activation_bits(columns, type);
+        support_module().launch((std::string("qjit_scale_columns") + type_suffix(type)).c_str(),
+                                {blocks_for(m * rank, kSupportThreads)}, kSupportThreads, 0, column_bits.data(),
+                                static_cast<const float*>(scales.data()), int(m), rank);
+        const std::vector<float> scaled = test::from_activation_bits(column_bits, type);
+        for (int64_t i = 0; i < m * rank; ++i) {
+            const double expected = double(columns[size_t(i)]) * scales[size_t(i % rank)];
+            EXPECT_NEAR(scaled[size_t(i)], expected, tolerance * std::fabs(expected) + 1e-6) << "t[" << i << "]";
+        }
+
+        std::vector<float> sum_values = test::random_floats(size_t(m * n), 7), addend = test::random_floats(size_t(m * n), 8);
+        std::vector<uint16_t> sum_bits = test::to_activation_bits(sum_values, type);
+        const std::vector<uint16_t> addend_bits = test::to_activation_bits(addend, type);
+        const long long count = m * n;
+        support_module().launch((std::string("qjit_add_into") + type_suffix(type)).c_str(),
+                                {blocks_for(count, kSupportThreads)}, kSupportThreads, 0, sum_bits.data(),
+                                static_cast<const uint16_t*>(addend_bits.data()), count);
+        const std::vector<float> sums = test::from_activation_bits(sum_bits, type);
+        for (int64_t i = 0; i < count; ++i) {
+            const double expected = double(sum_values[size_t(i)]) + addend[size_t(i)];
+            EXPECT_NEAR(sums[size_t(i)], expected, tolerance * std::fabs(expected) + 1e-6) << "y[" << i << "]";
+        }
+    }
+}
+
+// The emulation must fail a wrong kernel: a GEMV that applies twice each scale is far outside
+// the oracle's bound.
+TEST(CudaEmulatedSupport, AWrongKernelFailsTheOracle) {
+    CudaKernelSpec spec = test::cuda_spec({4, 128, false}, 264, 80);
+    std::string source = jit::cuda::generate_kernel(spec).source;
+    const std::string scale = "scale_pair(scale);";
+    const size_t at = source.find(scale);
+    ASSERT_NE(at, std::string::npos);
+    source.replace(at, scale.size(), "scale_pair(2.0f * scale);");
+    const HostModule kernel(source);
+    const QuantizedMatrix matrix = test::random_matrix({4, 128, false}, 264, 77, false, 3);
+    std::vector<float> x = test::random_floats(264, 4);
+    const std::vector<uint16_t> y = emulated_forward(kernel, spec, matrix, test::to_activation_bits(x, spec.activations), 1);
+    int failures = 0;
+    ::testing::TestPartResultArray results;
+    {
+        ::testing::ScopedFakeTestPartResultReporter reporter(
+            ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &results);
+        test::expect_matches_oracle(matrix, x, 1, test::from_activation_bits(y, spec.activations), spec.activations,
+                                    "broken");
+    }
+    for (int i = 0; i < results.size(); ++i) failures += results.GetTestPartResult(i).failed();
+    EXPECT_GT(failures, 0) << "a kernel that decodes wrong codes passed the oracle";
+}
+
+}  // namespace
+}  // namespace qjit
