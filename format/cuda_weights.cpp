@@ -1,5 +1,8 @@
 #include "format/cuda_weights.hpp"
 
+#include <algorithm>
+
+
 #include "format/cuda_code_layout.hpp"
 #include "base/half.hpp"
 
@@ -24,6 +27,11 @@ void pack_block(int bits, CodeAt code, uint32_t* words) {
 }
 
 }  // namespace
+
+void pack_cuda_block(int bits, const uint8_t (&codes)[32], uint32_t* words) {
+    std::fill(words, words + bits, 0u);
+    pack_block(bits, [&](int i) { return codes[i]; }, words);
+}
 
 std::vector<uint32_t> pack_block_codes(const QuantizedMatrix& matrix) {
     const QuantParams& p = matrix.params;

@@ -36,6 +36,10 @@ std::vector<uint32_t> pack_block_codes(const QuantizedMatrix& matrix);
 // The codes in fragment order: [np / 8][kp / 128][32 lanes][bits] words.
 std::vector<uint32_t> pack_fragment_codes(const QuantizedMatrix& matrix);
 
+// Packs one block's 32 codes at `bits` into `words` (bits words, zeroed first) per
+// format/cuda_code_layout.hpp.
+void pack_cuda_block(int bits, const uint8_t (&codes)[32], uint32_t* words);
+
 // The code of (row, column) read back from the packed layout (the tests' independent check).
 int unpack_cuda_code(const CudaWeights& weights, int64_t row, int64_t column);
 // The same from fragment-ordered codes of a bits-wide matrix with kp padded rows.

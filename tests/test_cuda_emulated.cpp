@@ -15,8 +15,10 @@
 
 #include "cuda_host/host_module.hpp"
 #include "cuda_oracle.hpp"
+#include "format/cuda_mixed_weights.hpp"
 #include "format/cuda_weights.hpp"
 #include "jit/cuda/cuda_source.hpp"
+#include "mixed_matrix.hpp"
 #include "test_support.hpp"
 
 namespace qjit {
@@ -39,6 +41,17 @@ unsigned blocks_for(int64_t count, unsigned threads) { return unsigned((count + 
 
 const char* type_suffix(ActivationType type) { return type == ActivationType::F16 ? "_f16" : "_bf16"; }
 
+// x gathered into storage order and padded to kp columns, as the executor does for act-order
+// layers and K not a multiple of 8.
+std::vector<uint16_t> gathered(const std::vector<uint16_t>& x, const QuantParams& p, int64_t m, int64_t kp) {
+    std::vector<uint16_t> out(size_t(m * kp));
+    const int* order = p.act_order ? p.row_order.data() : nullptr;
+    support_module().launch("qjit_gather_rows", {blocks_for(m * kp, kSupportThreads)}, kSupportThreads, 0,
+                            static_cast<const uint16_t*>(x.data()), int(p.k), order, out.data(), int(m), int(p.k),
+                            int(kp));
+    return out;
+}
+
 // y (m x n, activation bits) = x W through `kernel` as CudaExecutor::launch runs it.
 std::vector<uint16_t> emulated_forward(const HostModule& kernel, const CudaKernelSpec& spec,
                                        const QuantizedMatrix& matrix, std::vector<uint16_t> x, int64_t m) {
@@ -46,14 +59,8 @@ std::vector<uint16_t> emulated_forward(const HostModule& kernel, const CudaKerne
     const std::vector<uint32_t> codes =
         spec.tiling.kind == KernelKind::Mma ? pack_fragment_codes(matrix) : pack_block_codes(matrix);
     int k_valid = int(w.k), ldx = int(w.k);
-    const QuantParams& p = matrix.params;
-    if (p.act_order || w.k % 8 != 0) {
-        std::vector<uint16_t> gathered(size_t(m * w.kp));
-        const int* order = p.act_order ? p.row_order.data() : nullptr;
-        support_module().launch("qjit_gather_rows", {blocks_for(m * w.kp, kSupportThreads)}, kSupportThreads, 0,
-                                static_cast<const uint16_t*>(x.data()), ldx, order, gathered.data(), int(m), int(w.k),
-                                int(w.kp));
-        x = std::move(gathered);
+    if (matrix.params.act_order || w.k % 8 != 0) {
+        x = gathered(x, matrix.params, m, w.kp);
         k_valid = ldx = int(w.kp);
     }
     const void* scales = w.f16_scales ? static_cast<const void*>(w.scales_f16.data()) : w.scales_f32.data();
@@ -80,6 +87,27 @@ std::vector<uint16_t> emulated_forward(const HostModule& kernel, const CudaKerne
         support_module().launch(cast.c_str(), {blocks_for(count, kSupportThreads)}, kSupportThreads, 0,
                                 static_cast<const float*>(partial.data()), y.data(), count);
     }
+    return y;
+}
+
+// y (m x n, activation bits) = x W through the mixed-format GEMV.
+std::vector<uint16_t> emulated_mixed_forward(const HostModule& kernel, const CudaKernelSpec& spec,
+                                             const QuantizedMatrix& matrix, std::vector<uint16_t> x, int64_t m) {
+    const CudaMixedWeights w = pack_cuda_mixed(matrix);
+    int k_valid = int(w.k), ldx = int(w.k);
+    if (matrix.params.act_order || w.k % 8 != 0) {
+        x = gathered(x, matrix.params, m, w.kp);
+        k_valid = ldx = int(w.kp);
+    }
+    const void* scales = w.f16_scales ? static_cast<const void*>(w.scales_f16.data()) : w.scales_f32.data();
+    auto data_or_null = [](const auto& v) { return v.empty() ? nullptr : v.data(); };
+    std::vector<uint16_t> y(size_t(m * w.n));
+    const jit::cuda::LaunchShape shape = jit::cuda::launch_shape(spec, m, w.n, w.np, w.kp);
+    kernel.launch("qjit_mixed_gemv", {shape.grid_x}, shape.threads, 0, static_cast<const uint32_t*>(w.codes.data()),
+                  static_cast<const int*>(w.group_words.data()), scales, data_or_null(w.scale_codes),
+                  data_or_null(w.scale2), data_or_null(w.zero2), data_or_null(w.zeros), data_or_null(w.outlier_start),
+                  data_or_null(w.outlier_rows), data_or_null(w.outlier_values), static_cast<const uint16_t*>(x.data()),
+                  y.data(), int(m), int(w.n), int(w.np), k_valid, ldx, int(w.num_groups));
     return y;
 }
 
@@ -143,6 +171,52 @@ TEST_P(CudaEmulated, SampledVariantsMatchTheOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Bits, CudaEmulated, ::testing::Values(2, 3, 4, 8),
                          [](const auto& info) { return "q" + std::to_string(info.param); });
+
+// The mixed-format GEMV on every combination of its parts (mixed 2/4-bit groups or uniform 3-bit
+// codes, second-order or fp16 scales, outliers, symmetric or not where the format allows it), K not a multiple of the group
+// (and odd, with act-order), both activation types, every row count it is compiled for.
+TEST(CudaEmulatedMixed, EveryCombinationMatchesTheOracle) {
+    struct Shape { int64_t k, n, group; bool act_order; };
+    const Shape shapes[] = {{200, 45, 32, false}, {515, 77, 64, true}};
+    int index = 0;
+    for (bool mixed : {true, false})
+        for (bool second_order : {true, false})
+            for (bool outliers : {true, false})
+                for (bool symmetric : {false, true}) {
+                    if (!mixed && !second_order && !outliers) continue;  // the plain kernels' format
+                    if (symmetric && (mixed || second_order)) continue;  // validate refuses these
+                    const int rows = 1 << (index % 4);
+                    const ActivationType type = index / 4 % 2 ? ActivationType::BF16 : ActivationType::F16;
+                    ++index;
+                    for (const Shape& shape : shapes) {
+                        const test::Features features{mixed, second_order, outliers, shape.act_order, symmetric};
+                        const QuantizedMatrix matrix = test::synthetic_matrix(shape.k, shape.n, shape.group, features,
+                                                                              uint32_t(index * 10 + rows));
+                        CudaKernelSpec spec;
+                        spec.format = matrix.params.format();
+                        spec.format.act_order = false;
+                        spec.activations = type;
+                        spec.arch = 80;
+                        spec.rows = rows;
+                        ASSERT_TRUE(jit::cuda::needs_mixed_kernel(spec.format));
+                        ASSERT_EQ(jit::cuda::unsupported_reason(spec.format), "");
+                        const std::string name = jit::cuda::kernel_name(spec) + " (" + test::features_name(features) +
+                                                 ") K=" + std::to_string(shape.k) + " N=" + std::to_string(shape.n);
+                        SCOPED_TRACE(name);
+                        const jit::cuda::GeneratedKernel generated = jit::cuda::generate_kernel(spec);
+                        ASSERT_EQ(generated.entry, "qjit_mixed_gemv");
+                        const HostModule kernel(generated.source);
+                        for (int64_t m : {int64_t(rows / 2 + 1), int64_t(rows)}) {
+                            std::vector<float> x = test::random_floats(size_t(m * shape.k), uint32_t(m + index));
+                            const std::vector<uint16_t> x_bits = test::to_activation_bits(x, type);
+                            const std::vector<uint16_t> y = emulated_mixed_forward(kernel, spec, matrix, x_bits, m);
+                            test::expect_matches_oracle(matrix, x, m, test::from_activation_bits(y, type), type,
+                                                        name + " m=" + std::to_string(m));
+                        }
+                        if (HasFailure()) return;
+                    }
+                }
+}
 
 // The compensator's support kernels (runtime/cuda/cuda_low_rank.hpp) against plain loops:
 // t = x U with U given transposed, t scaled per component, y += t V, and y += p.

@@ -22,6 +22,7 @@
 namespace qjit {
 namespace {
 
+using jit::cuda::ActivationType;
 using jit::cuda::CudaKernelSpec;
 using jit::cuda::CudaTiling;
 using jit::cuda::KernelKind;
@@ -114,6 +115,31 @@ TEST(CudaCompile, SupportKernelsCompile) {
             for (const char* type : {"_f16", "_bf16"})
                 EXPECT_NE(out.ptx.find(std::string(".entry ") + pass + type), std::string::npos) << pass << type;
     }
+}
+
+// The mixed-format GEMV for each combination of its parts, both activation types, sm_80 and sm_90.
+TEST(CudaCompile, MixedGemvCompiles) {
+    require_nvrtc();
+    if (testing::Test::IsSkipped() || testing::Test::HasFailure()) return;
+    struct Parts { bool mixed, second_order, outliers, symmetric; };
+    const Parts combinations[] = {{true, true, true, false}, {true, false, false, false},
+                                  {false, true, false, false}, {false, false, true, true}};
+    int index = 0;
+    for (const Parts& parts : combinations)
+        for (int arch : {80, 90}) {
+            CudaKernelSpec spec = test::cuda_spec({parts.mixed ? 4 : 3, 64, parts.symmetric}, 4096, arch);
+            if (parts.mixed)
+                for (int g = 0; g < 64; ++g) spec.format.group_bits.push_back(uint8_t(g % 3 ? 2 : 4));
+            if (parts.second_order) spec.format.scale_type = ScaleType::SecondOrder;
+            if (parts.outliers) spec.format.outliers = 100;
+            spec.rows = 1 << (index % 4);
+            spec.activations = index++ % 2 ? ActivationType::BF16 : ActivationType::F16;
+            const jit::cuda::GeneratedKernel kernel = jit::cuda::generate_kernel(spec);
+            EXPECT_EQ(kernel.entry, "qjit_mixed_gemv");
+            const auto out = cuda::compile_cuda(kernel.source, kernel.name, arch);
+            EXPECT_TRUE(is_elf(out.cubin)) << kernel.name;
+            EXPECT_NE(out.ptx.find(".entry qjit_mixed_gemv"), std::string::npos) << kernel.name;
+        }
 }
 
 TEST(CudaCompile, SplitKSharesOneSource) {

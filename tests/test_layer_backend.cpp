@@ -72,22 +72,31 @@ TEST(LayerBackend, EachRefusesAFormatItCannotRunNamingIt) {
     expect_refused(BackendKind::Cuda, group_48, "groups of a multiple of 32");
     EXPECT_EQ(unsupported_reason(BackendKind::Portable, group_48), "");
 
-    WeightFormat mixed = plain_format();
-    mixed.group_bits = {2, 4, 4, 2};
-    expect_refused(BackendKind::Cuda, mixed, "mixed widths");
-    EXPECT_EQ(unsupported_reason(BackendKind::X86Jit, mixed), "");
-
     WeightFormat second_order = plain_format();
     second_order.scale_type = ScaleType::SecondOrder;
-    expect_refused(BackendKind::Cuda, second_order, "second-order");
     second_order.symmetric = true;
     expect_refused(BackendKind::X86Jit, second_order, "second-order");
 
+    WeightFormat column_outliers = plain_format();  // one group of 500 rows per column
+    column_outliers.k = column_outliers.group_size = 500;
+    column_outliers.outliers = 10;
+    expect_refused(BackendKind::Cuda, column_outliers, "K-groups of a multiple of 32");
+}
+
+// The 2/4/16 format's parts run on every backend, CUDA through its mixed-format GEMV.
+TEST(LayerBackend, EveryBackendRunsThe2416FormatsParts) {
+    WeightFormat mixed = plain_format();
+    mixed.group_bits = {2, 4, 4, 2};
+    WeightFormat second_order = plain_format();
+    second_order.scale_type = ScaleType::SecondOrder;
     WeightFormat outliers = plain_format();
     outliers.outliers = 10;
-    expect_refused(BackendKind::Cuda, outliers, "outliers");
-    EXPECT_EQ(unsupported_reason(BackendKind::X86Jit, outliers), "");
-
+    for (const WeightFormat& format : {mixed, second_order, outliers}) {
+        EXPECT_TRUE(jit::cuda::needs_mixed_kernel(format)) << format.name();
+        for (BackendKind kind : {BackendKind::Portable, BackendKind::X86Jit, BackendKind::Cuda})
+            EXPECT_EQ(unsupported_reason(kind, format), "") << backend_name(kind) << " " << format.name();
+    }
+    EXPECT_FALSE(jit::cuda::needs_mixed_kernel(plain_format()));
 }
 
 // A compensator is a pass after the product, which every backend runs at every width it is stored at.
@@ -111,12 +120,20 @@ TEST(LayerBackend, GeneratorsCheckTheirBackendsAnswer) {
     jit::cuda::CudaKernelSpec gpu;
     gpu.format = plain_format();
     EXPECT_NO_THROW(jit::cuda::check_spec(gpu));
+    // The mixed-format parts run on the GEMV alone, one column per warp.
     for (auto change : {+[](WeightFormat& f) { f.group_bits = {2, 4, 4, 2}; },
                         +[](WeightFormat& f) { f.scale_type = ScaleType::SecondOrder; },
                         +[](WeightFormat& f) { f.outliers = 10; }}) {
-        jit::cuda::CudaKernelSpec refused = gpu;
-        change(refused.format);
-        EXPECT_THROW(jit::cuda::check_spec(refused), std::invalid_argument) << refused.format.name();
+        jit::cuda::CudaKernelSpec mixed = gpu;
+        change(mixed.format);
+        EXPECT_NO_THROW(jit::cuda::check_spec(mixed)) << mixed.format.name();
+        jit::cuda::CudaKernelSpec wide = mixed;
+        wide.tiling.columns_per_warp = 2;
+        EXPECT_THROW(jit::cuda::check_spec(wide), std::invalid_argument) << mixed.format.name();
+        jit::cuda::CudaKernelSpec gemm = mixed;
+        gemm.rows = 64;
+        gemm.tiling.kind = jit::cuda::KernelKind::Gemm;
+        EXPECT_THROW(jit::cuda::check_spec(gemm), std::invalid_argument) << mixed.format.name();
     }
 }
 

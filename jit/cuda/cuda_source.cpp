@@ -103,11 +103,14 @@ public:
     std::string gemv();
     std::string gemm();
     std::string mma();
+    std::string mixed_gemv();
 
 private:
     bool f16() const { return spec_.activations == ActivationType::F16; }
     void constants();
-    void decode_block();
+    void decode_block() { decode_block(spec_.format.bits, "decode_block"); }
+    void decode_block(int bits, const std::string& name);
+    void block_dot(const std::string& name, const std::string& decoder);
     void dequantize_helpers();
     void mma_instruction();
 
@@ -128,11 +131,10 @@ void SourceWriter::constants() {
          << (spec_.format.f16_scales() ? "half_to_float(s)" : "s") << "; }\n";
 }
 
-// decode_block(w, h): the 16 pairs of a 32-code block as fp16 pairs (1024 + code), per code_layout.hpp.
-void SourceWriter::decode_block() {
-    const int bits = spec_.format.bits;
+// name(w, h): the 16 pairs of a 32-code block of `bits` as fp16 pairs (1024 + code), per code_layout.hpp.
+void SourceWriter::decode_block(int bits, const std::string& name) {
     const int mask = (1 << bits) - 1;
-    out_ << "static __device__ __forceinline__ void decode_block(const u32* w, u32 (&h)[16]) {\n";
+    out_ << "static __device__ __forceinline__ void " << name << "(const u32* w, u32 (&h)[16]) {\n";
     for (int p = 0; p < regular_pairs(bits); ++p) {
         const int shift = pair_shift(bits, p);
         out_ << "    h[" << p << "] = and_or(w[" << pair_word(bits, p) << "]";
@@ -165,6 +167,7 @@ static __device__ __forceinline__ u32 dequantize_pair(u32 h, u32 bias, u32 scale
 }
 static __device__ __forceinline__ u32 scale_pair(float s) { const u32 h = float_to_f16(s); return h | h << 16; }
 static __device__ __forceinline__ u16 to_output(float v) { return float_to_f16(v); }
+static __device__ __forceinline__ float activation_value(u16 v) { return half_to_float(v); }
 )";
     else
         out_ << R"(// Two bf16 weights (code - zero) * scale from a decoded pair.
@@ -173,6 +176,39 @@ static __device__ __forceinline__ u32 dequantize_pair(u32 h, u32 bias, float sca
     return pack_bf16(lo_f16(d) * scale, hi_f16(d) * scale);
 }
 static __device__ __forceinline__ u16 to_output(float v) { return float_to_bf16(v); }
+static __device__ __forceinline__ float activation_value(u16 v) { return __uint_as_float(u32(v) << 16); }
+)";
+}
+
+// name(w, bias, scale, x): the sum over a 32-code block (decoded by `decoder`) of x * w. fp16:
+// fp16 products, two fp16 partial sums of 16 terms, an fp32 total; bf16: the exact (code - zero)
+// times x in fp32, scaled once.
+void SourceWriter::block_dot(const std::string& name, const std::string& decoder) {
+    out_ << "static __device__ __forceinline__ float " << name
+         << "(const u32* w, u32 bias, float scale, const u32 (&x)[16]) {\n"
+         << "    u32 h[16];\n"
+         << "    " << decoder << "(w, h);\n";
+    if (f16())
+        out_ << R"(    const u32 scale2 = scale_pair(scale);
+    u32 sum0 = 0, sum1 = 0;
+#pragma unroll
+    for (int p = 0; p < 8; ++p) {
+        sum0 = hfma2(dequantize_pair(h[p], bias, scale2), x[p], sum0);
+        sum1 = hfma2(dequantize_pair(h[p + 8], bias, scale2), x[p + 8], sum1);
+    }
+    return (lo_f16(sum0) + hi_f16(sum0)) + (lo_f16(sum1) + hi_f16(sum1));
+}
+)";
+    else
+        out_ << R"(    float sum = 0.f;
+#pragma unroll
+    for (int p = 0; p < 16; ++p) {
+        const u32 d = hsub2(h[p], bias);
+        sum = fmaf(lo_f16(d), lo_bf16(x[p]), sum);
+        sum = fmaf(hi_f16(d), hi_bf16(x[p]), sum);
+    }
+    return sum * scale;
+}
 )";
 }
 
@@ -191,36 +227,7 @@ std::string SourceWriter::gemv() {
          << "constexpr int CHUNK_CODES = CHUNK_BLOCKS * 32;\n";
     decode_block();
     dequantize_helpers();
-    if (f16())
-        out_ << R"(// sum over the block of x * w: fp16 products, two fp16 partial sums of 16 terms, fp32 total.
-static __device__ __forceinline__ float block_dot(const u32* w, u32 bias, float scale, const u32 (&x)[16]) {
-    u32 h[16];
-    decode_block(w, h);
-    const u32 scale2 = scale_pair(scale);
-    u32 sum0 = 0, sum1 = 0;
-#pragma unroll
-    for (int p = 0; p < 8; ++p) {
-        sum0 = hfma2(dequantize_pair(h[p], bias, scale2), x[p], sum0);
-        sum1 = hfma2(dequantize_pair(h[p + 8], bias, scale2), x[p + 8], sum1);
-    }
-    return (lo_f16(sum0) + hi_f16(sum0)) + (lo_f16(sum1) + hi_f16(sum1));
-}
-)";
-    else
-        out_ << R"(// sum over the block of x * w in fp32: exact (code - zero) times bf16 x, scaled once.
-static __device__ __forceinline__ float block_dot(const u32* w, u32 bias, float scale, const u32 (&x)[16]) {
-    u32 h[16];
-    decode_block(w, h);
-    float sum = 0.f;
-#pragma unroll
-    for (int p = 0; p < 16; ++p) {
-        const u32 d = hsub2(h[p], bias);
-        sum = fmaf(lo_f16(d), lo_bf16(x[p]), sum);
-        sum = fmaf(hi_f16(d), hi_bf16(x[p]), sum);
-    }
-    return sum * scale;
-}
-)";
+    block_dot("block_dot", "decode_block");
     out_ << R"(
 extern "C" __global__ void __launch_bounds__(256) qjit_gemv(
     const u32* __restrict__ codes, const void* __restrict__ scales_raw, const u16* __restrict__ zeros,
@@ -296,6 +303,97 @@ extern "C" __global__ void __launch_bounds__(256) qjit_gemv(
             for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
             if (lane == 0 && r < m && col0 + j < n) y[(long long)r * n + col0 + j] = to_output(v);
         }
+}
+)";
+    return out_.str();
+}
+
+// The GEMV of the formats with parts the other kernels lack: K-groups of mixed widths (2 and 4
+// bits), second-order scales, sparse outliers. One warp per column, lanes strided over the
+// column's 32-code blocks; each block's width, scale and zero point come from its group.
+std::string SourceWriter::mixed_gemv() {
+    const WeightFormat& f = spec_.format;
+    std::vector<int> widths{f.bits};
+    if (!f.uniform_bits()) widths = {2, 4};
+    out_ << "// " << kernel_name(spec_) << ": y = x * W for up to " << spec_.rows
+         << " rows; K-groups of their own width, scales and outliers.\n"
+         << kPrelude;
+    constants();
+    out_ << "constexpr int ROWS = " << spec_.rows << ";\n"
+         << "constexpr int BLOCKS_PER_GROUP = " << f.group_size / kCodesPerBlock << ";  // 32-code blocks per K-group\n"
+         << "constexpr bool SECOND_ORDER = " << (f.second_order_scales() ? "true" : "false") << ";\n"
+         << "constexpr bool OUTLIERS = " << (f.outliers > 0 ? "true" : "false") << ";\n";
+    for (int bits : widths) {
+        decode_block(bits, "decode_block_" + std::to_string(bits));
+    }
+    dequantize_helpers();
+    for (int bits : widths) block_dot("block_dot_" + std::to_string(bits), "decode_block_" + std::to_string(bits));
+    out_ << "static __device__ __forceinline__ float block_dot_any(int width, const u32* w, u32 bias, float scale,\n"
+         << "                                                    const u32 (&x)[16]) {\n";
+    if (widths.size() == 1) out_ << "    return block_dot_" << widths[0] << "(w, bias, scale, x);\n}\n";
+    else out_ << "    return width == 2 ? block_dot_2(w, bias, scale, x) : block_dot_4(w, bias, scale, x);\n}\n";
+    out_ << R"(
+// Parameters: the codes ([np][column words], each group's blocks at its width), the first word of
+// each group in a column ([num_groups + 1]); the scales: fp16 or fp32 [num_groups][np], or
+// second-order codes [num_groups][np] with an fp16 scale and zero per 16 columns
+// [num_groups][np / 16]; zero points [num_groups][np] (asymmetric); outliers by column (start
+// [n + 1], storage rows and fp16 values); then as the other GEMV.
+extern "C" __global__ void __launch_bounds__(256) qjit_mixed_gemv(
+    const u32* __restrict__ codes, const int* __restrict__ group_words, const void* __restrict__ scales_raw,
+    const unsigned char* __restrict__ scale_codes, const u16* __restrict__ scale2, const u16* __restrict__ zero2,
+    const unsigned char* __restrict__ zeros, const int* __restrict__ outlier_start,
+    const int* __restrict__ outlier_rows, const u16* __restrict__ outlier_values, const u16* __restrict__ x,
+    u16* __restrict__ y, int m, int n, int np, int k_valid, int ldx, int num_groups) {
+    const int lane = threadIdx.x & 31;
+    const int col = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (col >= n) return;  // whole warps only: the shuffles below need all 32 lanes
+    const u32* column = codes + (long long)col * group_words[num_groups];
+    float acc[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
+    for (int b = lane; b < num_groups * BLOCKS_PER_GROUP; b += 32) {
+        const int g = b / BLOCKS_PER_GROUP;
+        const int width = (group_words[g + 1] - group_words[g]) / BLOCKS_PER_GROUP;
+        const u32* w = column + group_words[g] + b % BLOCKS_PER_GROUP * width;
+        const int meta = g * np + col;
+        float scale;
+        if (SECOND_ORDER) {
+            const int second = g * (np / 16) + col / 16;  // in this order: the CPU's fp32 value, bit for bit
+            scale = half_to_float(scale2[second]) * (float(scale_codes[meta]) - half_to_float(zero2[second]));
+        } else {
+            scale = scale_value(static_cast<const scale_t*>(scales_raw)[meta]);
+        }
+        const u32 zero = SYMMETRIC ? 1u << (width - 1) : zeros[meta];
+        const u32 bias = (0x6400u + zero) | (0x6400u + zero) << 16;
+        const int k = b * 32;
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            if (r >= m) break;
+            u32 xs[16];
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                uint4 xv = make_uint4(0, 0, 0, 0);
+                if (k + 8 * v < k_valid) xv = *reinterpret_cast<const uint4*>(x + (long long)r * ldx + k + 8 * v);
+                xs[4 * v] = xv.x, xs[4 * v + 1] = xv.y, xs[4 * v + 2] = xv.z, xs[4 * v + 3] = xv.w;
+            }
+            acc[r] += block_dot_any(width, w, bias, scale, xs);
+        }
+    }
+    if (OUTLIERS)  // in fp32, beside the product: W's outliers times their activations
+        for (int i = outlier_start[col] + lane; i < outlier_start[col + 1]; i += 32) {
+            const int row = outlier_rows[i];
+            const float value = half_to_float(outlier_values[i]);
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r)
+                if (r < m) acc[r] += value * activation_value(x[(long long)r * ldx + row]);
+        }
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        float v = acc[r];
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+        if (lane == 0 && r < m) y[(long long)r * n + col] = to_output(v);
+    }
 }
 )";
     return out_.str();
@@ -640,7 +738,10 @@ GeneratedKernel generate_kernel(const CudaKernelSpec& spec) {
     GeneratedKernel kernel;
     kernel.name = kernel_name(spec);
     SourceWriter writer(source_spec);
-    if (spec.tiling.kind == KernelKind::Gemv) {
+    if (needs_mixed_kernel(spec.format)) {
+        kernel.entry = "qjit_mixed_gemv";
+        kernel.source = writer.mixed_gemv();
+    } else if (spec.tiling.kind == KernelKind::Gemv) {
         kernel.entry = "qjit_gemv";
         kernel.source = writer.gemv();
     } else if (spec.tiling.kind == KernelKind::Mma) {

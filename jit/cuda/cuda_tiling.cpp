@@ -166,17 +166,25 @@ std::string unsupported_reason(const WeightFormat& format) {
     if (format.k < 1) return concat("K is ", format.k);
     if (!format.per_column() && (format.group_size < 32 || format.group_size % 32 != 0))
         return concat("CUDA kernels need groups of a multiple of 32 rows (or one per column), not ", format.group_size);
-    if (!format.uniform_bits()) return "CUDA kernels take one code width per layer, not mixed widths";
-    if (format.second_order_scales()) return "CUDA kernels read fp16 or fp32 scales, not second-order ones";
     if (format.float_offsets) return "CUDA kernels read integer zero points, not float offsets";
-    if (format.outliers > 0) return "CUDA kernels add no sparse outliers";
+    if (needs_mixed_kernel(format) && format.group_size % kCodesPerBlock != 0)
+        return concat("the CUDA kernel of mixed widths, second-order scales and outliers needs K-groups of a multiple "
+                      "of 32 rows, not ", format.group_size);
     return "";
+}
+
+bool needs_mixed_kernel(const WeightFormat& format) {
+    return !format.uniform_bits() || format.second_order_scales() || format.outliers > 0;
 }
 
 void check_spec(const CudaKernelSpec& spec) {
     if (const std::string why = unsupported_reason(spec.format); !why.empty()) reject(why);
     if (spec.arch < 80) reject("CUDA kernels need sm_80 or newer (mma.sync bf16, cp.async), not sm_", spec.arch);
     const CudaTiling& t = spec.tiling;
+    if (needs_mixed_kernel(spec.format)) {
+        if (t.kind != KernelKind::Gemv) reject("mixed widths, second-order scales and outliers run on the GEMV only");
+        if (t.columns_per_warp != 1) reject("the mixed-format GEMV takes one column per warp, not ", t.columns_per_warp);
+    }
     if (t.kind == KernelKind::Gemv) {
         if (!one_of(spec.rows, {1, 2, 4, 8})) reject("GEMV rows ", spec.rows, "; expected 1, 2, 4 or 8");
         if (!one_of(t.warps, {2, 4, 8})) reject("GEMV warps ", t.warps, "; expected 2, 4 or 8");

@@ -75,6 +75,11 @@ std::string tiling_text(const CudaTiling& tiling);
 // naming the bad knob.
 CudaTiling parse_tiling(const std::string& text, CudaTiling base = {});
 
+// Whether `format` has a part only the mixed-format GEMV reads (K-groups of mixed widths,
+// second-order scales, sparse outliers): it then runs on that kernel (kind Gemv, one column per
+// warp, up to 8 rows per launch), whose device layout is format/cuda_mixed_weights.hpp.
+bool needs_mixed_kernel(const WeightFormat& format);
+
 // Whether a kernel kind serves `rows` activation rows (gemv up to 8, mma up to 64, gemm above 8).
 bool kind_serves(KernelKind kind, int64_t rows);
 // The most rows the mma kernel takes.
@@ -94,9 +99,9 @@ LaunchShape launch_shape(const CudaKernelSpec& spec, int64_t m, int64_t n, int64
 
 // Dynamic shared memory a block asks for (GEMM stages, MMA's cross-warp reduction; 0 for a GEMV).
 int shared_memory_bytes(const CudaKernelSpec& spec);
-// Why no generated CUDA kernel computes `format` ("" when one does): its bits or group size, or a
-// feature the kernels lack (mixed widths, second-order scales, outliers). A low-rank compensator
-// runs as a pass after the product (runtime/cuda/cuda_low_rank.hpp). The CUDA backend's one answer to "do you run this format"; check_spec refuses the same.
+// Why no generated CUDA kernel computes `format` ("" when one does): its bits or group size, or
+// float offsets, which no kernel reads. A low-rank compensator runs as a pass after the product
+// (runtime/cuda/cuda_low_rank.hpp). The CUDA backend's one answer to "do you run this format"; check_spec refuses the same.
 std::string unsupported_reason(const WeightFormat& format);
 // Throws std::invalid_argument naming what the generator cannot emit: its format (unsupported_reason), a tiling
 // knob out of range, a GEMM tile whose warps, registers or K step do not fit. Does not check the
