@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cuda_oracle.hpp"
+#include "mixed_matrix.hpp"
 #include "runtime/cuda/nvrtc_compiler.hpp"
 #include "runtime/cuda/cuda_executor.hpp"
 #include "base/error.hpp"
@@ -144,6 +145,27 @@ TEST(CudaDevice, SplitKAndEveryBatch) {
                 executor.install(type, bucket, ranked_cuda_tilings(executor.format(type, bucket), 200, *device).front());
             run_and_check(executor, matrix, m, type, "model pick", uint32_t(m));
         }
+    }
+}
+
+// Mixed widths, second-order scales and outliers through the executor: the mixed GEMV at every
+// row count it is compiled for, and larger batches in slices of 8 rows, act-order and odd K.
+TEST(CudaDevice, MixedFormatsMatchTheOracle) {
+    REQUIRE_DEVICE(device);
+    const test::Features combinations[] = {{true, true, true, true, false},
+                                           {true, false, false, false, false},
+                                           {false, true, false, false, false},
+                                           {false, false, true, false, true}};
+    for (const test::Features& features : combinations) {
+        const QuantizedMatrix matrix = test::synthetic_matrix(515, 300, 64, features, 8);
+        cuda::CudaExecutor executor(*device, [&] { return matrix; }, "", "");
+        for (ActivationType type : {ActivationType::F16, ActivationType::BF16})
+            for (int64_t m : {1, 3, 8, 13, 40}) {
+                const int64_t bucket = batch_bucket(m);
+                executor.install(type, bucket, ranked_cuda_tilings(executor.format(type, bucket), 300, *device).front());
+                run_and_check(executor, matrix, m, type, test::features_name(features), uint32_t(m));
+            }
+        if (HasFailure()) return;
     }
 }
 

@@ -142,6 +142,19 @@ TEST(CudaCompile, MixedGemvCompiles) {
         }
 }
 
+// The tuner's search space of a mixed format: the GEMV at one column per warp, one per warp count.
+TEST(CudaTiling, MixedFormatsEnumerateTheirGemvOnly) {
+    CudaKernelSpec spec = test::cuda_spec({3, 64, false}, 4096, 90);
+    spec.format.outliers = 100;
+    spec.rows = 8;
+    const std::vector<CudaTiling> tilings = enumerate_cuda_tilings(spec);
+    ASSERT_EQ(tilings.size(), 3u);
+    for (const CudaTiling& t : tilings) {
+        EXPECT_EQ(t.kind, KernelKind::Gemv);
+        EXPECT_EQ(t.columns_per_warp, 1);
+    }
+}
+
 TEST(CudaCompile, SplitKSharesOneSource) {
     CudaKernelSpec spec = test::cuda_spec({4, 128, false}, 4096, 90);
     spec.rows = 64;

@@ -83,9 +83,12 @@ std::vector<CudaTiling> enumerate_cuda_tilings(const CudaKernelSpec& spec) {
                         keep(t);
                     }
     if (jit::cuda::kind_serves(KernelKind::Gemv, spec.rows)) {
+        // The mixed-format GEMV has no loads-in-flight knob: one value of it, not three copies.
+        const bool mixed = jit::cuda::needs_mixed_kernel(spec.format);
         for (int warps : {2, 4, 8})
             for (int cols : {1, 2, 4})
                 for (int inflight : {1, 2, 4}) {
+                    if (mixed && inflight != CudaTiling{}.chunks_in_flight) continue;
                     CudaTiling t;
                     t.kind = KernelKind::Gemv;
                     t.warps = warps, t.columns_per_warp = cols, t.chunks_in_flight = inflight;

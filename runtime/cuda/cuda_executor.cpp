@@ -15,6 +15,7 @@
 #include "base/error.hpp"
 #include "base/half.hpp"
 #include "format/cuda_code_layout.hpp"
+#include "format/cuda_mixed_weights.hpp"
 #include "tuner/tuning_problem.hpp"
 
 namespace qjit::cuda {
@@ -32,7 +33,8 @@ jit::cuda::CudaKernelSpec cuda_format(const QuantParams& params, jit::cuda::Acti
     spec.format = params.format();
     spec.format.low_rank = {};  // a pass after the product (runtime/cuda/cuda_low_rank.hpp)
     if (spec.format.group_size >= spec.format.k) spec.format.group_size = spec.format.k;  // one group per column
-    spec.format.scale_type = scales_exact_in_f16(params) ? ScaleType::F16 : ScaleType::F32;
+    if (!spec.format.second_order_scales())
+        spec.format.scale_type = scales_exact_in_f16(params) ? ScaleType::F16 : ScaleType::F32;
     spec.activations = activations;
     spec.arch = arch;
     return spec;
@@ -48,6 +50,11 @@ void write_text(const std::string& path, const std::string& text) {
 }
 
 unsigned blocks_for(int64_t count, unsigned threads) { return unsigned((count + threads - 1) / threads); }
+
+template <typename T>
+cuda::DeviceBuffer upload(const std::vector<T>& values) {
+    return values.empty() ? cuda::DeviceBuffer() : cuda::DeviceBuffer(values.data(), values.size() * sizeof(T));
+}
 
 uint16_t to_bits(float v, ActivationType type) {
     return type == ActivationType::F16 ? float_to_half(v) : float_to_bf16(v);
@@ -66,21 +73,44 @@ CudaExecutor::CudaExecutor(const GpuProperties& device, MatrixSource matrix_sour
     format_ = cuda_format(p, ActivationType::F16, device_.arch());
     jit::cuda::check_spec(format_);  // bits and group size the CUDA kernels serve
 
-    const CudaWeights weights = pack_cuda_metadata(matrix);  // the codes follow in upload_codes_for
-    k_ = weights.k, n_ = weights.n, kp_ = weights.kp, np_ = weights.np, num_groups_ = weights.num_groups;
     act_order_ = p.act_order;
-    if (weights.f16_scales) scales_ = cuda::DeviceBuffer(weights.scales_f16.data(), weights.scales_f16.size() * 2);
-    else scales_ = cuda::DeviceBuffer(weights.scales_f32.data(), weights.scales_f32.size() * 4);
-    if (!weights.zeros.empty()) zeros_ = cuda::DeviceBuffer(weights.zeros.data(), weights.zeros.size() * 2);
-    if (act_order_) row_order_ = cuda::DeviceBuffer(p.row_order.data(), p.row_order.size() * 4);
-    weight_bytes_ = weights.code_bytes() + int64_t(scales_.size() + zeros_.size());
-
+    row_order_ = upload(p.row_order);
+    if (jit::cuda::needs_mixed_kernel(format_.format)) {
+        upload_mixed(matrix);
+    } else {
+        upload_metadata(matrix);
+    }
     const cuda::CompiledKernel support = cuda::compile_cuda_cached(
         jit::cuda::support_kernels_source(), "qjit_support", device_.arch(), cubin_cache_dir_);
     support_ = driver.load_module(support.cubin);
     gather_ = driver.function(support_, "qjit_gather_rows");
     cast_f16_ = driver.function(support_, "qjit_cast_f32_to_f16");
     cast_bf16_ = driver.function(support_, "qjit_cast_f32_to_bf16");
+}
+
+void CudaExecutor::upload_metadata(const QuantizedMatrix& matrix) {
+    const CudaWeights weights = pack_cuda_metadata(matrix);  // the codes follow in upload_codes_for
+    k_ = weights.k, n_ = weights.n, kp_ = weights.kp, np_ = weights.np, num_groups_ = weights.num_groups;
+    scales_ = weights.f16_scales ? upload(weights.scales_f16) : upload(weights.scales_f32);
+    zeros_ = upload(weights.zeros);
+    weight_bytes_ = weights.code_bytes() + int64_t(scales_.size() + zeros_.size());
+}
+
+void CudaExecutor::upload_mixed(const QuantizedMatrix& matrix) {
+    const CudaMixedWeights w = pack_cuda_mixed(matrix);
+    k_ = w.k, n_ = w.n, kp_ = w.kp, np_ = w.np, num_groups_ = w.num_groups;
+    block_codes_ = upload(w.codes);  // the mixed GEMV's one layout, uploaded now
+    mixed_.group_words = upload(w.group_words);
+    scales_ = w.f16_scales ? upload(w.scales_f16) : upload(w.scales_f32);
+    mixed_.scale_codes = upload(w.scale_codes);
+    mixed_.scale2 = upload(w.scale2);
+    mixed_.zero2 = upload(w.zero2);
+    zeros_ = upload(w.zeros);
+    mixed_.outlier_start = upload(w.outlier_start);
+    mixed_.outlier_rows = upload(w.outlier_rows);
+    mixed_.outlier_values = upload(w.outlier_values);
+    mixed_.present = true;
+    weight_bytes_ = w.bytes();
 }
 
 CudaExecutor::~CudaExecutor() {
@@ -98,6 +128,7 @@ cuda::DeviceBuffer& CudaExecutor::code_layout(KernelKind kind) {
 }
 
 void CudaExecutor::upload_codes_for(KernelKind kind) {
+    if (mixed_.present) return;  // uploaded with the layer
     cuda::DeviceBuffer& buffer = code_layout(kind);
     if (buffer.size() > 0) return;
     const QuantizedMatrix matrix = matrix_();
@@ -130,6 +161,10 @@ CudaKernelSpec CudaExecutor::format(ActivationType activations, int64_t bucket) 
     spec.rows = int(bucket);
     spec.tiling = {};
     spec.tiling.kind = bucket <= 8 ? KernelKind::Gemv : KernelKind::Gemm;  // the kind's default; mma serves both
+    if (mixed_.present) {  // the mixed GEMV only: larger batches run in slices of 8 rows
+        spec.rows = int(std::min<int64_t>(bucket, 8));
+        spec.tiling.kind = KernelKind::Gemv;
+    }
     return spec;
 }
 
@@ -197,6 +232,7 @@ void CudaExecutor::launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdev
         driver.launch(gather_, blocks_for(m * kp_, kSupportThreads), 1, 1, kSupportThreads, 0, stream, args);
         x = gathered, k_valid = int(kp_), ldx = int(kp_);
     }
+    if (mixed_.present) return launch_mixed(plan, x, y, m, k_valid, ldx, stream);
     const CudaTiling& t = plan.spec.tiling;
     const cuda::DeviceBuffer& layout = code_layout(t.kind);
     if (layout.size() == 0) fail(QJIT_ERROR_INTERNAL, "CUDA codes for ", jit::cuda::tiling_text(t), " not uploaded");
@@ -222,6 +258,25 @@ void CudaExecutor::launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdev
         void* cast_args[] = {&partial, &y, &count};
         const cuda::CUfunction cast = plan.spec.activations == ActivationType::F16 ? cast_f16_ : cast_bf16_;
         driver.launch(cast, blocks_for(count, kSupportThreads), 1, 1, kSupportThreads, 0, stream, cast_args);
+    }
+}
+
+// The mixed GEMV over slices of the rows its plan was compiled for (x already gathered or aligned).
+void CudaExecutor::launch_mixed(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdeviceptr y, int64_t m, int k_valid,
+                                int ldx, cuda::CUstream stream) {
+    cuda::CUdeviceptr codes = block_codes_.get(), group_words = mixed_.group_words.get(), scales = scales_.get();
+    cuda::CUdeviceptr scale_codes = mixed_.scale_codes.get(), scale2 = mixed_.scale2.get(), zero2 = mixed_.zero2.get();
+    cuda::CUdeviceptr zeros = zeros_.get(), outlier_start = mixed_.outlier_start.get();
+    cuda::CUdeviceptr outlier_rows = mixed_.outlier_rows.get(), outlier_values = mixed_.outlier_values.get();
+    int n = int(n_), np = int(np_), groups = int(num_groups_);
+    const jit::cuda::LaunchShape shape = jit::cuda::launch_shape(plan.spec, plan.spec.rows, n_, np_, kp_);
+    for (int64_t first = 0; first < m; first += plan.spec.rows) {
+        int rows = int(std::min<int64_t>(plan.spec.rows, m - first));
+        cuda::CUdeviceptr x_slice = x + cuda::CUdeviceptr(first * ldx * 2), y_slice = y + cuda::CUdeviceptr(first * n_ * 2);
+        void* args[] = {&codes,         &group_words,  &scales,         &scale_codes, &scale2, &zero2,
+                        &zeros,         &outlier_start, &outlier_rows, &outlier_values, &x_slice, &y_slice,
+                        &rows,          &n,            &np,             &k_valid,     &ldx,    &groups};
+        cuda::Driver::get().launch(plan.function, shape.grid_x, 1, 1, shape.threads, 0, stream, args);
     }
 }
 

@@ -4,8 +4,8 @@
 // fragment order (mma); each is uploaded when a kernel that reads it is first compiled, and
 // release_unused_codes() drops one that no installed kernel reads, so a tuned layer holds its codes
 // once. Of a layer's plan (runtime/layer_passes.hpp) CUDA runs the gather (a support kernel) and
-// the products (one kernel, split along K by its tiling's splitk); the formats it runs have no
-// other pass (jit::cuda::unsupported_reason). Which tiling each bucket uses is decided outside (runtime/cuda/cuda_layer.hpp); this class
+// the products (one kernel, split along K by its tiling's splitk; for mixed widths, second-order
+// scales and outliers, the mixed GEMV in slices of up to 8 rows, outliers included). Which tiling each bucket uses is decided outside (runtime/cuda/cuda_layer.hpp); this class
 // compiles, loads, launches and times.
 #pragma once
 
@@ -91,7 +91,11 @@ private:
     cuda::DeviceBuffer& code_layout(jit::cuda::KernelKind kind);
     // Packs and uploads that layout if it is absent. The caller holds mutex_.
     void upload_codes_for(jit::cuda::KernelKind kind);
+    void upload_metadata(const QuantizedMatrix& matrix);  // scales and zero points; the codes follow
+    void upload_mixed(const QuantizedMatrix& matrix);     // the mixed GEMV's whole layout
     void launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdeviceptr y, int64_t m, cuda::CUstream stream);
+    void launch_mixed(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdeviceptr y, int64_t m, int k_valid, int ldx,
+                      cuda::CUstream stream);
     double time_us(const CudaPlan* plan, int64_t m, jit::cuda::ActivationType activations, int repeats, bool warm_up,
                    const AfterProduct& after);
     cuda::CUdeviceptr grow(cuda::DeviceBuffer& buffer, size_t bytes);
@@ -104,6 +108,12 @@ private:
 
     MatrixSource matrix_;
     cuda::DeviceBuffer block_codes_, fragment_codes_, scales_, zeros_, row_order_;
+    // Formats with mixed widths, second-order scales or outliers (format/cuda_mixed_weights.hpp):
+    // the rest of their layout; codes, fp16/fp32 scales and zero points use the members above.
+    struct MixedLayout {
+        bool present = false;
+        cuda::DeviceBuffer group_words, scale_codes, scale2, zero2, outlier_start, outlier_rows, outlier_values;
+    } mixed_;
     cuda::CUmodule support_ = nullptr;
     cuda::CUfunction gather_ = nullptr, cast_f16_ = nullptr, cast_bf16_ = nullptr;
 
