@@ -8,10 +8,13 @@
 //
 //   bench_cuda [--shapes llama7b,llama70b,mixtral,granite] [--batches 1,4,16,32,64] [--reps 50]
 //              [--bits 4,3] [--all] [--dtype f16|bf16] [--tuning-db PATH] [--budget MS] [--tuner-check]
-//              [--low-rank R] [--low-rank-bits 3|8|16]
+//              [--low-rank R] [--low-rank-bits 3|8|16] [--mixed]
 //
 // --low-rank R adds, for each width, the same layer with a rank-R compensator (MiLo's y += (x U) V,
 // U and V stored at --low-rank-bits, 3 by default) and its time over the plain layer's.
+// --mixed adds the 2/4/16 format (45 % of the 64-row K-groups at 4 bits, the rest at 2: 2.9 bits
+// per code; second-order scales; 0.2 % fp16 outliers), quantized from random weights, and its time
+// over q3's.
 //
 // --tuner-check prints, instead of the main table, the GPU tuner against an exhaustive search for
 // each shape, batch and width: the budgeted search's tiling and time, the exhaustive one's, their
@@ -88,6 +91,7 @@ struct Options {
     bool tuner_check = false;              // --tuner-check: tuned vs exhaustive instead of the main table
     int low_rank = 0;                      // --low-rank: the compensated layers' rank (0: none)
     int low_rank_bits = 3;                 // --low-rank-bits: how their U and V are stored
+    bool mixed = false;                    // --mixed: the 2/4/16 layers too
 };
 
 [[noreturn]] void usage(const char* problem) {
@@ -95,7 +99,8 @@ struct Options {
                  "bench_cuda: %s\n"
                  "usage: bench_cuda [--shapes llama7b,llama70b,mixtral,granite] [--batches 1,4,16,32,64]\n"
                  "                  [--reps N] [--bits 4,3] [--all] [--dtype f16|bf16] [--tuning-db PATH]\n"
-                 "                  [--budget MS] [--tuner-check] [--low-rank R] [--low-rank-bits 3|8|16]\n",
+                 "                  [--budget MS] [--tuner-check] [--low-rank R] [--low-rank-bits 3|8|16]\n"
+                 "                  [--mixed]\n",
                  problem);
     std::exit(2);
 }
@@ -128,6 +133,10 @@ Options parse_args(int argc, char** argv) {
         }
         if (flag == "--tuner-check") {
             options.tuner_check = true;
+            continue;
+        }
+        if (flag == "--mixed") {
+            options.mixed = true;
             continue;
         }
         if (const size_t eq = flag.find('='); eq != std::string::npos) {  // --flag=value
@@ -384,6 +393,27 @@ QjitLayer make_layer(qjit_context* context, const Shape& shape, int bits) {
     return made;
 }
 
+// The 2/4/16 layer --mixed describes, quantized from random weights of a trained layer's spread.
+QjitLayer make_mixed_layer(qjit_context* context, const Shape& shape) {
+    const auto start = std::chrono::steady_clock::now();
+    qjit_tools::Rng rng(uint64_t(shape.k * 5 + shape.n));
+    std::vector<float> w(size_t(shape.k * shape.n));
+    for (float& value : w) value = rng.uniform(-0.05f, 0.05f);
+    qjit_quant_config config;
+    qjit_quant_config_init(&config);
+    config.method = QJIT_QUANT_MIXED;
+    config.group_size = 64;
+    config.mixed_alpha = 0.45;
+    config.outlier_fraction = 0.002;
+    QjitLayer made;
+    QJIT_CHECK(qjit_linear_create_from_f32(context, &config, shape.k, shape.n, w.data(), QJIT_LAYOUT_K_BY_N, &made.layer));
+    qjit_linear_info info;
+    QJIT_CHECK(qjit_linear_get_info(made.layer, &info));
+    made.weight_bytes = info.weight_bytes;
+    made.create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return made;
+}
+
 // The same layer plus a rank-`rank` compensator stored at `factor_bits` (random factors of the
 // magnitude MiLo's have: a correction well below the weights).
 QjitLayer make_compensated_layer(qjit_context* context, const Shape& shape, int bits, int rank, int factor_bits) {
@@ -425,6 +455,7 @@ struct Row {
     double cublas_us = 0;
     std::map<int, QjitResult> by_bits;
     std::map<int, double> compensated_ratio;  // --low-rank: compensated layer's time / plain layer's, by bits
+    double mixed_ratio = 0;                   // --mixed: the 2/4/16 layer's time / q3's (0: not measured)
 };
 
 void print_device(const qjit_cuda_device_info& info) {
@@ -449,6 +480,10 @@ void print_table_header(const Options& options) {
             rule += "---|---|";
         }
     }
+    if (options.mixed) {
+        std::printf(" 2/4/16 us | 2/4/16 weight GB/s | / q3 |");
+        rule += "---|---|---|";
+    }
     std::printf("\n%s\n", rule.c_str());
 }
 
@@ -464,9 +499,10 @@ struct Bench {
     double copy_gbps;
 };
 
-// `compensated`: by bits, the layers with a compensator (empty without --low-rank).
+// `compensated`: by bits, the layers with a compensator (empty without --low-rank); `mixed`: the
+// 2/4/16 layer (null without --mixed).
 Row measure_row(const Bench& bench, const Shape& shape, int64_t m, const std::map<int, QjitLayer>& layers,
-                const std::map<int, QjitLayer>& compensated) {
+                const std::map<int, QjitLayer>& compensated, const QjitLayer* mixed) {
     const Options& options = bench.options;
     Row row;
     row.m = m;
@@ -496,6 +532,16 @@ Row measure_row(const Bench& bench, const Shape& shape, int64_t m, const std::ma
             row.compensated_ratio[bits] = us / result.us;
             std::printf(" %.1f | %.2f |", us, us / result.us);
         }
+    }
+    if (mixed) {
+        const double us = bench.timer.median_us(options.reps, [&] {
+            QJIT_CHECK(qjit_linear_forward_cuda(mixed->layer, bench.x.data(), bench.y.data(), m, options.dtype, bench.stream));
+        });
+        const auto q3 = row.by_bits.find(3);
+        row.mixed_ratio = q3 == row.by_bits.end() ? 0 : us / q3->second.us;
+        char ratio[32] = "-";
+        if (row.mixed_ratio > 0) std::snprintf(ratio, sizeof ratio, "%.2f", row.mixed_ratio);
+        std::printf(" %.1f | %.0f | %s |", us, double(mixed->weight_bytes) / (us * 1e3), ratio);
     }
     std::printf("\n");
     std::fflush(stdout);
@@ -547,6 +593,14 @@ void print_summary(const Options& options, const std::vector<Row>& rows) {
         const char* unit = target.copy_fraction ? "%" : "x";
         std::printf("| %s | %zu | %.2f%s | %.2f%s | %s |\n", target.text.c_str(), values.size(), scale * low, unit,
                     scale * median(values), unit, low >= target.threshold ? "PASS" : "FAIL");
+    }
+    std::vector<double> mixed_ratios;  // the 2/4/16 layers over q3, batch 1 to 16
+    for (const Row& row : rows)
+        if (row.m <= 16 && row.mixed_ratio > 0) mixed_ratios.push_back(row.mixed_ratio);
+    if (!mixed_ratios.empty()) {
+        const double worst = *std::max_element(mixed_ratios.begin(), mixed_ratios.end());
+        std::printf("| 2/4/16 at 2.9 bits per code, batch 1-16: faster than q3 (< 1.00) | %zu | %.2f (worst) | %.2f | %s |\n",
+                    mixed_ratios.size(), worst, median(mixed_ratios), worst < 1.0 ? "PASS" : "FAIL");
     }
     if (options.low_rank == 0) return;
     std::vector<double> ratios;  // the compensated INT3 layers at batch 1, over plain INT3
@@ -608,7 +662,7 @@ int main(int argc, char** argv) {
 
     int devices = 0;
     if (qjit_cuda_device_count(&devices) != QJIT_OK || devices < 1) {
-        std::printf("no CUDA device: %s\n", qjit_last_error());
+        std::printf("%s\n", qjit_last_error());  // "no CUDA device: <why>"
         return 0;
     }
     qjit_cuda_device_info info;
@@ -671,7 +725,16 @@ int main(int argc, char** argv) {
                 for (int bits : options.bits)
                     compensated[bits] =
                         make_compensated_layer(contexts[m], shape, bits, options.low_rank, options.low_rank_bits);
-            rows.push_back(measure_row(bench, shape, m, layers, compensated));
+            std::optional<QjitLayer> mixed;
+            if (options.mixed) {
+                mixed = make_mixed_layer(contexts[m], shape);
+                char line[256];
+                std::snprintf(line, sizeof line, "| 2/4/16 %s | %lld | %.1f | %.0f |", shape_label(shape).c_str(),
+                              (long long)m, double(mixed->weight_bytes) / double(1 << 20), mixed->create_ms);
+                creation_lines.push_back(line);
+            }
+            rows.push_back(measure_row(bench, shape, m, layers, compensated, mixed ? &*mixed : nullptr));
+            if (mixed) QJIT_CHECK(qjit_linear_destroy(mixed->layer));
             for (auto& [bits, layer] : layers) QJIT_CHECK(qjit_linear_destroy(layer.layer));
             for (auto& [bits, layer] : compensated) QJIT_CHECK(qjit_linear_destroy(layer.layer));
         }
