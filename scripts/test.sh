@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Builds qjit and runs the whole test suite. QJIT_SANITIZE=1 builds and runs it under
 # AddressSanitizer + UndefinedBehaviorSanitizer instead (in build-sanitize/); QJIT_SANITIZE=thread
-# under ThreadSanitizer (in build-tsan/), leaving out the suites that repeat one single-threaded
-# check per format, ISA or CUDA variant (AllFormats/, Isa/, BitsAndArch/: minutes under TSan,
-# and nothing the rest does not already run on the thread pool).
+# under ThreadSanitizer (in build-tsan/), with the suites whose code runs on more than one thread
+# only (-DQJIT_TESTS=threaded, tests/CMakeLists.txt), less those that repeat one check per ISA
+# (Isa/: minutes under TSan, and nothing the rest does not already run on the thread pool).
 # Under ASan + UBSan the AVX2 twins of the AVX-512 format variants (AllFormats/*_avx2_*) and the
 # NVRTC compile sweep (BitsAndArch/) are left out too: generated machine code and NVRTC are not
 # instrumented, and the C++ around them is the same for every ISA (the plain run keeps them all).
-# Both sanitizer runs leave out the CUDA kernels' host emulation (CudaEmulated*): the kernels run
-# there as uninstrumented libraries built at test time, on fibers the sanitizers do not follow.
+# The ASan run leaves out the CUDA kernels' host emulation (CudaEmulated*): the kernels run there
+# as uninstrumented libraries built at test time, on fibers ASan does not follow.
 # The sanitizer builds leave out the benchmarks, which no test runs, and the runs under mpirun
 # (label mpi): Open MPI's own allocations and threads are not the project's to sanitize, and the
 # tensor-parallel logic they exercise runs sanitized in tests/test_tp_mlp.cpp, ranks as threads.
@@ -28,9 +28,9 @@ case "${QJIT_SANITIZE:-0}" in
     ;;
   thread)
     build_dir="$root/build-tsan"
-    "$root/scripts/build.sh" --quiet "$build_dir" -DQJIT_TSAN=ON -DQJIT_BUILD_BENCH=OFF
+    "$root/scripts/build.sh" --quiet "$build_dir" -DQJIT_TSAN=ON -DQJIT_BUILD_BENCH=OFF -DQJIT_TESTS=threaded
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-    exclude=(-E '^(AllFormats|Isa|BitsAndArch)/|^layering_|^install_and_consume$|CudaEmulated')
+    exclude=(-E '^Isa/|^layering_|^install_and_consume$')
     labels_out='cuda_sweep|mpi'
     ;;
   *)

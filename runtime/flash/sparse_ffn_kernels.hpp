@@ -39,4 +39,15 @@ void f16_products(const uint16_t* row, const float* x, int64_t m, int64_t n, flo
 void f16_down_accumulate(const NeuronCache::Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m,
                          int64_t k0, int64_t k1, float* y);
 
+// The functions above as one instruction set compiles them (sparse_ffn_kernels_<isa>.cpp, each
+// built with its flags; runtime/flash/sparse_ffn_simd.hpp holds their bodies).
+struct SparseFfnKernelTable {
+    decltype(&qjit::column_products) column_products;
+    decltype(&qjit::down_accumulate) down_accumulate;
+    decltype(&qjit::f16_products) f16_products;
+    decltype(&qjit::f16_down_accumulate) f16_down_accumulate;
+};
+const SparseFfnKernelTable& sparse_ffn_kernels_avx2();      // AVX2 with FMA
+const SparseFfnKernelTable& sparse_ffn_kernels_baseline();  // baseline x86-64
+
 }  // namespace qjit
