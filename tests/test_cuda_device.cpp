@@ -64,6 +64,36 @@ void run_and_check(cuda::CudaExecutor& executor, const QuantizedMatrix& matrix, 
     expect_matches_oracle(matrix, x, m, test::from_activation_bits(y_bits, type), type, what + " m=" + std::to_string(m));
 }
 
+// A context on device 0 without a tuning database, whose CPU side is the exact fp32 path the
+// device's results are compared with; null (a failure recorded) when it cannot be made.
+test::ContextPtr cuda_context(double tuning_budget_ms = -1) {
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.cuda_device = 0;
+    options.tuning_db_path = "";
+    options.activations = QJIT_ACTIVATIONS_F32;
+    if (tuning_budget_ms >= 0) options.tuning_budget_ms = tuning_budget_ms;
+    qjit_context* raw = nullptr;
+    EXPECT_EQ(qjit_context_create(&options, &raw), QJIT_OK) << qjit_last_error();
+    return test::ContextPtr(raw);
+}
+
+// One forward of m rows through the C API on the device: x rounded to `dtype` in place (so that the
+// CPU path sees the same activations), y back as floats.
+std::vector<float> forward_on_device(qjit_linear* layer, std::vector<float>& x, int64_t m, qjit_dtype dtype) {
+    const ActivationType type = dtype == QJIT_DTYPE_F16 ? ActivationType::F16 : ActivationType::BF16;
+    const std::vector<uint16_t> x_bits = test::to_activation_bits(x, type);
+    const int64_t n = layer->params.n;
+    cuda::DeviceBuffer xd(x_bits.data(), x_bits.size() * 2), yd(size_t(m * n) * 2);
+    EXPECT_EQ(qjit_linear_forward_cuda(layer, reinterpret_cast<const void*>(xd.get()), reinterpret_cast<void*>(yd.get()),
+                                       m, dtype, nullptr),
+              QJIT_OK)
+        << qjit_last_error();
+    std::vector<uint16_t> y_bits(size_t(m * n));
+    cuda::Driver::get().copy_to_host(y_bits.data(), yd.get(), y_bits.size() * 2);
+    return test::from_activation_bits(y_bits, type);
+}
+
 // Compiles the variants on every core first (the cubin cache keeps them), then runs them.
 void precompile(const std::vector<CudaKernelSpec>& variants) {
     std::vector<std::future<void>> jobs;
@@ -203,15 +233,8 @@ TEST(CudaDevice, CodesAreHeldOnceUnlessBothLayoutsServe) {
 // The C API end to end: a CUDA context tunes at creation and forwards on device pointers.
 TEST(CudaDevice, CApiForward) {
     REQUIRE_DEVICE(device);
-    qjit_context_options options;
-    qjit_context_options_init(&options);
-    options.cuda_device = 0;
-    options.tuning_db_path = "";
-    options.tuning_budget_ms = 2000;  // each candidate is compiled by NVRTC first: room for several
-    options.activations = QJIT_ACTIVATIONS_F32;  // the CPU side is the exact path the GPU is compared with
-    qjit_context* raw_context = nullptr;
-    ASSERT_EQ(qjit_context_create(&options, &raw_context), QJIT_OK) << qjit_last_error();
-    test::ContextPtr context(raw_context);
+    const test::ContextPtr context = cuda_context(2000);  // each candidate is compiled first: room for several
+    ASSERT_NE(context, nullptr);
     qjit_quant_config config;
     qjit_quant_config_init(&config);
     const int64_t k = 520, n = 130;
@@ -230,17 +253,8 @@ TEST(CudaDevice, CApiForward) {
 
     for (int64_t m : {1, 5, 16, 40}) {
         std::vector<float> x = test::random_floats(size_t(m * k), uint32_t(m));
-        std::vector<uint16_t> x_bits(x.size());
-        for (size_t i = 0; i < x.size(); ++i) x_bits[i] = float_to_half(x[i]), x[i] = half_to_float(x_bits[i]);
-        cuda::DeviceBuffer xd(x_bits.data(), x_bits.size() * 2), yd(size_t(m * n) * 2);
-        ASSERT_EQ(qjit_linear_forward_cuda(layer.get(), reinterpret_cast<const void*>(xd.get()),
-                                           reinterpret_cast<void*>(yd.get()), m, QJIT_DTYPE_F16, nullptr),
-                  QJIT_OK)
-            << qjit_last_error();
-        std::vector<uint16_t> y_bits(size_t(m * n));
-        cuda::Driver::get().copy_to_host(y_bits.data(), yd.get(), y_bits.size() * 2);
-        std::vector<float> y(y_bits.size()), expected(y_bits.size());
-        for (size_t i = 0; i < y.size(); ++i) y[i] = half_to_float(y_bits[i]);
+        const std::vector<float> y = forward_on_device(layer.get(), x, m, QJIT_DTYPE_F16);
+        std::vector<float> expected(y.size());
         ASSERT_EQ(qjit_linear_forward(layer.get(), x.data(), m, expected.data()), QJIT_OK);  // the CPU path
         for (size_t i = 0; i < y.size(); ++i)
             ASSERT_NEAR(y[i], expected[i], 0.02 * (1 + std::fabs(expected[i]))) << "m=" << m << " i=" << i;
@@ -255,14 +269,8 @@ TEST(CudaDevice, CApiForward) {
 // compensator reads x as given), a rank that is not a multiple of 8, batches on each kernel kind.
 TEST(CudaDevice, CompensatedLayersMatchTheirCpuPath) {
     REQUIRE_DEVICE(device);
-    qjit_context_options options;
-    qjit_context_options_init(&options);
-    options.cuda_device = 0;
-    options.tuning_db_path = "";
-    options.activations = QJIT_ACTIVATIONS_F32;
-    qjit_context* raw_context = nullptr;
-    ASSERT_EQ(qjit_context_create(&options, &raw_context), QJIT_OK) << qjit_last_error();
-    test::ContextPtr context(raw_context);
+    const test::ContextPtr context = cuda_context();
+    ASSERT_NE(context, nullptr);
     const int64_t k = 515, n = 300;
     const int rank = 12;
     const QuantizedMatrix matrix = random_matrix({3, 128, false}, k, n, true, 21);
@@ -277,24 +285,12 @@ TEST(CudaDevice, CompensatedLayersMatchTheirCpuPath) {
             for (int64_t m : {1, 3, 20}) {
                 const bool f16 = dtype == QJIT_DTYPE_F16;
                 std::vector<float> x = test::random_floats(size_t(m * k), uint32_t(m + bits));
-                std::vector<uint16_t> x_bits(x.size());
-                for (size_t i = 0; i < x.size(); ++i) {
-                    x_bits[i] = f16 ? float_to_half(x[i]) : float_to_bf16(x[i]);
-                    x[i] = f16 ? half_to_float(x_bits[i]) : bf16_to_float(x_bits[i]);
-                }
-                cuda::DeviceBuffer xd(x_bits.data(), x_bits.size() * 2), yd(size_t(m * n) * 2);
-                ASSERT_EQ(qjit_linear_forward_cuda(layer.get(), reinterpret_cast<const void*>(xd.get()),
-                                                   reinterpret_cast<void*>(yd.get()), m, dtype, nullptr),
-                          QJIT_OK)
-                    << qjit_last_error();
-                std::vector<uint16_t> y_bits(size_t(m * n));
-                cuda::Driver::get().copy_to_host(y_bits.data(), yd.get(), y_bits.size() * 2);
-                std::vector<float> expected(y_bits.size());
+                const std::vector<float> y = forward_on_device(layer.get(), x, m, dtype);
+                std::vector<float> expected(y.size());
                 ASSERT_EQ(qjit_linear_forward(layer.get(), x.data(), m, expected.data()), QJIT_OK);
                 const double tolerance = f16 ? 0.02 : 0.08;  // bf16 rounds x U and y to 8 bits
-                for (size_t i = 0; i < y_bits.size(); ++i) {
-                    const float y = f16 ? half_to_float(y_bits[i]) : bf16_to_float(y_bits[i]);
-                    ASSERT_NEAR(y, expected[i], tolerance * (1 + std::fabs(expected[i])))
+                for (size_t i = 0; i < y.size(); ++i) {
+                    ASSERT_NEAR(y[i], expected[i], tolerance * (1 + std::fabs(expected[i])))
                         << "bits=" << bits << " dtype=" << (f16 ? "f16" : "bf16") << " m=" << m << " i=" << i;
                 }
             }

@@ -111,6 +111,7 @@ private:
     void decode_block() { decode_block(spec_.format.bits, "decode_block"); }
     void decode_block(int bits, const std::string& name);
     void block_dot(const std::string& name, const std::string& decoder);
+    void block_activations();
     void dequantize_helpers();
     void mma_instruction();
 
@@ -180,6 +181,20 @@ static __device__ __forceinline__ float activation_value(u16 v) { return __uint_
 )";
 }
 
+// block_activations(x, r, k, k_valid, ldx, xs): x[r][k .. k + 31] as 16 pairs, zero from k_valid on.
+void SourceWriter::block_activations() {
+    out_ << R"(static __device__ __forceinline__ void block_activations(const u16* x, int r, int k, int k_valid, int ldx,
+                                                         u32 (&xs)[16]) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+        uint4 xv = make_uint4(0, 0, 0, 0);
+        if (k + 8 * v < k_valid) xv = *reinterpret_cast<const uint4*>(x + (long long)r * ldx + k + 8 * v);
+        xs[4 * v] = xv.x, xs[4 * v + 1] = xv.y, xs[4 * v + 2] = xv.z, xs[4 * v + 3] = xv.w;
+    }
+}
+)";
+}
+
 // name(w, bias, scale, x): the sum over a 32-code block (decoded by `decoder`) of x * w. fp16:
 // fp16 products, two fp16 partial sums of 16 terms, an fp32 total; bf16: the exact (code - zero)
 // times x in fp32, scaled once.
@@ -228,6 +243,7 @@ std::string SourceWriter::gemv() {
     decode_block();
     dequantize_helpers();
     block_dot("block_dot", "decode_block");
+    block_activations();
     out_ << R"(
 extern "C" __global__ void __launch_bounds__(256) qjit_gemv(
     const u32* __restrict__ codes, const void* __restrict__ scales_raw, const u16* __restrict__ zeros,
@@ -281,12 +297,7 @@ extern "C" __global__ void __launch_bounds__(256) qjit_gemv(
                 for (int r = 0; r < ROWS; ++r) {
                     if (r >= m) break;
                     u32 xs[16];
-#pragma unroll
-                    for (int v = 0; v < 4; ++v) {
-                        uint4 xv = make_uint4(0, 0, 0, 0);
-                        if (k + 8 * v < k_valid) xv = *reinterpret_cast<const uint4*>(x + (long long)r * ldx + k + 8 * v);
-                        xs[4 * v] = xv.x, xs[4 * v + 1] = xv.y, xs[4 * v + 2] = xv.z, xs[4 * v + 3] = xv.w;
-                    }
+                    block_activations(x, r, k, k_valid, ldx, xs);
 #pragma unroll
                     for (int j = 0; j < COLS; ++j)
                         acc[j][r] += block_dot(&q[f][j][b * BITS], bias[f][j][b], scale[f][j][b], xs);
@@ -328,6 +339,7 @@ std::string SourceWriter::mixed_gemv() {
     }
     dequantize_helpers();
     for (int bits : widths) block_dot("block_dot_" + std::to_string(bits), "decode_block_" + std::to_string(bits));
+    block_activations();
     out_ << "static __device__ __forceinline__ float block_dot_any(int width, const u32* w, u32 bias, float scale,\n"
          << "                                                    const u32 (&x)[16]) {\n";
     if (widths.size() == 1) out_ << "    return block_dot_" << widths[0] << "(w, bias, scale, x);\n}\n";
@@ -370,12 +382,7 @@ extern "C" __global__ void __launch_bounds__(256) qjit_mixed_gemv(
         for (int r = 0; r < ROWS; ++r) {
             if (r >= m) break;
             u32 xs[16];
-#pragma unroll
-            for (int v = 0; v < 4; ++v) {
-                uint4 xv = make_uint4(0, 0, 0, 0);
-                if (k + 8 * v < k_valid) xv = *reinterpret_cast<const uint4*>(x + (long long)r * ldx + k + 8 * v);
-                xs[4 * v] = xv.x, xs[4 * v + 1] = xv.y, xs[4 * v + 2] = xv.z, xs[4 * v + 3] = xv.w;
-            }
+            block_activations(x, r, k, k_valid, ldx, xs);
             acc[r] += block_dot_any(width, w, bias, scale, xs);
         }
     }
