@@ -256,7 +256,7 @@ TEST_F(LayerFileTest, HeaderNumbersWrittenAsFloatsAreRefused) {
              {"\"k\":64", "\"k\":4.9e54"}, {"\"group_size\":32", "\"group_size\":1e300"},
              {"\"n\":5", "\"n\":5.0"}, {"\"bits\":4", "\"bits\":-4"}, {"\"bits\":4", "\"bits\":1"}, {"\"codes_u32\":", "\"codes_u32\":1e30,\"x\":"}}) {
         SCOPED_TRACE(to);
-        const std::string edited = with_edited_header(image, [&](std::string& header) {
+        const std::string edited = with_edited_header(image, [&, &from = from, &to = to](std::string& header) {
             const size_t at = header.find(from);
             ASSERT_NE(at, std::string::npos) << header;
             header.replace(at, from.size(), to);
