@@ -1,7 +1,8 @@
 #include "format/cuda_mixed_weights.hpp"
 
+#include <utility>
+
 #include "base/error.hpp"
-#include "base/half.hpp"
 #include "format/cuda_code_layout.hpp"
 #include "format/cuda_weights.hpp"
 
@@ -52,11 +53,14 @@ CudaMixedWeights pack_cuda_mixed(const QuantizedMatrix& matrix) {
             }
         }
 
-    const size_t metadata = size_t(w.num_groups * w.np);
+    // Scales and zero points as the plain layout lays them out ([num_groups][np]); zero points, at
+    // most 16 here, shrink to a byte each.
+    CudaWeights plain = pack_cuda_metadata(matrix);
+    w.zeros.assign(plain.zeros.begin(), plain.zeros.end());
     if (p.second_order_scales()) {
         const SecondOrderScales& s = p.second_order;
         const int64_t column_groups = SecondOrderScales::column_groups(p.n), padded_groups = w.np / SecondOrderScales::kColumns;
-        w.scale_codes.assign(metadata, 0);
+        w.scale_codes.assign(size_t(w.num_groups * w.np), 0);
         w.scale2.assign(size_t(w.num_groups * padded_groups), 0);
         w.zero2.assign(w.scale2.size(), 0);
         for (int64_t g = 0; g < w.num_groups; ++g) {
@@ -67,20 +71,9 @@ CudaMixedWeights pack_cuda_mixed(const QuantizedMatrix& matrix) {
             }
         }
     } else {
-        w.f16_scales = scales_exact_in_f16(p);
-        if (w.f16_scales) w.scales_f16.assign(metadata, 0);
-        else w.scales_f32.assign(metadata, 0.f);
-        for (int64_t g = 0; g < w.num_groups; ++g)
-            for (int64_t col = 0; col < p.n; ++col) {
-                const size_t from = size_t(g * p.n + col), to = size_t(g * w.np + col);
-                if (w.f16_scales) w.scales_f16[to] = float_to_half(p.scales[from]);
-                else w.scales_f32[to] = p.scales[from];
-            }
-    }
-    if (!p.symmetric) {
-        w.zeros.assign(metadata, 0);
-        for (int64_t g = 0; g < w.num_groups; ++g)
-            for (int64_t col = 0; col < p.n; ++col) w.zeros[size_t(g * w.np + col)] = uint8_t(p.zeros[size_t(g * p.n + col)]);
+        w.f16_scales = plain.f16_scales;
+        w.scales_f16 = std::move(plain.scales_f16);
+        w.scales_f32 = std::move(plain.scales_f32);
     }
     if (p.outliers > 0) {
         const SparseOutliers& o = p.outliers_data;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-
 #include "format/cuda_code_layout.hpp"
 #include "base/half.hpp"
 

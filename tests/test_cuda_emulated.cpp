@@ -19,6 +19,7 @@
 #include "format/cuda_weights.hpp"
 #include "jit/cuda/cuda_source.hpp"
 #include "mixed_matrix.hpp"
+#include "runtime/cuda/cuda_driver.hpp"
 #include "test_support.hpp"
 
 namespace qjit {
@@ -27,6 +28,7 @@ namespace {
 using jit::cuda::ActivationType;
 using jit::cuda::CudaKernelSpec;
 using jit::cuda::KernelKind;
+using cuda::blocks_for;
 using test::HostGrid;
 using test::HostModule;
 
@@ -36,8 +38,6 @@ const HostModule& support_module() {
     static const HostModule module(jit::cuda::support_kernels_source());
     return module;
 }
-
-unsigned blocks_for(int64_t count, unsigned threads) { return unsigned((count + threads - 1) / threads); }
 
 const char* type_suffix(ActivationType type) { return type == ActivationType::F16 ? "_f16" : "_bf16"; }
 

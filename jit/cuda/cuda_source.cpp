@@ -334,9 +334,7 @@ std::string SourceWriter::mixed_gemv() {
          << "constexpr int BLOCKS_PER_GROUP = " << f.group_size / kCodesPerBlock << ";  // 32-code blocks per K-group\n"
          << "constexpr bool SECOND_ORDER = " << (f.second_order_scales() ? "true" : "false") << ";\n"
          << "constexpr bool OUTLIERS = " << (f.outliers > 0 ? "true" : "false") << ";\n";
-    for (int bits : widths) {
-        decode_block(bits, "decode_block_" + std::to_string(bits));
-    }
+    for (int bits : widths) decode_block(bits, "decode_block_" + std::to_string(bits));
     dequantize_helpers();
     for (int bits : widths) block_dot("block_dot_" + std::to_string(bits), "decode_block_" + std::to_string(bits));
     block_activations();

@@ -101,7 +101,8 @@ LaunchShape launch_shape(const CudaKernelSpec& spec, int64_t m, int64_t n, int64
 int shared_memory_bytes(const CudaKernelSpec& spec);
 // Why no generated CUDA kernel computes `format` ("" when one does): its bits or group size, or
 // float offsets, which no kernel reads. A low-rank compensator runs as a pass after the product
-// (runtime/cuda/cuda_low_rank.hpp). The CUDA backend's one answer to "do you run this format"; check_spec refuses the same.
+// (runtime/cuda/cuda_low_rank.hpp). The CUDA backend's one answer to "do you run this format";
+// check_spec refuses the same.
 std::string unsupported_reason(const WeightFormat& format);
 // Throws std::invalid_argument naming what the generator cannot emit: its format (unsupported_reason), a tiling
 // knob out of range, a GEMM tile whose warps, registers or K step do not fit. Does not check the

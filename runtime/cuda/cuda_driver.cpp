@@ -342,6 +342,11 @@ DeviceBuffer::DeviceBuffer(const void* host, size_t bytes) : DeviceBuffer(bytes)
     Driver::get().copy_to_device(pointer_, host, bytes);  // on failure the destructor frees
 }
 
+CUdeviceptr grown(DeviceBuffer& buffer, size_t bytes) {
+    if (buffer.size() < bytes) buffer = DeviceBuffer(bytes);
+    return buffer.get();
+}
+
 DeviceBuffer::~DeviceBuffer() {
     if (pointer_) Driver::get().free(pointer_);
 }

@@ -91,4 +91,16 @@ private:
     size_t bytes_ = 0;
 };
 
+// A device copy of `values` (no allocation when empty).
+template <typename T>
+DeviceBuffer upload(const std::vector<T>& values) {
+    return values.empty() ? DeviceBuffer() : DeviceBuffer(values.data(), values.size() * sizeof(T));
+}
+
+// `buffer`, reallocated to `bytes` when smaller: scratch that only grows.
+CUdeviceptr grown(DeviceBuffer& buffer, size_t bytes);
+
+// Blocks of `threads` threads that cover `count` elements.
+inline unsigned blocks_for(int64_t count, unsigned threads) { return unsigned((count + threads - 1) / threads); }
+
 }  // namespace qjit::cuda

@@ -49,13 +49,6 @@ void write_text(const std::string& path, const std::string& text) {
     if (!out) fail(QJIT_ERROR_IO, "could not write ", path);
 }
 
-unsigned blocks_for(int64_t count, unsigned threads) { return unsigned((count + threads - 1) / threads); }
-
-template <typename T>
-cuda::DeviceBuffer upload(const std::vector<T>& values) {
-    return values.empty() ? cuda::DeviceBuffer() : cuda::DeviceBuffer(values.data(), values.size() * sizeof(T));
-}
-
 uint16_t to_bits(float v, ActivationType type) {
     return type == ActivationType::F16 ? float_to_half(v) : float_to_bf16(v);
 }
@@ -74,7 +67,7 @@ CudaExecutor::CudaExecutor(const GpuProperties& device, MatrixSource matrix_sour
     jit::cuda::check_spec(format_);  // bits and group size the CUDA kernels serve
 
     act_order_ = p.act_order;
-    row_order_ = upload(p.row_order);
+    row_order_ = cuda::upload(p.row_order);
     if (jit::cuda::needs_mixed_kernel(format_.format)) {
         upload_mixed(matrix);
     } else {
@@ -91,24 +84,24 @@ CudaExecutor::CudaExecutor(const GpuProperties& device, MatrixSource matrix_sour
 void CudaExecutor::upload_metadata(const QuantizedMatrix& matrix) {
     const CudaWeights weights = pack_cuda_metadata(matrix);  // the codes follow in upload_codes_for
     k_ = weights.k, n_ = weights.n, kp_ = weights.kp, np_ = weights.np, num_groups_ = weights.num_groups;
-    scales_ = weights.f16_scales ? upload(weights.scales_f16) : upload(weights.scales_f32);
-    zeros_ = upload(weights.zeros);
+    scales_ = weights.f16_scales ? cuda::upload(weights.scales_f16) : cuda::upload(weights.scales_f32);
+    zeros_ = cuda::upload(weights.zeros);
     weight_bytes_ = weights.code_bytes() + int64_t(scales_.size() + zeros_.size());
 }
 
 void CudaExecutor::upload_mixed(const QuantizedMatrix& matrix) {
     const CudaMixedWeights w = pack_cuda_mixed(matrix);
     k_ = w.k, n_ = w.n, kp_ = w.kp, np_ = w.np, num_groups_ = w.num_groups;
-    block_codes_ = upload(w.codes);  // the mixed GEMV's one layout, uploaded now
-    mixed_.group_words = upload(w.group_words);
-    scales_ = w.f16_scales ? upload(w.scales_f16) : upload(w.scales_f32);
-    mixed_.scale_codes = upload(w.scale_codes);
-    mixed_.scale2 = upload(w.scale2);
-    mixed_.zero2 = upload(w.zero2);
-    zeros_ = upload(w.zeros);
-    mixed_.outlier_start = upload(w.outlier_start);
-    mixed_.outlier_rows = upload(w.outlier_rows);
-    mixed_.outlier_values = upload(w.outlier_values);
+    block_codes_ = cuda::upload(w.codes);  // the mixed GEMV's one layout, uploaded now
+    mixed_.group_words = cuda::upload(w.group_words);
+    scales_ = w.f16_scales ? cuda::upload(w.scales_f16) : cuda::upload(w.scales_f32);
+    mixed_.scale_codes = cuda::upload(w.scale_codes);
+    mixed_.scale2 = cuda::upload(w.scale2);
+    mixed_.zero2 = cuda::upload(w.zero2);
+    zeros_ = cuda::upload(w.zeros);
+    mixed_.outlier_start = cuda::upload(w.outlier_start);
+    mixed_.outlier_rows = cuda::upload(w.outlier_rows);
+    mixed_.outlier_values = cuda::upload(w.outlier_values);
     mixed_.present = true;
     weight_bytes_ = w.bytes();
 }
@@ -212,11 +205,6 @@ const CudaPlan* CudaExecutor::plan(ActivationType activations, int64_t bucket) c
     return it == plans_.end() ? nullptr : it->second.get();
 }
 
-cuda::CUdeviceptr CudaExecutor::grow(cuda::DeviceBuffer& buffer, size_t bytes) {
-    if (buffer.size() < bytes) buffer = cuda::DeviceBuffer(bytes);
-    return buffer.get();
-}
-
 // The caller holds mutex_ (scratch buffers) and has made the device current.
 void CudaExecutor::launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdeviceptr y, int64_t m,
                           cuda::CUstream stream) {
@@ -225,11 +213,11 @@ void CudaExecutor::launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdev
     // else (and act-order) goes through a gathered, zero-padded copy.
     int k_valid = int(k_), ldx = int(k_);
     if (act_order_ || k_ % 8 != 0 || x % 16 != 0) {
-        cuda::CUdeviceptr gathered = grow(gathered_, size_t(m * kp_ * 2));
+        cuda::CUdeviceptr gathered = cuda::grown(gathered_, size_t(m * kp_ * 2));
         cuda::CUdeviceptr order = row_order_.get();
         int rows = int(m), k = int(k_), kp = int(kp_);
         void* args[] = {&x, &ldx, &order, &gathered, &rows, &k, &kp};
-        driver.launch(gather_, blocks_for(m * kp_, kSupportThreads), 1, 1, kSupportThreads, 0, stream, args);
+        driver.launch(gather_, cuda::blocks_for(m * kp_, kSupportThreads), 1, 1, kSupportThreads, 0, stream, args);
         x = gathered, k_valid = int(kp_), ldx = int(kp_);
     }
     if (mixed_.present) return launch_mixed(plan, x, y, m, k_valid, ldx, stream);
@@ -246,7 +234,7 @@ void CudaExecutor::launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdev
     }
     cuda::CUdeviceptr partial = 0;
     if (shape.splits > 1) {
-        partial = grow(partial_, size_t(m * n_ * 4));
+        partial = cuda::grown(partial_, size_t(m * n_ * 4));
         driver.memset_async(partial, 0, size_t(m * n_ * 4), stream);
     }
     void* args[] = {&codes,   &scales, &zeros, &x,      &y,       &rows,   &n,
@@ -257,7 +245,7 @@ void CudaExecutor::launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdev
         long long count = m * n_;
         void* cast_args[] = {&partial, &y, &count};
         const cuda::CUfunction cast = plan.spec.activations == ActivationType::F16 ? cast_f16_ : cast_bf16_;
-        driver.launch(cast, blocks_for(count, kSupportThreads), 1, 1, kSupportThreads, 0, stream, cast_args);
+        driver.launch(cast, cuda::blocks_for(count, kSupportThreads), 1, 1, kSupportThreads, 0, stream, cast_args);
     }
 }
 
@@ -302,9 +290,9 @@ double CudaExecutor::time_us(const CudaPlan* plan, int64_t m, ActivationType act
         for (uint16_t& v : host) v = to_bits(uniform(rng), activations);
         timing_x_ = cuda::DeviceBuffer(host.data(), host.size() * 2);
     }
-    const cuda::CUdeviceptr y = grow(timing_y_, size_t(m * n_ * 2));
+    const cuda::CUdeviceptr y = cuda::grown(timing_y_, size_t(m * n_ * 2));
     const size_t flush_bytes = size_t(std::max<int64_t>(device_.l2_bytes, 1 << 20)) * 2;
-    const cuda::CUdeviceptr flush = grow(flush_, flush_bytes);
+    const cuda::CUdeviceptr flush = cuda::grown(flush_, flush_bytes);
     auto run = [&] {
         if (plan) return launch(*plan, timing_x_.get(), y, m, nullptr);
         lock.unlock();

@@ -5,8 +5,9 @@
 // release_unused_codes() drops one that no installed kernel reads, so a tuned layer holds its codes
 // once. Of a layer's plan (runtime/layer_passes.hpp) CUDA runs the gather (a support kernel) and
 // the products (one kernel, split along K by its tiling's splitk; for mixed widths, second-order
-// scales and outliers, the mixed GEMV in slices of up to 8 rows, outliers included). Which tiling each bucket uses is decided outside (runtime/cuda/cuda_layer.hpp); this class
-// compiles, loads, launches and times.
+// scales and outliers, the mixed GEMV in slices of up to 8 rows, outliers included). Which tiling
+// each bucket uses is decided outside (runtime/cuda/cuda_layer.hpp); this class compiles, loads,
+// launches and times.
 #pragma once
 
 #include <cstdint>
@@ -98,7 +99,6 @@ private:
                       cuda::CUstream stream);
     double time_us(const CudaPlan* plan, int64_t m, jit::cuda::ActivationType activations, int repeats, bool warm_up,
                    const AfterProduct& after);
-    cuda::CUdeviceptr grow(cuda::DeviceBuffer& buffer, size_t bytes);
 
     GpuProperties device_;
     jit::cuda::CudaKernelSpec format_;  // activations, rows and tiling filled per plan

@@ -18,17 +18,11 @@ namespace {
 
 constexpr unsigned kThreads = 256;
 
-unsigned blocks_for(int64_t count, unsigned threads) { return unsigned((count + threads - 1) / threads); }
-
-std::vector<uint16_t> to_f16_bits(const std::vector<float>& values) {
-    std::vector<uint16_t> bits(values.size());
-    for (size_t i = 0; i < values.size(); ++i) bits[i] = float_to_half(values[i]);  // fp16 values: exact
-    return bits;
-}
-
+// fp16 values held as floats, back to their bits (exact).
 DeviceBuffer upload_f16(const std::vector<float>& values) {
-    const std::vector<uint16_t> bits = to_f16_bits(values);
-    return DeviceBuffer(bits.data(), bits.size() * 2);
+    std::vector<uint16_t> bits(values.size());
+    for (size_t i = 0; i < values.size(); ++i) bits[i] = float_to_half(values[i]);
+    return upload(bits);
 }
 
 // An inner layer's CUDA side, with its tiling for (type, m) installed.
@@ -53,7 +47,7 @@ CudaLowRank::CudaLowRank(const GpuProperties& device, const LowRankPass& pass, c
     } else {
         k_ = pass.u_layer().params.k;
         n_ = pass.v_layer().params.n;
-        v_scales_ = DeviceBuffer(pass.v_scales().data(), pass.v_scales().size() * 4);
+        v_scales_ = upload(pass.v_scales());
     }
     const CompiledKernel compiled =
         compile_cuda_cached(jit::cuda::support_kernels_source(), "qjit_support", device_.arch(), cubin_cache_dir);
@@ -73,11 +67,6 @@ CUfunction CudaLowRank::support(const char* name, ActivationType type) const {
     return Driver::get().function(support_, concat(name, type == ActivationType::F16 ? "_f16" : "_bf16"));
 }
 
-CUdeviceptr CudaLowRank::grow(DeviceBuffer& buffer, size_t bytes) {
-    if (buffer.size() < bytes) buffer = DeviceBuffer(bytes);
-    return buffer.get();
-}
-
 void CudaLowRank::add(qjit_context& context, CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationType type,
                       CUstream stream) {
     Driver::get().make_current(device_.ordinal);
@@ -91,7 +80,7 @@ void CudaLowRank::add_coded(qjit_context& context, CUdeviceptr x, CUdeviceptr y,
     Driver& driver = Driver::get();
     CudaExecutor& u = inner_executor(context, pass_.u_layer(), type, m);
     CudaExecutor& v = inner_executor(context, pass_.v_layer(), type, m);
-    CUdeviceptr t = grow(t_, size_t(m * rank_ * 2)), product = grow(product_, size_t(m * n_ * 2));
+    CUdeviceptr t = grown(t_, size_t(m * rank_ * 2)), product = grown(product_, size_t(m * n_ * 2));
     u.forward(x, t, m, type, stream);
     CUdeviceptr scales = v_scales_.get();
     int rows = int(m), cols = rank_;
@@ -106,19 +95,13 @@ void CudaLowRank::add_coded(qjit_context& context, CUdeviceptr x, CUdeviceptr y,
 
 void CudaLowRank::add_f16(CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationType type, CUstream stream) {
     Driver& driver = Driver::get();
-    CUdeviceptr t = grow(t_, size_t(m * rank_ * 4)), ut = ut_.get(), v = v_.get();
+    CUdeviceptr t = grown(t_, size_t(m * rank_ * 4)), ut = ut_.get(), v = v_.get();
     int rows = int(m), k = int(k_), n = int(n_), rank = rank_;
     void* xu_args[] = {&x, &ut, &t, &rows, &k, &rank};
     driver.launch(support("qjit_low_rank_xu", type), blocks_for(m * rank_ * 32, kThreads), 1, 1, kThreads, 0, stream,
                   xu_args);
     void* tv_args[] = {&t, &v, &y, &rows, &n, &rank};
     driver.launch(support("qjit_low_rank_tv", type), blocks_for(m * n_, kThreads), 1, 1, kThreads, 0, stream, tv_args);
-}
-
-int64_t CudaLowRank::weight_bytes() const {
-    if (bits_ == 16) return int64_t(ut_.size() + v_.size());
-    return pass_.u_layer().cuda->executor->weight_bytes() + pass_.v_layer().cuda->executor->weight_bytes() +
-           int64_t(v_scales_.size());
 }
 
 }  // namespace qjit::cuda

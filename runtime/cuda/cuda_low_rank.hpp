@@ -38,14 +38,10 @@ public:
     void add(qjit_context& context, CUdeviceptr x, CUdeviceptr y, int64_t m, jit::cuda::ActivationType type,
              CUstream stream);
 
-    // Bytes a forward streams for the compensator: the factors as the device holds them.
-    int64_t weight_bytes() const;
-
 private:
     void add_coded(qjit_context& context, CUdeviceptr x, CUdeviceptr y, int64_t m, jit::cuda::ActivationType type,
                    CUstream stream);
     void add_f16(CUdeviceptr x, CUdeviceptr y, int64_t m, jit::cuda::ActivationType type, CUstream stream);
-    CUdeviceptr grow(DeviceBuffer& buffer, size_t bytes);
     CUfunction support(const char* name, jit::cuda::ActivationType type) const;
 
     const LowRankPass& pass_;
