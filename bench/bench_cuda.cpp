@@ -378,19 +378,26 @@ struct QjitLayer {
     double create_ms = 0;      // random codes, import, upload, tuning for the context's batch, compilation
 };
 
+// A layer just created, with its streamed bytes and the time since `start` (its creation).
+QjitLayer made_since(qjit_linear* layer, std::chrono::steady_clock::time_point start) {
+    QjitLayer made;
+    made.layer = layer;
+    made.create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    qjit_linear_info info;
+    QJIT_CHECK(qjit_linear_get_info(layer, &info));
+    made.weight_bytes = info.weight_bytes;
+    return made;
+}
+
 // Random GPTQ codes: importing them is far faster than quantizing fp32 weights, which matters for
 // the 70B layers, and a kernel's speed does not depend on the values.
 QjitLayer make_layer(qjit_context* context, const Shape& shape, int bits) {
     const auto start = std::chrono::steady_clock::now();
     qjit_tools::GptqTensors tensors;
     qjit_tools::random_gptq(shape.k, shape.n, bits, kGroupSize, uint64_t(shape.k * 131 + shape.n + bits), &tensors);
-    QjitLayer made;
-    QJIT_CHECK(qjit_linear_create_from_gptq(context, shape.k, shape.n, &tensors.view, &made.layer));
-    qjit_linear_info info;
-    QJIT_CHECK(qjit_linear_get_info(made.layer, &info));
-    made.weight_bytes = info.weight_bytes;
-    made.create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    return made;
+    qjit_linear* layer = nullptr;
+    QJIT_CHECK(qjit_linear_create_from_gptq(context, shape.k, shape.n, &tensors.view, &layer));
+    return made_since(layer, start);
 }
 
 // The 2/4/16 layer --mixed describes, quantized from random weights of a trained layer's spread.
@@ -405,13 +412,9 @@ QjitLayer make_mixed_layer(qjit_context* context, const Shape& shape) {
     config.group_size = 64;
     config.mixed_alpha = 0.45;
     config.outlier_fraction = 0.002;
-    QjitLayer made;
-    QJIT_CHECK(qjit_linear_create_from_f32(context, &config, shape.k, shape.n, w.data(), QJIT_LAYOUT_K_BY_N, &made.layer));
-    qjit_linear_info info;
-    QJIT_CHECK(qjit_linear_get_info(made.layer, &info));
-    made.weight_bytes = info.weight_bytes;
-    made.create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    return made;
+    qjit_linear* layer = nullptr;
+    QJIT_CHECK(qjit_linear_create_from_f32(context, &config, shape.k, shape.n, w.data(), QJIT_LAYOUT_K_BY_N, &layer));
+    return made_since(layer, start);
 }
 
 // The same layer plus a rank-`rank` compensator stored at `factor_bits` (random factors of the
@@ -425,13 +428,9 @@ QjitLayer make_compensated_layer(qjit_context* context, const Shape& shape, int 
     for (float& value : u) value = rng.uniform(-0.01f, 0.01f);
     for (float& value : v) value = rng.uniform(-0.01f, 0.01f);
     const qjit_low_rank low_rank{rank, factor_bits, u.data(), v.data()};
-    QjitLayer made;
-    QJIT_CHECK(qjit_linear_create_with_low_rank(context, shape.k, shape.n, &tensors.view, &low_rank, &made.layer));
-    qjit_linear_info info;
-    QJIT_CHECK(qjit_linear_get_info(made.layer, &info));
-    made.weight_bytes = info.weight_bytes;
-    made.create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    return made;
+    qjit_linear* layer = nullptr;
+    QJIT_CHECK(qjit_linear_create_with_low_rank(context, shape.k, shape.n, &tensors.view, &low_rank, &layer));
+    return made_since(layer, start);
 }
 
 std::string cuda_tiling(qjit_linear* layer, int64_t m, qjit_dtype dtype) {
