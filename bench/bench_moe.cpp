@@ -117,15 +117,7 @@ Routing decoding_routing() {
     return routing;
 }
 
-void evict_expert(const qjit_linear& layer) {
-    qjit::evict_from_caches(layer.codes.words);
-    if (layer.jit) {
-        layer.jit->evict_metadata();
-    } else {
-        qjit::evict_from_caches(layer.params.scales);
-        qjit::evict_from_caches(layer.params.zeros);
-    }
-}
+void evict_expert(const qjit_linear& layer) { qjit::evict_layer_from_caches(layer); }
 
 // The baseline: per expert a gather of its token rows, a forward, and a weighted scatter-add.
 struct SeparateCalls {

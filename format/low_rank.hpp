@@ -59,4 +59,14 @@ void validate(const LowRankFactors& factors, int64_t k, int64_t n);
 // fp32 scale per component and factor, or fp16 values.
 int64_t low_rank_stored_bytes(int rank, int bits, int64_t k, int64_t n);
 
+// Factors stored as codes run as inner layers of per-column symmetric formats, on every backend:
+// U (K x rank) split into groups of 128 rows, each with a copy of its column's scale (so the int8
+// path quantizes x per group and the tuner may split K); V (rank x N) turned back from V
+// transposed, with unit scales (V's scales belong to its rows, which a per-column kernel cannot
+// apply: they multiply x U instead). The last two are the inverses.
+QuantizedMatrix low_rank_u_matrix(QuantizedMatrix u);
+QuantizedMatrix low_rank_v_matrix(const QuantizedMatrix& vt);
+QuantizedMatrix u_from_low_rank_matrix(QuantizedMatrix u);
+QuantizedMatrix vt_from_low_rank_matrix(const QuantizedMatrix& v, const std::vector<float>& scales);
+
 }  // namespace qjit

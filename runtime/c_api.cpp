@@ -177,7 +177,7 @@ qjit_status qjit_linear_dequantize(const qjit_linear* layer, float* weights_k_by
     return guarded([&] {
         require(layer != nullptr, "layer is NULL");
         require(weights_k_by_n != nullptr, "weights_k_by_n is NULL");
-        const std::vector<float> w = layer->low_rank ? dequantize(unpack_linear(*layer), unpack_low_rank(*layer))
+        const std::vector<float> w = layer->cpu->low_rank() ? dequantize(unpack_linear(*layer), unpack_low_rank(*layer))
                                                      : dequantize(unpack_linear(*layer));
         std::copy(w.begin(), w.end(), weights_k_by_n);
     });

@@ -3,25 +3,20 @@
 #include <cstring>
 
 #include "qjit/qjit.h"
-#include "runtime/cuda/cuda_driver.hpp"
 #include "base/error.hpp"
+#include "runtime/cuda/cuda_driver.hpp"
+#include "runtime/cuda/cuda_layer.hpp"
 #include "runtime/linear_layer.hpp"
 
 using namespace qjit;
 
 namespace {
 
-jit::cuda::ActivationType activation_type(qjit_dtype dtype) {
-    require(dtype == QJIT_DTYPE_F16 || dtype == QJIT_DTYPE_BF16, "dtype is ", int(dtype),
-            "; the CUDA kernels take QJIT_DTYPE_F16 or QJIT_DTYPE_BF16");
-    return dtype == QJIT_DTYPE_F16 ? jit::cuda::ActivationType::F16 : jit::cuda::ActivationType::BF16;
-}
-
-cuda::CudaLayer& cuda_side(qjit_linear* layer) {
+const cuda::CudaLayer& cuda_side(const qjit_linear* layer) {
     require(layer != nullptr, "layer is NULL");
-    if (!layer->cuda)
+    if (!layer->gpu || layer->gpu->kind() != BackendKind::Cuda)
         fail(QJIT_ERROR_NO_DEVICE, "the layer has no CUDA weights: its context was created without options.cuda_device");
-    return *layer->cuda;
+    return static_cast<const cuda::CudaLayer&>(*layer->gpu);
 }
 
 void require_rows(int64_t m) { require(m >= 1 && m <= (1 << 24), "m is ", m, "; expected 1 .. 2^24"); }
@@ -68,32 +63,31 @@ qjit_status qjit_cuda_get_device_info(int ordinal, qjit_cuda_device_info* info) 
 qjit_status qjit_linear_forward_cuda(qjit_linear* layer, const void* x, void* y, int64_t m, qjit_dtype dtype,
                                      void* stream) {
     return guarded([&] {
-        cuda::CudaLayer& cuda = cuda_side(layer);
+        const cuda::CudaLayer& cuda = cuda_side(layer);
         require(x != nullptr, "x is NULL");
         require(y != nullptr, "y is NULL");
         require_rows(m);
-        cuda::forward(*layer->context, cuda, cuda::CUdeviceptr(x), cuda::CUdeviceptr(y), m, activation_type(dtype),
-                      static_cast<cuda::CUstream>(stream));
+        cuda.run({x, m, dtype, Device::Cuda}, {y, m, dtype, Device::Cuda}, stream);
     });
 }
 
 qjit_status qjit_linear_benchmark_cuda(qjit_linear* layer, int64_t m, qjit_dtype dtype, int repeats,
                                        double* median_us) {
     return guarded([&] {
-        cuda::CudaLayer& cuda = cuda_side(layer);
+        const cuda::CudaLayer& cuda = cuda_side(layer);
         require(median_us != nullptr, "median_us is NULL");
         require_rows(m);
         require(repeats >= 1 && repeats <= 100000, "repeats is ", repeats, "; expected 1 .. 100000");
-        *median_us = cuda::time_forward_us(*layer->context, cuda, m, activation_type(dtype), repeats);
+        *median_us = cuda.time_forward_us(m, cuda::activation_type(dtype), repeats);
     });
 }
 
 qjit_status qjit_linear_get_tuning_cuda(qjit_linear* layer, int64_t m, qjit_dtype dtype, qjit_linear_tuning* tuning) {
     return guarded([&] {
-        cuda::CudaLayer& cuda = cuda_side(layer);
+        const cuda::CudaLayer& cuda = cuda_side(layer);
         require(tuning != nullptr, "tuning is NULL");
         require_rows(m);
-        const cuda::CudaTilingChoice& c = cuda_tiling_for(*layer->context, cuda, activation_type(dtype), m);
+        const cuda::CudaTilingChoice& c = cuda.tiling_for(cuda::activation_type(dtype), m);
         tuning->source = c.source;
         tuning->kernel_key = c.kernel_key.c_str();
         tuning->tiling = c.tiling.c_str();

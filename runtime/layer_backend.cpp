@@ -1,11 +1,15 @@
 #include "runtime/layer_backend.hpp"
 
+#include <algorithm>
+
 #include "base/error.hpp"
 #include "jit/cuda/cuda_tiling.hpp"
 #include "jit/x86/cpu_kernel.hpp"
 #include "runtime/cpu/portable_kernel.hpp"
 
 namespace qjit {
+
+Device device_of(BackendKind kind) { return kind == BackendKind::Cuda ? Device::Cuda : Device::Cpu; }
 
 const char* backend_name(BackendKind kind) {
     switch (kind) {
@@ -18,7 +22,7 @@ const char* backend_name(BackendKind kind) {
 
 std::string unsupported_reason(BackendKind kind, const WeightFormat& format) {
     switch (kind) {
-        case BackendKind::Portable: return PortableBackend::unsupported_reason(format);
+        case BackendKind::Portable: return PortableLayer::unsupported_reason(format);
         case BackendKind::X86Jit: return jit::unsupported_reason(format);
         case BackendKind::Cuda: return jit::cuda::unsupported_reason(format);
     }
@@ -29,6 +33,16 @@ void require_supported(BackendKind kind, const WeightFormat& format, const std::
     const std::string why = unsupported_reason(kind, format);
     if (!why.empty())
         fail(QJIT_ERROR_UNSUPPORTED, "a ", format.name(), " layer does not run on ", backend_name(kind), ": ", why, detail);
+}
+
+void BackendLayer::run_grouped(std::span<const GroupedRows> group, const float* x, int64_t k) const {
+    thread_local std::vector<float> gathered;
+    for (const GroupedRows& member : group) {
+        if (gathered.size() < size_t(member.count * k)) gathered.resize(size_t(member.count * k));
+        for (int64_t i = 0; i < member.count; ++i)
+            std::copy(x + member.rows[i] * k, x + (member.rows[i] + 1) * k, gathered.data() + i * k);
+        member.layer->run({gathered.data(), member.count}, {member.out, member.count});
+    }
 }
 
 }  // namespace qjit

@@ -72,8 +72,11 @@ void check_section_names(const LayerReading& reading, const nlohmann::json& sect
 }  // namespace
 
 std::string serialize_layer(const qjit_linear& layer) {
-    const LowRankFactors compensator = unpack_low_rank(layer);
-    LayerWriting writing{layer.params, layer.codes, compensator, {}};
+    return serialize_layer(layer.params, layer.cpu->codes(), unpack_low_rank(layer));
+}
+
+std::string serialize_layer(const QuantParams& params, const PackedCodes& codes, const LowRankFactors& compensator) {
+    LayerWriting writing{params, codes, compensator, {}};
     for (const FeatureCodec* feature : feature_codecs())
         if (feature->in_layer(writing)) writing.features.push_back(feature);
     const uint32_t version = file_version(writing.features);

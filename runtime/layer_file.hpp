@@ -56,6 +56,9 @@ struct LayerImage {
 
 // The in-memory image save_layer writes, and its inverse (QJIT_ERROR_CORRUPT_DATA on any mismatch).
 std::string serialize_layer(const qjit_linear& layer);
+// The same for a quantized matrix: its params, its codes packed in panels of any width, and its
+// compensator (rank 0: none).
+std::string serialize_layer(const QuantParams& params, const PackedCodes& codes, const LowRankFactors& compensator);
 LayerImage deserialize_layer(std::string_view image);
 
 }  // namespace qjit

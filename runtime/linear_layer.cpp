@@ -7,9 +7,10 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "runtime/cpu/cache_eviction.hpp"
+#include "runtime/cpu/jit_layer.hpp"
 #include "runtime/cpu/panel_tasks.hpp"
 #include "runtime/cpu/portable_kernel.hpp"
+#include "runtime/cuda/cuda_layer.hpp"
 
 namespace qjit {
 
@@ -22,14 +23,14 @@ constexpr int64_t kColumnsPerCopyTask = 256;
 
 std::string describe(const qjit_linear& layer) {
     const QuantParams& p = layer.params;
-    const LayerBackend& backend = *layer.backend;
-    const std::string low_rank = layer.low_rank ? layer.low_rank->describe() : std::string();
-    return concat(backend.kernel_name(layer), " format=", p.name(), " K=", p.k, " N=", p.n, " bits=", p.bits,
+    const CpuLayer& backend = *layer.cpu;
+    const std::string low_rank = backend.low_rank() ? backend.low_rank()->describe() : std::string();
+    return concat(backend.kernel_name(), " format=", p.name(), " K=", p.k, " N=", p.n, " bits=", p.bits,
                   " group=", p.group_size, p.symmetric ? " symmetric" : " asymmetric", " act_order=", p.act_order ? "yes" : "no",
                   " scales=", scale_type_name(p.scale_type), " layout=", PackedCodes::kLayoutName,
-                  " panel=", layer.codes.panel_columns, " threads=", layer.context->num_threads,
+                  " panel=", backend.codes().panel_columns, " threads=", layer.context->num_threads,
                   " passes=", passes_text(backend.passes()), low_rank.empty() ? "" : " ", low_rank, " ",
-                  backend.kernel_fields(layer));
+                  backend.kernel_fields());
 }
 
 double ms_since(Clock::time_point start) {
@@ -47,15 +48,31 @@ void log_creation(const qjit_linear& layer, double setup_ms) {
                  t.warning.empty() ? "" : " warning: ", t.warning.c_str());
 }
 
-// Uploads the layer to the context's CUDA device and tunes it there; logged on its own line. The
-// layer owns its CUDA side, so the matrix source may hold it by reference.
-void attach_cuda(qjit_linear& layer) {
-    layer.cuda = cuda::make_cuda_layer(*layer.context, [&layer] { return unpack_linear(layer); }, layer.low_rank.get());
-    if (layer.context->verbosity == 0) return;
-    for (const auto& [key, c] : layer.cuda->choices)
-        std::fprintf(stderr, "qjit: cuda kernel: %s %s tuning=\"%s\" tuning_ms=%.2f compile_ms=%.2f measured_us=%.2f%s%s\n",
-                     c.kernel_key.c_str(), c.tiling.c_str(), tiling_source_name(c.source), c.tuning_ms, c.compile_ms,
-                     c.measured_us, c.warning.empty() ? "" : " warning: ", c.warning.c_str());
+// Prepares the layer on the context's CUDA device from its quantized matrix and tunes it there;
+// logged on its own line.
+void attach_cuda(qjit_linear& layer, QuantizedMatrix matrix, const LowRankFactors& compensator) {
+    auto cuda = cuda::make_cuda_layer(*layer.context, std::move(matrix), compensator.rank > 0 ? &compensator : nullptr);
+    if (layer.context->verbosity > 0)
+        for (const auto& [key, c] : cuda->choices())
+            std::fprintf(stderr, "qjit: cuda kernel: %s %s tuning=\"%s\" tuning_ms=%.2f compile_ms=%.2f measured_us=%.2f%s%s\n",
+                         c.kernel_key.c_str(), c.tiling.c_str(), tiling_source_name(c.source), c.tuning_ms, c.compile_ms,
+                         c.measured_us, c.warning.empty() ? "" : " warning: ", c.warning.c_str());
+    layer.gpu = std::move(cuda);
+}
+
+// The CPU backend's layer: the x86 JIT's when the tuner chose a kernel, else the portable path's.
+void prepare_cpu(qjit_linear& layer, PackedCodes codes, std::unique_ptr<LowRankPass> low_rank) {
+    qjit_context& context = *layer.context;
+    const TilingChoice& choice = layer.tuning;
+    if (!choice.spec) {
+        layer.cpu = std::make_unique<PortableLayer>(plan_forward(layer.params, layer.params.num_groups(), 1),
+                                                    layer.params, std::move(codes), std::move(low_rank), *context.pool);
+        return;
+    }
+    auto jit = std::make_unique<JitLayer>(*choice.spec, choice.tiling, layer.params, std::move(codes),
+                                          std::move(low_rank), *context.pool, context.dump_dir);
+    layer.kernel_ms = jit->executor().emission_ms();
+    layer.cpu = std::move(jit);
 }
 
 }  // namespace
@@ -65,16 +82,22 @@ int layer_panel_columns(const TilingChoice& choice) {
 }
 
 std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams params, PackedCodes codes,
-                                             TilingChoice choice, Clock::time_point start, LowRankFactors compensator) {
+                                             TilingChoice choice, Clock::time_point start, LowRankFactors compensator,
+                                             LayerDevices devices) {
     auto layer = std::make_unique<qjit_linear>();
     layer->context = context;
     params.low_rank = {};
     if (compensator.rank > 0) params.low_rank = {compensator.rank, compensator.bits};
     // The backends answer before anything is built for them.
     require_supported(choice.spec ? BackendKind::X86Jit : BackendKind::Portable, params);
-    if (context->gpu)
+    const bool on_gpu = context->gpu && devices == LayerDevices::CpuAndContextGpu;
+    if (on_gpu)
         require_supported(BackendKind::Cuda, params,
                           concat("; this context uploads layers to CUDA device ", context->gpu->ordinal));
+    std::optional<QuantizedMatrix> gpu_matrix;
+    if (on_gpu) gpu_matrix = QuantizedMatrix{params, unpack_codes(codes)};
+    const LowRankFactors gpu_compensator = on_gpu ? compensator : LowRankFactors{};
+    std::unique_ptr<LowRankPass> low_rank;
     if (compensator.rank > 0) {
         // The compensator's products take the layer's activation path: with int8 activations on
         // INT3 weights, their rounding is small next to the weights' and the dot products 4x
@@ -82,35 +105,26 @@ std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams 
         const qjit_activations path = !choice.spec                                  ? context->activations
                                       : choice.spec->path == jit::ActivationPath::Int8 ? QJIT_ACTIVATIONS_INT8
                                                                                      : QJIT_ACTIVATIONS_F32;
-        layer->low_rank = std::make_unique<LowRankPass>(context, std::move(compensator), params.k, params.n, path);
+        low_rank = std::make_unique<LowRankPass>(context, std::move(compensator), params.k, params.n, path);
     }
-    if (choice.spec) {
-        auto jit = std::make_unique<JitExecutor>(*choice.spec, params, jit_forward_plan(*choice.spec, params),
-                                                 context->dump_dir, context->pool.get());
-        layer->kernel_ms = jit->emission_ms();
-        layer->jit = jit.get();
-        layer->backend = std::move(jit);
-    } else {
-        layer->backend = std::make_unique<PortableBackend>(plan_forward(params, params.num_groups(), 1), params);
-    }
-    layer->tuning = std::move(choice);
     layer->params = std::move(params);
-    layer->codes = std::move(codes);
+    layer->tuning = std::move(choice);
+    prepare_cpu(*layer, std::move(codes), std::move(low_rank));
     layer->description = describe(*layer);
-    if (context->gpu) attach_cuda(*layer);
+    if (on_gpu) attach_cuda(*layer, std::move(*gpu_matrix), gpu_compensator);
     if (context->verbosity > 0) log_creation(*layer, ms_since(start));
     return layer;
 }
 
 std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix matrix, LowRankFactors compensator,
-                                         std::optional<qjit_activations> activations) {
+                                         std::optional<qjit_activations> activations, LayerDevices devices) {
     const auto start = Clock::now();
     validate(matrix);
     TilingChoice choice = choose_tiling(*context, matrix.params, activations);
     PackedCodes codes = pack_codes(matrix.codes.data(), matrix.params.bits, matrix.params.k, matrix.params.n,
                                    layer_panel_columns(choice), block_widths(matrix.params));
     return assemble_linear(context, std::move(matrix.params), std::move(codes), std::move(choice), start,
-                           std::move(compensator));
+                           std::move(compensator), devices);
 }
 
 std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams params, PackedCodes codes,
@@ -128,25 +142,18 @@ std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams para
                            std::move(compensator));
 }
 
-void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y) { layer.backend->run(layer, x, m, y); }
+void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y) { layer.cpu->forward(x, m, y); }
 
 QuantizedMatrix unpack_linear(const qjit_linear& layer) {
-    return QuantizedMatrix{layer.params, unpack_codes(layer.codes)};
+    return QuantizedMatrix{layer.params, unpack_codes(layer.cpu->codes())};
 }
 
 LowRankFactors unpack_low_rank(const qjit_linear& layer) {
-    return layer.low_rank ? layer.low_rank->factors() : LowRankFactors{};
+    return layer.cpu->low_rank() ? layer.cpu->low_rank()->factors() : LowRankFactors{};
 }
 
-int64_t weight_bytes(const qjit_linear& layer) {
-    const int64_t codes = int64_t(layer.codes.words.size() * sizeof(uint32_t));
-    return codes + layer.backend->metadata_bytes(layer) + (layer.low_rank ? layer.low_rank->streamed_bytes() : 0);
-}
+int64_t weight_bytes(const qjit_linear& layer) { return layer.cpu->weight_bytes(); }
 
-void evict_layer_from_caches(const qjit_linear& layer) {
-    evict_from_caches(layer.codes.words);
-    layer.backend->evict_metadata(layer);
-    if (layer.low_rank) layer.low_rank->evict();
-}
+void evict_layer_from_caches(const qjit_linear& layer) { layer.cpu->evict(); }
 
 }  // namespace qjit

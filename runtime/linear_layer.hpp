@@ -1,5 +1,6 @@
-// A quantized linear layer as the C API hands it out: the packed weights, their metadata, the
-// backend that runs its plan of passes (runtime/layer_backend.hpp) and a description of both.
+// A quantized linear layer as the C API hands it out: its format and quantized metadata, how its
+// CPU kernel was chosen, and one prepared layer per device it runs on (runtime/layer_backend.hpp),
+// each owning its weights in its backend's layout.
 #pragma once
 
 #include <chrono>
@@ -8,26 +9,21 @@
 #include <optional>
 #include <string>
 
-#include "runtime/context.hpp"
-#include "runtime/cuda/cuda_layer.hpp"
-#include "runtime/cpu/jit_executor.hpp"
-#include "runtime/layer_backend.hpp"
-#include "runtime/layer_passes.hpp"
-#include "runtime/low_rank_pass.hpp"
 #include "format/packed_codes.hpp"
 #include "format/quantized_matrix.hpp"
+#include "runtime/context.hpp"
+#include "runtime/cpu/cpu_layer.hpp"
 #include "runtime/cpu/cpu_tiling_choice.hpp"
+#include "runtime/layer_backend.hpp"
+#include "runtime/low_rank_pass.hpp"
 
 struct qjit_linear {
     qjit_context* context = nullptr;
-    qjit::QuantParams params;
-    qjit::PackedCodes codes;
-    std::unique_ptr<qjit::LayerBackend> backend;  // runs the forward's passes: the x86 JIT or the portable path
-    const qjit::JitExecutor* jit = nullptr;       // the backend when it is the x86 JIT (the grouped MoE call runs its halves)
-    qjit::TilingChoice tuning;               // how the kernel and tiling were chosen
-    double kernel_ms = 0;                    // generating the kernels' machine code
-    std::unique_ptr<qjit::LowRankPass> low_rank;  // null: no compensator
-    std::unique_ptr<qjit::cuda::CudaLayer> cuda;   // in a context with a CUDA device: the uploaded weights
+    qjit::QuantParams params;                // the format, its scales and zero points as quantized
+    qjit::TilingChoice tuning;               // how the CPU kernel and tiling were chosen
+    double kernel_ms = 0;                    // generating the CPU kernels' machine code
+    std::unique_ptr<qjit::CpuLayer> cpu;     // the x86 JIT's or the portable path's: qjit_linear_forward
+    std::unique_ptr<qjit::BackendLayer> gpu; // in a context with a GPU: the device's copy
     std::string description;
 };
 
@@ -38,9 +34,13 @@ namespace qjit {
 // names what they lack. A compensator (rank > 0) adds its
 // pass after the products; the matrix's format then names it (params.low_rank is set here).
 // `activations` overrides the context's activation path.
+// `devices`: CpuOnly leaves out the context's GPU (a compensator's inner layers: the GPU's own
+// compensator pass makes its inner layers itself).
+enum class LayerDevices { CpuAndContextGpu, CpuOnly };
 std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix matrix,
                                          LowRankFactors compensator = {},
-                                         std::optional<qjit_activations> activations = std::nullopt);
+                                         std::optional<qjit_activations> activations = std::nullopt,
+                                         LayerDevices devices = LayerDevices::CpuAndContextGpu);
 // The same for codes packed already (a loaded file) with their validated params; they are
 // repacked when the kernel picked here wants another panel width. Both overloads log one line
 // when the context is verbose.
@@ -51,11 +51,13 @@ std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams para
 // the panel width the kernel of `choice` streams, and the layer around params and codes packed
 // at that width (kernels emitted, passes planned, logged from `start` when verbose).
 int layer_panel_columns(const TilingChoice& choice);
+// In a context with a GPU the GPU layer is prepared from the quantized matrix these codes hold.
 std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams params, PackedCodes codes,
                                              TilingChoice choice, std::chrono::steady_clock::time_point start,
-                                             LowRankFactors compensator = {});
+                                             LowRankFactors compensator = {},
+                                             LayerDevices devices = LayerDevices::CpuAndContextGpu);
 
-// y (m x N) = x (m x K, original row order) * W: the layer's backend runs its passes.
+// y (m x N) = x (m x K, original row order) * W: the layer's CPU backend runs its passes.
 void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y);
 
 // The logical matrix back from the packed layer (the oracle's input), without its compensator.

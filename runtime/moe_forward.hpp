@@ -1,9 +1,8 @@
 // The grouped mixture-of-experts forward: the quantized layers of several experts (same K and N),
-// each applied to its own token rows, as one call. On the x86 JIT path every expert's activation
-// rows are prepared (gathered from the token rows, act-order fused) into one buffer, then the
-// products of all experts run as one parallel dispatch over (expert, K part, panel) tasks into
-// per-expert outputs, which are scattered back to token order, weighted and summed per token in
-// expert order. Decoding gives each expert only a few rows, so E dispatches of E calls, each
+// each applied to its own token rows, as one call. The experts of one backend run as one grouped
+// call of that backend (BackendLayer::run_grouped): on the x86 JIT every expert's rows are prepared
+// in one dispatch and all products run in another (runtime/cpu/jit_grouped.cpp). The per-expert
+// outputs are then scattered back to token order, weighted and summed per token in expert order. Decoding gives each expert only a few rows, so E dispatches of E calls, each
 // ending on a barrier, would cost more than the work between them.
 #pragma once
 

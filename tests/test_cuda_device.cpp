@@ -14,6 +14,7 @@
 #include "mixed_matrix.hpp"
 #include "runtime/cuda/nvrtc_compiler.hpp"
 #include "runtime/cuda/cuda_executor.hpp"
+#include "runtime/cuda/cuda_layer.hpp"
 #include "base/error.hpp"
 #include "base/half.hpp"
 #include "format/cuda_weights.hpp"
@@ -244,7 +245,7 @@ TEST(CudaDevice, CApiForward) {
         << qjit_last_error();
     test::LinearPtr layer(raw);
     // The search times kernels of both code layouts; the tuned layer keeps one.
-    EXPECT_EQ(layer->cuda->executor->device_code_bytes(), pack_cuda_weights(unpack_linear(*layer)).code_bytes());
+    EXPECT_EQ(static_cast<const cuda::CudaLayer&>(*layer->gpu).executor().device_code_bytes(), pack_cuda_weights(unpack_linear(*layer)).code_bytes());
     qjit_linear_tuning tuning;
     ASSERT_EQ(qjit_linear_get_tuning_cuda(layer.get(), 1, QJIT_DTYPE_F16, &tuning), QJIT_OK) << qjit_last_error();
     EXPECT_EQ(tuning.source, QJIT_TILING_SEARCHED);
@@ -280,7 +281,7 @@ TEST(CudaDevice, CompensatedLayersMatchTheirCpuPath) {
     for (int bits : {8, 3, 16}) {
         const auto layer =
             make_linear(context.get(), matrix, quantize_low_rank(bits, k, n, rank, u.data(), v.data()));
-        ASSERT_NE(layer->cuda->low_rank, nullptr);
+        ASSERT_NE(static_cast<const cuda::CudaLayer&>(*layer->gpu).low_rank(), nullptr);
         for (qjit_dtype dtype : {QJIT_DTYPE_F16, QJIT_DTYPE_BF16})
             for (int64_t m : {1, 3, 20}) {
                 const bool f16 = dtype == QJIT_DTYPE_F16;

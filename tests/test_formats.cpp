@@ -12,6 +12,7 @@
 #include "format/quantize_rtn.hpp"
 #include "format/reference.hpp"
 #include "test_backends.hpp"
+#include "layer_internals.hpp"
 #include "test_support.hpp"
 #include "tuner/cpu_isa.hpp"
 
@@ -72,8 +73,8 @@ TEST_P(FormatTest, MatchesOracle) {
             matrix.params.act_order = true;
         }
         const std::unique_ptr<qjit_linear> layer = make_linear(context.get(), matrix);
-        ASSERT_EQ(layer->jit != nullptr, backend.isa != QJIT_ISA_PORTABLE) << layer->description;
-        if (layer->jit) EXPECT_EQ(layer->jit->spec().isa.level(), backend.isa) << layer->description;
+        ASSERT_EQ(test::jit_of(*layer) != nullptr, backend.isa != QJIT_ISA_PORTABLE) << layer->description;
+        if (test::jit_of(*layer)) EXPECT_EQ(test::jit_of(*layer)->spec().isa.level(), backend.isa) << layer->description;
 
         for (const int64_t m : kBatches) {
             SCOPED_TRACE(testing::Message() << "m=" << m << " " << layer->description);
@@ -82,9 +83,9 @@ TEST_P(FormatTest, MatchesOracle) {
             ASSERT_EQ(qjit_linear_forward(layer.get(), x.data(), m, y.data()), QJIT_OK) << qjit_last_error();
             reference_forward(matrix, x.data(), m, expected.data());
             std::vector<double> bound = test::forward_error_bound(matrix, x.data(), m);
-            if (layer->jit && layer->jit->spec().path == jit::ActivationPath::Int8)
-                test::add_int8_activation_error(bound, matrix, x.data(), m, layer->jit->spec().group_rows(),
-                                                layer->jit->spec().int8_activation_max());
+            if (test::jit_of(*layer) && test::jit_of(*layer)->spec().path == jit::ActivationPath::Int8)
+                test::add_int8_activation_error(bound, matrix, x.data(), m, test::jit_of(*layer)->spec().group_rows(),
+                                                test::jit_of(*layer)->spec().int8_activation_max());
             test::expect_within(y, expected, bound);
         }
     }

@@ -20,6 +20,7 @@
 #include "runtime/layer_backend.hpp"
 #include "runtime/linear_layer.hpp"
 #include "test_backends.hpp"
+#include "layer_internals.hpp"
 #include "test_support.hpp"
 
 namespace qjit {
@@ -186,7 +187,7 @@ TEST_P(GgufImport, ForwardsWithinTheOracleBound) {
             const QuantizedMatrix matrix = import_gguf_matrix(t.type, bytes.data(), bytes.size(), k, n);
             const LinearPtr layer = create_from_gguf(context.get(), t.type, bytes, k, n);
             ASSERT_TRUE(layer);
-            ASSERT_EQ(layer->jit != nullptr, backend.isa != QJIT_ISA_PORTABLE) << layer->description;
+            ASSERT_EQ(test::jit_of(*layer) != nullptr, backend.isa != QJIT_ISA_PORTABLE) << layer->description;
             for (const int64_t m : {1, 5}) {
                 SCOPED_TRACE(testing::Message() << "m=" << m << " " << layer->description);
                 const std::vector<float> x = test::random_floats(size_t(m * k), seed++);
@@ -194,9 +195,9 @@ TEST_P(GgufImport, ForwardsWithinTheOracleBound) {
                 ASSERT_EQ(qjit_linear_forward(layer.get(), x.data(), m, y.data()), QJIT_OK) << qjit_last_error();
                 reference_forward(matrix, x.data(), m, expected.data());
                 std::vector<double> bound = test::forward_error_bound(matrix, x.data(), m);
-                if (layer->jit && layer->jit->spec().path == jit::ActivationPath::Int8)
-                    test::add_int8_activation_error(bound, matrix, x.data(), m, layer->jit->spec().group_rows(),
-                                                    layer->jit->spec().int8_activation_max());
+                if (test::jit_of(*layer) && test::jit_of(*layer)->spec().path == jit::ActivationPath::Int8)
+                    test::add_int8_activation_error(bound, matrix, x.data(), m, test::jit_of(*layer)->spec().group_rows(),
+                                                    test::jit_of(*layer)->spec().int8_activation_max());
                 test::expect_within(y, expected, bound);
             }
         }

@@ -173,7 +173,7 @@ TEST(GptqLayer, HoldsTheOracleParamsAndCodes) {
                             const std::unique_ptr<qjit_linear> layer =
                                 qjit::make_linear_from_gptq(context.get(), k, n, checkpoint.tensors());
                             expect_same_params(layer->params, qjit::import_gptq(k, n, checkpoint.tensors()).params);
-                            ASSERT_EQ(layer->codes.words, oracle_packing(checkpoint, layer->codes.panel_columns).words);
+                            ASSERT_EQ(layer->cpu->codes().words, oracle_packing(checkpoint, layer->cpu->codes().panel_columns).words);
                         }
             }
 }

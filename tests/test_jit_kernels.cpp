@@ -16,6 +16,7 @@
 #include "runtime/linear_layer.hpp"
 #include "format/quantize_rtn.hpp"
 #include "format/reference.hpp"
+#include "layer_internals.hpp"
 #include "test_support.hpp"
 #include "tuner/cpu_isa.hpp"
 
@@ -34,7 +35,7 @@ QuantizedMatrix test_matrix(int bits, int64_t k, int64_t n, int64_t group_size) 
 }
 
 std::vector<uint8_t> code_of(const qjit_linear& layer, int rows) {
-    const auto bytes = layer.jit->kernel(rows).code_bytes();
+    const auto bytes = test::jit_of(layer)->kernel(rows).code_bytes();
     return {bytes.begin(), bytes.end()};
 }
 
@@ -44,9 +45,9 @@ void expect_matches_oracle(const qjit_linear& layer, const QuantizedMatrix& matr
     linear_forward(layer, x.data(), m, y.data());
     reference_forward(matrix, x.data(), m, expected.data());
     std::vector<double> bound = test::forward_error_bound(matrix, x.data(), m);
-    if (layer.jit->spec().path == jit::ActivationPath::Int8)
-        test::add_int8_activation_error(bound, matrix, x.data(), m, layer.jit->spec().group_rows(),
-                                        layer.jit->spec().int8_activation_max());
+    if (test::jit_of(layer)->spec().path == jit::ActivationPath::Int8)
+        test::add_int8_activation_error(bound, matrix, x.data(), m, test::jit_of(layer)->spec().group_rows(),
+                                        test::jit_of(layer)->spec().int8_activation_max());
     test::expect_within(y, expected, bound);
 }
 
@@ -94,7 +95,7 @@ TEST(JitKernels, IsaCapChangesTheEmittedCode) {
         if (!cpu_supports(isa)) continue;
         ContextPtr context = make_context(isa, QJIT_ACTIVATIONS_INT8);
         const auto layer = make_linear(context.get(), matrix);
-        ASSERT_TRUE(layer->jit);
+        ASSERT_TRUE(test::jit_of(*layer));
         EXPECT_NE(layer->description.find(std::string("isa=") + isa_name(isa) + " "), std::string::npos)
             << layer->description;
         codes.push_back(code_of(*layer, 1));
@@ -103,7 +104,7 @@ TEST(JitKernels, IsaCapChangesTheEmittedCode) {
     }
     ContextPtr portable = make_context(QJIT_ISA_PORTABLE, QJIT_ACTIVATIONS_AUTO);
     const auto layer = make_linear(portable.get(), matrix);
-    EXPECT_FALSE(layer->jit);
+    EXPECT_FALSE(test::jit_of(*layer));
     EXPECT_NE(layer->description.find("isa=portable"), std::string::npos) << layer->description;
 }
 
@@ -122,7 +123,7 @@ TEST(JitKernels, EveryTilingKnobChangesTheCodeOrScheduleAndStaysCorrect) {
             SCOPED_TRACE(tiling);
             ContextPtr context = make_context(isa, path, tiling);
             const auto layer = make_linear(context.get(), matrix);
-            ASSERT_TRUE(layer->jit);
+            ASSERT_TRUE(test::jit_of(*layer));
             for (const int64_t m : {1, 5}) expect_matches_oracle(*layer, matrix, m);
             codes.push_back(code_of(*layer, 1));
             descriptions.push_back(layer->description);
@@ -174,9 +175,9 @@ TEST(JitKernels, DumpSwitchWritesTheCode) {
     unsetenv("QJIT_DUMP_DIR");
     const auto layer = make_linear(context.get(), test_matrix(4, 64, 16, 32));
     for (int rows = 1; rows <= 2; ++rows) {
-        const std::filesystem::path file = dir / (layer->jit->kernel(rows).name() + ".bin");
+        const std::filesystem::path file = dir / (test::jit_of(*layer)->kernel(rows).name() + ".bin");
         ASSERT_TRUE(std::filesystem::exists(file)) << file;
-        EXPECT_EQ(std::filesystem::file_size(file), layer->jit->kernel(rows).code_bytes().size());
+        EXPECT_EQ(std::filesystem::file_size(file), test::jit_of(*layer)->kernel(rows).code_bytes().size());
     }
     std::filesystem::remove_all(dir);
 }

@@ -14,6 +14,7 @@
 #include "jit/x86/cpu_kernel.hpp"
 #include "runtime/layer_backend.hpp"
 #include "runtime/linear_layer.hpp"
+#include "layer_internals.hpp"
 #include "test_support.hpp"
 #include "tuner/cpu_isa.hpp"
 
@@ -145,8 +146,8 @@ TEST(LayerBackend, WhatTheJitRefusesRunsOnThePortablePath) {
     const QuantizedMatrix matrix = quantize_rtn({.bits = 4, .group_size = 48, .scale_type = ScaleType::F32}, k, n, w.data());
     test::ContextPtr context = test::make_test_context(2, QJIT_ISA_AUTO, QJIT_ACTIVATIONS_F32);
     const std::unique_ptr<qjit_linear> layer = make_linear(context.get(), matrix);
-    EXPECT_EQ(layer->backend->kind(), BackendKind::Portable) << layer->description;
-    EXPECT_FALSE(layer->jit);
+    EXPECT_EQ(layer->cpu->kind(), BackendKind::Portable) << layer->description;
+    EXPECT_FALSE(test::jit_of(*layer));
     const std::vector<float> x = test::random_floats(size_t(m * k), 6);
     std::vector<float> y(size_t(m * n)), expected(y.size());
     linear_forward(*layer, x.data(), m, y.data());

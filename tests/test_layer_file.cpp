@@ -22,6 +22,7 @@
 #include "format/quantize_rtn.hpp"
 #include "format/reference.hpp"
 #include "child_process.hpp"
+#include "layer_internals.hpp"
 #include "test_support.hpp"
 
 namespace qjit {
@@ -74,7 +75,7 @@ TEST_F(LayerFileTest, RoundTripIsExactForEveryBitWidth) {
         qjit_linear* raw = nullptr;
         ASSERT_EQ(qjit_linear_load(context_.get(), path("layer.qjit").c_str(), &raw), QJIT_OK) << qjit_last_error();
         LinearPtr loaded(raw);
-        EXPECT_EQ(loaded->codes.words, layer->codes.words);
+        EXPECT_EQ(loaded->cpu->codes().words, layer->cpu->codes().words);
         EXPECT_EQ(loaded->params.scales, layer->params.scales);
         EXPECT_EQ(loaded->params.zeros, layer->params.zeros);
         EXPECT_EQ(loaded->params.row_order, layer->params.row_order);
@@ -97,7 +98,7 @@ TEST_F(LayerFileTest, LoadsIntoAContextWithAnotherKernel) {
     qjit_linear* raw = nullptr;
     ASSERT_EQ(qjit_linear_load(portable.get(), path("layer.qjit").c_str(), &raw), QJIT_OK) << qjit_last_error();
     LinearPtr loaded(raw);
-    EXPECT_FALSE(loaded->jit);
+    EXPECT_FALSE(test::jit_of(*loaded));
     const QuantizedMatrix saved = unpack_linear(*layer), restored = unpack_linear(*loaded);
     EXPECT_EQ(restored.codes, saved.codes);
     EXPECT_EQ(restored.params.row_order, saved.params.row_order);
@@ -431,9 +432,9 @@ TEST_F(FeatureLayerFileTest, RoundTripIsExact) {
         EXPECT_EQ(restored.row_order, saved.row_order);
         EXPECT_EQ(restored.outliers, f.outliers);
         EXPECT_EQ(restored.outliers_data, saved.outliers_data);
-        EXPECT_EQ(loaded->codes.block_bits, layer->codes.block_bits);
-        EXPECT_EQ(loaded->codes.block_starts, layer->codes.block_starts);
-        EXPECT_EQ(loaded->codes.words, layer->codes.words);
+        EXPECT_EQ(loaded->cpu->codes().block_bits, layer->cpu->codes().block_bits);
+        EXPECT_EQ(loaded->cpu->codes().block_starts, layer->cpu->codes().block_starts);
+        EXPECT_EQ(loaded->cpu->codes().words, layer->cpu->codes().words);
         EXPECT_EQ(unpack_linear(*loaded).codes, unpack_linear(*layer).codes);
         EXPECT_EQ(loaded->description, layer->description);
         const LowRankFactors saved_lr = unpack_low_rank(*layer), restored_lr = unpack_low_rank(*loaded);
@@ -462,16 +463,13 @@ TEST_F(FeatureLayerFileTest, RoundTripIsExact) {
 TEST_F(FeatureLayerFileTest, LoadsCodesPackedInOtherPanels) {
     const Features f{true, true, 12, true, 0};
     const QuantizedMatrix m = feature_matrix(f);
-    qjit_linear narrow;
-    narrow.context = portable_.get();
-    narrow.params = m.params;
-    narrow.codes = pack_codes(m.codes.data(), m.params.bits, kFeatureK, kFeatureN, 8, block_widths(m.params));
-    write_file(path("narrow.qjit"), serialize_layer(narrow));
+    const PackedCodes narrow = pack_codes(m.codes.data(), m.params.bits, kFeatureK, kFeatureN, 8, block_widths(m.params));
+    write_file(path("narrow.qjit"), serialize_layer(m.params, narrow, {}));
     qjit_linear* raw = nullptr;
     ASSERT_EQ(qjit_linear_load(portable_.get(), path("narrow.qjit").c_str(), &raw), QJIT_OK) << qjit_last_error();
     LinearPtr loaded(raw);
-    EXPECT_NE(loaded->codes.panel_columns, 8);
-    EXPECT_EQ(loaded->codes.block_bits, block_widths(m.params));
+    EXPECT_NE(loaded->cpu->codes().panel_columns, 8);
+    EXPECT_EQ(loaded->cpu->codes().block_bits, block_widths(m.params));
     const QuantizedMatrix restored = unpack_linear(*loaded);
     EXPECT_EQ(restored.codes, m.codes);
     EXPECT_EQ(restored.params.second_order, m.params.second_order);
@@ -518,7 +516,7 @@ std::map<std::string, size_t> section_offsets(const std::string& image, const qj
     std::memcpy(&header, image.data() + 12, 4);
     const QuantParams& p = layer.params;
     const std::vector<std::pair<std::string, size_t>> sizes = {
-        {"codes", layer.codes.words.size() * 4},
+        {"codes", layer.cpu->codes().words.size() * 4},
         {"scales", p.second_order_scales() ? 0 : p.scales.size() * 4},
         {"zeros", p.zeros.size() * 2},
         {"row_order", p.row_order.size() * 4},
@@ -747,19 +745,13 @@ TEST_F(FeatureLayerFileTest, CorpusFilesAreWrittenBackByteForByte) {
     for (const auto& entry : std::filesystem::directory_iterator(corpus)) {
         SCOPED_TRACE(entry.path().filename().string());
         const std::string image = read_file(entry.path().string());
-        LayerImage loaded = deserialize_layer(image);
-        qjit_linear layer;
-        layer.context = portable_.get();
-        layer.params = std::move(loaded.params);
-        layer.codes = std::move(loaded.codes);
-        if (loaded.compensator.rank > 0)
-            layer.low_rank = std::make_unique<LowRankPass>(portable_.get(), std::move(loaded.compensator), layer.params.k,
-                                                           layer.params.n, QJIT_ACTIVATIONS_F32);
+        const LayerImage loaded = deserialize_layer(image);
         // The header names the qjit that wrote it: the file's own, for the comparison.
         const std::string key = "\"qjit_version\":\"";
         const size_t at = image.find(key) + key.size();
         const std::string written = with_edited_header(
-            serialize_layer(layer), replace_text(concat(key, qjit_version(), "\""),
+            serialize_layer(loaded.params, loaded.codes, loaded.compensator),
+            replace_text(concat(key, qjit_version(), "\""),
                                                  concat(key, image.substr(at, image.find('"', at) - at), "\"")));
         EXPECT_EQ(written, image);
         versions.insert(version_of(image));
@@ -778,16 +770,13 @@ TEST_F(FeatureLayerFileTest, DISABLED_WritesFuzzSeeds) {
     for (const auto& [name, f] : {std::pair<const char*, Features>{"layer6", {true, true, 3, true, 0}},
                                   {"layer7", {true, true, 3, false, 8}}}) {
         const QuantizedMatrix m = feature_matrix(f, k, n);
-        qjit_linear layer;
-        layer.context = portable_.get();
-        layer.params = m.params;
-        layer.codes = pack_codes(m.codes.data(), m.params.bits, k, n, 8, block_widths(m.params));
+        const PackedCodes codes = pack_codes(m.codes.data(), m.params.bits, k, n, 8, block_widths(m.params));
+        LowRankFactors compensator;
         if (f.compensator_bits) {
             const std::vector<float> u = test::random_floats(size_t(k * 2), 12), v = test::random_floats(size_t(2 * n), 13);
-            layer.low_rank = std::make_unique<LowRankPass>(portable_.get(), quantize_low_rank(8, k, n, 2, u.data(), v.data()),
-                                                           k, n, QJIT_ACTIVATIONS_F32);
+            compensator = quantize_low_rank(8, k, n, 2, u.data(), v.data());
         }
-        const std::string image = serialize_layer(layer);
+        const std::string image = serialize_layer(m.params, codes, compensator);
         ASSERT_EQ(version_of(image), kMixedLayerFileVersion);
         EXPECT_EQ(deserialize_layer(image).params.format(), m.params.format());
         write_file(concat(dir, "/fuzz_layer_file/", name), image);

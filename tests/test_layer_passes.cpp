@@ -99,7 +99,7 @@ TEST(LayerPasses, EveryPlanMatchesTheOracle) {
         test::ContextPtr context = test::make_test_context(2, c.isa, QJIT_ACTIVATIONS_F32, c.tiling);
         if (c.isa != QJIT_ISA_PORTABLE && context->isa < QJIT_ISA_AVX2) continue;  // no generated kernels here
         std::unique_ptr<qjit_linear> layer = make_linear(context.get(), matrix);
-        EXPECT_EQ(passes_text(layer->backend->passes()), c.passes);
+        EXPECT_EQ(passes_text(layer->cpu->passes()), c.passes);
         EXPECT_NE(layer->description.find(std::string("passes=") + c.passes), std::string::npos) << layer->description;
         std::vector<float> y(size_t(m * n));
         linear_forward(*layer, x.data(), m, y.data());

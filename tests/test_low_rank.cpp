@@ -14,6 +14,7 @@
 #include "format/quantize_rtn.hpp"
 #include "format/reference.hpp"
 #include "runtime/linear_layer.hpp"
+#include "layer_internals.hpp"
 #include "test_support.hpp"
 
 namespace qjit {
@@ -44,9 +45,9 @@ std::vector<float> absolute(const float* values, size_t count) {
 std::vector<double> product_bound(const qjit_linear& layer, const QuantizedMatrix& matrix,
                                   const std::vector<float>& x_magnitude, int64_t m) {
     std::vector<double> bound = test::forward_error_bound(matrix, x_magnitude.data(), m);
-    if (layer.jit && layer.jit->spec().path == jit::ActivationPath::Int8)
-        test::add_int8_activation_error(bound, matrix, x_magnitude.data(), m, layer.jit->spec().group_rows(),
-                                        layer.jit->spec().int8_activation_max());
+    if (test::jit_of(layer) && test::jit_of(layer)->spec().path == jit::ActivationPath::Int8)
+        test::add_int8_activation_error(bound, matrix, x_magnitude.data(), m, test::jit_of(layer)->spec().group_rows(),
+                                        test::jit_of(layer)->spec().int8_activation_max());
     return bound;
 }
 
@@ -80,23 +81,23 @@ std::vector<double> compensator_bound(const qjit_linear& layer, const LowRankFac
     const bool codes = f.bits != 16;
     std::vector<double> bound_t;
     if (codes) {
-        bound_t = product_bound(layer.low_rank->u_layer(), f.u.codes, x_magnitude, m);
+        bound_t = product_bound(layer.cpu->low_rank()->u_layer(), f.u.codes, x_magnitude, m);
     } else {
         bound_t = absolute_product(x_magnitude, u, m, k, r);
         for (double& b : bound_t) b *= double(k + 1) * FLT_EPSILON;
     }
     // What the second stage multiplies: t s (codes) or t (fp16), off by `stage_error`.
-    const std::vector<float> second_factor = codes ? dequantize(unpack_linear(layer.low_rank->v_layer())) : dense_v(f);
+    const std::vector<float> second_factor = codes ? dequantize(unpack_linear(layer.cpu->low_rank()->v_layer())) : dense_v(f);
     std::vector<float> input_magnitude(t.size()), stage_error(t.size());
     for (size_t i = 0; i < t.size(); ++i) {
-        const double s = codes ? std::fabs(double(layer.low_rank->v_scales()[i % size_t(r)])) : 1.0;
+        const double s = codes ? std::fabs(double(layer.cpu->low_rank()->v_scales()[i % size_t(r)])) : 1.0;
         const double error = bound_t[i] * s + (std::fabs(t[i]) + bound_t[i]) * s * FLT_EPSILON;
         stage_error[i] = float(error);
         input_magnitude[i] = float((std::fabs(t[i]) * s + error) * (1 + FLT_EPSILON));
     }
     std::vector<double> bound_second;
     if (codes) {
-        bound_second = product_bound(layer.low_rank->v_layer(), unpack_linear(layer.low_rank->v_layer()),
+        bound_second = product_bound(layer.cpu->low_rank()->v_layer(), unpack_linear(layer.cpu->low_rank()->v_layer()),
                                      input_magnitude, m);
     } else {
         bound_second = absolute_product(input_magnitude, second_factor, m, r, n);
@@ -188,8 +189,8 @@ TEST(LowRankLayer, DescribesItsPassAndCountsItsBytes) {
     EXPECT_EQ(layer->params.kernel_name(), "q3g64_asym");
     EXPECT_NE(layer->description.find("low_rank[q8]"), std::string::npos) << layer->description;
     EXPECT_NE(layer->description.find("low_rank=r16q8"), std::string::npos) << layer->description;
-    EXPECT_EQ(weight_bytes(*layer), weight_bytes(*plain) + layer->low_rank->streamed_bytes());
-    EXPECT_GE(layer->low_rank->streamed_bytes(), (256 + 96) * 16);  // one byte per INT8 value at least
+    EXPECT_EQ(weight_bytes(*layer), weight_bytes(*plain) + layer->cpu->low_rank()->streamed_bytes());
+    EXPECT_GE(layer->cpu->low_rank()->streamed_bytes(), (256 + 96) * 16);  // one byte per INT8 value at least
     const LowRankFactors back = unpack_low_rank(*layer);
     EXPECT_EQ(back.rank, 16);
     const LowRankFactors given = random_factors(8, 256, 96, 16, 13);

@@ -21,6 +21,7 @@
 #include "runtime/linear_layer.hpp"
 #include "mixed_matrix.hpp"
 #include "test_backends.hpp"
+#include "layer_internals.hpp"
 #include "test_support.hpp"
 #include "tuner/cpu_isa.hpp"
 
@@ -60,9 +61,9 @@ void expect_matches_oracle(const qjit_linear& layer, const QuantizedMatrix& matr
         reference_forward(matrix, x.data(), m, expected.data());
         std::vector<double> bound = test::forward_error_bound(matrix, x.data(), m);
         add_outlier_rounding(bound, matrix, x.data(), m);
-        if (layer.jit && layer.jit->spec().path == jit::ActivationPath::Int8)
-            test::add_int8_activation_error(bound, matrix, x.data(), m, layer.jit->spec().group_rows(),
-                                            layer.jit->spec().int8_activation_max());
+        if (test::jit_of(layer) && test::jit_of(layer)->spec().path == jit::ActivationPath::Int8)
+            test::add_int8_activation_error(bound, matrix, x.data(), m, test::jit_of(layer)->spec().group_rows(),
+                                            test::jit_of(layer)->spec().int8_activation_max());
         test::expect_within(y, expected, bound);
     }
 }
@@ -89,7 +90,7 @@ TEST_P(MixedFormatTest, MatchesOracle) {
         SCOPED_TRACE(testing::Message() << "K=" << shape.k << " N=" << shape.n << " g" << shape.group_size);
         const QuantizedMatrix matrix = synthetic_matrix(shape.k, shape.n, shape.group_size, features, seed++);
         const std::unique_ptr<qjit_linear> layer = make_linear(context.get(), matrix);
-        ASSERT_EQ(layer->jit != nullptr, backend.isa != QJIT_ISA_PORTABLE) << layer->description;
+        ASSERT_EQ(test::jit_of(*layer) != nullptr, backend.isa != QJIT_ISA_PORTABLE) << layer->description;
         EXPECT_EQ(layer->params.name(), matrix.params.name());
         expect_matches_oracle(*layer, matrix, seed);
         seed += 3;
@@ -115,7 +116,7 @@ TEST(MixedFormat, EveryTilingMatchesTheOracle) {
             test::ContextPtr context = test::make_test_context(2, QJIT_ISA_AUTO, activations, tiling);
             if (context->isa < QJIT_ISA_AVX2) GTEST_SKIP() << "no generated kernels on this CPU";
             const std::unique_ptr<qjit_linear> layer = make_linear(context.get(), matrix);
-            ASSERT_TRUE(layer->jit);
+            ASSERT_TRUE(test::jit_of(*layer));
             EXPECT_NE(layer->description.find("outliers"), std::string::npos) << layer->description;
             expect_matches_oracle(*layer, matrix, 40);
         }
@@ -136,7 +137,7 @@ TEST(MixedFormat, SecondOrderPanelsHoldWhole16ColumnGroups) {
     }
     test::ContextPtr tuned = test::make_test_context(2, QJIT_ISA_AVX2, QJIT_ACTIVATIONS_F32);
     const std::unique_ptr<qjit_linear> layer = make_linear(tuned.get(), matrix);
-    EXPECT_EQ(layer->jit->spec().panel_columns() % 16, 0) << layer->description;
+    EXPECT_EQ(test::jit_of(*layer)->spec().panel_columns() % 16, 0) << layer->description;
 }
 
 // The tuner's count of the bytes a forward streams (what it times candidates by) is the layer's
@@ -148,8 +149,8 @@ TEST(MixedFormat, TheTunersByteCountIsTheLayers) {
         const QuantizedMatrix matrix = synthetic_matrix(256, 96, 32, {false, second_order, false, false}, 4);
         test::ContextPtr context = test::make_test_context(2, QJIT_ISA_AVX2, QJIT_ACTIVATIONS_F32);
         const std::unique_ptr<qjit_linear> layer = make_linear(context.get(), matrix);
-        ASSERT_TRUE(layer->jit) << layer->description;
-        EXPECT_EQ(forward_weight_bytes(layer->jit->spec(), matrix.params.n), weight_bytes(*layer)) << layer->description;
+        ASSERT_TRUE(test::jit_of(*layer)) << layer->description;
+        EXPECT_EQ(forward_weight_bytes(test::jit_of(*layer)->spec(), matrix.params.n), weight_bytes(*layer)) << layer->description;
     }
 }
 
@@ -165,11 +166,13 @@ TEST(MixedFormat, AMultiProductPlanRunsOnEveryBackend) {
         test::ContextPtr context = test::make_test_context(2, backend.isa, backend.activations,
                                                            portable ? nullptr : "tu=2,mb=3,ksplit=3");
         const std::unique_ptr<qjit_linear> layer = make_linear(context.get(), matrix);
-        if (portable)
-            layer->backend = std::make_unique<PortableBackend>(plan_forward(layer->params, layer->params.num_groups(), 3),
-                                                               layer->params);
-        EXPECT_EQ(passes_text(layer->backend->passes()), products);
-        EXPECT_EQ(layer->backend->kind(), portable ? BackendKind::Portable : BackendKind::X86Jit);
+        if (portable) {
+            PackedCodes codes = layer->cpu->codes();
+            layer->cpu = std::make_unique<PortableLayer>(plan_forward(layer->params, layer->params.num_groups(), 3),
+                                                         layer->params, std::move(codes), nullptr, *context->pool);
+        }
+        EXPECT_EQ(passes_text(layer->cpu->passes()), products);
+        EXPECT_EQ(layer->cpu->kind(), portable ? BackendKind::Portable : BackendKind::X86Jit);
         expect_matches_oracle(*layer, matrix, 60);
     }
 }
@@ -177,7 +180,7 @@ TEST(MixedFormat, AMultiProductPlanRunsOnEveryBackend) {
 TEST(MixedFormat, PlansOneProductOverBothWidthsThenTheOutliers) {
     const QuantizedMatrix matrix = synthetic_matrix(512, 64, 64, {true, false, true, false}, 5);
     test::ContextPtr portable = test::make_test_context(2, QJIT_ISA_PORTABLE);
-    EXPECT_EQ(passes_text(make_linear(portable.get(), matrix)->backend->passes()), "product[0:8)qmixed,outliers");
+    EXPECT_EQ(passes_text(make_linear(portable.get(), matrix)->cpu->passes()), "product[0:8)qmixed,outliers");
 }
 
 // What validate() refuses, by name.

@@ -16,6 +16,7 @@
 #include "format/quantize_rtn.hpp"
 #include "format/reference.hpp"
 #include "runtime/linear_layer.hpp"
+#include "layer_internals.hpp"
 #include "test_support.hpp"
 #include "tools/random_gptq.hpp"
 #include "tuner/cpu_isa.hpp"
@@ -146,7 +147,7 @@ void expect_matches_separate_calls_and_oracle(qjit_context* context, const std::
         const QuantizedMatrix matrix = unpack_linear(*layers[e]);
         reference_forward(matrix, xe.data(), count, reference.data());
         std::vector<double> expert_bound = test::forward_error_bound(matrix, xe.data(), count);
-        const JitExecutor* jit = layers[e]->jit;
+        const JitExecutor* jit = test::jit_of(*layers[e]);
         if (jit && jit->spec().path == jit::ActivationPath::Int8)
             test::add_int8_activation_error(expert_bound, matrix, xe.data(), count, jit->spec().group_rows(),
                                             jit->spec().int8_activation_max());
@@ -246,7 +247,7 @@ TEST(Moe, KSplitTilings) {
             ContextPtr context = test::make_test_context(2, QJIT_ISA_AUTO, path, tiling);
             std::vector<LinearPtr> layers;
             for (uint32_t e = 0; e < 4; ++e) layers.push_back(make_f32_layer(context.get(), 4, 64, k, n, 50 + e));
-            if (layers[0]->jit) EXPECT_GT(layers[0]->jit->k_parts(), 1) << layers[0]->description;
+            if (test::jit_of(*layers[0])) EXPECT_GT(test::jit_of(*layers[0])->k_parts(), 1) << layers[0]->description;
             expect_matches_separate_calls_and_oracle(context.get(), layers, random_routing(9, {2, 4, 1, 7}, true, 8));
         }
 }
@@ -269,7 +270,7 @@ TEST(Moe, PortableLayers) {
     std::vector<LinearPtr> layers;
     for (uint32_t e = 0; e < 3; ++e) layers.push_back(make_f32_layer(context.get(), 4, 32, 160, 70, 70 + e));
     layers.push_back(make_act_order_layer(context.get(), 4, 32, 160, 70, 73));
-    ASSERT_FALSE(layers[0]->jit);
+    ASSERT_FALSE(test::jit_of(*layers[0]));
     expect_matches_separate_calls_and_oracle(context.get(), layers, random_routing(8, {2, 0, 3, 5}, true, 10));
 }
 
@@ -354,7 +355,7 @@ TEST(Moe, LayersWithOutliersAreRefusedByName) {
     qjit_calibration_destroy(calibration);
     ASSERT_EQ(status, QJIT_OK) << qjit_last_error();
     const LinearPtr layer(created);
-    ASSERT_TRUE(layer->jit) << layer->description;
+    ASSERT_TRUE(test::jit_of(*layer)) << layer->description;
     ASSERT_GT(layer->params.outliers, 0);
 
     const std::vector<int32_t> rows = {0, 2};

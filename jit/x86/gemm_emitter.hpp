@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "jit/x86/cpu_kernel.hpp"
+#include "format/panel_metadata.hpp"
 #include "jit/x86/jit_generator.hpp"
 
 namespace qjit::jit {
@@ -21,8 +22,8 @@ inline constexpr int kEpilogueTemporaries = 4;
 // The code widths a kernel of `spec` handles: its format's bits, or the widths of a mixed format.
 std::vector<int> kernel_widths(const CpuKernelSpec& spec);
 
-// Bytes of the fp16 (scale, zero) pair of one 16-column second-order group.
-inline constexpr int kSecondOrderPairBytes = 4;
+// Bytes of the fp16 (scale, zero) pair of one 16-column second-order group: the packer's table.
+inline constexpr int kSecondOrderPairBytes = PanelMetadataLayout::kSecondOrderPairBytes;
 
 // Whether the kernel reads activations as EVEX embedded-broadcast memory operands (AVX-512 with
 // an instruction that takes one: vfmadd231ps, vpdpbusd) instead of broadcast registers.

@@ -11,7 +11,6 @@
 #include "base/half.hpp"
 #include "runtime/cpu/cache_eviction.hpp"
 #include "runtime/cpu/outlier_add.hpp"
-#include "runtime/linear_layer.hpp"
 #include "tuner/cpu_isa.hpp"
 
 namespace qjit {
@@ -47,6 +46,27 @@ std::vector<JitExecutor::GroupRange> group_ranges(const jit::CpuKernelSpec& spec
     return ranges;
 }
 
+// The kernels for each activation-row count a forward meets (every count up to the tiling's
+// rows, or those of `only_batch` rows), null where not generated.
+std::vector<std::unique_ptr<jit::JitGenerator>> generate_kernels(const jit::CpuKernelSpec& spec, int64_t only_batch,
+                                                                 const std::string& dump_dir) {
+    std::vector<std::unique_ptr<jit::JitGenerator>> kernels;
+    const int max_rows = spec.tiling.mb;
+    for (int rows = 1; rows <= max_rows; ++rows) {
+        const bool needed = only_batch <= 0 || rows == std::min<int64_t>(max_rows, only_batch) ||
+                            (only_batch > max_rows && rows == only_batch % max_rows);
+        if (!needed) {
+            kernels.push_back(nullptr);
+            continue;
+        }
+        jit::CpuKernelSpec variant = spec;
+        variant.rows = rows;
+        kernels.push_back(jit::generate_cpu_kernel(variant));
+        if (!dump_dir.empty()) dump_kernel(*kernels.back(), dump_dir);
+    }
+    return kernels;
+}
+
 }  // namespace
 
 std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightFormat& format) {
@@ -55,84 +75,25 @@ std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightF
 
 JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::vector<Pass>& passes,
                          const std::string& dump_dir, ThreadPool* pool, int64_t only_batch)
-    : LayerBackend(passes),
-      spec_(spec),
+    : spec_(spec),
       group_ranges_(group_ranges(spec, passes)),
       panels_((p.n + spec.panel_columns() - 1) / spec.panel_columns()),
       gathers_(has_pass(passes, PassKind::Gather)),
       only_batch_(only_batch) {
     const auto emission_start = std::chrono::steady_clock::now();
-    const int max_rows = spec.tiling.mb;
-    for (int rows = 1; rows <= max_rows; ++rows) {
-        const bool needed = only_batch <= 0 || rows == std::min<int64_t>(max_rows, only_batch) ||
-                            (only_batch > max_rows && rows == only_batch % max_rows);
-        if (!needed) {
-            kernels_.push_back(nullptr);
-            continue;
-        }
-        jit::CpuKernelSpec variant = spec;
-        variant.rows = rows;
-        kernels_.push_back(jit::generate_cpu_kernel(variant));
-        if (!dump_dir.empty()) dump_kernel(*kernels_.back(), dump_dir);
-    }
+    kernels_ = generate_kernels(spec, only_batch, dump_dir);
     emission_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - emission_start).count();
 
-    // Scales and zero points in panel order, so a kernel streams its panel's metadata contiguously.
-    // Groups past the layer's own (groups of 16 over the padded rows) get scale 0.
-    const int64_t panel = spec.panel_columns(), panels = (p.n + panel - 1) / panel, groups = spec.num_groups();
-    const bool second_order = spec.format.second_order_scales();
-    const size_t scale_bytes = spec.format.scale_bytes();
-    const int64_t pairs_per_group = panel / SecondOrderScales::kColumns;
-    if (second_order) {
-        scales_.assign(size_t(panels * groups * pairs_per_group * jit::kSecondOrderPairBytes), 0);
-    } else {
-        scales_.assign(size_t(panels * groups * panel) * scale_bytes, 0);
-    }
-    // Zero points are a byte each; float offsets are stored like the scales.
-    const size_t zero_bytes = p.float_offsets ? scale_bytes : 1;
-    if (!p.symmetric) zeros_.assign(size_t(panels * groups * panel) * zero_bytes, 0);
-    auto put_float = [&](std::vector<uint8_t>& to, size_t at, float value) {
-        if (spec.format.f16_scales()) {
-            const uint16_t half = float_to_half(value);
-            std::memcpy(&to[at * 2], &half, 2);
-        } else {
-            std::memcpy(&to[at * 4], &value, 4);
-        }
-    };
-    auto repack_second_order = [&](int64_t panel_index, int64_t g) {
-        const int64_t column_groups = SecondOrderScales::column_groups(p.n);
-        for (int64_t j = 0; j < pairs_per_group; ++j) {
-            const int64_t column_group = (panel_index * panel) / SecondOrderScales::kColumns + j;
-            if (column_group >= column_groups) break;
-            const uint16_t pair[2] = {p.second_order.scales[size_t(g * column_groups + column_group)],
-                                      p.second_order.zeros[size_t(g * column_groups + column_group)]};
-            std::memcpy(&scales_[size_t(((panel_index * groups + g) * pairs_per_group + j) * jit::kSecondOrderPairBytes)],
-                        pair, sizeof pair);
-        }
-    };
-    auto repack_panel = [&](int64_t panel_index) {
-        for (int64_t g = 0; g < p.num_groups(); ++g) {
-            if (second_order) repack_second_order(panel_index, g);
-            for (int64_t c = panel_index * panel; c < std::min(p.n, (panel_index + 1) * panel); ++c) {
-                const size_t at = size_t((panel_index * groups + g) * panel + c % panel);
-                const float scale = p.scales[size_t(g * p.n + c)];
-                if (second_order) {
-                    zeros_[at] = uint8_t(p.zeros[size_t(g * p.n + c)] | p.second_order.codes[size_t(g * p.n + c)] << 4);
-                    continue;
-                }
-                put_float(scales_, at, scale);
-                if (p.float_offsets) put_float(zeros_, at, p.offsets[size_t(g * p.n + c)]);
-                else if (!p.symmetric) zeros_[at] = uint8_t(p.zeros[size_t(g * p.n + c)]);
-            }
-        }
-    };
+    const PanelMetadataLayout layout{spec.format, spec.panel_columns(), spec.num_groups()};
+    metadata_ = allocate_panel_metadata(p, layout);
+    auto pack_panel = [&](int64_t panel) { pack_panel_metadata(p, layout, panel, metadata_); };
     if (pool != nullptr)
-        pool->parallel_for(panels, repack_panel);
+        pool->parallel_for(panels_, pack_panel);
     else
-        for (int64_t panel_index = 0; panel_index < panels; ++panel_index) repack_panel(panel_index);
+        for (int64_t panel = 0; panel < panels_; ++panel) pack_panel(panel);
 
     if (!p.uniform_bits()) {
-        group_bits_.assign(size_t(groups), p.group_bits.back());
+        group_bits_.assign(size_t(spec.num_groups()), p.group_bits.back());
         std::copy(p.group_bits.begin(), p.group_bits.end(), group_bits_.begin());
     }
     if (has_pass(passes, PassKind::Outliers)) {
@@ -144,8 +105,8 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
 }
 
 void JitExecutor::evict_metadata() const {
-    evict_from_caches(scales_);
-    evict_from_caches(zeros_);
+    evict_from_caches(metadata_.scales);
+    evict_from_caches(metadata_.zeros);
     evict_from_caches(group_bits_);
     evict_from_caches(outliers_.column_start);
     evict_from_caches(outliers_.rows);
@@ -153,7 +114,7 @@ void JitExecutor::evict_metadata() const {
 }
 
 int64_t JitExecutor::metadata_bytes() const {
-    return int64_t(scales_.size() + zeros_.size() + group_bits_.size() + outliers_.rows.size() * sizeof(int32_t) +
+    return int64_t(metadata_.scales.size() + metadata_.zeros.size() + group_bits_.size() + outliers_.rows.size() * sizeof(int32_t) +
                    outlier_values_.size() * sizeof(float) + outliers_.column_start.size() * sizeof(int64_t));
 }
 
@@ -180,26 +141,6 @@ void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const 
     add_partials(y, partials, m, p.n);
 }
 
-void JitExecutor::run(const qjit_linear& layer, const float* x, int64_t m, float* y) const {
-    forward(layer.params, layer.codes, x, m, y, *layer.context->pool);
-    for (const Pass& pass : passes()) {
-        switch (pass.kind) {
-            case PassKind::Gather:    // in the activation prologue
-            case PassKind::Product:   // the tasks of forward's dispatch
-            case PassKind::Outliers:  // in the task of a panel's first K part
-                break;
-            case PassKind::LowRank: layer.low_rank->add(x, m, y); break;
-        }
-    }
-}
-
-std::string JitExecutor::kernel_name(const qjit_linear&) const { return jit::kernel_name(spec_); }
-
-std::string JitExecutor::kernel_fields(const qjit_linear& layer) const {
-    return concat("isa=", isa_name(spec_.isa.level()), " activations=", spec_.path == jit::ActivationPath::Int8 ? "int8" : "f32",
-                  " tiling=", layer.tuning.tiling);
-}
-
 // A task is one panel and one K part for every row tile: the row tiles after the first read the
 // panel's codes from L2 instead of memory.
 void JitExecutor::run_product_task(const QuantParams& p, const PackedCodes& codes, const PreparedActivations& act,
@@ -215,13 +156,14 @@ void JitExecutor::run_product_task(const QuantParams& p, const PackedCodes& code
 
     jit::CpuKernelArgs args;
     args.codes = codes.panel(n0) + codes.block_start(range.first_block) * panel;
-    args.scales = scales_.data() + (spec_.format.second_order_scales()
-                                        ? size_t((p_index * groups + range.first) * (panel / SecondOrderScales::kColumns) *
-                                                 jit::kSecondOrderPairBytes)
-                                        : size_t((p_index * groups + range.first) * panel) * scale_bytes);
+    args.scales = metadata_.scales.data() +
+                  (spec_.format.second_order_scales()
+                       ? size_t((p_index * groups + range.first) * (panel / SecondOrderScales::kColumns) *
+                                PanelMetadataLayout::kSecondOrderPairBytes)
+                       : size_t((p_index * groups + range.first) * panel) * scale_bytes);
     args.group_bits = group_bits_.empty() ? nullptr : group_bits_.data() + range.first;
     const size_t zero_bytes = p.float_offsets ? scale_bytes : 1;
-    args.zeros = zeros_.empty() ? nullptr : zeros_.data() + size_t((p_index * groups + range.first) * panel) * zero_bytes;
+    args.zeros = metadata_.zeros.empty() ? nullptr : metadata_.zeros.data() + size_t((p_index * groups + range.first) * panel) * zero_bytes;
     args.y = tile.data();
     args.full_groups = range.full_groups;
     args.tail_blocks = range.tail_blocks;

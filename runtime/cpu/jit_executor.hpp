@@ -1,8 +1,9 @@
-// Runs a layer on generated x86 kernels: owns the kernels (one per activation-row count up to
-// the tiling's), the scales and zero points repacked per panel, and the parallel schedule. As a
-// layer's backend (runtime/layer_backend.hpp) it runs the plan with the gather, the products and
-// the outliers fused into one dispatch; which formats it runs is the generator's answer
-// (jit::unsupported_reason, jit/x86/cpu_kernel.hpp).
+// Runs products on generated x86 kernels: owns the kernels (one per activation-row count up to
+// the tiling's), the scales and zero points in the panel layout (format/panel_metadata.hpp), and
+// the parallel schedule: the gather, the products and the outliers of a plan fused into one
+// dispatch. A layer's JIT backend (runtime/cpu/jit_layer.hpp) runs on one; the tuner times
+// candidates on others. Which formats it runs is the generator's answer (jit::unsupported_reason,
+// jit/x86/cpu_kernel.hpp).
 #pragma once
 
 #include <cstdint>
@@ -13,10 +14,10 @@
 #include "jit/x86/cpu_kernel.hpp"
 #include "jit/x86/jit_generator.hpp"
 #include "format/packed_codes.hpp"
+#include "format/panel_metadata.hpp"
 #include "format/quantized_matrix.hpp"
 #include "runtime/cpu/activation_prologue.hpp"
 #include "runtime/cpu/thread_pool.hpp"
-#include "runtime/layer_backend.hpp"
 #include "runtime/layer_passes.hpp"
 
 namespace qjit {
@@ -25,7 +26,7 @@ namespace qjit {
 // as the tiling's K-split asks (groups of 16 rows split in pairs: they share a 32-row block).
 std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightFormat& format);
 
-class JitExecutor final : public LayerBackend {
+class JitExecutor {
 public:
     // spec.rows must equal spec.tiling.mb; codes must be packed with spec.panel_columns().
     // `passes`: the layer's plan (runtime/layer_passes.hpp) over spec.num_groups() groups; its
@@ -42,13 +43,8 @@ public:
     void forward(const QuantParams& params, const PackedCodes& codes, const float* x, int64_t m, float* y,
                  ThreadPool& pool) const;
 
-    // The layer's backend: forward, then the passes that run after the products (the compensator).
-    BackendKind kind() const override { return BackendKind::X86Jit; }
-    void run(const qjit_linear& layer, const float* x, int64_t m, float* y) const override;
-    std::string kernel_name(const qjit_linear& layer) const override;
-    std::string kernel_fields(const qjit_linear& layer) const override;
-    int64_t metadata_bytes(const qjit_linear&) const override { return metadata_bytes(); }
-    void evict_metadata(const qjit_linear&) const override { evict_metadata(); }
+    JitExecutor(const JitExecutor&) = delete;
+    JitExecutor& operator=(const JitExecutor&) = delete;
 
     // The halves of a forward, for a caller that runs the products of several layers in one
     // dispatch (runtime/moe_forward.hpp). The row order the prologue gathers by (null: none):
@@ -95,14 +91,10 @@ private:
     bool gathers_ = false;                  // the plan has a gather pass
     std::vector<std::unique_ptr<jit::JitGenerator>> kernels_;  // [rows - 1]; null where not generated
     int64_t only_batch_ = 0;
-    std::vector<uint8_t> scales_;  // [panel][group][panel_columns], fp16 or fp32; second-order: [panel][group]
-                                   // [panel_columns / 16] fp16 (scale, zero) pairs
-    std::vector<uint8_t> zeros_;   // [panel][group][panel_columns] (asymmetric only); second-order: zero | code << 4;
-                                   // float offsets: fp16 or fp32 as the scales
+    PanelMetadata metadata_;           // scales and zero points in the kernels' panel layout
     std::vector<uint8_t> group_bits_;  // mixed widths: [groups] (padding groups take the last width)
     SparseOutliers outliers_;          // rows in the original order, so the term reads x as given
     std::vector<float> outlier_values_;  // fp32
-
 };
 
 }  // namespace qjit

@@ -6,7 +6,7 @@
 #include "base/error.hpp"
 #include "format/code_planes.hpp"
 #include "runtime/cpu/cache_eviction.hpp"
-#include "runtime/linear_layer.hpp"
+#include "runtime/low_rank_pass.hpp"
 
 namespace qjit {
 
@@ -160,50 +160,51 @@ void portable_product(const QuantParams& params, const PackedCodes& codes, const
     }
 }
 
-PortableBackend::PortableBackend(std::vector<Pass> passes, const WeightFormat& format) : LayerBackend(std::move(passes)) {
+PortableLayer::PortableLayer(std::vector<Pass> passes, const QuantParams& params, PackedCodes codes,
+                             std::unique_ptr<LowRankPass> low_rank, ThreadPool& pool)
+    : CpuLayer(BackendKind::Portable, std::move(passes), params, std::move(codes), std::move(low_rank), pool) {
     for (const Pass& pass : this->passes())
-        require(pass.kind != PassKind::Product || product_fits(pass, format, format.num_groups()),
-                "the portable path cannot run the plan ", passes_text(this->passes()), " of a ", format.name(), " layer");
+        require(pass.kind != PassKind::Product || product_fits(pass, params, params.num_groups()),
+                "the portable path cannot run the plan ", passes_text(this->passes()), " of a ", params.name(), " layer");
 }
 
-std::string PortableBackend::unsupported_reason(const WeightFormat&) {
+std::string PortableLayer::unsupported_reason(const WeightFormat&) {
     return "";  // the oracle's own loops: every valid format
 }
 
-void PortableBackend::run(const qjit_linear& layer, const float* x, int64_t m, float* y) const {
-    const QuantParams& p = layer.params;
-    ThreadPool& pool = *layer.context->pool;
+void PortableLayer::forward(const float* x, int64_t m, float* y) const {
+    const QuantParams& p = params();
     const float* rows = x;
     bool first_product = true;
     for (const Pass& pass : passes()) {
         switch (pass.kind) {
             case PassKind::Gather: rows = gather_rows(p, x, m); break;
             case PassKind::Product:
-                portable_product(p, layer.codes, pass, !first_product, rows, m, y, pool);
+                portable_product(p, codes(), pass, !first_product, rows, m, y, pool());
                 first_product = false;
                 break;
             case PassKind::Outliers: add_outliers(p.outliers_data, p.k, p.n, 0, p.n, rows, m, y); break;
-            case PassKind::LowRank: layer.low_rank->add(x, m, y); break;
+            case PassKind::LowRank: add_low_rank(x, m, y); break;
         }
     }
 }
 
-std::string PortableBackend::kernel_name(const qjit_linear& layer) const {
-    return concat(layer.params.kernel_name(), "_gemm_f32_portable_n", PortableTiling::kChunkColumns, "m",
+std::string PortableLayer::kernel_name() const {
+    return concat(params().kernel_name(), "_gemm_f32_portable_n", PortableTiling::kChunkColumns, "m",
                   PortableTiling::kBatchRows);
 }
 
-std::string PortableBackend::kernel_fields(const qjit_linear&) const { return "isa=portable activations=f32"; }
+std::string PortableLayer::kernel_fields() const { return "isa=portable activations=f32"; }
 
-int64_t PortableBackend::metadata_bytes(const qjit_linear& layer) const {
-    const QuantParams& p = layer.params;
+int64_t PortableLayer::metadata_bytes() const {
+    const QuantParams& p = params();
     const int64_t groups_by_columns = p.num_groups() * p.n;
     const int64_t zero_bytes = p.float_offsets ? int64_t(sizeof(float)) : p.symmetric ? 0 : int64_t(sizeof(uint16_t));
     return groups_by_columns * (int64_t(sizeof(float)) + zero_bytes);
 }
 
-void PortableBackend::evict_metadata(const qjit_linear& layer) const {
-    const QuantParams& p = layer.params;
+void PortableLayer::evict_metadata() const {
+    const QuantParams& p = params();
     evict_from_caches(p.scales);
     evict_from_caches(p.zeros);
     evict_from_caches(p.offsets);

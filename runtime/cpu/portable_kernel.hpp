@@ -3,13 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "format/packed_codes.hpp"
 #include "format/quantized_matrix.hpp"
 #include "runtime/cpu/thread_pool.hpp"
-#include "runtime/layer_backend.hpp"
+#include "runtime/cpu/cpu_layer.hpp"
 
 namespace qjit {
 
@@ -25,21 +26,24 @@ void portable_product(const QuantParams& params, const PackedCodes& codes, const
                       const float* x, int64_t m, float* y, ThreadPool& pool);
 
 // Runs a layer's plan one pass after another: the gather into a per-thread buffer, the products
-// in plan order (the first writes y, the others add to it), the outliers, the compensator.
-class PortableBackend final : public LayerBackend {
+// in plan order (the first writes y, the others add to it), the outliers, the compensator. It
+// reads the scales and zero points as quantized (QuantParams' layout).
+class PortableLayer final : public CpuLayer {
 public:
-    // Throws an invalid-argument Error for a product outside `format`'s groups or at another width.
-    PortableBackend(std::vector<Pass> passes, const WeightFormat& format);
+    // Throws an invalid-argument Error for a product outside `params`' groups or at another width.
+    PortableLayer(std::vector<Pass> passes, const QuantParams& params, PackedCodes codes,
+                  std::unique_ptr<LowRankPass> low_rank, ThreadPool& pool);
 
     // The portable path's answer to "do you run this format" ("" when it does).
     static std::string unsupported_reason(const WeightFormat& format);
 
-    BackendKind kind() const override { return BackendKind::Portable; }
-    void run(const qjit_linear& layer, const float* x, int64_t m, float* y) const override;
-    std::string kernel_name(const qjit_linear& layer) const override;
-    std::string kernel_fields(const qjit_linear& layer) const override;
-    int64_t metadata_bytes(const qjit_linear& layer) const override;
-    void evict_metadata(const qjit_linear& layer) const override;
+    void forward(const float* x, int64_t m, float* y) const override;
+    std::string kernel_name() const override;
+    std::string kernel_fields() const override;
+
+private:
+    int64_t metadata_bytes() const override;
+    void evict_metadata() const override;
 };
 
 }  // namespace qjit

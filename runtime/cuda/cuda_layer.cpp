@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/error.hpp"
+#include "format/packed_codes.hpp"
 #include "tuner/cuda_search.hpp"
 #include "tuner/tuning_problem.hpp"
 
@@ -88,56 +89,94 @@ private:
     CudaKernelSpec format_;  // the bucket's format; its tiling holds the kind's defaults
 };
 
-const CudaTilingChoice& choose_and_install(qjit_context& context, CudaLayer& layer, ActivationType type, int64_t m,
-                                           bool may_search) {
-    CudaTuningTarget target(*layer.executor, type, m);
-    const TuningPolicy policy{context.cuda_tiling, context.tuning_mode, context.tuning_budget_ms, may_search};
-    CudaTilingChoice choice;
-    static_cast<TuningOutcome&>(choice) = tune(target, policy, context.tuning);
-    choice.compile_ms = layer.executor->install(type, batch_bucket(m), target.tiling(choice.tiling)).compile_ms;
-    layer.executor->release_unused_codes();  // the search may have uploaded both code layouts
-    return layer.choices[{type, batch_bucket(m)}] = choice;
+// A compact copy of the matrix's codes (the packed panels of format/packed_codes.hpp), from which
+// a code layout is made again whenever one has to be uploaded.
+CudaExecutor::MatrixSource host_copy(QuantizedMatrix matrix) {
+    constexpr int kPanelColumns = 64;
+    auto codes = std::make_shared<const PackedCodes>(pack_codes(matrix.codes.data(), matrix.params.bits, matrix.params.k,
+                                                                matrix.params.n, kPanelColumns,
+                                                                block_widths(matrix.params)));
+    return [params = std::move(matrix.params), codes] { return QuantizedMatrix{params, unpack_codes(*codes)}; };
 }
 
 }  // namespace
 
-std::unique_ptr<CudaLayer> make_cuda_layer(qjit_context& context, CudaExecutor::MatrixSource matrix,
-                                           const LowRankPass* low_rank) {
-    auto layer = std::make_unique<CudaLayer>();
+CudaLayer::CudaLayer(qjit_context& context, QuantizedMatrix matrix, const LowRankFactors* compensator)
+    : BackendLayer(BackendKind::Cuda, plan_forward(matrix.params, matrix.params.num_groups(), 1)), context_(context) {
     try {
-        layer->executor =
-            std::make_unique<CudaExecutor>(*context.gpu, std::move(matrix), context.dump_dir, context.cubin_cache_dir);
+        executor_ = std::make_unique<CudaExecutor>(*context.gpu, host_copy(std::move(matrix)), context.dump_dir,
+                                                   context.cubin_cache_dir);
     } catch (const std::invalid_argument& e) {
         fail(QJIT_ERROR_UNSUPPORTED, "no CUDA kernel for this layer: ", e.what());
     }
-    if (low_rank) layer->low_rank = std::make_unique<CudaLowRank>(*context.gpu, *low_rank, context.cubin_cache_dir);
-    std::lock_guard lock(layer->mutex);
-    choose_and_install(context, *layer, context.cuda_activations, context.tuning_batch, true);
-    return layer;
+    if (compensator) low_rank_ = std::make_unique<CudaLowRank>(context, *compensator, executor_->n());
+    std::lock_guard lock(mutex_);
+    choose_and_install(context.cuda_activations, context.tuning_batch, true);
 }
 
-const CudaTilingChoice& cuda_tiling_for(qjit_context& context, CudaLayer& layer, ActivationType type, int64_t m) {
-    std::lock_guard lock(layer.mutex);
-    const auto it = layer.choices.find({type, batch_bucket(m)});
-    if (it != layer.choices.end()) return it->second;
-    return choose_and_install(context, layer, type, m, false);
+CudaLayer::~CudaLayer() = default;
+
+const CudaTilingChoice& CudaLayer::choose_and_install(ActivationType type, int64_t m, bool may_search) const {
+    CudaTuningTarget target(*executor_, type, m);
+    const TuningPolicy policy{context_.cuda_tiling, context_.tuning_mode, context_.tuning_budget_ms, may_search};
+    CudaTilingChoice choice;
+    static_cast<TuningOutcome&>(choice) = tune(target, policy, context_.tuning);
+    choice.compile_ms = executor_->install(type, batch_bucket(m), target.tiling(choice.tiling)).compile_ms;
+    executor_->release_unused_codes();  // the search may have uploaded both code layouts
+    return choices_[{type, batch_bucket(m)}] = choice;
 }
 
-void forward(qjit_context& context, CudaLayer& layer, CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationType type,
-             CUstream stream) {
-    cuda_tiling_for(context, layer, type, m);
-    layer.executor->forward(x, y, m, type, stream);
-    if (layer.low_rank) layer.low_rank->add(context, x, y, m, type, stream);
+const CudaTilingChoice& CudaLayer::tiling_for(ActivationType type, int64_t m) const {
+    std::lock_guard lock(mutex_);
+    const auto it = choices_.find({type, batch_bucket(m)});
+    if (it != choices_.end()) return it->second;
+    return choose_and_install(type, m, false);
 }
 
-double time_forward_us(qjit_context& context, CudaLayer& layer, int64_t m, ActivationType type, int repeats) {
-    cuda_tiling_for(context, layer, type, m);
+std::map<std::pair<ActivationType, int64_t>, CudaTilingChoice> CudaLayer::choices() const {
+    std::lock_guard lock(mutex_);
+    return choices_;
+}
+
+void CudaLayer::run(const ConstTensorView& x, const TensorView& y, void* stream) const {
+    require(x.device == Device::Cuda && y.device == Device::Cuda, "a CUDA layer runs on tensors in device memory");
+    require(x.dtype == y.dtype, "x and y differ in dtype");
+    require(x.rows == y.rows, "x has ", x.rows, " rows and y ", y.rows);
+    const ActivationType type = activation_type(x.dtype);
+    const int64_t m = x.rows;
+    tiling_for(type, m);
+    const auto xp = CUdeviceptr(x.data), yp = CUdeviceptr(y.data);
+    executor_->forward(xp, yp, m, type, static_cast<CUstream>(stream));
+    if (low_rank_) low_rank_->add(xp, yp, m, type, static_cast<CUstream>(stream));
+}
+
+double CudaLayer::time_forward_us(int64_t m, ActivationType type, int repeats) const {
+    tiling_for(type, m);
     CudaExecutor::AfterProduct compensate;
-    if (layer.low_rank)
-        compensate = [&](CUdeviceptr x, CUdeviceptr y, CUstream stream) {
-            layer.low_rank->add(context, x, y, m, type, stream);
-        };
-    return layer.executor->time_forward_us(m, type, repeats, compensate);
+    if (low_rank_)
+        compensate = [&](CUdeviceptr x, CUdeviceptr y, CUstream stream) { low_rank_->add(x, y, m, type, stream); };
+    return executor_->time_forward_us(m, type, repeats, compensate);
+}
+
+std::string CudaLayer::kernel_name() const {
+    const ActivationType type = context_.cuda_activations;
+    tiling_for(type, context_.tuning_batch);
+    return executor_->plan(type, batch_bucket(context_.tuning_batch))->kernel.name;
+}
+
+std::string CudaLayer::kernel_fields() const {
+    return concat("device=", executor_->device().name, " arch=sm_", executor_->device().arch());
+}
+
+ActivationType activation_type(qjit_dtype dtype) {
+    require(dtype == QJIT_DTYPE_F16 || dtype == QJIT_DTYPE_BF16, "dtype is ", int(dtype),
+            "; the CUDA kernels take QJIT_DTYPE_F16 or QJIT_DTYPE_BF16");
+    return dtype == QJIT_DTYPE_F16 ? ActivationType::F16 : ActivationType::BF16;
+}
+
+std::unique_ptr<CudaLayer> make_cuda_layer(qjit_context& context, QuantizedMatrix matrix,
+                                           const LowRankFactors* compensator) {
+    return std::make_unique<CudaLayer>(context, std::move(matrix), compensator);
 }
 
 }  // namespace qjit::cuda

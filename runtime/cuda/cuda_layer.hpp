@@ -1,4 +1,4 @@
-// A layer's CUDA side: at creation (in a context with a CUDA device) its weights are uploaded and
+// A layer on a CUDA device: at creation (in a context with a CUDA device) its weights are uploaded and
 // the tiling for the context's activation type and tuning batch is chosen by the tuner's one
 // sequence (tuner/tuning_sequence.hpp: forced, this context's earlier choice, the database, the
 // model's pick or a timed search within the budget); other batch buckets and types get theirs on first use, untimed (database
@@ -16,7 +16,9 @@
 #include "tuner/tuning_sequence.hpp"
 #include "runtime/cuda/cuda_executor.hpp"
 #include "runtime/cuda/cuda_low_rank.hpp"
+#include "format/low_rank.hpp"
 #include "format/quantized_matrix.hpp"
+#include "runtime/layer_backend.hpp"
 
 namespace qjit::cuda {
 
@@ -24,31 +26,50 @@ struct CudaTilingChoice : TuningOutcome {
     double compile_ms = 0;  // NVRTC for the chosen tiling (0 on a cubin cache hit)
 };
 
-struct CudaLayer {
-    std::unique_ptr<CudaExecutor> executor;
-    std::unique_ptr<CudaLowRank> low_rank;  // null: no compensator
-    std::mutex mutex;  // guards choices
-    std::map<std::pair<jit::cuda::ActivationType, int64_t>, CudaTilingChoice> choices;  // by type and bucket
+// The CUDA backend's layer: the weights in the device layouts, the compensator's pass on the
+// device, and a tiling per (activation type, batch bucket).
+class CudaLayer final : public BackendLayer {
+public:
+    // Prepares `matrix` on the context's device and tunes the context's default bucket. Which
+    // formats CUDA runs is jit::cuda::unsupported_reason, which a layer asks first
+    // (runtime/layer_backend.hpp); this throws QJIT_ERROR_UNSUPPORTED for those it refuses all the
+    // same. `compensator` (null for none): its pass runs after the product.
+    CudaLayer(qjit_context& context, QuantizedMatrix matrix, const LowRankFactors* compensator);
+    ~CudaLayer() override;
+
+    // y = x W (+ (x U) V with a compensator): fp16 or bf16 tensors in device memory, enqueued on
+    // `stream` (a CUstream); the tilings of m's bucket are chosen first where missing.
+    void run(const ConstTensorView& x, const TensorView& y, void* stream = nullptr) const override;
+    std::string kernel_name() const override;
+    std::string kernel_fields() const override;
+    int64_t weight_bytes() const override { return executor_->weight_bytes(); }
+    void evict() const override {}  // timing flushes the device's L2 itself
+
+    // The choice serving (activations, bucket of m rows), made and installed now if missing.
+    const CudaTilingChoice& tiling_for(jit::cuda::ActivationType activations, int64_t m) const;
+    // The median time of a forward over `repeats` calls, L2 flushed before each.
+    double time_forward_us(int64_t m, jit::cuda::ActivationType type, int repeats) const;
+    // The choices made so far, by type and bucket (a copy: other threads may add to them).
+    std::map<std::pair<jit::cuda::ActivationType, int64_t>, CudaTilingChoice> choices() const;
+
+    CudaExecutor& executor() const { return *executor_; }
+    const CudaLowRank* low_rank() const { return low_rank_.get(); }
+
+private:
+    const CudaTilingChoice& choose_and_install(jit::cuda::ActivationType type, int64_t m, bool may_search) const;
+
+    qjit_context& context_;
+    std::unique_ptr<CudaExecutor> executor_;
+    std::unique_ptr<CudaLowRank> low_rank_;  // null: no compensator
+    mutable std::mutex mutex_;               // guards choices_
+    mutable std::map<std::pair<jit::cuda::ActivationType, int64_t>, CudaTilingChoice> choices_;  // by type and bucket
 };
 
-// Uploads the matrix and tunes the context's default bucket. `matrix` gives the layer's matrix on
-// every call, for as long as the layer lives (runtime/cuda/cuda_executor.hpp). Which formats CUDA
-// runs is jit::cuda::unsupported_reason, which a layer asks first (runtime/layer_backend.hpp);
-// this throws QJIT_ERROR_UNSUPPORTED for those it refuses all the same.
-// A compensator's pass (`low_rank`, null for none, outliving the layer) runs after the product.
-std::unique_ptr<CudaLayer> make_cuda_layer(qjit_context& context, CudaExecutor::MatrixSource matrix,
-                                           const LowRankPass* low_rank = nullptr);
+// The kernels' activation type of a C dtype (F16 or BF16; others: an invalid-argument Error).
+jit::cuda::ActivationType activation_type(qjit_dtype dtype);
 
-// The choice serving (activations, bucket of m rows), made and installed now if missing.
-const CudaTilingChoice& cuda_tiling_for(qjit_context& context, CudaLayer& layer, jit::cuda::ActivationType activations,
-                                        int64_t m);
-
-// y = x W (+ (x U) V with a compensator) for m rows, enqueued on `stream`; the tilings of m's
-// bucket are chosen first where missing.
-void forward(qjit_context& context, CudaLayer& layer, CUdeviceptr x, CUdeviceptr y, int64_t m,
-             jit::cuda::ActivationType type, CUstream stream);
-// The median time of that forward over `repeats` calls, L2 flushed before each.
-double time_forward_us(qjit_context& context, CudaLayer& layer, int64_t m, jit::cuda::ActivationType type,
-                       int repeats);
+// The layer as a unique_ptr (what a qjit_linear holds).
+std::unique_ptr<CudaLayer> make_cuda_layer(qjit_context& context, QuantizedMatrix matrix,
+                                           const LowRankFactors* compensator = nullptr);
 
 }  // namespace qjit::cuda

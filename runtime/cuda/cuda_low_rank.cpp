@@ -7,8 +7,8 @@
 #include "format/low_rank.hpp"
 #include "jit/cuda/cuda_source.hpp"
 #include "runtime/cuda/nvrtc_compiler.hpp"
-#include "runtime/linear_layer.hpp"
-#include "runtime/low_rank_pass.hpp"
+#include "runtime/context.hpp"
+#include "runtime/cuda/cuda_layer.hpp"
 
 namespace qjit::cuda {
 
@@ -25,32 +25,24 @@ DeviceBuffer upload_f16(const std::vector<float>& values) {
     return upload(bits);
 }
 
-// An inner layer's CUDA side, with its tiling for (type, m) installed.
-CudaExecutor& inner_executor(qjit_context& context, const qjit_linear& inner, ActivationType type, int64_t m) {
-    if (!inner.cuda) fail(QJIT_ERROR_INTERNAL, "the compensator's inner layer has no CUDA side");
-    cuda_tiling_for(context, *inner.cuda, type, m);
-    return *inner.cuda->executor;
-}
-
 }  // namespace
 
-CudaLowRank::CudaLowRank(const GpuProperties& device, const LowRankPass& pass, const std::string& cubin_cache_dir)
-    : pass_(pass), device_(device), rank_(pass.rank()), bits_(pass.bits()) {
+CudaLowRank::CudaLowRank(qjit_context& context, const LowRankFactors& factors, int64_t n)
+    : device_(*context.gpu), n_(n), rank_(factors.rank), bits_(factors.bits) {
     Driver& driver = Driver::get();
     driver.make_current(device_.ordinal);
     if (bits_ == 16) {
-        const LowRankFactors factors = pass.factors();
-        k_ = factors.u.values.size() / size_t(rank_);
-        n_ = factors.vt.values.size() / size_t(rank_);
+        k_ = int64_t(factors.u.values.size()) / rank_;
         ut_ = upload_f16(transposed(factors.u.values.data(), k_, rank_));
         v_ = upload_f16(dense_v(factors));
     } else {
-        k_ = pass.u_layer().params.k;
-        n_ = pass.v_layer().params.n;
-        v_scales_ = upload(pass.v_scales());
+        k_ = factors.u.codes.params.k;
+        v_scales_ = upload(factors.vt.codes.params.scales);
+        u_layer_ = make_cuda_layer(context, low_rank_u_matrix(factors.u.codes));
+        v_layer_ = make_cuda_layer(context, low_rank_v_matrix(factors.vt.codes));
     }
-    const CompiledKernel compiled =
-        compile_cuda_cached(jit::cuda::support_kernels_source(), "qjit_support", device_.arch(), cubin_cache_dir);
+    const CompiledKernel compiled = compile_cuda_cached(jit::cuda::support_kernels_source(), "qjit_support",
+                                                        device_.arch(), context.cubin_cache_dir);
     support_ = driver.load_module(compiled.cubin);
 }
 
@@ -67,19 +59,19 @@ CUfunction CudaLowRank::support(const char* name, ActivationType type) const {
     return Driver::get().function(support_, concat(name, type == ActivationType::F16 ? "_f16" : "_bf16"));
 }
 
-void CudaLowRank::add(qjit_context& context, CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationType type,
-                      CUstream stream) {
+void CudaLowRank::add(CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationType type, CUstream stream) const {
     Driver::get().make_current(device_.ordinal);
     std::lock_guard lock(mutex_);
     if (bits_ == 16) add_f16(x, y, m, type, stream);
-    else add_coded(context, x, y, m, type, stream);
+    else add_coded(x, y, m, type, stream);
 }
 
-void CudaLowRank::add_coded(qjit_context& context, CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationType type,
-                            CUstream stream) {
+void CudaLowRank::add_coded(CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationType type, CUstream stream) const {
     Driver& driver = Driver::get();
-    CudaExecutor& u = inner_executor(context, pass_.u_layer(), type, m);
-    CudaExecutor& v = inner_executor(context, pass_.v_layer(), type, m);
+    u_layer_->tiling_for(type, m);
+    v_layer_->tiling_for(type, m);
+    CudaExecutor& u = u_layer_->executor();
+    CudaExecutor& v = v_layer_->executor();
     CUdeviceptr t = grown(t_, size_t(m * rank_ * 2)), product = grown(product_, size_t(m * n_ * 2));
     u.forward(x, t, m, type, stream);
     CUdeviceptr scales = v_scales_.get();
@@ -93,7 +85,7 @@ void CudaLowRank::add_coded(qjit_context& context, CUdeviceptr x, CUdeviceptr y,
     driver.launch(support("qjit_add_into", type), blocks_for(count, kThreads), 1, 1, kThreads, 0, stream, add_args);
 }
 
-void CudaLowRank::add_f16(CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationType type, CUstream stream) {
+void CudaLowRank::add_f16(CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationType type, CUstream stream) const {
     Driver& driver = Driver::get();
     CUdeviceptr t = grown(t_, size_t(m * rank_ * 4)), ut = ut_.get(), v = v_.get();
     int rows = int(m), k = int(k_), n = int(n_), rank = rank_;

@@ -1,0 +1,76 @@
+#include "format/panel_metadata.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/half.hpp"
+
+namespace qjit {
+
+namespace {
+
+int64_t panels_of(const QuantParams& p, const PanelMetadataLayout& layout) {
+    return (p.n + layout.panel_columns - 1) / layout.panel_columns;
+}
+
+void put_float(const WeightFormat& format, std::vector<uint8_t>& to, size_t at, float value) {
+    if (format.f16_scales()) {
+        const uint16_t half = float_to_half(value);
+        std::memcpy(&to[at * 2], &half, 2);
+    } else {
+        std::memcpy(&to[at * 4], &value, 4);
+    }
+}
+
+// The (scale, zero) pairs of group g's 16-column groups inside `panel`.
+void pack_second_order_pairs(const QuantParams& p, const PanelMetadataLayout& layout, int64_t panel, int64_t g,
+                             PanelMetadata& out) {
+    const int64_t pairs_per_group = layout.panel_columns / SecondOrderScales::kColumns;
+    const int64_t column_groups = SecondOrderScales::column_groups(p.n);
+    for (int64_t j = 0; j < pairs_per_group; ++j) {
+        const int64_t column_group = (panel * layout.panel_columns) / SecondOrderScales::kColumns + j;
+        if (column_group >= column_groups) break;
+        const size_t from = size_t(g * column_groups + column_group);
+        const uint16_t pair[2] = {p.second_order.scales[from], p.second_order.zeros[from]};
+        const size_t at = size_t(((panel * layout.groups + g) * pairs_per_group + j) *
+                                 PanelMetadataLayout::kSecondOrderPairBytes);
+        std::memcpy(&out.scales[at], pair, sizeof pair);
+    }
+}
+
+}  // namespace
+
+PanelMetadata allocate_panel_metadata(const QuantParams& p, const PanelMetadataLayout& layout) {
+    const int64_t panels = panels_of(p, layout), entries = panels * layout.groups * layout.panel_columns;
+    const size_t scale_bytes = layout.format.scale_bytes();
+    PanelMetadata out;
+    if (layout.format.second_order_scales()) {
+        const int64_t pairs = panels * layout.groups * (layout.panel_columns / SecondOrderScales::kColumns);
+        out.scales.assign(size_t(pairs * PanelMetadataLayout::kSecondOrderPairBytes), 0);
+    } else {
+        out.scales.assign(size_t(entries) * scale_bytes, 0);
+    }
+    if (!p.symmetric) out.zeros.assign(size_t(entries) * (p.float_offsets ? scale_bytes : 1), 0);
+    return out;
+}
+
+void pack_panel_metadata(const QuantParams& p, const PanelMetadataLayout& layout, int64_t panel, PanelMetadata& out) {
+    const int64_t width = layout.panel_columns, first = panel * width, end = std::min(p.n, first + width);
+    const bool second_order = layout.format.second_order_scales();
+    for (int64_t g = 0; g < p.num_groups(); ++g) {
+        if (second_order) pack_second_order_pairs(p, layout, panel, g, out);
+        for (int64_t c = first; c < end; ++c) {
+            const size_t at = size_t((panel * layout.groups + g) * width + c - first);
+            const size_t from = size_t(g * p.n + c);
+            if (second_order) {
+                out.zeros[at] = uint8_t(p.zeros[from] | p.second_order.codes[from] << 4);
+                continue;
+            }
+            put_float(layout.format, out.scales, at, p.scales[from]);
+            if (p.float_offsets) put_float(layout.format, out.zeros, at, p.offsets[from]);
+            else if (!p.symmetric) out.zeros[at] = uint8_t(p.zeros[from]);
+        }
+    }
+}
+
+}  // namespace qjit

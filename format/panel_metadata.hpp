@@ -1,0 +1,41 @@
+// The scales and zero points of a layer in the CPU kernels' panel layout: per column panel, per
+// K-group, the panel's columns side by side, so a kernel streams its panel's metadata
+// contiguously. The generated kernels (jit/x86/gemm_emitter.cpp) read this layout; this file is
+// its one packer.
+//
+//     scales[((panel * groups + g) * panel_columns + column_in_panel) * scale_bytes]  fp16 or fp32
+//     zeros [((panel * groups + g) * panel_columns + column_in_panel) * zero_bytes]   asymmetric only:
+//            a byte per integer zero point; float offsets are stored like the scales
+// Second-order scales store, per panel and group, one fp16 (scale, zero) pair per 16 columns in
+// `scales`, and in `zeros` a byte per column: the zero point | the 4-bit scale code << 4.
+// Groups past the layer's own (groups of 16 over rows padded to 32) keep scale 0.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "format/quantized_matrix.hpp"
+
+namespace qjit {
+
+struct PanelMetadataLayout {
+    WeightFormat format;  // the kernel's: its scale type says how scales are stored
+    int64_t panel_columns = 0;
+    int64_t groups = 0;  // K-groups the kernels walk (may exceed the format's by one)
+
+    // Bytes of the fp16 (scale, zero) pair of one 16-column second-order group.
+    static constexpr int kSecondOrderPairBytes = 4;
+};
+
+struct PanelMetadata {
+    std::vector<uint8_t> scales;
+    std::vector<uint8_t> zeros;  // empty for symmetric formats
+};
+
+// Metadata of `params` in `layout`, zero-filled and sized; fill it panel by panel with
+// pack_panel_metadata (panels are independent, so they may be packed in parallel).
+PanelMetadata allocate_panel_metadata(const QuantParams& params, const PanelMetadataLayout& layout);
+void pack_panel_metadata(const QuantParams& params, const PanelMetadataLayout& layout, int64_t panel,
+                         PanelMetadata& out);
+
+}  // namespace qjit
