@@ -29,7 +29,7 @@
 
 #include "base/error.hpp"
 #include "bench/flash_synthetic.hpp"
-#include "format/neuron_file.hpp"
+#include "io/neuron_file.hpp"
 #include "runtime/context.hpp"
 #include "runtime/flash/flash_ffn.hpp"
 #include "runtime/flash/read_tuning.hpp"

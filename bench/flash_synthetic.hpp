@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "format/neuron_file.hpp"
+#include "io/neuron_file.hpp"
 
 namespace qjit_bench {
 

@@ -2,8 +2,8 @@
 // arithmetic follows gguf-py's quants.py, whose reshapes give each value's bits). Where each field
 // of a block lies and how a value's integer code and a sub-block's integer scale and min are
 // unpacked: integers only. What is computed from them in floating point belongs to each user:
-// format/gguf_dequantize.cpp (ggml's fp32 arithmetic, the oracle the importer is tested against)
-// and format/gguf_import.cpp (qjit's codes, scales and offsets).
+// io/gguf_dequantize.cpp (ggml's fp32 arithmetic, the oracle the importer is tested against)
+// and io/gguf_import.cpp (qjit's codes, scales and offsets).
 #pragma once
 
 #include <cstdint>

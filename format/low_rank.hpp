@@ -44,8 +44,8 @@ std::vector<T> transposed(const T* values, int64_t rows, int64_t cols) {
 // Checks bits against what a compensator may be stored at: 8, 3 or 16.
 void validate_low_rank_bits(int bits);
 
-// Stores dense factors u (k x rank) and v (rank x n), row-major fp32, at `bits`.
-LowRankFactors quantize_low_rank(int bits, int64_t k, int64_t n, int rank, const float* u, const float* v);
+// Checks a compensator's rank against a K x N layer: 1 .. min(K, N, kMaxLowRank).
+void validate_low_rank_rank(int rank, int64_t k, int64_t n);
 
 // The factors back as dense fp32, row-major (the oracle's input): U as K x rank, V as rank x N.
 std::vector<float> dense_u(const LowRankFactors& factors);

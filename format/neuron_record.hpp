@@ -1,4 +1,4 @@
-// One FFN neuron as a neuron file stores it (format/neuron_file.hpp): its vectors (the column of
+// One FFN neuron as a neuron file stores it (io/neuron_file.hpp): its vectors (the column of
 // the up projection, of the gate projection when the FFN is gated, and the row of the down
 // projection), each quantized on its own over the model dimension.
 //

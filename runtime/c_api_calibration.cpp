@@ -1,9 +1,9 @@
 // The C API of calibration: a handle that keeps H = sum of x^T x over a layer's inputs
-// (format/hessian.hpp), and the layers quantized with it (GPTQ, the 2/4/16 mixed format).
+// (quant/hessian.hpp), and the layers quantized with it (GPTQ, the 2/4/16 mixed format).
 #include <vector>
 
 #include "base/error.hpp"
-#include "format/hessian.hpp"
+#include "quant/hessian.hpp"
 #include "format/weight_format.hpp"
 #include "qjit/qjit.h"
 #include "runtime/f32_layer.hpp"

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "format/gptq_checkpoint.hpp"
+#include "io/gptq_checkpoint.hpp"
 #include "qjit/qjit.h"
 #include "runtime/checkpoint_handle.hpp"
 #include "runtime/gptq_layer.hpp"

@@ -5,7 +5,7 @@
 #include <variant>
 
 #include "base/error.hpp"
-#include "format/neuron_file.hpp"
+#include "io/neuron_file.hpp"
 #include "qjit/qjit_flash.h"
 #include "runtime/context.hpp"
 #include "runtime/flash/flash_ffn.hpp"

@@ -1,9 +1,9 @@
 // The C API of GGUF tensors: a layer from one quantized weight tensor, imported exactly
-// (format/gguf_import.hpp).
+// (io/gguf_import.hpp).
 #include <utility>
 
 #include "base/error.hpp"
-#include "format/gguf_import.hpp"
+#include "io/gguf_import.hpp"
 #include "qjit/qjit.h"
 #include "runtime/linear_layer.hpp"
 

@@ -3,9 +3,10 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "format/rank_policy.hpp"
+#include "quant/rank_policy.hpp"
 #include "qjit/qjit.h"
 #include "runtime/gptq_layer.hpp"
+#include "quant/quantize_low_rank.hpp"
 
 using namespace qjit;
 

@@ -6,8 +6,8 @@
 
 #include "base/error.hpp"
 #include "format/gptq_import.hpp"
-#include "format/quantize_hqq.hpp"
-#include "format/quantize_rtn.hpp"
+#include "quant/quantize_hqq.hpp"
+#include "quant/quantize_rtn.hpp"
 #include "format/tp_shards.hpp"
 #include "qjit/qjit_tp.h"
 #include "runtime/checkpoint_handle.hpp"

@@ -1,7 +1,7 @@
 // What a qjit_checkpoint handle holds, for the C API's files that make layers from one.
 #pragma once
 
-#include "format/gptq_checkpoint.hpp"
+#include "io/gptq_checkpoint.hpp"
 #include "qjit/qjit.h"
 
 struct qjit_checkpoint {

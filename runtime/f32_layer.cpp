@@ -4,7 +4,7 @@
 #include <variant>
 
 #include "base/error.hpp"
-#include "format/quantize_rtn.hpp"
+#include "quant/quantize_rtn.hpp"
 
 namespace qjit {
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "format/hessian.hpp"
+#include "quant/hessian.hpp"
 #include "qjit/qjit.h"
 #include "runtime/linear_layer.hpp"
 #include "runtime/quant_config.hpp"

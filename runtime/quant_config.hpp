@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <variant>
 
-#include "format/quantize_gptq.hpp"
-#include "format/quantize_hqq.hpp"
-#include "format/quantize_milo.hpp"
-#include "format/quantize_mixed.hpp"
+#include "quant/quantize_gptq.hpp"
+#include "quant/quantize_hqq.hpp"
+#include "quant/quantize_milo.hpp"
+#include "quant/quantize_mixed.hpp"
 #include "format/weight_format.hpp"
 #include "qjit/qjit.h"
 

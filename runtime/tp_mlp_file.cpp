@@ -5,9 +5,9 @@
 
 #include "base/error.hpp"
 #include "base/replace_file.hpp"
-#include "runtime/framed_file.hpp"
+#include "io/framed_file.hpp"
 #include "runtime/layer_file.hpp"
-#include "runtime/layer_sections.hpp"
+#include "io/layer_sections.hpp"
 
 namespace qjit {
 

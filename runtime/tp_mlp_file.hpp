@@ -1,6 +1,6 @@
 // Save and load a rank's tensor-parallel MLP shards (qjit_tp_mlp_save / qjit_tp_mlp_load).
 //
-// File layout (little-endian), in runtime/framed_file.hpp's frame:
+// File layout (little-endian), in io/framed_file.hpp's frame:
 //   magic "QJITTPML", version 1
 //   JSON header         kind, algorithm, rank, world_size, k1, n1, n2, qjit_version, and the sizes of
 //                       the sections: "down_rows" (count) and "up", "gate", "down" (bytes; gate 0 for

@@ -20,6 +20,7 @@
 #include "tools/llama_model.hpp"
 #include "test_support.hpp"
 #include "tools/random_gptq.hpp"
+#include "quant/quantize_low_rank.hpp"
 
 namespace {
 

@@ -24,6 +24,7 @@
 #include "test_support.hpp"
 #include "tuner/cuda_search.hpp"
 #include "tuner/tuning_problem.hpp"
+#include "quant/quantize_low_rank.hpp"
 
 namespace qjit {
 namespace {

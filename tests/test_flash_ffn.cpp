@@ -16,7 +16,7 @@
 
 #include "base/error.hpp"
 #include "base/half.hpp"
-#include "format/neuron_file.hpp"
+#include "io/neuron_file.hpp"
 #include "format/reference.hpp"
 #include "qjit/qjit_flash.h"
 #include "runtime/flash/flash_ffn.hpp"

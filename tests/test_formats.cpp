@@ -9,7 +9,7 @@
 
 #include "base/half.hpp"
 #include "runtime/linear_layer.hpp"
-#include "format/quantize_rtn.hpp"
+#include "quant/quantize_rtn.hpp"
 #include "format/reference.hpp"
 #include "test_backends.hpp"
 #include "layer_internals.hpp"

@@ -1,4 +1,4 @@
-// ggml's dequantizers (format/gguf_dequantize.cpp): one hand-built block per type whose values are
+// ggml's dequantizers (io/gguf_dequantize.cpp): one hand-built block per type whose values are
 // derived by hand from the block layout (chosen so that every product is exact), pseudo-random rows
 // against checksums of the gguf package's numpy results (bit for bit), whole tensors, and refusals.
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 
 #include "base/crc32.hpp"
 #include "base/error.hpp"
-#include "format/gguf_dequantize.hpp"
+#include "io/gguf_dequantize.hpp"
 #include "gguf_writer.hpp"
 
 namespace qjit {

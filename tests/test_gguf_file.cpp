@@ -1,4 +1,4 @@
-// The GGUF reader (format/gguf_file.cpp) on files built byte by byte (tests/gguf_writer.hpp):
+// The GGUF reader (io/gguf_file.cpp) on files built byte by byte (tests/gguf_writer.hpp):
 // every value type read back, tensors found where they lie, and each malformed file refused with
 // QJIT_ERROR_CORRUPT_DATA naming the file and the problem.
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "format/gguf_file.hpp"
+#include "io/gguf_file.hpp"
 #include "gguf_writer.hpp"
 #include "test_support.hpp"
 

@@ -1,6 +1,6 @@
-// GGUF tensors imported as qjit layers (format/gguf_import.hpp, qjit_linear_create_from_gguf): for
+// GGUF tensors imported as qjit layers (io/gguf_import.hpp, qjit_linear_create_from_gguf): for
 // every imported type, random blocks (random bytes; fp16 scale fields of both signs from zero and
-// subnormals to 65504) on odd shapes dequantize to ggml's values bit for bit (format/gguf_dequantize,
+// subnormals to 65504) on odd shapes dequantize to ggml's values bit for bit (io/gguf_dequantize,
 // itself checked against the gguf package), directly, through the C API on the portable and JIT
 // paths, and after a save and load; forwards on every backend stay within the oracle's error bound;
 // other types, shapes, byte counts and NULLs are refused by name.
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "format/gguf_dequantize.hpp"
-#include "format/gguf_import.hpp"
+#include "io/gguf_dequantize.hpp"
+#include "io/gguf_import.hpp"
 #include "format/reference.hpp"
 #include "runtime/layer_backend.hpp"
 #include "runtime/linear_layer.hpp"

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "base/crc32.hpp"
-#include "format/gguf_dequantize.hpp"
-#include "format/gguf_file.hpp"
-#include "format/gguf_import.hpp"
+#include "io/gguf_dequantize.hpp"
+#include "io/gguf_file.hpp"
+#include "io/gguf_import.hpp"
 #include "format/reference.hpp"
 #include "smollm2_model.hpp"
 #include "test_support.hpp"

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "format/hessian.hpp"
-#include "format/quantize_gptq.hpp"
-#include "format/quantize_mixed.hpp"
-#include "format/quantize_rtn.hpp"
+#include "quant/hessian.hpp"
+#include "quant/quantize_gptq.hpp"
+#include "quant/quantize_mixed.hpp"
+#include "quant/quantize_rtn.hpp"
 #include "runtime/quant_config.hpp"
 #include "format/reference.hpp"
 #include "test_support.hpp"

@@ -14,7 +14,7 @@
 #include "jit/x86/gemm_emitter.hpp"
 #include "base/error.hpp"
 #include "runtime/linear_layer.hpp"
-#include "format/quantize_rtn.hpp"
+#include "quant/quantize_rtn.hpp"
 #include "format/reference.hpp"
 #include "layer_internals.hpp"
 #include "test_support.hpp"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "format/quantize_rtn.hpp"
+#include "quant/quantize_rtn.hpp"
 #include "format/reference.hpp"
 #include "jit/cuda/cuda_tiling.hpp"
 #include "jit/x86/cpu_kernel.hpp"

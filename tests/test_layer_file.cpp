@@ -19,11 +19,12 @@
 #include "base/error.hpp"
 #include "runtime/layer_file.hpp"
 #include "format/low_rank.hpp"
-#include "format/quantize_rtn.hpp"
+#include "quant/quantize_rtn.hpp"
 #include "format/reference.hpp"
 #include "child_process.hpp"
 #include "layer_internals.hpp"
 #include "test_support.hpp"
+#include "quant/quantize_low_rank.hpp"
 
 namespace qjit {
 namespace {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "format/quantize_rtn.hpp"
+#include "quant/quantize_rtn.hpp"
 #include "format/reference.hpp"
 #include "runtime/layer_passes.hpp"
 #include "runtime/linear_layer.hpp"

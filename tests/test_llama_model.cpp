@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "format/gguf_file.hpp"
+#include "io/gguf_file.hpp"
 #include "gguf_writer.hpp"
 #include "llama2_checkpoint.hpp"
 #include "llama2_tokenizer.hpp"

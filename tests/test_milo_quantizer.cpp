@@ -12,12 +12,12 @@
 #include "base/error.hpp"
 #include "base/half.hpp"
 #include "format/low_rank.hpp"
-#include "format/quantize_hqq.hpp"
-#include "format/quantize_milo.hpp"
-#include "format/quantize_rtn.hpp"
-#include "format/rank_policy.hpp"
+#include "quant/quantize_hqq.hpp"
+#include "quant/quantize_milo.hpp"
+#include "quant/quantize_rtn.hpp"
+#include "quant/rank_policy.hpp"
 #include "format/reference.hpp"
-#include "format/truncated_svd.hpp"
+#include "quant/truncated_svd.hpp"
 
 namespace qjit {
 namespace {

@@ -13,13 +13,14 @@
 #include <vector>
 
 #include "format/low_rank.hpp"
-#include "format/quantize_rtn.hpp"
+#include "quant/quantize_rtn.hpp"
 #include "format/reference.hpp"
 #include "runtime/linear_layer.hpp"
 #include "layer_internals.hpp"
 #include "test_support.hpp"
 #include "tools/random_gptq.hpp"
 #include "tuner/cpu_isa.hpp"
+#include "quant/quantize_low_rank.hpp"
 
 namespace qjit {
 namespace {

@@ -1,5 +1,5 @@
 // Neuron vectors (format/neuron_record.hpp) against the oracle, and neuron files
-// (format/neuron_file.hpp): the header's bytes, the layout arithmetic, files written and read back
+// (io/neuron_file.hpp): the header's bytes, the layout arithmetic, files written and read back
 // with plain reads, damaged headers and records refused by name, and a failing writer that leaves
 // an existing file as it was.
 #include <gtest/gtest.h>
@@ -18,10 +18,10 @@
 #include "base/crc32.hpp"
 #include "base/error.hpp"
 #include "base/half.hpp"
-#include "format/neuron_file.hpp"
+#include "io/neuron_file.hpp"
 #include "format/gptq_import.hpp"
 #include "format/packed_codes.hpp"
-#include "format/quantize_rtn.hpp"
+#include "quant/quantize_rtn.hpp"
 #include "format/reference.hpp"
 #include "gguf_writer.hpp"
 #include "test_support.hpp"
@@ -241,7 +241,7 @@ TEST(NeuronFile, LayoutArithmetic) {
     expect_error([&] { relu.record_offset(0, relu.d_ff, NeuronPart::Up); }, QJIT_ERROR_INVALID_ARGUMENT, {"neuron"});
 }
 
-// Field offsets in the header (format/neuron_file.cpp).
+// Field offsets in the header (io/neuron_file.cpp).
 constexpr size_t kCrcAt = 63;
 
 std::vector<uint8_t> with_field(std::vector<uint8_t> bytes, size_t at, uint64_t value, int width) {

@@ -10,7 +10,7 @@
 
 #include "base/half.hpp"
 #include "format/packed_codes.hpp"
-#include "format/quantize_rtn.hpp"
+#include "quant/quantize_rtn.hpp"
 #include "format/reference.hpp"
 #include "runtime/flash/sparse_ffn.hpp"
 #include "runtime/flash/sparse_ffn_kernels.hpp"

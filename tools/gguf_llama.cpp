@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "format/gguf_dequantize.hpp"
+#include "io/gguf_dequantize.hpp"
 
 namespace qjit_tools::llama {
 

@@ -19,7 +19,7 @@
 #include <memory>
 #include <string>
 
-#include "format/gguf_file.hpp"
+#include "io/gguf_file.hpp"
 #include "tools/llama_model.hpp"
 
 namespace qjit_tools::llama {

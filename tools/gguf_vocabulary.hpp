@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "format/gguf_file.hpp"
+#include "io/gguf_file.hpp"
 
 namespace qjit_tools {
 

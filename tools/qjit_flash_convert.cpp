@@ -1,4 +1,4 @@
-// qjit-flash-convert: writes the FFN layers of a Llama model as a neuron file (format/neuron_file.hpp),
+// qjit-flash-convert: writes the FFN layers of a Llama model as a neuron file (io/neuron_file.hpp),
 // for running FFNs from storage (runtime/flash/).
 //
 //   qjit-flash-convert --gguf MODEL.gguf --out FILE [--bits 4 --group 128 --sym --f32-scales --f16
@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "format/gguf_file.hpp"
-#include "format/gptq_checkpoint.hpp"
+#include "io/gguf_file.hpp"
+#include "io/gptq_checkpoint.hpp"
 #include "format/gptq_import.hpp"
-#include "format/neuron_file.hpp"
+#include "io/neuron_file.hpp"
 #include "format/reference.hpp"
 #include "format/weight_format.hpp"
 #include "tools/fail.hpp"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "format/gguf_file.hpp"
+#include "io/gguf_file.hpp"
 #include "tools/fail.hpp"
 #include "tools/flash_ffn_runner.hpp"
 #include "tools/gguf_llama.hpp"

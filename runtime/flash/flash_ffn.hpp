@@ -1,4 +1,4 @@
-// A model's FFN layers served from a neuron file (format/neuron_file.hpp) under a DRAM budget, as
+// A model's FFN layers served from a neuron file (io/neuron_file.hpp) under a DRAM budget, as
 // "LLM in a flash" (Alizadeh et al.) runs models larger than memory: per token and layer, only the
 // neurons it activates take part; those not resident are read from storage in planned direct
 // reads, checked, and put in the layer's neuron cache; the FFN then runs over the active slots.
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "format/neuron_file.hpp"
+#include "io/neuron_file.hpp"
 #include "runtime/cpu/thread_pool.hpp"
 #include "runtime/flash/background_task.hpp"
 #include "runtime/flash/neuron_cache.hpp"

@@ -13,7 +13,7 @@
 #include <span>
 #include <vector>
 
-#include "format/neuron_file.hpp"
+#include "io/neuron_file.hpp"
 
 namespace qjit {
 

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "base/error.hpp"
-#include "format/truncated_svd.hpp"
+#include "quant/truncated_svd.hpp"
 
 namespace qjit {
 

@@ -1,4 +1,4 @@
-// libFuzzer target: a whole GPTQ checkpoint directory (format/gptq_checkpoint.cpp): a config, an
+// libFuzzer target: a whole GPTQ checkpoint directory (io/gptq_checkpoint.cpp): a config, an
 // optional shard index and safetensors files, each cut from the input, written to a scratch
 // directory and opened; every layer that lists is then imported (metadata and codes). Failures
 // must be qjit::Errors.
@@ -12,7 +12,7 @@
 #include <string>
 
 #include "base/error.hpp"
-#include "format/gptq_checkpoint.hpp"
+#include "io/gptq_checkpoint.hpp"
 #include "format/gptq_import.hpp"
 
 namespace {

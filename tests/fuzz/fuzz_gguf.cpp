@@ -1,5 +1,5 @@
-// libFuzzer target: the GGUF reader (format/gguf_file.cpp) on arbitrary bytes, then every metadata
-// accessor on every key and ggml's dequantizers (format/gguf_dequantize.cpp) on every accepted
+// libFuzzer target: the GGUF reader (io/gguf_file.cpp) on arbitrary bytes, then every metadata
+// accessor on every key and ggml's dequantizers (io/gguf_dequantize.cpp) on every accepted
 // tensor of a type they handle. A tensor's data must lie inside the input (ASan reports a read
 // outside); only QJIT_ERROR_CORRUPT_DATA may come of a file's contents.
 #include <cstddef>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "format/gguf_dequantize.hpp"
-#include "format/gguf_file.hpp"
+#include "io/gguf_dequantize.hpp"
+#include "io/gguf_file.hpp"
 
 namespace {
 

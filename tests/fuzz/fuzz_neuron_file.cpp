@@ -1,4 +1,4 @@
-// libFuzzer target: the neuron file header parser (format/neuron_file.cpp) on arbitrary bytes, then,
+// libFuzzer target: the neuron file header parser (io/neuron_file.cpp) on arbitrary bytes, then,
 // for a header that parses, the record check on the first records that lie inside the input.
 // Built twice: as is, where nearly every mutation of a header fails its CRC, and with
 // QJIT_FUZZ_FIX_CHECKSUM, where the header's CRC is set right so that mutations reach the fields.
@@ -11,12 +11,12 @@
 
 #include "base/crc32.hpp"
 #include "base/error.hpp"
-#include "format/neuron_file.hpp"
+#include "io/neuron_file.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* input, size_t size) {
     std::vector<uint8_t> bytes(input, input + size);
 #ifdef QJIT_FUZZ_FIX_CHECKSUM
-    constexpr size_t kCrcAt = 63;  // the header's fields end here (format/neuron_file.hpp)
+    constexpr size_t kCrcAt = 63;  // the header's fields end here (io/neuron_file.hpp)
     if (size >= kCrcAt + 4) {
         const uint32_t crc = qjit::crc32(bytes.data(), kCrcAt);
         for (int i = 0; i < 4; ++i) bytes[kCrcAt + size_t(i)] = uint8_t(crc >> (8 * i));

@@ -1,11 +1,11 @@
-// libFuzzer target: the safetensors header parser (format/safetensors.cpp) on arbitrary bytes.
+// libFuzzer target: the safetensors header parser (io/safetensors.cpp) on arbitrary bytes.
 // Every tensor it accepts must lie inside the input: its bytes are read to prove it (ASan reports
 // a read outside).
 #include <cstddef>
 #include <cstdint>
 
 #include "base/error.hpp"
-#include "format/safetensors.hpp"
+#include "io/safetensors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "format/hessian.hpp"
+#include "quant/hessian.hpp"
 #include "format/quantized_matrix.hpp"
 
 namespace qjit {
@@ -32,7 +32,7 @@ struct GptqConfig {
 QuantizedMatrix quantize_gptq(const GptqConfig& config, const Hessian& hessian, int64_t k, int64_t n,
                               const float* weights);
 
-// The pieces of quantize_gptq the 2/4/16 quantizer (format/quantize_mixed.hpp) reads too.
+// The pieces of quantize_gptq the 2/4/16 quantizer (quant/quantize_mixed.hpp) reads too.
 //
 // The act-order row order: rows by decreasing diag(H), ties in row order (a dead input, diag 0, counts
 // as 1, as GPTQ sets it). Storage row r holds original row result[r].

@@ -1,4 +1,4 @@
-#include "format/gguf_dequantize.hpp"
+#include "io/gguf_dequantize.hpp"
 
 #include <bit>
 #include <limits>

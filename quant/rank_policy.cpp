@@ -1,4 +1,4 @@
-#include "format/rank_policy.hpp"
+#include "quant/rank_policy.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,13 +1,14 @@
-#include "format/quantize_milo.hpp"
+#include "quant/quantize_milo.hpp"
 
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 
 #include "base/error.hpp"
-#include "format/quantize_rtn.hpp"
+#include "quant/quantize_rtn.hpp"
 #include "format/reference.hpp"
-#include "format/truncated_svd.hpp"
+#include "quant/truncated_svd.hpp"
+#include "quant/quantize_low_rank.hpp"
 
 namespace qjit {
 

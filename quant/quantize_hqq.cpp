@@ -1,4 +1,4 @@
-#include "format/quantize_hqq.hpp"
+#include "quant/quantize_hqq.hpp"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "base/error.hpp"
-#include "format/quantize_rtn.hpp"
+#include "quant/quantize_rtn.hpp"
 
 namespace qjit {
 

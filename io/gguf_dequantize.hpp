@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "format/gguf_file.hpp"
+#include "io/gguf_file.hpp"
 
 namespace qjit {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "format/hessian.hpp"
+#include "quant/hessian.hpp"
 #include "format/quantized_matrix.hpp"
 
 namespace qjit {

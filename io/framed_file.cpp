@@ -1,4 +1,4 @@
-#include "runtime/framed_file.hpp"
+#include "io/framed_file.hpp"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "format/safetensors.hpp"
+#include "io/safetensors.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "base/error.hpp"
-#include "format/json_integer.hpp"
+#include "io/json_integer.hpp"
 
 namespace qjit {
 

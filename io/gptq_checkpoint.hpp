@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "base/mapped_file.hpp"
-#include "format/safetensors.hpp"
+#include "io/safetensors.hpp"
 #include "qjit/qjit.h"
 
 namespace qjit {

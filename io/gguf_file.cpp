@@ -1,4 +1,4 @@
-#include "format/gguf_file.hpp"
+#include "io/gguf_file.hpp"
 
 #include <algorithm>
 #include <bit>

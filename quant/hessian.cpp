@@ -1,4 +1,4 @@
-#include "format/hessian.hpp"
+#include "quant/hessian.hpp"
 
 #include <Eigen/Core>
 #include <algorithm>

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "format/low_rank.hpp"
-#include "format/quantize_hqq.hpp"
+#include "quant/quantize_hqq.hpp"
 #include "format/quantized_matrix.hpp"
 
 namespace qjit {

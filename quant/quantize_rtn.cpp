@@ -1,4 +1,4 @@
-#include "format/quantize_rtn.hpp"
+#include "quant/quantize_rtn.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,11 +1,11 @@
-#include "format/quantize_mixed.hpp"
+#include "quant/quantize_mixed.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "base/error.hpp"
-#include "format/quantize_gptq.hpp"
+#include "quant/quantize_gptq.hpp"
 
 namespace qjit {
 

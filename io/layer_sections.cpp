@@ -1,11 +1,11 @@
-#include "runtime/layer_sections.hpp"
+#include "io/layer_sections.hpp"
 
 #include <algorithm>
 #include <optional>
 
 #include "base/error.hpp"
 #include "base/half.hpp"
-#include "format/json_integer.hpp"
+#include "io/json_integer.hpp"
 
 namespace qjit {
 

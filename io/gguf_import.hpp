@@ -1,6 +1,6 @@
 // GGUF weight tensors as qjit matrices, exactly: the K x N matrix import_gguf_matrix returns
 // dequantizes (format/reference.hpp) to the transpose of what ggml's dequantizer gives for the
-// tensor (format/gguf_dequantize.hpp, the gguf Python package's numbers), bit for bit.
+// tensor (io/gguf_dequantize.hpp, the gguf Python package's numbers), bit for bit.
 //
 // A GGUF weight has dims {K, N}: N rows of K values, each row a run of blocks along K. Each block's
 // sub-blocks become K-groups of one output column; ggml's codes become qjit's codes, widened where
@@ -28,7 +28,7 @@
 #include <cstdint>
 #include <string>
 
-#include "format/gguf_file.hpp"
+#include "io/gguf_file.hpp"
 #include "format/quantized_matrix.hpp"
 #include "format/weight_format.hpp"
 

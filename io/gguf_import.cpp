@@ -1,4 +1,4 @@
-#include "format/gguf_import.hpp"
+#include "io/gguf_import.hpp"
 
 #include <algorithm>
 #include <cmath>

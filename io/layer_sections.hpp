@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/layer_file.hpp"
+#include "io/layer_file.hpp"
 
 namespace qjit {
 

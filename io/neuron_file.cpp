@@ -1,4 +1,4 @@
-#include "format/neuron_file.hpp"
+#include "io/neuron_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 
 #include "base/crc32.hpp"
 #include "base/error.hpp"
-#include "format/quantize_rtn.hpp"
+#include "quant/quantize_rtn.hpp"
 
 namespace qjit {
 

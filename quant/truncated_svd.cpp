@@ -1,4 +1,4 @@
-#include "format/truncated_svd.hpp"
+#include "quant/truncated_svd.hpp"
 
 #include <Eigen/Dense>
 #include <algorithm>

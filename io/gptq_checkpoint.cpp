@@ -1,4 +1,4 @@
-#include "format/gptq_checkpoint.hpp"
+#include "io/gptq_checkpoint.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -10,7 +10,7 @@
 
 #include "base/directory.hpp"
 #include "base/error.hpp"
-#include "format/json_integer.hpp"
+#include "io/json_integer.hpp"
 #include "format/weight_format.hpp"
 
 namespace qjit {

@@ -1,4 +1,4 @@
-#include "format/quantize_gptq.hpp"
+#include "quant/quantize_gptq.hpp"
 
 #include <Eigen/Cholesky>
 #include <Eigen/Core>
@@ -8,7 +8,7 @@
 
 #include "base/error.hpp"
 #include "base/half.hpp"
-#include "format/quantize_rtn.hpp"
+#include "quant/quantize_rtn.hpp"
 
 namespace qjit {
 
