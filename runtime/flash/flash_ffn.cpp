@@ -248,9 +248,14 @@ void FlashFfn::forward(int64_t layer, const float* x, int64_t m, float* y, const
     require(layer >= 0 && layer < header_.layers, "flash FFN: layer ", layer, " out of range");
     require(m >= 1, "flash FFN: m ", m, " must be at least 1");
     require(x != nullptr && y != nullptr, "flash FFN: x and y must not be null");
-    NeuronCache& resident = resident_[size_t(layer)];
+    choose_active(layer, x, m, active);
+    place_active(resident_[size_t(layer)]);
+    compute_active(layer, x, m, y);
+    ++counters_.tokens;
+}
 
-    // Which neurons take part.
+// Which neurons take part: the caller's list, else the layer's predictor's, else all of them.
+void FlashFfn::choose_active(int64_t layer, const float* x, int64_t m, const std::vector<int32_t>* active) {
     if (active != nullptr) {
         active_ = *active;
         std::sort(active_.begin(), active_.end());
@@ -266,14 +271,15 @@ void FlashFfn::forward(int64_t layer, const float* x, int64_t m, float* y, const
         active_ = all_neurons_;
     }
     counters_.active_neurons += int64_t(active_.size());
+}
 
-    // Where they go: the resident cache takes every active neuron it can hold (with a window, all
-    // of them while they fit beside the pinned ones; without, the pinned only); the rest are
-    // transient, read for this call alone.
+// Where they go: the resident cache takes every active neuron it can hold (with a window, all of
+// them while they fit beside the pinned ones; without, the pinned only); the rest are transient,
+// read for this call alone.
+void FlashFfn::place_active(NeuronCache& resident) {
     const auto cache_start = Clock::now();
     resident_active_.clear();
     transient_active_.clear();
-    // Without a window the resident cache never holds more than the pinned neurons.
     const bool window_holds_all =
         options_.window > 0 && resident.pinned() + int64_t(active_.size()) <= resident.capacity();
     for (int32_t id : active_) {
@@ -288,10 +294,13 @@ void FlashFfn::forward(int64_t layer, const float* x, int64_t m, float* y, const
     transient_->begin_token(transient_active_, transient_plan_);
     counters_.cache_seconds += seconds_since(cache_start);
     counters_.cache_hits += resident_plan_.hits;
+}
 
-    // The missing neurons are read while the resident ones are computed (when they fit one batch
-    // of reads); then they are checked, filled in and computed too. The sum over slots is the same
-    // in any order of the two halves.
+// The missing neurons are read while the resident ones are computed (when they fit one batch of
+// reads); then they are checked, filled in and computed too. The sum over slots is the same in
+// any order of the two halves.
+void FlashFfn::compute_active(int64_t layer, const float* x, int64_t m, float* y) {
+    NeuronCache& resident = resident_[size_t(layer)];
     try {
         load_neurons_ = resident_plan_.missing;
         load_neurons_.insert(load_neurons_.end(), transient_plan_.missing.begin(), transient_plan_.missing.end());
@@ -327,7 +336,6 @@ void FlashFfn::forward(int64_t layer, const float* x, int64_t m, float* y, const
     }
     compute(resident, resident_plan_.missing_slots, x, m, y);
     compute(*transient_, transient_plan_.slots, x, m, y);
-    ++counters_.tokens;
 }
 
 void FlashFfn::compute(const NeuronCache& cache, std::span<const int32_t> slots, const float* x, int64_t m, float* y) {

@@ -103,6 +103,11 @@ private:
     void fill_from_record(NeuronCache& cache, int32_t slot, NeuronPart first_part, const uint8_t* record);
     // Reads the records of `neurons` of `layer` and fills `slots` of `cache` with them.
     void load(int64_t layer, std::span<const int32_t> neurons, std::span<const int32_t> slots, NeuronCache& cache);
+    // The steps of a forward: the active neurons into active_, their places in the resident and
+    // transient caches (the plans), then their reads and products.
+    void choose_active(int64_t layer, const float* x, int64_t m, const std::vector<int32_t>* active);
+    void place_active(NeuronCache& resident);
+    void compute_active(int64_t layer, const float* x, int64_t m, float* y);
     void compute(const NeuronCache& cache, std::span<const int32_t> slots, const float* x, int64_t m, float* y);
     void ensure_transient_capacity(int64_t neurons);
     uint8_t* staging(int64_t bytes);
