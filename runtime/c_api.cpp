@@ -173,6 +173,24 @@ qjit_status qjit_linear_forward(qjit_linear* layer, const float* x, int64_t m, f
     });
 }
 
+qjit_status qjit_linear_forward_on(qjit_linear* layer, qjit_device device, const void* x, void* y, int64_t m,
+                                   qjit_dtype dtype, void* stream) {
+    return guarded([&] {
+        require(layer != nullptr, "layer is NULL");
+        const BackendLayer& on = layer_on(*layer, static_cast<int>(device));
+        require(x != nullptr, "x is NULL");
+        require(y != nullptr, "y is NULL");
+        if (on.device() == Device::Cpu) {
+            require(dtype == QJIT_DTYPE_F32, "dtype is ", int(dtype), "; a CPU forward takes QJIT_DTYPE_F32");
+            require_activations(static_cast<const float*>(x), m, layer->params.k, static_cast<const float*>(y),
+                                layer->params.n);
+        } else {
+            require(m >= 1 && m <= (1 << 24), "m is ", m, "; expected 1 .. 2^24");
+        }
+        on.run({x, m, dtype, on.device()}, {y, m, dtype, on.device()}, stream);
+    });
+}
+
 qjit_status qjit_linear_dequantize(const qjit_linear* layer, float* weights_k_by_n) {
     return guarded([&] {
         require(layer != nullptr, "layer is NULL");

@@ -14,9 +14,7 @@ namespace {
 
 const cuda::CudaLayer& cuda_side(const qjit_linear* layer) {
     require(layer != nullptr, "layer is NULL");
-    if (!layer->gpu || layer->gpu->kind() != BackendKind::Cuda)
-        fail(QJIT_ERROR_NO_DEVICE, "the layer has no CUDA weights: its context was created without options.cuda_device");
-    return static_cast<const cuda::CudaLayer&>(*layer->gpu);
+    return static_cast<const cuda::CudaLayer&>(layer_on(*layer, QJIT_DEVICE_CUDA));
 }
 
 void require_rows(int64_t m) { require(m >= 1 && m <= (1 << 24), "m is ", m, "; expected 1 .. 2^24"); }
@@ -62,13 +60,7 @@ qjit_status qjit_cuda_get_device_info(int ordinal, qjit_cuda_device_info* info) 
 
 qjit_status qjit_linear_forward_cuda(qjit_linear* layer, const void* x, void* y, int64_t m, qjit_dtype dtype,
                                      void* stream) {
-    return guarded([&] {
-        const cuda::CudaLayer& cuda = cuda_side(layer);
-        require(x != nullptr, "x is NULL");
-        require(y != nullptr, "y is NULL");
-        require_rows(m);
-        cuda.run({x, m, dtype, Device::Cuda}, {y, m, dtype, Device::Cuda}, stream);
-    });
+    return qjit_linear_forward_on(layer, QJIT_DEVICE_CUDA, x, y, m, dtype, stream);
 }
 
 qjit_status qjit_linear_benchmark_cuda(qjit_linear* layer, int64_t m, qjit_dtype dtype, int repeats,

@@ -144,6 +144,15 @@ std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams para
 
 void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y) { layer.cpu->forward(x, m, y); }
 
+const BackendLayer& layer_on(const qjit_linear& layer, int device) {
+    require(device == QJIT_DEVICE_CPU || device == QJIT_DEVICE_CUDA, "device is ", device,
+            "; expected QJIT_DEVICE_CPU or QJIT_DEVICE_CUDA");
+    if (device == QJIT_DEVICE_CPU) return *layer.cpu;
+    if (!layer.gpu || layer.gpu->kind() != BackendKind::Cuda)
+        fail(QJIT_ERROR_NO_DEVICE, "the layer has no CUDA weights: its context was created without options.cuda_device");
+    return *layer.gpu;
+}
+
 QuantizedMatrix unpack_linear(const qjit_linear& layer) {
     return QuantizedMatrix{layer.params, unpack_codes(layer.cpu->codes())};
 }

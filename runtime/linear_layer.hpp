@@ -60,6 +60,10 @@ std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams 
 // y (m x N) = x (m x K, original row order) * W: the layer's CPU backend runs its passes.
 void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y);
 
+// The layer's copy on `device` (a qjit_device read as an integer): QJIT_ERROR_INVALID_ARGUMENT for
+// no such device, QJIT_ERROR_NO_DEVICE when the layer has no copy there.
+const BackendLayer& layer_on(const qjit_linear& layer, int device);
+
 // The logical matrix back from the packed layer (the oracle's input), without its compensator.
 QuantizedMatrix unpack_linear(const qjit_linear& layer);
 // The layer's compensator as stored (rank 0: none).

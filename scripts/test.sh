@@ -4,8 +4,9 @@
 # under ThreadSanitizer (in build-tsan/), with the suites whose code runs on more than one thread
 # only (-DQJIT_TESTS=threaded, tests/CMakeLists.txt), less those that repeat one check per ISA
 # (Isa/: minutes under TSan, and nothing the rest does not already run on the thread pool).
-# Under ASan + UBSan the AVX2 twins of the AVX-512 format variants (AllFormats/*_avx2_*) and the
-# NVRTC compile sweep (BitsAndArch/) are left out too: generated machine code and NVRTC are not
+# Under ASan + UBSan the AVX2 twins of the AVX-512 format variants (AllFormats/*_avx2_*), the JIT
+# runs of the per-ISA model checks (Isa/*/avx*, Isa/*/Jit: their portable runs stay) and the NVRTC
+# compile sweep (BitsAndArch/) are left out too: generated machine code and NVRTC are not
 # instrumented, and the C++ around them is the same for every ISA (the plain run keeps them all).
 # The ASan run leaves out the CUDA kernels' host emulation (CudaEmulated*): the kernels run there
 # as uninstrumented libraries built at test time, on fibers ASan does not follow.
@@ -24,7 +25,7 @@ case "${QJIT_SANITIZE:-0}" in
     "$root/scripts/build.sh" --quiet "$build_dir" -DQJIT_SANITIZE=ON -DQJIT_BUILD_BENCH=OFF
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     labels_out='cuda_sweep|mpi'
-    exclude=(-E '^BitsAndArch/|^AllFormats/.*_avx2_|CudaEmulated')
+    exclude=(-E '^BitsAndArch/|^AllFormats/.*_avx2_|^Isa/.*/(avx|Jit)|CudaEmulated')
     ;;
   thread)
     build_dir="$root/build-tsan"

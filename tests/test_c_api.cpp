@@ -160,6 +160,32 @@ TEST_F(CApiTest, ForwardRejectsBadArguments) {
     EXPECT_EQ(qjit_linear_forward(layer_.get(), x.data(), 3, y.data()), QJIT_OK);
 }
 
+// The device-neutral forward: on the CPU it is qjit_linear_forward, bit for bit; a device the layer
+// has no copy on, an unknown device and a dtype the device does not take are named.
+TEST_F(CApiTest, ForwardOnADeviceMatchesTheDevicesOwnCall) {
+    const std::vector<float> x = qjit::test::random_floats(size_t(3 * kK), 4);
+    std::vector<float> y_plain(3 * kN), y_on(3 * kN, -1.0f);
+    ASSERT_EQ(qjit_linear_forward(layer_.get(), x.data(), 3, y_plain.data()), QJIT_OK);
+    ASSERT_EQ(qjit_linear_forward_on(layer_.get(), QJIT_DEVICE_CPU, x.data(), y_on.data(), 3, QJIT_DTYPE_F32, nullptr),
+              QJIT_OK)
+        << qjit_last_error();
+    EXPECT_EQ(y_on, y_plain);
+    EXPECT_STATUS(qjit_linear_forward_on(layer_.get(), QJIT_DEVICE_CUDA, x.data(), y_on.data(), 3, QJIT_DTYPE_F16,
+                                         nullptr),
+                  QJIT_ERROR_NO_DEVICE, "no CUDA weights");
+    EXPECT_STATUS(qjit_linear_forward_on(layer_.get(), qjit_device(7), x.data(), y_on.data(), 3, QJIT_DTYPE_F32,
+                                         nullptr),
+                  QJIT_ERROR_INVALID_ARGUMENT, "device is 7");
+    EXPECT_STATUS(qjit_linear_forward_on(layer_.get(), QJIT_DEVICE_CPU, x.data(), y_on.data(), 3, QJIT_DTYPE_F16,
+                                         nullptr),
+                  QJIT_ERROR_INVALID_ARGUMENT, "QJIT_DTYPE_F32");
+    EXPECT_STATUS(qjit_linear_forward_on(layer_.get(), QJIT_DEVICE_CPU, x.data(), y_on.data(), 0, QJIT_DTYPE_F32,
+                                         nullptr),
+                  QJIT_ERROR_INVALID_ARGUMENT, "m");
+    EXPECT_STATUS(qjit_linear_forward_on(nullptr, QJIT_DEVICE_CPU, x.data(), y_on.data(), 3, QJIT_DTYPE_F32, nullptr),
+                  QJIT_ERROR_INVALID_ARGUMENT, "layer");
+}
+
 // Shapes past the documented limits are refused before anything is allocated for them (K = N =
 // 2^31 - 1 used to attempt a multi-petabyte allocation). The weight pointers are never read.
 TEST_F(CApiTest, HugeShapesAreRefusedUpFront) {

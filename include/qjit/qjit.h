@@ -371,6 +371,20 @@ QJIT_API qjit_status qjit_linear_destroy(qjit_linear* layer); /* NULL is a no-op
 /* y (m x N) = x (m x K) * W. m >= 1. x and y must not overlap. Safe to call from several threads. */
 QJIT_API qjit_status qjit_linear_forward(qjit_linear* layer, const float* x, int64_t m, float* y);
 
+/* The devices a layer runs on: every layer on the CPU; in a context created with options.cuda_device,
+ * on that CUDA device too. */
+typedef enum qjit_device {
+    QJIT_DEVICE_CPU = 0,
+    QJIT_DEVICE_CUDA = 1,
+    QJIT_DEVICE_MAX_ENUM = 0x7fffffff
+} qjit_device;
+/* y (m x N) = x (m x K) * W on `device`, the device-neutral form of qjit_linear_forward and
+ * qjit_linear_forward_cuda. CPU: host pointers, dtype QJIT_DTYPE_F32, stream ignored (as
+ * qjit_linear_forward). CUDA: device pointers, QJIT_DTYPE_F16 or QJIT_DTYPE_BF16, enqueued on `stream` (as
+ * qjit_linear_forward_cuda). QJIT_ERROR_NO_DEVICE when the layer has no copy on `device`. */
+QJIT_API qjit_status qjit_linear_forward_on(qjit_linear* layer, qjit_device device, const void* x, void* y, int64_t m,
+                                            qjit_dtype dtype, void* stream);
+
 /* The dense fp32 matrix the layer represents, written as W[k][n] in the original row order. */
 QJIT_API qjit_status qjit_linear_dequantize(const qjit_linear* layer, float* weights_k_by_n);
 
@@ -422,7 +436,8 @@ QJIT_API qjit_status qjit_checkpoint_create_layer(qjit_checkpoint* checkpoint, c
  * driver (libcuda.so.1), it fails to initialise, or it sees no device; *count is then 0. */
 QJIT_API qjit_status qjit_cuda_device_count(int* count);
 QJIT_API qjit_status qjit_cuda_get_device_info(int ordinal, qjit_cuda_device_info* info);
-/* y (m x N) = x (m x K) * W on the context's CUDA device (options.cuda_device), enqueued on `stream` (a
+/* qjit_linear_forward_on(layer, QJIT_DEVICE_CUDA, ...): y (m x N) = x (m x K) * W on the context's CUDA
+ * device (options.cuda_device), enqueued on `stream` (a
  * CUstream; NULL: the legacy default stream) and not waited for. x and y are device pointers to
  * row-major m x K and m x N matrices of `dtype` (QJIT_DTYPE_F16 or QJIT_DTYPE_BF16); m >= 1. Products are
  * accumulated in fp32. Calls on one layer are serialised (a layer owns one scratch buffer). */
