@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "tools/checkpoint_writer.hpp"
-#include "tools/model_config.hpp"
+#include "models/model_config.hpp"
 #include "tools/random_gptq.hpp"
 
 int main(int argc, char** argv) {
@@ -34,14 +34,14 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
 
     try {
-        const qjit_tools::ModelConfig model = qjit_tools::load_model_config(model_path);
+        const qjit_models::ModelConfig model = qjit_models::load_model_config(model_path);
         if (blocks < 0) blocks = model.layers;
         std::filesystem::create_directories(directory);
         // One random layer per distinct shape, shared by every block.
         std::map<std::pair<int64_t, int64_t>, qjit_tools::GptqTensors> by_shape;
         std::map<int64_t, std::vector<int32_t>> g_idx_by_k;
         std::mt19937 rng(7);
-        for (const qjit_tools::LinearShape& shape : model.linear) {
+        for (const qjit_models::LinearShape& shape : model.linear) {
             auto [where, fresh] = by_shape.try_emplace({shape.k, shape.n});
             if (fresh) qjit_tools::random_gptq(shape.k, shape.n, bits, group, uint64_t(shape.k * 31 + shape.n), &where->second);
             if (act_order && !g_idx_by_k.count(shape.k)) {
@@ -53,10 +53,10 @@ int main(int argc, char** argv) {
         }
         std::vector<qjit_tools::CheckpointLayerTensors> layers;
         for (int block = 0; block < blocks; ++block)
-            for (const qjit_tools::LinearShape& shape : model.linear) {
+            for (const qjit_models::LinearShape& shape : model.linear) {
                 qjit_gptq_tensors tensors = by_shape.at({shape.k, shape.n}).view;
                 if (act_order) tensors.g_idx = g_idx_by_k.at(shape.k).data();
-                layers.push_back({"model.layers." + std::to_string(block) + "." + shape.name, shape.k, shape.n, tensors});
+                layers.push_back({qjit_models::hf_block_prefix(block) + shape.name, shape.k, shape.n, tensors});
             }
         qjit_tools::CheckpointOptions options;
         options.format = format == "v1" ? QJIT_GPTQ_V1 : QJIT_GPTQ_V2;
