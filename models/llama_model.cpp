@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "base/activations.hpp"
 #include "models/fail.hpp"
 #include "models/simd_clones.hpp"
 
@@ -308,9 +309,7 @@ bool Model::run_layer(int l, int pos0, int count) {
     if (!run_linear(l, 4, xb_.data(), count, hb_.data())) return false;
     layer.w3->forward(xb_.data(), count, hb2_.data());
     for (size_t i = 0; i < rows * hidden; ++i) {
-        float gate = hb_[i];
-        gate *= 1.0f / (1.0f + std::exp(-gate));
-        hb_[i] = gate * hb2_[i];
+        hb_[i] = qjit::silu(hb_[i]) * hb2_[i];
     }
     if (ffn_threshold_ > 0) {
         for (size_t i = 0; i < rows * hidden; ++i)
