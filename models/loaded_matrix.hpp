@@ -1,11 +1,12 @@
-// Where a model's weight matrix comes from: dense fp32 values, or a ggml-quantized tensor of a GGUF
-// file. Either way the matrix has n rows (outputs) of k values (inputs), [n][k] row-major, as
+// A model's weight matrix as its loader holds it: dense fp32 values, or a ggml-quantized tensor of a
+// GGUF file. Either way the matrix has n rows (outputs) of k values (inputs), [n][k] row-major, as
 // llama2.c, PyTorch and GGUF store a linear layer's weight.
 //
-// A layer maker asks the source for what it builds from: the dense fp32 weights (any maker can,
+// A layer maker asks the loaded matrix for what it builds from: the dense fp32 weights (any maker can,
 // a ggml tensor is dequantized on request) or the ggml bytes themselves (only a ggml source has
 // them; the exact GGUF import needs them). The model reads its token embedding a row at a time.
-// Sources are cheap to copy: copies share the weights.
+// Loaded matrices are cheap to copy: copies share the weights. (Not runtime/cuda's
+// CudaExecutor::MatrixSource, which makes a layer's quantized matrix on demand.)
 #pragma once
 
 #include <cstddef>
