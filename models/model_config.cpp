@@ -4,6 +4,10 @@
 
 #include <stdexcept>
 
+#ifndef QJIT_MODEL_CONFIGS_DIR  // set by the build to the source tree's configs/models
+#define QJIT_MODEL_CONFIGS_DIR "configs/models"
+#endif
+
 namespace qjit_models {
 
 ModelConfig load_model_config(const std::string& path) {
@@ -29,6 +33,10 @@ ModelConfig load_model_config(const std::string& path) {
         throw bad(std::string("a field is missing or has the wrong type: ") + e.what());
     }
     return model;
+}
+
+ModelConfig shipped_model_config(const std::string& name) {
+    return load_model_config(std::string(QJIT_MODEL_CONFIGS_DIR) + "/" + name + ".yaml");
 }
 
 ModelConfig llama2_7b_config() {
