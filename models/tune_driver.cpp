@@ -414,7 +414,10 @@ Contexts make_contexts(const Options& o) {
 // One row: the target made in the tuned context of batch b, its tuning and its cold time (and on
 // the CUDA device), against the untuned default and the portable layer `slow`.
 Row time_row(const Options& o, const Target& target, const Contexts& c, size_t b, qjit_linear* slow, const TuneIo& io) {
-    Row row{target.name, target.shape, o.batches[b]};
+    Row row;
+    row.layer = target.name;
+    row.shape = target.shape;
+    row.batch = o.batches[b];
     LayerPtr layer = target.create(c.tuned[b].get());
     qjit_linear_tuning tuning;
     qjit_linear_info info;
