@@ -21,6 +21,7 @@
 
 #include "format/gguf_file.hpp"
 #include "gguf_writer.hpp"
+#include "llama_gguf_writer.hpp"
 #include "models/llama2_checkpoint.hpp"
 #include "models/llama2_tokenizer.hpp"
 #include "smollm2_model.hpp"
@@ -58,20 +59,8 @@ struct FileDamage {
 // `weights` as a GGUF file with F32 tensors, laid out as llama.cpp's converter lays out a Llama model.
 std::string llama_gguf(const llama::Weights& weights, const FileDamage& damage = {}) {
     const llama::Config& c = weights.config;
-    std::vector<std::string> tokens;
-    for (int i = 0; i < c.vocab_size; ++i) tokens.push_back("t" + std::to_string(i));
     GgufWriter writer;
-    writer.value("general.architecture", damage.architecture)
-        .value("llama.block_count", uint32_t(c.n_layers))
-        .value("llama.embedding_length", uint32_t(c.dim))
-        .value("llama.feed_forward_length", uint32_t(c.hidden_dim))
-        .value("llama.attention.head_count", uint32_t(c.n_heads))
-        .value("llama.attention.head_count_kv", uint32_t(c.n_kv_heads))
-        .value("llama.rope.freq_base", c.rope_base)
-        .value("llama.attention.layer_norm_rms_epsilon", c.rms_eps)
-        .value("llama.context_length", uint32_t(c.seq_len))
-        .value("tokenizer.ggml.model", "gpt2")
-        .array("tokenizer.ggml.tokens", tokens);
+    qjit::test::add_llama_metadata(writer, c, damage.architecture);
     auto add = [&](const std::string& name, std::vector<uint64_t> dims, std::span<const float> values) {
         if (name == damage.left_out) return;
         std::string data = float_bytes(values);
@@ -87,22 +76,23 @@ std::string llama_gguf(const llama::Weights& weights, const FileDamage& damage =
         std::vector<float> scratch;
         add(name, {uint64_t(matrix.k()), uint64_t(matrix.n())}, matrix.dense_values(scratch));
     };
-    add_matrix("token_embd.weight", weights.token_embedding);
+    using qjit_models::BlockMatrix;
+    using qjit_models::gguf_block_tensor;
+    add_matrix(qjit_models::kGgufTokenEmbedding, weights.token_embedding);
     for (int l = 0; l < c.n_layers; ++l) {
         const llama::LayerWeights& w = weights.layers[size_t(l)];
-        const std::string block = "blk." + std::to_string(l) + ".";
-        add(block + "attn_norm.weight", {uint64_t(c.dim)}, w.attention_norm);
-        add_matrix(block + "attn_q.weight", w.wq);
-        add_matrix(block + "attn_k.weight", w.wk);
-        add_matrix(block + "attn_v.weight", w.wv);
-        add_matrix(block + "attn_output.weight", w.wo);
-        add(block + "ffn_norm.weight", {uint64_t(c.dim)}, w.ffn_norm);
-        add_matrix(block + "ffn_gate.weight", w.w1);
-        add_matrix(block + "ffn_down.weight", w.w2);
-        add_matrix(block + "ffn_up.weight", w.w3);
+        add(gguf_block_tensor(l, qjit_models::kGgufAttentionNorm), {uint64_t(c.dim)}, w.attention_norm);
+        add_matrix(gguf_block_tensor(l, BlockMatrix::q), w.wq);
+        add_matrix(gguf_block_tensor(l, BlockMatrix::k), w.wk);
+        add_matrix(gguf_block_tensor(l, BlockMatrix::v), w.wv);
+        add_matrix(gguf_block_tensor(l, BlockMatrix::o), w.wo);
+        add(gguf_block_tensor(l, qjit_models::kGgufFfnNorm), {uint64_t(c.dim)}, w.ffn_norm);
+        add_matrix(gguf_block_tensor(l, BlockMatrix::gate), w.w1);
+        add_matrix(gguf_block_tensor(l, BlockMatrix::down), w.w2);
+        add_matrix(gguf_block_tensor(l, BlockMatrix::up), w.w3);
     }
-    add("output_norm.weight", {uint64_t(c.dim)}, weights.final_norm);
-    if (!weights.tied_classifier) add_matrix("output.weight", weights.classifier);
+    add(qjit_models::kGgufOutputNorm, {uint64_t(c.dim)}, weights.final_norm);
+    if (!weights.tied_classifier) add_matrix(qjit_models::kGgufClassifier, weights.classifier);
     if (!damage.extra.empty()) add(damage.extra, {uint64_t(c.dim)}, weights.final_norm);
     return writer.bytes();
 }

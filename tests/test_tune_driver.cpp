@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gguf_writer.hpp"
+#include "llama_gguf_writer.hpp"
 #include "models/gguf_llama.hpp"
 #include "models/tensor_names.hpp"
 #include "models/tune_driver.hpp"
@@ -42,30 +43,21 @@ std::string q8_0_bytes(int64_t k, int64_t n, std::mt19937& rng) {
 // A one-block Llama model of width 32, FFN 64, two heads and 16 tokens, its matrices Q8_0.
 std::string tiny_q8_llama(const std::string& architecture = "llama") {
     std::mt19937 rng(3);
-    std::vector<std::string> tokens;
-    for (int i = 0; i < kVocab; ++i) tokens.push_back("t" + std::to_string(i));
+    const llama::Config c = {.dim = kDim, .hidden_dim = kHidden, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
+                             .head_size = kDim / 2, .vocab_size = kVocab, .seq_len = 64};
     GgufWriter writer;
-    writer.value("general.architecture", architecture)
-        .value("llama.block_count", uint32_t(1))
-        .value("llama.embedding_length", uint32_t(kDim))
-        .value("llama.feed_forward_length", uint32_t(kHidden))
-        .value("llama.attention.head_count", uint32_t(2))
-        .value("llama.attention.layer_norm_rms_epsilon", 1e-5f)
-        .value("llama.context_length", uint32_t(64))
-        .array("tokenizer.ggml.tokens", tokens);
+    qjit::test::add_llama_metadata(writer, c, architecture);
     const std::string ones(kDim * sizeof(float), '\0');
-    auto matrix = [&](const std::string& name, int64_t k, int64_t n) {
-        writer.tensor(GgufTensorSpec{name, kGgmlQ8_0, {uint64_t(k), uint64_t(n)}, q8_0_bytes(k, n, rng), std::nullopt});
+    auto matrix = [&](const std::string& name, std::vector<uint64_t> dims) {
+        const std::string bytes = q8_0_bytes(int64_t(dims[0]), int64_t(dims[1]), rng);
+        writer.tensor(GgufTensorSpec{name, kGgmlQ8_0, std::move(dims), bytes, std::nullopt});
     };
-    matrix(kGgufTokenEmbedding, kDim, kVocab);
+    matrix(kGgufTokenEmbedding, {kDim, kVocab});
     for (const char* norm : {kGgufAttentionNorm, kGgufFfnNorm})
         writer.tensor(GgufTensorSpec{gguf_block_tensor(0, norm), kGgmlF32, {uint64_t(kDim)}, ones, std::nullopt});
-    for (const BlockMatrix m : kBlockMatrices) {
-        const bool down = m == BlockMatrix::down, wide = m == BlockMatrix::gate || m == BlockMatrix::up;
-        matrix(gguf_block_tensor(0, m), down ? kHidden : kDim, wide ? kHidden : kDim);
-    }
+    for (const BlockMatrix m : kBlockMatrices) matrix(gguf_block_tensor(0, m), qjit::test::block_matrix_dims(c, m));
     writer.tensor(GgufTensorSpec{kGgufOutputNorm, kGgmlF32, {uint64_t(kDim)}, ones, std::nullopt});
-    matrix(kGgufClassifier, kDim, kVocab);
+    matrix(kGgufClassifier, {kDim, kVocab});
     return writer.bytes();
 }
 
