@@ -35,10 +35,10 @@
 #include <string>
 #include <vector>
 
-#include "models/llama2_checkpoint.hpp"
-#include "models/llama2_tokenizer.hpp"
 #include "models/binary_files.hpp"
 #include "models/json_line.hpp"
+#include "models/llama2_checkpoint.hpp"
+#include "models/llama2_tokenizer.hpp"
 #include "models/llama_eval.hpp"
 #include "models/llama_model.hpp"
 #include "models/method_model.hpp"

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "qjit/qjit_flash.h"
 #include "models/llama_model.hpp"
+#include "qjit/qjit_flash.h"
 
 namespace qjit_models::llama {
 

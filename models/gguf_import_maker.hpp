@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "qjit/qjit.h"
 #include "models/llama_linear.hpp"
+#include "qjit/qjit.h"
 
 namespace qjit_models::llama {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "qjit/qjit.h"
 #include "models/loaded_matrix.hpp"
+#include "qjit/qjit.h"
 
 namespace qjit_models::llama {
 

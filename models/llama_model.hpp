@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "qjit/qjit.h"
 #include "models/llama_linear.hpp"
 #include "models/loaded_matrix.hpp"
+#include "qjit/qjit.h"
 
 namespace qjit_models::llama {
 

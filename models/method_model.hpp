@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "qjit/qjit.h"
 #include "models/llama_model.hpp"
 #include "models/runner_options.hpp"
+#include "qjit/qjit.h"
 
 namespace qjit_models::llama {
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "format/low_rank.hpp"
+#include "models/binary_files.hpp"
 #include "models/llama2_checkpoint.hpp"
 #include "models/llama2_tokenizer.hpp"
-#include "models/binary_files.hpp"
 #include "models/llama_eval.hpp"
 #include "models/llama_model.hpp"
 #include "test_support.hpp"

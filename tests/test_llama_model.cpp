@@ -22,15 +22,15 @@
 #include "format/gguf_file.hpp"
 #include "gguf_writer.hpp"
 #include "llama_gguf_writer.hpp"
-#include "models/llama2_checkpoint.hpp"
-#include "models/llama2_tokenizer.hpp"
-#include "smollm2_model.hpp"
 #include "models/gguf_import_maker.hpp"
 #include "models/gguf_llama.hpp"
 #include "models/gguf_vocabulary.hpp"
+#include "models/llama2_checkpoint.hpp"
+#include "models/llama2_tokenizer.hpp"
 #include "models/llama_eval.hpp"
 #include "models/llama_model.hpp"
 #include "models/token_sequences.hpp"
+#include "smollm2_model.hpp"
 
 namespace {
 

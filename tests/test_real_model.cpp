@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "models/binary_files.hpp"
 #include "models/llama2_checkpoint.hpp"
 #include "models/llama2_tokenizer.hpp"
-#include "models/binary_files.hpp"
 #include "models/llama_eval.hpp"
 #include "models/llama_model.hpp"
 #include "tuner/cpu_isa.hpp"
