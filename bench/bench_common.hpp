@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "models/model_config.hpp"
 #include "tools/random_gptq.hpp"
 
 namespace qjit_bench {
@@ -24,12 +25,30 @@ inline constexpr size_t kGiB = size_t(1) << 30;
 
 inline int hardware_threads() { return std::max(1, int(std::thread::hardware_concurrency())); }
 
-// A layer shape of a model, as the benchmarks list them: ("7b", "gate/up", 4096, 11008).
+// A layer shape of a model, as the benchmarks list them: ("7b", "gate_proj,up_proj", 4096, 11008).
 struct ModelLayerShape {
-    const char* model;
-    const char* layer;
+    std::string model;  // the name the benchmarks' --shapes take
+    std::string layer;
     int64_t k, n;
 };
+
+// The distinct layer shapes of the shipped model config `config` (models/model_config.hpp), named
+// `model`; only the layers whose names contain `only`, when given.
+inline std::vector<ModelLayerShape> model_layers(const std::string& model, const std::string& config,
+                                                 const std::string& only = "") {
+    std::vector<qjit_models::LinearShape> linear = qjit_models::shipped_model_config(config).linear;
+    std::erase_if(linear, [&](const qjit_models::LinearShape& l) { return l.name.find(only) == std::string::npos; });
+    std::vector<ModelLayerShape> shapes;
+    for (const qjit_models::LinearShape& l : qjit_models::distinct_shapes(linear)) shapes.push_back({model, l.name, l.k, l.n});
+    return shapes;
+}
+
+// The layers of several models, in order.
+inline std::vector<ModelLayerShape> joined(std::initializer_list<std::vector<ModelLayerShape>> parts) {
+    std::vector<ModelLayerShape> all;
+    for (const auto& part : parts) all.insert(all.end(), part.begin(), part.end());
+    return all;
+}
 
 // The median of a non-empty sample (the mean of the middle two for an even count).
 inline double median(std::vector<double> values) {

@@ -37,11 +37,10 @@ using qjit_bench::median;
 using qjit_bench::parse_list;
 
 using Shape = qjit_bench::ModelLayerShape;
-constexpr Shape kShapes[] = {
-    {"7b", "q/k/v/o", 4096, 4096},  {"7b", "gate/up", 4096, 11008},   {"7b", "down", 11008, 4096},
-    {"70b", "q/o", 8192, 8192},     {"70b", "k/v", 8192, 1024},       {"70b", "gate/up", 8192, 28672},
-    {"70b", "down", 28672, 8192},
-};
+// Llama-2-7B's and -70B's distinct layer shapes (configs/models).
+std::vector<Shape> model_shapes() {
+    return qjit_bench::joined({qjit_bench::model_layers("7b", "llama-2-7b"), qjit_bench::model_layers("70b", "llama-2-70b")});
+}
 constexpr int kGroup = 128;
 constexpr int kRounds = 5;
 constexpr int kCallsPerRound = 5;
@@ -131,7 +130,7 @@ Row measure_row(const Shape& shape, const qjit_tools::GptqTensors& tensors, int 
 
 void print_row(const Row& r) {
     std::printf("| %s %s %lldx%lld | %d | %d | %lld | %s | %d/%d | %.0f | %.1f | %.1f | %.1f | %.2f | %.3f | %.2f |\n",
-                r.shape->model, r.shape->layer, (long long)r.shape->k, (long long)r.shape->n, r.threads, r.bits,
+                r.shape->model.c_str(), r.shape->layer.c_str(), (long long)r.shape->k, (long long)r.shape->n, r.threads, r.bits,
                 (long long)r.batch, r.tiling.c_str(), r.timed, r.ranked, r.tuning_ms, r.micros, r.gbps, r.probe_gbps,
                 r.gbps / r.probe_gbps, r.macs * 1e-12, r.macs / r.peak_macs);
     std::fflush(stdout);
@@ -164,7 +163,7 @@ void print_targets(const std::vector<Row>& rows) {
     }
     std::printf("\nTargets (worst row of each):\n");
     auto name = [](const Row& r) {
-        return std::string(r.shape->model) + " " + std::to_string(r.shape->k) + "x" + std::to_string(r.shape->n) +
+        return r.shape->model + " " + std::to_string(r.shape->k) + "x" + std::to_string(r.shape->n) +
                " q" + std::to_string(r.bits) + " " + std::to_string(r.threads) + " thread(s)";
     };
     if (worst_floor)
@@ -202,7 +201,8 @@ int main(int argc, char** argv) {
     std::printf("\n| shape | threads | bits | batch | tuned tiling | timed | tuning ms | µs | GB/s | read probe GB/s "
                 "| of read probe | T MAC/s | of int8 peak |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     std::vector<Row> rows;
-    for (const Shape& shape : kShapes) {
+    const std::vector<Shape> shapes = model_shapes();
+    for (const Shape& shape : shapes) {
         if (options.shapes != "all" && options.shapes != shape.model) continue;
         for (int bits : options.bits) {
             qjit_tools::GptqTensors tensors;

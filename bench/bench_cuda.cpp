@@ -185,35 +185,33 @@ Options parse_args(int argc, char** argv) {
 // Shapes: K x N of the linear layers of the models the issue names
 // ---------------------------------------------------------------------------------------------
 
-struct Shape {
-    const char* model;
-    const char* role;
-    int64_t k, n;
-};
+using Shape = qjit_bench::ModelLayerShape;
 
-const Shape kShapes[] = {
-    {"llama7b", "qkv/o", 4096, 4096},        {"llama7b", "gate/up", 4096, 11008},
-    {"llama7b", "down", 11008, 4096},        {"llama70b", "q/o", 8192, 8192},
-    {"llama70b", "k/v", 8192, 1024},         {"llama70b", "gate/up", 8192, 28672},
-    {"llama70b", "down", 28672, 8192},       {"mixtral", "expert w1/w3", 4096, 14336},
-    {"mixtral", "expert w2", 14336, 4096},   {"granite", "mlp up", 6144, 24576},
-    {"granite", "mlp down", 24576, 6144},
-};
-
+// The distinct layer shapes of the models --shapes names (configs/models): Llama-2-7B's and -70B's,
+// Mixtral-8x7B's experts, Granite-20B's MLP.
 std::vector<Shape> select_shapes(const std::vector<std::string>& models) {
+    struct Source {
+        const char* model;
+        const char* config;
+        const char* only;  // the layers whose names contain this
+    };
+    static constexpr Source kSources[] = {{"llama7b", "llama-2-7b", ""},
+                                          {"llama70b", "llama-2-70b", ""},
+                                          {"mixtral", "mixtral-8x7b", "expert_"},
+                                          {"granite", "granite-20b", "mlp_"}};
     std::vector<Shape> shapes;
     for (const std::string& model : models) {
-        const size_t before = shapes.size();
-        for (const Shape& shape : kShapes)
-            if (model == shape.model) shapes.push_back(shape);
-        if (shapes.size() == before) usage(("unknown model " + model).c_str());
+        const auto source = std::find_if(std::begin(kSources), std::end(kSources),
+                                         [&](const Source& s) { return model == s.model; });
+        if (source == std::end(kSources)) usage(("unknown model " + model).c_str());
+        for (const Shape& shape : qjit_bench::model_layers(source->model, source->config, source->only))
+            shapes.push_back(shape);
     }
     return shapes;
 }
 
 std::string shape_label(const Shape& shape) {
-    return std::string(shape.model) + " " + std::to_string(shape.k) + "x" + std::to_string(shape.n) + " (" +
-           shape.role + ")";
+    return shape.model + " " + std::to_string(shape.k) + "x" + std::to_string(shape.n) + " (" + shape.layer + ")";
 }
 
 // ---------------------------------------------------------------------------------------------

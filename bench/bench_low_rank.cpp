@@ -33,11 +33,11 @@ namespace {
 using qjit_bench::median;
 
 using Shape = qjit_bench::ModelLayerShape;
-constexpr Shape kShapes[] = {
-    {"mixtral", "expert w1/w3", 4096, 14336}, {"mixtral", "expert w2", 14336, 4096},
-    {"7b", "q/k/v/o", 4096, 4096},            {"7b", "gate/up", 4096, 11008},
-    {"7b", "down", 11008, 4096},
-};
+// Mixtral-8x7B's expert layers and Llama-2-7B's layers (configs/models).
+std::vector<Shape> model_shapes() {
+    return qjit_bench::joined(
+        {qjit_bench::model_layers("mixtral", "mixtral-8x7b", "expert_"), qjit_bench::model_layers("7b", "llama-2-7b")});
+}
 constexpr int64_t kBatches[] = {1, 16};
 constexpr float kFactorRange = 0.05f;
 constexpr double kTarget = 1.10;  // the bound on a compensated layer against plain INT3 at batch 1
@@ -119,7 +119,7 @@ void print_target(const std::vector<Row>& rows) {
     if (!worst) return;
     std::printf("\nTarget: a compensated layer at batch 1 <= %.2fx plain INT3: %d of %d rows meet it; worst %.3fx "
                 "(%s %lldx%lld, %s)\n",
-                kTarget, met, checked, worst_ratio, worst->shape->model, (long long)worst->shape->k,
+                kTarget, met, checked, worst_ratio, worst->shape->model.c_str(), (long long)worst->shape->k,
                 (long long)worst->shape->n, worst->variant->name);
 }
 
@@ -144,7 +144,8 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
 
     std::vector<Row> rows;
-    for (const Shape& shape : kShapes) {
+    const std::vector<Shape> shapes = model_shapes();
+    for (const Shape& shape : shapes) {
         if (!qjit_bench::shape_selected(shape, options.shapes)) continue;
         const uint64_t seed = uint64_t(shape.k * 31 + shape.n);
         qjit_tools::GptqTensors int3, int4;

@@ -30,11 +30,8 @@ constexpr const char* kProgram = "bench_mixed";
 [[noreturn]] void die(const char* what) { qjit_bench::race_die(kProgram, what); }
 
 using Shape = qjit_bench::ModelLayerShape;
-constexpr Shape kShapes[] = {
-    {"7b", "q/k/v/o", 4096, 4096},
-    {"7b", "gate/up", 4096, 11008},
-    {"7b", "down", 11008, 4096},
-};
+// Llama-2-7B's layers (configs/models).
+std::vector<Shape> model_shapes() { return qjit_bench::model_layers("7b", "llama-2-7b"); }
 constexpr int64_t kBatches[] = {1, 16};
 constexpr double kOutlierFraction = 0.002;
 constexpr double kOutlierTarget = 1.10;  // the bound on the outlier term's cost
@@ -137,7 +134,8 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
 
     std::vector<Row> rows;
-    for (const Shape& shape : kShapes) {
+    const std::vector<Shape> shapes = model_shapes();
+    for (const Shape& shape : shapes) {
         if (!qjit_bench::shape_selected(shape, options.shapes)) continue;
         const uint64_t seed = uint64_t(shape.k * 31 + shape.n);
         qjit_tools::GptqTensors int3, int4;

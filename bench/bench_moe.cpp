@@ -36,12 +36,11 @@ using Clock = std::chrono::steady_clock;
 using qjit_bench::median;
 
 using Shape = qjit_bench::ModelLayerShape;
-constexpr Shape kShapes[] = {
-    {"deepseek-moe-16b", "expert gate/up", 2048, 1408},
-    {"deepseek-moe-16b", "expert down", 1408, 2048},
-    {"mixtral-8x7b", "expert w1/w3", 4096, 14336},
-    {"mixtral-8x7b", "expert w2", 14336, 4096},
-};
+// DeepSeekMoE-16B's and Mixtral-8x7B's expert layers (configs/models).
+std::vector<Shape> expert_shapes() {
+    return qjit_bench::joined({qjit_bench::model_layers("deepseek-moe-16b", "deepseek-moe-16b", "expert_"),
+                               qjit_bench::model_layers("mixtral-8x7b", "mixtral-8x7b", "expert_")});
+}
 struct Format {
     int bits, group;
 };
@@ -210,7 +209,7 @@ Row run_case(qjit_context* context, const Shape& shape, const Format& format, co
         }
     }
     Row row;
-    row.shape = std::string(shape.model) + " " + shape.layer + " " + std::to_string(k) + "x" + std::to_string(n);
+    row.shape = shape.model + " " + shape.layer + " " + std::to_string(k) + "x" + std::to_string(n);
     row.format = "q" + std::to_string(format.bits) + "g" + std::to_string(format.group);
     row.kernel = layers[0]->description.substr(0, layers[0]->description.find(' '));
     row.separate_cold = median(separate_cold);
@@ -245,8 +244,9 @@ int main(int argc, char** argv) {
     std::printf("| shape | format | kernel | separate cold us | grouped cold us | cold ratio | separate warm us | "
                 "grouped warm us | warm ratio |\n|---|---|---|---|---|---|---|---|---|\n");
     std::fflush(stdout);
-    for (const Shape& shape : kShapes) {
-        if (options.quick && std::string_view(shape.model) != "deepseek-moe-16b") continue;
+    const std::vector<Shape> shapes = expert_shapes();
+    for (const Shape& shape : shapes) {
+        if (options.quick && shape.model != "deepseek-moe-16b") continue;
         for (const Format& format : kFormats) {
             const Row row = run_case(context, shape, format, options);
             std::printf("| %s | %s | %s | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f |\n", row.shape.c_str(),

@@ -57,10 +57,28 @@ struct MlpShape {
     qjit_mlp_kind kind;
     int64_t k1, n1, n2;
 };
-constexpr MlpShape kShapes[] = {
-    {"llama-70b", QJIT_MLP_SWIGLU, 8192, 28672, 8192},
-    {"granite-20b", QJIT_MLP_GELU, 6144, 24576, 6144},
-};
+// The MLP of the shipped model config `config` (configs/models): SwiGLU when it has a gate_proj
+// (gate and up K1 x N1, down_proj N1 x N2), else GELU over mlp_up and mlp_down.
+MlpShape mlp_shape(const char* name, const char* config) {
+    const qjit_models::ModelConfig model = qjit_models::shipped_model_config(config);
+    const auto layer = [&](const char* wanted) {
+        for (const qjit_models::LinearShape& l : model.linear)
+            if (l.name == wanted) return l;
+        std::fprintf(stderr, "bench_tp_mlp: %s has no layer %s\n", config, wanted);
+        std::exit(2);
+    };
+    const bool gated = std::any_of(model.linear.begin(), model.linear.end(),
+                                   [](const qjit_models::LinearShape& l) { return l.name == "gate_proj"; });
+    const qjit_models::LinearShape up = layer(gated ? "up_proj" : "mlp_up");
+    return {name, gated ? QJIT_MLP_SWIGLU : QJIT_MLP_GELU, up.k, up.n, layer(gated ? "down_proj" : "mlp_down").n};
+}
+
+// The paper's MLPs: Llama-2-70B's and Granite-20B's.
+const std::vector<MlpShape>& mlp_shapes() {
+    static const std::vector<MlpShape> shapes = {mlp_shape("llama-70b", "llama-2-70b"),
+                                                 mlp_shape("granite-20b", "granite-20b")};
+    return shapes;
+}
 constexpr int kBits = 4;
 constexpr int kGroup = 128;
 constexpr int kWarmupCalls = 2;
@@ -106,7 +124,7 @@ Options parse(int argc, char** argv) {
         }
     }
     for (const std::string& name : options.shapes)
-        if (std::none_of(std::begin(kShapes), std::end(kShapes), [&](const MlpShape& s) { return name == s.name; })) {
+        if (std::none_of(mlp_shapes().begin(), mlp_shapes().end(), [&](const MlpShape& s) { return name == s.name; })) {
             std::fprintf(stderr, "bench_tp_mlp: unknown shape '%s' (llama-70b, granite-20b)\n", name.c_str());
             std::exit(2);
         }
@@ -385,7 +403,7 @@ int main(int argc, char** argv) {
 
     std::vector<TableRow> rows;
     bool all_correct = true;
-    for (const MlpShape& shape : kShapes) {
+    for (const MlpShape& shape : mlp_shapes()) {
         if (std::find(o.shapes.begin(), o.shapes.end(), shape.name) == o.shapes.end()) continue;
         const RandomMlp mlp(shape);
         const int64_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());

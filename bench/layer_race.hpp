@@ -201,7 +201,7 @@ void print_race_rows(const std::vector<RaceRow<Variant>>& rows, size_t int3, siz
         if (r.batch == 1) std::snprintf(of_probe, sizeof of_probe, "%.2f", r.gbps() / r.probe_gbps);
         const double bits_per_weight = double(r.info.stored_bytes) * 8 / double(r.shape->k * r.shape->n);
         std::printf("| %s %s %lldx%lld | %lld | %s | %.2f | %.2f | %.0f | %.3f | %.3f | %.1f | %.1f | %s | %s |\n",
-                    r.shape->model, r.shape->layer, (long long)r.shape->k, (long long)r.shape->n, (long long)r.batch,
+                    r.shape->model.c_str(), r.shape->layer.c_str(), (long long)r.shape->k, (long long)r.shape->n, (long long)r.batch,
                     r.variant->name, bits_per_weight, double(r.info.weight_bytes) / double(kMiB), r.micros,
                     r.micros / rows[int3].micros, r.micros / rows[int4].micros, r.gbps(), r.probe_gbps, of_probe,
                     r.tiling.c_str());

@@ -7,7 +7,7 @@
 // method's parameters, ...).
 //
 // The calibrated methods (gptq, mixed) quantize layer by layer on the quantized model's own
-// activations (qjit_tools::llama::quantize_with_calibration): the calibration text is paragraphs 400 and later of
+// activations (qjit_models::llama::quantize_with_calibration): the calibration text is paragraphs 400 and later of
 // text/tinystories_val.txt, tokenized here as the reference tokens were (the evaluation set is
 // paragraphs 0..199), --calibration-paragraphs of them (default 256: about 25,000 tokens, each a row
 // of every matrix's calibration; a gptq run takes 3-5 s on 2 shared cores, most of it running each
@@ -35,19 +35,19 @@
 #include <string>
 #include <vector>
 
-#include "llama2_checkpoint.hpp"
-#include "llama2_tokenizer.hpp"
-#include "tools/binary_files.hpp"
-#include "tools/json_line.hpp"
-#include "tools/llama_eval.hpp"
-#include "tools/llama_model.hpp"
-#include "tools/method_model.hpp"
-#include "tools/runner_options.hpp"
+#include "models/binary_files.hpp"
+#include "models/json_line.hpp"
+#include "models/llama2_checkpoint.hpp"
+#include "models/llama2_tokenizer.hpp"
+#include "models/llama_eval.hpp"
+#include "models/llama_model.hpp"
+#include "models/method_model.hpp"
+#include "models/runner_options.hpp"
 
 namespace {
 
-namespace llama = qjit_tools::llama;
-namespace llama2 = qjit_bench::llama2;
+namespace llama = qjit_models::llama;
+namespace llama2 = qjit_models::llama2;
 using Sequences = std::vector<std::vector<int>>;
 
 // The evaluation set is the first 200 paragraphs; calibration starts well after it by default.
@@ -58,8 +58,8 @@ struct Options {
     std::string models_dir = QJIT_SHARED_MODELS_DIR;
     int steps = 256;
     bool fp32_classifier = false;  // keep the classifier dense instead of quantizing it too
-    qjit_tools::ContextOptions context;
-    qjit_tools::MethodOptions method;  // method.method empty: the sweep
+    qjit_models::ContextOptions context;
+    qjit_models::MethodOptions method;  // method.method empty: the sweep
     int calibration_paragraphs = 256;
     int calibration_start = 400;  // first paragraph of the calibration text
     bool json = false;
@@ -78,19 +78,19 @@ void print_usage(const char* program) {
         "  --calibration-paragraphs N  gptq, mixed: calibrate on N paragraphs of the text (default 256)\n"
         "  --calibration-start P  gptq, mixed: the first of them (default 400; the evaluation set is 0..199)\n"
         "  --json             print one JSON object on stdout (progress goes to stderr)\n",
-        program, QJIT_SHARED_MODELS_DIR, qjit_tools::kContextOptionsUsage, qjit_tools::list_of(kMethods).c_str(),
-        qjit_tools::kMethodOptionsUsage);
+        program, QJIT_SHARED_MODELS_DIR, qjit_models::kContextOptionsUsage, qjit_models::list_of(kMethods).c_str(),
+        qjit_models::kMethodOptionsUsage);
 }
 
 // Returns nullopt after printing a message when the arguments are bad.
 std::optional<Options> parse_args(int argc, char** argv) {
     Options options;
-    qjit_tools::ArgumentReader args(argc, argv);
+    qjit_models::ArgumentReader args(argc, argv);
     while (args.next()) {
-        using qjit_tools::OptionParse;
+        using qjit_models::OptionParse;
         const std::string& arg = args.option();
-        OptionParse parsed = qjit_tools::parse_context_option(args, options.context);
-        if (parsed == OptionParse::not_mine) parsed = qjit_tools::parse_method_option(args, options.method);
+        OptionParse parsed = qjit_models::parse_context_option(args, options.context);
+        if (parsed == OptionParse::not_mine) parsed = qjit_models::parse_method_option(args, options.method);
         if (parsed == OptionParse::failed) return std::nullopt;
         if (parsed == OptionParse::taken) continue;
         if (arg == "--models-dir") {
@@ -119,7 +119,7 @@ std::optional<Options> parse_args(int argc, char** argv) {
             return std::nullopt;
         }
     }
-    if (!qjit_tools::check_method_options(options.method, kMethods)) return std::nullopt;
+    if (!qjit_models::check_method_options(options.method, kMethods)) return std::nullopt;
     if (options.method.method.empty() && options.json) {
         std::fprintf(stderr, "--json goes with --method (the sweep prints a table)\n");
         return std::nullopt;
@@ -168,11 +168,11 @@ struct Run {
     double eval_s = 0.0;
 };
 
-Run run_nll(const std::shared_ptr<const llama::Weights>& weights, llama::LinearBackend& backend,
-            llama::LinearBackend* classifier_backend, const Sequences& sequences) {
+Run run_nll(const std::shared_ptr<const llama::Weights>& weights, llama::LayerMaker& maker,
+            llama::LayerMaker* classifier_maker, const Sequences& sequences) {
     Run run;
     auto start = std::chrono::steady_clock::now();
-    llama::Model model(weights, backend, classifier_backend);
+    llama::Model model(weights, maker, classifier_maker);
     run.build_s = seconds_since(start);
     run.weight_bytes = model.linear_weight_bytes();
     start = std::chrono::steady_clock::now();
@@ -216,9 +216,9 @@ Sequences calibration_sequences(const std::string& models_dir, const llama::Conf
 // --method: one method's NLL next to fp32's, as text or as one JSON object on stdout.
 int run_method(const Options& options, const std::shared_ptr<const llama::Weights>& weights,
                const std::vector<uint16_t>& nll_tokens, const qjit_context_options& context_options) {
-    const qjit_tools::MethodOptions& method = options.method;
+    const qjit_models::MethodOptions& method = options.method;
     const Sequences sequences = llama2::split_at_bos(nll_tokens);
-    llama::DenseBackend dense;
+    llama::DenseMaker dense;
     const Run fp32 = run_nll(weights, dense, nullptr, sequences);
     const bool is_fp32 = method.method == "fp32";
     const bool mixed = method.method == "mixed", milo = method.method == "milo";
@@ -249,7 +249,7 @@ int run_method(const Options& options, const std::shared_ptr<const llama::Weight
     if (!built.ranks.empty()) mean_rank /= double(built.ranks.size());
 
     if (options.json) {
-        qjit_tools::JsonLine json;
+        qjit_models::JsonLine json;
         json.text("method", method.method);
         if (is_fp32) json.integer("bits", 32).null("group_size");
         else if (mixed) json.null("bits").integer("group_size", method.group_size);
@@ -264,7 +264,7 @@ int run_method(const Options& options, const std::shared_ptr<const llama::Weight
             .integer("stored_bytes", storage.stored_bytes)
             .integer("weights", storage.weights)
             .text("classifier", options.fp32_classifier || is_fp32 ? "fp32" : "quantized")
-            .text("isa", qjit_tools::isa_name(options.context.max_isa));
+            .text("isa", qjit_models::isa_name(options.context.max_isa));
         if (milo || !built.ranks.empty())
             json.integer("rank", method.rank)
                 .text("rank_policy", method.rank_policy)
@@ -291,7 +291,7 @@ int run_method(const Options& options, const std::shared_ptr<const llama::Weight
         return 0;
     }
     std::printf("%s: %s, NLL %.5f (fp32 %.5f, %+.5f) over %lld tokens, %.3f bits per weight", method.method.c_str(),
-                built.backend_name.c_str(), nll.mean_nll, fp32.nll.mean_nll, nll.mean_nll - fp32.nll.mean_nll,
+                built.maker_name.c_str(), nll.mean_nll, fp32.nll.mean_nll, nll.mean_nll - fp32.nll.mean_nll,
                 static_cast<long long>(nll.tokens), storage.bits_per_weight());
     if (milo) std::printf(" (%.1f %% in the compensator)", 100.0 * extra_memory);
     if (mixed)
@@ -313,9 +313,9 @@ int run_main(const Options& options) {
     const std::shared_ptr<const llama::Weights> weights = llama2::load_checkpoint(dir + "/stories260K/stories260K.bin");
     const llama::Config& c = weights->config;
     const llama2::Tokenizer tokenizer(dir + "/stories260K/tok512.bin", c.vocab_size);
-    const std::vector<int32_t> reference_tokens = qjit_tools::read_array_file<int32_t>(ref + "stories260K_greedy_tokens.i32");
+    const std::vector<int32_t> reference_tokens = qjit_models::read_array_file<int32_t>(ref + "stories260K_greedy_tokens.i32");
     const std::string reference_text = read_text(ref + "stories260K_greedy_text.txt");
-    const std::vector<uint16_t> nll_tokens = qjit_tools::read_array_file<uint16_t>(ref + "tinystories_val_first200para.tok512.u16");
+    const std::vector<uint16_t> nll_tokens = qjit_models::read_array_file<uint16_t>(ref + "tinystories_val_first200para.tok512.u16");
     const std::string nll_json = read_text(ref + "stories260K_tinystories_val_first200para_nll.json");
     const std::vector<double> reference_mean = json_numbers(nll_json, "mean_nll_nats");
     const std::vector<double> reference_sums = json_numbers(nll_json, "nll_sum");
@@ -324,7 +324,7 @@ int run_main(const Options& options) {
     const qjit_context_options context_options = options.context.context_options();
     if (!options.method.method.empty()) return run_method(options, weights, nll_tokens, context_options);
     const Sequences nll_sequences = llama2::split_at_bos(nll_tokens);
-    llama::DenseBackend dense;
+    llama::DenseMaker dense;
 
     std::printf("stories_runner: qjit %s, models from %s\n", qjit_version(), dir.c_str());
     std::printf("model: dim %d, hidden %d, layers %d, heads %d (kv %d), vocab %d, seq_len %d\n", c.dim, c.hidden_dim,
@@ -340,8 +340,8 @@ int run_main(const Options& options) {
 
     // (a) greedy decoding, one token at a time through the KV cache.
     {
-        llama::QjitBackend backend(quant_config(8, QJIT_GROUP_PER_COLUMN, true), &context_options);
-        llama::Model model(weights, backend, options.fp32_classifier ? &dense : nullptr);
+        llama::QuantizingMaker maker(quant_config(8, QJIT_GROUP_PER_COLUMN, true), &context_options);
+        llama::Model model(weights, maker, options.fp32_classifier ? &dense : nullptr);
         const int steps = std::min(options.steps, c.seq_len);
         const auto start = std::chrono::steady_clock::now();
         const std::vector<int> tokens = greedy_from_bos(model, steps);
@@ -352,7 +352,7 @@ int run_main(const Options& options) {
         const std::string text = tokenizer.decode(tokens) + "\n";
 
         std::printf("(a) greedy decode, %d steps from BOS, %s, m = 1 with KV cache (%.3f s, %.0f tokens/s)\n", steps,
-                    backend.name().c_str(), seconds, seconds > 0 ? steps / seconds : 0.0);
+                    maker.name().c_str(), seconds, seconds > 0 ? steps / seconds : 0.0);
         std::printf("kernel (layer 0 wq): %s\n", model.layer_linear(0, 0).describe().c_str());
         std::printf("----\n%s----\n", text.c_str());
         std::printf("leading generated tokens matching the reference: %zu of %d (reference has %zu)\n", matching, steps,
@@ -397,9 +397,9 @@ int run_main(const Options& options) {
                 std::printf("%-4d  %-10s  %-5s  ", bits, group_name.c_str(), symmetric ? "sym" : "asym");
                 std::fflush(stdout);
                 try {
-                    llama::QjitBackend backend(quant_config(bits, group, symmetric), &context_options);
+                    llama::QuantizingMaker maker(quant_config(bits, group, symmetric), &context_options);
                     const Run run =
-                        run_nll(weights, backend, options.fp32_classifier ? &dense : nullptr, nll_sequences);
+                        run_nll(weights, maker, options.fp32_classifier ? &dense : nullptr, nll_sequences);
                     std::printf("%9.5f  %+9.5f  %10.1f  %7.3f  %7.3f\n", run.nll.mean_nll, run.nll.mean_nll - fp32_nll,
                                 double(run.weight_bytes) / 1024.0, run.build_s, run.eval_s);
                 } catch (const std::exception& e) {

@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "base/activations.hpp"
 #include "base/error.hpp"
 #include "format/tp_shards.hpp"
 
@@ -48,13 +49,6 @@ std::vector<int32_t> shard_columns(const std::vector<int32_t>& down_rows, int64_
     else
         std::iota(columns.begin(), columns.end(), int32_t(rank * rows));
     return columns;
-}
-
-float silu(float v) { return v / (1.0f + std::exp(-v)); }
-
-float gelu(float v) {  // the tanh approximation
-    constexpr float kSqrt2OverPi = 0.7978845608f;
-    return 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
 }
 
 // The caller's collectives, timed, with failures turned into QJIT_ERROR_COMMUNICATION.

@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "format/low_rank.hpp"
-#include "llama2_checkpoint.hpp"
-#include "llama2_tokenizer.hpp"
-#include "tools/binary_files.hpp"
-#include "tools/llama_eval.hpp"
-#include "tools/llama_model.hpp"
+#include "models/binary_files.hpp"
+#include "models/llama2_checkpoint.hpp"
+#include "models/llama2_tokenizer.hpp"
+#include "models/llama_eval.hpp"
+#include "models/llama_model.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -512,8 +512,8 @@ TEST(CApiCalibrationRealModel, GptqBeatsRtnOnStories260K) {
     const std::string text_path = models + "/text/tinystories_val.txt";
     for (const std::string& path : {checkpoint_path, tokens_path, text_path})
         if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is missing";
-    namespace llama = qjit_tools::llama;
-    namespace llama2 = qjit_bench::llama2;
+    namespace llama = qjit_models::llama;
+    namespace llama2 = qjit_models::llama2;
     const auto checkpoint = llama2::load_checkpoint(checkpoint_path);
     const llama2::Tokenizer tokenizer(models + "/stories260K/tok512.bin", checkpoint->config.vocab_size);
     std::ifstream in(text_path, std::ios::binary);
@@ -522,7 +522,7 @@ TEST(CApiCalibrationRealModel, GptqBeatsRtnOnStories260K) {
     ASSERT_GT(paragraphs.size(), 432u);
 
     // The encoder reproduces the reference tokens of all 200 evaluation paragraphs.
-    const std::vector<uint16_t> reference = qjit_tools::read_array_file<uint16_t>(tokens_path);
+    const std::vector<uint16_t> reference = qjit_models::read_array_file<uint16_t>(tokens_path);
     std::vector<uint16_t> encoded;
     for (size_t p = 0; p < 200; ++p) {
         encoded.push_back(uint16_t(llama2::kBosToken));
@@ -548,12 +548,12 @@ TEST(CApiCalibrationRealModel, GptqBeatsRtnOnStories260K) {
     options.num_threads = 2;
     options.tuning_db_path = "";
     options.tuning_budget_ms = 0;
-    llama::QjitBackend rtn_backend(llama::make_quant_config(3, 32, false), &options);
+    llama::QuantizingMaker rtn_backend(llama::make_quant_config(3, 32, false), &options);
     llama::Model rtn(checkpoint, rtn_backend);
     qjit_quant_config config = llama::make_quant_config(3, 32, false);
     config.method = QJIT_QUANT_GPTQ;
-    llama::QjitBackend gptq_backend(config, &options);
-    llama::DenseBackend dense;
+    llama::QuantizingMaker gptq_backend(config, &options);
+    llama::DenseMaker dense;
     llama::Model gptq(checkpoint, dense);  // fp32, quantized layer by layer
     const int64_t rows = llama::quantize_with_calibration(gptq, gptq_backend, calibration, true);
     EXPECT_GT(rows, 1000);

@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "format/low_rank.hpp"
-#include "llama2_checkpoint.hpp"
-#include "llama2_tokenizer.hpp"
-#include "tools/binary_files.hpp"
-#include "tools/llama_eval.hpp"
-#include "tools/llama_model.hpp"
+#include "models/binary_files.hpp"
+#include "models/llama2_checkpoint.hpp"
+#include "models/llama2_tokenizer.hpp"
+#include "models/llama_eval.hpp"
+#include "models/llama_model.hpp"
 #include "test_support.hpp"
 #include "tools/random_gptq.hpp"
 #include "quant/quantize_low_rank.hpp"
@@ -523,14 +523,14 @@ TEST(CApiLowRankRealModel, MiloBeatsHqqBeatsRtnOnStories260K) {
     const std::string tokens_path = models + "/reference/tinystories_val_first200para.tok512.u16";
     if (!std::filesystem::exists(checkpoint_path) || !std::filesystem::exists(tokens_path))
         GTEST_SKIP() << "the stories260K model or its reference tokens are missing under " << models;
-    const auto checkpoint = qjit_bench::llama2::load_checkpoint(checkpoint_path);
-    std::vector<uint16_t> tokens = qjit_tools::read_array_file<uint16_t>(tokens_path);
+    const auto checkpoint = qjit_models::llama2::load_checkpoint(checkpoint_path);
+    std::vector<uint16_t> tokens = qjit_models::read_array_file<uint16_t>(tokens_path);
     ASSERT_FALSE(tokens.empty());
-    ASSERT_EQ(tokens[0], qjit_bench::llama2::kBosToken);
+    ASSERT_EQ(tokens[0], qjit_models::llama2::kBosToken);
     const int sequences = 30;
     int bos_seen = 0;
     for (size_t i = 0; i < tokens.size(); ++i)
-        if (tokens[i] == qjit_bench::llama2::kBosToken && ++bos_seen > sequences) {
+        if (tokens[i] == qjit_models::llama2::kBosToken && ++bos_seen > sequences) {
             tokens.resize(i);
             break;
         }
@@ -544,14 +544,14 @@ TEST(CApiLowRankRealModel, MiloBeatsHqqBeatsRtnOnStories260K) {
         double nll, bits_per_weight;
     };
     auto evaluate = [&](qjit_quant_method method, int rank) {
-        qjit_quant_config config = qjit_tools::llama::make_quant_config(3, 64, false);
+        qjit_quant_config config = qjit_models::llama::make_quant_config(3, 64, false);
         config.method = method;
         config.rank = rank;
         config.low_rank_bits = 3;
-        qjit_tools::llama::QjitBackend backend(config, &options);
-        qjit_tools::llama::Model model(checkpoint, backend);
-        const qjit_tools::llama::NllResult nll =
-            qjit_tools::llama::evaluate_nll(model, qjit_bench::llama2::split_at_bos(tokens));
+        qjit_models::llama::QuantizingMaker backend(config, &options);
+        qjit_models::llama::Model model(checkpoint, backend);
+        const qjit_models::llama::NllResult nll =
+            qjit_models::llama::evaluate_nll(model, qjit_models::llama2::split_at_bos(tokens));
         EXPECT_EQ(nll.sequence_nll.size(), size_t(sequences));
         return Result{nll.mean_nll, double(model.linear_stored_bytes()) * 8.0 / double(model.linear_weight_count())};
     };

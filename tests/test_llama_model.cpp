@@ -1,4 +1,4 @@
-// The shared Llama model (tools/llama_model) with GGUF weights (tools/gguf_llama): the dense backend
+// The shared Llama model (models/llama_model) with GGUF weights (models/gguf_llama): the dense backend
 // against run.c's loop, the GGUF loader against the llama2.c loader on the same weights, refusals of
 // malformed model files by name, token sequence files, and the real SmolLM2-135M file (skipped
 // without it: scripts/fetch_model.sh) against the fp32 reference of shared/smollm2.
@@ -21,19 +21,20 @@
 
 #include "io/gguf_file.hpp"
 #include "gguf_writer.hpp"
-#include "llama2_checkpoint.hpp"
-#include "llama2_tokenizer.hpp"
+#include "llama_gguf_writer.hpp"
+#include "models/gguf_import_maker.hpp"
+#include "models/gguf_llama.hpp"
+#include "models/gguf_vocabulary.hpp"
+#include "models/llama2_checkpoint.hpp"
+#include "models/llama2_tokenizer.hpp"
+#include "models/llama_eval.hpp"
+#include "models/llama_model.hpp"
+#include "models/token_sequences.hpp"
 #include "smollm2_model.hpp"
-#include "tools/gguf_import_backend.hpp"
-#include "tools/gguf_llama.hpp"
-#include "tools/gguf_vocabulary.hpp"
-#include "tools/llama_eval.hpp"
-#include "tools/llama_model.hpp"
-#include "tools/token_sequences.hpp"
 
 namespace {
 
-namespace llama = qjit_tools::llama;
+namespace llama = qjit_models::llama;
 using qjit::test::GgufTensorSpec;
 using qjit::test::GgufWriter;
 
@@ -58,20 +59,8 @@ struct FileDamage {
 // `weights` as a GGUF file with F32 tensors, laid out as llama.cpp's converter lays out a Llama model.
 std::string llama_gguf(const llama::Weights& weights, const FileDamage& damage = {}) {
     const llama::Config& c = weights.config;
-    std::vector<std::string> tokens;
-    for (int i = 0; i < c.vocab_size; ++i) tokens.push_back("t" + std::to_string(i));
     GgufWriter writer;
-    writer.value("general.architecture", damage.architecture)
-        .value("llama.block_count", uint32_t(c.n_layers))
-        .value("llama.embedding_length", uint32_t(c.dim))
-        .value("llama.feed_forward_length", uint32_t(c.hidden_dim))
-        .value("llama.attention.head_count", uint32_t(c.n_heads))
-        .value("llama.attention.head_count_kv", uint32_t(c.n_kv_heads))
-        .value("llama.rope.freq_base", c.rope_base)
-        .value("llama.attention.layer_norm_rms_epsilon", c.rms_eps)
-        .value("llama.context_length", uint32_t(c.seq_len))
-        .value("tokenizer.ggml.model", "gpt2")
-        .array("tokenizer.ggml.tokens", tokens);
+    qjit::test::add_llama_metadata(writer, c, damage.architecture);
     auto add = [&](const std::string& name, std::vector<uint64_t> dims, std::span<const float> values) {
         if (name == damage.left_out) return;
         std::string data = float_bytes(values);
@@ -83,26 +72,27 @@ std::string llama_gguf(const llama::Weights& weights, const FileDamage& damage =
         }
         writer.tensor(GgufTensorSpec{name, kGgmlF32, dims, data, std::nullopt});
     };
-    auto add_matrix = [&](const std::string& name, const llama::MatrixSource& matrix) {
+    auto add_matrix = [&](const std::string& name, const llama::LoadedMatrix& matrix) {
         std::vector<float> scratch;
         add(name, {uint64_t(matrix.k()), uint64_t(matrix.n())}, matrix.dense_values(scratch));
     };
-    add_matrix("token_embd.weight", weights.token_embedding);
+    using qjit_models::BlockMatrix;
+    using qjit_models::gguf_block_tensor;
+    add_matrix(qjit_models::kGgufTokenEmbedding, weights.token_embedding);
     for (int l = 0; l < c.n_layers; ++l) {
         const llama::LayerWeights& w = weights.layers[size_t(l)];
-        const std::string block = "blk." + std::to_string(l) + ".";
-        add(block + "attn_norm.weight", {uint64_t(c.dim)}, w.attention_norm);
-        add_matrix(block + "attn_q.weight", w.wq);
-        add_matrix(block + "attn_k.weight", w.wk);
-        add_matrix(block + "attn_v.weight", w.wv);
-        add_matrix(block + "attn_output.weight", w.wo);
-        add(block + "ffn_norm.weight", {uint64_t(c.dim)}, w.ffn_norm);
-        add_matrix(block + "ffn_gate.weight", w.w1);
-        add_matrix(block + "ffn_down.weight", w.w2);
-        add_matrix(block + "ffn_up.weight", w.w3);
+        add(gguf_block_tensor(l, qjit_models::kGgufAttentionNorm), {uint64_t(c.dim)}, w.attention_norm);
+        add_matrix(gguf_block_tensor(l, BlockMatrix::q), w.wq);
+        add_matrix(gguf_block_tensor(l, BlockMatrix::k), w.wk);
+        add_matrix(gguf_block_tensor(l, BlockMatrix::v), w.wv);
+        add_matrix(gguf_block_tensor(l, BlockMatrix::o), w.wo);
+        add(gguf_block_tensor(l, qjit_models::kGgufFfnNorm), {uint64_t(c.dim)}, w.ffn_norm);
+        add_matrix(gguf_block_tensor(l, BlockMatrix::gate), w.w1);
+        add_matrix(gguf_block_tensor(l, BlockMatrix::down), w.w2);
+        add_matrix(gguf_block_tensor(l, BlockMatrix::up), w.w3);
     }
-    add("output_norm.weight", {uint64_t(c.dim)}, weights.final_norm);
-    if (!weights.tied_classifier) add_matrix("output.weight", weights.classifier);
+    add(qjit_models::kGgufOutputNorm, {uint64_t(c.dim)}, weights.final_norm);
+    if (!weights.tied_classifier) add_matrix(qjit_models::kGgufClassifier, weights.classifier);
     if (!damage.extra.empty()) add(damage.extra, {uint64_t(c.dim)}, weights.final_norm);
     return writer.bytes();
 }
@@ -135,7 +125,7 @@ llama::Weights tiny_weights() {
     c = {.dim = 8, .hidden_dim = 16, .n_layers = 1, .n_heads = 2, .n_kv_heads = 1, .head_size = 4, .vocab_size = 6,
          .seq_len = 16, .rope_base = 10000.0f, .rms_eps = 1e-5f};
     auto matrix = [&](const char* name, int64_t n, int64_t k) {
-        return llama::MatrixSource::dense(name, n, k, values(n * k));
+        return llama::LoadedMatrix::dense(name, n, k, values(n * k));
     };
     w.token_embedding = matrix("embedding", c.vocab_size, c.dim);
     w.layers.push_back({values(c.dim), matrix("wq", c.q_dim(), c.dim), matrix("wk", c.kv_dim(), c.dim),
@@ -163,8 +153,8 @@ TEST(LlamaDense, BackendMatchesRunCsLoopBitForBit) {
     std::vector<float> w(size_t(n * k)), x(size_t(m * k));
     for (float& v : w) v = normal(rng);
     for (float& v : x) v = normal(rng);
-    llama::DenseBackend dense;
-    const auto linear = dense.make_linear(llama::MatrixSource::dense("w", n, k, w));
+    llama::DenseMaker dense;
+    const auto linear = dense.make_linear(llama::LoadedMatrix::dense("w", n, k, w));
     std::vector<float> y(size_t(m * n));
     linear->forward(x.data(), m, y.data());
     for (int64_t r = 0; r < m; ++r)
@@ -180,13 +170,13 @@ TEST(LlamaDense, BackendMatchesRunCsLoopBitForBit) {
 TEST(LlamaGguf, StoriesCheckpointAsGgufGivesTheSameLogits) {
     const std::string checkpoint_path = kModelsDir + "/stories260K/stories260K.bin";
     if (!std::filesystem::exists(checkpoint_path)) GTEST_SKIP() << checkpoint_path << " is missing";
-    const auto checkpoint = qjit_bench::llama2::load_checkpoint(checkpoint_path);
+    const auto checkpoint = qjit_models::llama2::load_checkpoint(checkpoint_path);
     const LoadedGguf gguf = load(llama_gguf(*checkpoint));
     EXPECT_TRUE(gguf.weights->tied_classifier);
     EXPECT_EQ(gguf.weights->config.head_size, checkpoint->config.head_size);
 
     const std::vector<int> tokens = {1, 403, 407, 261, 378, 425, 280, 370, 453, 312, 268};
-    llama::DenseBackend dense;
+    llama::DenseMaker dense;
     llama::Model from_checkpoint(checkpoint, dense), from_gguf(gguf.weights, dense);
     const std::span<const float> a = from_checkpoint.forward_sequence(tokens);
     const std::vector<float> expected(a.begin(), a.end());
@@ -197,7 +187,7 @@ TEST(LlamaGguf, StoriesCheckpointAsGgufGivesTheSameLogits) {
 
 TEST(LlamaGguf, TinyModelLoadsAndRuns) {
     const LoadedGguf gguf = load(llama_gguf(tiny_weights()));
-    llama::DenseBackend dense;
+    llama::DenseMaker dense;
     llama::Model model(gguf.weights, dense);
     const std::vector<int> tokens = {0, 5, 2, 3};
     for (const float logit : model.forward_sequence(tokens)) EXPECT_TRUE(std::isfinite(logit));
@@ -220,10 +210,10 @@ TEST(LlamaGguf, MalformedModelsAreRefusedByName) {
 
 TEST(LlamaGguf, VocabularyInvertsGpt2ByteTable) {
     // Every byte's character maps back to it; printable ASCII stands for itself, space for U+0120.
-    EXPECT_EQ(qjit_tools::byte_to_unicode('a'), U'a');
-    EXPECT_EQ(qjit_tools::byte_to_unicode(' '), char32_t(0x120));
-    EXPECT_EQ(qjit_tools::byte_to_unicode('\n'), char32_t(0x10A));
-    EXPECT_EQ(qjit_tools::byte_to_unicode(0xAD), char32_t(0x143));
+    EXPECT_EQ(qjit_models::byte_to_unicode('a'), U'a');
+    EXPECT_EQ(qjit_models::byte_to_unicode(' '), char32_t(0x120));
+    EXPECT_EQ(qjit_models::byte_to_unicode('\n'), char32_t(0x10A));
+    EXPECT_EQ(qjit_models::byte_to_unicode(0xAD), char32_t(0x143));
 }
 
 TEST(TokenSequences, FilesAreReadAndCheckedWhole) {
@@ -233,18 +223,18 @@ TEST(TokenSequences, FilesAreReadAndCheckedWhole) {
         out.write(reinterpret_cast<const char*>(values.data()), std::streamsize(values.size() * 4));
     };
     write({2, 3, 1, 10, 11, 12, 7});
-    EXPECT_EQ(qjit_tools::read_token_sequences(path), (qjit_tools::TokenSequences{{10, 11, 12}, {7}}));
-    EXPECT_THROW(qjit_tools::check_tokens_in_vocabulary({{10, 11, 12}}, 12, "test"), std::runtime_error);
+    EXPECT_EQ(qjit_models::read_token_sequences(path), (qjit_models::TokenSequences{{10, 11, 12}, {7}}));
+    EXPECT_THROW(qjit_models::check_tokens_in_vocabulary({{10, 11, 12}}, 12, "test"), std::runtime_error);
     write({2, 3, 2, 10, 11, 12, 7});
-    expect_refused([&] { qjit_tools::read_token_sequences(path); }, "lengths add up to 5 tokens, but 4 follow");
+    expect_refused([&] { qjit_models::read_token_sequences(path); }, "lengths add up to 5 tokens, but 4 follow");
     write({9, 1});
-    expect_refused([&] { qjit_tools::read_token_sequences(path); }, "declares 9 sequences");
+    expect_refused([&] { qjit_models::read_token_sequences(path); }, "declares 9 sequences");
     write({});
-    expect_refused([&] { qjit_tools::read_token_sequences(path); }, "empty");
+    expect_refused([&] { qjit_models::read_token_sequences(path); }, "empty");
     std::filesystem::remove(path);
-    EXPECT_EQ(qjit_tools::parse_token_list("1,2, 3"), (std::vector<int>{1, 2, 3}));
-    EXPECT_THROW(qjit_tools::parse_token_list("1,,2"), std::runtime_error);
-    EXPECT_THROW(qjit_tools::parse_token_list("1,-2"), std::runtime_error);
+    EXPECT_EQ(qjit_models::parse_token_list("1,2, 3"), (std::vector<int>{1, 2, 3}));
+    EXPECT_THROW(qjit_models::parse_token_list("1,,2"), std::runtime_error);
+    EXPECT_THROW(qjit_models::parse_token_list("1,-2"), std::runtime_error);
 }
 
 // ---- the real SmolLM2-135M file ----
@@ -257,11 +247,11 @@ protected:
         if (!std::filesystem::exists(kSmolLM2Dir + "eval.seq.u32"))
             GTEST_SKIP() << kSmolLM2Dir << " is missing";
         file_ = qjit::GgufFile::open(qjit::test::smollm2_model_path().string());
-        sequences_ = qjit_tools::read_token_sequences(kSmolLM2Dir + "eval.seq.u32");
+        sequences_ = qjit_models::read_token_sequences(kSmolLM2Dir + "eval.seq.u32");
         sequences_.resize(10);
     }
     std::shared_ptr<const qjit::GgufFile> file_;
-    qjit_tools::TokenSequences sequences_;
+    qjit_models::TokenSequences sequences_;
 };
 
 // Exact import with fp32 activations reproduces the independent fp32 forward of the same weights.
@@ -278,7 +268,7 @@ TEST_F(SmolLM2, ExactImportMatchesFp32Reference) {
     qjit_context_options options;
     qjit_context_options_init(&options);
     options.activations = QJIT_ACTIVATIONS_F32;
-    llama::GgufImportBackend exact(&options);
+    llama::GgufImportMaker exact(&options);
     llama::Model model(weights, exact);
     const llama::NllResult nll = llama::evaluate_nll(model, sequences_);
     ASSERT_EQ(nll.sequence_nll.size(), sequences_.size());
@@ -292,9 +282,9 @@ TEST_F(SmolLM2, ExactImportMatchesFp32Reference) {
 TEST_F(SmolLM2, VocabularyDecodesTheEvaluationText) {
     std::ifstream in(kModelsDir + "/text/tinystories_val.txt", std::ios::binary);
     const std::vector<std::string> paragraphs =
-        qjit_bench::llama2::split_paragraphs({std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()});
+        qjit_models::llama2::split_paragraphs({std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()});
     ASSERT_GE(paragraphs.size(), sequences_.size());
-    const qjit_tools::GgufVocabulary vocabulary(*file_);
+    const qjit_models::GgufVocabulary vocabulary(*file_);
     for (size_t s = 0; s < sequences_.size(); ++s) EXPECT_EQ(vocabulary.decode(sequences_[s]), paragraphs[s]);
     EXPECT_EQ(vocabulary.bos(), 1);
     EXPECT_EQ(vocabulary.piece(1), "");  // <|im_start|>, a control token

@@ -5,9 +5,9 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "tools/model_config.hpp"
+#include "models/model_config.hpp"
 
-namespace qjit_tools {
+namespace qjit_models {
 namespace {
 
 const std::filesystem::path kConfigs = std::filesystem::path(QJIT_SOURCE_DIR) / "configs" / "models";
@@ -101,5 +101,33 @@ TEST(ModelConfig, BadFilesAreReportedByName) {
     EXPECT_THROW(load_model_config(path + ".missing"), std::runtime_error);
 }
 
+// qjit-tune's default model is the shipped Llama-2-7B config, layer for layer.
+TEST(ModelConfig, EmbeddedLlama2_7bIsTheShippedConfig) {
+    const ModelConfig shipped = load_model_config((kConfigs / "llama-2-7b.yaml").string());
+    const ModelConfig embedded = llama2_7b_config();
+    EXPECT_EQ(embedded.name, shipped.name);
+    EXPECT_EQ(embedded.layers, shipped.layers);
+    ASSERT_EQ(embedded.linear.size(), shipped.linear.size());
+    for (size_t i = 0; i < shipped.linear.size(); ++i) {
+        EXPECT_EQ(embedded.linear[i].name, shipped.linear[i].name);
+        EXPECT_EQ(embedded.linear[i].k, shipped.linear[i].k);
+        EXPECT_EQ(embedded.linear[i].n, shipped.linear[i].n);
+    }
+}
+
+// One table names a block's matrices in every file kind, with their split.
+TEST(TensorNames, OneTableForEveryFileKind) {
+    EXPECT_EQ(gguf_block_tensor(3, BlockMatrix::q), "blk.3.attn_q.weight");
+    EXPECT_EQ(gguf_block_tensor(0, kGgufFfnNorm), "blk.0.ffn_norm.weight");
+    EXPECT_EQ(hf_block_tensor(2, BlockMatrix::down), "model.layers.2.mlp.down_proj");
+    EXPECT_EQ(hf_block_tensor(0, BlockMatrix::o), "model.layers.0.self_attn.o_proj");
+    EXPECT_EQ(llama2c_block_tensor(1, BlockMatrix::gate), "layer 1 w1");
+    for (const BlockMatrix m : kBlockMatrices) {
+        const std::string hf = names_of(m).hf;
+        EXPECT_EQ(tensor_parallel_split(hf.substr(hf.find('.') + 1)), names_of(m).split) << hf;
+        EXPECT_EQ(tensor_parallel_split(names_of(m).llama2c), names_of(m).split) << hf;
+    }
+}
+
 }  // namespace
-}  // namespace qjit_tools
+}  // namespace qjit_models

@@ -1,5 +1,5 @@
 // End-to-end tests on a real trained model: karpathy's stories260K llama2.c checkpoint, run through
-// the shared Llama model (tools/llama_model; dense fp32 and qjit backends) and checked against the
+// the shared Llama model (models/llama_model; dense fp32 and qjit layer makers) and checked against the
 // golden outputs in shared/models/reference (see shared/models/README.md).
 
 #include <gtest/gtest.h>
@@ -16,17 +16,17 @@
 #include <string>
 #include <vector>
 
-#include "llama2_checkpoint.hpp"
-#include "llama2_tokenizer.hpp"
-#include "tools/binary_files.hpp"
-#include "tools/llama_eval.hpp"
-#include "tools/llama_model.hpp"
+#include "models/binary_files.hpp"
+#include "models/llama2_checkpoint.hpp"
+#include "models/llama2_tokenizer.hpp"
+#include "models/llama_eval.hpp"
+#include "models/llama_model.hpp"
 #include "tuner/cpu_isa.hpp"
 
 namespace {
 
-namespace llama = qjit_tools::llama;
-namespace llama2 = qjit_bench::llama2;
+namespace llama = qjit_models::llama;
+namespace llama2 = qjit_models::llama2;
 
 const std::string kModelsDir = QJIT_SHARED_MODELS_DIR;
 const std::string kCheckpointPath = kModelsDir + "/stories260K/stories260K.bin";
@@ -38,7 +38,7 @@ std::shared_ptr<const llama::Weights> stories260k() {
 }
 
 std::vector<int> reference_greedy_tokens() {
-    const std::vector<int32_t> tokens = qjit_tools::read_array_file<int32_t>(kReferenceDir + "stories260K_greedy_tokens.i32");
+    const std::vector<int32_t> tokens = qjit_models::read_array_file<int32_t>(kReferenceDir + "stories260K_greedy_tokens.i32");
     return {tokens.begin(), tokens.end()};
 }
 
@@ -54,7 +54,7 @@ double reference_mean_nll() {
 // The first BOS-delimited sequence of the perplexity set.
 std::vector<int> first_nll_sequence() {
     const std::vector<uint16_t> tokens =
-        qjit_tools::read_array_file<uint16_t>(kReferenceDir + "tinystories_val_first200para.tok512.u16");
+        qjit_models::read_array_file<uint16_t>(kReferenceDir + "tinystories_val_first200para.tok512.u16");
     std::vector<int> sequence{tokens.at(0)};
     for (size_t i = 1; i < tokens.size() && tokens[i] != llama2::kBosToken; ++i) sequence.push_back(tokens[i]);
     return sequence;
@@ -83,7 +83,7 @@ protected:
 
 // (i) The runner itself: dense fp32 logits, batched and step by step, against the float64 reference.
 TEST_F(RealModel, Fp32LogitsMatchReference) {
-    const std::vector<float> reference = qjit_tools::read_array_file<float>(kReferenceDir + "stories260K_greedy_logits_64x512.f32");
+    const std::vector<float> reference = qjit_models::read_array_file<float>(kReferenceDir + "stories260K_greedy_logits_64x512.f32");
     const std::vector<int> greedy = reference_greedy_tokens();
     ASSERT_GE(greedy.size(), 65u);
     const int positions = 64;
@@ -91,7 +91,7 @@ TEST_F(RealModel, Fp32LogitsMatchReference) {
     ASSERT_EQ(reference.size(), size_t(positions) * size_t(vocab));
     const std::vector<int> inputs(greedy.begin(), greedy.begin() + positions);
 
-    llama::DenseBackend dense;
+    llama::DenseMaker dense;
     llama::Model model(stories260k(), dense);
     const std::span<const float> logits = model.forward_sequence(inputs);
     ASSERT_EQ(logits.size(), reference.size());
@@ -130,7 +130,7 @@ protected:
 TEST_P(RealModelExact, Int8WeightsGreedyDecodeMatchesReference) {
     const std::vector<int> reference = reference_greedy_tokens();
     const qjit_context_options options = exact_options();
-    llama::QjitBackend backend(llama::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true), &options);
+    llama::QuantizingMaker backend(llama::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true), &options);
     llama::Model model(stories260k(), backend);
     const std::vector<int> tokens = llama::greedy_decode(model, {reference.data(), 1}, int(reference.size()) - 1).tokens;
     const size_t generated_matching = leading_matches(tokens, reference) - 1;  // BOS is not generated
@@ -141,9 +141,9 @@ TEST_P(RealModelExact, Int8WeightsGreedyDecodeMatchesReference) {
 
 TEST_P(RealModelExact, Int8WeightsMeanNllMatchesReference) {
     const std::vector<uint16_t> tokens =
-        qjit_tools::read_array_file<uint16_t>(kReferenceDir + "tinystories_val_first200para.tok512.u16");
+        qjit_models::read_array_file<uint16_t>(kReferenceDir + "tinystories_val_first200para.tok512.u16");
     const qjit_context_options options = exact_options();
-    llama::QjitBackend backend(llama::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true), &options);
+    llama::QuantizingMaker backend(llama::make_quant_config(8, QJIT_GROUP_PER_COLUMN, true), &options);
     llama::Model model(stories260k(), backend);
     const llama::NllResult result = llama::evaluate_nll(model, llama2::split_at_bos(tokens));
     const double reference = reference_mean_nll();
@@ -171,7 +171,7 @@ TEST_F(RealModel, QjitBatchedForwardMatchesKvCacheSteps) {
                                          llama::make_quant_config(4, 32, false)};
     for (const qjit_quant_config& config : configs) {
         SCOPED_TRACE(llama::describe_quant_config(config));
-        llama::QjitBackend backend(config);
+        llama::QuantizingMaker backend(config);
         llama::Model model(stories260k(), backend);
         const std::span<const float> batched_view = model.forward_sequence(sequence);
         const std::vector<float> batched(batched_view.begin(), batched_view.end());

@@ -1,8 +1,9 @@
-"""qjit.tune: fills the tuning database ahead of time by running the bundled qjit-tune.
+"""qjit.tune: fills the tuning database ahead of time, as qjit-tune does.
 
-``qjit.tune(...)`` runs ``qjit/bin/qjit-tune`` with the matching flags and returns its table as
-TuneRow records; ``python -m qjit.tune`` and the ``qjit-tune`` console command run it with their
-arguments unchanged. See docs/tuning.md for what the tool measures.
+``qjit.tune(...)`` runs qjit-tune's driver (the library function the tool runs) in this process
+with the matching flags and returns its table as TuneRow records; ``python -m qjit.tune`` and the
+``qjit-tune`` console command run the bundled tool with their arguments unchanged. See
+docs/tuning.md for what the tool measures.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import dataclasses
 import json
 import numbers
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -19,8 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
+from . import _native
 from .context import ACTIVATIONS, CUDA_DTYPES, choice
-from .errors import Error, FileIOError, InvalidArgumentError, class_for_status_string
+from .errors import Error, FileIOError, InvalidArgumentError
 
 _PACKAGE = Path(__file__).resolve().parent
 _TOOL = _PACKAGE / "bin" / "qjit-tune"
@@ -28,8 +29,6 @@ _MODELS = _PACKAGE / "models"
 _BITS = (2, 3, 4, 8)
 _GROUP_SIZES = (16, 32, 64, 128, 256, -1)
 _MAX_BATCH = 1 << 20
-# The tool's failure line: "qjit-tune: WHAT failed: STATUS: MESSAGE" (STATUS as qjit_status_string).
-_FAILURE = re.compile(r"^qjit-tune: (?P<what>.+?) failed: (?P<status>[^:]+): (?P<message>.*)$", re.MULTILINE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,9 +74,9 @@ def tune(model: Optional[str | os.PathLike] = None, checkpoint: Optional[str | o
          quiet: bool = False) -> TuneResult:
     """Tunes layer shapes on this machine, stores the choices in the tuning database, times them.
 
-    Runs the bundled qjit-tune (so it behaves exactly like it) in a child process, which leaves
-    the GIL free for other threads while it runs. Its output goes to sys.stdout line by line
-    unless ``quiet``; its standard error (warnings) to sys.stderr at the end unless ``quiet``.
+    Runs qjit-tune's driver (so it behaves exactly like the tool) in this process, with the GIL
+    released while it tunes and times. Its output goes to sys.stdout piece by piece unless
+    ``quiet``; its warnings to sys.stderr at the end unless ``quiet``.
 
     Args:
         model: a model config (a YAML file, see configs/models) or the name of a bundled one,
@@ -106,7 +105,7 @@ def tune(model: Optional[str | os.PathLike] = None, checkpoint: Optional[str | o
     Raises:
         InvalidArgumentError: a bad argument (checked before the tool runs).
         FileIOError: a model file or checkpoint directory that does not exist.
-        Error: the tool failed; the subclass matches the status it reports.
+        Error: the run failed; the subclass matches the status it reports.
     """
     flags = _model_flags(model, checkpoint, bits, group_size, symmetric)
     batches = [batches] if _is_int(batches) else list(batches)
@@ -135,7 +134,7 @@ def tune(model: Optional[str | os.PathLike] = None, checkpoint: Optional[str | o
 
     with tempfile.TemporaryDirectory(prefix="qjit-tune-") as scratch:
         report_path = os.path.join(scratch, "run.json")
-        text = _run_tool(flags + ["--json", report_path], quiet)
+        text = _run(flags + ["--json", report_path], quiet)
         with open(report_path, encoding="utf-8") as report_file:
             report = json.load(report_file)
     return TuneResult(machine=report["machine"], threads=report["threads"], probe_gbps=report["probe_gbps"],
@@ -191,34 +190,20 @@ def _model_path(model: str | os.PathLike) -> str:
     return os.fspath(model)
 
 
-def _run_tool(flags: list[str], quiet: bool) -> str:
-    """Runs the tool; returns its standard output or raises the Error its failure line names."""
+def _run(flags: list[str], quiet: bool) -> str:
+    """Runs the driver; returns its standard output or raises the Error of the status it failed with."""
     output = []
-    with tempfile.TemporaryFile() as errors:
-        with subprocess.Popen(["qjit-tune", *flags], executable=_tool(), stdout=subprocess.PIPE, stderr=errors,
-                              text=True) as process:
-            try:
-                for line in process.stdout:
-                    output.append(line)
-                    if not quiet:
-                        sys.stdout.write(line)
-                        sys.stdout.flush()
-            except BaseException:
-                process.kill()
-                raise
-        errors.seek(0)
-        error_text = errors.read().decode(errors="replace")
-    if process.returncode == 0:
-        if error_text and not quiet:
-            sys.stderr.write(error_text)
-        return "".join(output)
-    failures = list(_FAILURE.finditer(error_text))
-    if failures:
-        failure = failures[-1]
-        raise class_for_status_string(failure["status"])(f"{failure['what']} failed: {failure['message']}")
-    if process.returncode < 0:
-        raise Error(f"qjit-tune was ended by signal {-process.returncode}")
-    raise Error(error_text.strip() or f"qjit-tune exited with status {process.returncode}")
+
+    def write(text: str) -> None:
+        output.append(text)
+        if not quiet:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    warnings = _native.tune(flags, write)
+    if warnings and not quiet:
+        sys.stderr.write(warnings)
+    return "".join(output)
 
 
 def _tool() -> str:

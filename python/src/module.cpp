@@ -18,6 +18,7 @@
 
 #include "arrays.hpp"
 #include "errors.hpp"
+#include "models/tune_driver.hpp"
 #include "qjit/qjit.h"
 
 namespace nb = nanobind;
@@ -503,6 +504,33 @@ nb::dict cuda_device_info(int ordinal) {
     return d;
 }
 
+// qjit.tune: qjit-tune's driver (models/tune_driver.hpp) on `arguments`, without the GIL. `write`
+// gets the standard output a piece at a time (with the GIL); the warnings are returned. A failure
+// raises the qjit.errors class of its status, "WHAT failed: MESSAGE".
+std::string tune(const std::vector<std::string>& arguments, nb::callable write) {
+    std::string warnings;
+    std::optional<nb::python_error> raised;  // by `write`: raised again once the run is over
+    qjit_models::TuneIo io;
+    io.out = [&](const std::string& text) {
+        nb::gil_scoped_acquire locked;
+        if (raised) return;
+        try {
+            write(text);
+        } catch (nb::python_error& e) {
+            raised.emplace(std::move(e));
+        }
+    };
+    io.err = [&](const std::string& text) { warnings += text; };
+    qjit_models::TuneOutcome outcome;
+    {
+        nb::gil_scoped_release unlocked;
+        outcome = qjit_models::run_tune(arguments, io);
+    }
+    if (raised) throw std::move(*raised);
+    if (outcome.status != QJIT_OK) throw Failure(outcome.status, outcome.what + " failed: " + outcome.message);
+    return warnings;
+}
+
 }  // namespace
 }  // namespace qjit_python
 
@@ -517,6 +545,7 @@ NB_MODULE(_native, m) {
     m.def("default_quant_config", &default_quant_config);
     m.def("cuda_device_count", &cuda_device_count);
     m.def("cuda_device_info", &cuda_device_info, "ordinal"_a);
+    m.def("tune", &tune, "arguments"_a, "write"_a);
 
     nb::class_<Context>(m, "Context")
         .def(nb::init<int, int, int, std::optional<std::string>, double, int, int64_t, std::optional<std::string>, int,

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "base/activations.hpp"
 #include "base/error.hpp"
 #include "runtime/flash/sparse_ffn.hpp"
 
@@ -142,7 +143,7 @@ PredictorQuality FlashFfn::fit_predictor(int64_t layer, const float* x, int64_t 
         dense_product(x, n, read_part(layer, NeuronPart::Up), d_model, d_ff, up_product.data());
         for (size_t j = 0; j < active.size(); ++j) {
             const float g = product[j];
-            active[j] = std::fabs(g / (1.0f + std::exp(-g)) * up_product[j]) > magnitude_threshold;
+            active[j] = std::fabs(silu(g) * up_product[j]) > magnitude_threshold;
         }
     }
     NeuronPredictor predictor = NeuronPredictor::fit(w.data(), bias.empty() ? nullptr : bias.data(), d_model, d_ff,

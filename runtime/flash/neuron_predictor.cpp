@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "base/activations.hpp"
 #include "base/error.hpp"
 #include "quant/truncated_svd.hpp"
 
@@ -142,7 +143,7 @@ void NeuronPredictor::score_row(const float* x, float* t, float* s) const {
         for (int64_t c = 0; c < d_ff_; ++c) s[c] = s[c] * scale[c] + bias[c];
     }
     if (score_ == PredictorScore::SiluMagnitude)
-        for (int64_t c = 0; c < d_ff_; ++c) s[c] = std::fabs(s[c] / (1.0f + std::exp(-s[c])));
+        for (int64_t c = 0; c < d_ff_; ++c) s[c] = std::fabs(silu(s[c]));
 }
 
 template <typename Row>

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 
+#include "base/activations.hpp"
 #include "runtime/cpu/thread_pool.hpp"
 #include "runtime/flash/neuron_cache_data.hpp"
 
@@ -14,7 +15,7 @@ namespace qjit {
 template <typename T>
 T ffn_activation(FfnActivation activation, T g, T u, T bias) {
     if (activation == FfnActivation::Relu) return std::max(T(0), u + bias);
-    return g / (T(1) + std::exp(-g)) * u;
+    return silu(g) * u;
 }
 
 void sparse_ffn_portable(const NeuronCache::Data& d, std::span<const int32_t> slots, const float* x, int64_t m,

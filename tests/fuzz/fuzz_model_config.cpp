@@ -1,4 +1,4 @@
-// libFuzzer target: qjit-tune's model config reader (tools/model_config.cpp) on arbitrary YAML. It
+// libFuzzer target: qjit-tune's model config reader (models/model_config.cpp) on arbitrary YAML. It
 // reads a file, so each input is written to one scratch file first. A bad file may only be
 // reported with std::runtime_error.
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "tools/model_config.hpp"
+#include "models/model_config.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static const std::string path = "/tmp/qjit_fuzz_model_config_" + std::to_string(getpid()) + ".yaml";
@@ -19,8 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } cleanup;
     std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data), std::streamsize(size));
     try {
-        const qjit_tools::ModelConfig model = qjit_tools::load_model_config(path);
-        (void)qjit_tools::distinct_shapes(model.linear);
+        const qjit_models::ModelConfig model = qjit_models::load_model_config(path);
+        (void)qjit_models::distinct_shapes(model.linear);
     } catch (const std::runtime_error&) {
     }
     return 0;

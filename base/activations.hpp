@@ -1,0 +1,23 @@
+// The feed-forward activations, written once for every forward that applies them: the Llama model
+// (models/llama_model.cpp), tensor-parallel MLPs (runtime/tp_mlp.cpp) and the flash FFN's kernels and
+// predictor (runtime/flash/).
+#pragma once
+
+#include <cmath>
+
+namespace qjit {
+
+// SiLU (swish): v * sigmoid(v), rounded as llama2.c's run.c computes it, v * (1 / (1 + e^-v)).
+// float or double.
+template <typename T>
+inline T silu(T v) {
+    return v * (T(1) / (T(1) + std::exp(-v)));
+}
+
+// GELU, the tanh approximation: 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))).
+inline float gelu(float v) {
+    constexpr float kSqrt2OverPi = 0.7978845608f;
+    return 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
+}
+
+}  // namespace qjit

@@ -1,0 +1,70 @@
+#include "models/flash_ffn_runner.hpp"
+
+#include "models/fail.hpp"
+
+namespace qjit_models::llama {
+
+namespace {
+
+void check(qjit_status status, const char* what) {
+    if (status != QJIT_OK) fail(what, ": ", qjit_status_string(status), ": ", qjit_last_error());
+}
+
+}  // namespace
+
+FlashFfnRunner::FlashFfnRunner(qjit_context* context, const Config& config, const FlashRunOptions& options)
+    : options_(options), layers_(config.n_layers), dim_(config.dim) {
+    // The budget is a share of the file's neuron bytes: open once to learn them.
+    qjit_flash_options flash;
+    qjit_flash_options_init(&flash);
+    flash.window = options.window;
+    check(qjit_flash_ffn_create(context, options.path.c_str(), &flash, &ffn_), "opening the neuron file");
+    qjit_flash_ffn_info i = info();
+    if (i.layers != config.n_layers || i.d_model != config.dim || i.d_ff != config.hidden_dim ||
+        i.activation != QJIT_FFN_SWIGLU)
+        fail(options.path, ": its FFNs (", i.layers, " layers, ", i.d_model, " -> ", i.d_ff, ") are not this model's");
+    const int64_t records = i.bundled ? i.layers * i.d_ff : 3 * i.layers * i.d_ff;
+    flash.dram_budget_bytes = int64_t(options.budget_fraction * double(records * i.record_bytes));
+    qjit_flash_ffn_destroy(ffn_);
+    ffn_ = nullptr;
+    check(qjit_flash_ffn_create(context, options.path.c_str(), &flash, &ffn_), "opening the neuron file");
+}
+
+FlashFfnRunner::~FlashFfnRunner() { qjit_flash_ffn_destroy(ffn_); }
+
+void FlashFfnRunner::fit_predictors(Model& model, const std::vector<std::vector<int>>& sequences) {
+    std::vector<std::vector<float>> inputs(static_cast<size_t>(layers_));
+    for (const std::vector<int>& sequence : sequences) {
+        std::vector<float> stream = model.embed_sequence(sequence);
+        for (int l = 0; l < layers_; ++l) {
+            model.capture_inputs(stream, {l, 4}, [&](const float* x, int64_t rows) {
+                inputs[size_t(l)].insert(inputs[size_t(l)].end(), x, x + rows * dim_);
+            });
+            model.run_layer(l, stream);
+        }
+    }
+    for (int l = 0; l < layers_; ++l)
+        check(qjit_flash_ffn_fit_predictor(ffn_, l, inputs[size_t(l)].data(), int64_t(inputs[size_t(l)].size()) / dim_,
+                                           options_.target_recall, options_.magnitude_threshold),
+              "fitting a predictor");
+}
+
+void FlashFfnRunner::forward(int layer, const float* x, int count, float* y) {
+    check(qjit_flash_ffn_forward(ffn_, layer, x, count, y, nullptr, 0), "a flash FFN forward");
+}
+
+qjit_flash_counters FlashFfnRunner::counters() const {
+    qjit_flash_counters c;
+    check(qjit_flash_ffn_get_counters(ffn_, &c), "reading the flash counters");
+    return c;
+}
+
+qjit_flash_ffn_info FlashFfnRunner::info() const {
+    qjit_flash_ffn_info i;
+    check(qjit_flash_ffn_get_info(ffn_, &i), "reading the flash FFN");
+    return i;
+}
+
+void FlashFfnRunner::reset_counters() { check(qjit_flash_ffn_reset_counters(ffn_), "resetting the flash counters"); }
+
+}  // namespace qjit_models::llama

@@ -1,0 +1,43 @@
+// A Llama model's FFNs served from a neuron file (include/qjit/qjit_flash.h) for qjit-run: the
+// model's own attention, and per layer only the neurons the fitted predictor names, read from
+// storage under a DRAM budget.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/llama_model.hpp"
+#include "qjit/qjit_flash.h"
+
+namespace qjit_models::llama {
+
+struct FlashRunOptions {
+    std::string path;            // the neuron file (qjit-flash-convert --gguf)
+    double budget_fraction = 0.5;  // of the file's neuron bytes, for the resident caches
+    int window = 4;
+    double target_recall = 0;    // 0: no predictor (every neuron)
+    float magnitude_threshold = 0;  // what counts as active when the predictor is fitted
+};
+
+class FlashFfnRunner final : public FfnOverride {
+public:
+    FlashFfnRunner(qjit_context* context, const Config& config, const FlashRunOptions& options);
+    ~FlashFfnRunner() override;
+    FlashFfnRunner(const FlashFfnRunner&) = delete;
+    FlashFfnRunner& operator=(const FlashFfnRunner&) = delete;
+
+    // Fits every layer's predictor on the FFN inputs `model` produces for `sequences` (run densely).
+    void fit_predictors(Model& model, const std::vector<std::vector<int>>& sequences);
+    void forward(int layer, const float* x, int count, float* y) override;
+
+    qjit_flash_counters counters() const;
+    qjit_flash_ffn_info info() const;
+    void reset_counters();
+
+private:
+    qjit_flash_ffn* ffn_ = nullptr;
+    FlashRunOptions options_;
+    int layers_ = 0, dim_ = 0;
+};
+
+}  // namespace qjit_models::llama

@@ -1,0 +1,221 @@
+#include "models/gguf_llama.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "io/gguf_dequantize.hpp"
+#include "io/gguf_import.hpp"
+#include "models/tensor_names.hpp"
+
+namespace qjit_models::llama {
+
+namespace {
+
+constexpr int kLimit = 1 << 20;  // Config's range: far above any model this runs
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+    std::string text = "[";
+    for (size_t i = 0; i < dims.size(); ++i) text += (i > 0 ? ", " : "") + std::to_string(dims[i]);
+    return text + "]";
+}
+
+// Reads one file's metadata and tensors, every error naming the file.
+class LlamaGgufReader {
+public:
+    explicit LlamaGgufReader(std::shared_ptr<const qjit::GgufFile> file) : file_(std::move(file)) {}
+
+    template <typename... Parts>
+    [[noreturn]] void fail(const Parts&... parts) const {
+        std::ostringstream message;
+        message << "'" << file_->file_name() << "': ";
+        (message << ... << parts);
+        throw std::runtime_error(message.str());
+    }
+
+    // A count or size in [1, kLimit]: the value of `key`, or `fallback` when the key is absent.
+    int count(const std::string& key, std::optional<int> fallback = std::nullopt) const {
+        if (!file_->has(key)) {
+            if (!fallback) fail("metadata key ", key, " is missing");
+            return *fallback;
+        }
+        const uint64_t value = file_->get_uint(key);
+        if (value < 1 || value > uint64_t(kLimit)) fail(key, " = ", value, " is out of range [1, ", kLimit, "]");
+        return int(value);
+    }
+
+    float number(const std::string& key, std::optional<double> fallback = std::nullopt) const {
+        if (!file_->has(key)) {
+            if (!fallback) fail("metadata key ", key, " is missing");
+            return float(*fallback);
+        }
+        const double value = file_->get_float(key);
+        if (!std::isfinite(value)) fail(key, " = ", value, " is not finite");
+        return float(value);
+    }
+
+    // The tensor `name`, checked to have `dims` (innermost first) and a type the model can read.
+    const qjit::GgufTensor& tensor(const std::string& name, const std::vector<int64_t>& dims) const {
+        const qjit::GgufTensor* tensor = file_->find(name);
+        if (!tensor) fail("tensor ", name, " is missing");
+        if (tensor->dims != dims)
+            fail("tensor ", name, " has dims ", dims_text(tensor->dims), ", but the metadata implies ",
+                 dims_text(dims));
+        return *tensor;
+    }
+
+    // A weight matrix [n][k] (GGUF dims [k, n]), left in the file as its ggml blocks.
+    LoadedMatrix matrix(const std::string& name, int64_t n, int64_t k) const {
+        const qjit::GgufTensor& t = tensor(name, {k, n});
+        const size_t row_bytes = t.bytes / size_t(n);
+        const uint8_t* data = t.data;
+        const qjit::GgmlType type = t.type;
+        const std::string where = "'" + file_->file_name() + "': tensor " + name;
+        auto decode_row = [where, data, type, row_bytes, k](int64_t row, float* out) {
+            if (!qjit::gguf_dequantize_supported(type))
+                throw std::runtime_error(where + " is " + qjit::ggml_type_name(type) +
+                                         ", which qjit cannot dequantize to fp32");
+            qjit::dequantize_gguf_row(type, data + size_t(row) * row_bytes, k, out);
+        };
+        return LoadedMatrix::ggml(name, n, k, {uint32_t(t.type), t.data, t.bytes}, std::move(decode_row), file_);
+    }
+
+    std::vector<float> norm(const std::string& name, int dim) const {
+        const qjit::GgufTensor& t = tensor(name, {dim});
+        if (!qjit::gguf_dequantize_supported(t.type))
+            fail("tensor ", name, " is ", qjit::ggml_type_name(t.type), ", which qjit cannot read as fp32");
+        return qjit::dequantize_gguf(t);
+    }
+
+    const qjit::GgufFile& file() const { return *file_; }
+
+private:
+    std::shared_ptr<const qjit::GgufFile> file_;
+};
+
+Config read_config(const LlamaGgufReader& reader) {
+    const qjit::GgufFile& file = reader.file();
+    if (!file.has("general.architecture")) reader.fail("metadata key general.architecture is missing");
+    const std::string& architecture = file.get_string("general.architecture");
+    if (architecture != "llama")
+        reader.fail("general.architecture is '", architecture, "'; qjit-run runs 'llama' models only");
+    if (file.has("llama.expert_count") && file.get_uint("llama.expert_count") > 0)
+        reader.fail("llama.expert_count is ", file.get_uint("llama.expert_count"),
+                    ": mixture-of-experts models are not supported");
+    if (file.has("llama.rope.scaling.type") && file.get_string("llama.rope.scaling.type") != "none")
+        reader.fail("llama.rope.scaling.type is '", file.get_string("llama.rope.scaling.type"),
+                    "': RoPE scaling is not supported");
+
+    Config c;
+    c.n_layers = reader.count("llama.block_count");
+    c.dim = reader.count("llama.embedding_length");
+    c.hidden_dim = reader.count("llama.feed_forward_length");
+    c.n_heads = reader.count("llama.attention.head_count");
+    c.n_kv_heads = reader.count("llama.attention.head_count_kv", c.n_heads);
+    c.seq_len = reader.count("llama.context_length");
+    c.rope_base = reader.number("llama.rope.freq_base", 10000.0);
+    c.rms_eps = reader.number("llama.attention.layer_norm_rms_epsilon");
+    if (!file.has("llama.attention.key_length") && c.dim % c.n_heads != 0)
+        reader.fail("llama.embedding_length ", c.dim, " does not split into ", c.n_heads, " heads");
+    c.head_size = reader.count("llama.attention.key_length", c.dim / c.n_heads);
+    if (reader.count("llama.attention.value_length", c.head_size) != c.head_size)
+        reader.fail("llama.attention.value_length differs from the key length ", c.head_size);
+    if (reader.count("llama.rope.dimension_count", c.head_size) != c.head_size)
+        reader.fail("llama.rope.dimension_count ", file.get_uint("llama.rope.dimension_count"),
+                    " is not the head size ", c.head_size, ": partial RoPE is not supported");
+
+    if (!file.has("tokenizer.ggml.tokens")) reader.fail("metadata key tokenizer.ggml.tokens is missing");
+    const size_t vocab = file.get_string_array("tokenizer.ggml.tokens").size();
+    if (vocab < 1 || vocab > size_t(kLimit))
+        reader.fail("tokenizer.ggml.tokens has ", vocab, " tokens, outside [1, ", kLimit, "]");
+    c.vocab_size = int(vocab);
+    if (reader.count("llama.vocab_size", c.vocab_size) != c.vocab_size)
+        reader.fail("llama.vocab_size ", file.get_uint("llama.vocab_size"), " differs from the ", c.vocab_size,
+                    " tokens of tokenizer.ggml.tokens");
+    try {
+        c.validate();
+    } catch (const std::exception& e) {
+        reader.fail(e.what());
+    }
+    return c;
+}
+
+// Every tensor must be one the model runs: a file with biases, RoPE factors or anything else that
+// would change the results is refused rather than run without it.
+void check_no_other_tensors(const LlamaGgufReader& reader, int n_layers) {
+    std::set<std::string> known = {kGgufTokenEmbedding, kGgufOutputNorm, kGgufClassifier};
+    for (int l = 0; l < n_layers; ++l) {
+        for (const char* norm : {kGgufAttentionNorm, kGgufFfnNorm}) known.insert(gguf_block_tensor(l, norm));
+        for (const BlockMatrix matrix : kBlockMatrices) known.insert(gguf_block_tensor(l, matrix));
+    }
+    for (const qjit::GgufTensor& tensor : reader.file().tensors())
+        if (!known.count(tensor.name)) reader.fail("tensor ", tensor.name, " is not part of the Llama model qjit-run runs");
+}
+
+// A matrix of the model as --gguf tunes it.
+GgmlLinear ggml_linear(const LoadedMatrix& matrix) {
+    const GgmlMatrix* ggml = matrix.ggml();
+    const auto type = qjit::GgmlType(ggml->type);
+    return {matrix.name(), matrix.k(), matrix.n(), ggml->type, qjit::ggml_type_name(type),
+            qjit::gguf_import_supported(type), ggml->data, ggml->bytes};
+}
+
+}  // namespace
+
+GgmlLinears gguf_linear_weights(const std::string& path) {
+    const std::shared_ptr<const Weights> weights = load_gguf_llama(qjit::GgufFile::open(path));
+    GgmlLinears linears;
+    for (const LayerWeights& layer : weights->layers)
+        for (const LoadedMatrix* m : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w1, &layer.w2, &layer.w3})
+            linears.linears.push_back(ggml_linear(*m));
+    linears.linears.push_back(ggml_linear(weights->classifier));
+    linears.owner = weights;
+    return linears;
+}
+
+std::shared_ptr<const Weights> load_gguf_llama(std::shared_ptr<const qjit::GgufFile> file) {
+    if (!file) throw std::runtime_error("load_gguf_llama: the file is NULL");
+    const LlamaGgufReader reader(std::move(file));
+    auto weights = std::make_shared<Weights>();
+    weights->config = read_config(reader);
+    const Config& c = weights->config;
+    check_no_other_tensors(reader, c.n_layers);
+
+    weights->token_embedding = reader.matrix(kGgufTokenEmbedding, c.vocab_size, c.dim);
+    const qjit::GgmlType embedding_type = reader.file().tensor(kGgufTokenEmbedding).type;
+    if (!qjit::gguf_dequantize_supported(embedding_type))
+        reader.fail("tensor token_embd.weight is ", qjit::ggml_type_name(embedding_type),
+                    ", which qjit cannot dequantize to fp32");
+    for (int l = 0; l < c.n_layers; ++l) {
+        const auto matrix = [&](BlockMatrix m, int n, int k) { return reader.matrix(gguf_block_tensor(l, m), n, k); };
+        weights->layers.push_back({
+            reader.norm(gguf_block_tensor(l, kGgufAttentionNorm), c.dim),
+            matrix(BlockMatrix::q, c.q_dim(), c.dim),
+            matrix(BlockMatrix::k, c.kv_dim(), c.dim),
+            matrix(BlockMatrix::v, c.kv_dim(), c.dim),
+            matrix(BlockMatrix::o, c.dim, c.q_dim()),
+            reader.norm(gguf_block_tensor(l, kGgufFfnNorm), c.dim),
+            matrix(BlockMatrix::gate, c.hidden_dim, c.dim),
+            matrix(BlockMatrix::down, c.dim, c.hidden_dim),
+            matrix(BlockMatrix::up, c.hidden_dim, c.dim),
+        });
+    }
+    weights->final_norm = reader.norm(kGgufOutputNorm, c.dim);
+    weights->tied_classifier = reader.file().find(kGgufClassifier) == nullptr;
+    weights->classifier =
+        weights->tied_classifier ? weights->token_embedding : reader.matrix(kGgufClassifier, c.vocab_size, c.dim);
+    try {
+        weights->validate();
+    } catch (const std::exception& e) {
+        reader.fail(e.what());
+    }
+    return weights;
+}
+
+}  // namespace qjit_models::llama

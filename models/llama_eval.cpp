@@ -1,0 +1,94 @@
+#include "models/llama_eval.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace qjit_models::llama {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+int argmax(std::span<const float> values) {
+    int best = 0;
+    for (size_t i = 1; i < values.size(); ++i) {
+        if (values[i] > values[size_t(best)]) best = int(i);
+    }
+    return best;
+}
+
+namespace {
+
+// -log softmax(row)[target].
+double token_nll(const float* row, int vocab, int target) {
+    if (target < 0 || target >= vocab)
+        throw std::runtime_error("evaluate_nll: token " + std::to_string(target) + " is outside the vocabulary");
+    const double max_logit = *std::max_element(row, row + vocab);
+    double sum = 0.0;
+    for (int i = 0; i < vocab; ++i) sum += std::exp(double(row[i]) - max_logit);
+    return max_logit + std::log(sum) - double(row[target]);
+}
+
+}  // namespace
+
+NllResult evaluate_nll(Model& model, const std::vector<std::vector<int>>& sequences, bool token_by_token) {
+    const int vocab = model.config().vocab_size;
+    NllResult result;
+    double total = 0.0;
+    for (const std::vector<int>& sequence : sequences) {
+        double sequence_nll = 0.0;
+        if (sequence.size() >= 2) {
+            // Positions 0..n-2 predict tokens 1..n-1; the last token's logits are not needed.
+            const std::span<const int> inputs(sequence.data(), sequence.size() - 1);
+            if (token_by_token) {
+                model.reset();
+                for (size_t t = 0; t < inputs.size(); ++t)
+                    sequence_nll += token_nll(model.step(inputs[t]).data(), vocab, sequence[t + 1]);
+            } else {
+                const std::span<const float> logits = model.forward_sequence(inputs);
+                for (size_t t = 0; t < inputs.size(); ++t)
+                    sequence_nll += token_nll(logits.data() + t * size_t(vocab), vocab, sequence[t + 1]);
+            }
+            result.tokens += int64_t(inputs.size());
+        }
+        result.sequence_nll.push_back(sequence_nll);
+        total += sequence_nll;
+    }
+    result.mean_nll = result.tokens > 0 ? total / double(result.tokens) : 0.0;
+    return result;
+}
+
+Generation greedy_decode(Model& model, std::span<const int> prompt, int steps) {
+    const int seq_len = model.config().seq_len;
+    if (prompt.empty()) throw std::runtime_error("greedy_decode: the prompt is empty");
+    // The positions fed: the prompt's and every generated token's but the last.
+    if (steps < 0 || int64_t(prompt.size()) - 1 + steps > seq_len) {
+        throw std::runtime_error("greedy_decode: steps " + std::to_string(steps) + " after a prompt of " +
+                                 std::to_string(prompt.size()) + " tokens is outside [0, seq_len " +
+                                 std::to_string(seq_len) + "]");
+    }
+    Generation generation;
+    generation.tokens.assign(prompt.begin(), prompt.end());
+    model.reset();
+    if (prompt.size() > 1) {
+        const auto start = std::chrono::steady_clock::now();
+        model.forward(prompt.first(prompt.size() - 1), 0);
+        generation.prompt_seconds = seconds_since(start);
+    }
+    for (int i = 0; i < steps; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        const int next = argmax(model.step(generation.tokens.back()));
+        generation.step_seconds.push_back(seconds_since(start));
+        generation.tokens.push_back(next);
+    }
+    return generation;
+}
+
+}  // namespace qjit_models::llama

@@ -1,0 +1,39 @@
+// What the runners measure with a Llama model (models/llama_model.hpp): the NLL of token sequences
+// and greedy decoding, timed per token.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "models/llama_model.hpp"
+
+namespace qjit_models::llama {
+
+struct NllResult {
+    double mean_nll = 0.0;             // nats per predicted token
+    int64_t tokens = 0;                // predicted tokens (every token but each sequence's first)
+    std::vector<double> sequence_nll;  // NLL sum of each sequence
+};
+
+// Each sequence from an empty KV cache in one batched forward: the logits of position t predict token
+// t + 1, -log softmax(logits[t])[token t + 1] is taken in double and summed in double over
+// t = 0 .. n - 2. A sequence of fewer than 2 tokens predicts nothing.
+// token_by_token: one m = 1 step per position instead (as decoding runs; what a flash FFN's
+// per-token neuron choice needs), the same NLL up to rounding for a dense model.
+NllResult evaluate_nll(Model& model, const std::vector<std::vector<int>>& sequences, bool token_by_token = false);
+
+struct Generation {
+    std::vector<int> tokens;           // the prompt, then the generated tokens
+    double prompt_seconds = 0.0;       // the forward of prompt[0 .. P-2] (0 for a one-token prompt)
+    std::vector<double> step_seconds;  // one m = 1 step per generated token, argmax included
+};
+
+// Greedy decoding of `steps` tokens after `prompt` (at least one token), from an empty KV cache: the
+// prompt but its last token runs in one batched forward, then each step feeds the last token and
+// appends the argmax of its logits. Every generated token costs one step.
+Generation greedy_decode(Model& model, std::span<const int> prompt, int steps);
+
+int argmax(std::span<const float> values);  // first index of the maximum, as in run.c
+
+}  // namespace qjit_models::llama

@@ -1,0 +1,217 @@
+#include "models/llama_linear.hpp"
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include "models/simd_clones.hpp"
+
+namespace qjit_models::llama {
+
+void check_qjit(qjit_status status, const char* call) {
+    if (status != QJIT_OK)
+        throw std::runtime_error(std::string(call) + " failed: " + qjit_status_string(status) + ": " +
+                                 qjit_last_error());
+}
+
+namespace {
+
+// y[r][j] = sum over i of x[r][i] * w_t[i][j], each sum taken in input order i = 0, 1, ... as run.c's
+// matmul takes it, so every output equals the plain loop's bit for bit (this file is compiled without
+// contraction into FMA). The loops run across outputs, which the compiler vectorizes at each width.
+QJIT_SIMD_CLONES void dense_product(const float* w_t, int64_t n,
+                                                                                 int64_t k, const float* x,
+                                                                                 int64_t m, float* y) {
+    constexpr int64_t kRows = 4, kOutputs = 64;  // a tile of rows x outputs held in the accumulators
+    float acc[kRows][kOutputs];
+    for (int64_t r0 = 0; r0 < m; r0 += kRows) {
+        const int64_t rows = std::min(kRows, m - r0);
+        for (int64_t j0 = 0; j0 < n; j0 += kOutputs) {
+            const int64_t width = std::min(kOutputs, n - j0);
+            for (int64_t r = 0; r < rows; ++r) std::fill(acc[r], acc[r] + width, 0.0f);
+            for (int64_t i = 0; i < k; ++i) {
+                const float* w = w_t + i * n + j0;
+                for (int64_t r = 0; r < rows; ++r) {
+                    const float xv = x[(r0 + r) * k + i];
+                    for (int64_t j = 0; j < width; ++j) acc[r][j] += xv * w[j];
+                }
+            }
+            for (int64_t r = 0; r < rows; ++r) std::copy(acc[r], acc[r] + width, y + (r0 + r) * n + j0);
+        }
+    }
+}
+
+class DenseLinear final : public Linear {
+public:
+    explicit DenseLinear(const LoadedMatrix& matrix)
+        : n_(matrix.n()), k_(matrix.k()), weights_t_(size_t(n_) * size_t(k_)) {
+        std::vector<float> scratch;
+        const std::span<const float> w = matrix.dense_values(scratch);
+        for (int64_t out = 0; out < n_; ++out)
+            for (int64_t in = 0; in < k_; ++in) weights_t_[size_t(in * n_ + out)] = w[size_t(out * k_ + in)];
+    }
+
+    void forward(const float* x, int64_t m, float* y) const override {
+        dense_product(weights_t_.data(), n_, k_, x, m, y);
+    }
+    int64_t in_features() const override { return k_; }
+    int64_t out_features() const override { return n_; }
+    int64_t weight_bytes() const override { return n_ * k_ * int64_t(sizeof(float)); }
+    int64_t stored_bytes() const override { return weight_bytes(); }
+    std::string describe() const override { return "fp32 dense loops"; }
+
+private:
+    int64_t n_, k_;
+    std::vector<float> weights_t_;  // [k][n]
+};
+
+// A qjit layer, made by the caller's create call, destroyed with it.
+class QjitLinear final : public Linear {
+public:
+    QjitLinear(SharedContext context, qjit_linear* layer, int64_t n, int64_t k)
+        : context_(std::move(context)), layer_(layer), n_(n), k_(k) {}
+    ~QjitLinear() override { qjit_linear_destroy(layer_); }
+    QjitLinear(const QjitLinear&) = delete;
+    QjitLinear& operator=(const QjitLinear&) = delete;
+
+    void forward(const float* x, int64_t m, float* y) const override {
+        check_qjit(qjit_linear_forward(layer_, x, m, y), "qjit_linear_forward");
+    }
+    int64_t in_features() const override { return k_; }
+    int64_t out_features() const override { return n_; }
+    int64_t weight_bytes() const override { return info().weight_bytes; }
+    int64_t stored_bytes() const override { return info().stored_bytes; }
+    int64_t low_rank_bytes() const override { return info().low_rank_bytes; }
+    std::string describe() const override {
+        const char* text = nullptr;
+        check_qjit(qjit_linear_describe(layer_, &text), "qjit_linear_describe");
+        return text;
+    }
+    bool qjit_info(qjit_linear_info* out) const override {
+        *out = info();
+        return true;
+    }
+
+private:
+    qjit_linear_info info() const {
+        qjit_linear_info info{};
+        check_qjit(qjit_linear_get_info(layer_, &info), "qjit_linear_get_info");
+        return info;
+    }
+
+    SharedContext context_;  // declared first: outlives layer_
+    qjit_linear* layer_ = nullptr;
+    int64_t n_, k_;
+};
+
+// Quantizes `matrix` with `config`, on `calibration` when it is not NULL.
+std::unique_ptr<Linear> quantized_linear(const SharedContext& context, const qjit_quant_config& config,
+                                         const LoadedMatrix& matrix, const qjit_calibration* calibration) {
+    std::vector<float> scratch;
+    const float* weights = matrix.dense_values(scratch).data();
+    qjit_linear* layer = nullptr;
+    if (calibration) {
+        check_qjit(qjit_linear_create_calibrated(context.get(), &config, calibration, matrix.k(), matrix.n(), weights,
+                                                 QJIT_LAYOUT_N_BY_K, &layer),
+                   "qjit_linear_create_calibrated");
+    } else {
+        check_qjit(qjit_linear_create_from_f32(context.get(), &config, matrix.k(), matrix.n(), weights,
+                                               QJIT_LAYOUT_N_BY_K, &layer),
+                   "qjit_linear_create_from_f32");
+    }
+    return own_qjit_layer(context, layer, matrix.n(), matrix.k());
+}
+
+}  // namespace
+
+std::unique_ptr<Linear> own_qjit_layer(SharedContext context, qjit_linear* layer, int64_t n, int64_t k) {
+    return std::make_unique<QjitLinear>(std::move(context), layer, n, k);
+}
+
+std::unique_ptr<Linear> DenseMaker::make_linear(const LoadedMatrix& matrix) {
+    return std::make_unique<DenseLinear>(matrix);
+}
+
+SharedContext make_context(const qjit_context_options* options) {
+    qjit_context* context = nullptr;
+    check_qjit(qjit_context_create(options, &context), "qjit_context_create");
+    return SharedContext(context, [](qjit_context* c) { qjit_context_destroy(c); });
+}
+
+QuantizingMaker::QuantizingMaker(const qjit_quant_config& config, const qjit_context_options* options)
+    : config_(config), context_(make_context(options)) {}
+
+std::unique_ptr<Linear> QuantizingMaker::make_linear(const LoadedMatrix& matrix) {
+    if (ranks_.empty()) return quantized_linear(context_, config_, matrix, nullptr);
+    if (next_rank_ >= ranks_.size())
+        throw std::runtime_error("QuantizingMaker: more matrices than the " + std::to_string(ranks_.size()) +
+                                 " ranks set");
+    qjit_quant_config config = config_;
+    config.rank = ranks_[next_rank_++];
+    if (config.rank == 0) config.method = QJIT_QUANT_HQQ;
+    return quantized_linear(context_, config, matrix, nullptr);
+}
+
+std::unique_ptr<Linear> QuantizingMaker::make_calibrated_linear(const LoadedMatrix& matrix,
+                                                            const Calibration* calibration) {
+    return quantized_linear(context_, config_, matrix, calibration ? calibration->get() : nullptr);
+}
+
+void QuantizingMaker::set_ranks(std::vector<int> ranks) {
+    ranks_ = std::move(ranks);
+    next_rank_ = 0;
+}
+
+std::string QuantizingMaker::name() const { return "qjit " + describe_quant_config(config_); }
+
+Calibration::Calibration(int64_t k) {
+    qjit_calibration* calibration = nullptr;
+    check_qjit(qjit_calibration_create(k, &calibration), "qjit_calibration_create");
+    calibration_.reset(calibration);
+}
+
+void Calibration::add(const float* x, int64_t m) {
+    check_qjit(qjit_calibration_add(calibration_.get(), x, m), "qjit_calibration_add");
+}
+
+int64_t Calibration::rows() const {
+    int64_t rows = 0;
+    check_qjit(qjit_calibration_rows(calibration_.get(), &rows), "qjit_calibration_rows");
+    return rows;
+}
+
+qjit_quant_config make_quant_config(int bits, int group_size, bool symmetric) {
+    qjit_quant_config config;
+    qjit_quant_config_init(&config);
+    config.bits = bits;
+    config.group_size = group_size;
+    config.symmetric = symmetric ? 1 : 0;
+    return config;
+}
+
+std::string describe_quant_config(const qjit_quant_config& config) {
+    std::ostringstream out;
+    const bool mixed = config.method == QJIT_QUANT_MIXED;
+    if (config.method == QJIT_QUANT_GPTQ) out << "gptq ";
+    if (mixed) {
+        out << "mixed int2/4 ";
+    } else {
+        out << "int" << config.bits << ' ';
+    }
+    if (config.group_size == QJIT_GROUP_PER_COLUMN) {
+        out << "per-column";
+    } else {
+        out << 'g' << config.group_size;
+    }
+    if (mixed) {
+        out << " alpha " << config.mixed_alpha << " outliers " << config.outlier_fraction
+            << (config.second_order_scales ? " sq4" : " f16");
+    } else {
+        out << (config.symmetric ? " sym" : " asym") << (config.scale_dtype == QJIT_DTYPE_F16 ? " f16" : " f32");
+    }
+    if ((config.method == QJIT_QUANT_GPTQ || mixed) && config.act_order) out << " act-order";
+    return out.str();
+}
+
+}  // namespace qjit_models::llama

@@ -1,0 +1,496 @@
+#include "models/llama_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include "base/activations.hpp"
+#include "models/fail.hpp"
+#include "models/simd_clones.hpp"
+
+namespace qjit_models::llama {
+
+namespace {
+
+// ---- building blocks of the forward pass (run.c semantics, fp32 arithmetic) ----
+
+// out[t] = weight * x[t] / rms(x[t]) for each of `rows` rows of `size` values.
+void rmsnorm(float* out, const float* x, const float* weight, int rows, int size, float eps) {
+    for (int r = 0; r < rows; ++r) {
+        const float* xr = x + size_t(r) * size;
+        float* outr = out + size_t(r) * size;
+        float ss = 0.0f;
+        for (int j = 0; j < size; ++j) ss += xr[j] * xr[j];
+        ss /= float(size);
+        ss += eps;
+        ss = 1.0f / std::sqrt(ss);
+        for (int j = 0; j < size; ++j) outr[j] = weight[j] * (ss * xr[j]);
+    }
+}
+
+// Rotates the adjacent pairs (2i, 2i+1) of every head in `vec` (`size` values) by the angles of one
+// position: rotation[2i], rotation[2i + 1] = cos, sin of pair i of a head.
+void rope(float* vec, int size, int head_size, const float* rotation) {
+    for (int i = 0; i < size; i += 2) {
+        const float* cos_sin = rotation + i % head_size;
+        const float v0 = vec[i];
+        const float v1 = vec[i + 1];
+        vec[i] = v0 * cos_sin[0] - v1 * cos_sin[1];
+        vec[i + 1] = v0 * cos_sin[1] + v1 * cos_sin[0];
+    }
+}
+
+void softmax(float* x, int size) {
+    const float max_val = *std::max_element(x, x + size);
+    float sum = 0.0f;
+    for (int i = 0; i < size; ++i) {
+        x[i] = std::exp(x[i] - max_val);
+        sum += x[i];
+    }
+    for (int i = 0; i < size; ++i) x[i] /= sum;
+}
+
+void add_in_place(float* x, const float* delta, size_t count) {
+    for (size_t i = 0; i < count; ++i) x[i] += delta[i];
+}
+
+void check_matrix(const LoadedMatrix& matrix, int64_t n, int64_t k, const std::string& what) {
+    if (matrix.n() != n || matrix.k() != k)
+        fail("weights: ", what, " (", matrix.name(), ") is ", matrix.n(), " x ", matrix.k(), " (out x in), expected ",
+             n, " x ", k);
+}
+
+void check_norm(const std::vector<float>& norm, int dim, const std::string& what) {
+    if (norm.size() != size_t(dim)) fail("weights: ", what, " has ", norm.size(), " values, expected ", dim);
+    for (float v : norm)
+        if (!std::isfinite(v)) fail("weights: ", what, " holds a value that is not finite");
+}
+
+}  // namespace
+
+// ---- config and weights ----
+
+void Config::validate() const {
+    constexpr int kLimit = 1 << 20;  // far above any model this runs; keeps the size arithmetic exact
+    const std::pair<const char*, int> fields[] = {
+        {"dim", dim},           {"hidden_dim", hidden_dim}, {"n_layers", n_layers},     {"n_heads", n_heads},
+        {"n_kv_heads", n_kv_heads}, {"head_size", head_size}, {"vocab_size", vocab_size}, {"seq_len", seq_len}};
+    for (const auto& [name, value] : fields)
+        if (value < 1 || value > kLimit) fail("model config: ", name, " = ", value, " is out of range [1, ", kLimit, "]");
+    if (head_size % 2 != 0) fail("model config: head_size ", head_size, " is odd (RoPE rotates pairs)");
+    if (int64_t(n_heads) * head_size > kLimit) fail("model config: n_heads x head_size exceeds ", kLimit);
+    if (n_kv_heads > n_heads || n_heads % n_kv_heads != 0)
+        fail("model config: n_heads ", n_heads, " is not a multiple of n_kv_heads ", n_kv_heads);
+    if (!(rope_base > 0.0f) || !std::isfinite(rope_base)) fail("model config: rope_base ", rope_base, " is not > 0");
+    if (!(rms_eps >= 0.0f) || !std::isfinite(rms_eps)) fail("model config: rms_eps ", rms_eps, " is not >= 0");
+}
+
+void Weights::validate() const {
+    config.validate();
+    const Config& c = config;
+    check_matrix(token_embedding, c.vocab_size, c.dim, "the token embedding");
+    if (layers.size() != size_t(c.n_layers)) fail("weights: ", layers.size(), " layers, expected ", c.n_layers);
+    for (size_t l = 0; l < layers.size(); ++l) {
+        const LayerWeights& w = layers[l];
+        const std::string layer = "layer " + std::to_string(l) + " ";
+        check_norm(w.attention_norm, c.dim, layer + "attention norm");
+        check_matrix(w.wq, c.q_dim(), c.dim, layer + "wq");
+        check_matrix(w.wk, c.kv_dim(), c.dim, layer + "wk");
+        check_matrix(w.wv, c.kv_dim(), c.dim, layer + "wv");
+        check_matrix(w.wo, c.dim, c.q_dim(), layer + "wo");
+        check_norm(w.ffn_norm, c.dim, layer + "FFN norm");
+        check_matrix(w.w1, c.hidden_dim, c.dim, layer + "w1");
+        check_matrix(w.w2, c.dim, c.hidden_dim, layer + "w2");
+        check_matrix(w.w3, c.hidden_dim, c.dim, layer + "w3");
+    }
+    check_norm(final_norm, c.dim, "the final norm");
+    check_matrix(classifier, c.vocab_size, c.dim, "the classifier");
+}
+
+std::vector<ModelMatrix> model_matrices(const Weights& weights, bool with_classifier) {
+    std::vector<ModelMatrix> matrices;
+    for (const LayerWeights& w : weights.layers) {
+        for (const LoadedMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo}) matrices.push_back({m, QJIT_ROLE_ATTENTION});
+        for (const LoadedMatrix* m : {&w.w1, &w.w2, &w.w3}) matrices.push_back({m, QJIT_ROLE_DENSE});
+    }
+    if (with_classifier) matrices.push_back({&weights.classifier, QJIT_ROLE_DENSE});
+    return matrices;
+}
+
+// ---- model ----
+
+Model::Model(std::shared_ptr<const Weights> weights, LayerMaker& maker, LayerMaker* classifier_maker)
+    : weights_(std::move(weights)) {
+    if (!weights_) fail("Model: weights are NULL");
+    weights_->validate();
+
+    // model_matrices lists them in this order: each layer's wq wk wv wo w1 w2 w3, the classifier.
+    const std::vector<ModelMatrix> matrices = model_matrices(*weights_, true);
+    layers_.resize(size_t(config().n_layers));
+    size_t next = 0;
+    for (Layer& layer : layers_)
+        for (auto* linear : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w1, &layer.w2, &layer.w3})
+            *linear = maker.make_linear(*matrices[next++].source);
+    classifier_ = (classifier_maker ? *classifier_maker : maker).make_linear(*matrices[next].source);
+    key_cache_.resize(size_t(config().n_layers));
+    value_cache_.resize(size_t(config().n_layers));
+}
+
+void Model::ensure_capacity(int tokens) {
+    if (tokens <= capacity_) return;
+    const Config& c = config();
+    const size_t t = size_t(tokens);
+    x_.resize(t * size_t(c.dim));
+    xb_.resize(t * size_t(c.dim));
+    q_.resize(t * size_t(c.q_dim()));
+    k_.resize(t * size_t(c.kv_dim()));
+    att_out_.resize(t * size_t(c.q_dim()));
+    delta_.resize(t * size_t(c.dim));
+    hb_.resize(t * size_t(c.hidden_dim));
+    hb2_.resize(t * size_t(c.hidden_dim));
+    logits_.resize(t * size_t(c.vocab_size));
+    capacity_ = tokens;
+}
+
+void Model::ensure_cache(int positions) {
+    if (positions <= cache_positions_) return;
+    const Config& c = config();
+    // Grows geometrically, so a decode loop reallocates O(log n) times; never past seq_len.
+    const int grown = std::min(c.seq_len, std::max({positions, 2 * cache_positions_, 64}));
+    const size_t kv_dim = size_t(c.kv_dim()), old_positions = size_t(cache_positions_);
+    for (std::vector<float>& cache : key_cache_) {  // [kv_dim][positions]: each feature's row widens
+        std::vector<float> wider(kv_dim * size_t(grown));
+        for (size_t i = 0; i < kv_dim && old_positions > 0; ++i)
+            std::copy_n(cache.data() + i * old_positions, old_positions, wider.data() + i * size_t(grown));
+        cache = std::move(wider);
+    }
+    for (std::vector<float>& cache : value_cache_) cache.resize(size_t(grown) * kv_dim);
+    // The rotation angles of each position, computed as run.c computes them.
+    rotations_.resize(size_t(grown) * size_t(c.head_size));
+    for (int pos = cache_positions_; pos < grown; ++pos) {
+        float* rotation = rotations_.data() + size_t(pos) * size_t(c.head_size);
+        for (int i = 0; i < c.head_size; i += 2) {
+            const float freq = 1.0f / std::pow(c.rope_base, float(i) / float(c.head_size));
+            const float angle = float(pos) * freq;
+            rotation[i] = std::cos(angle);
+            rotation[i + 1] = std::sin(angle);
+        }
+    }
+    scores_.resize(size_t(grown));
+    cache_positions_ = grown;
+}
+
+namespace {
+
+// One head's attention for the query `q` at position `pos`: the scores of positions 0..pos against
+// its keys (keys[i * key_row + s]: the transposed cache), softmax, and the sum of the values
+// (values[s * value_row]) weighted by them into `out`. Every sum runs in run.c's order (a score over
+// i, an output over s), 16 independent sums at a time in one vector: the same results as run.c's
+// loops, bit for bit, at every instruction set.
+using Floats16 = float __attribute__((vector_size(64)));
+// The same vector read from and written to any float address (unaligned, aliasing floats).
+using UnalignedFloats16 = float __attribute__((vector_size(64), aligned(4), may_alias));
+
+QJIT_SIMD_CLONES void attend(const float* q, const float* keys,
+                                                                          size_t key_row, const float* values,
+                                                                          size_t value_row, int head_size, int pos,
+                                                                          float inv_sqrt, float* scores, float* out) {
+    using Vector = const UnalignedFloats16*;
+    int s = 0;
+    for (; s + 16 <= pos + 1; s += 16) {
+        Floats16 score = {};
+        for (int i = 0; i < head_size; ++i) score += q[i] * *Vector(keys + size_t(i) * key_row + size_t(s));
+        score *= inv_sqrt;
+        *reinterpret_cast<UnalignedFloats16*>(scores + s) = score;
+    }
+    for (; s <= pos; ++s) {
+        float score = 0.0f;
+        for (int i = 0; i < head_size; ++i) score += q[i] * keys[size_t(i) * key_row + size_t(s)];
+        scores[s] = score * inv_sqrt;
+    }
+    softmax(scores, pos + 1);
+    int i = 0;
+    for (; i + 16 <= head_size; i += 16) {
+        Floats16 sum = {};
+        for (s = 0; s <= pos; ++s) sum += scores[s] * *Vector(values + size_t(s) * value_row + size_t(i));
+        *reinterpret_cast<UnalignedFloats16*>(out + i) = sum;
+    }
+    for (; i < head_size; ++i) {
+        float sum = 0.0f;
+        for (s = 0; s <= pos; ++s) sum += scores[s] * values[size_t(s) * value_row + size_t(i)];
+        out[i] = sum;
+    }
+}
+
+}  // namespace
+
+// Causal multi-head attention of `count` queries (positions pos0..) over the cached keys and values.
+void Model::attention(int layer, int pos0, int count) {
+    const Config& c = config();
+    const int head_size = c.head_size, q_dim = c.q_dim();
+    const int kv_mul = c.n_heads / c.n_kv_heads;  // query heads per key/value head
+    const float inv_sqrt = 1.0f / std::sqrt(float(head_size));
+    const size_t key_row = size_t(cache_positions_);
+    for (int t = 0; t < count; ++t) {
+        for (int h = 0; h < c.n_heads; ++h) {
+            const size_t kv_offset = size_t(h / kv_mul) * size_t(head_size);
+            const size_t at = size_t(t) * size_t(q_dim) + size_t(h) * size_t(head_size);
+            attend(q_.data() + at, key_cache_[size_t(layer)].data() + kv_offset * key_row, key_row,
+                   value_cache_[size_t(layer)].data() + kv_offset, size_t(c.kv_dim()), head_size, pos0 + t, inv_sqrt,
+                   scores_.data(), att_out_.data() + at);
+        }
+    }
+}
+
+std::span<const float> Model::forward(std::span<const int> tokens, int pos0) {
+    const Config& c = config();
+    const int count = int(tokens.size());
+    if (pos0 != cached_positions_) {
+        fail("Model::forward: pos0 ", pos0, " does not follow the ", cached_positions_, " cached positions");
+    }
+    embed(tokens, pos0);
+    for (int l = 0; l < c.n_layers; ++l) run_layer(l, pos0, count);
+    run_classifier(count);
+    cached_positions_ = pos0 + count;
+    return {logits_.data(), size_t(count) * size_t(c.vocab_size)};
+}
+
+void Model::embed(std::span<const int> tokens, int pos0) {
+    const Config& c = config();
+    const int count = int(tokens.size());
+    if (count < 1) fail("Model::forward: no tokens");
+    if (int64_t(pos0) + count > c.seq_len) {
+        fail("Model::forward: positions ", pos0, "..", int64_t(pos0) + count - 1, " exceed seq_len ", c.seq_len);
+    }
+    for (int token : tokens) {
+        if (token < 0 || token >= c.vocab_size) fail("Model::forward: token ", token, " is outside the vocabulary");
+    }
+    ensure_capacity(count);
+    ensure_cache(pos0 + count);
+    for (size_t t = 0; t < size_t(count); ++t)
+        weights_->token_embedding.read_row(tokens[t], x_.data() + t * size_t(c.dim));
+}
+
+bool Model::run_layer(int l, int pos0, int count) {
+    const Config& c = config();
+    const Layer& layer = layers_[size_t(l)];
+    const LayerWeights& lw = weights_->layers[size_t(l)];
+    const size_t dim = size_t(c.dim), q_dim = size_t(c.q_dim()), kv_dim = size_t(c.kv_dim());
+    const size_t hidden = size_t(c.hidden_dim), rows = size_t(count);
+    float* k = k_.data();  // rotated, then stored transposed in the cache
+    float* v = value_cache_[size_t(l)].data() + size_t(pos0) * kv_dim;  // straight into the cache
+
+    // attention block
+    rmsnorm(xb_.data(), x_.data(), lw.attention_norm.data(), count, c.dim, c.rms_eps);
+    if (!run_linear(l, 0, xb_.data(), count, q_.data())) return false;
+    layer.wk->forward(xb_.data(), count, k);
+    layer.wv->forward(xb_.data(), count, v);
+    for (size_t t = 0; t < rows; ++t) {
+        const float* rotation = rotations_.data() + (size_t(pos0) + t) * size_t(c.head_size);
+        rope(q_.data() + t * q_dim, c.q_dim(), c.head_size, rotation);
+        rope(k + t * kv_dim, c.kv_dim(), c.head_size, rotation);
+    }
+    float* key_cache = key_cache_[size_t(l)].data();
+    for (size_t t = 0; t < rows; ++t)
+        for (size_t i = 0; i < kv_dim; ++i) key_cache[i * size_t(cache_positions_) + size_t(pos0) + t] = k[t * kv_dim + i];
+    attention(l, pos0, count);
+    if (!run_linear(l, 3, att_out_.data(), count, delta_.data())) return false;
+    add_in_place(x_.data(), delta_.data(), rows * dim);
+
+    // SwiGLU feed-forward block
+    rmsnorm(xb_.data(), x_.data(), lw.ffn_norm.data(), count, c.dim, c.rms_eps);
+    if (ffn_override_ != nullptr && capture_ == nullptr) {
+        ffn_override_->forward(l, xb_.data(), count, delta_.data());
+        add_in_place(x_.data(), delta_.data(), rows * dim);
+        return true;
+    }
+    if (!run_linear(l, 4, xb_.data(), count, hb_.data())) return false;
+    layer.w3->forward(xb_.data(), count, hb2_.data());
+    for (size_t i = 0; i < rows * hidden; ++i) {
+        hb_[i] = qjit::silu(hb_[i]) * hb2_[i];
+    }
+    if (ffn_threshold_ > 0) {
+        for (size_t i = 0; i < rows * hidden; ++i)
+            if (std::fabs(hb_[i]) < ffn_threshold_) {
+                hb_[i] = 0.0f;
+                ++ffn_sparsity_.zeroed;
+            }
+        ffn_sparsity_.total += int64_t(rows * hidden);
+    }
+    if (!run_linear(l, 5, hb_.data(), count, delta_.data())) return false;
+    add_in_place(x_.data(), delta_.data(), rows * dim);
+    return true;
+}
+
+bool Model::run_classifier(int count) {
+    const Config& c = config();
+    rmsnorm(xb_.data(), x_.data(), weights_->final_norm.data(), count, c.dim, c.rms_eps);
+    return run_linear(c.n_layers, 0, xb_.data(), count, logits_.data());
+}
+
+std::span<const float> Model::forward_sequence(std::span<const int> tokens) {
+    reset();
+    return forward(tokens, 0);
+}
+
+std::span<const float> Model::step(int token) { return forward(std::span<const int>(&token, 1), cached_positions_); }
+
+std::unique_ptr<Linear>& Model::linear_at(InputSite site) {
+    if (site.layer == config().n_layers) return classifier_;
+    if (site.layer < 0 || site.layer > config().n_layers) fail("Model: no layer ", site.layer);
+    if (site.which < 0 || site.which >= kLayerMatrices) fail("Model: no matrix ", site.which);
+    Layer& l = layers_[size_t(site.layer)];
+    std::unique_ptr<Linear>* linears[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3};
+    return *linears[site.which];
+}
+
+bool Model::run_linear(int layer, int which, const float* x, int count, float* y) {
+    if (capture_ && capture_->site.layer == layer && (layer == config().n_layers || capture_->site.which == which)) {
+        (*capture_->sink)(x, count);
+        return false;
+    }
+    linear_at({layer, which})->forward(x, count, y);
+    return true;
+}
+
+std::vector<float> Model::embed_sequence(std::span<const int> tokens) {
+    reset();
+    embed(tokens, 0);
+    return {x_.begin(), x_.begin() + std::ptrdiff_t(tokens.size() * size_t(config().dim))};
+}
+
+void Model::load_stream(const std::vector<float>& stream) {
+    const size_t dim = size_t(config().dim);
+    if (stream.empty() || stream.size() % dim != 0)
+        fail("Model: a residual stream of ", stream.size(), " values is not whole rows of ", dim);
+    const int count = int(stream.size() / dim);
+    if (count > config().seq_len) fail("Model: a stream of ", count, " positions exceeds seq_len ", config().seq_len);
+    reset();  // the cache is refilled, one layer at a time
+    ensure_capacity(count);
+    ensure_cache(count);
+    std::copy(stream.begin(), stream.end(), x_.begin());
+}
+
+void Model::run_layer(int layer, std::vector<float>& stream) {
+    if (layer < 0 || layer >= config().n_layers) fail("Model::run_layer: no layer ", layer);
+    load_stream(stream);
+    run_layer(layer, 0, int(stream.size() / size_t(config().dim)));
+    std::copy(x_.begin(), x_.begin() + std::ptrdiff_t(stream.size()), stream.begin());
+}
+
+void Model::capture_inputs(const std::vector<float>& stream, InputSite site,
+                           const std::function<void(const float* x, int64_t rows)>& sink) {
+    linear_at(site);  // checks the site
+    // wk and wv read wq's inputs, w3 reads w1's: the forward meets wq and w1 first.
+    const int which = site.which == 1 || site.which == 2 ? 0 : site.which == 6 ? 4 : site.which;
+    const Capture capture{{site.layer, which}, &sink};
+    load_stream(stream);
+    const int count = int(stream.size() / size_t(config().dim));
+    capture_ = &capture;
+    try {
+        if (site.layer == config().n_layers) run_classifier(count);
+        else run_layer(site.layer, 0, count);
+    } catch (...) {
+        capture_ = nullptr;
+        throw;
+    }
+    capture_ = nullptr;
+}
+
+void Model::replace_linear(InputSite site, std::unique_ptr<Linear> linear) {
+    std::unique_ptr<Linear>& slot = linear_at(site);
+    if (!linear || linear->in_features() != slot->in_features() || linear->out_features() != slot->out_features())
+        fail("Model::replace_linear: the new matrix's shape differs from layer ", site.layer, " matrix ", site.which,
+             "'s");
+    slot = std::move(linear);
+}
+
+std::vector<const Linear*> Model::linears() const {
+    std::vector<const Linear*> all;
+    for (const Layer& layer : layers_)
+        for (const auto* linear : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w1, &layer.w2, &layer.w3})
+            all.push_back(linear->get());
+    all.push_back(classifier_.get());
+    return all;
+}
+
+int64_t Model::sum_over_linears(int64_t (*count)(const Linear&)) const {
+    int64_t total = 0;
+    for (const Linear* linear : linears()) total += count(*linear);
+    return total;
+}
+
+int64_t Model::linear_weight_bytes() const {
+    return sum_over_linears([](const Linear& l) { return l.weight_bytes(); });
+}
+
+int64_t Model::linear_stored_bytes() const {
+    return sum_over_linears([](const Linear& l) { return l.stored_bytes(); });
+}
+
+int64_t Model::linear_low_rank_bytes() const {
+    return sum_over_linears([](const Linear& l) { return l.low_rank_bytes(); });
+}
+
+int64_t Model::linear_weight_count() const {
+    return sum_over_linears([](const Linear& l) { return l.in_features() * l.out_features(); });
+}
+
+const Linear& Model::layer_linear(int layer, int which) const {
+    if (layer < 0 || layer >= int(layers_.size())) fail("Model::layer_linear: no layer ", layer);
+    const Layer& l = layers_[size_t(layer)];
+    const std::unique_ptr<Linear>* linears[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3};
+    if (which < 0 || which >= kLayerMatrices) fail("Model::layer_linear: no matrix ", which);
+    return **linears[which];
+}
+
+int64_t quantize_with_calibration(Model& model, QuantizingMaker& maker, const std::vector<std::vector<int>>& sequences,
+                                  bool classifier) {
+    const Config& c = model.config();
+    // The matrices of one calibration each, in the order GPTQ's true-sequential mode quantizes them.
+    const std::vector<std::vector<int>> groups = {{0, 1, 2}, {3}, {4, 6}, {5}};
+    const std::vector<ModelMatrix> matrices = model_matrices(model.weights(), true);
+    auto source_of = [&](int layer, int which) -> const LoadedMatrix& {  // the classifier follows the layers'
+        return *matrices[size_t(layer * kLayerMatrices + (layer == c.n_layers ? 0 : which))].source;
+    };
+    // Each sequence's residual stream at the input of the layer being quantized: a layer runs once
+    // per group of its matrices and once more, quantized, to move the streams to the next layer.
+    std::vector<std::vector<float>> streams;
+    for (const std::vector<int>& tokens : sequences) streams.push_back(model.embed_sequence(tokens));
+    int64_t rows = 0;
+    auto quantize_group = [&](int layer, const std::vector<int>& which) {
+        Calibration calibration(source_of(layer, which[0]).k());
+        for (const std::vector<float>& stream : streams)
+            model.capture_inputs(stream, {layer, which[0]}, [&](const float* x, int64_t m) { calibration.add(x, m); });
+        rows = calibration.rows();
+        for (int w : which)
+            model.replace_linear({layer, w}, maker.make_calibrated_linear(source_of(layer, w), &calibration));
+    };
+    for (int layer = 0; layer < c.n_layers; ++layer) {
+        for (const std::vector<int>& which : groups) quantize_group(layer, which);
+        for (std::vector<float>& stream : streams) model.run_layer(layer, stream);
+    }
+    if (classifier) quantize_group(c.n_layers, {0});
+    model.reset();
+    return rows;
+}
+
+QjitStorage qjit_storage(const Model& model) {
+    QjitStorage total;
+    for (const Linear* linear : model.linears()) {
+        qjit_linear_info info{};
+        if (!linear->qjit_info(&info)) continue;
+        total.weights += info.k * info.n;
+        total.stored_bytes += info.stored_bytes;
+        total.low_rank_bytes += info.low_rank_bytes;
+        total.groups += (info.k + info.group_size - 1) / info.group_size;
+        total.wide_groups += info.wide_groups;
+        total.outliers += info.outliers;
+        total.second_order_scales = total.second_order_scales || info.second_order_scales;
+    }
+    return total;
+}
+
+}  // namespace qjit_models::llama

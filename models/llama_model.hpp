@@ -1,0 +1,226 @@
+// A Llama-architecture transformer whose linear layers are pluggable, so the same forward pass runs
+// on dense fp32 weights, on qjit layers quantized from them, or on qjit layers imported exactly from
+// a GGUF file. The forward pass is llama2.c's run.c, generalized: RMSNorm (eps from the config), RoPE
+// rotating adjacent pairs (2i, 2i+1) of each head (run.c's, and llama.cpp's for GGUF "llama" models)
+// with the config's base, grouped-query attention, SwiGLU FFN, and a classifier that is the token
+// embedding (tied) or a matrix of its own.
+//
+// The model's weights come from a loader: llama2.c checkpoints (models/llama2_checkpoint.hpp) or GGUF
+// files (models/gguf_llama.hpp). Each matrix is a LoadedMatrix, and each maker takes from it what it
+// builds from (models/llama_linear.hpp).
+//
+// Errors (bad arguments, failing qjit calls) are reported by throwing std::runtime_error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "models/llama_linear.hpp"
+#include "models/loaded_matrix.hpp"
+#include "qjit/qjit.h"
+
+namespace qjit_models::llama {
+
+struct Config {
+    int dim = 0;         // width of the residual stream
+    int hidden_dim = 0;  // FFN width
+    int n_layers = 0;
+    int n_heads = 0;
+    int n_kv_heads = 0;
+    int head_size = 0;   // values per attention head (even: RoPE rotates pairs)
+    int vocab_size = 0;
+    int seq_len = 0;     // longest sequence the model supports (the KV cache grows up to it)
+    float rope_base = 10000.0f;
+    float rms_eps = 1e-5f;
+
+    int q_dim() const { return n_heads * head_size; }
+    int kv_dim() const { return n_kv_heads * head_size; }
+    // Throws naming the first field that is out of range or does not fit the others.
+    void validate() const;
+};
+
+struct LayerWeights {
+    std::vector<float> attention_norm;  // [dim]
+    LoadedMatrix wq;                    // [q_dim][dim]
+    LoadedMatrix wk, wv;                // [kv_dim][dim]
+    LoadedMatrix wo;                    // [dim][q_dim]
+    std::vector<float> ffn_norm;        // [dim]
+    LoadedMatrix w1;                    // [hidden][dim] (gate)
+    LoadedMatrix w2;                    // [dim][hidden] (down)
+    LoadedMatrix w3;                    // [hidden][dim] (up)
+};
+
+struct Weights {
+    Config config;
+    LoadedMatrix token_embedding;  // [vocab][dim], read a row per token
+    std::vector<LayerWeights> layers;
+    std::vector<float> final_norm;  // [dim]
+    LoadedMatrix classifier;        // [vocab][dim]; the token embedding itself when tied
+    bool tied_classifier = true;
+
+    // Validates the config, then throws naming the first matrix or norm whose shape differs from the
+    // config's, or a norm weight that is not finite.
+    void validate() const;
+};
+
+// The seven matrices of a layer, in the order the model makes and names them.
+inline constexpr int kLayerMatrices = 7;
+inline constexpr const char* kLayerMatrixNames[kLayerMatrices] = {"wq", "wk", "wv", "wo", "w1", "w2", "w3"};
+
+// A matrix the model makes a Linear of, in the order Model's constructor makes them (wq wk wv wo
+// w1 w2 w3 of each layer, then the classifier).
+struct ModelMatrix {
+    const LoadedMatrix* source;
+    qjit_matrix_role role;  // attention for wq..wo; dense for the FFN and the classifier
+};
+std::vector<ModelMatrix> model_matrices(const Weights& weights, bool with_classifier);
+
+// Where a model's matrix reads its inputs: matrix `which` (0..6 = wq wk wv wo w1 w2 w3) of `layer`,
+// or the classifier's when layer == n_layers. wq, wk and wv read the same inputs, as do w1 and w3.
+struct InputSite {
+    int layer = 0;
+    int which = 0;
+};
+
+// A layer's SwiGLU FFN run by something else than its three linear layers (a flash FFN served from
+// a neuron file): y (count x dim) = FFN(x), x the FFN's normed inputs (count x dim).
+class FfnOverride {
+public:
+    virtual ~FfnOverride() = default;
+    virtual void forward(int layer, const float* x, int count, float* y) = 0;
+};
+
+// FFN activations zeroed by a magnitude threshold, and all of them, since the threshold was set.
+struct FfnSparsity {
+    int64_t zeroed = 0;
+    int64_t total = 0;
+    double fraction() const { return total > 0 ? double(zeroed) / double(total) : 0.0; }
+};
+
+class Model {
+public:
+    // Builds every linear layer (wq, wk, wv, wo, w1, w2, w3 of each layer) with `maker` and the
+    // classifier with `classifier_maker` (`maker` when NULL).
+    Model(std::shared_ptr<const Weights> weights, LayerMaker& maker, LayerMaker* classifier_maker = nullptr);
+
+    const Config& config() const { return weights_->config; }
+    const Weights& weights() const { return *weights_; }
+
+    // Runs tokens[0..T) at positions pos0..pos0+T-1, attending causally to the KV cache of positions
+    // < pos0 and to each other; every linear layer is called once with m = T. Returns the T x vocab
+    // logits, valid until the next call. pos0 must equal the number of positions already cached.
+    std::span<const float> forward(std::span<const int> tokens, int pos0);
+
+    // Logits for every position of a whole sequence at once (restarts the KV cache).
+    std::span<const float> forward_sequence(std::span<const int> tokens);
+
+    // Single-token step (m = 1) at the next position of the KV cache; reset() starts over.
+    std::span<const float> step(int token);
+    void reset() { cached_positions_ = 0; }
+    int cached_positions() const { return cached_positions_; }
+
+    // One layer at a time, for sequential calibration. A residual stream is a whole sequence's
+    // activations between layers (T x dim, positions from 0): the embedding of its tokens, then each
+    // layer applied to it in place. capture_inputs runs a stream (at the input of layer site.layer,
+    // or of the final norm when site.layer == n_layers) up to the matrix at `site` and hands its
+    // inputs (T x K, row-major) to `sink` instead of running it. These calls leave the KV cache empty.
+    std::vector<float> embed_sequence(std::span<const int> tokens);
+    void run_layer(int layer, std::vector<float>& stream);
+    void capture_inputs(const std::vector<float>& stream, InputSite site,
+                        const std::function<void(const float* x, int64_t rows)>& sink);
+    // Replaces matrix `which` (0..6) of `layer`, or the classifier at layer == n_layers, by a Linear of
+    // the same shape.
+    void replace_linear(InputSite site, std::unique_ptr<Linear> linear);
+
+    // The FFN of every layer from `ffn` (null: the layer's own linear layers again).
+    void set_ffn_override(FfnOverride* ffn) { ffn_override_ = ffn; }
+    // Zeroes each FFN activation silu(x w1) * (x w3) of magnitude below `threshold` (0: none) before
+    // w2, as a sparse FFN that skips those neurons would; counts them.
+    void set_ffn_threshold(float threshold) {
+        ffn_threshold_ = threshold;
+        ffn_sparsity_ = {};
+    }
+    const FfnSparsity& ffn_sparsity() const { return ffn_sparsity_; }
+
+    // Total bytes of the weights the linear layers stream per forward (classifier included).
+    int64_t linear_weight_bytes() const;
+    // Their stored bytes (Linear::stored_bytes), the compensators' share, and their weights (K N).
+    int64_t linear_stored_bytes() const;
+    int64_t linear_low_rank_bytes() const;
+    int64_t linear_weight_count() const;
+    const Linear& layer_linear(int layer, int which) const;  // which: 0..6 = wq wk wv wo w1 w2 w3
+    const Linear& classifier() const { return *classifier_; }
+    std::vector<const Linear*> linears() const;  // every layer's seven, then the classifier
+
+private:
+    struct Layer {
+        std::unique_ptr<Linear> wq, wk, wv, wo, w1, w2, w3;
+    };
+
+    void ensure_capacity(int tokens);
+    void ensure_cache(int positions);
+    // The forward's steps on x_ (count rows at positions pos0..): the token embedding, one layer, the
+    // final norm and classifier (into logits_). The last two return false where a capture stopped them.
+    void embed(std::span<const int> tokens, int pos0);
+    bool run_layer(int layer, int pos0, int count);
+    bool run_classifier(int count);
+    void load_stream(const std::vector<float>& stream);  // into x_, the cache sized for it
+    std::unique_ptr<Linear>& linear_at(InputSite site);
+    // Runs matrix `which` of `layer` (layer == n_layers: the classifier) on `count` rows, or, at the
+    // capture site, hands x to the capture's sink and returns false: the forward stops there.
+    bool run_linear(int layer, int which, const float* x, int count, float* y);
+    int64_t sum_over_linears(int64_t (*count)(const Linear&)) const;
+    void attention(int layer, int pos0, int count);
+
+    std::shared_ptr<const Weights> weights_;
+    std::vector<Layer> layers_;
+    std::unique_ptr<Linear> classifier_;
+    int cached_positions_ = 0;
+
+    // KV cache per layer, grown as positions are added: keys [kv_dim][cache_positions_] (transposed, so
+    // a head's scores run across positions), values [cache_positions_][kv_dim].
+    int cache_positions_ = 0;
+    std::vector<std::vector<float>> key_cache_, value_cache_;
+    std::vector<float> rotations_;  // [position][head_size]: cos, sin of each pair's RoPE angle
+    // Activations for up to `capacity_` tokens, row-major [token][features].
+    int capacity_ = 0;
+    std::vector<float> x_, xb_, q_, k_, att_out_, delta_, hb_, hb2_, logits_;
+    std::vector<float> scores_;  // [cache_positions_]
+    struct Capture {
+        InputSite site;
+        const std::function<void(const float*, int64_t)>* sink;
+    };
+    const Capture* capture_ = nullptr;  // during capture_inputs only
+    FfnOverride* ffn_override_ = nullptr;
+    float ffn_threshold_ = 0;
+    FfnSparsity ffn_sparsity_;
+};
+
+// Sequential calibrated quantization, in GPTQ's order: layer by layer, the inputs of its matrices
+// are captured from `sequences` run through the model as quantized so far (wq wk wv together, then
+// wo, then w1 w3 together, then w2, each group with the ones before it already quantized), and
+// those matrices are quantized with `maker` on that calibration; the classifier last when
+// `classifier` is true. Each sequence's activations are kept between layers, so every layer runs
+// once per group of its matrices, not the whole model up to it. The model may start from any
+// maker (the runners' is fp32 dense). Returns the calibration rows each matrix saw (the same for
+// every matrix: one per token).
+int64_t quantize_with_calibration(Model& model, QuantizingMaker& maker, const std::vector<std::vector<int>>& sequences,
+                                  bool classifier);
+
+// What the model's qjit layers store, summed (dense fp32 layers left out).
+struct QjitStorage {
+    int64_t weights = 0;       // sum of K N
+    int64_t stored_bytes = 0;  // qjit_linear_info.stored_bytes
+    int64_t low_rank_bytes = 0;
+    int64_t groups = 0, wide_groups = 0, outliers = 0;
+    bool second_order_scales = false;
+
+    double bits_per_weight() const { return weights > 0 ? double(stored_bytes) * 8.0 / double(weights) : 32.0; }
+};
+QjitStorage qjit_storage(const Model& model);
+
+}  // namespace qjit_models::llama

@@ -1,0 +1,35 @@
+// The model a runner's --method asks for, built from a model's weights: "fp32" (dense fp32 loops),
+// "exact" (qjit layers with exactly the weights of the GGUF tensors), or qjit layers quantized from
+// the fp32 weights by rtn, hqq, milo (one rank, or ranks from a policy), gptq or mixed; the
+// calibrated methods quantize layer by layer on the model's own activations of a calibration set.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/llama_model.hpp"
+#include "models/runner_options.hpp"
+#include "qjit/qjit.h"
+
+namespace qjit_models::llama {
+
+struct MethodModel {
+    std::unique_ptr<Model> model;
+    std::string maker_name;     // "fp32 dense", "qjit int3 g64 asym f16", ...
+    std::vector<int> ranks;       // milo under a rank policy: each quantized matrix's rank
+    int64_t calibration_rows = 0; // rows each calibrated matrix saw (one per calibration token)
+};
+
+// `calibration` is needed when options.calibrated(); fp32_classifier keeps the classifier in dense
+// fp32 loops whatever the method.
+MethodModel build_method_model(std::shared_ptr<const Weights> weights, const MethodOptions& options,
+                               const qjit_context_options& context_options,
+                               const std::vector<std::vector<int>>* calibration, bool fp32_classifier);
+
+// The ranks a policy gives the model's matrices (the classifier's last when with_classifier), in the
+// order the model makes them.
+std::vector<int> policy_ranks(const MethodOptions& options, const Weights& weights, bool with_classifier);
+
+}  // namespace qjit_models::llama

@@ -1,0 +1,407 @@
+#include "models/run_gguf.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/gguf_file.hpp"
+#include "models/fail.hpp"
+#include "models/flash_ffn_runner.hpp"
+#include "models/gguf_llama.hpp"
+#include "models/gguf_vocabulary.hpp"
+#include "models/json_line.hpp"
+#include "models/llama_eval.hpp"
+#include "models/llama_model.hpp"
+#include "models/method_model.hpp"
+#include "models/runner_options.hpp"
+#include "models/token_sequences.hpp"
+
+namespace qjit_models {
+
+namespace {
+
+constexpr const char* kMethods[] = {"exact", "fp32", "rtn", "hqq", "milo", "gptq", "mixed"};
+
+struct Options {
+    std::string model;
+    std::string tokens;               // sequences to score; empty: none
+    int max_sequences = 0;            // 0: all
+    std::string calibration_tokens;   // gptq, mixed
+    int calibration_sequences = 64;
+    int generate = 0;                 // tokens to decode greedily
+    std::string prompt_tokens;        // empty: the BOS token
+    bool fp32_classifier = false;
+    bool json = false;
+    bool help = false;                // --help: the usage, nothing run
+    bool token_by_token = false;      // NLL with one m = 1 step per position
+    float ffn_threshold = 0;          // zero FFN activations below this magnitude
+    llama::FlashRunOptions flash;     // path empty: the model's own FFNs
+    ContextOptions context;
+    MethodOptions method;
+};
+
+void print_usage(const char* program) {
+    std::printf(
+        "usage: %s --model FILE.gguf [--tokens FILE.seq.u32 [--max-sequences N]]\n"
+        "          [--generate N [--prompt-tokens 1,2,3]] [--method M ...] [--threads N] [--json]\n"
+        "  --model FILE       a GGUF file of a Llama-architecture model\n"
+        "  --tokens FILE      token sequences to score (*.seq.u32: count, lengths, tokens; little-endian uint32)\n"
+        "  --max-sequences N  score only the first N of them\n"
+        "  --generate N       decode N tokens greedily after the prompt, timing each\n"
+        "  --prompt-tokens L  the prompt as comma-separated token ids (default: the model's BOS token)\n"
+        "  --method M         %s\n"
+        "                     (default exact: the file's own weights, imported exactly)\n"
+        "%s"
+        "  --calibration-tokens FILE  gptq, mixed: calibration sequences (*.seq.u32; tools/tokenize_text.py)\n"
+        "  --calibration-sequences N  gptq, mixed: how many of them (default 64)\n"
+        "  --fp32-classifier  keep the classifier in dense fp32 loops whatever the method\n"
+        "  --token-by-token   score --tokens one m = 1 step per position, as decoding runs\n"
+        "  --ffn-threshold T  zero every FFN activation silu(x w1)*(x w3) of magnitude below T (reports the sparsity)\n"
+        "  --flash FILE       the FFNs from a neuron file (qjit-flash-convert), read neuron by neuron (docs/flash.md)\n"
+        "  --flash-budget F   resident neurons' share of the file's bytes (0.5)\n"
+        "  --flash-window K   tokens a neuron stays resident after it was active (4)\n"
+        "  --flash-recall R   fit a predictor per layer on --calibration-tokens for this recall of the neurons above\n"
+        "                     --ffn-threshold, and read only the neurons it names (default: every neuron)\n"
+        "%s"
+        "  --json             print one JSON object on stdout\n",
+        program, list_of(kMethods).c_str(), kMethodOptionsUsage,
+        kContextOptionsUsage);
+}
+
+// Returns nullopt after printing a message when the arguments are bad.
+std::optional<Options> parse_args(int argc, char** argv) {
+    Options options;
+    options.method.method = "exact";
+    ArgumentReader args(argc, argv);
+    while (args.next()) {
+        const std::string& arg = args.option();
+        OptionParse parsed = parse_context_option(args, options.context);
+        if (parsed == OptionParse::not_mine) parsed = parse_method_option(args, options.method);
+        if (parsed == OptionParse::failed) return std::nullopt;
+        if (parsed == OptionParse::taken) continue;
+        if (arg == "--model" || arg == "--tokens" || arg == "--calibration-tokens" || arg == "--prompt-tokens") {
+            const char* text = args.value();
+            if (!text) return std::nullopt;
+            (arg == "--model"                ? options.model
+             : arg == "--tokens"             ? options.tokens
+             : arg == "--calibration-tokens" ? options.calibration_tokens
+                                             : options.prompt_tokens) = text;
+        } else if (arg == "--max-sequences" || arg == "--calibration-sequences" || arg == "--generate") {
+            const auto v = args.int_value(arg == "--generate" ? 0 : 1, 1 << 24);
+            if (!v) return std::nullopt;
+            (arg == "--max-sequences"           ? options.max_sequences
+             : arg == "--calibration-sequences" ? options.calibration_sequences
+                                                : options.generate) = *v;
+        } else if (arg == "--flash") {
+            const char* text = args.value();
+            if (!text) return std::nullopt;
+            options.flash.path = text;
+        } else if (arg == "--ffn-threshold" || arg == "--flash-budget" || arg == "--flash-recall") {
+            const auto v = args.number_value(arg == "--ffn-threshold" ? 1e6 : 1.0);
+            if (!v) return std::nullopt;
+            if (arg == "--ffn-threshold") options.ffn_threshold = float(*v);
+            else if (arg == "--flash-budget") options.flash.budget_fraction = *v;
+            else options.flash.target_recall = *v;
+        } else if (arg == "--flash-window") {
+            const auto v = args.int_value(0, 1 << 20);
+            if (!v) return std::nullopt;
+            options.flash.window = *v;
+        } else if (arg == "--token-by-token") {
+            options.token_by_token = true;
+        } else if (arg == "--fp32-classifier") {
+            options.fp32_classifier = true;
+        } else if (arg == "--json") {
+            options.json = true;
+        } else if (arg == "--help" || arg == "-h") {
+            print_usage(argv[0]);
+            options.help = true;
+            return options;
+        } else {
+            std::fprintf(stderr, "unknown argument '%s'\n", arg.c_str());
+            print_usage(argv[0]);
+            return std::nullopt;
+        }
+    }
+    if (!check_method_options(options.method, kMethods)) return std::nullopt;
+    auto refuse = [](const char* message) -> std::optional<Options> {
+        std::fprintf(stderr, "%s\n", message);
+        return std::nullopt;
+    };
+    if (options.model.empty()) return refuse("--model FILE.gguf is required");
+    if (options.max_sequences > 0 && options.tokens.empty()) return refuse("--max-sequences goes with --tokens");
+    if (!options.prompt_tokens.empty() && options.generate == 0) return refuse("--prompt-tokens goes with --generate");
+    const bool fits_predictor = !options.flash.path.empty() && options.flash.target_recall > 0;
+    if ((options.method.calibrated() || fits_predictor) && options.calibration_tokens.empty())
+        return refuse("--method gptq, a calibrated --method mixed and --flash-recall need --calibration-tokens FILE.seq.u32");
+    if (!options.method.calibrated() && !fits_predictor && !options.calibration_tokens.empty())
+        return refuse("--calibration-tokens goes with --method gptq, a calibrated --method mixed or --flash-recall");
+    if (options.flash.target_recall > 0 && options.flash.path.empty()) return refuse("--flash-recall goes with --flash");
+    options.flash.magnitude_threshold = options.ffn_threshold;
+    return options;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The nearest-rank percentile p (0 < p <= 1) of `values`.
+double percentile(std::vector<double> values, double p) {
+    if (values.empty()) return 0.0;
+    std::sort(values.begin(), values.end());
+    const size_t rank = size_t(std::ceil(p * double(values.size())));
+    return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
+}
+
+// The activation path the layers take: the option, or for auto $QJIT_ACTIVATIONS when it names one
+// (as qjit reads it), else "auto" (qjit's default path).
+std::string activations_name(qjit_activations activations) {
+    if (activations == QJIT_ACTIVATIONS_F32) return "f32";
+    if (activations == QJIT_ACTIVATIONS_INT8) return "int8";
+    const char* env = std::getenv("QJIT_ACTIVATIONS");
+    return env && (std::string(env) == "f32" || std::string(env) == "int8") ? env : "auto";
+}
+
+// Sequences longer than the model's context are refused rather than cut: their scores would differ.
+void check_lengths(const TokenSequences& sequences, int seq_len, const std::string& what) {
+    for (size_t s = 0; s < sequences.size(); ++s)
+        if (sequences[s].size() > size_t(seq_len))
+            throw std::runtime_error(what + ": sequence " + std::to_string(s) + " has " +
+                                     std::to_string(sequences[s].size()) + " tokens, more than the model's context of " +
+                                     std::to_string(seq_len));
+}
+
+// The token sequences a file holds (at most `limit`; 0: all), checked against the model.
+TokenSequences read_sequences(const std::string& path, int limit, const llama::Config& c, const std::string& what) {
+    if (path.empty()) return {};
+    TokenSequences sequences = read_token_sequences(path);
+    if (limit > 0 && sequences.size() > size_t(limit)) sequences.resize(size_t(limit));
+    const std::string where = what + " '" + path + "'";
+    check_tokens_in_vocabulary(sequences, c.vocab_size, where);
+    check_lengths(sequences, c.seq_len, where);
+    return sequences;
+}
+
+// --prompt-tokens, or the model's BOS token, checked to leave room for `generate` tokens.
+std::vector<int> read_prompt(const Options& options, const GgufVocabulary& vocabulary,
+                             const llama::Config& c) {
+    std::vector<int> prompt;
+    if (!options.prompt_tokens.empty()) {
+        prompt = parse_token_list(options.prompt_tokens);
+    } else if (vocabulary.bos()) {
+        prompt = {*vocabulary.bos()};
+    } else {
+        throw std::runtime_error("the model names no BOS token (tokenizer.ggml.bos_token_id): give --prompt-tokens");
+    }
+    check_tokens_in_vocabulary({prompt}, c.vocab_size, "--prompt-tokens");
+    if (prompt.size() - 1 + size_t(options.generate) > size_t(c.seq_len))
+        throw std::runtime_error("--generate " + std::to_string(options.generate) + " after a prompt of " +
+                                 std::to_string(prompt.size()) + " tokens exceeds the model's context of " +
+                                 std::to_string(c.seq_len));
+    return prompt;
+}
+
+// What --generate measured.
+struct Decoding {
+    std::vector<int> prompt, generated;
+    std::string text;
+    double prompt_seconds = 0.0, tokens_per_second = 0.0, p50_ms = 0.0, p99_ms = 0.0;
+};
+
+Decoding decode(llama::Model& model, const std::vector<int>& prompt, int steps,
+                const GgufVocabulary& vocabulary) {
+    const llama::Generation generation = llama::greedy_decode(model, prompt, steps);
+    Decoding d;
+    d.prompt = prompt;
+    d.generated.assign(generation.tokens.begin() + std::ptrdiff_t(prompt.size()), generation.tokens.end());
+    d.text = vocabulary.decode(d.generated);
+    d.prompt_seconds = generation.prompt_seconds;
+    double seconds = 0.0;
+    for (const double step : generation.step_seconds) seconds += step;
+    d.tokens_per_second = seconds > 0 ? double(d.generated.size()) / seconds : 0.0;
+    d.p50_ms = 1e3 * percentile(generation.step_seconds, 0.50);
+    d.p99_ms = 1e3 * percentile(generation.step_seconds, 0.99);
+    return d;
+}
+
+// Everything a run reports.
+struct Report {
+    std::shared_ptr<const llama::Weights> weights;
+    std::string linears;
+    llama::QjitStorage storage;
+    double load_seconds = 0.0;
+    int64_t calibration_rows = 0;
+    std::optional<llama::NllResult> nll;
+    double eval_seconds = 0.0;
+    std::optional<Decoding> decoding;
+    llama::FfnSparsity sparsity;
+    std::optional<qjit_flash_counters> flash;
+    std::optional<qjit_flash_ffn_info> flash_info;
+    double flash_fit_seconds = 0.0;
+};
+
+void print_json(const Options& options, const Report& r) {
+    JsonLine json;
+    json.text("model", options.model)
+        .text("method", options.method.method)
+        .text("linears", r.linears)
+        .integer("threads", options.context.threads)
+        .text("activations", activations_name(options.context.activations))
+        .number("bits_per_weight", r.storage.bits_per_weight(), 4)
+        .integer("stored_bytes", r.storage.stored_bytes)
+        .integer("weights", r.storage.weights)
+        .number("load_seconds", r.load_seconds, 3);
+    if (options.method.calibrated()) json.integer("calibration_tokens", r.calibration_rows);
+    if (r.nll) {
+        json.number("nll", r.nll->mean_nll)
+            .integer("tokens", r.nll->tokens)
+            .integer("sequences", int64_t(r.nll->sequence_nll.size()))
+            .number("eval_seconds", r.eval_seconds, 3)
+            .numbers("per_sequence_nll_sum", r.nll->sequence_nll);
+    }
+    if (options.ffn_threshold > 0)
+        json.number("ffn_threshold", options.ffn_threshold, 6).number("ffn_sparsity", r.sparsity.fraction(), 6);
+    if (r.flash) {
+        const qjit_flash_counters& f = *r.flash;
+        const double calls = double(std::max<int64_t>(1, f.tokens));
+        json.text("flash_file", options.flash.path)
+            .text("flash_format", r.flash_info->format)
+            .integer("flash_dram_bytes", r.flash_info->dram_bytes)
+            .number("flash_fit_seconds", r.flash_fit_seconds, 3)
+            .integer("flash_calls", f.tokens)
+            .number("flash_active_fraction", double(f.active_neurons) / calls / double(r.flash_info->d_ff), 6)
+            .number("flash_hit_rate", f.active_neurons ? double(f.cache_hits) / double(f.active_neurons) : 0.0, 6)
+            .number("flash_bytes_read_per_call", double(f.bytes_read) / calls, 1)
+            .number("flash_io_seconds", f.io_seconds, 4)
+            .number("flash_cache_seconds", f.cache_seconds, 4)
+            .number("flash_compute_seconds", f.compute_seconds, 4)
+            .number("flash_predict_seconds", f.predict_seconds, 4);
+    }
+    if (r.decoding) {
+        json.integers("prompt_tokens", r.decoding->prompt)
+            .integers("generated_tokens", r.decoding->generated)
+            .text("text", r.decoding->text)
+            .number("prompt_seconds", r.decoding->prompt_seconds, 4)
+            .number("tokens_per_second", r.decoding->tokens_per_second, 2)
+            .number("p50_ms", r.decoding->p50_ms, 3)
+            .number("p99_ms", r.decoding->p99_ms, 3);
+    }
+    std::printf("%s\n", json.str().c_str());
+}
+
+void print_text(const Options& options, const Report& r) {
+    const llama::Config& c = r.weights->config;
+    std::printf("model: %s: llama, %d layers, dim %d, FFN %d, %d heads (%d KV) of %d, vocab %d, context %d, "
+                "RoPE base %g, RMSNorm eps %g, classifier %s\n",
+                options.model.c_str(), c.n_layers, c.dim, c.hidden_dim, c.n_heads, c.n_kv_heads, c.head_size,
+                c.vocab_size, c.seq_len, double(c.rope_base), double(c.rms_eps),
+                r.weights->tied_classifier ? "tied to the embedding" : "separate");
+    std::printf("linears: %s, %.3f bits per weight as stored, loaded in %.2f s\n", r.linears.c_str(),
+                r.storage.bits_per_weight(), r.load_seconds);
+    if (r.nll)
+        std::printf("NLL %.6f nats per token over %lld tokens of %zu sequences (%.2f s)\n", r.nll->mean_nll,
+                    static_cast<long long>(r.nll->tokens), r.nll->sequence_nll.size(), r.eval_seconds);
+    if (options.ffn_threshold > 0)
+        std::printf("FFN activations below %g zeroed: %.2f%% of them\n", double(options.ffn_threshold),
+                    100.0 * r.sparsity.fraction());
+    if (r.flash) {
+        const qjit_flash_counters& f = *r.flash;
+        const double calls = double(std::max<int64_t>(1, f.tokens));
+        std::printf("flash FFNs: %s (%s), %.1f MB resident; per layer call: %.2f%% of neurons active, %.1f%% of them "
+                    "resident, %.1f KB read; I/O %.2f s, cache %.2f s, compute %.2f s, predictors %.2f s\n",
+                    options.flash.path.c_str(), r.flash_info->format, r.flash_info->dram_bytes * 1e-6,
+                    100.0 * double(f.active_neurons) / calls / double(r.flash_info->d_ff),
+                    f.active_neurons ? 100.0 * double(f.cache_hits) / double(f.active_neurons) : 0.0,
+                    double(f.bytes_read) / calls * 1e-3, f.io_seconds, f.cache_seconds, f.compute_seconds,
+                    f.predict_seconds);
+    }
+    if (r.decoding) {
+        const Decoding& d = *r.decoding;
+        std::printf("----\n%s\n----\n", d.text.c_str());
+        std::printf("decode: %zu tokens, %.1f tokens/s, p50 %.2f ms, p99 %.2f ms per token (prompt of %zu tokens: "
+                    "%.3f s)\n",
+                    d.generated.size(), d.tokens_per_second, d.p50_ms, d.p99_ms, d.prompt.size(), d.prompt_seconds);
+    }
+}
+
+int run(const Options& options) {
+    Report report;
+    const auto load_start = std::chrono::steady_clock::now();
+    const std::shared_ptr<const qjit::GgufFile> file = qjit::GgufFile::open(options.model);
+    report.weights = llama::load_gguf_llama(file);
+    const llama::Config& c = report.weights->config;
+    const GgufVocabulary vocabulary(*file);
+    const TokenSequences sequences = read_sequences(options.tokens, options.max_sequences, c, "--tokens");
+    const TokenSequences calibration =
+        read_sequences(options.calibration_tokens, options.calibration_sequences, c, "--calibration-tokens");
+    const std::vector<int> prompt = options.generate > 0 ? read_prompt(options, vocabulary, c) : std::vector<int>{};
+
+    const llama::MethodModel built = llama::build_method_model(report.weights, options.method,
+                                                               options.context.context_options(), &calibration,
+                                                               options.fp32_classifier);
+    llama::Model& model = *built.model;
+    report.load_seconds = seconds_since(load_start);
+    report.linears = built.maker_name;
+    report.calibration_rows = built.calibration_rows;
+    report.storage = llama::qjit_storage(model);
+    if (report.storage.weights == 0) {  // no qjit layer: every matrix dense fp32
+        report.storage.weights = model.linear_weight_count();
+        report.storage.stored_bytes = model.linear_stored_bytes();
+    }
+
+    model.set_ffn_threshold(options.ffn_threshold);
+    std::unique_ptr<qjit_context, qjit_status (*)(qjit_context*)> flash_context(nullptr, qjit_context_destroy);
+    std::unique_ptr<llama::FlashFfnRunner> flash;
+    if (!options.flash.path.empty()) {
+        const qjit_context_options context_options = options.context.context_options();
+        qjit_context* context = nullptr;
+        if (qjit_context_create(&context_options, &context) != QJIT_OK)
+            fail("creating a context: ", qjit_last_error());
+        flash_context.reset(context);
+        flash = std::make_unique<llama::FlashFfnRunner>(context, c, options.flash);
+        if (options.flash.target_recall > 0) {
+            const auto start = std::chrono::steady_clock::now();
+            flash->fit_predictors(model, calibration);
+            report.flash_fit_seconds = seconds_since(start);
+        }
+        flash->reset_counters();
+        model.set_ffn_override(flash.get());
+    }
+
+    if (!options.tokens.empty()) {
+        const auto start = std::chrono::steady_clock::now();
+        report.nll = llama::evaluate_nll(model, sequences, options.token_by_token);
+        report.eval_seconds = seconds_since(start);
+    }
+    if (options.generate > 0) report.decoding = decode(model, prompt, options.generate, vocabulary);
+    report.sparsity = model.ffn_sparsity();
+    if (flash) {
+        report.flash = flash->counters();
+        report.flash_info = flash->info();
+    }
+    if (options.json) print_json(options, report);
+    else print_text(options, report);
+    return 0;
+}
+
+}  // namespace
+
+int run_gguf_program(int argc, char** argv) {
+    const std::optional<Options> options = parse_args(argc, argv);
+    if (!options) return 2;
+    if (options->help) return 0;
+    try {
+        return run(*options);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "qjit-run: %s\n", e.what());
+        return 1;
+    }
+}
+
+}  // namespace qjit_models

@@ -1,0 +1,236 @@
+#include "models/runner_options.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace qjit_models {
+
+bool ArgumentReader::next() {
+    if (at_ + 1 >= argc_) return false;
+    option_ = argv_[++at_];
+    return true;
+}
+
+const char* ArgumentReader::value() {
+    if (at_ + 1 >= argc_) {
+        std::fprintf(stderr, "%s needs a value\n", option_.c_str());
+        return nullptr;
+    }
+    return argv_[++at_];
+}
+
+std::optional<int> ArgumentReader::int_value(int min, int max) {
+    const char* text = value();
+    if (!text) return std::nullopt;
+    char* end = nullptr;
+    const long v = std::strtol(text, &end, 10);
+    if (*text == '\0' || *end != '\0' || v < min || v > max) {
+        std::fprintf(stderr, "%s: '%s' is not an integer in [%d, %d]\n", option_.c_str(), text, min, max);
+        return std::nullopt;
+    }
+    return int(v);
+}
+
+std::optional<double> ArgumentReader::number_value(double max) {
+    const char* text = value();
+    if (!text) return std::nullopt;
+    char* end = nullptr;
+    const double v = std::strtod(text, &end);
+    if (*text == '\0' || *end != '\0' || !(v >= 0 && v <= max)) {
+        std::fprintf(stderr, "%s: '%s' is not a number in [0, %g]\n", option_.c_str(), text, max);
+        return std::nullopt;
+    }
+    return v;
+}
+
+std::string list_of(std::span<const char* const> names) {
+    std::string text;
+    for (size_t i = 0; i < names.size(); ++i) {
+        if (i > 0) text += i + 1 == names.size() ? " or " : ", ";
+        text += names[i];
+    }
+    return text;
+}
+
+// ---- the qjit context ----
+
+namespace {
+
+struct IsaName {
+    const char* name;
+    qjit_isa isa;
+};
+constexpr IsaName kIsaNames[] = {{"auto", QJIT_ISA_AUTO},         {"portable", QJIT_ISA_PORTABLE},
+                                 {"avx2", QJIT_ISA_AVX2},         {"avx2-vnni", QJIT_ISA_AVX2_VNNI},
+                                 {"avx512", QJIT_ISA_AVX512},     {"avx512-vnni", QJIT_ISA_AVX512_VNNI}};
+
+}  // namespace
+
+const char* isa_name(qjit_isa isa) {
+    for (const IsaName& entry : kIsaNames)
+        if (entry.isa == isa) return entry.name;
+    return "?";
+}
+
+qjit_context_options ContextOptions::context_options() const {
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.num_threads = threads;
+    options.activations = activations;
+    options.max_isa = max_isa;
+    return options;
+}
+
+const char* const kContextOptionsUsage =
+    "  --threads N        qjit context threads (default 0: one per core)\n"
+    "  --activations P    activation path of the CPU kernels: auto (default: qjit's default, which\n"
+    "                     $QJIT_ACTIVATIONS may set), f32 or int8\n"
+    "  --isa I            cap on the CPU instruction set: auto (default), portable, avx2, avx2-vnni, avx512,\n"
+    "                     avx512-vnni\n";
+
+OptionParse parse_context_option(ArgumentReader& args, ContextOptions& options) {
+    const std::string& arg = args.option();
+    if (arg == "--threads") {
+        const auto v = args.int_value(0, 1024);
+        if (!v) return OptionParse::failed;
+        options.threads = *v;
+    } else if (arg == "--activations") {
+        const char* text = args.value();
+        if (!text) return OptionParse::failed;
+        const std::string path = text;
+        if (path == "auto") options.activations = QJIT_ACTIVATIONS_AUTO;
+        else if (path == "f32") options.activations = QJIT_ACTIVATIONS_F32;
+        else if (path == "int8") options.activations = QJIT_ACTIVATIONS_INT8;
+        else {
+            std::fprintf(stderr, "--activations: '%s' is not auto, f32 or int8\n", text);
+            return OptionParse::failed;
+        }
+    } else if (arg == "--isa") {
+        const char* text = args.value();
+        if (!text) return OptionParse::failed;
+        const IsaName* found = nullptr;
+        for (const IsaName& entry : kIsaNames)
+            if (std::strcmp(entry.name, text) == 0) found = &entry;
+        if (!found) {
+            std::fprintf(stderr, "--isa: '%s' is not auto, portable, avx2, avx2-vnni, avx512 or avx512-vnni\n", text);
+            return OptionParse::failed;
+        }
+        options.max_isa = found->isa;
+    } else {
+        return OptionParse::not_mine;
+    }
+    return OptionParse::taken;
+}
+
+// ---- the method ----
+
+const char* const kMethodOptionsUsage =
+    "  --bits B, --group G  its width (default 3; mixed: 2 or 4 per group) and group size (default 64; -1 per\n"
+    "                     column)\n"
+    "  --f32-scales       keep quantization scales in fp32 (default: f16, qjit's default)\n"
+    "  --rank R           milo: the compensator rank of every matrix\n"
+    "  --rank-policy P --avg-rank R  milo: ranks shared under an average rank (uniform, dense-r, sparse-r,\n"
+    "                     kurtosis-r, frequency-r)\n"
+    "  --low-rank-bits B  milo: how U and V are stored: 8 (default), 3 or 16 (fp16)\n"
+    "  --act-order        gptq, mixed: quantize rows in decreasing diag(H)\n"
+    "  --damp D           gptq, mixed: D * mean(diag(H)) added to H's diagonal (default 0.01)\n"
+    "  --alpha A          mixed: fraction of K-groups in 4 bits (default 0.25)\n"
+    "  --outliers F       mixed: fraction of weights kept as fp16 outliers, 0 .. 0.005 (default 0.002)\n"
+    "  --no-second-order  mixed: keep the group scales in fp16 instead of 4-bit second-order codes\n"
+    "  --no-calibration   mixed: rank groups by their range and round to nearest (no calibration)\n";
+
+OptionParse parse_method_option(ArgumentReader& args, MethodOptions& options) {
+    const std::string& arg = args.option();
+    if (arg == "--method" || arg == "--rank-policy") {
+        const char* text = args.value();
+        if (!text) return OptionParse::failed;
+        (arg == "--method" ? options.method : options.rank_policy) = text;
+    } else if (arg == "--bits" || arg == "--group" || arg == "--rank" || arg == "--low-rank-bits") {
+        const auto v = args.int_value(-1, 1024);
+        if (!v) return OptionParse::failed;
+        (arg == "--bits"    ? options.bits
+         : arg == "--group" ? options.group_size
+         : arg == "--rank"  ? options.rank
+                            : options.low_rank_bits) = *v;
+    } else if (arg == "--avg-rank" || arg == "--damp" || arg == "--alpha" || arg == "--outliers") {
+        const auto v = args.number_value(arg == "--avg-rank" ? 1024.0 : arg == "--outliers" ? 0.005 : 1.0);
+        if (!v) return OptionParse::failed;
+        (arg == "--avg-rank" ? options.avg_rank
+         : arg == "--damp"   ? options.damp
+         : arg == "--alpha"  ? options.alpha
+                             : options.outlier_fraction) = *v;
+    } else if (arg == "--f32-scales") {
+        options.scale_dtype = QJIT_DTYPE_F32;
+    } else if (arg == "--act-order") {
+        options.act_order = true;
+    } else if (arg == "--no-calibration") {
+        options.no_calibration = true;
+    } else if (arg == "--no-second-order") {
+        options.second_order_scales = false;
+    } else {
+        return OptionParse::not_mine;
+    }
+    return OptionParse::taken;
+}
+
+bool check_method_options(const MethodOptions& options, std::span<const char* const> methods) {
+    const std::string& method = options.method;
+    if (!method.empty() && std::none_of(methods.begin(), methods.end(), [&](const char* m) { return method == m; })) {
+        std::fprintf(stderr, "--method: '%s' is not %s\n", method.c_str(), list_of(methods).c_str());
+        return false;
+    }
+    if (options.no_calibration && method != "mixed") {
+        std::fprintf(stderr, "--no-calibration goes with --method mixed (gptq needs a calibration)\n");
+        return false;
+    }
+    if (options.act_order && !options.calibrated()) {
+        std::fprintf(stderr, "--act-order goes with --method gptq or a calibrated --method mixed\n");
+        return false;
+    }
+    const bool milo = method == "milo";
+    if (milo && (options.rank > 0) == !options.rank_policy.empty()) {
+        std::fprintf(stderr, "--method milo takes either --rank R or --rank-policy P with --avg-rank R\n");
+        return false;
+    }
+    if (!milo && (options.rank > 0 || !options.rank_policy.empty())) {
+        std::fprintf(stderr, "--rank and --rank-policy go with --method milo\n");
+        return false;
+    }
+    return true;
+}
+
+qjit_quant_config MethodOptions::quant_config() const {
+    qjit_quant_config config;
+    qjit_quant_config_init(&config);
+    config.bits = bits;
+    config.group_size = group_size;
+    config.symmetric = 0;
+    config.scale_dtype = scale_dtype;
+    config.method = method == "milo"    ? QJIT_QUANT_MILO
+                    : method == "hqq"   ? QJIT_QUANT_HQQ
+                    : method == "gptq"  ? QJIT_QUANT_GPTQ
+                    : method == "mixed" ? QJIT_QUANT_MIXED
+                                        : QJIT_QUANT_RTN;
+    config.rank = rank;
+    config.low_rank_bits = low_rank_bits;
+    config.act_order = act_order ? 1 : 0;
+    config.damp = damp;
+    config.mixed_alpha = alpha;
+    config.outlier_fraction = outlier_fraction;
+    config.second_order_scales = second_order_scales ? 1 : 0;
+    return config;
+}
+
+qjit_rank_policy parse_rank_policy(const std::string& name) {
+    if (name == "uniform") return QJIT_RANK_UNIFORM;
+    if (name == "dense-r") return QJIT_RANK_DENSE;
+    if (name == "sparse-r") return QJIT_RANK_SPARSE;
+    if (name == "kurtosis-r") return QJIT_RANK_KURTOSIS;
+    if (name == "frequency-r") return QJIT_RANK_FREQUENCY;
+    throw std::runtime_error("--rank-policy '" + name + "' is not uniform, dense-r, sparse-r, kurtosis-r or frequency-r");
+}
+
+}  // namespace qjit_models
