@@ -70,7 +70,7 @@ jit::CpuKernelSpec with_tiling_text(jit::CpuKernelSpec spec, const std::string& 
     spec.rows = spec.tiling.mb;
     try {
         jit::check_spec(spec);
-    } catch (const std::invalid_argument& e) {
+    } catch (const Error& e) {  // names the text the kernel's message does not
         fail(QJIT_ERROR_INVALID_ARGUMENT, "tiling '", text, "' cannot be used: ", e.what());
     }
     return spec;

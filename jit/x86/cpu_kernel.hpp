@@ -64,8 +64,9 @@ std::string kernel_family_name(const CpuKernelSpec& spec);
 // refuses the same, and what depends on the ISA and tiling besides.
 std::string unsupported_reason(const WeightFormat& format);
 
-// Throws std::invalid_argument when the spec cannot be generated: its format (unsupported_reason),
-// ISA, or a tiling whose registers do not fit the ISA's register file.
+// Throws an Error when the spec cannot be generated: QJIT_ERROR_UNSUPPORTED for its format
+// (unsupported_reason) or ISA, QJIT_ERROR_INVALID_ARGUMENT for a tiling out of range or one whose
+// registers do not fit the ISA's register file.
 void check_spec(const CpuKernelSpec& spec);
 
 // Vector registers the kernel's main loop needs (accumulators, weights, temporaries, constants,

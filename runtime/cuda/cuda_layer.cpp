@@ -54,7 +54,7 @@ public:
         try {
             forced.tiling = jit::cuda::parse_tiling(text, format_.tiling);
             jit::cuda::check_spec(forced);
-        } catch (const std::invalid_argument& e) {
+        } catch (const Error& e) {  // names the variable and its text, which the generator's message does not
             fail(QJIT_ERROR_INVALID_ARGUMENT, "QJIT_CUDA_TILING '", text, "': ", e.what());
         }
         return jit::cuda::tiling_text(forced.tiling);
@@ -104,12 +104,8 @@ const CudaTilingChoice& choose_and_install(qjit_context& context, CudaLayer& lay
 std::unique_ptr<CudaLayer> make_cuda_layer(qjit_context& context, CudaExecutor::MatrixSource matrix,
                                            const LowRankPass* low_rank) {
     auto layer = std::make_unique<CudaLayer>();
-    try {
-        layer->executor =
-            std::make_unique<CudaExecutor>(*context.gpu, std::move(matrix), context.dump_dir, context.cubin_cache_dir);
-    } catch (const std::invalid_argument& e) {
-        fail(QJIT_ERROR_UNSUPPORTED, "no CUDA kernel for this layer: ", e.what());
-    }
+    layer->executor =
+        std::make_unique<CudaExecutor>(*context.gpu, std::move(matrix), context.dump_dir, context.cubin_cache_dir);
     if (low_rank) layer->low_rank = std::make_unique<CudaLowRank>(*context.gpu, *low_rank, context.cubin_cache_dir);
     std::lock_guard lock(layer->mutex);
     choose_and_install(context, *layer, context.cuda_activations, context.tuning_batch, true);
