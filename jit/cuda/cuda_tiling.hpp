@@ -1,4 +1,10 @@
 // What a generated CUDA kernel computes (CudaKernelSpec) and the knobs that shape it (CudaTiling).
+//
+// The CUDA generator family, in the five parts of the x86 one (jit/x86/cpu_kernel.hpp): the spec
+// and tiling (CudaKernelSpec, CudaTiling); the tiling's text and parse (tiling_text,
+// parse_tiling); kernel_name; unsupported_reason (check_spec applies it): all here; generate
+// (generate_kernel: jit/cuda/cuda_source.hpp).
+//
 // Three kernel kinds serve a layer:
 //   gemv: up to 8 activation rows, codes in column blocks; wide code loads, dequantization in
 //         registers, warp-shuffle reduction.

@@ -2,6 +2,11 @@
 // how it is called (CpuKernelArgs). A kernel multiplies `rows` activation rows by one column panel
 // of packed weights (format/packed_codes.hpp) over a range of groups and writes a rows x panel
 // tile of fp32 outputs.
+//
+// The x86 generator family, in the five parts of the CUDA one (jit/cuda/cuda_tiling.hpp): the spec
+// and tiling (CpuKernelSpec, CpuTiling: here); the tiling's text and parse (tiling_text,
+// parse_tiling: jit/x86/cpu_tiling.hpp); kernel_name; unsupported_reason (here, check_spec
+// applies it); generate (generate_cpu_kernel: jit/x86/gemm_emitter.hpp).
 #pragma once
 
 #include <cstdint>
