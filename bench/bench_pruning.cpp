@@ -15,7 +15,7 @@
 #include "runtime/cpu/candidate_bench.hpp"
 #include "runtime/cpu/thread_pool.hpp"
 #include "tuner/cpu_isa.hpp"
-#include "tuner/cpu_tiling.hpp"
+#include "jit/x86/cpu_tiling.hpp"
 #include "tuner/hardware_probe.hpp"
 #include "tuner/search_space.hpp"
 #include "tuner/tuning_problem.hpp"
@@ -30,9 +30,9 @@ int main() {
     }
     const qjit::MachineModel machine = qjit::MachineModel::of(qjit::probe_cpu());
     const std::vector<qjit::TuningProblem> problems = {
-        {qjit::cpu_kernel_spec(isa, ActivationPath::Int8, 4, 512, 128), 192, 1, 1},
-        {qjit::cpu_kernel_spec(isa, ActivationPath::Int8, 3, 320, 64), 100, 4, 1},
-        {qjit::cpu_kernel_spec(isa, ActivationPath::F32, 8, 256, 32), 80, 16, 1},
+        {qjit::jit::cpu_kernel_spec(isa, ActivationPath::Int8, 4, 512, 128), 192, 1, 1},
+        {qjit::jit::cpu_kernel_spec(isa, ActivationPath::Int8, 3, 320, 64), 100, 4, 1},
+        {qjit::jit::cpu_kernel_spec(isa, ActivationPath::F32, 8, 256, 32), 80, 16, 1},
     };
     qjit::ThreadPool pool(1);
     std::printf("%-52s %8s %8s %-36s %-36s %s\n", "problem", "kept", "all", "fastest", "fastest kept",
@@ -41,7 +41,7 @@ int main() {
         const qjit::SearchSpace pruned = qjit::build_search_space(problem, machine, true);
         const qjit::SearchSpace all = qjit::build_search_space(problem, machine, false);
         std::set<std::string> kept;
-        for (const qjit::Candidate& c : pruned.ranked) kept.insert(qjit::tiling_text(c.spec.tiling));
+        for (const qjit::Candidate& c : pruned.ranked) kept.insert(qjit::jit::tiling_text(c.spec.tiling));
 
         qjit::CandidateBench bench(problem, all.ranked, problem.n, pool);
         std::vector<qjit::TimedCall> calls;
@@ -53,7 +53,7 @@ int main() {
         size_t best = 0, best_kept = all.ranked.size();
         for (size_t i = 0; i < all.ranked.size(); ++i) {
             if (seconds[i] < seconds[best]) best = i;
-            if (kept.count(qjit::tiling_text(all.ranked[i].spec.tiling)) &&
+            if (kept.count(qjit::jit::tiling_text(all.ranked[i].spec.tiling)) &&
                 (best_kept == all.ranked.size() || seconds[i] < seconds[best_kept]))
                 best_kept = i;
         }
@@ -68,8 +68,8 @@ int main() {
             ratio = pruned_s / kept_s;
         }
         std::printf("%-52s %8zu %8zu %-36s %-36s %.3f\n", qjit::kernel_key(problem).c_str(), pruned.ranked.size(),
-                    all.ranked.size(), qjit::tiling_text(all.ranked[best].spec.tiling).c_str(),
-                    best_kept < all.ranked.size() ? qjit::tiling_text(all.ranked[best_kept].spec.tiling).c_str() : "-",
+                    all.ranked.size(), qjit::jit::tiling_text(all.ranked[best].spec.tiling).c_str(),
+                    best_kept < all.ranked.size() ? qjit::jit::tiling_text(all.ranked[best_kept].spec.tiling).c_str() : "-",
                     ratio);
     }
 }

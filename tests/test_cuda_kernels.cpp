@@ -180,16 +180,17 @@ TEST(CudaTiling, TextRoundTripsForEveryEnumeratedTiling) {
 }
 
 TEST(CudaTiling, BadKnobsAreNamed) {
-    EXPECT_THROW(jit::cuda::parse_tiling("bm=abc"), std::invalid_argument);
-    EXPECT_THROW(jit::cuda::parse_tiling("colour=3"), std::invalid_argument);
-    EXPECT_THROW(jit::cuda::parse_tiling("kernel=conv"), std::invalid_argument);
+    EXPECT_THROW(jit::cuda::parse_tiling("bm=abc"), Error);
+    EXPECT_THROW(jit::cuda::parse_tiling("colour=3"), Error);
+    EXPECT_THROW(jit::cuda::parse_tiling("kernel=conv"), Error);
     CudaKernelSpec spec = test::cuda_spec({3, 128, false}, 4096, 90);
     spec.rows = 64;
     spec.tiling = jit::cuda::parse_tiling("kernel=gemm,bk=64");
     try {
         jit::cuda::check_spec(spec);
         FAIL() << "3-bit with bk=64 was accepted";
-    } catch (const std::invalid_argument& e) {
+    } catch (const Error& e) {
+        EXPECT_EQ(e.status(), QJIT_ERROR_INVALID_ARGUMENT);
         EXPECT_NE(std::string(e.what()).find("bk 64"), std::string::npos) << e.what();
     }
     spec = test::cuda_spec({4, 16, false}, 4096, 90);

@@ -26,7 +26,7 @@
 #include "runtime/cpu/thread_pool.hpp"
 #include "test_support.hpp"
 #include "tuner/cpu_isa.hpp"
-#include "tuner/cpu_tiling.hpp"
+#include "jit/x86/cpu_tiling.hpp"
 #include "tuner/hardware_probe.hpp"
 #include "tuner/performance_model.hpp"
 #include "tuner/search_space.hpp"
@@ -67,10 +67,10 @@ bool generated_kernels_run() {
 
 // A kernel format as the tuner sees it (its tiling is ignored).
 qjit::jit::CpuKernelSpec format(qjit_isa isa, qjit::jit::ActivationPath path, int bits, int64_t k, int64_t group) {
-    return qjit::cpu_kernel_spec(isa, path, bits, k, group);
+    return qjit::jit::cpu_kernel_spec(isa, path, bits, k, group);
 }
 
-std::string tiling_of(const qjit::jit::CpuKernelSpec& spec) { return qjit::tiling_text(spec.tiling); }
+std::string tiling_of(const qjit::jit::CpuKernelSpec& spec) { return qjit::jit::tiling_text(spec.tiling); }
 
 // ---- 1. the search space ----------------------------------------------------------------------
 

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -33,7 +32,7 @@ public:
     }
     std::string accept(const std::string& text) override {
         if (text.size() != 2 || text[0] != 't' || text[1] < '0' || text[1] > '5')
-            throw std::invalid_argument("no such tiling: " + text);
+            fail(QJIT_ERROR_INVALID_ARGUMENT, "no such tiling: ", text);
         return text;
     }
     std::string complete_forced(const std::string& text) override {
@@ -134,7 +133,7 @@ TEST_F(TuningSequence, ForcedIsCompletedByTheTargetAndNeverStored) {
     EXPECT_EQ(target_.forced, 1);
     EXPECT_EQ(target_.timed_candidates(), 0);
     expect_nothing_remembered();
-    EXPECT_THROW(tune_with({"bad", QJIT_TUNING_DEFAULT, 1000, true}, memory_), std::invalid_argument);
+    EXPECT_THROW(tune_with({"bad", QJIT_TUNING_DEFAULT, 1000, true}, memory_), Error);
 }
 
 TEST_F(TuningSequence, ZeroBudgetOrNoSearchTakesTheModelsPick) {

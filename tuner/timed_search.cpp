@@ -22,6 +22,109 @@ Measurement summarize(std::vector<double> samples) {
     return m;
 }
 
+// A screened candidate: its call, kept for the confirmation, and its screening's measurement.
+struct Screened {
+    size_t index;
+    TimedCall call;
+    Measurement measured;
+};
+
+// The screening's state across its phases: what was timed so far, the fastest screened and each
+// structure's best.
+class Screening {
+public:
+    Screening(const std::vector<std::string>& structures, const MakeTimedCall& make_call, const SecondsClock& clock)
+        : structures_(structures), make_call_(make_call), clock_(clock), start_(clock()),
+          screened_(structures.size(), false) {}
+
+    double elapsed() const { return clock_() - start_; }
+    int timed() const { return timed_; }
+    std::vector<Screened>& finalists() { return finalists_; }
+    const std::map<std::string, double>& structure_best() const { return structure_best_; }
+
+    // Screens the candidates of `order` until `until_seconds` have passed since the start (always
+    // at least one candidate in all).
+    void screen(const std::vector<size_t>& order, double until_seconds) {
+        for (size_t i : order) {
+            if (screened_[i]) continue;
+            if (timed_ > 0 && elapsed() + slowest_screen_ > until_seconds) break;
+            const double screen_start = clock_();
+            TimedCall call = make_call_(i);
+            const Measurement m = measure(call, kScreenRepeats);
+            slowest_screen_ = std::max(slowest_screen_, clock_() - screen_start);
+            screened_[i] = true;
+            ++timed_;
+            auto [best, inserted] = structure_best_.try_emplace(structures_[i], m.median_seconds);
+            if (!inserted) best->second = std::min(best->second, m.median_seconds);
+            keep_if_fast({i, std::move(call), m});
+        }
+    }
+
+private:
+    void keep_if_fast(Screened candidate) {
+        finalists_.push_back(std::move(candidate));
+        std::stable_sort(finalists_.begin(), finalists_.end(), [](const Screened& a, const Screened& b) {
+            return a.measured.median_seconds < b.measured.median_seconds;
+        });
+        if (finalists_.size() > size_t(kFinalists)) finalists_.resize(size_t(kFinalists));
+    }
+
+    const std::vector<std::string>& structures_;
+    const MakeTimedCall& make_call_;
+    const SecondsClock& clock_;
+    const double start_;
+    std::vector<Screened> finalists_;                // the fastest screened so far, at most kFinalists
+    std::map<std::string, double> structure_best_;  // fastest median screened per structure
+    std::vector<bool> screened_;
+    int timed_ = 0;
+    double slowest_screen_ = 0;  // seconds one screening took: the forecast for the next
+};
+
+// The model's best candidate of each structure, in model order.
+std::vector<size_t> representatives(const std::vector<std::string>& structures) {
+    std::vector<size_t> firsts;
+    std::set<std::string> seen;
+    for (size_t i = 0; i < structures.size(); ++i)
+        if (seen.insert(structures[i]).second) firsts.push_back(i);
+    return firsts;
+}
+
+// Every candidate of the screened structures, fastest structure first, each in model order.
+std::vector<size_t> variants_of_fastest(const std::vector<std::string>& structures,
+                                        const std::map<std::string, double>& structure_best) {
+    std::vector<std::pair<double, std::string>> fastest;
+    for (const auto& [structure, seconds] : structure_best) fastest.push_back({seconds, structure});
+    std::sort(fastest.begin(), fastest.end());
+    std::vector<size_t> variants;
+    for (const auto& structure : fastest)
+        for (size_t i = 0; i < structures.size(); ++i)
+            if (structures[i] == structure.second) variants.push_back(i);
+    return variants;
+}
+
+// Re-times the finalists, interleaved (one call of each per round) while the budget lasts, and
+// returns the index into `finalists` of the fastest median.
+size_t confirm(std::vector<Screened>& finalists, const Screening& screening, double budget_seconds,
+               const SecondsClock& clock) {
+    std::vector<std::vector<double>> samples(finalists.size());
+    if (finalists.size() > 1) {
+        for (Screened& f : finalists) f.call();  // warm again after the others ran
+        double round_seconds = 0;  // the last round's time: the forecast for the next
+        for (int round = 0; round < kConfirmRepeats; ++round) {
+            if (round > 0 && screening.elapsed() + round_seconds > budget_seconds) break;
+            const double round_start = clock();
+            for (size_t f = 0; f < finalists.size(); ++f) samples[f].push_back(finalists[f].call());
+            round_seconds = clock() - round_start;
+        }
+    }
+    size_t winner = 0;
+    for (size_t f = 0; f < finalists.size(); ++f) {
+        if (!samples[f].empty()) finalists[f].measured = summarize(samples[f]);
+        if (finalists[f].measured.median_seconds < finalists[winner].measured.median_seconds) winner = f;
+    }
+    return winner;
+}
+
 }  // namespace
 
 double steady_seconds() {
@@ -51,85 +154,23 @@ Measurement measure(const TimedCall& call, int repeats) {
 
 SearchResult timed_search(const std::vector<std::string>& structures, const MakeTimedCall& make_call,
                           double budget_seconds, const SecondsClock& clock) {
-    const double start = clock();
-    auto elapsed = [&] { return clock() - start; };
+    Screening screening(structures, make_call, clock);
+    if (std::isinf(budget_seconds)) {  // exhaustive
+        std::vector<size_t> all(structures.size());
+        for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+        screening.screen(all, budget_seconds);
+    } else {
+        screening.screen(representatives(structures), kStructureShare * budget_seconds);
+        screening.screen(variants_of_fastest(structures, screening.structure_best()), kScreeningShare * budget_seconds);
+    }
+    std::vector<Screened>& finalists = screening.finalists();
+    const size_t winner = confirm(finalists, screening, budget_seconds, clock);
     SearchResult result;
     result.considered = int(structures.size());
-    const bool exhaustive = std::isinf(budget_seconds);
-
-    struct Screened {
-        size_t index;
-        TimedCall call;
-        Measurement measured;
-    };
-    std::vector<Screened> finalists;  // the fastest screened so far, at most kFinalists
-    std::map<std::string, double> structure_best;  // fastest median screened per structure
-    std::vector<bool> screened(structures.size(), false);
-    double slowest_screen = 0;  // seconds one screening took: the forecast for the next
-    // Screens the candidates of `order` until `until_seconds` have passed since the start (always
-    // at least one candidate in all).
-    auto screen = [&](const std::vector<size_t>& order, double until_seconds) {
-        for (size_t i : order) {
-            if (screened[i]) continue;
-            if (result.timed > 0 && elapsed() + slowest_screen > until_seconds) break;
-            const double screen_start = clock();
-            TimedCall call = make_call(i);
-            const Measurement m = measure(call, kScreenRepeats);
-            slowest_screen = std::max(slowest_screen, clock() - screen_start);
-            screened[i] = true;
-            ++result.timed;
-            auto [best, inserted] = structure_best.try_emplace(structures[i], m.median_seconds);
-            if (!inserted) best->second = std::min(best->second, m.median_seconds);
-            finalists.push_back({i, std::move(call), m});
-            std::stable_sort(finalists.begin(), finalists.end(), [](const Screened& a, const Screened& b) {
-                return a.measured.median_seconds < b.measured.median_seconds;
-            });
-            if (finalists.size() > size_t(kFinalists)) finalists.resize(size_t(kFinalists));
-        }
-    };
-
-    std::vector<size_t> all(structures.size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-    if (exhaustive) {
-        screen(all, budget_seconds);
-    } else {
-        // Structure first: the model's best candidate of each structure, in model order.
-        std::vector<size_t> representatives;
-        std::set<std::string> seen;
-        for (size_t i : all)
-            if (seen.insert(structures[i]).second) representatives.push_back(i);
-        screen(representatives, kStructureShare * budget_seconds);
-        // Then the other candidates of the screened structures, fastest structure first.
-        std::vector<std::pair<double, std::string>> fastest;
-        for (const auto& [structure, seconds] : structure_best) fastest.push_back({seconds, structure});
-        std::sort(fastest.begin(), fastest.end());
-        std::vector<size_t> variants;
-        for (const auto& structure : fastest)
-            for (size_t i : all)
-                if (structures[i] == structure.second) variants.push_back(i);
-        screen(variants, kScreeningShare * budget_seconds);
-    }
-
-    // Confirmation, interleaved: one call of each finalist per round.
-    std::vector<std::vector<double>> samples(finalists.size());
-    if (finalists.size() > 1) {
-        for (Screened& f : finalists) f.call();  // warm again after the others ran
-        double round_seconds = 0;  // the last round's time: the forecast for the next
-        for (int round = 0; round < kConfirmRepeats; ++round) {
-            if (round > 0 && elapsed() + round_seconds > budget_seconds) break;
-            const double round_start = clock();
-            for (size_t f = 0; f < finalists.size(); ++f) samples[f].push_back(finalists[f].call());
-            round_seconds = clock() - round_start;
-        }
-    }
-    size_t winner = 0;
-    for (size_t f = 0; f < finalists.size(); ++f) {
-        if (!samples[f].empty()) finalists[f].measured = summarize(samples[f]);
-        if (finalists[f].measured.median_seconds < finalists[winner].measured.median_seconds) winner = f;
-    }
+    result.timed = screening.timed();
     result.best = finalists[winner].index;
     result.measured = finalists[winner].measured;
-    result.seconds = elapsed();
+    result.seconds = screening.elapsed();
     return result;
 }
 

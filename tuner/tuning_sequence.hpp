@@ -33,8 +33,8 @@ public:
     // Candidates, best predicted first; `prune`: drop what the model's budgets rule out (the
     // target falls back to every candidate when nothing survives). Throws when there is none.
     virtual std::vector<RankedTiling> rank(bool prune) = 0;
-    // The canonical text of a stored tiling, or throws (std::invalid_argument or Error) saying
-    // why this build or device cannot use it.
+    // The canonical text of a stored tiling, or throws an Error saying why this build or device
+    // cannot use it.
     virtual std::string accept(const std::string& text) = 0;
     // A forced tiling completed to every knob (knobs left out chosen by the target). Throws an
     // invalid-argument Error naming the bad knob.

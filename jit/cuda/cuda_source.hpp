@@ -26,7 +26,7 @@ struct GeneratedKernel {
     int shared_bytes = 0;    // dynamic shared memory per block
 };
 
-// Throws std::invalid_argument (check_spec) for a spec the generator cannot emit. The source
+// Throws an Error (check_spec) for a spec the generator cannot emit. The source
 // does not depend on split_k (a launch-time choice), so those variants share one compile.
 GeneratedKernel generate_kernel(const CudaKernelSpec& spec);
 

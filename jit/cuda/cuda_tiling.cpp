@@ -3,7 +3,7 @@
 
 #include <map>
 #include <sstream>
-#include <stdexcept>
+#include <utility>
 
 namespace qjit::jit::cuda {
 
@@ -20,11 +20,10 @@ bool one_of(int value, std::initializer_list<int> allowed) {
     return false;
 }
 
+// A tiling, or its text, the generator cannot use: the caller's argument is wrong.
 template <typename... Parts>
 [[noreturn]] void reject(Parts&&... parts) {
-    TextStream out;
-    (out << ... << parts);
-    throw std::invalid_argument(out.str());
+    fail(QJIT_ERROR_INVALID_ARGUMENT, std::forward<Parts>(parts)...);
 }
 
 int mma_row_tiles(int rows) { return (rows + 15) / 16; }
@@ -178,8 +177,9 @@ bool needs_mixed_kernel(const WeightFormat& format) {
 }
 
 void check_spec(const CudaKernelSpec& spec) {
-    if (const std::string why = unsupported_reason(spec.format); !why.empty()) reject(why);
-    if (spec.arch < 80) reject("CUDA kernels need sm_80 or newer (mma.sync bf16, cp.async), not sm_", spec.arch);
+    if (const std::string why = unsupported_reason(spec.format); !why.empty()) fail(QJIT_ERROR_UNSUPPORTED, why);
+    if (spec.arch < 80)
+        fail(QJIT_ERROR_UNSUPPORTED, "CUDA kernels need sm_80 or newer (mma.sync bf16, cp.async), not sm_", spec.arch);
     const CudaTiling& t = spec.tiling;
     if (needs_mixed_kernel(spec.format)) {
         if (t.kind != KernelKind::Gemv) reject("mixed widths, second-order scales and outliers run on the GEMV only");
@@ -225,7 +225,7 @@ bool is_valid(const CudaKernelSpec& spec) {
     try {
         check_spec(spec);
         return true;
-    } catch (const std::invalid_argument&) {
+    } catch (const Error&) {
         return false;
     }
 }

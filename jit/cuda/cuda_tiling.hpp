@@ -1,4 +1,10 @@
 // What a generated CUDA kernel computes (CudaKernelSpec) and the knobs that shape it (CudaTiling).
+//
+// The CUDA generator family, in the five parts of the x86 one (jit/x86/cpu_kernel.hpp): the spec
+// and tiling (CudaKernelSpec, CudaTiling); the tiling's text and parse (tiling_text,
+// parse_tiling); kernel_name; unsupported_reason (check_spec applies it): all here; generate
+// (generate_kernel: jit/cuda/cuda_source.hpp).
+//
 // Three kernel kinds serve a layer:
 //   gemv: up to 8 activation rows, codes in column blocks; wide code loads, dequantization in
 //         registers, warp-shuffle reduction.
@@ -71,8 +77,8 @@ std::string kernel_name(const CudaKernelSpec& spec);
 // "kernel=gemv,warps=4,cols=1,inflight=2" / "kernel=mma,warps=4,ntiles=2,inflight=1,splitk=1" /
 // "kernel=gemm,bm=64,bn=128,bk=128,warps=8,stages=3,splitk=1".
 std::string tiling_text(const CudaTiling& tiling);
-// Parses tiling_text's form; knobs left out keep `base`'s values. Throws std::invalid_argument
-// naming the bad knob.
+// Parses tiling_text's form; knobs left out keep `base`'s values. Throws an invalid-argument
+// Error naming the bad knob.
 CudaTiling parse_tiling(const std::string& text, CudaTiling base = {});
 
 // Whether `format` has a part only the mixed-format GEMV reads (K-groups of mixed widths,
@@ -104,8 +110,9 @@ int shared_memory_bytes(const CudaKernelSpec& spec);
 // (runtime/cuda/cuda_low_rank.hpp). The CUDA backend's one answer to "do you run this format";
 // check_spec refuses the same.
 std::string unsupported_reason(const WeightFormat& format);
-// Throws std::invalid_argument naming what the generator cannot emit: its format (unsupported_reason), a tiling
-// knob out of range, a GEMM tile whose warps, registers or K step do not fit. Does not check the
+// Throws an Error naming what the generator cannot emit: QJIT_ERROR_UNSUPPORTED for its format
+// (unsupported_reason) or an architecture below sm_80; QJIT_ERROR_INVALID_ARGUMENT for a tiling knob
+// out of range or a GEMM tile whose warps, registers or K step do not fit. Does not check the
 // device's shared memory (fits_device does).
 void check_spec(const CudaKernelSpec& spec);
 bool is_valid(const CudaKernelSpec& spec);

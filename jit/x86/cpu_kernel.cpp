@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <sstream>
-#include <stdexcept>
 
 #include "format/code_planes.hpp"
 #include "jit/x86/gemm_emitter.hpp"
@@ -49,9 +48,11 @@ std::string unsupported_reason(const WeightFormat& format) {
 }
 
 void check_spec(const CpuKernelSpec& spec) {
-    auto reject = [&](const std::string& why) { throw std::invalid_argument(kernel_name(spec) + ": " + why); };
-    if (!spec.isa.avx2) reject("needs AVX2 or better");
-    if (const std::string why = unsupported_reason(spec.format); !why.empty()) reject(why);
+    // What the machine or the format lacks is unsupported; a tiling out of range is a bad argument.
+    auto refuse = [&](const std::string& why) { fail(QJIT_ERROR_UNSUPPORTED, kernel_name(spec), ": ", why); };
+    auto reject = [&](const std::string& why) { fail(QJIT_ERROR_INVALID_ARGUMENT, kernel_name(spec), ": ", why); };
+    if (!spec.isa.avx2) refuse("needs AVX2 or better");
+    if (const std::string why = unsupported_reason(spec.format); !why.empty()) refuse(why);
     if (spec.tiling.tu < 1 || spec.tiling.mb < 1 || spec.tiling.prefetch < 0 || spec.tiling.ku < 1)
         reject("tiling values must be positive (prefetch >= 0)");
     if (spec.tiling.ku > 1 && (spec.group_rows() < 32 || (spec.group_rows() / 32) % spec.tiling.ku))

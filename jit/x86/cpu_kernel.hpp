@@ -2,6 +2,11 @@
 // how it is called (CpuKernelArgs). A kernel multiplies `rows` activation rows by one column panel
 // of packed weights (format/packed_codes.hpp) over a range of groups and writes a rows x panel
 // tile of fp32 outputs.
+//
+// The x86 generator family, in the five parts of the CUDA one (jit/cuda/cuda_tiling.hpp): the spec
+// and tiling (CpuKernelSpec, CpuTiling: here); the tiling's text and parse (tiling_text,
+// parse_tiling: jit/x86/cpu_tiling.hpp); kernel_name; unsupported_reason (here, check_spec
+// applies it); generate (generate_cpu_kernel: jit/x86/gemm_emitter.hpp).
 #pragma once
 
 #include <cstdint>
@@ -64,8 +69,9 @@ std::string kernel_family_name(const CpuKernelSpec& spec);
 // refuses the same, and what depends on the ISA and tiling besides.
 std::string unsupported_reason(const WeightFormat& format);
 
-// Throws std::invalid_argument when the spec cannot be generated: its format (unsupported_reason),
-// ISA, or a tiling whose registers do not fit the ISA's register file.
+// Throws an Error when the spec cannot be generated: QJIT_ERROR_UNSUPPORTED for its format
+// (unsupported_reason) or ISA, QJIT_ERROR_INVALID_ARGUMENT for a tiling out of range or one whose
+// registers do not fit the ISA's register file.
 void check_spec(const CpuKernelSpec& spec);
 
 // Vector registers the kernel's main loop needs (accumulators, weights, temporaries, constants,

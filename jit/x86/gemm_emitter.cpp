@@ -31,7 +31,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <stdexcept>
 
 #include "format/code_planes.hpp"
 #include "format/quantized_matrix.hpp"

@@ -13,7 +13,7 @@ namespace qjit::jit {
 
 using CpuKernelFn = void (*)(const CpuKernelArgs*);
 
-// Throws std::invalid_argument for a spec that check_spec rejects.
+// Throws check_spec's Error for a spec it rejects.
 std::unique_ptr<JitGenerator> generate_cpu_kernel(const CpuKernelSpec& spec);
 
 // Vector registers the group epilogue borrows from the scratch set: scale, zero, factor, output.

@@ -5,7 +5,7 @@
 
 #include "base/error.hpp"
 #include "runtime/cpu/candidate_bench.hpp"
-#include "tuner/cpu_tiling.hpp"
+#include "jit/x86/cpu_tiling.hpp"
 #include "tuner/hardware_probe.hpp"
 #include "tuner/search_space.hpp"
 
@@ -98,7 +98,7 @@ TilingChoice choose_tiling(qjit_context& context, const QuantParams& params,
                            std::optional<qjit_activations> activations) {
     TilingChoice choice;
     const std::optional<jit::CpuKernelSpec> format =
-        cpu_kernel_format(context.isa, activations.value_or(context.activations), params);
+        jit::cpu_kernel_format(context.isa, activations.value_or(context.activations), params);
     if (!format) return choice;
     const TuningProblem problem{*format, params.n, batch_bucket(context.tuning_batch), context.num_threads};
     CpuTuningTarget target(problem, *context.pool, context.tuning_mode == QJIT_TUNING_EXHAUSTIVE);

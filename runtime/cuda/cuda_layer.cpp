@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <set>
-#include <stdexcept>
 #include <thread>
 
 #include "base/error.hpp"
@@ -55,7 +54,7 @@ public:
         try {
             forced.tiling = jit::cuda::parse_tiling(text, format_.tiling);
             jit::cuda::check_spec(forced);
-        } catch (const std::invalid_argument& e) {
+        } catch (const Error& e) {  // names the variable and its text, which the generator's message does not
             fail(QJIT_ERROR_INVALID_ARGUMENT, "QJIT_CUDA_TILING '", text, "': ", e.what());
         }
         return jit::cuda::tiling_text(forced.tiling);
@@ -103,12 +102,8 @@ CudaExecutor::MatrixSource host_copy(QuantizedMatrix matrix) {
 
 CudaLayer::CudaLayer(qjit_context& context, QuantizedMatrix matrix, const LowRankFactors* compensator)
     : BackendLayer(BackendKind::Cuda, plan_forward(matrix.params, matrix.params.num_groups(), 1)), context_(context) {
-    try {
-        executor_ = std::make_unique<CudaExecutor>(*context.gpu, host_copy(std::move(matrix)), context.dump_dir,
-                                                   context.cubin_cache_dir);
-    } catch (const std::invalid_argument& e) {
-        fail(QJIT_ERROR_UNSUPPORTED, "no CUDA kernel for this layer: ", e.what());
-    }
+    executor_ = std::make_unique<CudaExecutor>(*context.gpu, host_copy(std::move(matrix)), context.dump_dir,
+                                               context.cubin_cache_dir);
     if (compensator) low_rank_ = std::make_unique<CudaLowRank>(context, *compensator, executor_->n());
     std::lock_guard lock(mutex_);
     choose_and_install(context.cuda_activations, context.tuning_batch, true);

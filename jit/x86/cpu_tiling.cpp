@@ -1,4 +1,4 @@
-#include "tuner/cpu_tiling.hpp"
+#include "jit/x86/cpu_tiling.hpp"
 
 #include <algorithm>
 #include <sstream>
@@ -6,30 +6,30 @@
 
 #include "base/error.hpp"
 
-namespace qjit {
+namespace qjit::jit {
 
 // Int8 activations change the real model's NLL by -0.0007 to +0.006 nats (docs/cpu-kernels.md): at most 3 % of
 // the error of 2- to 4-bit weights (0.11 and up), but as large as the whole error of 8-bit weights.
-jit::ActivationPath default_activation_path(int bits) {
-    return bits <= 4 ? jit::ActivationPath::Int8 : jit::ActivationPath::F32;
+ActivationPath default_activation_path(int bits) {
+    return bits <= 4 ? ActivationPath::Int8 : ActivationPath::F32;
 }
 
-std::optional<jit::CpuKernelSpec> cpu_kernel_format(qjit_isa isa, qjit_activations activations, const QuantParams& p) {
-    if (isa < QJIT_ISA_AVX2 || !jit::unsupported_reason(p.format()).empty()) return std::nullopt;
+std::optional<CpuKernelSpec> cpu_kernel_format(qjit_isa isa, qjit_activations activations, const QuantParams& p) {
+    if (isa < QJIT_ISA_AVX2 || !unsupported_reason(p.format()).empty()) return std::nullopt;
     if (!p.symmetric && std::any_of(p.zeros.begin(), p.zeros.end(), [](uint16_t z) { return z > 255; }))
         return std::nullopt;  // GPTQ v1 can encode a zero of 256; the kernels keep zeros in bytes
-    jit::CpuKernelSpec spec;
-    spec.isa = jit::IsaFeatures::of(isa);
-    spec.path = activations == QJIT_ACTIVATIONS_F32    ? jit::ActivationPath::F32
-                : activations == QJIT_ACTIVATIONS_INT8 ? jit::ActivationPath::Int8
+    CpuKernelSpec spec;
+    spec.isa = IsaFeatures::of(isa);
+    spec.path = activations == QJIT_ACTIVATIONS_F32    ? ActivationPath::F32
+                : activations == QJIT_ACTIVATIONS_INT8 ? ActivationPath::Int8
                                                        : default_activation_path(p.bits);
     spec.format = p.format();
     return spec;
 }
 
-jit::CpuKernelSpec cpu_kernel_spec(qjit_isa isa, jit::ActivationPath path, int bits, int64_t k, int64_t group_size) {
-    jit::CpuKernelSpec spec;
-    spec.isa = jit::IsaFeatures::of(isa);
+CpuKernelSpec cpu_kernel_spec(qjit_isa isa, ActivationPath path, int bits, int64_t k, int64_t group_size) {
+    CpuKernelSpec spec;
+    spec.isa = IsaFeatures::of(isa);
     spec.path = path;
     spec.format.bits = bits;
     spec.format.k = k;
@@ -38,11 +38,11 @@ jit::CpuKernelSpec cpu_kernel_spec(qjit_isa isa, jit::ActivationPath path, int b
     return spec;
 }
 
-std::string tiling_text(const jit::CpuTiling& t) {
+std::string tiling_text(const CpuTiling& t) {
     return concat("tu=", t.tu, ",mb=", t.mb, ",prefetch=", t.prefetch, ",ku=", t.ku, ",ksplit=", t.ksplit);
 }
 
-jit::CpuKernelSpec with_tiling_text(jit::CpuKernelSpec spec, const std::string& text) {
+CpuTiling parse_tiling(const std::string& text, CpuTiling t) {
     std::istringstream in(text);
     std::string item;
     while (std::getline(in, item, ',')) {
@@ -57,7 +57,6 @@ jit::CpuKernelSpec with_tiling_text(jit::CpuKernelSpec spec, const std::string& 
         } catch (const std::logic_error&) {
             fail(QJIT_ERROR_INVALID_ARGUMENT, "tiling '", text, "': '", value, "' is not a number");
         }
-        jit::CpuTiling& t = spec.tiling;
         if (key == "tu") t.tu = number;
         else if (key == "mb") t.mb = number;
         else if (key == "prefetch") t.prefetch = number;
@@ -66,14 +65,19 @@ jit::CpuKernelSpec with_tiling_text(jit::CpuKernelSpec spec, const std::string& 
         else fail(QJIT_ERROR_INVALID_ARGUMENT, "tiling '", text, "': unknown key '", key,
                   "' (tu, mb, prefetch, ku, ksplit)");
     }
-    require(spec.tiling.ksplit >= 1, "tiling '", text, "': ksplit must be at least 1");
+    require(t.ksplit >= 1, "tiling '", text, "': ksplit must be at least 1");
+    return t;
+}
+
+CpuKernelSpec with_tiling_text(CpuKernelSpec spec, const std::string& text) {
+    spec.tiling = parse_tiling(text, spec.tiling);
     spec.rows = spec.tiling.mb;
     try {
-        jit::check_spec(spec);
-    } catch (const std::invalid_argument& e) {
+        check_spec(spec);
+    } catch (const Error& e) {  // names the text the kernel's message does not
         fail(QJIT_ERROR_INVALID_ARGUMENT, "tiling '", text, "' cannot be used: ", e.what());
     }
     return spec;
 }
 
-}  // namespace qjit
+}  // namespace qjit::jit
