@@ -3,7 +3,10 @@
 # AddressSanitizer + UndefinedBehaviorSanitizer instead (in build-sanitize/); QJIT_SANITIZE=thread
 # under ThreadSanitizer (in build-tsan/), with the suites whose code runs on more than one thread
 # only (-DQJIT_TESTS=threaded, tests/CMakeLists.txt), less those that repeat one check per ISA
-# (Isa/: minutes under TSan, and nothing the rest does not already run on the thread pool).
+# (Isa/: minutes under TSan, and nothing the rest does not already run on the thread pool), and the
+# model-scale numerics in those suites (NLL on the real models, the tune-then-create round trip of a
+# checkpoint, tuning a whole GGUF file): minutes under TSan, on the same pool the layer suites run.
+# The ASan build compiles the suites' own code without the sanitizers (tests/CMakeLists.txt).
 # Under ASan + UBSan the AVX2 twins of the AVX-512 format variants (AllFormats/*_avx2_*), the JIT
 # runs of the per-ISA model checks (Isa/*/avx*, Isa/*/Jit: their portable runs stay) and the NVRTC
 # compile sweep (BitsAndArch/) are left out too: generated machine code and NVRTC are not
@@ -31,7 +34,7 @@ case "${QJIT_SANITIZE:-0}" in
     build_dir="$root/build-tsan"
     "$root/scripts/build.sh" --quiet "$build_dir" -DQJIT_TSAN=ON -DQJIT_BUILD_BENCH=OFF -DQJIT_TESTS=threaded
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-    exclude=(-E '^Isa/|^layering_|^install_and_consume$')
+    exclude=(-E '^Isa/|^layering_|^install_and_consume$|RealModel|^SmolLM2\.|^checkpoint_tuned_then_created|^TuneDriver\.TunesEach')
     labels_out='cuda_sweep|mpi'
     ;;
   *)
