@@ -164,13 +164,7 @@ qjit_status qjit_linear_destroy(qjit_linear* layer) {
 }
 
 qjit_status qjit_linear_forward(qjit_linear* layer, const float* x, int64_t m, float* y) {
-    return guarded([&] {
-        require(layer != nullptr, "layer is NULL");
-        require(x != nullptr, "x is NULL");
-        require(y != nullptr, "y is NULL");
-        require_activations(x, m, layer->params.k, y, layer->params.n);
-        linear_forward(*layer, x, m, y);
-    });
+    return qjit_linear_forward_on(layer, QJIT_DEVICE_CPU, x, y, m, QJIT_DTYPE_F32, nullptr);
 }
 
 qjit_status qjit_linear_forward_on(qjit_linear* layer, qjit_device device, const void* x, void* y, int64_t m,
@@ -185,7 +179,7 @@ qjit_status qjit_linear_forward_on(qjit_linear* layer, qjit_device device, const
             require_activations(static_cast<const float*>(x), m, layer->params.k, static_cast<const float*>(y),
                                 layer->params.n);
         } else {
-            require(m >= 1 && m <= (1 << 24), "m is ", m, "; expected 1 .. 2^24");
+            require_device_rows(m);
         }
         on.run({x, m, dtype, on.device()}, {y, m, dtype, on.device()}, stream);
     });

@@ -6,6 +6,7 @@
 #include "base/error.hpp"
 #include "runtime/cuda/cuda_driver.hpp"
 #include "runtime/cuda/cuda_layer.hpp"
+#include "runtime/forward_arguments.hpp"
 #include "runtime/linear_layer.hpp"
 
 using namespace qjit;
@@ -16,8 +17,6 @@ const cuda::CudaLayer& cuda_side(const qjit_linear* layer) {
     require(layer != nullptr, "layer is NULL");
     return static_cast<const cuda::CudaLayer&>(layer_on(*layer, QJIT_DEVICE_CUDA));
 }
-
-void require_rows(int64_t m) { require(m >= 1 && m <= (1 << 24), "m is ", m, "; expected 1 .. 2^24"); }
 
 }  // namespace
 
@@ -68,7 +67,7 @@ qjit_status qjit_linear_benchmark_cuda(qjit_linear* layer, int64_t m, qjit_dtype
     return guarded([&] {
         const cuda::CudaLayer& cuda = cuda_side(layer);
         require(median_us != nullptr, "median_us is NULL");
-        require_rows(m);
+        require_device_rows(m);
         require(repeats >= 1 && repeats <= 100000, "repeats is ", repeats, "; expected 1 .. 100000");
         *median_us = cuda.time_forward_us(m, cuda::activation_type(dtype), repeats);
     });
@@ -78,7 +77,7 @@ qjit_status qjit_linear_get_tuning_cuda(qjit_linear* layer, int64_t m, qjit_dtyp
     return guarded([&] {
         const cuda::CudaLayer& cuda = cuda_side(layer);
         require(tuning != nullptr, "tuning is NULL");
-        require_rows(m);
+        require_device_rows(m);
         const cuda::CudaTilingChoice& c = cuda.tiling_for(cuda::activation_type(dtype), m);
         tuning->source = c.source;
         tuning->kernel_key = c.kernel_key.c_str();

@@ -1,5 +1,5 @@
-// The checks every CPU forward entry point makes on its activations (qjit_linear_forward,
-// qjit_moe_forward), with the limits qjit.h documents.
+// The checks every forward entry point makes on its activations (qjit_linear_forward_on,
+// qjit_moe_forward, the CUDA calls), with the limits qjit.h documents.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +15,9 @@ inline constexpr int64_t kMaxActivations = int64_t(1) << 40;
 
 // m in 1 .. 2^31 - 1.
 inline void require_row_count(int64_t m) { require(m >= 1 && m <= kMaxRows, "m is ", m, "; expected 1 .. 2^31 - 1"); }
+
+// A device forward's row count: 1 .. 2^24 (the CUDA entry points).
+inline void require_device_rows(int64_t m) { require(m >= 1 && m <= (1 << 24), "m is ", m, "; expected 1 .. 2^24"); }
 
 // x (m x K) and y (m x N): within the activation limit, and not overlapping.
 inline void require_activations(const float* x, int64_t m, int64_t k, const float* y, int64_t n) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/error.hpp"
+#include "base/scratch.hpp"
 #include "jit/cuda/cuda_tiling.hpp"
 #include "jit/x86/cpu_kernel.hpp"
 #include "runtime/cpu/portable_kernel.hpp"
@@ -35,13 +36,17 @@ void require_supported(BackendKind kind, const WeightFormat& format, const std::
         fail(QJIT_ERROR_UNSUPPORTED, "a ", format.name(), " layer does not run on ", backend_name(kind), ": ", why, detail);
 }
 
+void gather_grouped_rows(const GroupedRows& member, const float* x, int64_t k, float* dst) {
+    for (int64_t i = 0; i < member.count; ++i)
+        std::copy(x + member.rows[i] * k, x + (member.rows[i] + 1) * k, dst + i * k);
+}
+
 void BackendLayer::run_grouped(std::span<const GroupedRows> group, const float* x, int64_t k) const {
     thread_local std::vector<float> gathered;
     for (const GroupedRows& member : group) {
-        if (gathered.size() < size_t(member.count * k)) gathered.resize(size_t(member.count * k));
-        for (int64_t i = 0; i < member.count; ++i)
-            std::copy(x + member.rows[i] * k, x + (member.rows[i] + 1) * k, gathered.data() + i * k);
-        member.layer->run({gathered.data(), member.count}, {member.out, member.count});
+        float* rows = grow(gathered, size_t(member.count * k));
+        gather_grouped_rows(member, x, k, rows);
+        member.layer->run({rows, member.count}, {member.out, member.count});
     }
 }
 

@@ -62,6 +62,9 @@ struct GroupedRows {
     float* out = nullptr;
 };
 
+// `member`'s rows of x (rows x k) one after another in dst (count x k).
+void gather_grouped_rows(const GroupedRows& member, const float* x, int64_t k, float* dst);
+
 // A layer as one backend prepared it: its weights in the backend's layout, and the plan it runs.
 class BackendLayer {
 public:

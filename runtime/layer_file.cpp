@@ -1,6 +1,5 @@
 #include "runtime/layer_file.hpp"
 
-#include "base/mapped_file.hpp"
 #include "base/replace_file.hpp"
 #include "io/framed_file.hpp"
 
@@ -12,11 +11,13 @@ std::string serialize_layer(const qjit_linear& layer) {
 
 void save_layer(const qjit_linear& layer, const std::string& path) { replace_file(path, serialize_layer(layer)); }
 
+std::unique_ptr<qjit_linear> layer_from_image(qjit_context* context, std::string_view image) {
+    LayerImage loaded = deserialize_layer(image);
+    return make_linear(context, std::move(loaded.params), std::move(loaded.codes), std::move(loaded.compensator));
+}
+
 std::unique_ptr<qjit_linear> load_layer(qjit_context* context, const std::string& path) {
-    return read_mapped(path, [&](std::string_view image) {
-        LayerImage loaded = deserialize_layer(image);
-        return make_linear(context, std::move(loaded.params), std::move(loaded.codes), std::move(loaded.compensator));
-    });
+    return read_mapped(path, [&](std::string_view image) { return layer_from_image(context, image); });
 }
 
 }  // namespace qjit

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/error.hpp"
+#include "base/scratch.hpp"
 #include "runtime/cpu/cache_eviction.hpp"
 #include "runtime/linear_layer.hpp"
 
@@ -12,12 +13,6 @@ namespace {
 
 // Columns of V one task of the fp16 pass adds: enough work to be worth a dispatch.
 constexpr int64_t kColumnsPerTask = 512;
-
-// Scratch that only grows, so steady-state forwards do not allocate.
-float* scratch(std::vector<float>& buffer, int64_t values) {
-    if (buffer.size() < size_t(values)) buffer.resize(size_t(values));
-    return buffer.data();
-}
 
 // t (m x rank) = x (m x k) U (k x rank), dense fp32.
 void dense_x_times_u(const float* u, int64_t k, int64_t rank, const float* x, int64_t m, float* t) {
@@ -62,7 +57,7 @@ LowRankPass::~LowRankPass() = default;
 
 void LowRankPass::add(const float* x, int64_t m, float* y) const {
     thread_local std::vector<float> t_buffer, product_buffer;
-    float* const t = scratch(t_buffer, m * rank_);
+    float* const t = grow(t_buffer, size_t(m * rank_));
     if (bits_ == 16) {
         dense_x_times_u(u_values_.data(), k_, rank_, x, m, t);
         const int64_t tasks = (n_ + kColumnsPerTask - 1) / kColumnsPerTask;
@@ -73,7 +68,7 @@ void LowRankPass::add(const float* x, int64_t m, float* y) const {
         context_->pool->parallel_for(tasks, task, tasks > 1);
         return;
     }
-    float* const product = scratch(product_buffer, m * n_);
+    float* const product = grow(product_buffer, size_t(m * n_));
     linear_forward(*u_, x, m, t);
     for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < rank_; ++j) t[i * rank_ + j] *= v_scales_[size_t(j)];

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/scratch.hpp"
 #include "runtime/linear_layer.hpp"
 
 namespace qjit {
@@ -14,12 +15,6 @@ namespace {
 constexpr int64_t kMinParallelScatter = int64_t(1) << 15;
 // Columns one scatter task covers: enough that a task costs more than taking it.
 constexpr int64_t kScatterColumns = 512;
-
-template <typename T>
-T* grow(std::vector<T>& buffer, size_t count) {
-    if (buffer.size() < count) buffer.resize(count);
-    return buffer.data();
-}
 
 // One expert's term of one token's output.
 struct TokenTerm {

@@ -24,11 +24,6 @@ std::string_view take(std::string_view image, size_t& offset, size_t end, uint64
     return section;
 }
 
-std::unique_ptr<qjit_linear> shard_layer(qjit_context* context, std::string_view image) {
-    LayerImage layer = deserialize_layer(image);
-    return make_linear(context, std::move(layer.params), std::move(layer.codes), std::move(layer.compensator));
-}
-
 }  // namespace
 
 std::string serialize_tp_mlp(const qjit_tp_mlp& mlp) {
@@ -84,9 +79,9 @@ std::unique_ptr<qjit_tp_mlp> deserialize_tp_mlp(qjit_context* context, std::stri
         if (offset != end) corrupt(concat(end - offset, " unexpected bytes after the last section"));
         if ((mlp->kind == QJIT_MLP_SWIGLU) == gate.empty())
             corrupt(mlp->kind == QJIT_MLP_SWIGLU ? "a SwiGLU MLP without its gate" : "a GELU MLP with a gate");
-        mlp->up = shard_layer(context, up);
-        if (!gate.empty()) mlp->gate = shard_layer(context, gate);
-        mlp->down = shard_layer(context, down);
+        mlp->up = layer_from_image(context, up);
+        if (!gate.empty()) mlp->gate = layer_from_image(context, gate);
+        mlp->down = layer_from_image(context, down);
         check_tp_mlp(*mlp);
         return mlp;
     });

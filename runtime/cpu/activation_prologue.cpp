@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "base/scratch.hpp"
 #include "runtime/layer_passes.hpp"
 
 namespace qjit {
@@ -16,12 +17,6 @@ namespace {
 inline float round_to_nearest(float v) {
     constexpr float kShift = 12582912.0f;
     return (v + kShift) - kShift;
-}
-
-template <typename T>
-T* grow(std::vector<T>& buffer, size_t count) {
-    if (buffer.size() < count) buffer.resize(count);
-    return buffer.data();
 }
 
 // One activation row: gathered and padded into `row` (f32 path: the output row itself), then

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/scratch.hpp"
 #include "runtime/cpu/activation_prologue.hpp"
 #include "runtime/cpu/jit_layer.hpp"
 
@@ -15,12 +16,6 @@ namespace {
 // Below these sizes a dispatch to the pool costs more than the work (as in a layer's forward).
 constexpr int64_t kMinParallelActivations = int64_t(1) << 14;
 constexpr int64_t kMinParallelWork = int64_t(1) << 18;
-
-template <typename T>
-T* grow(std::vector<T>& buffer, size_t count) {
-    if (buffer.size() < count) buffer.resize(count);
-    return buffer.data();
-}
 
 // A layer of the group, and where its data lives in the scratch.
 struct Slot {
@@ -141,8 +136,7 @@ void JitLayer::run_grouped(std::span<const GroupedRows> group, const float* x, i
         slot.layer->executor().add_partials(slot.member->out, scratch.partials.data() + slot.partial_offset, count, n);
         if (!slot.layer->low_rank()) continue;
         float* rows = grow(scratch.gathered, size_t(count * k));
-        for (int64_t i = 0; i < count; ++i)
-            std::copy(x + slot.member->rows[i] * k, x + (slot.member->rows[i] + 1) * k, rows + i * k);
+        gather_grouped_rows(*slot.member, x, k, rows);
         slot.layer->add_low_rank(rows, count, slot.member->out);
     }
 }
