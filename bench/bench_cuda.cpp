@@ -320,6 +320,15 @@ double copy_bandwidth_gbps(ColdL2Timer& timer, cudaStream_t stream, size_t l2_by
     return gbps;
 }
 
+// The launch floor: the time of the smallest launch there is (a one-word memset kernel) under the
+// same protocol, below which no layer's call can go, however few bytes it streams.
+double launch_floor_us(ColdL2Timer& timer, cudaStream_t stream) {
+    DeviceBuffer word(sizeof(uint32_t));
+    const double us = timer.median_us(kCopyReps, [&] { CUDA_CHECK(cudaMemsetAsync(word.data(), 0, word.bytes(), stream)); });
+    std::printf("launch floor: a 4-byte cudaMemsetAsync, median of %d: %.1f us\n", kCopyReps, us);
+    return us;
+}
+
 // ---------------------------------------------------------------------------------------------
 // cuBLAS baseline: dense 16-bit weights, fp32 accumulation
 // ---------------------------------------------------------------------------------------------
@@ -681,6 +690,7 @@ int main(int argc, char** argv) {
 
     const double copy_gbps = copy_bandwidth_gbps(timer, stream, size_t(l2_bytes));
     std::printf("copy bandwidth / peak: %.0f%%\n", 100 * copy_gbps / info.peak_bandwidth_gbps);
+    launch_floor_us(timer, stream);
 
     // One buffer of each kind, sized for the largest shape and batch, shared by every row.
     int64_t max_k = 0, max_n = 0, max_kn = 0;

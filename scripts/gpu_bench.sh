@@ -1,41 +1,65 @@
 #!/usr/bin/env bash
-# Run on the GPU machine from the repository root, with a build folder built elsewhere and carried
-# here after scripts/gpu_carry.sh: the CUDA tests, then bench_cuda with this script's arguments.
-# Usage: [QJIT_BUILD_DIR=build] [OUT=folder] scripts/gpu_bench.sh [bench_cuda flags...]
-# With OUT set, the outputs are also written to $OUT/ctest_cuda.log and $OUT/bench_cuda.md.
-# Exits nonzero when the tests or the benchmark fail (the benchmark runs either way).
-set -euo pipefail
-build="$(cd "${QJIT_BUILD_DIR:-build}" && pwd)"
+# Run on a GPU machine from the repository root, with BUILD_DIR-carry made by scripts/gpu_carry.sh
+# where qjit was built: the steps named on the command line, in that order, within a time budget,
+# each one's output in $OUT/<step>.log (or ./gpu-out), and the cubin cache saved beside them. The
+# tests run as qjit_tests itself, not through ctest, whose files name the building machine's paths
+# and CMake modules.
+#
+# Usage: [QJIT_BUILD_DIR=build-carry] [QJIT_GPU_BUDGET_S=540] [OUT=folder] scripts/gpu_bench.sh STEP...
+# Steps, most valuable first:
+#   tests     every CUDA test (qjit_tests, the compile-only sweep left out; about 6 minutes on an H200
+#             with a cold cubin cache, most of it compiling every variant)
+#   shard     the device test of tensor-parallel shard columns alone
+#   b70       bench_cuda: Llama-2-70B layers, batches 1/16/64, 4 and 3 bits
+#   peer      bench/peer_torch.py: cuBLAS fp16/bf16 and PyTorch's int4 kernel, same shapes and batches
+#   b7        bench_cuda: Llama-2-7B layers, batches 1/4/16/64, 4 and 3 bits, rank-16 INT8 and 2/4/16
+#   prefill   bench_cuda: batches 128/256/512, 4 bits, both models
+#   tuner     bench_cuda --tuner-check on Llama-2-7B, batches 1/16/64, 4 bits
+# A step that would start with less than a minute of budget left is skipped; a running step is
+# stopped when the budget ends. A carried gpu-cubins.tgz seeds the cubin cache. Exits nonzero when
+# any step failed.
+set -uo pipefail
+build="$(cd "${QJIT_BUILD_DIR:-build-carry}" && pwd)"
+out="${OUT:-gpu-out}"
+mkdir -p "$out"
+deadline=$(( $(date +%s) + ${QJIT_GPU_BUDGET_S:-540} ))
 export LD_LIBRARY_PATH="$build:$build/carried-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export QJIT_CUBIN_CACHE=/tmp/qjit-cubins
+mkdir -p "$QJIT_CUBIN_CACHE"
+[ -f gpu-cubins.tgz ] && tar -xzf gpu-cubins.tgz -C "$QJIT_CUBIN_CACHE"
 
-# The build folder records absolute paths (ctest's test list, the tests' source folder): where it
-# was built under another root, make that root point at this checkout.
-recorded_root="$(sed -n 's/^qjit_SOURCE_DIR:STATIC=//p' "$build/CMakeCache.txt")"
-if [ -n "$recorded_root" ] && [ ! -e "$recorded_root" ]; then
-  mkdir -p "$(dirname "$recorded_root")" && ln -s "$PWD" "$recorded_root" ||
-    echo "gpu_bench: warning: cannot link $recorded_root to $PWD; ctest may not find the tests" >&2
-fi
-
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
 if ldd "$build/bench/bench_cuda" | grep 'not found'; then
-  echo "gpu_bench: missing shared libraries above (CUDA ones must come from this machine's toolkit;" \
-       "others from scripts/gpu_carry.sh run where it was built)" >&2
+  echo "gpu_bench: missing shared libraries above (CUDA's come from this machine, the rest from gpu_carry.sh)" >&2
 fi
 
-# Runs "$@", copying its output to $OUT/$1 when OUT is set.
-logged() {
-  local name="$1"
-  shift
-  if [ -n "${OUT:-}" ]; then
-    mkdir -p "$OUT"
-    "$@" 2>&1 | tee "$OUT/$name"
-  else
-    "$@"
-  fi
+bench="$build/bench/bench_cuda"
+step_command() {
+  case "$1" in
+    tests) echo "$build/tests/qjit_tests" --gtest_filter='*Cuda*:-*CompileSweep*' ;;
+    shard) echo "$build/tests/qjit_tests" --gtest_filter='CudaDevice.Shard*' ;;
+    b70) echo "$bench" --shapes llama70b --batches 1,16,64 --bits 4,3 --budget 1000 --reps 30 ;;
+    peer) echo python3 bench/peer_torch.py --shapes llama7b,llama70b --batches 1,16,64,128,256,512 --reps 30 ;;
+    b7) echo "$bench" --shapes llama7b --batches 1,4,16,64 --bits 4,3 --budget 1000 --reps 30 --low-rank 16 \
+          --low-rank-bits 8 --mixed ;;
+    prefill) echo "$bench" --shapes llama7b,llama70b --batches 128,256,512 --bits 4 --budget 1000 --reps 20 ;;
+    tuner) echo "$bench" --tuner-check --shapes llama7b --batches 1,16,64 --bits 4 --budget 1000 --reps 20 ;;
+    *) return 1 ;;
+  esac
 }
 
 status=0
-# The compile-only sweep (label cuda_sweep) is left out: the device tests compile every variant anyway.
-logged ctest_cuda.log ctest --test-dir "$build" -R Cuda -LE cuda_sweep --timeout "${QJIT_TEST_TIMEOUT:-900}" \
-  --no-tests=error --output-on-failure || status=$?
-logged bench_cuda.md "$build/bench/bench_cuda" "$@" || status=$?
+for step in "$@"; do
+  command="$(step_command "$step")" || { echo "gpu_bench: unknown step $step" >&2; status=2; continue; }
+  left=$(( deadline - $(date +%s) ))
+  if [ "$left" -lt 60 ]; then echo "gpu_bench: $step skipped, ${left}s of the budget left"; continue; fi
+  echo "== $step ($left s left): $command"
+  started=$(date +%s)
+  timeout --kill-after=5 $(( left - 20 )) $command > "$out/$step.log" 2>&1
+  code=$?
+  tail -n 40 "$out/$step.log"
+  echo "== $step: exit $code after $(( $(date +%s) - started )) s"
+  [ "$code" -eq 0 ] || status=1
+done
+tar -czf "$out/gpu-cubins.tgz" -C "$QJIT_CUBIN_CACHE" . && ls -la "$out/gpu-cubins.tgz"
 exit "$status"

@@ -1,27 +1,35 @@
 #!/usr/bin/env bash
-# Run where qjit was built, before carrying the build folder to a GPU machine: copies the shared
-# libraries that its programs need and that a machine with only the CUDA toolkit lacks (yaml-cpp,
-# gtest, benchmark, ...) into BUILD_DIR/carried-libs, which scripts/gpu_bench.sh puts on
-# LD_LIBRARY_PATH there.
-# Usage: scripts/gpu_carry.sh [BUILD_DIR]   (default: build)
+# Run where qjit was built, before a GPU machine: makes BUILD_DIR-carry, the part of the build that
+# scripts/gpu_bench.sh runs (libqjit, qjit_tests, bench_cuda, ctest's files; no object files, so it
+# travels within the device tool's size limit), with the shared libraries that those programs need
+# and that a machine with only the CUDA toolkit lacks (yaml-cpp, gtest, ...) in carried-libs/.
+# Usage: scripts/gpu_carry.sh [BUILD_DIR]   (default: build; then name BUILD_DIR-carry in carry)
 set -euo pipefail
 build="$(cd "${1:-build}" && pwd)"
-dest="$build/carried-libs"
-# The C and C++ runtimes and the CUDA libraries come from the GPU machine itself; libqjit travels
-# with the build folder.
+carry="$build-carry"
+# The C and C++ runtimes and the CUDA libraries come from the GPU machine itself.
 skip='^(libqjit\.|linux-vdso|ld-linux|libc\.|libm\.|libstdc\+\+|libgcc_s|libpthread|libdl\.|librt\.|libcuda\.|libcudart|libcublas|libnvrtc)'
 
 binaries=()
-for binary in "$build/bench/bench_cuda" "$build/tests/qjit_tests" "$build/libqjit.so"; do
-  if [ -e "$binary" ]; then binaries+=("$binary"); else echo "gpu_carry: $binary not built, skipped" >&2; fi
+for binary in bench/bench_cuda tests/qjit_tests libqjit.so; do
+  if [ -e "$build/$binary" ]; then binaries+=("$build/$binary"); else echo "gpu_carry: $binary not built, skipped" >&2; fi
 done
 [ ${#binaries[@]} -gt 0 ] || { echo "gpu_carry: nothing built in $build" >&2; exit 1; }
 
-mkdir -p "$dest"
+rm -rf "$carry"
+mkdir -p "$carry/carried-libs"
+# Everything but objects, archives and CMake's own work folders; other programs' folders stay out.
+(cd "$build" && find . \( -name CMakeFiles -o -name models -o -name tools -o -name python -o -name _deps \) -prune \
+   -o \( -type f -o -type l \) ! -name '*.o' ! -name '*.a' -print) |
+  while read -r file; do
+    mkdir -p "$carry/$(dirname "$file")"
+    cp -P "$build/$file" "$carry/$file"
+  done
+
 # "name => /path (address)" lines only: a library the loader could not find has no path.
 for binary in "${binaries[@]}"; do ldd "$binary"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
   while read -r name path; do
     [[ "$name" =~ $skip ]] && continue
-    cp -L "$path" "$dest/$name"
-    echo "gpu_carry: $name <- $path"
+    cp -L "$path" "$carry/carried-libs/$name"
   done
+echo "gpu_carry: $carry ($(du -sh "$carry" | cut -f1)), libraries: $(ls "$carry/carried-libs" | tr '\n' ' ')"

@@ -4,6 +4,7 @@
 // where there is no CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <future>
 #include <numeric>
@@ -20,6 +21,7 @@
 #include "format/cuda_weights.hpp"
 #include "format/low_rank.hpp"
 #include "format/reference.hpp"
+#include "format/tp_shards.hpp"
 #include "runtime/linear_layer.hpp"
 #include "test_support.hpp"
 #include "tuner/cuda_search.hpp"
@@ -264,6 +266,47 @@ TEST(CudaDevice, CApiForward) {
     double us = 0;
     EXPECT_EQ(qjit_linear_benchmark_cuda(layer.get(), 1, QJIT_DTYPE_F16, 5, &us), QJIT_OK) << qjit_last_error();
     EXPECT_GT(us, 0);
+}
+
+// A tensor-parallel shard (columns cut from the matrix in a shuffled order, output j = original
+// column order[j]) on the device equals the unsharded layer's columns, on every kernel kind.
+TEST(CudaDevice, ShardColumnsEqualTheUnshardedLayers) {
+    REQUIRE_DEVICE(device);
+    const int64_t k = 515, n = 300;
+    const QuantizedMatrix matrix = random_matrix({4, 128, false}, k, n, true, 31);
+    std::vector<int32_t> columns(n);
+    std::iota(columns.begin(), columns.end(), 0);
+    std::shuffle(columns.begin(), columns.end(), std::mt19937(32));
+    columns.resize(size_t(n / 2 + 7));  // not a multiple of a tile
+    const QuantizedMatrix shard = select_columns(matrix, columns);
+    ASSERT_TRUE(shard.params.permuted_columns);
+    cuda::CudaExecutor whole(*device, [&] { return matrix; }, "", ""), part(*device, [&] { return shard; }, "", "");
+    const ActivationType type = ActivationType::F16;
+    const int64_t shard_n = int64_t(columns.size());
+    for (const char* tiling : {"kernel=gemv,warps=4,cols=2,inflight=2", "kernel=mma,warps=4,ntiles=2,inflight=2,splitk=1",
+                               "kernel=gemm,bm=32,bn=128,bk=128,warps=4,stages=3"}) {
+        const auto t = jit::cuda::parse_tiling(tiling);
+        const int64_t m = t.kind == KernelKind::Gemv ? 3 : 20;
+        whole.install(type, batch_bucket(m), t);
+        part.install(type, batch_bucket(m), t);
+        std::vector<float> x = test::random_floats(size_t(m * k), 33);
+        const std::vector<uint16_t> x_bits = test::to_activation_bits(x, type);
+        cuda::DeviceBuffer xd(x_bits.data(), x_bits.size() * 2), yw(size_t(m * n) * 2), yp(size_t(m * shard_n) * 2);
+        whole.forward(xd.get(), yw.get(), m, type, nullptr);
+        part.forward(xd.get(), yp.get(), m, type, nullptr);
+        std::vector<uint16_t> whole_bits(size_t(m * n)), part_bits(size_t(m * shard_n));
+        cuda::Driver::get().copy_to_host(whole_bits.data(), yw.get(), whole_bits.size() * 2);
+        cuda::Driver::get().copy_to_host(part_bits.data(), yp.get(), part_bits.size() * 2);
+        const std::vector<float> y_whole = test::from_activation_bits(whole_bits, type);
+        const std::vector<float> y_part = test::from_activation_bits(part_bits, type);
+        expect_matches_oracle(shard, x, m, y_part, type, std::string("shard, ") + tiling);
+        for (int64_t r = 0; r < m; ++r)
+            for (int64_t j = 0; j < shard_n; ++j) {
+                const float expected = y_whole[size_t(r * n + columns[size_t(j)])];
+                ASSERT_NEAR(y_part[size_t(r * shard_n + j)], expected, 0.01 * (1 + std::fabs(expected)))
+                    << tiling << " row " << r << " shard column " << j;
+            }
+    }
 }
 
 // Layers with a low-rank compensator (INT8, INT3 and fp16 factors) against their own CPU path, which

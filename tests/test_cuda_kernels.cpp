@@ -249,6 +249,24 @@ TEST(CudaTuner, StructuresGroupVariantsOfOneTile) {
 
 // The ranking the search screens in: the mma kernel first wherever it serves (measured on an H100),
 // the GEMM above 64 rows; every candidate valid for the bucket.
+// At one row and 4 or 8 bits the GEMV ranks first, two columns per warp (measured on an H100 and an
+// H200); narrower codes and more rows keep the mma kernel first.
+TEST(CudaTuner, GemvRanksFirstForOneRowOfWideCodes) {
+    GpuProperties h200;
+    h200.name = "H200-like", h200.compute_major = 9, h200.sm_count = 132;
+    h200.shared_memory_per_block_optin = 227 * 1024;
+    for (int bits : {2, 3, 4, 8})
+        for (int64_t rows : {1, 2}) {
+            CudaKernelSpec spec = test::cuda_spec({bits, 128, false}, 8192, 90);
+            spec.rows = int(rows);
+            const std::vector<CudaTiling> ranked = ranked_cuda_tilings(spec, 8192, h200);
+            ASSERT_FALSE(ranked.empty());
+            const bool gemv = rows == 1 && bits >= 4;
+            EXPECT_EQ(ranked.front().kind, gemv ? KernelKind::Gemv : KernelKind::Mma) << bits << " bits, " << rows << " rows";
+            if (gemv) EXPECT_EQ(ranked.front().columns_per_warp, 2) << jit::cuda::tiling_text(ranked.front());
+        }
+}
+
 TEST(CudaTuner, MmaKernelRanksFirstUpTo64Rows) {
     GpuProperties h100;
     h100.name = "H100-like", h100.compute_major = 9, h100.sm_count = 132;

@@ -34,8 +34,10 @@ double predicted_cost(const CudaKernelSpec& spec, int64_t n, const GpuProperties
                                  t.chunks_in_flight * t.columns_per_warp;
         const double hidden = std::min(1.0, in_flight / kBytesInFlightPerSm);
         const double busy = std::min(1.0, warps / (sms * 8));
-        // Fewer warps per block spread the tail better.
-        return weight_bytes(spec, n) / (hidden * busy) * (1 + 0.02 * t.warps);
+        // Fewer warps per block spread the tail better; two columns per warp was the timed search's
+        // pick on all five Llama-2 shapes at 4 bits and one row (H100, 2026-11-22).
+        const double columns_cost = t.columns_per_warp == 2 ? 1.0 : 1.05;
+        return weight_bytes(spec, n) / (hidden * busy) * (1 + 0.02 * t.warps) * columns_cost;
     }
     if (t.kind == KernelKind::Mma) {
         const double blocks = double(jit::cuda::padded_n(n) / (8 * t.n_tiles)) * t.split_k;
@@ -128,10 +130,17 @@ std::vector<CudaTiling> ranked_cuda_tilings(const CudaKernelSpec& format, int64_
         scored.emplace_back(predicted_cost(spec, n, device), t);
     }
     // Kinds are ranked by measurement, not by the model (whose costs are comparable only within a
-    // kind): the mma kernel first wherever it serves. On an H100 (2026-11-22, bench_cuda, Llama-2
-    // 7B/70B shapes, 2/3/4/8 bits) it was the fastest timed kind in nearly every cell from 2 to 32
-    // rows and for 3-bit at one row; the gemv's time grew about linearly with its rows.
-    auto kind_order = [&](const CudaTiling& t) { return t.kind == KernelKind::Mma ? 0 : 1; };
+    // kind). On an H100 (2026-11-22, bench_cuda, Llama-2 7B/70B shapes, 2/3/4/8 bits) the mma kernel
+    // was the fastest timed kind in nearly every cell from 2 to 32 rows and for 3-bit at one row;
+    // the gemv's time grew about linearly with its rows. At one row and 4 or 8 bits the gemv was
+    // faster on every shape timed: 9.7-20.1 us against the mma's 10.5-23.5 on that H100, and
+    // 23.4 / 11.0 / 57.0 us against 28.9 / 13.9 / 89.3 on Llama-2-70B's layers on an H200
+    // (2026-11-26). A budget that times only the first candidate (a cold cubin cache) runs it.
+    const bool gemv_first = format.rows == 1 && format.format.bits >= 4;
+    auto kind_order = [&](const CudaTiling& t) {
+        if (t.kind == KernelKind::Gemv) return gemv_first ? 0 : 1;
+        return t.kind == KernelKind::Mma ? (gemv_first ? 1 : 0) : 2;
+    };
     std::stable_sort(scored.begin(), scored.end(), [&](const auto& a, const auto& b) {
         if (kind_order(a.second) != kind_order(b.second)) return kind_order(a.second) < kind_order(b.second);
         return a.first < b.first;
