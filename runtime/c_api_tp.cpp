@@ -15,6 +15,7 @@
 #include "runtime/forward_arguments.hpp"
 #include "runtime/quant_config.hpp"
 #include "runtime/tp_mlp.hpp"
+#include "runtime/tp_mlp_cuda.hpp"
 #include "runtime/tp_mlp_file.hpp"
 
 using namespace qjit;
@@ -111,6 +112,15 @@ qjit_status qjit_tp_mlp_forward(qjit_tp_mlp* mlp, const qjit_communicator* comm,
         require(y != nullptr, "y is NULL");
         require_activations(x, m, mlp->k1, y, mlp->n2);
         tp_mlp_forward(*mlp, *comm, x, m, y, timing);
+    });
+}
+
+qjit_status qjit_tp_mlp_forward_cuda(qjit_tp_mlp* mlp, const qjit_device_communicator* comm, const void* x, int64_t m,
+                                     qjit_dtype dtype, void* y, void* stream) {
+    return guarded([&] {
+        require(mlp != nullptr, "mlp is NULL");
+        require(comm != nullptr, "comm is NULL");
+        tp_mlp_forward_cuda(*mlp, *comm, x, m, dtype, y, stream);
     });
 }
 

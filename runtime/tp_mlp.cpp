@@ -187,7 +187,7 @@ void tp_mlp_forward(const qjit_tp_mlp& mlp, const qjit_communicator& comm, const
         } else {
             for (float& v : hidden) v = gelu(v);
         }
-        if (mlp.algorithm == QJIT_TP_NAIVE && (mlp.world_size > 1 || !is_identity(mlp.down_rows)))
+        if (needs_all_gather(mlp))
             hidden = gather_in_down_order(mlp, collectives, hidden, m, &permute_us);
         linear_forward(*mlp.down, hidden.data(), m, y);
         if (mlp.world_size > 1) collectives.all_reduce_sum(y, m * mlp.n2);
@@ -202,6 +202,10 @@ void tp_mlp_forward(const qjit_tp_mlp& mlp, const qjit_communicator& comm, const
         timing->permute_us = permute_us;
         timing->compute_us = timing->total_us - timing->communicate_us - permute_us;
     }
+}
+
+bool needs_all_gather(const qjit_tp_mlp& mlp) {
+    return mlp.algorithm == QJIT_TP_NAIVE && (mlp.world_size > 1 || !is_identity(mlp.down_rows));
 }
 
 qjit_tp_traffic tp_mlp_traffic(const qjit_tp_mlp& mlp, int64_t m) {

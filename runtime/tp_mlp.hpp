@@ -5,11 +5,16 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "format/quantized_matrix.hpp"
 #include "qjit/qjit_tp.h"
 #include "runtime/linear_layer.hpp"
+
+namespace qjit {
+struct TpMlpDeviceScratch;
+}
 
 struct qjit_tp_mlp {
     qjit_context* context = nullptr;
@@ -20,6 +25,8 @@ struct qjit_tp_mlp {
     int64_t k1 = 0, n1 = 0, n2 = 0;
     std::vector<int32_t> down_rows;  // P2: W_down's original rows in storage order, all N1 of them
     std::unique_ptr<qjit_linear> up, gate, down;  // this rank's shards; no gate for GELU
+    std::mutex device_mutex;                      // one device forward at a time (runtime/tp_mlp_cuda.hpp)
+    std::shared_ptr<qjit::TpMlpDeviceScratch> device_scratch;  // made by the first device forward
 
     int64_t shard_n1() const { return n1 / world_size; }
 };
@@ -45,5 +52,9 @@ void tp_mlp_forward(const qjit_tp_mlp& mlp, const qjit_communicator& comm, const
                     qjit_tp_timing* timing);
 
 qjit_tp_traffic tp_mlp_traffic(const qjit_tp_mlp& mlp, int64_t m);
+
+// Whether the forward all-gathers and permutes the intermediate activations: the naive algorithm,
+// unless there is one rank and W_down's rows are in their original order.
+bool needs_all_gather(const qjit_tp_mlp& mlp);
 
 }  // namespace qjit

@@ -9,7 +9,8 @@
 # Steps, most valuable first:
 #   tests     every CUDA test (qjit_tests, the compile-only sweep left out; about 6 minutes on an H200
 #             with a cold cubin cache, most of it compiling every variant)
-#   shard     the device test of tensor-parallel shard columns alone
+#   shard     the device tests of tensor-parallel shards and MLPs alone
+#   nccl      the NCCL adapter on the device (one rank) with a tensor-parallel MLP
 #   b70       bench_cuda: Llama-2-70B layers, batches 1/16/64, 4 and 3 bits
 #   peer      bench/peer_torch.py: cuBLAS fp16/bf16 and PyTorch's int4 kernel, same shapes and batches
 #   b7        bench_cuda: Llama-2-7B layers, batches 1/4/16/64, 4 and 3 bits, rank-16 INT8 and 2/4/16
@@ -23,7 +24,9 @@ build="$(cd "${QJIT_BUILD_DIR:-build-carry}" && pwd)"
 out="${OUT:-gpu-out}"
 mkdir -p "$out"
 deadline=$(( $(date +%s) + ${QJIT_GPU_BUDGET_S:-540} ))
-export LD_LIBRARY_PATH="$build:$build/carried-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NCCL from the machine's Python wheel (nvidia-nccl-cu13), where it has one.
+nccl_lib="$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)"
+export LD_LIBRARY_PATH="$build:$build/adapters:$build/carried-libs${nccl_lib:+:$nccl_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export QJIT_CUBIN_CACHE=/tmp/qjit-cubins
 mkdir -p "$QJIT_CUBIN_CACHE"
 [ -f gpu-cubins.tgz ] && tar -xzf gpu-cubins.tgz -C "$QJIT_CUBIN_CACHE"
@@ -37,7 +40,8 @@ bench="$build/bench/bench_cuda"
 step_command() {
   case "$1" in
     tests) echo "$build/tests/qjit_tests" --gtest_filter='*Cuda*:-*CompileSweep*' ;;
-    shard) echo "$build/tests/qjit_tests" --gtest_filter='CudaDevice.Shard*' ;;
+    shard) echo "$build/tests/qjit_tests" --gtest_filter='CudaDevice.Shard*:CudaDevice.TensorParallel*' ;;
+    nccl) echo "$build/tests/qjit_nccl_tests" ;;
     b70) echo "$bench" --shapes llama70b --batches 1,16,64 --bits 4,3 --budget 1000 --reps 30 ;;
     peer) echo python3 bench/peer_torch.py --shapes llama7b,llama70b --batches 1,16,64,128,256,512 --reps 30 ;;
     b7) echo "$bench" --shapes llama7b --batches 1,4,16,64 --bits 4,3 --budget 1000 --reps 30 --low-rank 16 \

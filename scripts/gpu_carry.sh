@@ -7,11 +7,12 @@
 set -euo pipefail
 build="$(cd "${1:-build}" && pwd)"
 carry="$build-carry"
-# The C and C++ runtimes and the CUDA libraries come from the GPU machine itself.
-skip='^(libqjit\.|linux-vdso|ld-linux|libc\.|libm\.|libstdc\+\+|libgcc_s|libpthread|libdl\.|librt\.|libcuda\.|libcudart|libcublas|libnvrtc)'
+# The C and C++ runtimes and the CUDA libraries (NCCL too: 200 MiB, and in PyTorch's wheels there)
+# come from the GPU machine itself.
+skip='^(libqjit|linux-vdso|ld-linux|libc\.|libm\.|libstdc\+\+|libgcc_s|libpthread|libdl\.|librt\.|libcuda\.|libcudart|libcublas|libnvrtc|libnccl)'
 
 binaries=()
-for binary in bench/bench_cuda tests/qjit_tests libqjit.so; do
+for binary in bench/bench_cuda tests/qjit_tests tests/qjit_nccl_tests libqjit.so adapters/libqjit_nccl.so; do
   if [ -e "$build/$binary" ]; then binaries+=("$build/$binary"); else echo "gpu_carry: $binary not built, skipped" >&2; fi
 done
 [ ${#binaries[@]} -gt 0 ] || { echo "gpu_carry: nothing built in $build" >&2; exit 1; }
@@ -19,7 +20,7 @@ done
 rm -rf "$carry"
 mkdir -p "$carry/carried-libs"
 # Everything but objects, archives and CMake's own work folders; other programs' folders stay out.
-(cd "$build" && find . \( -name CMakeFiles -o -name models -o -name tools -o -name python -o -name _deps \) -prune \
+(cd "$build" && find . \( -name CMakeFiles -o -name models -o -name tools -o -name python -o -name _deps -o -name cuda_host_kernels \) -prune \
    -o \( -type f -o -type l \) ! -name '*.o' ! -name '*.a' -print) |
   while read -r file; do
     mkdir -p "$carry/$(dirname "$file")"

@@ -24,6 +24,7 @@
 #include "format/tp_shards.hpp"
 #include "runtime/linear_layer.hpp"
 #include "test_support.hpp"
+#include "tp_mlp_fixtures.hpp"
 #include "tuner/cuda_search.hpp"
 #include "tuner/tuning_problem.hpp"
 #include "quant/quantize_low_rank.hpp"
@@ -283,7 +284,8 @@ TEST(CudaDevice, ShardColumnsEqualTheUnshardedLayers) {
     cuda::CudaExecutor whole(*device, [&] { return matrix; }, "", ""), part(*device, [&] { return shard; }, "", "");
     const ActivationType type = ActivationType::F16;
     const int64_t shard_n = int64_t(columns.size());
-    for (const char* tiling : {"kernel=gemv,warps=4,cols=2,inflight=2", "kernel=mma,warps=4,ntiles=2,inflight=2,splitk=1",
+    for (const char* tiling : {"kernel=gemv,warps=4,cols=2,inflight=2",
+                               "kernel=mma,warps=4,ntiles=2,inflight=2,splitk=1",
                                "kernel=gemm,bm=32,bn=128,bk=128,warps=4,stages=3"}) {
         const auto t = jit::cuda::parse_tiling(tiling);
         const int64_t m = t.kind == KernelKind::Gemv ? 3 : 20;
@@ -307,6 +309,74 @@ TEST(CudaDevice, ShardColumnsEqualTheUnshardedLayers) {
                     << tiling << " row " << r << " shard column " << j;
             }
     }
+}
+
+// ||y - expected|| / ||expected|| over a whole output.
+double relative_error(const std::vector<float>& y, const std::vector<double>& expected) {
+    double difference = 0, norm = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+        difference += (y[i] - expected[i]) * (y[i] - expected[i]);
+        norm += expected[i] * expected[i];
+    }
+    return std::sqrt(difference / norm);
+}
+
+// A tensor-parallel MLP's device forward (qjit_tp_mlp_forward_cuda) against the whole MLP by the
+// oracle: one rank, and two ranks whose partial outputs are summed here (their communicator's
+// all-reduce leaves each rank its own part); SwiGLU and GELU, act-order, fp16 and bf16. A failing
+// all-reduce is reported by name and leaves NaN.
+TEST(CudaDevice, TensorParallelMlpMatchesTheWholeMlp) {
+    REQUIRE_DEVICE(device);
+    const test::ContextPtr context = cuda_context();
+    ASSERT_NE(context, nullptr);
+    const auto own_part = [](void*, void*, int64_t, qjit_dtype, void*) { return 0; };
+    for (qjit_mlp_kind kind : {QJIT_MLP_SWIGLU, QJIT_MLP_GELU}) {
+        const MlpMatrices mlp = tp_test::random_mlp(kind, {200, 256, 72, 64}, 4, true, 40);
+        for (int world : {1, 2}) {
+            std::vector<std::unique_ptr<qjit_tp_mlp>> ranks;
+            for (int r = 0; r < world; ++r) ranks.push_back(make_tp_mlp(context.get(), mlp, r, world, QJIT_TP_AWARE));
+            for (qjit_dtype dtype : {QJIT_DTYPE_F16, QJIT_DTYPE_BF16})
+                for (int64_t m : {1, 5, 20}) {
+                    const ActivationType type = dtype == QJIT_DTYPE_F16 ? ActivationType::F16 : ActivationType::BF16;
+                    std::vector<float> x = test::random_floats(size_t(m * 200), uint32_t(m + world));
+                    const std::vector<uint16_t> x_bits = test::to_activation_bits(x, type);  // x rounded in place
+                    cuda::DeviceBuffer xd(x_bits.data(), x_bits.size() * 2), yd(size_t(m * 72) * 2);
+                    std::vector<float> y(size_t(m * 72), 0.0f);
+                    for (int r = 0; r < world; ++r) {
+                        const qjit_device_communicator comm{r, world, nullptr, own_part, nullptr};
+                        const void* x_in = reinterpret_cast<const void*>(xd.get());
+                        void* y_out = reinterpret_cast<void*>(yd.get());
+                        ASSERT_EQ(qjit_tp_mlp_forward_cuda(ranks[size_t(r)].get(), &comm, x_in, m, dtype, y_out, nullptr),
+                                  QJIT_OK)
+                            << qjit_last_error();
+                        std::vector<uint16_t> y_bits(y.size());
+                        cuda::Driver::get().copy_to_host(y_bits.data(), yd.get(), y_bits.size() * 2);
+                        const std::vector<float> part = test::from_activation_bits(y_bits, type);
+                        for (size_t i = 0; i < y.size(); ++i) y[i] += part[i];
+                    }
+                    const double error = relative_error(y, tp_test::whole_mlp(mlp, x, m).y);
+                    EXPECT_LT(error, dtype == QJIT_DTYPE_F16 ? 1e-2 : 3e-2)
+                        << (kind == QJIT_MLP_SWIGLU ? "SwiGLU" : "GELU") << ", world " << world << ", m " << m
+                        << (dtype == QJIT_DTYPE_F16 ? ", f16" : ", bf16");
+                }
+        }
+    }
+    const MlpMatrices mlp = tp_test::random_mlp(QJIT_MLP_SWIGLU, {200, 256, 72, 64}, 4, true, 41);
+    const auto rank0 = make_tp_mlp(context.get(), mlp, 0, 2, QJIT_TP_AWARE);
+    const qjit_device_communicator failing{0, 2, nullptr, [](void*, void*, int64_t, qjit_dtype, void*) { return 5; },
+                                           [](void*, int) { return "the peer left"; }};
+    const std::vector<uint16_t> x_bits(200, 0x3c00);  // 1.0 in fp16
+    cuda::DeviceBuffer xd(x_bits.data(), x_bits.size() * 2), yd(72 * 2);
+    EXPECT_EQ(qjit_tp_mlp_forward_cuda(rank0.get(), &failing, reinterpret_cast<const void*>(xd.get()), 1,
+                                       QJIT_DTYPE_F16, reinterpret_cast<void*>(yd.get()), nullptr),
+              QJIT_ERROR_COMMUNICATION);
+    EXPECT_NE(std::string(qjit_last_error()).find("all_reduce_sum failed on rank 0 of 2: error 5 (the peer left)"),
+              std::string::npos)
+        << qjit_last_error();
+    std::vector<uint16_t> y_bits(72);
+    cuda::Driver::get().copy_to_host(y_bits.data(), yd.get(), y_bits.size() * 2);
+    const std::vector<float> y = test::from_activation_bits(y_bits, ActivationType::F16);
+    EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isnan(v); }));
 }
 
 // Layers with a low-rank compensator (INT8, INT3 and fp16 factors) against their own CPU path, which

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda_host/host_module.hpp"
+#include "base/activations.hpp"
 #include "cuda_oracle.hpp"
 #include "format/cuda_mixed_weights.hpp"
 #include "format/cuda_weights.hpp"
@@ -280,6 +281,39 @@ TEST(CudaEmulatedSupport, CompensatorKernelsMatchPlainLoops) {
         for (int64_t i = 0; i < count; ++i) {
             const double expected = double(sum_values[size_t(i)]) + addend[size_t(i)];
             EXPECT_NEAR(sums[size_t(i)], expected, tolerance * std::fabs(expected) + 1e-6) << "y[" << i << "]";
+        }
+    }
+}
+
+// A tensor-parallel MLP's activation kernels against base/activations.hpp, on inputs rounded to the
+// activation type: each result is rounded once, so it is within half an ulp of the type.
+TEST(CudaEmulatedSupport, MlpActivationsMatchTheCpuFormulas) {
+    const long long count = 1000;
+    for (ActivationType type : {ActivationType::F16, ActivationType::BF16}) {
+        SCOPED_TRACE(type_suffix(type));
+        const double ulp = type == ActivationType::F16 ? 1.0 / 1024 : 1.0 / 128;
+        std::vector<float> up = test::random_floats(size_t(count), 11), gate = test::random_floats(size_t(count), 12);
+        for (float& v : gate) v *= 8;  // both tails of the sigmoid
+        std::vector<uint16_t> h_bits = test::to_activation_bits(up, type);
+        const std::vector<uint16_t> gate_bits = test::to_activation_bits(gate, type);
+        support_module().launch((std::string("qjit_swiglu") + type_suffix(type)).c_str(),
+                                {blocks_for(count, kSupportThreads)}, kSupportThreads, 0, h_bits.data(),
+                                static_cast<const uint16_t*>(gate_bits.data()), count);
+        const std::vector<float> swiglu = test::from_activation_bits(h_bits, type);
+        for (long long i = 0; i < count; ++i) {
+            const float expected = silu(gate[size_t(i)]) * up[size_t(i)];
+            ASSERT_NEAR(swiglu[size_t(i)], expected, ulp * std::fabs(expected) + 1e-6) << "swiglu " << i;
+        }
+
+        std::vector<float> pre = test::random_floats(size_t(count), 13);
+        for (float& v : pre) v *= 6;
+        std::vector<uint16_t> pre_bits = test::to_activation_bits(pre, type);
+        support_module().launch((std::string("qjit_gelu") + type_suffix(type)).c_str(),
+                                {blocks_for(count, kSupportThreads)}, kSupportThreads, 0, pre_bits.data(), count);
+        const std::vector<float> activated = test::from_activation_bits(pre_bits, type);
+        for (long long i = 0; i < count; ++i) {
+            const float expected = gelu(pre[size_t(i)]);
+            ASSERT_NEAR(activated[size_t(i)], expected, ulp * std::fabs(expected) + 1e-6) << "gelu " << i;
         }
     }
 }

@@ -111,7 +111,8 @@ TEST(CudaCompile, SupportKernelsCompile) {
         EXPECT_TRUE(is_elf(out.cubin));
         for (const char* entry : {"qjit_gather_rows", "qjit_cast_f32_to_f16", "qjit_cast_f32_to_bf16"})
             EXPECT_NE(out.ptx.find(std::string(".entry ") + entry), std::string::npos) << entry;
-        for (const char* pass : {"qjit_scale_columns", "qjit_add_into", "qjit_low_rank_xu", "qjit_low_rank_tv"})
+        for (const char* pass : {"qjit_scale_columns", "qjit_add_into", "qjit_low_rank_xu", "qjit_low_rank_tv",
+                                  "qjit_swiglu", "qjit_gelu"})
             for (const char* type : {"_f16", "_bf16"})
                 EXPECT_NE(out.ptx.find(std::string(".entry ") + pass + type), std::string::npos) << pass << type;
     }
@@ -262,7 +263,8 @@ TEST(CudaTuner, GemvRanksFirstForOneRowOfWideCodes) {
             const std::vector<CudaTiling> ranked = ranked_cuda_tilings(spec, 8192, h200);
             ASSERT_FALSE(ranked.empty());
             const bool gemv = rows == 1 && bits >= 4;
-            EXPECT_EQ(ranked.front().kind, gemv ? KernelKind::Gemv : KernelKind::Mma) << bits << " bits, " << rows << " rows";
+            EXPECT_EQ(ranked.front().kind, gemv ? KernelKind::Gemv : KernelKind::Mma)
+                << bits << " bits, " << rows << " rows";
             if (gemv) EXPECT_EQ(ranked.front().columns_per_warp, 2) << jit::cuda::tiling_text(ranked.front());
         }
 }

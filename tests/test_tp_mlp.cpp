@@ -18,6 +18,7 @@
 #include "runtime/tp_mlp_file.hpp"
 #include "test_support.hpp"
 #include "thread_world.hpp"
+#include "tp_mlp_fixtures.hpp"
 #include "tools/checkpoint_writer.hpp"
 #include "tools/random_gptq.hpp"
 
@@ -27,74 +28,11 @@ namespace {
 using test::ContextPtr;
 using test::ThreadWorld;
 
-// A random K x N matrix at `bits`, groups of `group` rows, its rows stored in a shuffled group order
-// (act-order) when asked.
-QuantizedMatrix random_matrix(int64_t k, int64_t n, int bits, int64_t group, bool act_order, uint32_t seed) {
-    std::mt19937 rng(seed);
-    QuantizedMatrix m;
-    QuantParams& p = m.params;
-    static_cast<WeightFormat&>(p) = with_shape(WeightFormat{.bits = bits, .group_size = group,
-                                                            .scale_type = ScaleType::F32, .act_order = act_order},
-                                               k, n);
-    const int64_t metadata = p.num_groups() * n;
-    std::uniform_int_distribution<int> code(0, (1 << bits) - 1);
-    std::uniform_real_distribution<float> scale(0.01f, 0.05f);
-    for (int64_t i = 0; i < metadata; ++i) {
-        p.scales.push_back(scale(rng));
-        p.zeros.push_back(uint16_t(code(rng)));
-    }
-    for (int64_t i = 0; i < k * n; ++i) m.codes.push_back(uint8_t(code(rng)));
-    if (act_order) {
-        p.row_order.resize(size_t(k));
-        std::iota(p.row_order.begin(), p.row_order.end(), 0);
-        std::shuffle(p.row_order.begin(), p.row_order.end(), rng);
-    }
-    validate(m);
-    return m;
-}
-
-struct Shapes {
-    int64_t k1, n1, n2;
-    int64_t group;
-};
-
-MlpMatrices random_mlp(qjit_mlp_kind kind, const Shapes& s, int bits, bool act_order, uint32_t seed) {
-    return {kind, random_matrix(s.k1, s.n1, bits, s.group, act_order, seed),
-            random_matrix(s.k1, s.n1, bits, s.group, act_order, seed + 1),
-            random_matrix(s.n1, s.n2, bits, s.group, act_order, seed + 2)};
-}
-
-// The whole MLP by the oracle, in double; also sum_k |h_k| |W_down[k][n]| per output, the scale of
-// the rounding a sharded fp32 computation may differ by.
-struct Expected {
-    std::vector<double> y, scale;
-};
-
-Expected whole_mlp(const MlpMatrices& mlp, const std::vector<float>& x, int64_t m) {
-    const int64_t k1 = mlp.up.params.k, n1 = mlp.up.params.n, n2 = mlp.down.params.n;
-    const std::vector<float> up = dequantize(mlp.up), down = dequantize(mlp.down);
-    const std::vector<float> gate = mlp.kind == QJIT_MLP_SWIGLU ? dequantize(mlp.gate) : std::vector<float>{};
-    Expected e{std::vector<double>(size_t(m * n2)), std::vector<double>(size_t(m * n2))};
-    for (int64_t i = 0; i < m; ++i) {
-        std::vector<double> h(static_cast<size_t>(n1));
-        for (int64_t j = 0; j < n1; ++j) {
-            double u = 0, g = 0;
-            for (int64_t k = 0; k < k1; ++k) {
-                u += double(x[size_t(i * k1 + k)]) * up[size_t(k * n1 + j)];
-                if (!gate.empty()) g += double(x[size_t(i * k1 + k)]) * gate[size_t(k * n1 + j)];
-            }
-            h[size_t(j)] = mlp.kind == QJIT_MLP_SWIGLU
-                               ? g / (1 + std::exp(-g)) * u
-                               : 0.5 * u * (1 + std::tanh(0.7978845608 * (u + 0.044715 * u * u * u)));
-        }
-        for (int64_t c = 0; c < n2; ++c)
-            for (int64_t j = 0; j < n1; ++j) {
-                e.y[size_t(i * n2 + c)] += h[size_t(j)] * down[size_t(j * n2 + c)];
-                e.scale[size_t(i * n2 + c)] += std::fabs(h[size_t(j)] * down[size_t(j * n2 + c)]);
-            }
-    }
-    return e;
-}
+using tp_test::Expected;
+using tp_test::random_matrix;
+using tp_test::random_mlp;
+using tp_test::Shapes;
+using tp_test::whole_mlp;
 
 // fp32 products, sums and activations along the way: well within 1e-5 of the terms' magnitude
 // (K1 and N1 are a few hundred); a misplaced column or row is off by whole terms.
@@ -314,6 +252,37 @@ TEST(TpMlp, AFailingCollectiveIsReportedAndLeavesNoPartialResult) {
     EXPECT_NE(message.find("all_reduce_sum_f32 failed on rank 0 of 2: error 7 (the link went down)"),
               std::string::npos) << message;
     EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isnan(v); }));
+}
+
+// The device forward's refusals, checked before any device is needed: each names what is wrong.
+// Shards made without a CUDA device are refused last, as QJIT_ERROR_NO_DEVICE.
+TEST(TpMlp, TheDeviceForwardRefusesWhatItCannotRun) {
+    const MlpMatrices mlp = random_mlp(QJIT_MLP_SWIGLU, {64, 128, 16, 32}, 4, true, 14);
+    const ContextPtr context = rank_context();
+    const auto aware = make_tp_mlp(context.get(), mlp, 1, 2, QJIT_TP_AWARE);
+    const auto naive = make_tp_mlp(context.get(), mlp, 0, 1, QJIT_TP_NAIVE);  // act-order: needs the all-gather
+    const qjit_device_communicator rank1{1, 2, nullptr, [](void*, void*, int64_t, qjit_dtype, void*) { return 0; },
+                                         nullptr};
+    const void* x = reinterpret_cast<const void*>(uintptr_t(0x1000));  // never read: every call is refused
+    void* y = reinterpret_cast<void*>(uintptr_t(0x2000));
+    auto refused = [&](qjit_tp_mlp* shards, const qjit_device_communicator* comm, int64_t m, qjit_dtype dtype,
+                       const void* x_in, void* y_out, qjit_status status, const char* named) {
+        EXPECT_EQ(qjit_tp_mlp_forward_cuda(shards, comm, x_in, m, dtype, y_out, nullptr), status) << named;
+        EXPECT_NE(std::string(qjit_last_error()).find(named), std::string::npos) << qjit_last_error();
+    };
+    refused(nullptr, &rank1, 1, QJIT_DTYPE_F16, x, y, QJIT_ERROR_INVALID_ARGUMENT, "mlp is NULL");
+    refused(aware.get(), nullptr, 1, QJIT_DTYPE_F16, x, y, QJIT_ERROR_INVALID_ARGUMENT, "comm is NULL");
+    const qjit_device_communicator rank0{0, 2, nullptr, rank1.all_reduce_sum, nullptr};
+    refused(aware.get(), &rank0, 1, QJIT_DTYPE_F16, x, y, QJIT_ERROR_INVALID_ARGUMENT, "rank 1 of 2");
+    const qjit_device_communicator no_reduce{1, 2, nullptr, nullptr, nullptr};
+    refused(aware.get(), &no_reduce, 1, QJIT_DTYPE_F16, x, y, QJIT_ERROR_INVALID_ARGUMENT, "all_reduce_sum");
+    const qjit_device_communicator alone{0, 1, nullptr, nullptr, nullptr};
+    refused(naive.get(), &alone, 1, QJIT_DTYPE_F16, x, y, QJIT_ERROR_UNSUPPORTED, "QJIT_TP_AWARE");
+    refused(aware.get(), &rank1, 1, QJIT_DTYPE_F32, x, y, QJIT_ERROR_INVALID_ARGUMENT, "QJIT_DTYPE_BF16");
+    refused(aware.get(), &rank1, 0, QJIT_DTYPE_F16, x, y, QJIT_ERROR_INVALID_ARGUMENT, "m is 0");
+    refused(aware.get(), &rank1, 1, QJIT_DTYPE_BF16, nullptr, y, QJIT_ERROR_INVALID_ARGUMENT, "x is NULL");
+    refused(aware.get(), &rank1, 1, QJIT_DTYPE_BF16, x, nullptr, QJIT_ERROR_INVALID_ARGUMENT, "y is NULL");
+    refused(aware.get(), &rank1, 1, QJIT_DTYPE_BF16, x, y, QJIT_ERROR_NO_DEVICE, "options.cuda_device");
 }
 
 TEST(TpMlp, TimingAccountsForTheForward) {

@@ -63,6 +63,19 @@ typedef struct qjit_communicator {
     const char* (*error_string)(void* user, int code);
 } qjit_communicator;
 
+/* The collective of the device forward (qjit_tp_mlp_forward_cuda), implemented by the caller over
+ * its GPU communication library (e.g. the NCCL adapter qjit/qjit_tp_nccl.h). The buffer is device
+ * memory holding count values of dtype (QJIT_DTYPE_F16 or QJIT_DTYPE_BF16); the call is enqueued on
+ * stream (a CUstream) after the work already there, and returns without waiting for it. */
+typedef struct qjit_device_communicator {
+    int rank;       /* 0 .. world_size - 1 */
+    int world_size; /* >= 1 */
+    void* user;     /* passed to every function */
+    /* buffer[0 .. count) = the sum over ranks of their buffer[0 .. count), in place. */
+    int (*all_reduce_sum)(void* user, void* buffer, int64_t count, qjit_dtype dtype, void* stream);
+    const char* (*error_string)(void* user, int code);
+} qjit_device_communicator;
+
 /* An MLP's GPTQ tensors (qjit.h's qjit_gptq_tensors; gate unused for GELU). */
 typedef struct qjit_mlp_gptq {
     qjit_mlp_kind kind;
@@ -135,6 +148,18 @@ QJIT_API qjit_status qjit_tp_mlp_destroy(qjit_tp_mlp* mlp); /* NULL is a no-op *
  * partial result is never left looking like a result. timing may be NULL. */
 QJIT_API qjit_status qjit_tp_mlp_forward(qjit_tp_mlp* mlp, const qjit_communicator* comm, const float* x, int64_t m,
                                          float* y, qjit_tp_timing* timing);
+
+/* The same MLP on the context's CUDA device: x (m x K1) and y (m x N2) are device pointers to
+ * row-major matrices of dtype (QJIT_DTYPE_F16 or QJIT_DTYPE_BF16), the work is enqueued on stream (a
+ * CUstream; NULL is the legacy default stream) and not waited for, and comm sums y in dtype across
+ * the ranks (no collective when world_size is 1). The intermediate activations are held in dtype.
+ * The shards must have been made in a context with options.cuda_device (QJIT_ERROR_NO_DEVICE
+ * otherwise). QJIT_TP_AWARE shards only, or naive ones that need no all-gather (world_size 1, W_down
+ * without act-order): the naive all-gather and permutation have no device path
+ * (QJIT_ERROR_UNSUPPORTED). A failed collective returns QJIT_ERROR_COMMUNICATION naming it, with y
+ * set to NaN. Calls on one MLP are serialised: it owns one set of device scratch buffers. */
+QJIT_API qjit_status qjit_tp_mlp_forward_cuda(qjit_tp_mlp* mlp, const qjit_device_communicator* comm, const void* x,
+                                              int64_t m, qjit_dtype dtype, void* y, void* stream);
 
 QJIT_API qjit_status qjit_tp_mlp_get_info(const qjit_tp_mlp* mlp, qjit_tp_mlp_info* info);
 QJIT_API qjit_status qjit_tp_mlp_traffic(const qjit_tp_mlp* mlp, int64_t m, qjit_tp_traffic* traffic);

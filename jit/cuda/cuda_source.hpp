@@ -41,6 +41,9 @@ GeneratedKernel generate_kernel(const CudaKernelSpec& spec);
 //     t (fp32) = x U, U given transposed (rank x k, fp16); one warp per element of t
 //   qjit_low_rank_tv_*(const float* t, const u16* v, u16* y, int m, int n, int rank):
 //     y += t V, V rank x n in fp16; one thread per element of y
+// and a tensor-parallel MLP's activations (runtime/tp_mlp_cuda.cpp), each as _f16 and _bf16:
+//   qjit_swiglu_*(u16* h, const u16* gate, long long count):   h[i] = silu(gate[i]) * h[i]
+//   qjit_gelu_*(u16* h, long long count):                      h[i] = gelu(h[i]) (tanh approximation)
 std::string support_kernels_source();
 
 }  // namespace qjit::jit::cuda

@@ -78,6 +78,28 @@ template <bool BF16> static __device__ void add_t_times_v(const float* t, const 
     }
 QJIT_LOW_RANK_KERNELS(f16, false)
 QJIT_LOW_RANK_KERNELS(bf16, true)
+
+// The MLP's activations (base/activations.hpp's formulas, in fp32), in place on the up projection
+// h: SwiGLU h[i] = silu(gate[i]) * h[i], GELU h[i] = gelu(h[i]), each rounded once.
+template <bool BF16> static __device__ void swiglu(u16* h, const u16* gate, long long count) {
+    const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    const float g = to_float<BF16>(gate[i]);
+    h[i] = from_float<BF16>(g * (1.0f / (1.0f + expf(-g))) * to_float<BF16>(h[i]));
+}
+template <bool BF16> static __device__ void gelu(u16* h, long long count) {
+    const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    const float v = to_float<BF16>(h[i]);
+    h[i] = from_float<BF16>(0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v))));
+}
+#define QJIT_MLP_ACTIVATIONS(SUFFIX, BF16)                                                                           \
+    extern "C" __global__ void qjit_swiglu_##SUFFIX(u16* h, const u16* gate, long long count) {                     \
+        swiglu<BF16>(h, gate, count);                                                                                \
+    }                                                                                                                \
+    extern "C" __global__ void qjit_gelu_##SUFFIX(u16* h, long long count) { gelu<BF16>(h, count); }
+QJIT_MLP_ACTIVATIONS(f16, false)
+QJIT_MLP_ACTIVATIONS(bf16, true)
 )";
 
 }  // namespace

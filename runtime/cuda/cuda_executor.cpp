@@ -41,7 +41,6 @@ jit::cuda::CudaKernelSpec cuda_format(const QuantParams& params, jit::cuda::Acti
 }
 
 
-constexpr unsigned kSupportThreads = 256;
 
 void write_text(const std::string& path, const std::string& text) {
     std::ofstream out(path, std::ios::binary);
@@ -73,12 +72,10 @@ CudaExecutor::CudaExecutor(const GpuProperties& device, MatrixSource matrix_sour
     } else {
         upload_metadata(matrix);
     }
-    const cuda::CompiledKernel support = cuda::compile_cuda_cached(
-        jit::cuda::support_kernels_source(), "qjit_support", device_.arch(), cubin_cache_dir_);
-    support_ = driver.load_module(support.cubin);
-    gather_ = driver.function(support_, "qjit_gather_rows");
-    cast_f16_ = driver.function(support_, "qjit_cast_f32_to_f16");
-    cast_bf16_ = driver.function(support_, "qjit_cast_f32_to_bf16");
+    support_ = std::make_unique<cuda::SupportModule>(device_, cubin_cache_dir_);
+    gather_ = support_->function("qjit_gather_rows");
+    cast_f16_ = support_->function("qjit_cast_f32_to_f16");
+    cast_bf16_ = support_->function("qjit_cast_f32_to_bf16");
 }
 
 void CudaExecutor::upload_metadata(const QuantizedMatrix& matrix) {
@@ -113,7 +110,6 @@ CudaExecutor::~CudaExecutor() {
     } catch (const Error&) {
     }
     for (auto& [key, plan] : plans_) driver.unload_module(plan->module);
-    if (support_) driver.unload_module(support_);
 }
 
 cuda::DeviceBuffer& CudaExecutor::code_layout(KernelKind kind) {
@@ -217,7 +213,8 @@ void CudaExecutor::launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdev
         cuda::CUdeviceptr order = row_order_.get();
         int rows = int(m), k = int(k_), kp = int(kp_);
         void* args[] = {&x, &ldx, &order, &gathered, &rows, &k, &kp};
-        driver.launch(gather_, cuda::blocks_for(m * kp_, kSupportThreads), 1, 1, kSupportThreads, 0, stream, args);
+        driver.launch(gather_, cuda::blocks_for(m * kp_, cuda::kSupportThreads), 1, 1, cuda::kSupportThreads, 0, stream,
+                      args);
         x = gathered, k_valid = int(kp_), ldx = int(kp_);
     }
     if (mixed_.present) return launch_mixed(plan, x, y, m, k_valid, ldx, stream);
@@ -245,7 +242,8 @@ void CudaExecutor::launch(const CudaPlan& plan, cuda::CUdeviceptr x, cuda::CUdev
         long long count = m * n_;
         void* cast_args[] = {&partial, &y, &count};
         const cuda::CUfunction cast = plan.spec.activations == ActivationType::F16 ? cast_f16_ : cast_bf16_;
-        driver.launch(cast, cuda::blocks_for(count, kSupportThreads), 1, 1, kSupportThreads, 0, stream, cast_args);
+        driver.launch(cast, cuda::blocks_for(count, cuda::kSupportThreads), 1, 1, cuda::kSupportThreads, 0, stream,
+                      cast_args);
     }
 }
 

@@ -21,6 +21,7 @@
 
 #include "jit/cuda/cuda_source.hpp"
 #include "runtime/cuda/cuda_driver.hpp"
+#include "runtime/cuda/support_module.hpp"
 #include "format/cuda_weights.hpp"
 #include "format/quantized_matrix.hpp"
 
@@ -114,7 +115,7 @@ private:
         bool present = false;
         cuda::DeviceBuffer group_words, scale_codes, scale2, zero2, outlier_start, outlier_rows, outlier_values;
     } mixed_;
-    cuda::CUmodule support_ = nullptr;
+    std::unique_ptr<cuda::SupportModule> support_;
     cuda::CUfunction gather_ = nullptr, cast_f16_ = nullptr, cast_bf16_ = nullptr;
 
     mutable std::mutex mutex_;  // guards plans_, the code layouts and the scratch buffers: one forward at a time per layer

@@ -5,8 +5,6 @@
 #include "base/error.hpp"
 #include "base/half.hpp"
 #include "format/low_rank.hpp"
-#include "jit/cuda/cuda_source.hpp"
-#include "runtime/cuda/nvrtc_compiler.hpp"
 #include "runtime/context.hpp"
 #include "runtime/cuda/cuda_layer.hpp"
 
@@ -15,8 +13,6 @@ namespace qjit::cuda {
 using jit::cuda::ActivationType;
 
 namespace {
-
-constexpr unsigned kThreads = 256;
 
 // fp16 values held as floats, back to their bits (exact).
 DeviceBuffer upload_f16(const std::vector<float>& values) {
@@ -41,22 +37,14 @@ CudaLowRank::CudaLowRank(qjit_context& context, const LowRankFactors& factors, i
         u_layer_ = make_cuda_layer(context, low_rank_u_matrix(factors.u.codes));
         v_layer_ = make_cuda_layer(context, low_rank_v_matrix(factors.vt.codes));
     }
-    const CompiledKernel compiled = compile_cuda_cached(jit::cuda::support_kernels_source(), "qjit_support",
-                                                        device_.arch(), context.cubin_cache_dir);
-    support_ = driver.load_module(compiled.cubin);
+    support_ = std::make_unique<SupportModule>(device_, context.cubin_cache_dir);
 }
 
 CudaLowRank::~CudaLowRank() {
-    if (!support_) return;
     try {
-        Driver::get().make_current(device_.ordinal);
+        Driver::get().make_current(device_.ordinal);  // the buffers below are freed on their device
     } catch (const Error&) {
     }
-    Driver::get().unload_module(support_);
-}
-
-CUfunction CudaLowRank::support(const char* name, ActivationType type) const {
-    return Driver::get().function(support_, concat(name, type == ActivationType::F16 ? "_f16" : "_bf16"));
 }
 
 void CudaLowRank::add(CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationType type, CUstream stream) const {
@@ -77,12 +65,13 @@ void CudaLowRank::add_coded(CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationT
     CUdeviceptr scales = v_scales_.get();
     int rows = int(m), cols = rank_;
     void* scale_args[] = {&t, &scales, &rows, &cols};
-    driver.launch(support("qjit_scale_columns", type), blocks_for(m * rank_, kThreads), 1, 1, kThreads, 0, stream,
-                  scale_args);
+    driver.launch(support_->typed("qjit_scale_columns", type), blocks_for(m * rank_, kSupportThreads), 1, 1,
+                  kSupportThreads, 0, stream, scale_args);
     v.forward(t, product, m, type, stream);
     long long count = m * n_;
     void* add_args[] = {&y, &product, &count};
-    driver.launch(support("qjit_add_into", type), blocks_for(count, kThreads), 1, 1, kThreads, 0, stream, add_args);
+    driver.launch(support_->typed("qjit_add_into", type), blocks_for(count, kSupportThreads), 1, 1, kSupportThreads, 0,
+                  stream, add_args);
 }
 
 void CudaLowRank::add_f16(CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationType type, CUstream stream) const {
@@ -90,10 +79,11 @@ void CudaLowRank::add_f16(CUdeviceptr x, CUdeviceptr y, int64_t m, ActivationTyp
     CUdeviceptr t = grown(t_, size_t(m * rank_ * 4)), ut = ut_.get(), v = v_.get();
     int rows = int(m), k = int(k_), n = int(n_), rank = rank_;
     void* xu_args[] = {&x, &ut, &t, &rows, &k, &rank};
-    driver.launch(support("qjit_low_rank_xu", type), blocks_for(m * rank_ * 32, kThreads), 1, 1, kThreads, 0, stream,
-                  xu_args);
+    driver.launch(support_->typed("qjit_low_rank_xu", type), blocks_for(m * rank_ * 32, kSupportThreads), 1, 1,
+                  kSupportThreads, 0, stream, xu_args);
     void* tv_args[] = {&t, &v, &y, &rows, &n, &rank};
-    driver.launch(support("qjit_low_rank_tv", type), blocks_for(m * n_, kThreads), 1, 1, kThreads, 0, stream, tv_args);
+    driver.launch(support_->typed("qjit_low_rank_tv", type), blocks_for(m * n_, kSupportThreads), 1, 1,
+                  kSupportThreads, 0, stream, tv_args);
 }
 
 }  // namespace qjit::cuda

@@ -19,6 +19,7 @@
 
 #include "jit/cuda/cuda_tiling.hpp"
 #include "runtime/cuda/cuda_driver.hpp"
+#include "runtime/cuda/support_module.hpp"
 
 struct qjit_context;
 
@@ -46,7 +47,6 @@ public:
 private:
     void add_coded(CUdeviceptr x, CUdeviceptr y, int64_t m, jit::cuda::ActivationType type, CUstream stream) const;
     void add_f16(CUdeviceptr x, CUdeviceptr y, int64_t m, jit::cuda::ActivationType type, CUstream stream) const;
-    CUfunction support(const char* name, jit::cuda::ActivationType type) const;
 
     GpuProperties device_;
     int64_t k_ = 0, n_ = 0;
@@ -54,7 +54,7 @@ private:
     std::unique_ptr<CudaLayer> u_layer_, v_layer_;  // bits 8, 3: the inner layers
     DeviceBuffer v_scales_;     // bits 8, 3: fp32, one per component
     DeviceBuffer ut_, v_;       // bits 16: U transposed (rank x K) and V (rank x N), fp16
-    CUmodule support_ = nullptr;
+    std::unique_ptr<SupportModule> support_;
 
     mutable std::mutex mutex_;          // guards the scratch buffers: one forward at a time per layer
     mutable DeviceBuffer t_, product_;  // x U (m x rank) and, for coded factors, (x U) V (m x N)
