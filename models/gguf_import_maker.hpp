@@ -16,6 +16,7 @@ public:
     explicit GgufImportMaker(const qjit_context_options* options = nullptr);  // NULL: qjit's defaults
     std::unique_ptr<Linear> make_linear(const LoadedMatrix& matrix) override;
     std::string name() const override { return "qjit exact GGUF import"; }
+    std::shared_ptr<qjit_context> context() const override { return context_; }
 
 private:
     SharedContext context_;

@@ -79,7 +79,7 @@ Generation greedy_decode(Model& model, std::span<const int> prompt, int steps) {
     model.reset();
     if (prompt.size() > 1) {
         const auto start = std::chrono::steady_clock::now();
-        model.forward(prompt.first(prompt.size() - 1), 0);
+        model.forward(prompt.first(prompt.size() - 1), 0, Model::Logits::Last);
         generation.prompt_seconds = seconds_since(start);
     }
     for (int i = 0; i < steps; ++i) {
@@ -89,6 +89,21 @@ Generation greedy_decode(Model& model, std::span<const int> prompt, int steps) {
         generation.tokens.push_back(next);
     }
     return generation;
+}
+
+std::vector<double> time_prompts(Model& model, std::span<const int> prompt, int repeats) {
+    if (prompt.empty() || int64_t(prompt.size()) > model.config().seq_len)
+        throw std::runtime_error("time_prompts: a prompt of " + std::to_string(prompt.size()) +
+                                 " tokens is outside [1, seq_len " + std::to_string(model.config().seq_len) + "]");
+    std::vector<double> seconds;
+    for (int i = 0; i < repeats; ++i) {
+        model.reset();
+        const auto start = std::chrono::steady_clock::now();
+        model.forward(prompt, 0, Model::Logits::Last);
+        seconds.push_back(seconds_since(start));
+    }
+    model.reset();
+    return seconds;
 }
 
 }  // namespace qjit_models::llama

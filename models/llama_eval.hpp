@@ -34,6 +34,10 @@ struct Generation {
 // appends the argmax of its logits. Every generated token costs one step.
 Generation greedy_decode(Model& model, std::span<const int> prompt, int steps);
 
+// The seconds of `repeats` forwards of the whole prompt from an empty cache, each computing the last
+// position's logits only (as llama-bench's prompt test does); the cache is left empty.
+std::vector<double> time_prompts(Model& model, std::span<const int> prompt, int repeats);
+
 int argmax(std::span<const float> values);  // first index of the maximum, as in run.c
 
 }  // namespace qjit_models::llama

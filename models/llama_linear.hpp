@@ -54,6 +54,8 @@ public:
     virtual ~LayerMaker() = default;
     virtual std::unique_ptr<Linear> make_linear(const LoadedMatrix& matrix) = 0;
     virtual std::string name() const = 0;
+    // The qjit context the layers run on, whose threads the model's other loops share (null: none).
+    virtual std::shared_ptr<qjit_context> context() const { return nullptr; }
 };
 
 // Plain fp32 loops with fp32 accumulation in input order, as in llama2.c's run.c: the baseline.
@@ -78,6 +80,7 @@ public:
     // With a calibration of the matrix's inputs (qjit_linear_create_calibrated); NULL: none.
     std::unique_ptr<Linear> make_calibrated_linear(const LoadedMatrix& matrix, const Calibration* calibration);
     std::string name() const override;
+    std::shared_ptr<qjit_context> context() const override { return context_; }
     const qjit_quant_config& config() const { return config_; }
     // MiLo ranks per matrix, in the order the model makes them (model_matrices): each make_linear
     // takes the next as config.rank (a rank of 0 makes that matrix HQQ alone).

@@ -8,6 +8,7 @@
 
 #include "base/activations.hpp"
 #include "models/fail.hpp"
+#include "models/parallel_loop.hpp"
 #include "models/simd_clones.hpp"
 
 namespace qjit_models::llama {
@@ -68,7 +69,19 @@ void check_norm(const std::vector<float>& norm, int dim, const std::string& what
         if (!std::isfinite(v)) fail("weights: ", what, " holds a value that is not finite");
 }
 
+// The work (multiply-adds or element operations) below which a loop between the layers runs on
+// the calling thread: a dispatch to the pool costs about a microsecond.
+constexpr int64_t kParallelGrainWork = int64_t(1) << 14;
+
 }  // namespace
+
+template <typename Row>
+void Model::for_rows(int rows, int64_t row_work, const Row& row) {
+    parallel_loop(threads_.get(), rows, std::max<int64_t>(1, kParallelGrainWork / std::max<int64_t>(1, row_work)),
+                  [&](int64_t begin, int64_t end) {
+                      for (int64_t t = begin; t < end; ++t) row(size_t(t));
+                  });
+}
 
 // ---- config and weights ----
 
@@ -122,7 +135,7 @@ std::vector<ModelMatrix> model_matrices(const Weights& weights, bool with_classi
 // ---- model ----
 
 Model::Model(std::shared_ptr<const Weights> weights, LayerMaker& maker, LayerMaker* classifier_maker)
-    : weights_(std::move(weights)) {
+    : weights_(std::move(weights)), threads_(maker.context()) {
     if (!weights_) fail("Model: weights are NULL");
     weights_->validate();
 
@@ -150,7 +163,6 @@ void Model::ensure_capacity(int tokens) {
     delta_.resize(t * size_t(c.dim));
     hb_.resize(t * size_t(c.hidden_dim));
     hb2_.resize(t * size_t(c.hidden_dim));
-    logits_.resize(t * size_t(c.vocab_size));
     capacity_ = tokens;
 }
 
@@ -178,7 +190,6 @@ void Model::ensure_cache(int positions) {
             rotation[i + 1] = std::sin(angle);
         }
     }
-    scores_.resize(size_t(grown));
     cache_positions_ = grown;
 }
 
@@ -226,25 +237,33 @@ QJIT_SIMD_CLONES void attend(const float* q, const float* keys,
 
 }  // namespace
 
-// Causal multi-head attention of `count` queries (positions pos0..) over the cached keys and values.
+// Causal multi-head attention of `count` queries (positions pos0..) over the cached keys and values,
+// each (query, head) pair on its own; on the context's threads in ranges of pairs, each range with
+// its own scores.
 void Model::attention(int layer, int pos0, int count) {
     const Config& c = config();
     const int head_size = c.head_size, q_dim = c.q_dim();
     const int kv_mul = c.n_heads / c.n_kv_heads;  // query heads per key/value head
     const float inv_sqrt = 1.0f / std::sqrt(float(head_size));
     const size_t key_row = size_t(cache_positions_);
-    for (int t = 0; t < count; ++t) {
-        for (int h = 0; h < c.n_heads; ++h) {
-            const size_t kv_offset = size_t(h / kv_mul) * size_t(head_size);
-            const size_t at = size_t(t) * size_t(q_dim) + size_t(h) * size_t(head_size);
-            attend(q_.data() + at, key_cache_[size_t(layer)].data() + kv_offset * key_row, key_row,
-                   value_cache_[size_t(layer)].data() + kv_offset, size_t(c.kv_dim()), head_size, pos0 + t, inv_sqrt,
-                   scores_.data(), att_out_.data() + at);
-        }
-    }
+    const float* keys = key_cache_[size_t(layer)].data();
+    const float* values = value_cache_[size_t(layer)].data();
+    const int64_t pair_work = int64_t(pos0 + count) * head_size * 2;  // a pair's multiply-adds, at most
+    parallel_loop(threads_.get(), int64_t(count) * c.n_heads, std::max<int64_t>(1, kParallelGrainWork / pair_work),
+                  [&](int64_t begin, int64_t end) {
+                      std::vector<float> scores(size_t(pos0 + count));
+                      for (int64_t pair = begin; pair < end; ++pair) {
+                          const int t = int(pair / c.n_heads), h = int(pair % c.n_heads);
+                          const size_t kv_offset = size_t(h / kv_mul) * size_t(head_size);
+                          const size_t at = size_t(t) * size_t(q_dim) + size_t(h) * size_t(head_size);
+                          attend(q_.data() + at, keys + kv_offset * key_row, key_row, values + kv_offset,
+                                 size_t(c.kv_dim()), head_size, pos0 + t, inv_sqrt, scores.data(),
+                                 att_out_.data() + at);
+                      }
+                  });
 }
 
-std::span<const float> Model::forward(std::span<const int> tokens, int pos0) {
+std::span<const float> Model::forward(std::span<const int> tokens, int pos0, Logits logits) {
     const Config& c = config();
     const int count = int(tokens.size());
     if (pos0 != cached_positions_) {
@@ -252,9 +271,10 @@ std::span<const float> Model::forward(std::span<const int> tokens, int pos0) {
     }
     embed(tokens, pos0);
     for (int l = 0; l < c.n_layers; ++l) run_layer(l, pos0, count);
-    run_classifier(count);
+    const int rows = logits == Logits::Last ? 1 : count;
+    run_classifier(count - rows, rows);
     cached_positions_ = pos0 + count;
-    return {logits_.data(), size_t(count) * size_t(c.vocab_size)};
+    return {logits_.data(), size_t(rows) * size_t(c.vocab_size)};
 }
 
 void Model::embed(std::span<const int> tokens, int pos0) {
@@ -283,34 +303,33 @@ bool Model::run_layer(int l, int pos0, int count) {
     float* v = value_cache_[size_t(l)].data() + size_t(pos0) * kv_dim;  // straight into the cache
 
     // attention block
-    rmsnorm(xb_.data(), x_.data(), lw.attention_norm.data(), count, c.dim, c.rms_eps);
+    normalize(lw.attention_norm, count);
     if (!run_linear(l, 0, xb_.data(), count, q_.data())) return false;
     layer.wk->forward(xb_.data(), count, k);
     layer.wv->forward(xb_.data(), count, v);
-    for (size_t t = 0; t < rows; ++t) {
+    float* key_cache = key_cache_[size_t(l)].data();
+    for_rows(count, q_dim + kv_dim, [&](size_t t) {
         const float* rotation = rotations_.data() + (size_t(pos0) + t) * size_t(c.head_size);
         rope(q_.data() + t * q_dim, c.q_dim(), c.head_size, rotation);
         rope(k + t * kv_dim, c.kv_dim(), c.head_size, rotation);
-    }
-    float* key_cache = key_cache_[size_t(l)].data();
-    for (size_t t = 0; t < rows; ++t)
         for (size_t i = 0; i < kv_dim; ++i) key_cache[i * size_t(cache_positions_) + size_t(pos0) + t] = k[t * kv_dim + i];
+    });
     attention(l, pos0, count);
     if (!run_linear(l, 3, att_out_.data(), count, delta_.data())) return false;
-    add_in_place(x_.data(), delta_.data(), rows * dim);
+    add_delta(rows * dim);
 
     // SwiGLU feed-forward block
-    rmsnorm(xb_.data(), x_.data(), lw.ffn_norm.data(), count, c.dim, c.rms_eps);
+    normalize(lw.ffn_norm, count);
     if (ffn_override_ != nullptr && capture_ == nullptr) {
         ffn_override_->forward(l, xb_.data(), count, delta_.data());
-        add_in_place(x_.data(), delta_.data(), rows * dim);
+        add_delta(rows * dim);
         return true;
     }
     if (!run_linear(l, 4, xb_.data(), count, hb_.data())) return false;
     layer.w3->forward(xb_.data(), count, hb2_.data());
-    for (size_t i = 0; i < rows * hidden; ++i) {
-        hb_[i] = qjit::silu(hb_[i]) * hb2_[i];
-    }
+    parallel_loop(threads_.get(), int64_t(rows * hidden), kParallelGrainWork / 16, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) hb_[size_t(i)] = qjit::silu(hb_[size_t(i)]) * hb2_[size_t(i)];
+    });
     if (ffn_threshold_ > 0) {
         for (size_t i = 0; i < rows * hidden; ++i)
             if (std::fabs(hb_[i]) < ffn_threshold_) {
@@ -320,13 +339,29 @@ bool Model::run_layer(int l, int pos0, int count) {
         ffn_sparsity_.total += int64_t(rows * hidden);
     }
     if (!run_linear(l, 5, hb_.data(), count, delta_.data())) return false;
-    add_in_place(x_.data(), delta_.data(), rows * dim);
+    add_delta(rows * dim);
     return true;
 }
 
-bool Model::run_classifier(int count) {
+void Model::normalize(const std::vector<float>& weight, int count) {
     const Config& c = config();
-    rmsnorm(xb_.data(), x_.data(), weights_->final_norm.data(), count, c.dim, c.rms_eps);
+    for_rows(count, c.dim, [&](size_t t) {
+        rmsnorm(xb_.data() + t * size_t(c.dim), x_.data() + t * size_t(c.dim), weight.data(), 1, c.dim, c.rms_eps);
+    });
+}
+
+void Model::add_delta(size_t count) {
+    parallel_loop(threads_.get(), int64_t(count), kParallelGrainWork, [&](int64_t begin, int64_t end) {
+        add_in_place(x_.data() + begin, delta_.data() + begin, size_t(end - begin));
+    });
+}
+
+bool Model::run_classifier(int first, int count) {
+    const Config& c = config();
+    // Sized for the rows asked for: a prompt's last row needs one row of logits, not the prompt's.
+    if (logits_.size() < size_t(count) * size_t(c.vocab_size)) logits_.resize(size_t(count) * size_t(c.vocab_size));
+    rmsnorm(xb_.data(), x_.data() + size_t(first) * size_t(c.dim), weights_->final_norm.data(), count, c.dim,
+            c.rms_eps);
     return run_linear(c.n_layers, 0, xb_.data(), count, logits_.data());
 }
 
@@ -390,7 +425,7 @@ void Model::capture_inputs(const std::vector<float>& stream, InputSite site,
     const int count = int(stream.size() / size_t(config().dim));
     capture_ = &capture;
     try {
-        if (site.layer == config().n_layers) run_classifier(count);
+        if (site.layer == config().n_layers) run_classifier(0, count);
         else run_layer(site.layer, 0, count);
     } catch (...) {
         capture_ = nullptr;

@@ -108,12 +108,22 @@ public:
     Model(std::shared_ptr<const Weights> weights, LayerMaker& maker, LayerMaker* classifier_maker = nullptr);
 
     const Config& config() const { return weights_->config; }
+
+    // The qjit context whose threads run the forward's loops between the linear layers (norms, RoPE,
+    // attention, SwiGLU): the maker's at construction; null runs them on the calling thread. The
+    // results do not depend on it: each loop's iterations are independent and computed alike.
+    void share_threads(std::shared_ptr<qjit_context> context) { threads_ = std::move(context); }
     const Weights& weights() const { return *weights_; }
+
+    // Which rows of logits a forward computes: every position's (scoring), or the last one's (a
+    // prompt before decoding: the classifier runs on one row).
+    enum class Logits { All, Last };
 
     // Runs tokens[0..T) at positions pos0..pos0+T-1, attending causally to the KV cache of positions
     // < pos0 and to each other; every linear layer is called once with m = T. Returns the T x vocab
-    // logits, valid until the next call. pos0 must equal the number of positions already cached.
-    std::span<const float> forward(std::span<const int> tokens, int pos0);
+    // logits (1 x vocab, the last position's, for Logits::Last), valid until the next call. pos0 must
+    // equal the number of positions already cached.
+    std::span<const float> forward(std::span<const int> tokens, int pos0, Logits logits = Logits::All);
 
     // Logits for every position of a whole sequence at once (restarts the KV cache).
     std::span<const float> forward_sequence(std::span<const int> tokens);
@@ -167,7 +177,7 @@ private:
     // final norm and classifier (into logits_). The last two return false where a capture stopped them.
     void embed(std::span<const int> tokens, int pos0);
     bool run_layer(int layer, int pos0, int count);
-    bool run_classifier(int count);
+    bool run_classifier(int first, int count);  // rows first..first+count-1 of x_, logits from row 0
     void load_stream(const std::vector<float>& stream);  // into x_, the cache sized for it
     std::unique_ptr<Linear>& linear_at(InputSite site);
     // Runs matrix `which` of `layer` (layer == n_layers: the classifier) on `count` rows, or, at the
@@ -175,8 +185,16 @@ private:
     bool run_linear(int layer, int which, const float* x, int count, float* y);
     int64_t sum_over_linears(int64_t (*count)(const Linear&)) const;
     void attention(int layer, int pos0, int count);
+    // The loops between the layers, on the context's threads: xb_ = RMSNorm(x_) with `weight`
+    // (count rows), x_ += delta_ (count values), and row(t) for t in [0, rows) where a row costs
+    // about `row_work` operations.
+    void normalize(const std::vector<float>& weight, int count);
+    void add_delta(size_t count);
+    template <typename Row>
+    void for_rows(int rows, int64_t row_work, const Row& row);
 
     std::shared_ptr<const Weights> weights_;
+    std::shared_ptr<qjit_context> threads_;
     std::vector<Layer> layers_;
     std::unique_ptr<Linear> classifier_;
     int cached_positions_ = 0;
@@ -189,7 +207,6 @@ private:
     // Activations for up to `capacity_` tokens, row-major [token][features].
     int capacity_ = 0;
     std::vector<float> x_, xb_, q_, k_, att_out_, delta_, hb_, hb2_, logits_;
-    std::vector<float> scores_;  // [cache_positions_]
     struct Capture {
         InputSite site;
         const std::function<void(const float*, int64_t)>* sink;

@@ -51,6 +51,7 @@ MethodModel build_method_model(std::shared_ptr<const Weights> weights, const Met
             throw std::runtime_error("--method " + options.method + " needs calibration sequences");
         built.model = std::make_unique<Model>(std::move(weights), dense);  // fp32, quantized layer by layer
         built.calibration_rows = quantize_with_calibration(*built.model, maker, *calibration, !fp32_classifier);
+        built.model->share_threads(maker.context());
     } else {
         built.model = std::make_unique<Model>(std::move(weights), maker, classifier_maker);
     }

@@ -1,5 +1,7 @@
 #include "models/run_gguf.hpp"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -36,6 +38,8 @@ struct Options {
     std::string calibration_tokens;   // gptq, mixed
     int calibration_sequences = 64;
     int generate = 0;                 // tokens to decode greedily
+    int prompt_bench = 0;             // tokens of the timed prompt (0: none)
+    int bench_repeats = 5;            // forwards of it, the median reported
     std::string prompt_tokens;        // empty: the BOS token
     bool fp32_classifier = false;
     bool json = false;
@@ -56,6 +60,8 @@ void print_usage(const char* program) {
         "  --max-sequences N  score only the first N of them\n"
         "  --generate N       decode N tokens greedily after the prompt, timing each\n"
         "  --prompt-tokens L  the prompt as comma-separated token ids (default: the model's BOS token)\n"
+        "  --prompt-bench N   time a batched prompt of N tokens from an empty cache, last row's logits only\n"
+        "                     (as llama-bench -p N), --bench-repeats times (5); reports the median\n"
         "  --method M         %s\n"
         "                     (default exact: the file's own weights, imported exactly)\n"
         "%s"
@@ -93,11 +99,14 @@ std::optional<Options> parse_args(int argc, char** argv) {
              : arg == "--tokens"             ? options.tokens
              : arg == "--calibration-tokens" ? options.calibration_tokens
                                              : options.prompt_tokens) = text;
-        } else if (arg == "--max-sequences" || arg == "--calibration-sequences" || arg == "--generate") {
-            const auto v = args.int_value(arg == "--generate" ? 0 : 1, 1 << 24);
+        } else if (arg == "--max-sequences" || arg == "--calibration-sequences" || arg == "--generate" ||
+                   arg == "--prompt-bench" || arg == "--bench-repeats") {
+            const auto v = args.int_value(arg == "--generate" || arg == "--prompt-bench" ? 0 : 1, 1 << 24);
             if (!v) return std::nullopt;
             (arg == "--max-sequences"           ? options.max_sequences
              : arg == "--calibration-sequences" ? options.calibration_sequences
+             : arg == "--prompt-bench"          ? options.prompt_bench
+             : arg == "--bench-repeats"         ? options.bench_repeats
                                                 : options.generate) = *v;
         } else if (arg == "--flash") {
             const char* text = args.value();
@@ -240,11 +249,33 @@ struct Report {
     std::optional<llama::NllResult> nll;
     double eval_seconds = 0.0;
     std::optional<Decoding> decoding;
+    std::vector<double> prompt_bench_seconds;
+    int64_t peak_resident_bytes = 0;
     llama::FfnSparsity sparsity;
     std::optional<qjit_flash_counters> flash;
     std::optional<qjit_flash_ffn_info> flash_info;
     double flash_fit_seconds = 0.0;
 };
+
+// The median prompt benchmark's tokens per second.
+double prompt_tokens_per_second(const Options& options, const Report& r) {
+    const double median = percentile(r.prompt_bench_seconds, 0.5);
+    return median > 0 ? double(options.prompt_bench) / median : 0.0;
+}
+
+// The process's peak resident set so far (getrusage's ru_maxrss, in KiB on Linux).
+int64_t peak_resident_bytes() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return int64_t(usage.ru_maxrss) * 1024;
+}
+
+// A prompt of `count` tokens spread over the vocabulary (llama-bench's prompt test feeds random ones).
+std::vector<int> bench_prompt(int count, int vocab_size) {
+    std::vector<int> tokens(static_cast<size_t>(count));
+    for (int i = 0; i < count; ++i) tokens[size_t(i)] = 1 + int((int64_t(i) * 7919) % (vocab_size - 1));
+    return tokens;
+}
 
 void print_json(const Options& options, const Report& r) {
     JsonLine json;
@@ -292,6 +323,12 @@ void print_json(const Options& options, const Report& r) {
             .number("p50_ms", r.decoding->p50_ms, 3)
             .number("p99_ms", r.decoding->p99_ms, 3);
     }
+    if (!r.prompt_bench_seconds.empty()) {
+        json.integer("prompt_bench_tokens", options.prompt_bench)
+            .number("prompt_bench_tokens_per_second", prompt_tokens_per_second(options, r), 2)
+            .numbers("prompt_bench_seconds", r.prompt_bench_seconds);
+    }
+    json.integer("peak_resident_bytes", r.peak_resident_bytes);
     std::printf("%s\n", json.str().c_str());
 }
 
@@ -328,6 +365,10 @@ void print_text(const Options& options, const Report& r) {
                     "%.3f s)\n",
                     d.generated.size(), d.tokens_per_second, d.p50_ms, d.p99_ms, d.prompt.size(), d.prompt_seconds);
     }
+    if (!r.prompt_bench_seconds.empty())
+        std::printf("prompt: %d tokens, %.1f tokens/s (the median of %zu forwards from an empty cache)\n",
+                    options.prompt_bench, prompt_tokens_per_second(options, r), r.prompt_bench_seconds.size());
+    std::printf("peak resident memory: %.1f MB\n", double(r.peak_resident_bytes) * 1e-6);
 }
 
 int run(const Options& options) {
@@ -380,6 +421,14 @@ int run(const Options& options) {
         report.eval_seconds = seconds_since(start);
     }
     if (options.generate > 0) report.decoding = decode(model, prompt, options.generate, vocabulary);
+    if (options.prompt_bench > 0) {
+        if (options.prompt_bench > c.seq_len)
+            throw std::runtime_error("--prompt-bench " + std::to_string(options.prompt_bench) +
+                                     " exceeds the model's context of " + std::to_string(c.seq_len));
+        report.prompt_bench_seconds =
+            llama::time_prompts(model, bench_prompt(options.prompt_bench, c.vocab_size), options.bench_repeats);
+    }
+    report.peak_resident_bytes = peak_resident_bytes();
     report.sparsity = model.ffn_sparsity();
     if (flash) {
         report.flash = flash->counters();

@@ -88,6 +88,23 @@ qjit_status qjit_context_num_threads(const qjit_context* context, int* num_threa
     });
 }
 
+qjit_status qjit_parallel_for(qjit_context* context, int64_t count, int64_t grain, qjit_range_fn fn, void* user) {
+    return guarded([&] {
+        require(context != nullptr, "context is NULL");
+        require(fn != nullptr, "fn is NULL");
+        require(count >= 0, "count is ", count, "; expected 0 or more");
+        require(grain >= 1, "grain is ", grain, "; expected 1 or more");
+        // A few ranges per thread, so that a thread delayed by the OS leaves its share to the others.
+        const int64_t most = int64_t(context->num_threads) * 4;
+        if (count == 0) return;
+        // Whole grains per range: count / ranges >= grain.
+        const int64_t ranges = std::clamp<int64_t>(count / grain, 1, most);
+        const int64_t size = (count + ranges - 1) / ranges;
+        auto range = [&](int64_t i) { fn(user, i * size, std::min(count, (i + 1) * size)); };
+        context->pool->parallel_for((count + size - 1) / size, range, ranges > 1);
+    });
+}
+
 qjit_status qjit_context_describe(const qjit_context* context, const char** description) {
     return guarded([&] {
         require(context != nullptr, "context is NULL");

@@ -185,6 +185,37 @@ TEST(LlamaGguf, StoriesCheckpointAsGgufGivesTheSameLogits) {
     EXPECT_EQ(std::memcmp(b.data(), expected.data(), expected.size() * sizeof(float)), 0);
 }
 
+// The loops between the layers on a context's threads, and a forward that computes the last row's
+// logits only, change no logit: stories260K over 300 positions (long enough that norms, RoPE,
+// attention, SwiGLU and the residual adds all split into ranges), bit for bit.
+TEST(LlamaModel, ThreadsAndLastRowLogitsChangeNoLogit) {
+    const std::string checkpoint_path = kModelsDir + "/stories260K/stories260K.bin";
+    if (!std::filesystem::exists(checkpoint_path)) GTEST_SKIP() << checkpoint_path << " is missing";
+    const auto checkpoint = qjit_models::llama2::load_checkpoint(checkpoint_path);
+    std::vector<int> tokens(300);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int(1 + (i * 37) % 500);
+    llama::DenseMaker dense;
+    llama::Model serial(checkpoint, dense), threaded(checkpoint, dense);
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.num_threads = 2;
+    qjit_context* raw = nullptr;
+    ASSERT_EQ(qjit_context_create(&options, &raw), QJIT_OK) << qjit_last_error();
+    threaded.share_threads(std::shared_ptr<qjit_context>(raw, qjit_context_destroy));
+
+    const std::span<const float> a = serial.forward_sequence(tokens);
+    const std::vector<float> expected(a.begin(), a.end());
+    const std::span<const float> b = threaded.forward_sequence(tokens);
+    ASSERT_EQ(b.size(), expected.size());
+    EXPECT_EQ(std::memcmp(b.data(), expected.data(), expected.size() * sizeof(float)), 0);
+
+    threaded.reset();
+    const std::span<const float> last = threaded.forward(tokens, 0, llama::Model::Logits::Last);
+    const size_t vocab = size_t(checkpoint->config.vocab_size);
+    ASSERT_EQ(last.size(), vocab);
+    EXPECT_EQ(std::memcmp(last.data(), expected.data() + expected.size() - vocab, vocab * sizeof(float)), 0);
+}
+
 TEST(LlamaGguf, TinyModelLoadsAndRuns) {
     const LoadedGguf gguf = load(llama_gguf(tiny_weights()));
     llama::DenseMaker dense;

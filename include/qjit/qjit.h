@@ -277,6 +277,17 @@ QJIT_API qjit_status qjit_context_num_threads(const qjit_context* context, int* 
 /* One line: CPU, instruction set in use, caches, hardware fingerprint, tuning database path. Owned by the context. */
 QJIT_API qjit_status qjit_context_describe(const qjit_context* context, const char** description);
 
+/* A caller's loop over [0, count) run on the context's threads (the pool its CPU layers run on, the
+ * calling thread included): fn(user, begin, end) is called on disjoint ranges that cover [0, count),
+ * each of at least `grain` indices except the last, and the call returns once all have returned.
+ * Ranges run concurrently, in no set order; fn must not call qjit_parallel_for on the same context
+ * (such a call, like one made while another thread's job runs on the pool, runs its ranges on the
+ * calling thread alone). count 0 calls nothing. For the work between layers: norms, attention, element-wise
+ * activations. */
+typedef void (*qjit_range_fn)(void* user, int64_t begin, int64_t end);
+QJIT_API qjit_status qjit_parallel_for(qjit_context* context, int64_t count, int64_t grain, qjit_range_fn fn,
+                                       void* user);
+
 /* ---- tuning database (the context's; see tuning_db_path) ---- */
 /* A table of every record, this machine's marked with '*'. Owned by the context until the next call. */
 QJIT_API qjit_status qjit_tuning_db_list(qjit_context* context, const char** text);
