@@ -92,6 +92,8 @@ public:
         *out = info();
         return true;
     }
+    qjit_linear* qjit_layer() const override { return layer_; }
+    qjit_context* qjit_layer_context() const override { return context_.get(); }
 
 private:
     qjit_linear_info info() const {
@@ -104,6 +106,32 @@ private:
     qjit_linear* layer_ = nullptr;
     int64_t n_, k_;
 };
+
+}  // namespace
+
+void forward_shared_input(std::initializer_list<const Linear*> linears, const float* x, int64_t m,
+                          std::initializer_list<float*> ys) {
+    constexpr size_t kMost = 4;
+    qjit_linear* layers[kMost] = {};
+    size_t count = 0;
+    const qjit_context* context = (*linears.begin())->qjit_layer_context();
+    for (const Linear* linear : linears) {
+        if (count == kMost || !linear->qjit_layer() || linear->qjit_layer_context() != context) {
+            count = 0;
+            break;
+        }
+        layers[count++] = linear->qjit_layer();
+    }
+    if (count == 0 || count != ys.size()) {
+        auto y = ys.begin();
+        for (const Linear* linear : linears) linear->forward(x, m, *y++);
+        return;
+    }
+    check_qjit(qjit_linear_forward_shared_input(layers, int(count), x, m, std::data(ys)),
+               "qjit_linear_forward_shared_input");
+}
+
+namespace {
 
 // Quantizes `matrix` with `config`, on `calibration` when it is not NULL.
 std::unique_ptr<Linear> quantized_linear(const SharedContext& context, const qjit_quant_config& config,

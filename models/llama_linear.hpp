@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,7 +32,16 @@ public:
     virtual std::string describe() const = 0;
     // A qjit layer's info (false for a layer that is not one).
     virtual bool qjit_info(qjit_linear_info* /*info*/) const { return false; }
+    // A qjit layer and its context (null for a layer that is not one).
+    virtual qjit_linear* qjit_layer() const { return nullptr; }
+    virtual qjit_context* qjit_layer_context() const { return nullptr; }
 };
+
+// ys[i] = x W_i for linears that read the same inputs (m rows): one qjit call when every one is a
+// qjit layer of one context (qjit_linear_forward_shared_input, the products in one dispatch), else
+// each its own forward. The outputs are the same either way.
+void forward_shared_input(std::initializer_list<const Linear*> linears, const float* x, int64_t m,
+                          std::initializer_list<float*> ys);
 
 // What a calibrated quantizer learns of a matrix's inputs: a qjit_calibration (H = sum of x^T x).
 class Calibration {

@@ -304,9 +304,13 @@ bool Model::run_layer(int l, int pos0, int count) {
 
     // attention block
     normalize(lw.attention_norm, count);
-    if (!run_linear(l, 0, xb_.data(), count, q_.data())) return false;
-    layer.wk->forward(xb_.data(), count, k);
-    layer.wv->forward(xb_.data(), count, v);
+    if (capture_ == nullptr) {
+        forward_shared_input({layer.wq.get(), layer.wk.get(), layer.wv.get()}, xb_.data(), count, {q_.data(), k, v});
+    } else {
+        if (!run_linear(l, 0, xb_.data(), count, q_.data())) return false;
+        layer.wk->forward(xb_.data(), count, k);
+        layer.wv->forward(xb_.data(), count, v);
+    }
     float* key_cache = key_cache_[size_t(l)].data();
     for_rows(count, q_dim + kv_dim, [&](size_t t) {
         const float* rotation = rotations_.data() + (size_t(pos0) + t) * size_t(c.head_size);
@@ -325,8 +329,12 @@ bool Model::run_layer(int l, int pos0, int count) {
         add_delta(rows * dim);
         return true;
     }
-    if (!run_linear(l, 4, xb_.data(), count, hb_.data())) return false;
-    layer.w3->forward(xb_.data(), count, hb2_.data());
+    if (capture_ == nullptr) {
+        forward_shared_input({layer.w1.get(), layer.w3.get()}, xb_.data(), count, {hb_.data(), hb2_.data()});
+    } else {
+        if (!run_linear(l, 4, xb_.data(), count, hb_.data())) return false;
+        layer.w3->forward(xb_.data(), count, hb2_.data());
+    }
     parallel_loop(threads_.get(), int64_t(rows * hidden), kParallelGrainWork / 16, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) hb_[size_t(i)] = qjit::silu(hb_[size_t(i)]) * hb2_[size_t(i)];
     });

@@ -2,6 +2,7 @@
 // guarded(), so nothing throws across the C boundary.
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "qjit/qjit.h"
@@ -12,6 +13,7 @@
 #include "runtime/gptq_layer.hpp"
 #include "runtime/layer_file.hpp"
 #include "runtime/linear_layer.hpp"
+#include "runtime/cpu/jit_layer.hpp"
 #include "format/reference.hpp"
 #include "runtime/layer_benchmark.hpp"
 #include "tuner/cpu_isa.hpp"
@@ -199,6 +201,43 @@ qjit_status qjit_linear_forward_on(qjit_linear* layer, qjit_device device, const
             require_device_rows(m);
         }
         on.run({x, m, dtype, on.device()}, {y, m, dtype, on.device()}, stream);
+    });
+}
+
+qjit_status qjit_linear_forward_shared_input(qjit_linear* const* layers, int count, const float* x, int64_t m,
+                                             float* const* ys) {
+    return guarded([&] {
+        require(layers != nullptr, "layers is NULL");
+        require(ys != nullptr, "ys is NULL");
+        require(count >= 1, "count is ", count, "; expected 1 or more");
+        require(x != nullptr, "x is NULL");
+        require(layers[0] != nullptr, "layers[0] is NULL");
+        const qjit_linear& first = *layers[0];
+        for (int i = 0; i < count; ++i) {
+            require(layers[i] != nullptr, "layers[", i, "] is NULL");
+            require(ys[i] != nullptr, "ys[", i, "] is NULL");
+            require(layers[i]->context == first.context, "layers[", i, "] belongs to another context than layers[0]");
+            require(layers[i]->params.k == first.params.k, "layers[", i, "] has K = ", layers[i]->params.k,
+                    "; layers[0] has K = ", first.params.k, ": they must read the same inputs");
+            require_activations(x, m, first.params.k, ys[i], layers[i]->params.n);
+            for (int j = 0; j < i; ++j)
+                require(!overlaps(ys[i], m * layers[i]->params.n, ys[j], m * layers[j]->params.n), "ys[", j, "] and ys[",
+                        i, "] overlap");
+        }
+        thread_local std::vector<int32_t> rows;
+        thread_local std::vector<GroupedRows> group;
+        if (int64_t(rows.size()) < m) {
+            rows.resize(size_t(m));
+            std::iota(rows.begin(), rows.end(), 0);
+        }
+        group.clear();
+        for (int i = 0; i < count; ++i) {
+            if (runs_in_jit_group(*layers[i]->cpu))
+                group.push_back({i, layers[i]->cpu.get(), rows.data(), m, ys[i]});
+            else
+                linear_forward(*layers[i], x, m, ys[i]);
+        }
+        if (!group.empty()) group.front().layer->run_grouped(group, x, first.params.k);
     });
 }
 

@@ -83,7 +83,7 @@ public:
     // a device enqueues on (a CUstream for CUDA); the CPU ignores it.
     virtual void run(const ConstTensorView& x, const TensorView& y, void* stream = nullptr) const = 0;
 
-    // Each layer of `group` (all of this layer's kind, K x N alike) on its rows of x (rows x K,
+    // Each layer of `group` (all of this layer's kind and K; N may differ) on its rows of x (rows x K,
     // fp32 in host memory). Here: one after another on gathered rows; a backend that can runs
     // them in one dispatch.
     virtual void run_grouped(std::span<const GroupedRows> group, const float* x, int64_t k) const;

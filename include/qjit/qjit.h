@@ -382,6 +382,13 @@ QJIT_API qjit_status qjit_linear_destroy(qjit_linear* layer); /* NULL is a no-op
 /* y (m x N) = x (m x K) * W. m >= 1. x and y must not overlap. Safe to call from several threads. */
 QJIT_API qjit_status qjit_linear_forward(qjit_linear* layer, const float* x, int64_t m, float* y);
 
+/* ys[i] (m x N_i) = x (m x K) * W_i for `count` layers of one context that read the same inputs (an
+ * attention block's q, k and v; an FFN's gate and up): one call instead of `count`, the layers'
+ * products in one parallel dispatch where their kernels allow it (x86 JIT layers without outliers),
+ * each output what qjit_linear_forward computes, bit for bit. No y may overlap x or another y. */
+QJIT_API qjit_status qjit_linear_forward_shared_input(qjit_linear* const* layers, int count, const float* x, int64_t m,
+                                                      float* const* ys);
+
 /* The devices a layer runs on: every layer on the CPU; in a context created with options.cuda_device,
  * on that CUDA device too. */
 typedef enum qjit_device {

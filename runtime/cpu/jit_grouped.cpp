@@ -48,11 +48,9 @@ const Slot& slot_holding(const std::vector<Slot>& slots, int64_t at, Start start
 // The grouped call runs a layer's gather (in the prologue), products and compensator; any other
 // pass would be skipped silently, so a layer that plans one is refused until the call runs it.
 void require_grouped_passes(const GroupedRows& member) {
-    const std::vector<Pass>& passes = member.layer->passes();
-    for (const Pass& pass : passes)
-        if (pass.kind != PassKind::Gather && pass.kind != PassKind::Product && pass.kind != PassKind::LowRank)
-            fail(QJIT_ERROR_UNSUPPORTED, "experts[", member.index, "].layer plans the passes ", passes_text(passes),
-                 "; the grouped MoE call runs gathers, products and compensators");
+    if (!runs_in_jit_group(*member.layer))
+        fail(QJIT_ERROR_UNSUPPORTED, "experts[", member.index, "].layer plans the passes ",
+             passes_text(member.layer->passes()), "; the grouped MoE call runs gathers, products and compensators");
 }
 
 // Lays out each layer's share of the scratch.
@@ -105,21 +103,31 @@ void prepare_rows(const float* x, int64_t k, GroupScratch& s, ThreadPool& pool) 
     pool.parallel_for(rows, prepare, rows * k >= kMinParallelActivations);
 }
 
-// The products of every layer as one dispatch: tasks are (layer, K part, panel).
-void run_products(int64_t k, int64_t n, GroupScratch& s, ThreadPool& pool) {
+// The products of every layer as one dispatch: tasks are (layer, K part, panel). The layers may
+// differ in N (a shared-input call's q, k and v), not in K.
+void run_products(int64_t k, GroupScratch& s, ThreadPool& pool) {
     const Slot& last = s.slots.back();
     const int64_t tasks = last.first_task + last.layer->executor().product_tasks();
-    const int64_t rows = last.first_prepared_row + last.member->count;
+    int64_t work = 0;
+    for (const Slot& slot : s.slots) work += k * slot.layer->params().n * slot.member->count;
     auto product = [&](int64_t t) {
         const Slot& slot = slot_holding(s.slots, t, [](const Slot& e) { return e.first_task; });
         slot.layer->executor().run_product_task(slot.layer->params(), slot.layer->codes(), prepared_of(slot, s),
                                                 slot.member->count, slot.member->out,
                                                 s.partials.data() + slot.partial_offset, t - slot.first_task);
     };
-    pool.parallel_for(tasks, product, k * n * rows >= kMinParallelWork);
+    pool.parallel_for(tasks, product, work >= kMinParallelWork);
 }
 
 }  // namespace
+
+bool runs_in_jit_group(const BackendLayer& layer) {
+    if (layer.kind() != BackendKind::X86Jit) return false;
+    for (const Pass& pass : layer.passes())
+        if (pass.kind != PassKind::Gather && pass.kind != PassKind::Product && pass.kind != PassKind::LowRank)
+            return false;
+    return true;
+}
 
 // After the two dispatches a layer's output rows are complete once its K parts are summed, in
 // part order as a forward sums them, and its compensator is added on its rows. (The
@@ -127,13 +135,13 @@ void run_products(int64_t k, int64_t n, GroupScratch& s, ThreadPool& pool) {
 void JitLayer::run_grouped(std::span<const GroupedRows> group, const float* x, int64_t k) const {
     if (group.empty()) return;
     thread_local GroupScratch scratch;
-    const int64_t n = params().n;
     plan_slots(group, scratch);
     prepare_rows(x, k, scratch, pool());
-    run_products(k, n, scratch, pool());
+    run_products(k, scratch, pool());
     for (const Slot& slot : scratch.slots) {
         const int64_t count = slot.member->count;
-        slot.layer->executor().add_partials(slot.member->out, scratch.partials.data() + slot.partial_offset, count, n);
+        slot.layer->executor().add_partials(slot.member->out, scratch.partials.data() + slot.partial_offset, count,
+                                            slot.layer->params().n);
         if (!slot.layer->low_rank()) continue;
         float* rows = grow(scratch.gathered, size_t(count * k));
         gather_grouped_rows(*slot.member, x, k, rows);

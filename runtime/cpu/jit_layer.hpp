@@ -36,4 +36,8 @@ private:
     std::string tiling_;
 };
 
+// Whether JitLayer::run_grouped takes `layer`: an x86 JIT layer whose plan has only gathers,
+// products and a compensator (runtime/cpu/jit_grouped.cpp).
+bool runs_in_jit_group(const BackendLayer& layer);
+
 }  // namespace qjit
