@@ -81,15 +81,23 @@ PackedCodes zeroed_packed_codes(int bits, int64_t k, int64_t n, int panel_column
 PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n, int panel_columns,
                        std::vector<uint8_t> block_bits) {
     PackedCodes out = zeroed_packed_codes(bits, k, n, panel_columns, std::move(block_bits));
+    // Row by row, plane by plane, panel by panel: the inner loop runs over a panel's contiguous
+    // columns, reading a row's codes and or-ing into a row of words, which the compiler vectorizes.
+    // The 32 rows of a block revisit the same words (bits x N of them), which stay in cache.
+    const int64_t panel_words = out.panel_words();
     for (int64_t row = 0; row < k; ++row) {
         const int64_t block = row / PackedCodes::kBlockRows;
         const int r = int(row % PackedCodes::kBlockRows);
+        const uint8_t* code_row = codes + row * n;
         for (const CodePlane& plane : code_planes(out.block_width(block))) {
             const PlaneSlot slot = plane_slot(plane, r);
             const uint32_t mask = (1u << plane.width) - 1u;
-            for (int64_t c = 0; c < n; ++c) {
-                const uint32_t field = (uint32_t(codes[row * n + c]) >> plane.value_shift) & mask;
-                out.words[word_index(out, block, slot.word, c)] |= field << slot.shift;
+            const int value_shift = plane.value_shift, shift = slot.shift;
+            uint32_t* words = out.words.data() + (out.block_start(block) + slot.word) * panel_columns;
+            for (int64_t c0 = 0; c0 < n; c0 += panel_columns, words += panel_words) {
+                const int64_t width = std::min<int64_t>(panel_columns, n - c0);
+                const uint8_t* source = code_row + c0;
+                for (int64_t c = 0; c < width; ++c) words[c] |= ((uint32_t(source[c]) >> value_shift) & mask) << shift;
             }
         }
     }
