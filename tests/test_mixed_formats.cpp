@@ -239,8 +239,16 @@ TEST(MixedFormat, DataThatDisagreesWithItsFormatIsRefused) {
     bad = m;
     const size_t in_two_bit_group = size_t(std::find(m.params.group_bits.begin(), m.params.group_bits.end(), 2) -
                                            m.params.group_bits.begin()) * 32 * 40;
-    bad.codes[in_two_bit_group] = 7;  // beyond its 2-bit group
-    EXPECT_THROW(validate(bad), Error);
+    bad.codes[in_two_bit_group + 17] = 7;  // beyond its 2-bit group, in column 17
+    try {
+        validate(bad);
+        ADD_FAILURE() << "a 3-bit code in a 2-bit group was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("code 7 at row " + std::to_string(in_two_bit_group / 40) +
+                                             " exceeds its group's 2 bits"),
+                  std::string::npos)
+            << e.what();
+    }
     bad = m;
     bad.params.outliers_data.rows[0] = 256;  // outside K
     EXPECT_THROW(validate(bad), Error);
