@@ -7,9 +7,9 @@
 #include <utility>
 
 #include "base/activations.hpp"
+#include "models/attention.hpp"
 #include "models/fail.hpp"
 #include "models/parallel_loop.hpp"
-#include "models/simd_clones.hpp"
 
 namespace qjit_models::llama {
 
@@ -43,16 +43,6 @@ void rope(float* vec, int size, int head_size, const float* rotation) {
     }
 }
 
-void softmax(float* x, int size) {
-    const float max_val = *std::max_element(x, x + size);
-    float sum = 0.0f;
-    for (int i = 0; i < size; ++i) {
-        x[i] = std::exp(x[i] - max_val);
-        sum += x[i];
-    }
-    for (int i = 0; i < size; ++i) x[i] /= sum;
-}
-
 void add_in_place(float* x, const float* delta, size_t count) {
     for (size_t i = 0; i < count; ++i) x[i] += delta[i];
 }
@@ -68,10 +58,6 @@ void check_norm(const std::vector<float>& norm, int dim, const std::string& what
     for (float v : norm)
         if (!std::isfinite(v)) fail("weights: ", what, " holds a value that is not finite");
 }
-
-// The work (multiply-adds or element operations) below which a loop between the layers runs on
-// the calling thread: a dispatch to the pool costs about a microsecond.
-constexpr int64_t kParallelGrainWork = int64_t(1) << 14;
 
 }  // namespace
 
@@ -169,8 +155,10 @@ void Model::ensure_capacity(int tokens) {
 void Model::ensure_cache(int positions) {
     if (positions <= cache_positions_) return;
     const Config& c = config();
-    // Grows geometrically, so a decode loop reallocates O(log n) times; never past seq_len.
-    const int grown = std::min(c.seq_len, std::max({positions, 2 * cache_positions_, 64}));
+    // Grows geometrically, so a decode loop reallocates O(log n) times; never past seq_len rounded up
+    // to whole key blocks (the attention reads keys a block at a time).
+    const int most = (c.seq_len + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+    const int grown = std::min(most, (std::max({positions, 2 * cache_positions_, 64}) + kKeyBlock - 1) / kKeyBlock * kKeyBlock);
     const size_t kv_dim = size_t(c.kv_dim()), old_positions = size_t(cache_positions_);
     for (std::vector<float>& cache : key_cache_) {  // [kv_dim][positions]: each feature's row widens
         std::vector<float> wider(kv_dim * size_t(grown));
@@ -193,74 +181,14 @@ void Model::ensure_cache(int positions) {
     cache_positions_ = grown;
 }
 
-namespace {
-
-// One head's attention for the query `q` at position `pos`: the scores of positions 0..pos against
-// its keys (keys[i * key_row + s]: the transposed cache), softmax, and the sum of the values
-// (values[s * value_row]) weighted by them into `out`. Every sum runs in run.c's order (a score over
-// i, an output over s), 16 independent sums at a time in one vector: the same results as run.c's
-// loops, bit for bit, at every instruction set.
-using Floats16 = float __attribute__((vector_size(64)));
-// The same vector read from and written to any float address (unaligned, aliasing floats).
-using UnalignedFloats16 = float __attribute__((vector_size(64), aligned(4), may_alias));
-
-QJIT_SIMD_CLONES void attend(const float* q, const float* keys,
-                                                                          size_t key_row, const float* values,
-                                                                          size_t value_row, int head_size, int pos,
-                                                                          float inv_sqrt, float* scores, float* out) {
-    using Vector = const UnalignedFloats16*;
-    int s = 0;
-    for (; s + 16 <= pos + 1; s += 16) {
-        Floats16 score = {};
-        for (int i = 0; i < head_size; ++i) score += q[i] * *Vector(keys + size_t(i) * key_row + size_t(s));
-        score *= inv_sqrt;
-        *reinterpret_cast<UnalignedFloats16*>(scores + s) = score;
-    }
-    for (; s <= pos; ++s) {
-        float score = 0.0f;
-        for (int i = 0; i < head_size; ++i) score += q[i] * keys[size_t(i) * key_row + size_t(s)];
-        scores[s] = score * inv_sqrt;
-    }
-    softmax(scores, pos + 1);
-    int i = 0;
-    for (; i + 16 <= head_size; i += 16) {
-        Floats16 sum = {};
-        for (s = 0; s <= pos; ++s) sum += scores[s] * *Vector(values + size_t(s) * value_row + size_t(i));
-        *reinterpret_cast<UnalignedFloats16*>(out + i) = sum;
-    }
-    for (; i < head_size; ++i) {
-        float sum = 0.0f;
-        for (s = 0; s <= pos; ++s) sum += scores[s] * values[size_t(s) * value_row + size_t(i)];
-        out[i] = sum;
-    }
-}
-
-}  // namespace
-
-// Causal multi-head attention of `count` queries (positions pos0..) over the cached keys and values,
-// each (query, head) pair on its own; on the context's threads in ranges of pairs, each range with
-// its own scores.
+// Causal multi-head attention of `count` queries (positions pos0..) over the cached keys and values
+// (models/attention.hpp).
 void Model::attention(int layer, int pos0, int count) {
     const Config& c = config();
-    const int head_size = c.head_size, q_dim = c.q_dim();
-    const int kv_mul = c.n_heads / c.n_kv_heads;  // query heads per key/value head
-    const float inv_sqrt = 1.0f / std::sqrt(float(head_size));
-    const size_t key_row = size_t(cache_positions_);
-    const float* keys = key_cache_[size_t(layer)].data();
-    const float* values = value_cache_[size_t(layer)].data();
-    const int64_t pair_work = int64_t(pos0 + count) * head_size * 2;  // a pair's multiply-adds, at most
-    parallel_loop(threads_.get(), int64_t(count) * c.n_heads, std::max<int64_t>(1, kParallelGrainWork / pair_work),
-                  [&](int64_t begin, int64_t end) {
-                      std::vector<float> scores(size_t(pos0 + count));
-                      for (int64_t pair = begin; pair < end; ++pair) {
-                          const int t = int(pair / c.n_heads), h = int(pair % c.n_heads);
-                          const size_t kv_offset = size_t(h / kv_mul) * size_t(head_size);
-                          const size_t at = size_t(t) * size_t(q_dim) + size_t(h) * size_t(head_size);
-                          attend(q_.data() + at, keys + kv_offset * key_row, key_row, values + kv_offset,
-                                 size_t(c.kv_dim()), head_size, pos0 + t, inv_sqrt, scores.data(),
-                                 att_out_.data() + at);
-                      }
-                  });
+    const KeyValueCache cache{key_cache_[size_t(layer)].data(), size_t(cache_positions_),
+                              value_cache_[size_t(layer)].data()};
+    causal_attention(threads_.get(), {c.head_size, c.n_heads, c.n_kv_heads}, cache, q_.data(), pos0, count,
+                     att_out_.data());
 }
 
 std::span<const float> Model::forward(std::span<const int> tokens, int pos0, Logits logits) {

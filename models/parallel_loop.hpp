@@ -9,6 +9,10 @@
 
 namespace qjit_models {
 
+// The work (multiply-adds or element operations) below which a loop between the layers runs on
+// the calling thread: a dispatch to the pool costs about a microsecond.
+inline constexpr int64_t kParallelGrainWork = int64_t(1) << 14;
+
 // body(begin, end) over [0, count): on `context`'s threads in ranges of at least `grain`, or on the
 // calling thread alone when there is no context or the loop is not larger than one grain. body must
 // not throw (it runs behind the C API).
