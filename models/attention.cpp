@@ -6,11 +6,17 @@
 #include <limits>
 
 #include "models/fail.hpp"
-#include "models/float_vectors.hpp"
+#include "base/float_vectors.hpp"
 #include "models/parallel_loop.hpp"
-#include "models/simd_clones.hpp"
+#include "base/simd_clones.hpp"
 
 namespace qjit_models {
+
+using qjit::exp16;
+using qjit::Floats16;
+using qjit::load16;
+using qjit::splat16;
+using qjit::store16;
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "models/simd_clones.hpp"
+#include "base/simd_clones.hpp"
 
 namespace qjit_models::llama {
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "base/activations.hpp"
+#include "base/simd_clones.hpp"
 #include "models/attention.hpp"
 #include "models/fail.hpp"
 #include "models/parallel_loop.hpp"
@@ -41,6 +42,19 @@ void rope(float* vec, int size, int head_size, const float* rotation) {
         vec[i] = v0 * cos_sin[0] - v1 * cos_sin[1];
         vec[i + 1] = v0 * cos_sin[1] + v1 * cos_sin[0];
     }
+}
+
+// gate[i] = silu(gate[i]) * up[i], 16 values at a time; the last few through a padded vector, so
+// every value is computed alike wherever a thread's range starts.
+QJIT_SIMD_CLONES void swiglu(float* gate, const float* up, int64_t count) {
+    int64_t i = 0;
+    for (; i + 16 <= count; i += 16) qjit::store16(gate + i, qjit::silu(qjit::load16(gate + i)) * qjit::load16(up + i));
+    if (i == count) return;
+    float g[16] = {}, u[16] = {};
+    std::copy(gate + i, gate + count, g);
+    std::copy(up + i, up + count, u);
+    qjit::store16(g, qjit::silu(qjit::load16(g)) * qjit::load16(u));
+    std::copy(g, g + (count - i), gate + i);
 }
 
 void add_in_place(float* x, const float* delta, size_t count) {
@@ -264,7 +278,7 @@ bool Model::run_layer(int l, int pos0, int count) {
         layer.w3->forward(xb_.data(), count, hb2_.data());
     }
     parallel_loop(threads_.get(), int64_t(rows * hidden), kParallelGrainWork / 16, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) hb_[size_t(i)] = qjit::silu(hb_[size_t(i)]) * hb2_[size_t(i)];
+        swiglu(hb_.data() + begin, hb2_.data() + begin, end - begin);
     });
     if (ffn_threshold_ > 0) {
         for (size_t i = 0; i < rows * hidden; ++i)

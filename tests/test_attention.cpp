@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "models/attention.hpp"
-#include "models/float_vectors.hpp"
+#include "base/float_vectors.hpp"
 
 namespace {
 
@@ -134,12 +134,12 @@ TEST(AttentionInput, ShapesItCannotRunAreRefused) {
 }
 
 TEST(Exp16, MatchesStdExpAndItsLimits) {
-    using qjit_models::Floats16;
+    using qjit::Floats16;
     double worst = 0.0;
     for (float x0 = -87.0f; x0 < 88.0f; x0 += 0.37f) {
         Floats16 x;
         for (int i = 0; i < 16; ++i) x[i] = x0 + 0.0213f * float(i);
-        const Floats16 y = qjit_models::exp16(x);
+        const Floats16 y = qjit::exp16(x);
         for (int i = 0; i < 16; ++i) {
             const double expected = std::exp(double(x[i]));
             worst = std::max(worst, std::fabs(double(y[i]) - expected) / expected);
@@ -151,7 +151,7 @@ TEST(Exp16, MatchesStdExpAndItsLimits) {
     limits[1] = -100.0f;
     limits[2] = 100.0f;
     limits[3] = 0.0f;
-    const Floats16 y = qjit_models::exp16(limits);
+    const Floats16 y = qjit::exp16(limits);
     EXPECT_EQ(y[0], 0.0f);
     EXPECT_EQ(y[1], 0.0f);
     EXPECT_EQ(y[2], std::numeric_limits<float>::infinity());

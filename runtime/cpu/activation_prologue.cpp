@@ -2,27 +2,46 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
+#include "base/float_vectors.hpp"
 #include "base/scratch.hpp"
+#include "base/simd_clones.hpp"
 #include "runtime/layer_passes.hpp"
 
 namespace qjit {
 
 namespace {
 
-// Round to nearest even for |v| < 2^22 without a libm call (baseline x86-64 has no roundps):
-// adding 1.5 * 2^23 pushes the fraction bits out of the mantissa.
-inline float round_to_nearest(float v) {
-    constexpr float kShift = 12582912.0f;
-    return (v + kShift) - kShift;
+using Int8s16 = int8_t __attribute__((vector_size(16)));
+
+// A group's largest magnitude, or NaN when it holds a NaN or an infinity (which have no int8 step).
+// n is a multiple of 16.
+[[gnu::always_inline]] inline float group_amax(const float* v, int64_t n) {
+    Floats16 most = {};
+    Ints16 bad = {};
+    for (int64_t r = 0; r < n; r += 16) {
+        const Floats16 x = load16(v + r);
+        const Floats16 magnitude = x < 0 ? -x : x;
+        most = magnitude > most ? magnitude : most;
+        bad |= (x - x) != 0;  // NaN for a NaN or an infinity
+    }
+    float amax = 0.0f;
+    bool finite = true;
+    for (int i = 0; i < 16; ++i) {
+        amax = std::max(amax, most[i]);
+        finite = finite && bad[i] == 0;
+    }
+    return finite ? amax : std::numeric_limits<float>::quiet_NaN();
 }
 
 // One activation row: gathered and padded into `row` (f32 path: the output row itself), then
-// per group its sum and, on the int8 path, its step and int8 values.
-void prepare_row(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* src, float* row,
-                 int8_t* int8_row, float* row_scales, float* row_sums) {
+// per group its sum and, on the int8 path, its step and int8 values. Groups are 16 rows or a
+// multiple of 32, so each is whole vectors of 16.
+QJIT_SIMD_CLONES void prepare_row(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* src,
+                                  float* row, int8_t* int8_row, float* row_scales, float* row_sums) {
     const int64_t k = spec.format.k, padded_k = spec.padded_k(), gs = spec.group_rows();
     if (row_order)
         gather_row(row_order, k, src, row);
@@ -38,30 +57,31 @@ void prepare_row(const jit::CpuKernelSpec& spec, const int32_t* row_order, const
             row_sums[g] = sum;
             continue;
         }
-        float amax = 0.0f;
-        bool finite = true;
-        for (int64_t r = r0; r < r1; ++r) {
-            amax = std::max(amax, std::fabs(row[r]));  // std::max drops a NaN: hence the flag
-            finite = finite && std::isfinite(row[r]);
-        }
-        if (!finite) {
-            // A NaN or an infinity has no int8 step. The group's step becomes NaN, so every output
-            // the group feeds is NaN (the kernels multiply each group's integer dot product by
-            // its step, a zero dot included); its int8 values are zeros.
+        const float amax = group_amax(row + r0, r1 - r0);
+        if (std::isnan(amax)) {
+            // The group's step becomes NaN, so every output the group feeds is NaN (the kernels
+            // multiply each group's integer dot product by its step, a zero dot included); its int8
+            // values are zeros.
             std::fill(int8_row + r0, int8_row + r1, int8_t(0));
             row_scales[g] = std::numeric_limits<float>::quiet_NaN();
             row_sums[g] = 0.0f;
             continue;
         }
+        // Round to nearest even for |v| < 2^22 without a libm call: adding 1.5 * 2^23 pushes the
+        // fraction bits out of the mantissa.
+        constexpr float kShift = 12582912.0f;
         const float inverse = amax > 0.0f ? qmax / amax : 0.0f;
-        int32_t sum = 0;
-        for (int64_t r = r0; r < r1; ++r) {
-            const int32_t q = int32_t(round_to_nearest(row[r] * inverse));
-            int8_row[r] = int8_t(q);
+        Ints16 sum = {};
+        for (int64_t r = r0; r < r1; r += 16) {
+            const Ints16 q = __builtin_convertvector((load16(row + r) * inverse + kShift) - kShift, Ints16);
+            const Int8s16 narrow = __builtin_convertvector(q, Int8s16);
+            std::memcpy(int8_row + r, &narrow, sizeof narrow);
             sum += q;
         }
+        int32_t total = 0;
+        for (int i = 0; i < 16; ++i) total += sum[i];
         row_scales[g] = amax / qmax;
-        row_sums[g] = float(sum);
+        row_sums[g] = float(total);
     }
 }
 

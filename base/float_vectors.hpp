@@ -1,7 +1,7 @@
 // Sixteen floats as one GCC vector (one AVX-512 register, two AVX2 ones), the unaligned view of
-// any float array as such vectors, and exp over a vector: the pieces the Llama forward's
-// vectorised loops share. Functions using them are compiled per instruction set
-// (models/simd_clones.hpp).
+// any float array as such vectors, and exp over a vector: the pieces the vectorised loops of
+// the library and the Llama forward share. Functions using them are compiled per instruction set
+// (base/simd_clones.hpp).
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 // instruction set, so the ABI note about passing them without AVX-512 does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-namespace qjit_models {
+namespace qjit {
 
 using Floats16 = float __attribute__((vector_size(64)));
 using Ints16 = int32_t __attribute__((vector_size(64)));
@@ -47,4 +47,4 @@ using UnalignedFloats16 = float __attribute__((vector_size(64), aligned(4), may_
     return x < below ? zero : (x > above ? infinity : result);
 }
 
-}  // namespace qjit_models
+}  // namespace qjit
