@@ -42,4 +42,12 @@ MappedFile::~MappedFile() {
     if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+void MappedFile::release(const uint8_t* at, size_t bytes) const {
+    if (data_ == nullptr || at < data_ || at > data_ + size_ || bytes > size_t(data_ + size_ - at)) return;
+    const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+    const uintptr_t first = (uintptr_t(at) + page - 1) / page * page, end = (uintptr_t(at) + bytes) / page * page;
+    // Advice only: a failure leaves the pages mapped, which costs memory, not correctness.
+    if (end > first) ::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
+}
+
 }  // namespace qjit

@@ -21,6 +21,12 @@ public:
     size_t size() const { return size_; }
     const std::string& path() const { return path_; }
 
+    // Drops the mapping's pages that lie wholly inside [at, at + bytes) from this process's memory
+    // (they stay in the page cache, and a later read maps them again): for bytes read once, such
+    // as a weight tensor made into a layer, so that they do not count in the resident size. A
+    // range outside the mapping is ignored.
+    void release(const uint8_t* at, size_t bytes) const;
+
 private:
     std::string path_;
     const uint8_t* data_ = nullptr;

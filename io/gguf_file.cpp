@@ -379,6 +379,10 @@ const GgufTensor* GgufFile::find(const std::string& name) const {
     return found == tensor_index_.end() ? nullptr : &tensors_[found->second];
 }
 
+void GgufFile::release(const GgufTensor& tensor) const {
+    if (mapping_) mapping_->release(tensor.data, tensor.bytes);
+}
+
 const GgufTensor& GgufFile::tensor(const std::string& name) const {
     const GgufTensor* found = find(name);
     if (found == nullptr) fail(QJIT_ERROR_CORRUPT_DATA, "GGUF file '", file_name_, "' has no tensor '", name, "'");

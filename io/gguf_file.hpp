@@ -110,6 +110,9 @@ public:
     const GgufTensor* find(const std::string& name) const;
     // The tensor of that name; QJIT_ERROR_CORRUPT_DATA naming it when absent.
     const GgufTensor& tensor(const std::string& name) const;
+    // Drops a tensor's pages of the file mapping from memory until it is read again
+    // (MappedFile::release): for a tensor read once into a layer. Nothing for a parsed buffer.
+    void release(const GgufTensor& tensor) const;
 
     bool has(const std::string& key) const { return metadata_.count(key) != 0; }
     // A metadata value of the expected kind; QJIT_ERROR_CORRUPT_DATA naming the key when it is

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "base/error.hpp"
+#include "format/code_planes.hpp"
 #include "format/gguf_blocks.hpp"
 
 namespace qjit {
@@ -43,17 +45,23 @@ struct Mapping {
     BlockUnpacker unpack;
 };
 
+// ggml's 32 nibble codes (nibble_code) in two loops the compiler vectorises.
+void unpack_nibbles(const uint8_t* qs, uint8_t* codes) {
+    for (int i = 0; i < 16; ++i) codes[i] = qs[i] & 15;
+    for (int i = 0; i < 16; ++i) codes[16 + i] = qs[i] >> 4;
+}
+
 // W = d * (q - 8).
 void unpack_q4_0(const uint8_t* block, UnpackedBlock& out) {
     out.scales[0] = half_at(block + Q4_0::d);
-    for (int i = 0; i < 32; ++i) out.codes[i] = uint8_t(nibble_code(block + Q4_0::qs, i));
+    unpack_nibbles(block + Q4_0::qs, out.codes);
 }
 
 // W = d * q + m.
 void unpack_q4_1(const uint8_t* block, UnpackedBlock& out) {
     out.scales[0] = half_at(block + Q4_1::d);
     out.offsets[0] = half_at(block + Q4_1::m);
-    for (int i = 0; i < 32; ++i) out.codes[i] = uint8_t(nibble_code(block + Q4_1::qs, i));
+    unpack_nibbles(block + Q4_1::qs, out.codes);
 }
 
 // W = d * (q - 16), q of 5 bits.
@@ -180,8 +188,10 @@ std::string gguf_import_name(GgmlType type) {
     return concat(ggml_type_name(type), " as ", gguf_import_format(type).name(), " (", require_mapping(type).how, ")");
 }
 
-QuantizedMatrix import_gguf_matrix(GgmlType type, const uint8_t* data, size_t bytes, int64_t k, int64_t n) {
-    const Mapping& mapping = require_mapping(type);
+namespace {
+
+// The checks every import makes; the type's block.
+GgmlBlock checked_block(GgmlType type, const uint8_t* data, size_t bytes, int64_t k, int64_t n) {
     const std::string type_name = ggml_type_name(type);
     require(data != nullptr, "data is NULL");
     validate_shape(k, n);
@@ -189,44 +199,113 @@ QuantizedMatrix import_gguf_matrix(GgmlType type, const uint8_t* data, size_t by
     ggml_block_of(type, &block);  // every imported type has one
     require(k % block.values == 0, "k = ", k, " is not a whole number of ", type_name, " blocks (", block.values,
             " values each)");
-    const int64_t row_blocks = k / block.values;
     // At most 2^36 weights at under 2 bytes each (validate_shape): no overflow.
-    const uint64_t expected = uint64_t(n) * uint64_t(row_blocks) * uint64_t(block.bytes);
+    const uint64_t expected = uint64_t(n) * uint64_t(k / block.values) * uint64_t(block.bytes);
     require(bytes == expected, "a ", k, " x ", n, " ", type_name, " tensor holds N * (K / ", block.values, ") * ",
             block.bytes, " = ", expected, " bytes; ", bytes, " were given");
+    return block;
+}
 
-    QuantizedMatrix matrix;
-    QuantParams& p = matrix.params;
+// The params of a k x n tensor of `mapping`'s type: the format, every zero point, and room for the
+// scales and offsets.
+QuantParams params_shell(const Mapping& mapping, GgmlType type, int64_t k, int64_t n) {
+    QuantParams p;
     static_cast<WeightFormat&>(p) = gguf_import_format(type, k, n);
-    const int64_t block_groups = block.values / mapping.group;
     const size_t metadata = size_t(p.num_groups() * n);
     p.scales.resize(metadata);
-    if (p.float_offsets) {
+    if (p.float_offsets)
         p.offsets.resize(metadata);
-    } else {
+    else
         p.zeros.assign(metadata, uint16_t(mapping.zero));
+    return p;
+}
+
+// Unpacks block `b` of column `c` and stores its groups' scales and offsets in p.
+void unpack_column_block(const Mapping& mapping, const GgmlBlock& block, const uint8_t* data, int64_t b, int64_t c,
+                         QuantParams& p, UnpackedBlock& unpacked) {
+    const int64_t row_blocks = p.k / block.values, block_groups = block.values / mapping.group;
+    mapping.unpack(data + (c * row_blocks + b) * block.bytes, unpacked);
+    for (int64_t s = 0; s < block_groups; ++s) {
+        const size_t meta = size_t((b * block_groups + s) * p.n + c);
+        p.scales[meta] = unpacked.scales[s];
+        if (p.float_offsets) p.offsets[meta] = unpacked.offsets[s];
+        if (!std::isfinite(p.scales[meta]) || (p.float_offsets && !std::isfinite(p.offsets[meta])))
+            fail(QJIT_ERROR_INVALID_ARGUMENT, ggml_type_name(mapping.type), " row ", c, ", block ", b,
+                 ": an fp16 scale field (d, m or dmin) is infinite or NaN, so ggml's weights are not finite; qjit "
+                 "stores finite scales only");
     }
+}
+
+// The `bits` words of one column's 32-row block (format/code_planes.hpp) from its 32 codes.
+void pack_block_words(const uint8_t* codes, int bits, uint32_t* words) {
+    if (bits == 8) {  // one 8-bit plane: the codes in order
+        std::memcpy(words, codes, 32);
+        return;
+    }
+    if (bits == 4) {  // byte j of word w: rows 8w + j (low nibble) and 8w + 4 + j (high nibble)
+        for (int w = 0; w < 4; ++w) {
+            uint32_t word = 0;
+            for (int j = 0; j < 4; ++j) word |= uint32_t(codes[8 * w + j] | codes[8 * w + 4 + j] << 4) << (8 * j);
+            words[w] = word;
+        }
+        return;
+    }
+    std::fill(words, words + bits, 0u);
+    for (const CodePlane& plane : code_planes(bits))
+        for (int r = 0; r < 32; ++r) {
+            const PlaneSlot slot = plane_slot(plane, r);
+            words[slot.word] |= ((uint32_t(codes[r]) >> plane.value_shift) & ((1u << plane.width) - 1u)) << slot.shift;
+        }
+}
+
+}  // namespace
+
+QuantizedMatrix import_gguf_matrix(GgmlType type, const uint8_t* data, size_t bytes, int64_t k, int64_t n) {
+    const Mapping& mapping = require_mapping(type);
+    const GgmlBlock block = checked_block(type, data, bytes, k, n);
+    QuantizedMatrix matrix{params_shell(mapping, type, k, n), {}};
     matrix.codes.resize(size_t(k * n));
     UnpackedBlock unpacked;
     for (int64_t c0 = 0; c0 < n; c0 += kColumnTile) {
         const int64_t c1 = std::min(n, c0 + kColumnTile);
-        for (int64_t b = 0; b < row_blocks; ++b)
+        for (int64_t b = 0; b < k / block.values; ++b)
             for (int64_t c = c0; c < c1; ++c) {
-                mapping.unpack(data + (c * row_blocks + b) * block.bytes, unpacked);
-                for (int64_t s = 0; s < block_groups; ++s) {
-                    const size_t meta = size_t((b * block_groups + s) * n + c);
-                    p.scales[meta] = unpacked.scales[s];
-                    if (p.float_offsets) p.offsets[meta] = unpacked.offsets[s];
-                    require(std::isfinite(p.scales[meta]) && (!p.float_offsets || std::isfinite(p.offsets[meta])),
-                            type_name, " row ", c, ", block ", b, ": an fp16 scale field (d, m or dmin) is infinite "
-                            "or NaN, so ggml's weights are not finite; qjit stores finite scales only");
-                }
+                unpack_column_block(mapping, block, data, b, c, matrix.params, unpacked);
                 uint8_t* codes = matrix.codes.data() + b * block.values * n + c;
                 for (int64_t i = 0; i < block.values; ++i) codes[i * n] = unpacked.codes[i];
             }
     }
-    validate(p);  // the codes are within their width by construction: each unpacker masks its bits
+    validate(matrix.params);  // the codes are within their width by construction: each unpacker masks its bits
     return matrix;
+}
+
+QuantParams import_gguf_params_shell(GgmlType type, const uint8_t* data, size_t bytes, int64_t k, int64_t n) {
+    const Mapping& mapping = require_mapping(type);
+    checked_block(type, data, bytes, k, n);
+    return params_shell(mapping, type, k, n);
+}
+
+void import_gguf_panels(GgmlType type, const uint8_t* data, int64_t first_panel, int64_t end_panel, QuantParams& params,
+                        PackedCodes& codes) {
+    const Mapping& mapping = require_mapping(type);
+    GgmlBlock block;
+    ggml_block_of(type, &block);
+    const int64_t panel = codes.panel_columns, sub_blocks = block.values / PackedCodes::kBlockRows;
+    UnpackedBlock unpacked;
+    uint32_t words[8];
+    for (int64_t index = first_panel; index < end_panel; ++index) {
+        const int64_t c0 = index * panel, c1 = std::min(params.n, c0 + panel);
+        uint32_t* panel_words = codes.words.data() + index * codes.panel_words();
+        for (int64_t c = c0; c < c1; ++c)
+            for (int64_t b = 0; b < params.k / block.values; ++b) {
+                unpack_column_block(mapping, block, data, b, c, params, unpacked);
+                for (int64_t s = 0; s < sub_blocks; ++s) {
+                    pack_block_words(unpacked.codes + s * PackedCodes::kBlockRows, mapping.bits, words);
+                    uint32_t* at = panel_words + codes.block_start(b * sub_blocks + s) * panel + (c - c0);
+                    for (int w = 0; w < mapping.bits; ++w) at[w * panel] = words[w];
+                }
+            }
+    }
 }
 
 }  // namespace qjit

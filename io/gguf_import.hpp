@@ -29,6 +29,7 @@
 #include <string>
 
 #include "io/gguf_file.hpp"
+#include "format/packed_codes.hpp"
 #include "format/quantized_matrix.hpp"
 #include "format/weight_format.hpp"
 
@@ -53,5 +54,17 @@ std::string gguf_import_name(GgmlType type);
 // n * (k / block values) * block bytes, or a block whose fp16 scale fields (d, m, dmin) are
 // infinite or NaN (ggml would give non-finite weights; qjit stores finite scales only).
 QuantizedMatrix import_gguf_matrix(GgmlType type, const uint8_t* data, size_t bytes, int64_t k, int64_t n);
+
+// The same import straight into the packed layout (format/packed_codes.hpp), without the k x n
+// codes in between: what a layer made from the tensor needs, in one pass over the file's bytes that
+// threads can share by panels. import_gguf_params_shell makes the same checks as
+// import_gguf_matrix and returns its params with every zero point set and the scales and offsets
+// sized; import_gguf_panels then fills the panels [first_panel, end_panel) of `codes` (from
+// zeroed_packed_codes at the format's bits, k and n and any panel width) and the scales and offsets
+// of their columns, refusing a non-finite scale field as import_gguf_matrix does. Together they
+// give import_gguf_matrix's params and pack_codes of its codes, word for word.
+QuantParams import_gguf_params_shell(GgmlType type, const uint8_t* data, size_t bytes, int64_t k, int64_t n);
+void import_gguf_panels(GgmlType type, const uint8_t* data, int64_t first_panel, int64_t end_panel, QuantParams& params,
+                        PackedCodes& codes);
 
 }  // namespace qjit

@@ -17,6 +17,7 @@ std::unique_ptr<Linear> GgufImportMaker::make_linear(const LoadedMatrix& matrix)
     if (status != QJIT_OK)
         throw std::runtime_error("qjit_linear_create_from_gguf failed on " + matrix.name() + ": " +
                                  qjit_status_string(status) + ": " + qjit_last_error());
+    matrix.release_source();  // the layer holds the weights now; the file's pages can go
     return own_qjit_layer(context_, layer, matrix.n(), matrix.k());
 }
 

@@ -83,7 +83,9 @@ public:
                                          ", which qjit cannot dequantize to fp32");
             qjit::dequantize_gguf_row(type, data + size_t(row) * row_bytes, k, out);
         };
-        return LoadedMatrix::ggml(name, n, k, {uint32_t(t.type), t.data, t.bytes}, std::move(decode_row), file_);
+        auto release = [file = file_, &t] { file->release(t); };
+        return LoadedMatrix::ggml(name, n, k, {uint32_t(t.type), t.data, t.bytes}, std::move(decode_row), file_,
+                                  std::move(release));
     }
 
     std::vector<float> norm(const std::string& name, int dim) const {

@@ -19,7 +19,7 @@ LoadedMatrix LoadedMatrix::dense(std::string name, int64_t n, int64_t k, std::ve
 }
 
 LoadedMatrix LoadedMatrix::ggml(std::string name, int64_t n, int64_t k, GgmlMatrix ggml, RowDecoder decode_row,
-                                std::shared_ptr<const void> owner) {
+                                std::shared_ptr<const void> owner, std::function<void()> release) {
     if (n < 1 || k < 1 || !ggml.data || !decode_row)
         throw std::runtime_error("matrix " + name + ": a ggml source needs n, k >= 1, data and a row decoder");
     LoadedMatrix source;
@@ -29,6 +29,7 @@ LoadedMatrix LoadedMatrix::ggml(std::string name, int64_t n, int64_t k, GgmlMatr
     source.ggml_ = std::make_shared<const GgmlMatrix>(ggml);
     source.decode_row_ = std::move(decode_row);
     source.owner_ = std::move(owner);
+    source.release_ = std::move(release);
     return source;
 }
 

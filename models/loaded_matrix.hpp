@@ -35,9 +35,10 @@ public:
     LoadedMatrix() = default;
     // Dense fp32 weights, n_by_k.size() == n * k.
     static LoadedMatrix dense(std::string name, int64_t n, int64_t k, std::vector<float> n_by_k);
-    // ggml weights whose rows `decode_row` dequantizes; `owner` keeps ggml.data alive.
+    // ggml weights whose rows `decode_row` dequantizes; `owner` keeps ggml.data alive. `release`
+    // (may be empty) drops the bytes from memory until they are read again (a file mapping's pages).
     static LoadedMatrix ggml(std::string name, int64_t n, int64_t k, GgmlMatrix ggml, RowDecoder decode_row,
-                             std::shared_ptr<const void> owner);
+                             std::shared_ptr<const void> owner, std::function<void()> release = {});
 
     const std::string& name() const { return name_; }  // for messages: "layer 3 wq", "blk.3.attn_q.weight"
     int64_t n() const { return n_; }
@@ -49,6 +50,10 @@ public:
     std::span<const float> dense_values(std::vector<float>& scratch) const;
     // The ggml bytes, or nullptr for dense weights.
     const GgmlMatrix* ggml() const { return ggml_ ? &*ggml_ : nullptr; }
+    // For a maker that has read the ggml bytes once into a layer: they need not stay in memory.
+    void release_source() const {
+        if (release_) release_();
+    }
 
 private:
     std::string name_;
@@ -57,6 +62,7 @@ private:
     std::shared_ptr<const GgmlMatrix> ggml_;           // null for a dense source
     RowDecoder decode_row_;
     std::shared_ptr<const void> owner_;
+    std::function<void()> release_;
 };
 
 }  // namespace qjit_models::llama

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -141,6 +142,37 @@ TEST_P(GgufImport, DequantizesAsGgmlBitForBit) {
         EXPECT_EQ(matrix.params.format(), gguf_import_format(t.type, k, n));
         expect_transposed_bits(dequantize(matrix), ggml_values(t.type, bytes, k, n), k, n);
     }
+}
+
+// The import straight into panels (what the C API's layers use) gives import_gguf_matrix's params
+// and pack_codes of its codes word for word: panel widths that divide N, that do not, and wider
+// than N, filled in one call and panel by panel.
+TEST_P(GgufImport, PanelsEqualTheMatrixPacked) {
+    const ImportedType& t = GetParam();
+    uint32_t seed = uint32_t(t.type) * 10 + 3;
+    for (const Shape shape : kShapes)
+        for (const int panel : {16, 32, 48, 64}) {
+            const int64_t k = shape.blocks * block_of(t.type).values, n = shape.n;
+            SCOPED_TRACE(testing::Message() << "K=" << k << " N=" << n << " panel=" << panel);
+            const std::vector<uint8_t> bytes = random_tensor(t, k, n, seed++);
+            const QuantizedMatrix matrix = import_gguf_matrix(t.type, bytes.data(), bytes.size(), k, n);
+            const PackedCodes expected = pack_codes(matrix.codes.data(), matrix.params.bits, k, n, panel);
+            QuantParams params = import_gguf_params_shell(t.type, bytes.data(), bytes.size(), k, n);
+            PackedCodes codes = zeroed_packed_codes(params.bits, k, n, panel);
+            if (seed % 2 == 0) {
+                import_gguf_panels(t.type, bytes.data(), 0, codes.num_panels(), params, codes);
+            } else {
+                for (int64_t p = codes.num_panels() - 1; p >= 0; --p)
+                    import_gguf_panels(t.type, bytes.data(), p, p + 1, params, codes);
+            }
+            EXPECT_EQ(codes.words, expected.words);
+            EXPECT_EQ(std::memcmp(params.scales.data(), matrix.params.scales.data(),
+                                  params.scales.size() * sizeof(float)), 0);
+            EXPECT_EQ(params.scales.size(), matrix.params.scales.size());
+            EXPECT_EQ(params.offsets, matrix.params.offsets);
+            EXPECT_EQ(params.zeros, matrix.params.zeros);
+            EXPECT_EQ(params.format(), matrix.params.format());
+        }
 }
 
 // The C API's layer, on the portable path and on the JIT, dequantizes as ggml does, names its
