@@ -1,6 +1,7 @@
 #include "format/panel_metadata.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "base/half.hpp"
@@ -20,6 +21,17 @@ void put_float(const WeightFormat& format, std::vector<uint8_t>& to, size_t at, 
     } else {
         std::memcpy(&to[at * 4], &value, 4);
     }
+}
+
+float get_float(const WeightFormat& format, const std::vector<uint8_t>& from, size_t at) {
+    if (format.f16_scales()) {
+        uint16_t half;
+        std::memcpy(&half, &from[at * 2], 2);
+        return half_to_float(half);
+    }
+    float value;
+    std::memcpy(&value, &from[at * 4], 4);
+    return value;
 }
 
 // The (scale, zero) pairs of group g's 16-column groups inside `panel`.
@@ -71,6 +83,32 @@ void pack_panel_metadata(const QuantParams& p, const PanelMetadataLayout& layout
             else if (!p.symmetric) out.zeros[at] = uint8_t(p.zeros[from]);
         }
     }
+}
+
+bool panel_metadata_is_exact(const QuantParams& p, const PanelMetadataLayout& layout) {
+    if (layout.format.second_order_scales()) return false;
+    if (!layout.format.f16_scales()) return true;
+    const auto exact = [](float v) { return std::bit_cast<uint32_t>(half_to_float(float_to_half(v))) == std::bit_cast<uint32_t>(v); };
+    return std::all_of(p.scales.begin(), p.scales.end(), exact) && std::all_of(p.offsets.begin(), p.offsets.end(), exact);
+}
+
+void unpack_panel_metadata(const PanelMetadata& metadata, const PanelMetadataLayout& layout, QuantParams& p) {
+    const size_t entries = size_t(p.num_groups() * p.n);
+    p.scales.resize(entries);
+    if (p.float_offsets)
+        p.offsets.resize(entries);
+    else
+        p.zeros.assign(entries, uint16_t(1u << (p.bits - 1)));
+    const int64_t width = layout.panel_columns;
+    for (int64_t panel = 0; panel < panels_of(p, layout); ++panel)
+        for (int64_t g = 0; g < p.num_groups(); ++g)
+            for (int64_t c = panel * width; c < std::min(p.n, (panel + 1) * width); ++c) {
+                const size_t at = size_t((panel * layout.groups + g) * width + c - panel * width);
+                const size_t to = size_t(g * p.n + c);
+                p.scales[to] = get_float(layout.format, metadata.scales, at);
+                if (p.float_offsets) p.offsets[to] = get_float(layout.format, metadata.zeros, at);
+                else if (!p.symmetric) p.zeros[to] = metadata.zeros[at];
+            }
 }
 
 }  // namespace qjit

@@ -38,4 +38,12 @@ PanelMetadata allocate_panel_metadata(const QuantParams& params, const PanelMeta
 void pack_panel_metadata(const QuantParams& params, const PanelMetadataLayout& layout, int64_t panel,
                          PanelMetadata& out);
 
+// Whether the metadata holds params' scales, zero points and offsets exactly, so that
+// unpack_panel_metadata gives them back: the scales and offsets representable at the layout's
+// scale type (fp16 or fp32), and no second-order scales (their pairs are not read back).
+bool panel_metadata_is_exact(const QuantParams& params, const PanelMetadataLayout& layout);
+// params' scales, zero points (symmetric: 2^(bits - 1)) and offsets, sized and read back from the
+// metadata pack_panel_metadata made of them (panel_metadata_is_exact must hold).
+void unpack_panel_metadata(const PanelMetadata& metadata, const PanelMetadataLayout& layout, QuantParams& params);
+
 }  // namespace qjit

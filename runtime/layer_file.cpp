@@ -6,7 +6,7 @@
 namespace qjit {
 
 std::string serialize_layer(const qjit_linear& layer) {
-    return serialize_layer(layer.params, layer.cpu->codes(), unpack_low_rank(layer));
+    return serialize_layer(layer_params(layer), layer.cpu->codes(), unpack_low_rank(layer));
 }
 
 void save_layer(const qjit_linear& layer, const std::string& path) { replace_file(path, serialize_layer(layer)); }

@@ -81,6 +81,22 @@ int layer_panel_columns(const TilingChoice& choice) {
     return choice.spec ? choice.spec->panel_columns() : PortableTiling::kChunkColumns;
 }
 
+namespace {
+
+// An x86 JIT layer's kernels read the scales, zero points and offsets from their own panel layout;
+// where it holds them exactly the handle drops its copy (layer_params reads them back).
+void release_unpacked_metadata(qjit_linear& layer) {
+    if (layer.cpu->kind() != BackendKind::X86Jit) return;
+    const JitExecutor& executor = static_cast<const JitLayer&>(*layer.cpu).executor();
+    if (!panel_metadata_is_exact(layer.params, executor.metadata_layout())) return;
+    std::vector<float>().swap(layer.params.scales);
+    std::vector<uint16_t>().swap(layer.params.zeros);
+    std::vector<float>().swap(layer.params.offsets);
+    layer.metadata_in_kernels = true;
+}
+
+}  // namespace
+
 std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams params, PackedCodes codes,
                                              TilingChoice choice, Clock::time_point start, LowRankFactors compensator,
                                              LayerDevices devices) {
@@ -112,6 +128,7 @@ std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams 
     prepare_cpu(*layer, std::move(codes), std::move(low_rank));
     layer->description = describe(*layer);
     if (on_gpu) attach_cuda(*layer, std::move(*gpu_matrix), gpu_compensator);
+    else release_unpacked_metadata(*layer);
     if (context->verbosity > 0) log_creation(*layer, ms_since(start));
     return layer;
 }
@@ -153,8 +170,17 @@ const BackendLayer& layer_on(const qjit_linear& layer, int device) {
     return *layer.gpu;
 }
 
+QuantParams layer_params(const qjit_linear& layer) {
+    QuantParams params = layer.params;
+    if (layer.metadata_in_kernels) {
+        const JitExecutor& executor = static_cast<const JitLayer&>(*layer.cpu).executor();
+        unpack_panel_metadata(executor.metadata(), executor.metadata_layout(), params);
+    }
+    return params;
+}
+
 QuantizedMatrix unpack_linear(const qjit_linear& layer) {
-    return QuantizedMatrix{layer.params, unpack_codes(layer.cpu->codes())};
+    return QuantizedMatrix{layer_params(layer), unpack_codes(layer.cpu->codes())};
 }
 
 LowRankFactors unpack_low_rank(const qjit_linear& layer) {

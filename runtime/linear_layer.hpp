@@ -19,7 +19,10 @@
 
 struct qjit_linear {
     qjit_context* context = nullptr;
-    qjit::QuantParams params;                // the format, its scales and zero points as quantized
+    qjit::QuantParams params;                // the format, its scales and zero points as quantized; the
+                                             // last three left out where only the kernels hold them
+    bool metadata_in_kernels = false;        // params' scales, zeros and offsets live in cpu's panel
+                                             // layout only (layer_params reads them back)
     qjit::TilingChoice tuning;               // how the CPU kernel and tiling were chosen
     double kernel_ms = 0;                    // generating the CPU kernels' machine code
     std::unique_ptr<qjit::CpuLayer> cpu;     // the x86 JIT's or the portable path's: qjit_linear_forward
@@ -56,6 +59,11 @@ std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams 
                                              TilingChoice choice, std::chrono::steady_clock::time_point start,
                                              LowRankFactors compensator = {},
                                              LayerDevices devices = LayerDevices::CpuAndContextGpu);
+
+// The layer's params whole: its scales, zero points and offsets read back from the kernels' panel
+// layout where the handle does not keep them (an x86 JIT layer whose metadata the layout holds
+// exactly: a second copy would cost 1.5 bits a weight of a Q4_0 model).
+qjit::QuantParams layer_params(const qjit_linear& layer);
 
 // y (m x N) = x (m x K, original row order) * W: the layer's CPU backend runs its passes.
 void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y);

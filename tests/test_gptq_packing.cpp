@@ -172,7 +172,7 @@ TEST(GptqLayer, HoldsTheOracleParamsAndCodes) {
                             const RandomCheckpoint checkpoint = random_checkpoint(c, rng);
                             const std::unique_ptr<qjit_linear> layer =
                                 qjit::make_linear_from_gptq(context.get(), k, n, checkpoint.tensors());
-                            expect_same_params(layer->params, qjit::import_gptq(k, n, checkpoint.tensors()).params);
+                            expect_same_params(qjit::layer_params(*layer), qjit::import_gptq(k, n, checkpoint.tensors()).params);
                             ASSERT_EQ(layer->cpu->codes().words, oracle_packing(checkpoint, layer->cpu->codes().panel_columns).words);
                         }
             }

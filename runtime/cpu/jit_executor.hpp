@@ -67,6 +67,11 @@ public:
     // Bytes of the repacked scales and zero points (and outliers) a forward streams.
     int64_t metadata_bytes() const;
     const jit::JitGenerator& kernel(int rows) const { return *kernels_[size_t(rows - 1)]; }
+    // The scales and zero points as the kernels read them, and their layout.
+    const PanelMetadata& metadata() const { return metadata_; }
+    PanelMetadataLayout metadata_layout() const {
+        return {spec_.format, spec_.panel_columns(), spec_.num_groups()};
+    }
     // Flushes what metadata_bytes() counts from every cache (cold timing).
     void evict_metadata() const;
 
