@@ -296,6 +296,9 @@ void import_gguf_panels(GgmlType type, const uint8_t* data, int64_t first_panel,
     for (int64_t index = first_panel; index < end_panel; ++index) {
         const int64_t c0 = index * panel, c1 = std::min(params.n, c0 + panel);
         uint32_t* panel_words = codes.words.data() + index * codes.panel_words();
+        // The columns past N in the last panel: zero codes (the packer's padding).
+        for (int64_t w = 0; w < codes.column_words() && c1 - c0 < panel; ++w)
+            std::fill(panel_words + w * panel + (c1 - c0), panel_words + (w + 1) * panel, 0u);
         for (int64_t c = c0; c < c1; ++c)
             for (int64_t b = 0; b < params.k / block.values; ++b) {
                 unpack_column_block(mapping, block, data, b, c, params, unpacked);

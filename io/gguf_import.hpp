@@ -59,8 +59,9 @@ QuantizedMatrix import_gguf_matrix(GgmlType type, const uint8_t* data, size_t by
 // codes in between: what a layer made from the tensor needs, in one pass over the file's bytes that
 // threads can share by panels. import_gguf_params_shell makes the same checks as
 // import_gguf_matrix and returns its params with every zero point set and the scales and offsets
-// sized; import_gguf_panels then fills the panels [first_panel, end_panel) of `codes` (from
-// zeroed_packed_codes at the format's bits, k and n and any panel width) and the scales and offsets
+// sized; import_gguf_panels then writes every word of the panels [first_panel, end_panel) of
+// `codes` (from unwritten_packed_codes or zeroed_packed_codes at the format's bits, k and n and any
+// panel width), the padding columns' zero, and the scales and offsets
 // of their columns, refusing a non-finite scale field as import_gguf_matrix does. Together they
 // give import_gguf_matrix's params and pack_codes of its codes, word for word.
 QuantParams import_gguf_params_shell(GgmlType type, const uint8_t* data, size_t bytes, int64_t k, int64_t n);

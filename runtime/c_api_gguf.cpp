@@ -33,7 +33,7 @@ std::unique_ptr<qjit_linear> make_linear_from_gguf(qjit_context* context, GgmlTy
     } catch (const Error& e) {
         fail(e.status(), "GGUF ", source, ": ", e.what());
     }
-    PackedCodes codes = zeroed_packed_codes(params.bits, k, n, layer_panel_columns(*choice));
+    PackedCodes codes = unwritten_packed_codes(params.bits, k, n, layer_panel_columns(*choice));
     fill_panels_in_parallel(*context->pool, codes, kColumnsPerImportTask, [&](int64_t first, int64_t end) {
         import_gguf_panels(type, data, first, end, params, codes);
     });
