@@ -31,7 +31,11 @@ fi
 bench="$peers/llama.cpp/bin/llama-bench"
 if [ ! -x "$bench" ]; then
   log="$peers/llama.cpp-build.log"
+  # -fno-dse: with GCC 12, dead-store elimination drops the stores that fill ggml's AMX tile
+  # configuration (its _tile_loadconfig declares an 8-byte read), so on a CPU with AMX every prompt
+  # run crashes in tinygemm_kernel_amx. Decode is unaffected either way.
   { cmake -S "$source_dir" -B "$peers/llama.cpp" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+          -DCMAKE_C_FLAGS=-fno-dse -DCMAKE_CXX_FLAGS=-fno-dse \
           -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF &&
     cmake --build "$peers/llama.cpp" -j "$(nproc)" --target llama-bench; } >"$log" 2>&1 ||
     { tail -n 40 "$log" >&2; echo "peer_llama_cpp.sh: the llama.cpp build failed; its log is $log" >&2; exit 1; }

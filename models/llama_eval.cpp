@@ -95,6 +95,11 @@ std::vector<double> time_prompts(Model& model, std::span<const int> prompt, int 
     if (prompt.empty() || int64_t(prompt.size()) > model.config().seq_len)
         throw std::runtime_error("time_prompts: a prompt of " + std::to_string(prompt.size()) +
                                  " tokens is outside [1, seq_len " + std::to_string(model.config().seq_len) + "]");
+    // As llama-bench does: an untimed warm-up forward of a few tokens (the layers' scratch, the
+    // pool's threads awake) and the buffers and KV cache for the whole prompt allocated first.
+    model.reset();
+    model.forward(prompt.first(std::min<size_t>(prompt.size(), 32)), 0, Model::Logits::Last);
+    model.reserve(int(prompt.size()));
     std::vector<double> seconds;
     for (int i = 0; i < repeats; ++i) {
         model.reset();

@@ -35,7 +35,8 @@ struct Generation {
 Generation greedy_decode(Model& model, std::span<const int> prompt, int steps);
 
 // The seconds of `repeats` forwards of the whole prompt from an empty cache, each computing the last
-// position's logits only (as llama-bench's prompt test does); the cache is left empty.
+// position's logits only, after an untimed warm-up of up to 32 tokens and with the cache allocated
+// for the prompt (as llama-bench's prompt test does); the cache is left empty.
 std::vector<double> time_prompts(Model& model, std::span<const int> prompt, int repeats);
 
 int argmax(std::span<const float> values);  // first index of the maximum, as in run.c

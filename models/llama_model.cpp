@@ -320,6 +320,13 @@ std::span<const float> Model::forward_sequence(std::span<const int> tokens) {
     return forward(tokens, 0);
 }
 
+void Model::reserve(int tokens) {
+    if (tokens < 1 || tokens > config().seq_len)
+        fail("Model::reserve: ", tokens, " positions are outside [1, seq_len ", config().seq_len, "]");
+    ensure_capacity(tokens);
+    ensure_cache(tokens);
+}
+
 std::span<const float> Model::step(int token) { return forward(std::span<const int>(&token, 1), cached_positions_); }
 
 std::unique_ptr<Linear>& Model::linear_at(InputSite site) {

@@ -131,6 +131,9 @@ public:
     // Single-token step (m = 1) at the next position of the KV cache; reset() starts over.
     std::span<const float> step(int token);
     void reset() { cached_positions_ = 0; }
+    // Allocates (and touches) the activations and the KV cache for `tokens` positions ahead of a
+    // forward, so that the forward does not pay for fresh memory.
+    void reserve(int tokens);
     int cached_positions() const { return cached_positions_; }
 
     // One layer at a time, for sequential calibration. A residual stream is a whole sequence's

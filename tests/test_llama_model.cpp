@@ -185,6 +185,29 @@ TEST(LlamaGguf, StoriesCheckpointAsGgufGivesTheSameLogits) {
     EXPECT_EQ(std::memcmp(b.data(), expected.data(), expected.size() * sizeof(float)), 0);
 }
 
+// The prompt benchmark times `repeats` whole-prompt forwards after its warm-up, leaves the cache
+// empty, and changes nothing a later forward computes.
+TEST(LlamaModel, PromptTimingLeavesTheModelAsItFoundIt) {
+    const std::string checkpoint_path = kModelsDir + "/stories260K/stories260K.bin";
+    if (!std::filesystem::exists(checkpoint_path)) GTEST_SKIP() << checkpoint_path << " is missing";
+    const auto checkpoint = qjit_models::llama2::load_checkpoint(checkpoint_path);
+    llama::DenseMaker dense;
+    llama::Model model(checkpoint, dense);
+    std::vector<int> tokens(100);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int(1 + (i * 13) % 500);
+    const std::span<const float> before = model.forward_sequence(tokens);
+    const std::vector<float> expected(before.begin(), before.end());
+
+    const std::vector<double> seconds = llama::time_prompts(model, tokens, 3);
+    ASSERT_EQ(seconds.size(), 3u);
+    for (double s : seconds) EXPECT_GT(s, 0.0);
+    EXPECT_EQ(model.cached_positions(), 0);
+    const std::span<const float> after = model.forward(tokens, 0);
+    ASSERT_EQ(after.size(), expected.size());
+    EXPECT_EQ(std::memcmp(after.data(), expected.data(), expected.size() * sizeof(float)), 0);
+    EXPECT_THROW(model.reserve(checkpoint->config.seq_len + 1), std::runtime_error);
+}
+
 // The loops between the layers on a context's threads, and a forward that computes the last row's
 // logits only, change no logit: stories260K over 300 positions (long enough that norms, RoPE,
 // attention, SwiGLU and the residual adds all split into ranges), bit for bit.

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Builds ik_llama.cpp's llama-bench (a benchmark-only peer: nothing of it is linked into qjit) with
+# its best CPU settings (Release, -march=native, OpenMP, its iqk matrix-multiplication and
+# flash-attention kernels) and runs its decode benchmark on a GGUF model with -rtr 1 (the weights
+# repacked at load into its row-interleaved layouts: ik_llama's fastest CPU path).
+#
+# Usage: bench/peer_ik_llama.sh [--source DIR | --git-dir GITDIR] [--model FILE.gguf] [--threads 1,2]
+#                               [--build-only] [--rebuild]
+#   --source DIR     an ik_llama.cpp checkout to build from
+#   --git-dir GITDIR a (bare) ik_llama.cpp repository: its HEAD is exported with git archive
+#   neither          git clone --depth 1 https://github.com/ikawrakow/ik_llama.cpp
+#   The source goes to build/peers/ik_llama.cpp-src, the build to build/peers/ik_llama.cpp (both kept
+#   between runs; --rebuild builds again). --build-only prints llama-bench's path; otherwise prints
+#   llama-bench's JSON (tg128, 5 repetitions) for the model (default: scripts/fetch_model.sh's).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+url=https://github.com/ikawrakow/ik_llama.cpp
+source_dir=""
+git_dir=""
+model=""
+threads=1,2
+build_only=0
+rebuild=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --source) source_dir="$(cd "$2" && pwd)"; shift 2 ;;
+    --git-dir) git_dir="$2"; shift 2 ;;
+    --model) model="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
+    --build-only) build_only=1; shift ;;
+    --rebuild) rebuild=1; shift ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "peer_ik_llama.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+peers="$root/build/peers"
+build="$peers/ik_llama.cpp"
+log="$peers/ik_llama.cpp-build.log"
+if [ -z "$source_dir" ]; then
+  source_dir="$peers/ik_llama.cpp-src"
+  if [ ! -f "$source_dir/.peer-commit" ] || { [ "$rebuild" = 1 ] && [ -n "$git_dir" ]; }; then
+    partial="$source_dir.partial"  # renamed when complete, so a failed export is never built
+    rm -rf "$source_dir" "$partial"
+    mkdir -p "$partial"
+    if [ -n "$git_dir" ]; then
+      # A partial mirror may lack some large blobs (the server's web UI, test vocabularies): those
+      # files are left out of the export; llama-bench does not need them.
+      excludes=()
+      while read -r path; do excludes+=(":(exclude)$path"); done < <(
+        git --git-dir="$git_dir" ls-tree -r HEAD | awk '$2 == "blob" { print $3 }' |
+          git --git-dir="$git_dir" cat-file --batch-check='%(objectname) %(objecttype)' |
+          awk '$2 == "missing" { print $1 }' | while read -r blob; do
+            git --git-dir="$git_dir" ls-tree -r HEAD | awk -v b="$blob" '$3 == b { sub(/^[^\t]*\t/, ""); print }'
+          done)
+      [ ${#excludes[@]} -eq 0 ] ||
+        echo "peer_ik_llama.sh: left out ${#excludes[@]} file(s) absent from $git_dir: ${excludes[*]#:(exclude)}" >&2
+      # (git still reports the excluded blobs as invalid objects while it reads the tree: noise)
+      git --git-dir="$git_dir" archive HEAD -- . "${excludes[@]}" 2> >(grep -v '^error: invalid object' >&2) |
+        tar -x -C "$partial"
+      git --git-dir="$git_dir" rev-parse HEAD >"$partial/.peer-commit"
+    else
+      git clone --quiet --depth 1 "$url" "$partial"
+      git -C "$partial" rev-parse HEAD >"$partial/.peer-commit"
+    fi
+    mv "$partial" "$source_dir"
+  fi
+fi
+bench="$build/bin/llama-bench"
+if [ ! -x "$bench" ] || [ "$rebuild" = 1 ]; then
+  mkdir -p "$peers"
+  # Examples must be configured (llama-bench is one of them), but only llama-bench is built.
+  # GGML_IQK_FA_ALL_QUANTS (flash-attention kernels for quantized KV caches) is off: llama-bench
+  # uses an f16 cache, and those kernels only lengthen the build.
+  { echo "source: $source_dir (commit $(cat "$source_dir/.peer-commit" 2>/dev/null || echo unknown))"
+    cmake -S "$source_dir" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_OPENMP=ON \
+          -DGGML_IQK_MUL_MAT=ON -DGGML_IQK_FLASH_ATTENTION=ON -DGGML_IQK_FA_ALL_QUANTS=OFF \
+          -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=OFF &&
+    cmake --build "$build" -j "$(nproc)" --target llama-bench; } >"$log" 2>&1 ||
+    { tail -n 40 "$log" >&2; echo "peer_ik_llama.sh: the ik_llama.cpp build failed; its log is $log" >&2; exit 1; }
+fi
+[ "$build_only" = 1 ] && { echo "$bench"; exit 0; }
+[ -n "$model" ] || model="$("$root/scripts/fetch_model.sh")"
+"$bench" -m "$model" -t "$threads" -p 0 -n 128 -r 5 -rtr 1 -o json
