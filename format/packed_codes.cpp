@@ -1,6 +1,7 @@
 #include "format/packed_codes.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "base/error.hpp"
 #include "format/code_planes.hpp"
@@ -102,6 +103,27 @@ PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n, int
         }
     }
     return out;
+}
+
+void pack_column_block(const uint8_t* codes, int bits, uint32_t* words) {
+    if (bits == 8) {  // one 8-bit plane: the codes in order
+        std::memcpy(words, codes, 32);
+        return;
+    }
+    if (bits == 4) {  // byte j of word w: rows 8w + j (low nibble) and 8w + 4 + j (high nibble)
+        for (int w = 0; w < 4; ++w) {
+            uint32_t word = 0;
+            for (int j = 0; j < 4; ++j) word |= uint32_t(codes[8 * w + j] | codes[8 * w + 4 + j] << 4) << (8 * j);
+            words[w] = word;
+        }
+        return;
+    }
+    std::fill(words, words + bits, 0u);
+    for (const CodePlane& plane : code_planes(bits))
+        for (int r = 0; r < 32; ++r) {
+            const PlaneSlot slot = plane_slot(plane, r);
+            words[slot.word] |= ((uint32_t(codes[r]) >> plane.value_shift) & ((1u << plane.width) - 1u)) << slot.shift;
+        }
 }
 
 std::vector<uint8_t> unpack_codes(const PackedCodes& packed) {

@@ -73,6 +73,9 @@ PackedCodes unwritten_packed_codes(int bits, int64_t k, int64_t n, int panel_col
 PackedCodes pack_codes(const uint8_t* codes, int bits, int64_t k, int64_t n, int panel_columns,
                        std::vector<uint8_t> block_bits = {});
 std::vector<uint8_t> unpack_codes(const PackedCodes& packed);
+// The `bits` words (at most 8) of one column's 32-row block from its 32 codes, each below 2^bits:
+// what a packer that works block by block writes (the column's words sit panel_columns apart).
+void pack_column_block(const uint8_t* codes, int bits, uint32_t* words);
 
 // The same codes in panels of another width: a 32-row block of a column is the same words at any
 // panel width, so a column's words are copied as they are. Fills the panels [first_panel,

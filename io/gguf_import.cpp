@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "base/error.hpp"
-#include "format/code_planes.hpp"
 #include "format/gguf_blocks.hpp"
 
 namespace qjit {
@@ -45,23 +43,17 @@ struct Mapping {
     BlockUnpacker unpack;
 };
 
-// ggml's 32 nibble codes (nibble_code) in two loops the compiler vectorises.
-void unpack_nibbles(const uint8_t* qs, uint8_t* codes) {
-    for (int i = 0; i < 16; ++i) codes[i] = qs[i] & 15;
-    for (int i = 0; i < 16; ++i) codes[16 + i] = qs[i] >> 4;
-}
-
 // W = d * (q - 8).
 void unpack_q4_0(const uint8_t* block, UnpackedBlock& out) {
     out.scales[0] = half_at(block + Q4_0::d);
-    unpack_nibbles(block + Q4_0::qs, out.codes);
+    nibble_codes(block + Q4_0::qs, out.codes);
 }
 
 // W = d * q + m.
 void unpack_q4_1(const uint8_t* block, UnpackedBlock& out) {
     out.scales[0] = half_at(block + Q4_1::d);
     out.offsets[0] = half_at(block + Q4_1::m);
-    unpack_nibbles(block + Q4_1::qs, out.codes);
+    nibble_codes(block + Q4_1::qs, out.codes);
 }
 
 // W = d * (q - 16), q of 5 bits.
@@ -236,28 +228,6 @@ void unpack_column_block(const Mapping& mapping, const GgmlBlock& block, const u
     }
 }
 
-// The `bits` words of one column's 32-row block (format/code_planes.hpp) from its 32 codes.
-void pack_block_words(const uint8_t* codes, int bits, uint32_t* words) {
-    if (bits == 8) {  // one 8-bit plane: the codes in order
-        std::memcpy(words, codes, 32);
-        return;
-    }
-    if (bits == 4) {  // byte j of word w: rows 8w + j (low nibble) and 8w + 4 + j (high nibble)
-        for (int w = 0; w < 4; ++w) {
-            uint32_t word = 0;
-            for (int j = 0; j < 4; ++j) word |= uint32_t(codes[8 * w + j] | codes[8 * w + 4 + j] << 4) << (8 * j);
-            words[w] = word;
-        }
-        return;
-    }
-    std::fill(words, words + bits, 0u);
-    for (const CodePlane& plane : code_planes(bits))
-        for (int r = 0; r < 32; ++r) {
-            const PlaneSlot slot = plane_slot(plane, r);
-            words[slot.word] |= ((uint32_t(codes[r]) >> plane.value_shift) & ((1u << plane.width) - 1u)) << slot.shift;
-        }
-}
-
 }  // namespace
 
 QuantizedMatrix import_gguf_matrix(GgmlType type, const uint8_t* data, size_t bytes, int64_t k, int64_t n) {
@@ -303,7 +273,7 @@ void import_gguf_panels(GgmlType type, const uint8_t* data, int64_t first_panel,
             for (int64_t b = 0; b < params.k / block.values; ++b) {
                 unpack_column_block(mapping, block, data, b, c, params, unpacked);
                 for (int64_t s = 0; s < sub_blocks; ++s) {
-                    pack_block_words(unpacked.codes + s * PackedCodes::kBlockRows, mapping.bits, words);
+                    pack_column_block(unpacked.codes + s * PackedCodes::kBlockRows, mapping.bits, words);
                     uint32_t* at = panel_words + codes.block_start(b * sub_blocks + s) * panel + (c - c0);
                     for (int w = 0; w < mapping.bits; ++w) at[w * panel] = words[w];
                 }

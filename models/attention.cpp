@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <limits>
 
-#include "models/fail.hpp"
 #include "base/float_vectors.hpp"
-#include "models/parallel_loop.hpp"
 #include "base/simd_clones.hpp"
+#include "models/fail.hpp"
+#include "models/parallel_loop.hpp"
 
 namespace qjit_models {
 

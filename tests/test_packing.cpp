@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <vector>
 
 #include "format/packed_codes.hpp"
 
@@ -33,6 +34,19 @@ TEST_P(PackingTest, EveryCodeValueSurvivesInEveryRowPosition) {
     for (int64_t r = 0; r < k; ++r)
         for (int64_t c = 0; c < n; ++c) codes[size_t(r * n + c)] = uint8_t(c);
     EXPECT_EQ(unpack_codes(pack_codes(codes.data(), bits, k, n, 16)), codes);
+}
+
+// A column's 32-row block packed on its own is the words pack_codes puts there, at every width.
+TEST(PackingColumnBlock, EqualsPackCodes) {
+    std::mt19937 rng(5);
+    for (const int bits : {2, 3, 4, 8}) {
+        std::vector<uint8_t> codes(32);
+        for (uint8_t& c : codes) c = uint8_t(rng() % (1u << bits));
+        const PackedCodes packed = pack_codes(codes.data(), bits, 32, 1, 8);
+        uint32_t words[8] = {};
+        pack_column_block(codes.data(), bits, words);
+        for (int w = 0; w < bits; ++w) EXPECT_EQ(words[w], packed.words[size_t(w * 8)]) << bits << " bits, word " << w;
+    }
 }
 
 TEST(PackingTest3Bit, UsesTwoBitPlaneAndOneBitPlaneInQuadOrder) {
