@@ -55,7 +55,9 @@ struct WeightFormat {
 
     bool operator==(const WeightFormat&) const = default;
 
-    int64_t num_groups() const { return (k + group_size - 1) / group_size; }
+    // Whole groups plus a partial one, without forming k + group_size (a damaged file's group size
+    // may be near INT64_MAX, and its record sizes are computed before the format is refused).
+    int64_t num_groups() const { return k / group_size + (k % group_size > 0 ? 1 : 0); }
     bool per_column() const { return k >= 1 && group_size >= k; }  // one group over all rows
     bool uniform_bits() const { return group_bits.empty(); }
     // The code width of K-group g (in storage order).
