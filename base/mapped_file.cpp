@@ -12,7 +12,7 @@
 
 namespace qjit {
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
+MappedFile::MappedFile(const std::string& path, Pages pages) : path_(path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) fail(QJIT_ERROR_IO, "cannot open '", path, "': ", std::strerror(errno));
     struct stat info {};
@@ -27,7 +27,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     }
     size_ = size_t(info.st_size);
     if (size_ > 0) {
-        void* mapping = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+        void* mapping = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | (pages == Pages::AllNow ? MAP_POPULATE : 0), fd, 0);
         if (mapping == MAP_FAILED) {
             const int error = errno;
             ::close(fd);

@@ -10,9 +10,13 @@ namespace qjit {
 
 class MappedFile {
 public:
+    // Whether every page is mapped at once (MAP_POPULATE: one pass of the kernel over a file
+    // that is read whole, instead of a fault per page), or each on its first read.
+    enum class Pages { OnFirstRead, AllNow };
+
     // Throws QJIT_ERROR_IO naming the path when it cannot be opened, is not a regular file, or
     // cannot be mapped. An empty file maps to size() 0 and a null data().
-    explicit MappedFile(const std::string& path);
+    explicit MappedFile(const std::string& path, Pages pages = Pages::OnFirstRead);
     ~MappedFile();
     MappedFile(const MappedFile&) = delete;
     MappedFile& operator=(const MappedFile&) = delete;

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "base/page_allocator.hpp"
+#include "base/page_buffer.hpp"
 #include "format/weight_format.hpp"
 
 namespace qjit {
@@ -24,7 +24,7 @@ struct PackedCodes {
     int64_t k = 0;
     int64_t n = 0;
     int panel_columns = 0;
-    using Words = std::vector<uint32_t, PageAllocator<uint32_t>>;  // resize() leaves new words unwritten
+    using Words = PageBuffer<uint32_t>;  // resize() leaves new words unwritten; a pack file's are borrowed
     Words words;
     std::vector<uint8_t> block_bits;    // mixed widths: each 32-row block's width; empty: all `bits`
     std::vector<int64_t> block_starts;  // mixed widths: words per column before each block [num_blocks + 1]

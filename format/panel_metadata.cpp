@@ -14,7 +14,7 @@ int64_t panels_of(const QuantParams& p, const PanelMetadataLayout& layout) {
     return (p.n + layout.panel_columns - 1) / layout.panel_columns;
 }
 
-void put_float(const WeightFormat& format, std::vector<uint8_t>& to, size_t at, float value) {
+void put_float(const WeightFormat& format, PageBuffer<uint8_t>& to, size_t at, float value) {
     if (format.f16_scales()) {
         const uint16_t half = float_to_half(value);
         std::memcpy(&to[at * 2], &half, 2);
@@ -23,7 +23,7 @@ void put_float(const WeightFormat& format, std::vector<uint8_t>& to, size_t at, 
     }
 }
 
-float get_float(const WeightFormat& format, const std::vector<uint8_t>& from, size_t at) {
+float get_float(const WeightFormat& format, const PageBuffer<uint8_t>& from, size_t at) {
     if (format.f16_scales()) {
         uint16_t half;
         std::memcpy(&half, &from[at * 2], 2);
@@ -52,17 +52,26 @@ void pack_second_order_pairs(const QuantParams& p, const PanelMetadataLayout& la
 
 }  // namespace
 
-PanelMetadata allocate_panel_metadata(const QuantParams& p, const PanelMetadataLayout& layout) {
-    const int64_t panels = panels_of(p, layout), entries = panels * layout.groups * layout.panel_columns;
+PanelMetadataSizes panel_metadata_sizes(const WeightFormat& format, const PanelMetadataLayout& layout) {
+    const int64_t panels = (format.n + layout.panel_columns - 1) / layout.panel_columns;
+    const int64_t entries = panels * layout.groups * layout.panel_columns;
     const size_t scale_bytes = layout.format.scale_bytes();
-    PanelMetadata out;
+    PanelMetadataSizes sizes;
     if (layout.format.second_order_scales()) {
         const int64_t pairs = panels * layout.groups * (layout.panel_columns / SecondOrderScales::kColumns);
-        out.scales.assign(size_t(pairs * PanelMetadataLayout::kSecondOrderPairBytes), 0);
+        sizes.scale_bytes = size_t(pairs * PanelMetadataLayout::kSecondOrderPairBytes);
     } else {
-        out.scales.assign(size_t(entries) * scale_bytes, 0);
+        sizes.scale_bytes = size_t(entries) * scale_bytes;
     }
-    if (!p.symmetric) out.zeros.assign(size_t(entries) * (p.float_offsets ? scale_bytes : 1), 0);
+    if (!format.symmetric) sizes.zero_bytes = size_t(entries) * (format.float_offsets ? scale_bytes : 1);
+    return sizes;
+}
+
+PanelMetadata allocate_panel_metadata(const QuantParams& p, const PanelMetadataLayout& layout) {
+    const PanelMetadataSizes sizes = panel_metadata_sizes(p, layout);
+    PanelMetadata out;
+    out.scales.assign(sizes.scale_bytes, 0);
+    out.zeros.assign(sizes.zero_bytes, 0);
     return out;
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/page_buffer.hpp"
 #include "format/quantized_matrix.hpp"
 
 namespace qjit {
@@ -28,9 +29,15 @@ struct PanelMetadataLayout {
 };
 
 struct PanelMetadata {
-    std::vector<uint8_t> scales;
-    std::vector<uint8_t> zeros;  // empty for symmetric formats
+    PageBuffer<uint8_t> scales;
+    PageBuffer<uint8_t> zeros;  // empty for symmetric formats
 };
+
+// Bytes of the scales and of the zero points (or offsets) of `params` in `layout`.
+struct PanelMetadataSizes {
+    size_t scale_bytes = 0, zero_bytes = 0;
+};
+PanelMetadataSizes panel_metadata_sizes(const WeightFormat& format, const PanelMetadataLayout& layout);
 
 // Metadata of `params` in `layout`, zero-filled and sized; fill it panel by panel with
 // pack_panel_metadata (panels are independent, so they may be packed in parallel).

@@ -312,6 +312,7 @@ const char* source_word(qjit_tiling_source source) {
         case QJIT_TILING_CONTEXT: return "same";
         case QJIT_TILING_MODEL: return "model";
         case QJIT_TILING_FORCED: return "forced";
+        case QJIT_TILING_PACK: return "pack";
         default: return "portable";
     }
 }

@@ -48,6 +48,7 @@ const char* qjit_status_string(qjit_status status) {
         case QJIT_ERROR_NO_DEVICE: return "no CUDA device";
         case QJIT_ERROR_INTERNAL: return "internal error";
         case QJIT_ERROR_COMMUNICATION: return "communication error";
+        case QJIT_ERROR_STALE: return "stale";
         default: break;
     }
     return "unknown status";

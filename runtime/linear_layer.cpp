@@ -133,6 +133,28 @@ std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams 
     return layer;
 }
 
+std::unique_ptr<qjit_linear> assemble_prepared_linear(qjit_context* context, QuantParams params, PackedCodes codes,
+                                                      PanelMetadata metadata, TilingChoice choice, Clock::time_point start) {
+    require(choice.spec.has_value(), "a prepared layer needs an x86 JIT kernel");
+    require_supported(BackendKind::X86Jit, params);
+    if (context->gpu)
+        require_supported(BackendKind::Cuda, params,
+                          concat("; this context uploads layers to CUDA device ", context->gpu->ordinal));
+    auto layer = std::make_unique<qjit_linear>();
+    layer->context = context;
+    layer->params = std::move(params);
+    layer->tuning = std::move(choice);
+    auto jit = std::make_unique<JitLayer>(*layer->tuning.spec, layer->tuning.tiling, layer->params, std::move(codes),
+                                          std::move(metadata), *context->pool, context->dump_dir);
+    layer->kernel_ms = jit->executor().emission_ms();
+    layer->cpu = std::move(jit);
+    layer->metadata_in_kernels = true;
+    layer->description = describe(*layer);
+    if (context->gpu) attach_cuda(*layer, unpack_linear(*layer), {});
+    if (context->verbosity > 0) log_creation(*layer, ms_since(start));
+    return layer;
+}
+
 std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix matrix, LowRankFactors compensator,
                                          std::optional<qjit_activations> activations, LayerDevices devices) {
     const auto start = Clock::now();

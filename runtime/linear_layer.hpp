@@ -10,6 +10,7 @@
 #include <string>
 
 #include "format/packed_codes.hpp"
+#include "format/panel_metadata.hpp"
 #include "format/quantized_matrix.hpp"
 #include "runtime/context.hpp"
 #include "runtime/cpu/cpu_layer.hpp"
@@ -59,6 +60,14 @@ std::unique_ptr<qjit_linear> assemble_linear(qjit_context* context, QuantParams 
                                              TilingChoice choice, std::chrono::steady_clock::time_point start,
                                              LowRankFactors compensator = {},
                                              LayerDevices devices = LayerDevices::CpuAndContextGpu);
+
+// An x86 JIT layer from parts prepared already (a pack file's: runtime/layer_pack.hpp): `params` the
+// format alone, codes and metadata in the panel layout of choice.spec's kernels, which hold the
+// layer's metadata (metadata_in_kernels). In a context with a GPU the GPU layer is prepared from
+// what they hold.
+std::unique_ptr<qjit_linear> assemble_prepared_linear(qjit_context* context, QuantParams params, PackedCodes codes,
+                                                      PanelMetadata metadata, TilingChoice choice,
+                                                      std::chrono::steady_clock::time_point start);
 
 // The layer's params whole: its scales, zero points and offsets read back from the kernels' panel
 // layout where the handle does not keep them (an x86 JIT layer whose metadata the layout holds

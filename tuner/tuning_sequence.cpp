@@ -65,6 +65,7 @@ const char* tiling_source_name(qjit_tiling_source source) {
         case QJIT_TILING_CONTEXT: return "context hit";
         case QJIT_TILING_SEARCHED: return "database miss, searched";
         case QJIT_TILING_MODEL: return "database miss, model pick (budget 0)";
+        case QJIT_TILING_PACK: return "pack file";
         default: return "unknown";
     }
 }

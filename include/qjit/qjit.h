@@ -52,6 +52,7 @@ typedef enum qjit_status {
     QJIT_ERROR_NO_DEVICE = 6,        /* no usable CUDA device or driver, or no NVRTC to compile for one */
     QJIT_ERROR_INTERNAL = 7,
     QJIT_ERROR_COMMUNICATION = 8,    /* a collective of the caller's communicator failed (qjit_tp.h) */
+    QJIT_ERROR_STALE = 9,            /* a pack file made from another source, or for other kernels (qjit_pack_open) */
     QJIT_STATUS_MAX_ENUM = 0x7fffffff /* keeps the enum 32-bit; not a status */
 } qjit_status;
 
@@ -100,6 +101,7 @@ typedef enum qjit_tiling_source {
     QJIT_TILING_CONTEXT = 3,  /* chosen for an earlier layer with the same kernel key in this context */
     QJIT_TILING_SEARCHED = 4, /* timed now, then stored */
     QJIT_TILING_MODEL = 5,    /* the performance model's first pick, untimed (budget 0); not stored */
+    QJIT_TILING_PACK = 6,     /* read from a pack file with the layer's panels (qjit_linear_create_from_pack) */
     QJIT_TILING_SOURCE_MAX_ENUM = 0x7fffffff
 } qjit_tiling_source;
 
@@ -477,6 +479,47 @@ QJIT_API qjit_status qjit_linear_describe(const qjit_linear* layer, const char**
  * an existing file is left untouched if the write fails. */
 QJIT_API qjit_status qjit_linear_save(const qjit_linear* layer, const char* path);
 QJIT_API qjit_status qjit_linear_load(qjit_context* context, const char* path, qjit_linear** layer);
+
+/* ---- pack files: a model's layers mapped instead of rebuilt ----
+ * A pack holds layers as their kernels read them: codes in panels and scales in the panel layout of
+ * the kernel each was tuned to. Opening one maps the file (every page at once) and checks every
+ * byte against its checksums; a layer made from it reads its weights from the mapping, with no copy
+ * and no pages of its own, so a model whose pack is in the page cache is ready in the time its
+ * checksums take. The mapping lives as long as the pack or any layer made from it.
+ *
+ * A writer takes the layers of a model one by one (each layer's entry under a name the caller
+ * chooses: a model's tensor names), writes them to a temporary file beside `path` and renames it
+ * over `path` at commit, so an existing pack is whole until then; destroying a writer uncommitted
+ * leaves it as it was. Layers the panel form does not hold (a portable-path or CUDA-only format, a
+ * compensator, act-order, mixed widths, outliers, second-order scales, metadata fp16 cannot hold)
+ * are stored as layer files (qjit_linear_save's bytes) and rebuilt when read: they are correct, not
+ * mapped.
+ *
+ * `source` is the caller's name for what the layers were made from (a model file's size, time and
+ * path, the options that shaped the layers); qjit_pack_open with another source fails with
+ * QJIT_ERROR_STALE, as it does when the context would make other kernels than the pack's (another
+ * CPU, instruction-set cap or activation path): the caller rebuilds and writes the pack again.
+ * QJIT_ERROR_IO: the file cannot be opened or written; QJIT_ERROR_CORRUPT_DATA: it is truncated,
+ * fails a checksum or is malformed. */
+typedef struct qjit_pack qjit_pack;
+typedef struct qjit_pack_writer qjit_pack_writer;
+
+QJIT_API qjit_status qjit_pack_writer_create(const char* path, const char* source, qjit_pack_writer** writer);
+/* Writes the layer's entry now (the layer may be destroyed after). A name given twice: INVALID_ARGUMENT. */
+QJIT_API qjit_status qjit_pack_writer_add(qjit_pack_writer* writer, const char* name, const qjit_linear* layer);
+/* Flushes the file to disk and renames it over the path; the writer takes no more layers. */
+QJIT_API qjit_status qjit_pack_writer_commit(qjit_pack_writer* writer);
+QJIT_API void qjit_pack_writer_destroy(qjit_pack_writer* writer);
+
+/* Maps and checks the pack at `path` for layers of `context` (which must outlive them). */
+QJIT_API qjit_status qjit_pack_open(qjit_context* context, const char* path, const char* source, qjit_pack** pack);
+/* The number of entries and the name of entry i (owned by the pack). */
+QJIT_API qjit_status qjit_pack_entries(const qjit_pack* pack, int64_t* count);
+QJIT_API qjit_status qjit_pack_entry_name(const qjit_pack* pack, int64_t i, const char** name);
+/* The layer stored under `name` (INVALID_ARGUMENT when there is none), in the pack's context: its
+ * tuning source is QJIT_TILING_PACK when it reads its weights from the mapping. */
+QJIT_API qjit_status qjit_linear_create_from_pack(const qjit_pack* pack, const char* name, qjit_linear** layer);
+QJIT_API void qjit_pack_destroy(qjit_pack* pack);
 
 /* ---- mixture of experts ---- */
 /* One expert's share of a grouped call: its layer and the token rows routed to it. */

@@ -12,7 +12,7 @@ from . import _native
 from .checkpoint import Checkpoint, CheckpointLayer
 from .context import Context
 from .errors import (CommunicationError, CorruptDataError, Error, FileIOError, InternalError, InvalidArgumentError,
-                     NoDeviceError, OutOfMemoryError, UnsupportedError)
+                     NoDeviceError, OutOfMemoryError, StaleError, UnsupportedError)
 from .linear import Calibration, Linear, LinearInfo, Tuning
 from .tune import TuneResult, TuneRow, tune
 
@@ -32,6 +32,6 @@ def cuda_device_info(ordinal: int = 0) -> dict:
 __all__ = [
     "Calibration", "Checkpoint", "CheckpointLayer", "CommunicationError", "Context", "CorruptDataError", "Error",
     "FileIOError", "InternalError", "InvalidArgumentError", "Linear", "LinearInfo", "NoDeviceError",
-    "OutOfMemoryError", "TuneResult", "TuneRow", "Tuning", "UnsupportedError", "cuda_device_count",
+    "OutOfMemoryError", "StaleError", "TuneResult", "TuneRow", "Tuning", "UnsupportedError", "cuda_device_count",
     "cuda_device_info", "tune",
 ]

@@ -63,15 +63,22 @@ class CommunicationError(Error):
     status = 8
 
 
+class StaleError(Error):
+    """A pack file was made from another source, or for other kernels than this context makes."""
+
+    status = 9
+
+
 _BY_STATUS = {cls.status: cls for cls in (InvalidArgumentError, UnsupportedError, OutOfMemoryError, FileIOError,
-                                          CorruptDataError, NoDeviceError, InternalError, CommunicationError)}
+                                          CorruptDataError, NoDeviceError, InternalError, CommunicationError,
+                                          StaleError)}
 
 
 # The words of qjit_status_string(), as the command-line tools print them in their failure lines.
 _BY_STATUS_STRING = {"invalid argument": InvalidArgumentError, "unsupported": UnsupportedError,
                      "out of memory": OutOfMemoryError, "i/o error": FileIOError, "corrupt data": CorruptDataError,
                      "no CUDA device": NoDeviceError, "internal error": InternalError,
-                     "communication error": CommunicationError}
+                     "communication error": CommunicationError, "stale": StaleError}
 
 
 def class_for_status(status: int) -> type[Error]:

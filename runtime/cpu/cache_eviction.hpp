@@ -11,9 +11,10 @@ namespace qjit {
 // clflush on every cache line of [data, data + bytes), then a fence.
 void evict_from_caches(const void* data, size_t bytes);
 
-template <typename T, typename Allocator>
-void evict_from_caches(const std::vector<T, Allocator>& values) {
-    evict_from_caches(values.data(), values.size() * sizeof(T));
+// Any contiguous container of values (std::vector, PageBuffer).
+template <typename Values>
+void evict_from_caches(const Values& values) {
+    evict_from_caches(values.data(), values.size() * sizeof(values[0]));
 }
 
 }  // namespace qjit

@@ -67,6 +67,20 @@ std::vector<std::unique_ptr<jit::JitGenerator>> generate_kernels(const jit::CpuK
     return kernels;
 }
 
+// params' scales and zero points in the panel layout of spec's kernels, panels packed in parallel
+// on `pool` (null: on the calling thread).
+PanelMetadata packed_metadata(const jit::CpuKernelSpec& spec, const QuantParams& p, ThreadPool* pool) {
+    const PanelMetadataLayout layout{spec.format, spec.panel_columns(), spec.num_groups()};
+    PanelMetadata metadata = allocate_panel_metadata(p, layout);
+    const int64_t panels = (p.n + spec.panel_columns() - 1) / spec.panel_columns();
+    auto pack_panel = [&](int64_t panel) { pack_panel_metadata(p, layout, panel, metadata); };
+    if (pool != nullptr)
+        pool->parallel_for(panels, pack_panel);
+    else
+        for (int64_t panel = 0; panel < panels; ++panel) pack_panel(panel);
+    return metadata;
+}
+
 }  // namespace
 
 std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightFormat& format) {
@@ -75,22 +89,23 @@ std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightF
 
 JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::vector<Pass>& passes,
                          const std::string& dump_dir, ThreadPool* pool, int64_t only_batch)
+    : JitExecutor(spec, p, passes, dump_dir, packed_metadata(spec, p, pool), only_batch) {}
+
+JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::vector<Pass>& passes,
+                         const std::string& dump_dir, PanelMetadata metadata, int64_t only_batch)
     : spec_(spec),
       group_ranges_(group_ranges(spec, passes)),
       panels_((p.n + spec.panel_columns() - 1) / spec.panel_columns()),
       gathers_(has_pass(passes, PassKind::Gather)),
-      only_batch_(only_batch) {
+      only_batch_(only_batch),
+      metadata_(std::move(metadata)) {
+    const PanelMetadataSizes sizes = panel_metadata_sizes(p, metadata_layout());
+    require(metadata_.scales.size() == sizes.scale_bytes && metadata_.zeros.size() == sizes.zero_bytes,
+            "panel metadata of ", metadata_.scales.size(), " + ", metadata_.zeros.size(), " bytes for ",
+            jit::kernel_name(spec), "; its layout takes ", sizes.scale_bytes, " + ", sizes.zero_bytes);
     const auto emission_start = std::chrono::steady_clock::now();
     kernels_ = generate_kernels(spec, only_batch, dump_dir);
     emission_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - emission_start).count();
-
-    const PanelMetadataLayout layout{spec.format, spec.panel_columns(), spec.num_groups()};
-    metadata_ = allocate_panel_metadata(p, layout);
-    auto pack_panel = [&](int64_t panel) { pack_panel_metadata(p, layout, panel, metadata_); };
-    if (pool != nullptr)
-        pool->parallel_for(panels_, pack_panel);
-    else
-        for (int64_t panel = 0; panel < panels_; ++panel) pack_panel(panel);
 
     if (!p.uniform_bits()) {
         group_bits_.assign(size_t(spec.num_groups()), p.group_bits.back());

@@ -38,6 +38,10 @@ public:
     // (the tuner's candidates), and a forward of any other m is refused.
     JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& params, const std::vector<Pass>& passes,
                 const std::string& dump_dir, ThreadPool* pool = nullptr, int64_t only_batch = 0);
+    // The same with the metadata in the panel layout already (a pack file's, mapped): sized for
+    // metadata_layout() (panel_metadata_sizes), which is checked.
+    JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& params, const std::vector<Pass>& passes,
+                const std::string& dump_dir, PanelMetadata metadata, int64_t only_batch = 0);
 
     // prepare_activations, one parallel dispatch of every product task, then add_partials.
     void forward(const QuantParams& params, const PackedCodes& codes, const float* x, int64_t m, float* y,

@@ -12,6 +12,12 @@ JitLayer::JitLayer(const jit::CpuKernelSpec& spec, std::string tiling, const Qua
       executor_(spec, params, passes(), dump_dir, &pool),
       tiling_(std::move(tiling)) {}
 
+JitLayer::JitLayer(const jit::CpuKernelSpec& spec, std::string tiling, const QuantParams& params, PackedCodes codes,
+                   PanelMetadata metadata, ThreadPool& pool, const std::string& dump_dir)
+    : CpuLayer(BackendKind::X86Jit, jit_forward_plan(spec, params), params, std::move(codes), nullptr, pool),
+      executor_(spec, params, passes(), dump_dir, std::move(metadata)),
+      tiling_(std::move(tiling)) {}
+
 void JitLayer::forward(const float* x, int64_t m, float* y) const {
     executor_.forward(params(), codes(), x, m, y, pool());
     for (const Pass& pass : passes()) {

@@ -19,6 +19,10 @@ public:
     // dump_dir: where to write each kernel's machine code ("" for nowhere).
     JitLayer(const jit::CpuKernelSpec& spec, std::string tiling, const QuantParams& params, PackedCodes codes,
              std::unique_ptr<LowRankPass> low_rank, ThreadPool& pool, const std::string& dump_dir);
+    // The same with the metadata in the kernels' panel layout already (a pack file's), and no
+    // compensator.
+    JitLayer(const jit::CpuKernelSpec& spec, std::string tiling, const QuantParams& params, PackedCodes codes,
+             PanelMetadata metadata, ThreadPool& pool, const std::string& dump_dir);
 
     const JitExecutor& executor() const { return executor_; }
 
