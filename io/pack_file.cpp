@@ -36,8 +36,9 @@ PackSection read_section(const nlohmann::json& json, uint64_t body_end) {
     return s;
 }
 
-// Sections may not share bytes: each belongs to one buffer.
+// Sections may not share bytes: each belongs to one buffer. (An empty one holds none.)
 void require_apart(std::vector<PackSection> sections) {
+    std::erase_if(sections, [](const PackSection& s) { return s.bytes == 0; });
     std::sort(sections.begin(), sections.end(), [](const PackSection& a, const PackSection& b) { return a.offset < b.offset; });
     for (size_t i = 1; i < sections.size(); ++i)
         require(sections[i - 1].offset + sections[i - 1].bytes <= sections[i].offset, "sections at ",

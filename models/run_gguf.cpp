@@ -22,6 +22,7 @@
 #include "models/llama_eval.hpp"
 #include "models/llama_model.hpp"
 #include "models/method_model.hpp"
+#include "models/packed_gguf_maker.hpp"
 #include "models/runner_options.hpp"
 #include "models/token_sequences.hpp"
 
@@ -41,6 +42,7 @@ struct Options {
     int prompt_bench = 0;             // tokens of the timed prompt (0: none)
     int bench_repeats = 5;            // forwards of it, the median reported
     std::string prompt_tokens;        // empty: the BOS token
+    std::string pack;                 // exact: a pack file the layers are mapped from or written to
     bool fp32_classifier = false;
     bool json = false;
     bool help = false;                // --help: the usage, nothing run
@@ -60,6 +62,8 @@ void print_usage(const char* program) {
         "  --max-sequences N  score only the first N of them\n"
         "  --generate N       decode N tokens greedily after the prompt, timing each\n"
         "  --prompt-tokens L  the prompt as comma-separated token ids (default: the model's BOS token)\n"
+        "  --pack FILE        map the layers from FILE, a pack written by an earlier run from this model\n"
+        "                     file for this machine's kernels; else import them and write FILE (docs/models.md)\n"
         "  --prompt-bench N   time a batched prompt of N tokens from an empty cache, last row's logits only\n"
         "                     (as llama-bench -p N), --bench-repeats times (5); reports the median\n"
         "  --method M         %s\n"
@@ -92,12 +96,14 @@ std::optional<Options> parse_args(int argc, char** argv) {
         if (parsed == OptionParse::not_mine) parsed = parse_method_option(args, options.method);
         if (parsed == OptionParse::failed) return std::nullopt;
         if (parsed == OptionParse::taken) continue;
-        if (arg == "--model" || arg == "--tokens" || arg == "--calibration-tokens" || arg == "--prompt-tokens") {
+        if (arg == "--model" || arg == "--tokens" || arg == "--calibration-tokens" || arg == "--prompt-tokens" ||
+            arg == "--pack") {
             const char* text = args.value();
             if (!text) return std::nullopt;
             (arg == "--model"                ? options.model
              : arg == "--tokens"             ? options.tokens
              : arg == "--calibration-tokens" ? options.calibration_tokens
+             : arg == "--pack"               ? options.pack
                                              : options.prompt_tokens) = text;
         } else if (arg == "--max-sequences" || arg == "--calibration-sequences" || arg == "--generate" ||
                    arg == "--prompt-bench" || arg == "--bench-repeats") {
@@ -152,6 +158,8 @@ std::optional<Options> parse_args(int argc, char** argv) {
     if (!options.method.calibrated() && !fits_predictor && !options.calibration_tokens.empty())
         return refuse("--calibration-tokens goes with --method gptq, a calibrated --method mixed or --flash-recall");
     if (options.flash.target_recall > 0 && options.flash.path.empty()) return refuse("--flash-recall goes with --flash");
+    if (!options.pack.empty() && options.method.method != "exact")
+        return refuse("--pack holds the exact import's layers: it goes with --method exact (the default)");
     options.flash.magnitude_threshold = options.ffn_threshold;
     return options;
 }
@@ -245,6 +253,7 @@ struct Report {
     std::string linears;
     llama::QjitStorage storage;
     double load_seconds = 0.0;
+    std::string pack;  // with --pack: "mapped", or "written (<why>)"
     int64_t calibration_rows = 0;
     std::optional<llama::NllResult> nll;
     double eval_seconds = 0.0;
@@ -288,6 +297,7 @@ void print_json(const Options& options, const Report& r) {
         .integer("stored_bytes", r.storage.stored_bytes)
         .integer("weights", r.storage.weights)
         .number("load_seconds", r.load_seconds, 3);
+    if (!r.pack.empty()) json.text("pack", r.pack);
     if (options.method.calibrated()) json.integer("calibration_tokens", r.calibration_rows);
     if (r.nll) {
         json.number("nll", r.nll->mean_nll)
@@ -341,6 +351,7 @@ void print_text(const Options& options, const Report& r) {
                 r.weights->tied_classifier ? "tied to the embedding" : "separate");
     std::printf("linears: %s, %.3f bits per weight as stored, loaded in %.2f s\n", r.linears.c_str(),
                 r.storage.bits_per_weight(), r.load_seconds);
+    if (!r.pack.empty()) std::printf("pack %s: %s\n", options.pack.c_str(), r.pack.c_str());
     if (r.nll)
         std::printf("NLL %.6f nats per token over %lld tokens of %zu sequences (%.2f s)\n", r.nll->mean_nll,
                     static_cast<long long>(r.nll->tokens), r.nll->sequence_nll.size(), r.eval_seconds);
@@ -371,6 +382,20 @@ void print_text(const Options& options, const Report& r) {
     std::printf("peak resident memory: %.1f MB\n", double(r.peak_resident_bytes) * 1e-6);
 }
 
+// The exact import through the pack file --pack names: mapped from it when it is fresh, else
+// imported and written to it (report.pack says which, and why).
+llama::MethodModel build_packed_model(const Options& options, Report& report) {
+    const qjit_context_options context_options = options.context.context_options();
+    llama::PackedGgufMaker maker(options.pack, options.model, &context_options);
+    llama::DenseMaker dense;
+    llama::MethodModel built;
+    built.model = std::make_unique<llama::Model>(report.weights, maker, options.fp32_classifier ? &dense : nullptr);
+    built.maker_name = maker.name();
+    maker.finish();
+    report.pack = maker.mapped() ? "mapped" : "written (" + maker.rebuild_reason() + ")";
+    return built;
+}
+
 int run(const Options& options) {
     Report report;
     const auto load_start = std::chrono::steady_clock::now();
@@ -383,9 +408,11 @@ int run(const Options& options) {
         read_sequences(options.calibration_tokens, options.calibration_sequences, c, "--calibration-tokens");
     const std::vector<int> prompt = options.generate > 0 ? read_prompt(options, vocabulary, c) : std::vector<int>{};
 
-    const llama::MethodModel built = llama::build_method_model(report.weights, options.method,
-                                                               options.context.context_options(), &calibration,
-                                                               options.fp32_classifier);
+    const llama::MethodModel built = options.pack.empty()
+                                         ? llama::build_method_model(report.weights, options.method,
+                                                                     options.context.context_options(), &calibration,
+                                                                     options.fp32_classifier)
+                                         : build_packed_model(options, report);
     llama::Model& model = *built.model;
     report.load_seconds = seconds_since(load_start);
     report.linears = built.maker_name;

@@ -4,6 +4,9 @@
 // without it: scripts/fetch_model.sh) against the fp32 reference of shared/smollm2.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -25,6 +28,7 @@
 #include "models/gguf_import_maker.hpp"
 #include "models/gguf_llama.hpp"
 #include "models/gguf_vocabulary.hpp"
+#include "models/packed_gguf_maker.hpp"
 #include "models/llama2_checkpoint.hpp"
 #include "models/llama2_tokenizer.hpp"
 #include "models/llama_eval.hpp"
@@ -330,6 +334,49 @@ TEST_F(SmolLM2, ExactImportMatchesFp32Reference) {
         EXPECT_NEAR(nll.sequence_nll[s], expected[s], 1e-3) << "sequence " << s;
     std::printf("SmolLM2 exact import, f32 activations, 10 sequences: mean NLL %.6f over %lld tokens\n",
                 nll.mean_nll, static_cast<long long>(nll.tokens));
+}
+
+// Through a pack file: the first model imports the layers and writes the pack, the second maps
+// them from it, and both compute the exact import's logits bit for bit. A pack of a model file
+// that changed since (its time), or one damaged on disk, is rebuilt, never used.
+TEST_F(SmolLM2, PackedModelsComputeTheExactImportsLogits) {
+    const std::filesystem::path directory =
+        std::filesystem::temp_directory_path() / ("qjit_smollm2_pack_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(directory);
+    const std::string gguf = (directory / "model.gguf").string(), pack = (directory / "model.qjitpack").string();
+    std::filesystem::copy_file(qjit::test::smollm2_model_path(), gguf);
+    const std::vector<int> tokens(sequences_[0].begin(), sequences_[0].begin() + 40);
+
+    const auto logits = [&](llama::LayerMaker& maker) {
+        llama::Model model(llama::load_gguf_llama(qjit::GgufFile::open(gguf)), maker);
+        const std::span<const float> out = model.forward_sequence(tokens);
+        return std::vector<float>(out.begin(), out.end());
+    };
+    llama::GgufImportMaker exact;
+    const std::vector<float> expected = logits(exact);
+    const auto packed = [&](const char* expected_reason) {
+        llama::PackedGgufMaker maker(pack, gguf);
+        const std::vector<float> got = logits(maker);
+        maker.finish();
+        EXPECT_EQ(maker.mapped(), expected_reason == nullptr);
+        if (expected_reason) EXPECT_NE(maker.rebuild_reason().find(expected_reason), std::string::npos) << maker.rebuild_reason();
+        EXPECT_EQ(got, expected);
+    };
+    packed("no pack file yet");
+    packed(nullptr);
+    std::filesystem::last_write_time(gguf, std::filesystem::last_write_time(gguf) + std::chrono::seconds(5));
+    packed("stale");
+    packed(nullptr);
+    {
+        std::fstream file(pack, std::ios::in | std::ios::out | std::ios::binary);
+        file.seekg(4096 + 100);
+        const char byte = char(file.get() ^ 0x5a);
+        file.seekp(4096 + 100);
+        file.put(byte);
+    }
+    packed("corrupt data");
+    packed(nullptr);
+    std::filesystem::remove_all(directory);
 }
 
 // The vocabulary turns the evaluation tokens back into the paragraphs they were made from.
