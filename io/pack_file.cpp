@@ -23,9 +23,6 @@ T read_value(const uint8_t* at) {
     return value;
 }
 
-uint32_t trailer_crc(const uint8_t* table, uint64_t table_bytes, const uint8_t* place) {
-    return crc32(place, 2 * sizeof(uint64_t), crc32(table, table_bytes));
-}
 
 PackSection read_section(const nlohmann::json& json, uint64_t body_end) {
     PackSection s{json.at("offset").get<uint64_t>(), json.at("bytes").get<uint64_t>(), json.at("crc32c").get<uint32_t>()};
@@ -46,6 +43,17 @@ void require_apart(std::vector<PackSection> sections) {
 }
 
 }  // namespace
+
+std::optional<uint32_t> pack_table_checksum(const uint8_t* image, size_t bytes) {
+    constexpr size_t kPlaceBytes = 2 * sizeof(uint64_t);
+    if (bytes < kPreambleBytes + kPlaceBytes) return std::nullopt;
+    const uint8_t* place = image + bytes - kPlaceBytes;
+    const uint64_t table_offset = read_value<uint64_t>(place), table_bytes = read_value<uint64_t>(place + 8);
+    if (table_offset < kPreambleBytes || table_offset > bytes - kPlaceBytes ||
+        table_bytes != bytes - kPlaceBytes - table_offset)
+        return std::nullopt;
+    return crc32(place, kPlaceBytes, crc32(image + table_offset, table_bytes));
+}
 
 PackWriter::PackWriter(std::string path, std::string source) : file_(std::move(path)), source_(std::move(source)) {
     file_.write(kMagic, sizeof kMagic);
@@ -75,8 +83,7 @@ void PackWriter::commit() {
     const uint64_t place[2] = {file_.offset(), table.size()};
     file_.write(table.data(), table.size());
     file_.write(place, sizeof place);
-    const uint32_t crc = trailer_crc(reinterpret_cast<const uint8_t*>(table.data()), table.size(),
-                                     reinterpret_cast<const uint8_t*>(place));
+    const uint32_t crc = crc32(place, sizeof place, crc32(table.data(), table.size()));
     file_.write(&crc, sizeof crc);
     file_.commit();
 }
@@ -104,11 +111,11 @@ std::shared_ptr<const PackFile> PackFile::parse(const uint8_t* data, size_t size
                  kPackFileVersion);
         const uint8_t* place = data + size - kTrailerBytes;
         const uint64_t table_offset = read_value<uint64_t>(place), table_bytes = read_value<uint64_t>(place + 8);
-        if (table_offset < kPreambleBytes || table_offset > size - kTrailerBytes ||
-            table_bytes != size - kTrailerBytes - table_offset)
+        const std::optional<uint32_t> crc = pack_table_checksum(data, size - sizeof(uint32_t));
+        if (!crc)
             fail(QJIT_ERROR_CORRUPT_DATA, "the table's place (", table_bytes, " bytes at ", table_offset,
                  ") does not fit the file's ", size, " bytes (truncated?)");
-        if (read_value<uint32_t>(place + 16) != trailer_crc(data + table_offset, table_bytes, place))
+        if (read_value<uint32_t>(place + 16) != *crc)
             fail(QJIT_ERROR_CORRUPT_DATA, "the table's checksum does not match: the file is corrupt");
         nlohmann::json table;
         try {

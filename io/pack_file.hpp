@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -61,6 +62,11 @@ private:
     nlohmann::json entries_ = nlohmann::json::array();
     std::vector<std::string> names_;  // sorted, to refuse a name given twice
 };
+
+// The CRC-32 a pack image ends with, for the image's first `bytes` bytes (everything but the
+// CRC): of its table and the table's place, when that place lies inside them (fuzz targets append
+// it to their inputs); nullopt when it does not.
+std::optional<uint32_t> pack_table_checksum(const uint8_t* image, size_t bytes);
 
 // A pack mapped read-only, every page at once. Opening checks the frame and the table: the size,
 // magic and version, the table's checksum and fields, every section inside the body, aligned and

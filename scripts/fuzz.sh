@@ -12,7 +12,7 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_layer_file fuzz_layer_file_checksummed fuzz_tuning_db fuzz_model_config
                                      fuzz_safetensors fuzz_gguf fuzz_checkpoint fuzz_gptq_tensors fuzz_tp_mlp_file
-                                     fuzz_neuron_file fuzz_neuron_file_checksummed)
+                                     fuzz_neuron_file fuzz_neuron_file_checksummed fuzz_pack_file)
 build="$root/build-fuzz"
 "$root/scripts/setup.sh"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
