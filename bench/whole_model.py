@@ -12,10 +12,12 @@ Markdown (medians in tokens/s, raw rounds); --json OUT also writes everything as
 
 Models: smollm2-q4_1 (scripts/fetch_model.sh), smollm2-q4_0 (requantized from it by llama-quantize:
 less precise, same speed), 1b-q4_0, 1b-q4_k_m, 7b-q4_0 (random weights, bench/make_llama_gguf.py).
-Peers: bench/peer_llama_cpp.sh and bench/peer_ik_llama.sh build them into build/peers.
+Peers: bench/peer_llama_cpp.sh and bench/peer_ik_llama.sh build them into build/peers. With --pack,
+qjit-run maps its layers from a pack file per model and thread count (qjit-run --pack), which an
+untimed run writes first.
 
 Usage: bench/whole_model.py [--rounds 3] [--threads 1,2] [--models smollm2-q4_1,1b-q4_0]
-                            [--tests decode,prompt] [--skip-build] [--json OUT] [--qjit BIN]
+                            [--tests decode,prompt] [--skip-build] [--pack] [--json OUT] [--qjit BIN]
                             [--ik-git-dir GITDIR | --ik-source DIR]
 """
 import argparse
@@ -143,9 +145,17 @@ def probes(qjit_tune, threads_list):
     return best
 
 
-def engine_command(engine, bins, path, threads, test, n_gen, n_prompt):
+def pack_path(path, threads):
+    """The pack file qjit-run maps a model's layers from with --pack (one per thread count: each holds
+    the tilings tuned for its threads)."""
+    return path.with_name(f"{path.stem}.t{threads}.qjitpack")
+
+
+def engine_command(engine, bins, path, threads, test, n_gen, n_prompt, pack=False):
     if engine == "qjit-run":
         command = [str(bins[engine]), "--model", str(path), "--threads", str(threads), "--json"]
+        if pack:
+            command += ["--pack", str(pack_path(path, threads))]
         if test == "decode":
             return command + ["--generate", str(n_gen), "--prompt-tokens", PROMPT]
         return command + ["--prompt-bench", str(n_prompt), "--bench-repeats", "1"]
@@ -156,9 +166,9 @@ def engine_command(engine, bins, path, threads, test, n_gen, n_prompt):
     return command
 
 
-def measure(engine, bins, path, threads, test, n_gen, n_prompt):
+def measure(engine, bins, path, threads, test, n_gen, n_prompt, pack=False):
     """{"tps": tokens/s, ...details} or {"error": message}."""
-    out, error = run(engine_command(engine, bins, path, threads, test, n_gen, n_prompt))
+    out, error = run(engine_command(engine, bins, path, threads, test, n_gen, n_prompt, pack))
     if error:
         return {"error": error}
     try:
@@ -166,7 +176,7 @@ def measure(engine, bins, path, threads, test, n_gen, n_prompt):
             d = json.loads(out)
             key = "tokens_per_second" if test == "decode" else "prompt_bench_tokens_per_second"
             result = {"tps": d[key], "load_seconds": d.get("load_seconds"),
-                      "peak_resident_bytes": d.get("peak_resident_bytes")}
+                      "peak_resident_bytes": d.get("peak_resident_bytes"), "pack": d.get("pack")}
             if test == "decode":
                 result.update(p50_ms=d.get("p50_ms"), p99_ms=d.get("p99_ms"))
             return result
@@ -217,6 +227,9 @@ def main():
     parser.add_argument("--skip-build", action="store_true",
                         help="build no peer and make no model file: skip what is missing")
     parser.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    parser.add_argument("--pack", action="store_true",
+                        help="qjit-run maps its layers from a pack file per model and thread count, written "
+                             "by an untimed run first (qjit-run --pack)")
     parser.add_argument("--qjit", default=str(ROOT / "build" / "tools" / "qjit-run"), help="the qjit-run binary")
     parser.add_argument("--qjit-tune", help="qjit-tune, whose probes give the floors (default: beside --qjit)")
     parser.add_argument("--llama-bench", default=str(PEERS / "llama.cpp" / "bin" / "llama-bench"))
@@ -270,6 +283,12 @@ def main():
     else:
         note(f"no read floor: no qjit-tune at {qjit_tune}")
 
+    if args.pack and "qjit-run" in engines:
+        for name, path in models.items():
+            for t in threads_list:
+                _, error = run(engine_command("qjit-run", bins, path, t, "decode", 1, args.n_prompt, pack=True))
+                note(f"pack {pack_path(path, t)}: " + (f"error: {error}" if error else "written or fresh"))
+
     rows = {}  # (model, test, threads) -> engine -> [round results]
     for round_index in range(args.rounds):
         for name, path in models.items():
@@ -277,7 +296,7 @@ def main():
                 for t in threads_list:
                     row = rows.setdefault((name, test, t), {e: [] for e in engines})
                     for engine in engines:
-                        result = measure(engine, bins, path, t, test, args.n_gen, args.n_prompt)
+                        result = measure(engine, bins, path, t, test, args.n_gen, args.n_prompt, args.pack)
                         row[engine].append(result)
                         shown = fmt(result.get("tps")) if "error" not in result else "error: " + result["error"]
                         note(f"round {round_index + 1}/{args.rounds} {name} {test} t={t} {engine}: {shown}")
@@ -360,7 +379,8 @@ def main():
 
     if "qjit-run" in engines:
         lines += ["", "qjit-run load and memory (medians over rounds):", "",
-                  "| file | test | threads | load s | peak RSS MiB | p50 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
+                  "| file | test | threads | load s | pack | peak RSS MiB | p50 ms | p99 ms |",
+                  "|---|---|---|---|---|---|---|---|"]
         for s in summary:
             ok = [r for r in s["rounds"]["qjit-run"] if "tps" in r]
 
@@ -368,8 +388,9 @@ def main():
                 values = [r[key] for r in ok if r.get(key) is not None]
                 return statistics.median(values) if values else None
             rss = med("peak_resident_bytes")
+            packs = sorted({r["pack"].split(" ")[0] for r in ok if r.get("pack")}) or ["none"]
             lines.append(f"| {s['model']} | {s['test']} | {s['threads']} | {fmt(med('load_seconds'), 2)} | "
-                         f"{fmt(rss / 2**20 if rss else None, 0)} | {fmt(med('p50_ms'), 2)} | {fmt(med('p99_ms'), 2)} |")
+                         f"{'/'.join(packs)} | {fmt(rss / 2**20 if rss else None, 0)} | {fmt(med('p50_ms'), 2)} | {fmt(med('p99_ms'), 2)} |")
 
     errors = sorted({f"{e} on {s['model']} ({s['test']}, t={s['threads']}): {r['error']}"
                      for s in summary for e, rs in s["rounds"].items() for r in rs if "error" in r})

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "base/error.hpp"
+
 namespace qjit {
 
 // `value` as an integer in [lo, hi], or nothing: for floats (even 4.0), other types and integers
@@ -23,6 +25,14 @@ inline std::optional<int64_t> json_integer(const nlohmann::json& value, int64_t 
     const int64_t i = value.get<int64_t>();
     if (i < lo || i > hi) return std::nullopt;
     return i;
+}
+
+// object[key] as an integer in [lo, hi]; an invalid-argument Error naming the key otherwise (a
+// missing key is nlohmann's out_of_range, as for other fields).
+inline int64_t json_integer_field(const nlohmann::json& object, const char* key, int64_t lo, int64_t hi) {
+    const std::optional<int64_t> value = json_integer(object.at(key), lo, hi);
+    if (!value) fail(QJIT_ERROR_INVALID_ARGUMENT, "\"", key, "\" is not an integer in [", lo, ", ", hi, "]");
+    return *value;
 }
 
 }  // namespace qjit

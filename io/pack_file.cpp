@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "base/crc32.hpp"
 #include "base/error.hpp"
 #include "io/framed_file.hpp"
+#include "io/json_integer.hpp"
 
 namespace qjit {
 
@@ -25,7 +27,10 @@ T read_value(const uint8_t* at) {
 
 
 PackSection read_section(const nlohmann::json& json, uint64_t body_end) {
-    PackSection s{json.at("offset").get<uint64_t>(), json.at("bytes").get<uint64_t>(), json.at("crc32c").get<uint32_t>()};
+    constexpr int64_t kMaxOffset = std::numeric_limits<int64_t>::max();
+    PackSection s{uint64_t(json_integer_field(json, "offset", 0, kMaxOffset)),
+                  uint64_t(json_integer_field(json, "bytes", 0, kMaxOffset)),
+                  uint32_t(json_integer_field(json, "crc32c", 0, std::numeric_limits<uint32_t>::max()))};
     require(s.offset >= kPreambleBytes && s.offset % kPackAlignment == 0, "a section starts at ", s.offset,
             ", not a multiple of ", kPackAlignment, " inside the body");
     require(s.offset <= body_end && s.bytes <= body_end - s.offset, "a section of ", s.bytes, " bytes at ", s.offset,

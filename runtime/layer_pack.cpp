@@ -6,6 +6,7 @@
 
 #include "base/error.hpp"
 #include "io/framed_file.hpp"
+#include "io/json_integer.hpp"
 #include "jit/x86/cpu_kernel.hpp"
 #include "jit/x86/cpu_tiling.hpp"
 #include "runtime/cpu/jit_layer.hpp"
@@ -36,10 +37,10 @@ ScaleType panel_scale_type(const std::string& name) {
 // The format a panels entry names, checked.
 QuantParams panel_params(const nlohmann::json& fields) {
     QuantParams p;
-    p.k = fields.at("k").get<int64_t>();
-    p.n = fields.at("n").get<int64_t>();
-    p.bits = fields.at("bits").get<int>();
-    p.group_size = fields.at("group_size").get<int64_t>();
+    p.k = json_integer_field(fields, "k", 1, kMaxDimension - 1);
+    p.n = json_integer_field(fields, "n", 1, kMaxDimension - 1);
+    p.bits = int(json_integer_field(fields, "bits", 1, 8));
+    p.group_size = json_integer_field(fields, "group_size", 1, kMaxDimension);
     p.symmetric = fields.at("symmetric").get<bool>();
     p.float_offsets = fields.at("float_offsets").get<bool>();
     p.scale_type = panel_scale_type(fields.at("scale_type").get<std::string>());
