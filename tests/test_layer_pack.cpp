@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -235,6 +236,30 @@ TEST_F(LayerPackTest, BadCallsAreRefusedWithAMessage) {
     const char* name = nullptr;
     EXPECT_EQ(qjit_pack_entry_name(pack.get(), 1, &name), QJIT_ERROR_INVALID_ARGUMENT);
     EXPECT_EQ(open(nullptr, path(), "model A", pack), QJIT_ERROR_INVALID_ARGUMENT);
+}
+
+// Writes the fuzz corpus's seeds (tests/fuzz/fuzz_pack_file.cpp) without the CRC its fuzzer appends:
+// packs made on an AVX2-capped context, the fuzzer's, with a panels entry of each zero-point kind and
+// an act-order layer's image.
+//   QJIT_FUZZ_SEED_DIR=tests/fuzz/corpus qjit_tests --gtest_also_run_disabled_tests --gtest_filter='*WritesPackFuzzSeeds'
+TEST_F(LayerPackTest, DISABLED_WritesPackFuzzSeeds) {
+    const char* dir = std::getenv("QJIT_FUZZ_SEED_DIR");
+    if (!dir) GTEST_SKIP() << "set QJIT_FUZZ_SEED_DIR to the corpus folder";
+    const ContextPtr avx2 = test::make_test_context(1, QJIT_ISA_AVX2);
+    const std::vector<Case> all = cases();
+    for (const auto& [seed, count] : {std::pair<const char*, size_t>{"one-panels-entry", 1}, {"panels-and-image", 6}}) {
+        const std::string file = path(seed);
+        qjit_pack_writer* raw = nullptr;
+        ASSERT_EQ(qjit_pack_writer_create(file.c_str(), "seed", &raw), QJIT_OK) << qjit_last_error();
+        WriterPtr writer(raw);
+        for (size_t i = 0; i < count; ++i) {
+            const LinearPtr layer = make_layer(avx2.get(), all[i]);
+            ASSERT_EQ(qjit_pack_writer_add(writer.get(), all[i].name, layer.get()), QJIT_OK) << qjit_last_error();
+        }
+        ASSERT_EQ(qjit_pack_writer_commit(writer.get()), QJIT_OK) << qjit_last_error();
+        const std::string image = read_bytes(file);
+        write_bytes(std::string(dir) + "/fuzz_pack_file/" + seed, image.substr(0, image.size() - 4));
+    }
 }
 
 }  // namespace
