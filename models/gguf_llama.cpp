@@ -20,6 +20,26 @@ namespace {
 
 constexpr int kLimit = 1 << 20;  // Config's range: far above any model this runs
 
+// The architectures qjit-run runs: the Llama forward and how each differs from it. Their metadata
+// keys start with the name ("qwen2.block_count").
+struct Architecture {
+    const char* name;
+    Config::RopePairs rope_pairs;
+    bool qkv_bias;  // blk.N.attn_{q,k,v}.bias
+    bool qk_norm;   // blk.N.attn_{q,k}_norm.weight
+};
+constexpr Architecture kArchitectures[] = {
+    {"llama", Config::RopePairs::Adjacent, false, false},
+    {"qwen2", Config::RopePairs::Halves, true, false},
+    {"qwen3", Config::RopePairs::Halves, false, true},
+};
+
+std::string architecture_names() {
+    std::string names;
+    for (const Architecture& a : kArchitectures) names += std::string(names.empty() ? "'" : ", '") + a.name + "'";
+    return names;
+}
+
 std::string dims_text(const std::vector<int64_t>& dims) {
     std::string text = "[";
     for (size_t i = 0; i < dims.size(); ++i) text += (i > 0 ? ", " : "") + std::to_string(dims[i]);
@@ -101,35 +121,42 @@ private:
     std::shared_ptr<const qjit::GgufFile> file_;
 };
 
-Config read_config(const LlamaGgufReader& reader) {
+const Architecture& read_architecture(const LlamaGgufReader& reader) {
     const qjit::GgufFile& file = reader.file();
     if (!file.has("general.architecture")) reader.fail("metadata key general.architecture is missing");
     const std::string& architecture = file.get_string("general.architecture");
-    if (architecture != "llama")
-        reader.fail("general.architecture is '", architecture, "'; qjit-run runs 'llama' models only");
-    if (file.has("llama.expert_count") && file.get_uint("llama.expert_count") > 0)
-        reader.fail("llama.expert_count is ", file.get_uint("llama.expert_count"),
+    for (const Architecture& a : kArchitectures)
+        if (architecture == a.name) return a;
+    reader.fail("general.architecture is '", architecture, "'; qjit-run runs ", architecture_names(), " models");
+}
+
+Config read_config(const LlamaGgufReader& reader, const Architecture& architecture) {
+    const qjit::GgufFile& file = reader.file();
+    const std::string arch = std::string(architecture.name) + ".";
+    if (file.has(arch + "expert_count") && file.get_uint(arch + "expert_count") > 0)
+        reader.fail(arch, "expert_count is ", file.get_uint(arch + "expert_count"),
                     ": mixture-of-experts models are not supported");
-    if (file.has("llama.rope.scaling.type") && file.get_string("llama.rope.scaling.type") != "none")
-        reader.fail("llama.rope.scaling.type is '", file.get_string("llama.rope.scaling.type"),
+    if (file.has(arch + "rope.scaling.type") && file.get_string(arch + "rope.scaling.type") != "none")
+        reader.fail(arch, "rope.scaling.type is '", file.get_string(arch + "rope.scaling.type"),
                     "': RoPE scaling is not supported");
 
     Config c;
-    c.n_layers = reader.count("llama.block_count");
-    c.dim = reader.count("llama.embedding_length");
-    c.hidden_dim = reader.count("llama.feed_forward_length");
-    c.n_heads = reader.count("llama.attention.head_count");
-    c.n_kv_heads = reader.count("llama.attention.head_count_kv", c.n_heads);
-    c.seq_len = reader.count("llama.context_length");
-    c.rope_base = reader.number("llama.rope.freq_base", 10000.0);
-    c.rms_eps = reader.number("llama.attention.layer_norm_rms_epsilon");
-    if (!file.has("llama.attention.key_length") && c.dim % c.n_heads != 0)
-        reader.fail("llama.embedding_length ", c.dim, " does not split into ", c.n_heads, " heads");
-    c.head_size = reader.count("llama.attention.key_length", c.dim / c.n_heads);
-    if (reader.count("llama.attention.value_length", c.head_size) != c.head_size)
-        reader.fail("llama.attention.value_length differs from the key length ", c.head_size);
-    if (reader.count("llama.rope.dimension_count", c.head_size) != c.head_size)
-        reader.fail("llama.rope.dimension_count ", file.get_uint("llama.rope.dimension_count"),
+    c.rope_pairs = architecture.rope_pairs;
+    c.n_layers = reader.count(arch + "block_count");
+    c.dim = reader.count(arch + "embedding_length");
+    c.hidden_dim = reader.count(arch + "feed_forward_length");
+    c.n_heads = reader.count(arch + "attention.head_count");
+    c.n_kv_heads = reader.count(arch + "attention.head_count_kv", c.n_heads);
+    c.seq_len = reader.count(arch + "context_length");
+    c.rope_base = reader.number(arch + "rope.freq_base", 10000.0);
+    c.rms_eps = reader.number(arch + "attention.layer_norm_rms_epsilon");
+    if (!file.has(arch + "attention.key_length") && c.dim % c.n_heads != 0)
+        reader.fail(arch, "embedding_length ", c.dim, " does not split into ", c.n_heads, " heads");
+    c.head_size = reader.count(arch + "attention.key_length", c.dim / c.n_heads);
+    if (reader.count(arch + "attention.value_length", c.head_size) != c.head_size)
+        reader.fail(arch, "attention.value_length differs from the key length ", c.head_size);
+    if (reader.count(arch + "rope.dimension_count", c.head_size) != c.head_size)
+        reader.fail(arch, "rope.dimension_count ", file.get_uint(arch + "rope.dimension_count"),
                     " is not the head size ", c.head_size, ": partial RoPE is not supported");
 
     if (!file.has("tokenizer.ggml.tokens")) reader.fail("metadata key tokenizer.ggml.tokens is missing");
@@ -137,8 +164,8 @@ Config read_config(const LlamaGgufReader& reader) {
     if (vocab < 1 || vocab > size_t(kLimit))
         reader.fail("tokenizer.ggml.tokens has ", vocab, " tokens, outside [1, ", kLimit, "]");
     c.vocab_size = int(vocab);
-    if (reader.count("llama.vocab_size", c.vocab_size) != c.vocab_size)
-        reader.fail("llama.vocab_size ", file.get_uint("llama.vocab_size"), " differs from the ", c.vocab_size,
+    if (reader.count(arch + "vocab_size", c.vocab_size) != c.vocab_size)
+        reader.fail(arch, "vocab_size ", file.get_uint(arch + "vocab_size"), " differs from the ", c.vocab_size,
                     " tokens of tokenizer.ggml.tokens");
     try {
         c.validate();
@@ -150,14 +177,20 @@ Config read_config(const LlamaGgufReader& reader) {
 
 // Every tensor must be one the model runs: a file with biases, RoPE factors or anything else that
 // would change the results is refused rather than run without it.
-void check_no_other_tensors(const LlamaGgufReader& reader, int n_layers) {
+void check_no_other_tensors(const LlamaGgufReader& reader, const Architecture& architecture, int n_layers) {
     std::set<std::string> known = {kGgufTokenEmbedding, kGgufOutputNorm, kGgufClassifier};
     for (int l = 0; l < n_layers; ++l) {
         for (const char* norm : {kGgufAttentionNorm, kGgufFfnNorm}) known.insert(gguf_block_tensor(l, norm));
         for (const BlockMatrix matrix : kBlockMatrices) known.insert(gguf_block_tensor(l, matrix));
+        if (architecture.qkv_bias)
+            for (const BlockMatrix matrix : {BlockMatrix::q, BlockMatrix::k, BlockMatrix::v})
+                known.insert(gguf_block_bias(l, matrix));
+        if (architecture.qk_norm)
+            for (const char* norm : {kGgufQNorm, kGgufKNorm}) known.insert(gguf_block_tensor(l, norm));
     }
     for (const qjit::GgufTensor& tensor : reader.file().tensors())
-        if (!known.count(tensor.name)) reader.fail("tensor ", tensor.name, " is not part of the Llama model qjit-run runs");
+        if (!known.count(tensor.name))
+            reader.fail("tensor ", tensor.name, " is not part of the ", architecture.name, " model qjit-run runs");
 }
 
 // A matrix of the model as --gguf tunes it.
@@ -185,9 +218,10 @@ std::shared_ptr<const Weights> load_gguf_llama(std::shared_ptr<const qjit::GgufF
     if (!file) throw std::runtime_error("load_gguf_llama: the file is NULL");
     const LlamaGgufReader reader(std::move(file));
     auto weights = std::make_shared<Weights>();
-    weights->config = read_config(reader);
+    const Architecture& architecture = read_architecture(reader);
+    weights->config = read_config(reader, architecture);
     const Config& c = weights->config;
-    check_no_other_tensors(reader, c.n_layers);
+    check_no_other_tensors(reader, architecture, c.n_layers);
 
     weights->token_embedding = reader.matrix(kGgufTokenEmbedding, c.vocab_size, c.dim);
     const qjit::GgmlType embedding_type = reader.file().tensor(kGgufTokenEmbedding).type;
@@ -207,6 +241,16 @@ std::shared_ptr<const Weights> load_gguf_llama(std::shared_ptr<const qjit::GgufF
             matrix(BlockMatrix::down, c.dim, c.hidden_dim),
             matrix(BlockMatrix::up, c.hidden_dim, c.dim),
         });
+        LayerWeights& layer = weights->layers.back();
+        if (architecture.qkv_bias) {
+            layer.q_bias = reader.norm(gguf_block_bias(l, BlockMatrix::q), c.q_dim());
+            layer.k_bias = reader.norm(gguf_block_bias(l, BlockMatrix::k), c.kv_dim());
+            layer.v_bias = reader.norm(gguf_block_bias(l, BlockMatrix::v), c.kv_dim());
+        }
+        if (architecture.qk_norm) {
+            layer.q_norm = reader.norm(gguf_block_tensor(l, kGgufQNorm), c.head_size);
+            layer.k_norm = reader.norm(gguf_block_tensor(l, kGgufKNorm), c.head_size);
+        }
     }
     weights->final_norm = reader.norm(kGgufOutputNorm, c.dim);
     weights->tied_classifier = reader.file().find(kGgufClassifier) == nullptr;

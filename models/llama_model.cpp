@@ -32,16 +32,30 @@ void rmsnorm(float* out, const float* x, const float* weight, int rows, int size
     }
 }
 
-// Rotates the adjacent pairs (2i, 2i+1) of every head in `vec` (`size` values) by the angles of one
-// position: rotation[2i], rotation[2i + 1] = cos, sin of pair i of a head.
-void rope(float* vec, int size, int head_size, const float* rotation) {
-    for (int i = 0; i < size; i += 2) {
-        const float* cos_sin = rotation + i % head_size;
-        const float v0 = vec[i];
-        const float v1 = vec[i + 1];
-        vec[i] = v0 * cos_sin[0] - v1 * cos_sin[1];
-        vec[i + 1] = v0 * cos_sin[1] + v1 * cos_sin[0];
-    }
+void add_in_place(float* x, const float* delta, size_t count) {
+    for (size_t i = 0; i < count; ++i) x[i] += delta[i];
+}
+
+// Rotates pair i of every head in `vec` (`size` values) by the angles of one position:
+// rotation[2i], rotation[2i + 1] = cos, sin of pair i of a head. Pair i is (2i, 2i + 1) with
+// Adjacent pairs, (i, i + head_size / 2) with Halves.
+void rope(float* vec, int size, int head_size, const float* rotation, Config::RopePairs pairs) {
+    const int half = head_size / 2;
+    for (int head = 0; head < size; head += head_size)
+        for (int i = 0; i < half; ++i) {
+            const int first = pairs == Config::RopePairs::Adjacent ? head + 2 * i : head + i;
+            const int second = pairs == Config::RopePairs::Adjacent ? first + 1 : first + half;
+            const float* cos_sin = rotation + 2 * i;
+            const float v0 = vec[first];
+            const float v1 = vec[second];
+            vec[first] = v0 * cos_sin[0] - v1 * cos_sin[1];
+            vec[second] = v0 * cos_sin[1] + v1 * cos_sin[0];
+        }
+}
+
+// Adds `bias` (its size: a row's values) to each of `rows` rows; nothing when it is empty.
+void add_bias(float* x, const std::vector<float>& bias, int rows) {
+    for (int r = 0; r < rows; ++r) add_in_place(x + size_t(r) * bias.size(), bias.data(), bias.size());
 }
 
 // gate[i] = silu(gate[i]) * up[i], 16 values at a time; the last few through a padded vector, so
@@ -55,10 +69,6 @@ QJIT_SIMD_CLONES void swiglu(float* gate, const float* up, int64_t count) {
     std::copy(up + i, up + count, u);
     qjit::store16(g, qjit::silu(qjit::load16(g)) * qjit::load16(u));
     std::copy(g, g + (count - i), gate + i);
-}
-
-void add_in_place(float* x, const float* delta, size_t count) {
-    for (size_t i = 0; i < count; ++i) x[i] += delta[i];
 }
 
 void check_matrix(const LoadedMatrix& matrix, int64_t n, int64_t k, const std::string& what) {
@@ -117,6 +127,16 @@ void Weights::validate() const {
         check_matrix(w.w1, c.hidden_dim, c.dim, layer + "w1");
         check_matrix(w.w2, c.dim, c.hidden_dim, layer + "w2");
         check_matrix(w.w3, c.hidden_dim, c.dim, layer + "w3");
+        const bool biased = !w.q_bias.empty() || !w.k_bias.empty() || !w.v_bias.empty();
+        if (biased) {  // all three or none
+            check_norm(w.q_bias, c.q_dim(), layer + "q bias");
+            check_norm(w.k_bias, c.kv_dim(), layer + "k bias");
+            check_norm(w.v_bias, c.kv_dim(), layer + "v bias");
+        }
+        if (!w.q_norm.empty() || !w.k_norm.empty()) {  // both or neither
+            check_norm(w.q_norm, c.head_size, layer + "q norm");
+            check_norm(w.k_norm, c.head_size, layer + "k norm");
+        }
     }
     check_norm(final_norm, c.dim, "the final norm");
     check_matrix(classifier, c.vocab_size, c.dim, "the classifier");
@@ -253,11 +273,19 @@ bool Model::run_layer(int l, int pos0, int count) {
         layer.wk->forward(xb_.data(), count, k);
         layer.wv->forward(xb_.data(), count, v);
     }
+    add_bias(q_.data(), lw.q_bias, count);
+    add_bias(k, lw.k_bias, count);
+    add_bias(v, lw.v_bias, count);
     float* key_cache = key_cache_[size_t(l)].data();
     for_rows(count, q_dim + kv_dim, [&](size_t t) {
+        if (!lw.q_norm.empty()) {
+            float* q = q_.data() + t * q_dim;
+            rmsnorm(q, q, lw.q_norm.data(), c.n_heads, c.head_size, c.rms_eps);
+            rmsnorm(k + t * kv_dim, k + t * kv_dim, lw.k_norm.data(), c.n_kv_heads, c.head_size, c.rms_eps);
+        }
         const float* rotation = rotations_.data() + (size_t(pos0) + t) * size_t(c.head_size);
-        rope(q_.data() + t * q_dim, c.q_dim(), c.head_size, rotation);
-        rope(k + t * kv_dim, c.kv_dim(), c.head_size, rotation);
+        rope(q_.data() + t * q_dim, c.q_dim(), c.head_size, rotation, c.rope_pairs);
+        rope(k + t * kv_dim, c.kv_dim(), c.head_size, rotation, c.rope_pairs);
         for (size_t i = 0; i < kv_dim; ++i) key_cache[i * size_t(cache_positions_) + size_t(pos0) + t] = k[t * kv_dim + i];
     });
     attention(l, pos0, count);

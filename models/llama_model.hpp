@@ -1,9 +1,11 @@
 // A Llama-architecture transformer whose linear layers are pluggable, so the same forward pass runs
 // on dense fp32 weights, on qjit layers quantized from them, or on qjit layers imported exactly from
 // a GGUF file. The forward pass is llama2.c's run.c, generalized: RMSNorm (eps from the config), RoPE
-// rotating adjacent pairs (2i, 2i+1) of each head (run.c's, and llama.cpp's for GGUF "llama" models)
-// with the config's base, grouped-query attention, SwiGLU FFN, and a classifier that is the token
-// embedding (tied) or a matrix of its own.
+// with the config's base rotating pairs of each head (adjacent pairs (2i, 2i+1) as run.c and
+// llama.cpp's "llama" models, or the halves' pairs (i, i + head_size / 2) as its NeoX-style
+// models), grouped-query attention, SwiGLU FFN, and a classifier that is the token embedding (tied)
+// or a matrix of its own. Two variations of the attention block are weights of their own: biases
+// added to q, k and v (Qwen2), and an RMSNorm of each head of q and k before RoPE (Qwen3).
 //
 // The model's weights come from a loader: llama2.c checkpoints (models/llama2_checkpoint.hpp) or GGUF
 // files (models/gguf_llama.hpp). Each matrix is a LoadedMatrix, and each maker takes from it what it
@@ -36,6 +38,9 @@ struct Config {
     int seq_len = 0;     // longest sequence the model supports (the KV cache grows up to it)
     float rope_base = 10000.0f;
     float rms_eps = 1e-5f;
+    // Which values of a head RoPE rotates together.
+    enum class RopePairs { Adjacent, Halves };
+    RopePairs rope_pairs = RopePairs::Adjacent;
 
     int q_dim() const { return n_heads * head_size; }
     int kv_dim() const { return n_kv_heads * head_size; }
@@ -52,6 +57,10 @@ struct LayerWeights {
     LoadedMatrix w1;                    // [hidden][dim] (gate)
     LoadedMatrix w2;                    // [dim][hidden] (down)
     LoadedMatrix w3;                    // [hidden][dim] (up)
+    std::vector<float> q_bias, k_bias, v_bias;  // [q_dim], [kv_dim], [kv_dim] added to wq's, wk's, wv's
+                                                // outputs; empty: none
+    std::vector<float> q_norm, k_norm;          // [head_size]: each head of q and of k RMS-normed with
+                                                // these weights before RoPE; empty: none
 };
 
 struct Weights {

@@ -52,6 +52,10 @@ std::string gguf_block_tensor(int layer, const char* part) {
 
 std::string gguf_block_tensor(int layer, BlockMatrix matrix) { return gguf_block_tensor(layer, names_of(matrix).gguf); }
 
+std::string gguf_block_bias(int layer, BlockMatrix matrix) {
+    return "blk." + std::to_string(layer) + "." + names_of(matrix).gguf + ".bias";
+}
+
 std::string hf_block_prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
 
 std::string hf_block_tensor(int layer, BlockMatrix matrix) { return hf_block_prefix(layer) + names_of(matrix).hf; }

@@ -30,13 +30,17 @@ struct BlockMatrixNames {
 };
 const BlockMatrixNames& names_of(BlockMatrix matrix);
 
-// A block's norms, GGUF names.
+// A block's norms, GGUF names; the per-head norms of q and k (Qwen3).
 inline constexpr const char* kGgufAttentionNorm = "attn_norm";
 inline constexpr const char* kGgufFfnNorm = "ffn_norm";
+inline constexpr const char* kGgufQNorm = "attn_q_norm";
+inline constexpr const char* kGgufKNorm = "attn_k_norm";
 
 // GGUF: "blk.3.attn_q.weight" for (3, "attn_q"); the model-wide tensors.
 std::string gguf_block_tensor(int layer, const char* part);
 std::string gguf_block_tensor(int layer, BlockMatrix matrix);
+// A matrix's bias (Qwen2's q, k and v): "blk.3.attn_q.bias".
+std::string gguf_block_bias(int layer, BlockMatrix matrix);
 inline constexpr const char* kGgufTokenEmbedding = "token_embd.weight";
 inline constexpr const char* kGgufOutputNorm = "output_norm.weight";
 inline constexpr const char* kGgufClassifier = "output.weight";

@@ -13,22 +13,25 @@
 
 namespace qjit::test {
 
-// The llama.* and tokenizer metadata of a model of config `c` (tokens "t0", "t1", ...).
+// The <architecture>.* and tokenizer metadata of a model of config `c` (tokens "t0", "t1", ...); the
+// head size is written when it is not the width over the heads.
 inline void add_llama_metadata(GgufWriter& writer, const qjit_models::llama::Config& c,
                                const std::string& architecture = "llama") {
     std::vector<std::string> tokens;
     for (int i = 0; i < c.vocab_size; ++i) tokens.push_back("t" + std::to_string(i));
+    const std::string arch = architecture + ".";
     writer.value("general.architecture", architecture)
-        .value("llama.block_count", uint32_t(c.n_layers))
-        .value("llama.embedding_length", uint32_t(c.dim))
-        .value("llama.feed_forward_length", uint32_t(c.hidden_dim))
-        .value("llama.attention.head_count", uint32_t(c.n_heads))
-        .value("llama.attention.head_count_kv", uint32_t(c.n_kv_heads))
-        .value("llama.rope.freq_base", c.rope_base)
-        .value("llama.attention.layer_norm_rms_epsilon", c.rms_eps)
-        .value("llama.context_length", uint32_t(c.seq_len))
+        .value(arch + "block_count", uint32_t(c.n_layers))
+        .value(arch + "embedding_length", uint32_t(c.dim))
+        .value(arch + "feed_forward_length", uint32_t(c.hidden_dim))
+        .value(arch + "attention.head_count", uint32_t(c.n_heads))
+        .value(arch + "attention.head_count_kv", uint32_t(c.n_kv_heads))
+        .value(arch + "rope.freq_base", c.rope_base)
+        .value(arch + "attention.layer_norm_rms_epsilon", c.rms_eps)
+        .value(arch + "context_length", uint32_t(c.seq_len))
         .value("tokenizer.ggml.model", "gpt2")
         .array("tokenizer.ggml.tokens", tokens);
+    if (c.head_size * c.n_heads != c.dim) writer.value(arch + "attention.key_length", uint32_t(c.head_size));
 }
 
 // The K x N of a block's matrix in a model of config `c` (GGUF dims [K, N]).
