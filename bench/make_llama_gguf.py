@@ -8,12 +8,17 @@ bench/peer_llama_cpp.sh). The tokenizer (tokenizer.ggml.* keys) and so the vocab
 an existing GGUF file, as llama.cpp will not load a model without one. The F16 file is deleted
 afterwards unless --keep-f16. Files already there are kept. Needs `pip install gguf numpy`.
 
-Shapes: 1b  dim 2048, FFN 8192, 16 layers, 32 heads, 8 KV heads
-        7b  Llama-2-7B: dim 4096, FFN 11008, 32 layers, 32 heads, 32 KV heads
+Shapes: 1b         llama: dim 2048, FFN 8192, 16 layers, 32 heads, 8 KV heads
+        7b         llama, Llama-2-7B's: dim 4096, FFN 11008, 32 layers, 32 heads, 32 KV heads
+        qwen2_0.5b qwen2 (q, k and v biases, RoPE base 1e6), Qwen2-0.5B's: dim 896, FFN 4864, 24 layers,
+                   14 heads, 2 KV heads
+        qwen2_7b   qwen2, Qwen2-7B's: dim 3584, FFN 18944, 28 layers, 28 heads, 4 KV heads
+  (the vocabulary is the tokenizer file's, not the original model's)
 
 Usage: bench/make_llama_gguf.py [--models 1b-Q4_0,1b-Q4_K_M,7b-Q4_0] [--out-dir build/peers/models]
                                 [--tokenizer-from FILE.gguf] [--keep-f16] [--check]
-  Prints one path per file. Names: llama-synthetic-<shape>.<type>.gguf.
+  Prints one path per file. Names: <architecture>-synthetic-<size>.<type>.gguf (llama-synthetic-7b.Q4_0.gguf,
+  qwen2-synthetic-7b.Q4_K_M.gguf).
   --tokenizer-from  default: scripts/fetch_model.sh's SmolLM2 file (vocabulary 49152)
   --check           run `qjit-run --generate 4` on each file (qjit must load it)
 """
@@ -31,9 +36,17 @@ PEER_BUILD = ROOT / "build" / "peers" / "llama.cpp"
 QUANTIZE = PEER_BUILD / "bin" / "llama-quantize"
 
 SHAPES = {
-    "1b": dict(dim=2048, hidden=8192, layers=16, heads=32, kv_heads=8),
-    "7b": dict(dim=4096, hidden=11008, layers=32, heads=32, kv_heads=32),
+    "1b": dict(arch="llama", dim=2048, hidden=8192, layers=16, heads=32, kv_heads=8, rope_base=10000.0),
+    "7b": dict(arch="llama", dim=4096, hidden=11008, layers=32, heads=32, kv_heads=32, rope_base=10000.0),
+    "qwen2_0.5b": dict(arch="qwen2", dim=896, hidden=4864, layers=24, heads=14, kv_heads=2, rope_base=1e6),
+    "qwen2_7b": dict(arch="qwen2", dim=3584, hidden=18944, layers=28, heads=28, kv_heads=4, rope_base=1e6),
 }
+
+
+def file_stem(shape_name):
+    """llama-synthetic-7b, qwen2-synthetic-0.5b."""
+    arch = SHAPES[shape_name]["arch"]
+    return f"{arch}-synthetic-{shape_name.removeprefix(arch + '_')}"
 DEFAULT_MODELS = "1b-Q4_0,1b-Q4_K_M,7b-Q4_0"
 
 
@@ -103,8 +116,8 @@ def write_f16(path, shape_name, tokenizer_file, seed):
     dim, hidden, head_dim = s["dim"], s["hidden"], s["dim"] // s["heads"]
     kv_dim = head_dim * s["kv_heads"]
     partial = Path(str(path) + ".partial")
-    writer = gguf.GGUFWriter(str(partial), "llama")
-    writer.add_name(f"qjit synthetic llama {shape_name} (random weights)")
+    writer = gguf.GGUFWriter(str(partial), s["arch"])
+    writer.add_name(f"qjit synthetic {s['arch']} {shape_name} (random weights)")
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     writer.add_context_length(4096)
     writer.add_embedding_length(dim)
@@ -113,19 +126,21 @@ def write_f16(path, shape_name, tokenizer_file, seed):
     writer.add_head_count(s["heads"])
     writer.add_head_count_kv(s["kv_heads"])
     writer.add_rope_dimension_count(head_dim)
-    writer.add_rope_freq_base(10000.0)
+    writer.add_rope_freq_base(s["rope_base"])
     writer.add_layer_norm_rms_eps(1e-5)
     vocab = copy_tokenizer(writer, tokenizer_file)
     writer.add_vocab_size(vocab)
 
-    # (name, numpy shape rows x columns, is a norm); ggml's order of a converted Llama file.
+    # (name, numpy shape rows x columns, is F32: norms and biases); ggml's order of a converted file.
     tensors = [("token_embd.weight", (vocab, dim), False)]
     for l in range(s["layers"]):
         tensors += [(f"blk.{l}.attn_norm.weight", (dim,), True),
                     (f"blk.{l}.attn_q.weight", (dim, dim), False),
                     (f"blk.{l}.attn_k.weight", (kv_dim, dim), False),
-                    (f"blk.{l}.attn_v.weight", (kv_dim, dim), False),
-                    (f"blk.{l}.attn_output.weight", (dim, dim), False),
+                    (f"blk.{l}.attn_v.weight", (kv_dim, dim), False)]
+        if s["arch"] == "qwen2":
+            tensors += [(f"blk.{l}.attn_{m}.bias", (size,), True) for m, size in (("q", dim), ("k", kv_dim), ("v", kv_dim))]
+        tensors += [(f"blk.{l}.attn_output.weight", (dim, dim), False),
                     (f"blk.{l}.ffn_norm.weight", (dim,), True),
                     (f"blk.{l}.ffn_gate.weight", (hidden, dim), False),
                     (f"blk.{l}.ffn_up.weight", (hidden, dim), False),
@@ -139,7 +154,9 @@ def write_f16(path, shape_name, tokenizer_file, seed):
     writer.write_ti_data_to_file()
     rng = np.random.default_rng(seed)
     for name, shape, norm in tensors:
-        if norm:
+        if name.endswith(".bias"):
+            data = (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float32)
+        elif norm:
             data = np.ones(shape, dtype=np.float32)
         else:
             data = rng.standard_normal(shape, dtype=np.float32)
@@ -175,8 +192,8 @@ def main():
 
     outputs = []
     for shape, types in wanted.items():
-        f16 = out_dir / f"llama-synthetic-{shape}.F16.gguf"
-        targets = [(t, out_dir / f"llama-synthetic-{shape}.{t}.gguf") for t in types]
+        f16 = out_dir / f"{file_stem(shape)}.F16.gguf"
+        targets = [(t, out_dir / f"{file_stem(shape)}.{t}.gguf") for t in types]
         missing = [(t, p) for t, p in targets if not p.exists()]
         if missing:
             if not f16.exists():

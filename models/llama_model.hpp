@@ -57,10 +57,10 @@ struct LayerWeights {
     LoadedMatrix w1;                    // [hidden][dim] (gate)
     LoadedMatrix w2;                    // [dim][hidden] (down)
     LoadedMatrix w3;                    // [hidden][dim] (up)
-    std::vector<float> q_bias, k_bias, v_bias;  // [q_dim], [kv_dim], [kv_dim] added to wq's, wk's, wv's
-                                                // outputs; empty: none
-    std::vector<float> q_norm, k_norm;          // [head_size]: each head of q and of k RMS-normed with
-                                                // these weights before RoPE; empty: none
+    // [q_dim], [kv_dim], [kv_dim] added to wq's, wk's and wv's outputs; empty: none.
+    std::vector<float> q_bias = {}, k_bias = {}, v_bias = {};
+    // [head_size]: each head of q and of k RMS-normed with these weights before RoPE; empty: none.
+    std::vector<float> q_norm = {}, k_norm = {};
 };
 
 struct Weights {

@@ -57,7 +57,7 @@ void print_usage(const char* program) {
     std::printf(
         "usage: %s --model FILE.gguf [--tokens FILE.seq.u32 [--max-sequences N]]\n"
         "          [--generate N [--prompt-tokens 1,2,3]] [--method M ...] [--threads N] [--json]\n"
-        "  --model FILE       a GGUF file of a Llama-architecture model\n"
+        "  --model FILE       a GGUF file of a llama, qwen2 or qwen3 model\n"
         "  --tokens FILE      token sequences to score (*.seq.u32: count, lengths, tokens; little-endian uint32)\n"
         "  --max-sequences N  score only the first N of them\n"
         "  --generate N       decode N tokens greedily after the prompt, timing each\n"
