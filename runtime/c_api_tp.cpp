@@ -77,7 +77,7 @@ qjit_status qjit_tp_mlp_create_from_checkpoint(qjit_checkpoint* checkpoint, qjit
         require(checkpoint != nullptr, "checkpoint is NULL");
         const auto matrix = [&](const char* name) {
             const CheckpointLayer& layer = checkpoint_layer(*checkpoint, name);
-            return imported(layer.k, layer.n, checkpoint->files.tensors(layer).view, name);
+            return imported(layer.k, layer.n, checkpoint->gptq->tensors(layer).view, name);
         };
         require(kind != QJIT_MLP_SWIGLU || gate_name != nullptr, "gate_name is NULL; a SwiGLU MLP needs its gate");
         MlpMatrices matrices{kind, matrix(up_name), kind == QJIT_MLP_SWIGLU ? matrix(gate_name) : QuantizedMatrix{},

@@ -484,7 +484,7 @@ TEST_F(CheckpointTest, MalformedShardsAndIndexesGetNamedErrors) {
 
 TEST_F(CheckpointTest, BadArgumentsGetNamedErrors) {
     qjit_checkpoint* checkpoint = nullptr;
-    EXPECT_STATUS(qjit_checkpoint_open(context_.get(), nullptr, &checkpoint), QJIT_ERROR_INVALID_ARGUMENT, "directory");
+    EXPECT_STATUS(qjit_checkpoint_open(context_.get(), nullptr, &checkpoint), QJIT_ERROR_INVALID_ARGUMENT, "path");
     EXPECT_STATUS(qjit_checkpoint_open(nullptr, dir_.c_str(), &checkpoint), QJIT_ERROR_INVALID_ARGUMENT, "context");
     EXPECT_STATUS(qjit_checkpoint_open(context_.get(), (dir_ / "absent").c_str(), &checkpoint), QJIT_ERROR_IO,
                   "not a directory");

@@ -3,7 +3,8 @@
 // subnormals to 65504) on odd shapes dequantize to ggml's values bit for bit (io/gguf_dequantize,
 // itself checked against the gguf package), directly, through the C API on the portable and JIT
 // paths, and after a save and load; forwards on every backend stay within the oracle's error bound;
-// other types, shapes, byte counts and NULLs are refused by name.
+// other types, shapes, byte counts and NULLs are refused by name. A GGUF file opens as a checkpoint
+// whose layers are its tensors of these types.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -23,6 +24,8 @@
 #include "test_backends.hpp"
 #include "layer_internals.hpp"
 #include "test_support.hpp"
+#include "gguf_writer.hpp"
+#include "qjit/qjit_tp.h"
 
 namespace qjit {
 namespace {
@@ -346,6 +349,88 @@ TEST(GgufImportCuda, RefusedFormatsNameTheReason) {
             EXPECT_EQ(why, "");  // Q4_0, Q5_0, Q8_0 run on CUDA
         }
     }
+}
+
+// A GGUF file as a checkpoint: its 2-dimensional tensors of imported types are its layers, in natural
+// order of their names (F32 and F16 tensors are not), described as qjit imports them, and each
+// created by name holds the same weights as qjit_linear_create_from_gguf makes of its bytes.
+TEST(GgufCheckpoint, TensorsOfImportedTypesAreLayersByName) {
+    const ContextPtr context = test::make_test_context();
+    struct Tensor {
+        const char* name;
+        const ImportedType& type;
+        int64_t k, n;
+        std::vector<uint8_t> bytes;
+    };
+    std::vector<Tensor> tensors;
+    tensors.push_back({"blk.10.ffn_down.weight", kTypes[7], 256, 5, {}});  // Q4_K
+    tensors.push_back({"blk.2.attn_q.weight", kTypes[4], 64, 3, {}});     // Q8_0
+    tensors.push_back({"token_embd.weight", kTypes[0], 96, 7, {}});       // Q4_0
+    test::GgufWriter writer;
+    writer.value("general.architecture", std::string("llama"));
+    uint32_t seed = 40;
+    for (Tensor& t : tensors) {
+        t.bytes = random_tensor(t.type, t.k, t.n, seed++);
+        writer.tensor({t.name, uint32_t(t.type.type), {uint64_t(t.k), uint64_t(t.n)},
+                       std::string(t.bytes.begin(), t.bytes.end()), std::nullopt});
+    }
+    writer.tensor({"output_norm.weight", 0, {64}, std::string(64 * 4, '\0'), std::nullopt});        // F32, 1-D
+    writer.tensor({"blk.0.attn_k.weight", 1, {64, 2}, std::string(64 * 2 * 2, '\0'), std::nullopt});  // F16
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("qjit_gguf_checkpoint_" + std::to_string(getpid()) + ".gguf")).string();
+    {
+        const std::string bytes = writer.bytes();
+        FILE* file = std::fopen(path.c_str(), "wb");
+        ASSERT_NE(file, nullptr);
+        ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), file), bytes.size());
+        std::fclose(file);
+    }
+    qjit_checkpoint* checkpoint = nullptr;
+    ASSERT_EQ(qjit_checkpoint_open(context.get(), path.c_str(), &checkpoint), QJIT_OK) << qjit_last_error();
+    int64_t count = 0;
+    ASSERT_EQ(qjit_checkpoint_num_layers(checkpoint, &count), QJIT_OK);
+    ASSERT_EQ(count, 3);
+    const size_t natural_order[] = {1, 0, 2};  // blk.2 before blk.10
+    for (int64_t i = 0; i < count; ++i) {
+        const Tensor& t = tensors[natural_order[i]];
+        SCOPED_TRACE(t.name);
+        qjit_checkpoint_layer info;
+        ASSERT_EQ(qjit_checkpoint_get_layer(checkpoint, i, &info), QJIT_OK) << qjit_last_error();
+        const WeightFormat format = gguf_import_format(t.type.type, t.k, t.n);
+        EXPECT_STREQ(info.name, t.name);
+        EXPECT_EQ(info.k, t.k);
+        EXPECT_EQ(info.n, t.n);
+        EXPECT_EQ(info.bits, format.bits);
+        EXPECT_EQ(info.group_size, format.group_size);
+        EXPECT_EQ(bool(info.symmetric), format.symmetric);
+        EXPECT_EQ(std::string(info.format), format.name());
+        EXPECT_EQ(info.checkpoint_format, QJIT_GGUF_BLOCKS);
+        EXPECT_EQ(info.ggml_type, int(t.type.type));
+        EXPECT_EQ(info.checkpoint_bytes, int64_t(t.bytes.size()));
+        qjit_linear* raw = nullptr;
+        ASSERT_EQ(qjit_checkpoint_create_layer(checkpoint, t.name, &raw), QJIT_OK) << qjit_last_error();
+        const LinearPtr layer(raw);
+        const LinearPtr direct = create_from_gguf(context.get(), t.type.type, t.bytes, t.k, t.n);
+        const std::vector<float> got = dequantized(layer.get(), t.k, t.n), want = dequantized(direct.get(), t.k, t.n);
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+    }
+    qjit_linear* raw = nullptr;
+    EXPECT_EQ(qjit_checkpoint_create_layer(checkpoint, "output_norm.weight", &raw), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qjit_last_error()).find("has no layer 'output_norm.weight'"), std::string::npos);
+    EXPECT_EQ(raw, nullptr);
+    // What needs GPTQ tensors refuses a GGUF checkpoint by name.
+    qjit_tp_mlp* mlp = nullptr;
+    EXPECT_EQ(qjit_tp_mlp_create_from_checkpoint(checkpoint, QJIT_MLP_GELU, "blk.2.attn_q.weight", nullptr,
+                                                 "token_embd.weight", 0, 1, QJIT_TP_NAIVE, &mlp),
+              QJIT_ERROR_UNSUPPORTED);
+    EXPECT_NE(std::string(qjit_last_error()).find("is a GGUF file"), std::string::npos) << qjit_last_error();
+    EXPECT_EQ(qjit_checkpoint_close(checkpoint), QJIT_OK);
+
+    // A damaged file is refused whole.
+    std::filesystem::resize_file(path, std::filesystem::file_size(path) - 10);
+    EXPECT_EQ(qjit_checkpoint_open(context.get(), path.c_str(), &checkpoint), QJIT_ERROR_CORRUPT_DATA);
+    EXPECT_EQ(checkpoint, nullptr);
+    std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -117,6 +117,7 @@ typedef enum qjit_gptq_format {
     QJIT_GPTQ_V1 = 1, /* "gptq": qzeros hold zero - 1, subtracted from each whole int32 word (1 per field,
                          with borrows; per field for 3 bits), as AutoGPTQ and GPTQModel write it */
     QJIT_GPTQ_V2 = 2, /* "gptq_v2": qzeros hold the zero point as is */
+    QJIT_GGUF_BLOCKS = 3, /* not GPTQ: a GGUF file's tensor in ggml's blocks (qjit_checkpoint_layer.ggml_type) */
     QJIT_GPTQ_MAX_ENUM = 0x7fffffff
 } qjit_gptq_format;
 
@@ -417,10 +418,12 @@ QJIT_API qjit_status qjit_linear_get_tuning(const qjit_linear* layer, qjit_linea
  * a model larger than the caches (the tuner times the same way); cold == 0: back-to-back calls. */
 QJIT_API qjit_status qjit_linear_benchmark(qjit_linear* layer, int64_t m, int repeats, int cold, double* median_us);
 
-/* ---- GPTQ checkpoints (a directory as AutoGPTQ, GPTQModel and the Hugging Face tools write it) ---- */
+/* ---- checkpoints: a GPTQ directory (as AutoGPTQ, GPTQModel and the Hugging Face tools write it) or a
+ * GGUF file (llama.cpp's) ---- */
 /* One quantized linear layer of a checkpoint. Strings are owned by the checkpoint. */
 typedef struct qjit_checkpoint_layer {
-    const char* name;       /* the tensor prefix, e.g. "model.layers.0.self_attn.q_proj" */
+    const char* name;       /* GPTQ: the tensor prefix, e.g. "model.layers.0.self_attn.q_proj"; GGUF: the
+                               tensor's name, e.g. "blk.0.attn_q.weight" */
     int64_t k;              /* input features */
     int64_t n;              /* output features */
     int bits;
@@ -432,6 +435,7 @@ typedef struct qjit_checkpoint_layer {
     qjit_gptq_format checkpoint_format;
     qjit_dtype scale_dtype; /* F16, BF16 or F32 */
     int64_t checkpoint_bytes; /* its tensors' bytes in the checkpoint */
+    int ggml_type;          /* a GGUF file's layer: its tensor's type (a qjit_ggml_type); -1 for GPTQ */
 } qjit_checkpoint_layer;
 
 /* Opens a checkpoint directory: config.json with "quantization_config" (or quantize_config.json)
@@ -439,15 +443,17 @@ typedef struct qjit_checkpoint_layer {
  * memory-mapped; their headers and every layer's tensors are checked against the config here.
  * QJIT_ERROR_IO: a missing directory, config or file; QJIT_ERROR_CORRUPT_DATA: a malformed file, a
  * missing tensor, a shape or dtype the config does not imply; QJIT_ERROR_UNSUPPORTED: a method,
- * width, group size or checkpoint format qjit cannot import. The context must outlive it. */
-QJIT_API qjit_status qjit_checkpoint_open(qjit_context* context, const char* directory, qjit_checkpoint** checkpoint);
+ * width, group size or checkpoint format qjit cannot import. `path` naming a file opens it as a
+ * GGUF file (memory-mapped and checked whole): each 2-dimensional tensor of a type
+ * qjit_linear_create_from_gguf imports is a layer, named as the tensor. The context must outlive it. */
+QJIT_API qjit_status qjit_checkpoint_open(qjit_context* context, const char* path, qjit_checkpoint** checkpoint);
 QJIT_API qjit_status qjit_checkpoint_close(qjit_checkpoint* checkpoint); /* NULL is a no-op; layers made stay valid */
 QJIT_API qjit_status qjit_checkpoint_num_layers(const qjit_checkpoint* checkpoint, int64_t* count);
 /* Layer `index` (0 .. count - 1), in natural order of the names (layers.2 before layers.10). */
 QJIT_API qjit_status qjit_checkpoint_get_layer(const qjit_checkpoint* checkpoint, int64_t index,
                                                qjit_checkpoint_layer* layer);
-/* Creates the layer named `name` on the checkpoint's context, as qjit_linear_create_from_gptq would
- * from its tensors (tuned, or a database hit). QJIT_ERROR_INVALID_ARGUMENT for a name the checkpoint
+/* Creates the layer named `name` on the checkpoint's context, as qjit_linear_create_from_gptq (or
+ * qjit_linear_create_from_gguf) would from its tensors (tuned, or a database hit). QJIT_ERROR_INVALID_ARGUMENT for a name the checkpoint
  * does not have. May be called from several threads at once. */
 QJIT_API qjit_status qjit_checkpoint_create_layer(qjit_checkpoint* checkpoint, const char* name, qjit_linear** layer);
 

@@ -1,4 +1,5 @@
-"""qjit.Checkpoint: a GPTQ checkpoint directory as a mapping of layer name to what the layer is."""
+"""qjit.Checkpoint: a GPTQ checkpoint directory or a GGUF file as a mapping of layer name to what the
+layer is."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, Iterator
 from . import _native
 from .linear import Linear
 
-_CHECKPOINT_FORMATS = {1: "gptq", 2: "gptq_v2"}
+_CHECKPOINT_FORMATS = {1: "gptq", 2: "gptq_v2", 3: "gguf"}
 _SCALE_DTYPES = {0: "float32", 1: "float16", 2: "bfloat16"}
 
 
@@ -18,21 +19,23 @@ _SCALE_DTYPES = {0: "float32", 1: "float16", 2: "bfloat16"}
 class CheckpointLayer:
     """One quantized linear layer of a checkpoint (qjit_checkpoint_layer)."""
 
-    name: str  #: the tensor prefix, e.g. "model.layers.0.self_attn.q_proj"
+    name: str  #: GPTQ: the tensor prefix, e.g. "model.layers.0.self_attn.q_proj"; GGUF: "blk.0.attn_q.weight"
     k: int
     n: int
     bits: int
-    group_size: int  #: as in the config; -1 per column
+    group_size: int  #: rows per group; -1 per column
     act_order: bool
     symmetric: bool
     format: str  #: the qjit format it imports to, e.g. "q4g128_asym"
-    checkpoint_format: str  #: "gptq" or "gptq_v2"
+    checkpoint_format: str  #: "gptq", "gptq_v2" or "gguf"
     scale_dtype: str  #: "float16", "bfloat16" or "float32"
     checkpoint_bytes: int
+    ggml_type: int  #: a GGUF file's layer: its tensor's ggml type number (12: Q4_K); -1 for GPTQ
 
 
 class Checkpoint(Mapping):
-    """A GPTQ checkpoint (config.json with its quantization_config, model.safetensors or shards).
+    """A GPTQ checkpoint (config.json with its quantization_config, model.safetensors or shards), or a
+    GGUF file, whose 2-dimensional tensors of the types qjit imports are its layers.
 
     ``checkpoint[name]`` describes a layer; ``checkpoint.create(name)`` makes it a qjit.Linear on
     the checkpoint's context. Opening checks every layer's tensors against the config: a missing

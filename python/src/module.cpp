@@ -438,6 +438,7 @@ public:
             d["checkpoint_format"] = int(l.checkpoint_format);
             d["scale_dtype"] = int(l.scale_dtype);
             d["checkpoint_bytes"] = l.checkpoint_bytes;
+            d["ggml_type"] = l.ggml_type;
             layers.push_back(std::move(d));
         }
         return layers;

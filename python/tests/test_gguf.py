@@ -107,3 +107,20 @@ def test_a_q4_1_tensor_of_the_model(exact_context):
     assert (k, n) == (576, 1536)
     layer = qjit.Linear.from_gguf(exact_context, tensor.tensor_type, tensor.data, k, n)
     assert_bits_equal(layer.dequantize(), gguf.quants.dequantize(tensor.data, tensor.tensor_type))
+
+
+def test_the_model_file_as_a_checkpoint(exact_context):
+    """qjit.Checkpoint on the SmolLM2 GGUF file: every quantized matrix is a layer named as its tensor,
+    and a layer made from it dequantizes as gguf does."""
+    if not model_path().exists():
+        pytest.skip(f"{model_path()} is absent: run scripts/fetch_model.sh")
+    reader = gguf.GGUFReader(model_path())
+    imported = {t.name: t for t in reader.tensors if len(t.shape) == 2 and t.tensor_type in HALF_FIELDS}
+    with qjit.Checkpoint(exact_context, model_path()) as checkpoint:
+        assert set(checkpoint) == set(imported)
+        info = checkpoint["blk.0.ffn_up.weight"]
+        assert (info.k, info.n, info.checkpoint_format, info.ggml_type) == (576, 1536, "gguf", int(Q.Q4_1))
+        assert info.checkpoint_bytes == imported["blk.0.ffn_up.weight"].n_bytes
+        layer = checkpoint.create("blk.0.ffn_up.weight")
+    tensor = imported["blk.0.ffn_up.weight"]
+    assert_bits_equal(layer.dequantize(), gguf.quants.dequantize(tensor.data, tensor.tensor_type))

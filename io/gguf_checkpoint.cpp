@@ -1,0 +1,34 @@
+#include "io/gguf_checkpoint.hpp"
+
+#include <algorithm>
+
+#include "io/gguf_import.hpp"
+#include "io/natural_order.hpp"
+
+namespace qjit {
+
+GgufCheckpoint::GgufCheckpoint(const std::string& path) : path_(path), file_(GgufFile::open(path)) {
+    for (const GgufTensor& tensor : file_->tensors()) {
+        if (tensor.dims.size() != 2 || !gguf_import_supported(tensor.type)) continue;
+        GgufCheckpointLayer layer;
+        layer.name = tensor.name;
+        layer.k = tensor.dims[0];
+        layer.n = tensor.dims[1];
+        layer.type = tensor.type;
+        layer.format = gguf_import_format(tensor.type, layer.k, layer.n);
+        layer.format_name = layer.format.name();
+        layer.data = tensor.data;
+        layer.bytes = tensor.bytes;
+        layers_.push_back(std::move(layer));
+    }
+    std::sort(layers_.begin(), layers_.end(),
+              [](const GgufCheckpointLayer& a, const GgufCheckpointLayer& b) { return natural_less(a.name, b.name); });
+}
+
+const GgufCheckpointLayer* GgufCheckpoint::find(const std::string& name) const {
+    for (const GgufCheckpointLayer& layer : layers_)
+        if (layer.name == name) return &layer;
+    return nullptr;
+}
+
+}  // namespace qjit
