@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/error.hpp"
 #include "io/gguf_import.hpp"
 #include "io/natural_order.hpp"
 
@@ -15,7 +16,11 @@ GgufCheckpoint::GgufCheckpoint(const std::string& path) : path_(path), file_(Ggu
         layer.k = tensor.dims[0];
         layer.n = tensor.dims[1];
         layer.type = tensor.type;
-        layer.format = gguf_import_format(tensor.type, layer.k, layer.n);
+        try {
+            layer.format = gguf_import_format(tensor.type, layer.k, layer.n);
+        } catch (const Error& e) {
+            fail(e.status(), "'", path, "': tensor ", tensor.name, ": ", e.what());
+        }
         layer.format_name = layer.format.name();
         layer.data = tensor.data;
         layer.bytes = tensor.bytes;
