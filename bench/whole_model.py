@@ -11,7 +11,8 @@ but the token embedding, which is gathered; with a tied classifier the embedding
 Markdown (medians in tokens/s, raw rounds); --json OUT also writes everything as JSON.
 
 Models: smollm2-q4_1 (scripts/fetch_model.sh), smollm2-q4_0 (requantized from it by llama-quantize:
-less precise, same speed), 1b-q4_0, 1b-q4_k_m, 7b-q4_0 (random weights, bench/make_llama_gguf.py).
+less precise, same speed), 1b-q4_0, 1b-q4_k_m, 7b-q4_0, qwen2_0.5b-q4_0, qwen2_7b-q4_k_m (random weights,
+bench/make_llama_gguf.py; the qwen2 files are not in the default set).
 Peers: bench/peer_llama_cpp.sh and bench/peer_ik_llama.sh build them into build/peers. With --pack,
 qjit-run maps its layers from a pack file per model and thread count (qjit-run --pack), which an
 untimed run writes first.
@@ -42,7 +43,8 @@ PEERS = ROOT / "build" / "peers"
 MODEL_DIR = PEERS / "models"
 PROMPT = "6403,1980,253,655,28,665,436,253,1838"  # SmolLM2: "Once upon a time, there was a little"
 ENGINES = ["llama.cpp", "ik_llama.cpp", "qjit-run"]
-MODELS = ["smollm2-q4_0", "smollm2-q4_1", "1b-q4_0", "1b-q4_k_m", "7b-q4_0"]
+MODELS = ["smollm2-q4_0", "smollm2-q4_1", "1b-q4_0", "1b-q4_k_m", "7b-q4_0", "qwen2_0.5b-q4_0", "qwen2_7b-q4_k_m"]
+DEFAULT_MODELS = MODELS[:5]
 TIMEOUT_S = 3600
 
 
@@ -57,7 +59,7 @@ def model_path(name):
     if name == "smollm2-q4_0":
         return MODEL_DIR / "SmolLM2-135M-Instruct.Q4_0.requantized.gguf"
     shape, type_name = name.split("-", 1)
-    return MODEL_DIR / f"llama-synthetic-{shape}.{type_name.upper()}.gguf"
+    return MODEL_DIR / f"{make_llama_gguf.file_stem(shape)}.{type_name.upper()}.gguf"
 
 
 def make_model(name, path):
@@ -220,7 +222,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--models", default=",".join(MODELS), help=f"subset of {','.join(MODELS)}")
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS), help=f"subset of {','.join(MODELS)}")
     parser.add_argument("--tests", default="decode,prompt")
     parser.add_argument("--n-gen", type=int, default=128, help="decode tokens (128)")
     parser.add_argument("--n-prompt", type=int, default=512, help="prompt tokens (512)")
@@ -330,7 +332,7 @@ def main():
         lines.append("- smollm2-q4_0 is requantized from the Q4_1 file (llama-quantize --allow-requantize): "
                      "less precise than a Q4_0 made from the original weights, but the same speed")
     if any(n[:2] in ("1b", "7b") for n in models):
-        lines.append("- the 1b/7b files hold random weights (bench/make_llama_gguf.py): speed only")
+        lines.append("- the 1b/7b/qwen2 files hold random weights (bench/make_llama_gguf.py): speed only")
     lines += ["", "| file | test | threads | " + " | ".join(ENGINES) +
               " | qjit / best | read floor | qjit / floor |", "|---" * (len(ENGINES) + 6) + "|"]
 
