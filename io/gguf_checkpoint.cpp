@@ -8,7 +8,10 @@
 
 namespace qjit {
 
-GgufCheckpoint::GgufCheckpoint(const std::string& path) : path_(path), file_(GgufFile::open(path)) {
+GgufCheckpoint::GgufCheckpoint(const std::string& path) : GgufCheckpoint(GgufFile::open(path), path) {}
+
+GgufCheckpoint::GgufCheckpoint(std::shared_ptr<const GgufFile> file, std::string path)
+    : path_(std::move(path)), file_(std::move(file)) {
     for (const GgufTensor& tensor : file_->tensors()) {
         if (tensor.dims.size() != 2 || !gguf_import_supported(tensor.type)) continue;
         GgufCheckpointLayer layer;
@@ -19,7 +22,7 @@ GgufCheckpoint::GgufCheckpoint(const std::string& path) : path_(path), file_(Ggu
         try {
             layer.format = gguf_import_format(tensor.type, layer.k, layer.n);
         } catch (const Error& e) {
-            fail(e.status(), "'", path, "': tensor ", tensor.name, ": ", e.what());
+            fail(e.status(), "'", path_, "': tensor ", tensor.name, ": ", e.what());
         }
         layer.format_name = layer.format.name();
         layer.data = tensor.data;

@@ -27,8 +27,11 @@ struct GgufCheckpointLayer {
 
 class GgufCheckpoint {
 public:
-    // Throws as GgufFile::open does (QJIT_ERROR_IO, QJIT_ERROR_CORRUPT_DATA naming the file).
+    // Throws as GgufFile::open does (QJIT_ERROR_IO, QJIT_ERROR_CORRUPT_DATA naming the file), and
+    // names the file and tensor when a tensor's shape is not one qjit imports.
     explicit GgufCheckpoint(const std::string& path);
+    // The same over a file parsed already (the fuzz target's).
+    GgufCheckpoint(std::shared_ptr<const GgufFile> file, std::string path);
 
     const std::string& path() const { return path_; }
     // In natural order of their names (blk.2 before blk.10).

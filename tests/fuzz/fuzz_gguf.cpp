@@ -1,7 +1,8 @@
 // libFuzzer target: the GGUF reader (io/gguf_file.cpp) on arbitrary bytes, then every metadata
-// accessor on every key and ggml's dequantizers (io/gguf_dequantize.cpp) on every accepted
-// tensor of a type they handle. A tensor's data must lie inside the input (ASan reports a read
-// outside); only QJIT_ERROR_CORRUPT_DATA may come of a file's contents.
+// accessor on every key, ggml's dequantizers (io/gguf_dequantize.cpp) on every accepted tensor of a
+// type they handle, and the file's listing as a checkpoint (io/gguf_checkpoint.cpp). A tensor's data
+// must lie inside the input (ASan reports a read outside); only QJIT_ERROR_CORRUPT_DATA may come of
+// a file's contents, and a qjit::Error of the listing (a shape qjit does not import).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "io/gguf_checkpoint.hpp"
 #include "io/gguf_dequantize.hpp"
 #include "io/gguf_file.hpp"
 
@@ -53,6 +55,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const std::vector<float> values = qjit::dequantize_gguf(tensor);
         if (values.size() != size_t(tensor.elements())) std::abort();
         for (const float value : values) sum += value;
+    }
+    try {
+        const qjit::GgufCheckpoint checkpoint(file, "fuzz");
+        for (const qjit::GgufCheckpointLayer& layer : checkpoint.layers())
+            if (file->find(layer.name) == nullptr || checkpoint.find(layer.name) == nullptr) std::abort();
+    } catch (const qjit::Error&) {
     }
     volatile float keep = sum;
     (void)keep;
