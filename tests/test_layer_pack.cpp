@@ -25,15 +25,8 @@ namespace {
 
 using test::ContextPtr;
 using test::LinearPtr;
-
-struct PackDeleter {
-    void operator()(qjit_pack* p) const { qjit_pack_destroy(p); }
-};
-struct WriterDeleter {
-    void operator()(qjit_pack_writer* w) const { qjit_pack_writer_destroy(w); }
-};
-using PackPtr = std::unique_ptr<qjit_pack, PackDeleter>;
-using WriterPtr = std::unique_ptr<qjit_pack_writer, WriterDeleter>;
+using test::PackPtr;
+using WriterPtr = test::PackWriterPtr;
 
 std::string read_bytes(const std::string& path) {
     std::ifstream in(path, std::ios::binary);

@@ -60,8 +60,16 @@ struct ContextDeleter {
 struct LinearDeleter {
     void operator()(qjit_linear* l) const { qjit_linear_destroy(l); }
 };
+struct PackDeleter {
+    void operator()(qjit_pack* p) const { qjit_pack_destroy(p); }
+};
+struct PackWriterDeleter {
+    void operator()(qjit_pack_writer* w) const { qjit_pack_writer_destroy(w); }
+};
 using ContextPtr = std::unique_ptr<qjit_context, ContextDeleter>;
 using LinearPtr = std::unique_ptr<qjit_linear, LinearDeleter>;
+using PackPtr = std::unique_ptr<qjit_pack, PackDeleter>;
+using PackWriterPtr = std::unique_ptr<qjit_pack_writer, PackWriterDeleter>;
 
 // A context for tests: 2 threads unless told otherwise; an ISA cap, activation path and forced
 // tiling when given. No tuning database and no timing: layers take the model's first pick.

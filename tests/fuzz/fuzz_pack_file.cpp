@@ -11,25 +11,16 @@
 
 #include "base/error.hpp"
 #include "io/pack_file.hpp"
+#include "fuzz_context.hpp"
 #include "qjit/qjit.h"
 #include "runtime/layer_pack.hpp"
 
 namespace {
 
-// Capped at AVX2 (every machine the fuzzers run on has it), as the seeds were made, so that their
-// panels entries name the kernels this context makes.
+// Capped at AVX2, as the seeds were made, so that their panels entries name the kernels this context
+// makes.
 qjit_context* fuzz_context() {
-    static qjit_context* context = [] {
-        qjit_context_options options;
-        qjit_context_options_init(&options);
-        options.num_threads = 1;
-        options.max_isa = QJIT_ISA_AVX2;
-        options.tuning_db_path = "";
-        options.tuning_budget_ms = 0;
-        qjit_context* made = nullptr;
-        qjit_context_create(&options, &made);
-        return made;
-    }();
+    static qjit_context* context = make_fuzz_context(QJIT_ISA_AVX2);
     return context;
 }
 

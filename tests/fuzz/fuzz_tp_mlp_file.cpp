@@ -8,6 +8,7 @@
 
 #include "base/crc32.hpp"
 #include "base/error.hpp"
+#include "fuzz_context.hpp"
 #include "qjit/qjit.h"
 #include "runtime/tp_mlp_file.hpp"
 
@@ -15,17 +16,7 @@ namespace {
 
 // The portable path: a parsed file's layers are made without generating code for each input.
 qjit_context* fuzz_context() {
-    static qjit_context* context = [] {
-        qjit_context_options options;
-        qjit_context_options_init(&options);
-        options.num_threads = 1;
-        options.max_isa = QJIT_ISA_PORTABLE;
-        options.tuning_db_path = "";
-        options.tuning_budget_ms = 0;
-        qjit_context* made = nullptr;
-        qjit_context_create(&options, &made);
-        return made;
-    }();
+    static qjit_context* context = make_fuzz_context(QJIT_ISA_PORTABLE);
     return context;
 }
 
