@@ -25,7 +25,6 @@ T read_value(const uint8_t* at) {
     return value;
 }
 
-
 PackSection read_section(const nlohmann::json& json, uint64_t body_end) {
     constexpr int64_t kMaxOffset = std::numeric_limits<int64_t>::max();
     PackSection s{uint64_t(json_integer_field(json, "offset", 0, kMaxOffset)),

@@ -19,13 +19,13 @@ namespace {
 constexpr const char* kPanelsKind = "panels";
 constexpr const char* kLayerKind = "layer";
 
-// Whether the panel form holds the whole layer: an x86 JIT layer whose kernels hold its metadata
-// exactly, and nothing the panels leave out (a gather, outliers, mixed widths, a compensator).
+// Whether the panel form holds the whole layer: its kernels hold its metadata (which only an x86 JIT
+// layer without second-order scales does), and it has nothing the panels leave out (a gather,
+// permuted columns, outliers, mixed widths, a compensator).
 bool held_by_panels(const qjit_linear& layer) {
     const QuantParams& p = layer.params;
-    return layer.metadata_in_kernels && layer.cpu->kind() == BackendKind::X86Jit && !layer.cpu->low_rank() &&
-           p.uniform_bits() && !p.act_order && !p.permuted_columns && p.outliers == 0 && !p.low_rank.present() &&
-           !p.second_order_scales();
+    return layer.metadata_in_kernels && p.uniform_bits() && !p.act_order && !p.permuted_columns && p.outliers == 0 &&
+           !p.low_rank.present();
 }
 
 ScaleType panel_scale_type(const std::string& name) {
