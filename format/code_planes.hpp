@@ -9,6 +9,8 @@
 //   2-bit: one 2-bit plane.   4-bit: one 4-bit plane.   8-bit: one 8-bit plane (plain bytes).
 //   3-bit: a 2-bit plane (low bits, words 0-1) and a 1-bit plane (bit 2, word 2): 96 bits per 32
 //          codes, nothing wasted.
+//   5-bit: a 4-bit plane (words 0-3) and a 1-bit plane (bit 4, word 4).
+//   6-bit: a 4-bit plane (words 0-3) and a 2-bit plane (bits 4-5, words 4-5).
 #pragma once
 
 #include <vector>
@@ -22,9 +24,15 @@ struct CodePlane {
     int rows_per_word() const { return 32 / width; }
 };
 
+// The width of a code's low plane: the whole code at 2, 4 and 8 bits.
+constexpr int low_plane_width(int bits) { return bits == 3 ? 2 : bits == 5 || bits == 6 ? 4 : bits; }
+
+// The planes of a code: the low plane from word 0, then, for 3, 5 and 6 bits, the rest of the code
+// in a second plane right after it (the low plane of width w takes w words).
 inline std::vector<CodePlane> code_planes(int bits) {
-    if (bits == 3) return {{2, 0, 0}, {1, 2, 2}};
-    return {{bits, 0, 0}};
+    const int low = low_plane_width(bits);
+    if (low == bits) return {{bits, 0, 0}};
+    return {{low, 0, 0}, {bits - low, low, low}};
 }
 
 // Word (within the block) and bit offset (within the word) of row r's bits in `plane`.

@@ -13,7 +13,8 @@ namespace {
 
 void check_arguments(int64_t k, int64_t n, const qjit_gptq_tensors& tensors) {
     validate_shape(k, n);
-    validate_bits(tensors.bits);
+    require(tensors.bits == 2 || tensors.bits == 3 || tensors.bits == 4 || tensors.bits == 8, "bits is ", tensors.bits,
+            "; GPTQ checkpoints hold 2, 3, 4 or 8 bits");
     require(tensors.qweight != nullptr, "tensors.qweight is NULL");
     require(tensors.qzeros != nullptr, "tensors.qzeros is NULL");
     require(tensors.scales != nullptr, "tensors.scales is NULL");

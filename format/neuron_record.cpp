@@ -24,6 +24,9 @@ NeuronVectorLayout quantized_vector_layout(WeightFormat format, int64_t d_model)
     require(format.uniform_bits(), "neuron vector format ", format.name(), ": mixed widths are not supported");
     require(!format.second_order_scales(), "neuron vector format ", format.name(),
             ": second-order scales are not supported");
+    require(!format.super_block_scales(), "neuron vector format ", format.name(), ": super-block scales are not supported");
+    require(format.bits != 5 && format.bits != 6, "neuron vector format ", format.name(),
+            ": bits must be 2, 3, 4 or 8 (the sparse FFN kernels' widths)");
     require(!format.act_order, "neuron vector format ", format.name(), ": act-order is not supported");
     require(!format.low_rank.present(), "neuron vector format ", format.name(), ": a compensator is not supported");
     require(format.outliers == 0, "neuron vector format ", format.name(), ": outliers are not supported");

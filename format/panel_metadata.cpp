@@ -50,21 +50,92 @@ void pack_second_order_pairs(const QuantParams& p, const PanelMetadataLayout& la
     }
 }
 
+int64_t groups_per_super_block(const PanelMetadataLayout& layout) {
+    return SuperBlockScales::groups_per_super_block(layout.format);
+}
+
+// Bytes of one super-block of one panel in either stream: the fp16 super-scales, then a code byte
+// per group and column.
+int64_t super_block_bytes(const PanelMetadataLayout& layout) {
+    return layout.panel_columns *
+           (PanelMetadataLayout::kSuperBlockScaleBytes + groups_per_super_block(layout) * PanelMetadataLayout::kSuperBlockCodeBytes);
+}
+
+// Where column c (of the panel) of group g lies in a panel's super-block streams: its super-scale
+// and its code, as byte offsets from the panel's first byte.
+struct SuperBlockSlot {
+    size_t scale, code;
+};
+SuperBlockSlot super_block_slot(const PanelMetadataLayout& layout, int64_t panel, int64_t g, int64_t c) {
+    const int64_t per_super = groups_per_super_block(layout), super = g / per_super;
+    const int64_t start = (panel * (layout.groups / per_super) + super) * super_block_bytes(layout);
+    return {size_t(start + c * PanelMetadataLayout::kSuperBlockScaleBytes),
+            size_t(start + layout.panel_columns * PanelMetadataLayout::kSuperBlockScaleBytes +
+                   (g % per_super) * layout.panel_columns + c)};
+}
+
+void pack_super_block(const QuantParams& p, const PanelMetadataLayout& layout, int64_t panel, PanelMetadata& out) {
+    const int64_t first = panel * layout.panel_columns, end = std::min(p.n, first + layout.panel_columns);
+    const SuperBlockScales& s = p.super_block;
+    const int64_t per_super = groups_per_super_block(layout);
+    for (int64_t g = 0; g < p.num_groups(); ++g)
+        for (int64_t c = first; c < end; ++c) {
+            const SuperBlockSlot slot = super_block_slot(layout, panel, g, c - first);
+            const size_t from = size_t(g * p.n + c), super = size_t(g / per_super * p.n + c);
+            out.scales[slot.code] = uint8_t(s.scale_codes[from]);
+            std::memcpy(&out.scales[slot.scale], &s.scales[super], 2);
+            if (!p.float_offsets) continue;
+            out.zeros[slot.code] = s.min_codes[from];
+            std::memcpy(&out.zeros[slot.scale], &s.mins[super], 2);
+        }
+}
+
+void unpack_super_block(const PanelMetadata& metadata, const PanelMetadataLayout& layout, QuantParams& p) {
+    SuperBlockScales& s = p.super_block;
+    const size_t groups = size_t(p.num_groups() * p.n), supers = size_t(p.k / kSuperBlockRows * p.n);
+    s.scale_codes.resize(groups);
+    s.scales.resize(supers);
+    s.min_codes.resize(p.float_offsets ? groups : 0);
+    s.mins.resize(p.float_offsets ? supers : 0);
+    const int64_t per_super = groups_per_super_block(layout), width = layout.panel_columns;
+    for (int64_t panel = 0; panel < panels_of(p, layout); ++panel)
+        for (int64_t g = 0; g < p.num_groups(); ++g)
+            for (int64_t c = panel * width; c < std::min(p.n, (panel + 1) * width); ++c) {
+                const SuperBlockSlot slot = super_block_slot(layout, panel, g, c - panel * width);
+                const size_t to = size_t(g * p.n + c), super = size_t(g / per_super * p.n + c);
+                s.scale_codes[to] = int8_t(metadata.scales[slot.code]);
+                std::memcpy(&s.scales[super], &metadata.scales[slot.scale], 2);
+                if (!p.float_offsets) continue;
+                s.min_codes[to] = metadata.zeros[slot.code];
+                std::memcpy(&s.mins[super], &metadata.zeros[slot.scale], 2);
+            }
+    expand_super_block_scales(p);
+    if (!p.float_offsets) p.zeros.assign(groups, uint16_t(1u << (p.bits - 1)));
+}
+
 }  // namespace
+
+PanelMetadataOffsets panel_metadata_offsets(const PanelMetadataLayout& layout, int64_t panel, int64_t group) {
+    const WeightFormat& f = layout.format;
+    const int64_t entry = (panel * layout.groups + group) * layout.panel_columns;  // a value per column and group
+    PanelMetadataOffsets at;
+    if (f.super_block_scales()) {
+        const int64_t per_super = groups_per_super_block(layout);
+        at.scales = size_t((panel * (layout.groups / per_super) + group / per_super) * super_block_bytes(layout));
+        at.zeros = f.float_offsets ? at.scales : 0;
+        return at;
+    }
+    at.scales = f.second_order_scales()
+                    ? size_t(entry / SecondOrderScales::kColumns * PanelMetadataLayout::kSecondOrderPairBytes)
+                    : size_t(entry * f.scale_bytes());
+    at.zeros = size_t(entry * f.zero_point_bytes());
+    return at;
+}
 
 PanelMetadataSizes panel_metadata_sizes(const WeightFormat& format, const PanelMetadataLayout& layout) {
     const int64_t panels = (format.n + layout.panel_columns - 1) / layout.panel_columns;
-    const int64_t entries = panels * layout.groups * layout.panel_columns;
-    const size_t scale_bytes = layout.format.scale_bytes();
-    PanelMetadataSizes sizes;
-    if (layout.format.second_order_scales()) {
-        const int64_t pairs = panels * layout.groups * (layout.panel_columns / SecondOrderScales::kColumns);
-        sizes.scale_bytes = size_t(pairs * PanelMetadataLayout::kSecondOrderPairBytes);
-    } else {
-        sizes.scale_bytes = size_t(entries) * scale_bytes;
-    }
-    if (!format.symmetric) sizes.zero_bytes = size_t(entries) * (format.float_offsets ? scale_bytes : 1);
-    return sizes;
+    const PanelMetadataOffsets end = panel_metadata_offsets(layout, panels, 0);
+    return {end.scales, end.zeros};
 }
 
 PanelMetadata allocate_panel_metadata(const QuantParams& p, const PanelMetadataLayout& layout) {
@@ -76,6 +147,7 @@ PanelMetadata allocate_panel_metadata(const QuantParams& p, const PanelMetadataL
 }
 
 void pack_panel_metadata(const QuantParams& p, const PanelMetadataLayout& layout, int64_t panel, PanelMetadata& out) {
+    if (layout.format.super_block_scales()) return pack_super_block(p, layout, panel, out);
     const int64_t width = layout.panel_columns, first = panel * width, end = std::min(p.n, first + width);
     const bool second_order = layout.format.second_order_scales();
     for (int64_t g = 0; g < p.num_groups(); ++g) {
@@ -96,12 +168,14 @@ void pack_panel_metadata(const QuantParams& p, const PanelMetadataLayout& layout
 
 bool panel_metadata_is_exact(const QuantParams& p, const PanelMetadataLayout& layout) {
     if (layout.format.second_order_scales()) return false;
+    if (layout.format.super_block_scales()) return true;
     if (!layout.format.f16_scales()) return true;
     const auto exact = [](float v) { return std::bit_cast<uint32_t>(half_to_float(float_to_half(v))) == std::bit_cast<uint32_t>(v); };
     return std::all_of(p.scales.begin(), p.scales.end(), exact) && std::all_of(p.offsets.begin(), p.offsets.end(), exact);
 }
 
 void unpack_panel_metadata(const PanelMetadata& metadata, const PanelMetadataLayout& layout, QuantParams& p) {
+    if (layout.format.super_block_scales()) return unpack_super_block(metadata, layout, p);
     const size_t entries = size_t(p.num_groups() * p.n);
     p.scales.resize(entries);
     if (p.float_offsets)

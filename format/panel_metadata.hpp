@@ -8,6 +8,11 @@
 //            a byte per integer zero point; float offsets are stored like the scales
 // Second-order scales store, per panel and group, one fp16 (scale, zero) pair per 16 columns in
 // `scales`, and in `zeros` a byte per column: the zero point | the 4-bit scale code << 4.
+// Super-block scales store, per panel and 256-row super-block, in `scales` the fp16 super-scales d
+// of the panel's columns, then a signed or unsigned byte per group and column (the scale code); in
+// `zeros` (float offsets) the fp16 super-mins dmin, then a byte per group and column (the min code).
+// A 6-bit or 4-bit code takes a byte here: the panels hold more than the format's stored bytes
+// count by (8 - scale_code_bits) bits per code.
 // Groups past the layer's own (groups of 16 over rows padded to 32) keep scale 0.
 #pragma once
 
@@ -26,7 +31,18 @@ struct PanelMetadataLayout {
 
     // Bytes of the fp16 (scale, zero) pair of one 16-column second-order group.
     static constexpr int kSecondOrderPairBytes = 4;
+    // Bytes of a code byte per column and group of super-block scales, and of the fp16 super-scale.
+    static constexpr int kSuperBlockCodeBytes = 1;
+    static constexpr int kSuperBlockScaleBytes = 2;
 };
+
+// Byte offsets, inside the scales and inside the zeros, of panel `panel`'s metadata from K-group
+// `group` on (with super-block scales, a group that starts a super-block). Panel `panels`, group 0
+// gives the sizes.
+struct PanelMetadataOffsets {
+    size_t scales = 0, zeros = 0;
+};
+PanelMetadataOffsets panel_metadata_offsets(const PanelMetadataLayout& layout, int64_t panel, int64_t group);
 
 struct PanelMetadata {
     PageBuffer<uint8_t> scales;
@@ -47,7 +63,8 @@ void pack_panel_metadata(const QuantParams& params, const PanelMetadataLayout& l
 
 // Whether the metadata holds params' scales, zero points and offsets exactly, so that
 // unpack_panel_metadata gives them back: the scales and offsets representable at the layout's
-// scale type (fp16 or fp32), and no second-order scales (their pairs are not read back).
+// scale type (fp16 or fp32), and no second-order scales (their pairs are not read back); super-block
+// scales are read back as their codes and super-scales.
 bool panel_metadata_is_exact(const QuantParams& params, const PanelMetadataLayout& layout);
 // params' scales, zero points (symmetric: 2^(bits - 1)) and offsets, sized and read back from the
 // metadata pack_panel_metadata made of them (panel_metadata_is_exact must hold).

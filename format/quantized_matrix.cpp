@@ -1,6 +1,7 @@
 #include "format/quantized_matrix.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "base/error.hpp"
@@ -29,6 +30,40 @@ void validate_second_order(const QuantParams& p) {
             require(p.scales[at] == s.scale(p.n, g, c), "scale ", at, " is ", p.scales[at],
                     ", not what its second-order code gives, ", s.scale(p.n, g, c));
             require(p.zeros[at] < 16, "zero point ", at, " is ", p.zeros[at], "; second-order layers keep it below 16");
+        }
+}
+
+void validate_super_block(const QuantParams& p) {
+    const SuperBlockScales& s = p.super_block;
+    const size_t groups = size_t(p.num_groups() * p.n), supers = size_t(p.k / kSuperBlockRows * p.n);
+    require(s.scale_codes.size() == groups, "super-block scale codes hold ", s.scale_codes.size(), " values; expected ",
+            groups);
+    require(s.scales.size() == supers, "super-block scales hold ", s.scales.size(), " values; expected ", supers);
+    require(s.min_codes.size() == (p.float_offsets ? groups : 0) && s.mins.size() == (p.float_offsets ? supers : 0),
+            "super-block min codes and mins hold ", s.min_codes.size(), " and ", s.mins.size(), " values; expected ",
+            p.float_offsets ? groups : 0, " and ", p.float_offsets ? supers : 0);
+    const int lo = p.symmetric ? -(1 << (p.scale_code_bits - 1)) : 0;
+    const int hi = p.symmetric ? (1 << (p.scale_code_bits - 1)) - 1 : (1 << p.scale_code_bits) - 1;
+    // (require() forms its message first: each check here is an if, so the loops stay cheap.)
+    for (size_t i = 0; i < groups; ++i) {
+        if (s.scale_codes[i] < lo || s.scale_codes[i] > hi)
+            fail(QJIT_ERROR_INVALID_ARGUMENT, "super-block scale code ", i, " is ", int(s.scale_codes[i]), "; ",
+                 p.scale_code_bits, "-bit codes lie in ", lo, " .. ", hi);
+        if (p.float_offsets && s.min_codes[i] > hi)
+            fail(QJIT_ERROR_INVALID_ARGUMENT, "super-block min code ", i, " is ", int(s.min_codes[i]), "; expected 0 .. ", hi);
+    }
+    for (size_t i = 0; i < supers; ++i)
+        if (!std::isfinite(half_to_float(s.scales[i])) || (p.float_offsets && !std::isfinite(half_to_float(s.mins[i]))))
+            fail(QJIT_ERROR_INVALID_ARGUMENT, "super-block scale or min ", i, " is not finite");
+    for (int64_t g = 0; g < p.num_groups(); ++g)
+        for (int64_t c = 0; c < p.n; ++c) {
+            const size_t at = size_t(g * p.n + c);
+            if (p.scales[at] != s.scale(p, g, c))
+                fail(QJIT_ERROR_INVALID_ARGUMENT, "scale ", at, " is ", p.scales[at],
+                     ", not what its super-block code gives, ", s.scale(p, g, c));
+            if (p.float_offsets && std::bit_cast<uint32_t>(p.offsets[at]) != std::bit_cast<uint32_t>(s.offset(p, g, c)))
+                fail(QJIT_ERROR_INVALID_ARGUMENT, "offset ", at, " is ", p.offsets[at],
+                     ", not what its super-block code gives, ", s.offset(p, g, c));
         }
 }
 
@@ -69,6 +104,28 @@ void validate_outliers(const QuantParams& p) {
 }
 
 }  // namespace
+
+float SuperBlockScales::scale(const WeightFormat& f, int64_t g, int64_t c) const {
+    const int64_t super = g / groups_per_super_block(f);
+    return half_to_float(scales[size_t(super * f.n + c)]) * float(scale_codes[size_t(g * f.n + c)]);
+}
+
+float SuperBlockScales::offset(const WeightFormat& f, int64_t g, int64_t c) const {
+    const int64_t super = g / groups_per_super_block(f);
+    return -(half_to_float(mins[size_t(super * f.n + c)]) * float(min_codes[size_t(g * f.n + c)]));
+}
+
+void expand_super_block_scales(QuantParams& p, int64_t first_column, int64_t end_column) {
+    const size_t metadata = size_t(p.num_groups() * p.n);
+    p.scales.resize(metadata);
+    if (p.float_offsets) p.offsets.resize(metadata);
+    if (end_column < 0) end_column = p.n;
+    for (int64_t g = 0; g < p.num_groups(); ++g)
+        for (int64_t c = first_column; c < end_column; ++c) {
+            p.scales[size_t(g * p.n + c)] = p.super_block.scale(p, g, c);
+            if (p.float_offsets) p.offsets[size_t(g * p.n + c)] = p.super_block.offset(p, g, c);
+        }
+}
 
 float SecondOrderScales::scale(int64_t n, int64_t g, int64_t c) const {
     const size_t second = size_t(g * column_groups(n) + c / kColumns);
@@ -159,6 +216,11 @@ void validate(const QuantParams& p) {
         require(p.second_order.codes.empty() && p.second_order.scales.empty() && p.second_order.zeros.empty(),
                 "second-order scales on a layer whose scale type is not second-order");
     }
+    if (p.super_block_scales()) {
+        validate_super_block(p);
+    } else {
+        require(p.super_block == SuperBlockScales{}, "super-block scales on a layer whose scale type is not super-block");
+    }
     validate_outliers(p);
     if (p.symmetric)
         for (uint16_t z : p.zeros) require(z == (1u << (p.bits - 1)), "symmetric layer with zero point ", z);
@@ -193,11 +255,16 @@ int64_t stored_bytes(const QuantParams& p) {
         if (!p.symmetric) zero_bits += p.n * (p.float_offsets ? p.scale_bytes() * 8 : p.group_width(g));
     }
     const int64_t metadata = p.num_groups() * p.n;
-    const int64_t scales =
-        p.second_order_scales()
-            ? (metadata * SecondOrderScales::kBits + 7) / 8 +
-                  p.num_groups() * SecondOrderScales::column_groups(p.n) * 2 * int64_t(sizeof(uint16_t))
-            : metadata * p.scale_bytes();
+    int64_t scales = metadata * p.scale_bytes();
+    if (p.second_order_scales()) {
+        scales = (metadata * SecondOrderScales::kBits + 7) / 8 +
+                 p.num_groups() * SecondOrderScales::column_groups(p.n) * 2 * int64_t(sizeof(uint16_t));
+    } else if (p.super_block_scales()) {  // scale (and min) codes at their width, fp16 d (and dmin)
+        const int64_t per_group = p.float_offsets ? 2 : 1;
+        scales = (metadata * per_group * p.scale_code_bits + 7) / 8 +
+                 p.k / kSuperBlockRows * p.n * per_group * int64_t(sizeof(uint16_t));
+        zero_bits = 0;  // the min codes and dmin are counted with the scales
+    }
     const int64_t outliers = p.outliers == 0 ? 0
                                              : p.outliers * int64_t(sizeof(uint16_t) + sizeof(int32_t)) +
                                                    (p.n + 1) * int64_t(sizeof(int64_t));

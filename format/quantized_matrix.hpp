@@ -28,6 +28,24 @@ struct SecondOrderScales {
     bool operator==(const SecondOrderScales&) const = default;
 };
 
+// Super-block scales (ggml's K-quants): per 256 rows and column an fp16 super-scale d (and, with
+// float offsets, a super-min dmin), and per K-group and column an integer scale code (and min
+// code) of the format's scale_code_bits, signed when the format is symmetric:
+//     scale[g][c]  = float(d[g / G][c]) * scale_code[g][c]          (exact in fp32)
+//     offset[g][c] = -(float(dmin[g / G][c]) * min_code[g][c])       G = 256 / group_size groups per super-block
+struct SuperBlockScales {
+    std::vector<int8_t> scale_codes;  // [num_groups][n]
+    std::vector<uint8_t> min_codes;   // [num_groups][n]; float offsets only
+    std::vector<uint16_t> scales;     // [super_blocks][n] fp16 d
+    std::vector<uint16_t> mins;       // [super_blocks][n] fp16 dmin; float offsets only
+
+    static int64_t groups_per_super_block(const WeightFormat& f) { return kSuperBlockRows / f.group_size; }
+    // The fp32 scale and offset of group g, column c (what every kernel computes).
+    float scale(const WeightFormat& f, int64_t g, int64_t c) const;
+    float offset(const WeightFormat& f, int64_t g, int64_t c) const;
+    bool operator==(const SuperBlockScales&) const = default;
+};
+
 // Sparse outliers: W[r][c] += value, kept apart from the codes, by output column (CSR over the
 // columns of W, i.e. over the output features; rows ascending within a column). Rows are storage
 // rows (act-order: permuted, like the codes).
@@ -61,6 +79,7 @@ struct QuantParams : WeightFormat {
     std::vector<int32_t> column_order; // permuted_columns: output column j is original column column_order[j]
                                        // (distinct, >= 0; a shard's may skip columns); else empty
     SecondOrderScales second_order; // scale_type SecondOrder; else empty
+    SuperBlockScales super_block;   // scale_type SuperBlock (scales and offsets hold their values); else empty
     SparseOutliers outliers_data;   // `outliers` entries; column_start empty when there are none
 
     const WeightFormat& format() const { return *this; }
@@ -74,7 +93,8 @@ struct QuantizedMatrix {
 // Throws unless the matrix is self-consistent: its format valid, sizes, code and zero ranges (per
 // group width), finite scales, finite offsets exactly when the format has them (fp16 values with fp16 scales), row_order a permutation exactly when the format is act-order,
 // column_order N distinct original columns exactly when the format has permuted columns,
-// second-order scales that dequantize to `scales`, outliers in range, sorted and finite.
+// second-order scales that dequantize to `scales`, super-block codes in range whose values are
+// `scales` and `offsets`, outliers in range, sorted and finite.
 void validate(const QuantizedMatrix& matrix);
 void validate(const QuantParams& params);
 
@@ -84,8 +104,14 @@ void validate(const QuantParams& params);
 SecondOrderScales quantize_second_order(int64_t num_groups, int64_t n, const std::vector<float>& scales);
 std::vector<float> dequantize_second_order(const SecondOrderScales& s, int64_t num_groups, int64_t n);
 
+// Sets params.scales (and, with float offsets, params.offsets) to the values of params.super_block,
+// sized for every column, in columns [first_column, end_column) (-1: to N), so that threads can
+// share the work by columns once they are sized.
+void expand_super_block_scales(QuantParams& params, int64_t first_column = 0, int64_t end_column = -1);
+
 // Bytes the format stores, by the usual accounting: codes at their group's width, scales at their
-// type (second-order: 4-bit codes plus an fp16 scale and zero per 16 columns), zero points at
+// type (second-order: 4-bit codes plus an fp16 scale and zero per 16 columns; super-block: scale and
+// min codes at scale_code_bits plus fp16 d and dmin per 256 rows and column), zero points at
 // their group's width when asymmetric (float offsets at the scales' type), the act-order permutation as int32, outliers as an fp16
 // value and an int32 row each plus an int64 start per column (a compensator is counted by
 // low_rank_stored_bytes).

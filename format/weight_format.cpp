@@ -26,13 +26,32 @@ const char* scales_name(ScaleType type) {
         case ScaleType::F16: return "";
         case ScaleType::F32: return "_s32";
         case ScaleType::SecondOrder: return "_sq4";
+        case ScaleType::SuperBlock: return "_sb";
     }
     return "_s?";
 }
 
 std::string base_name(const WeightFormat& f) {
     return concat("q", widths_name(f), f.per_column() ? std::string("col") : concat("g", f.group_size),
-                  f.symmetric ? "_sym" : (f.float_offsets ? "_off" : "_asym"), scales_name(f.scale_type), f.outliers > 0 ? "_sp" : "");
+                  f.symmetric ? "_sym" : (f.float_offsets ? "_off" : "_asym"), scales_name(f.scale_type),
+                  f.super_block_scales() ? std::to_string(f.scale_code_bits) : std::string(), f.outliers > 0 ? "_sp" : "");
+}
+
+// ggml's K-quants: 256-row super-blocks of groups of 16 or 32 rows.
+void validate_super_block(const WeightFormat& f) {
+    require(f.k % kSuperBlockRows == 0, "K = ", f.k, " is not a whole number of ", kSuperBlockRows,
+            "-row super-blocks, as super-block scales need");
+    require(f.group_size == 16 || f.group_size == 32, "group_size is ", f.group_size,
+            "; super-block scales need groups of 16 or 32 rows");
+    require(f.uniform_bits(), "super-block scales with mixed group widths are not supported");
+    require(f.symmetric || f.float_offsets, "super-block scales need symmetric codes or float offsets (ggml's "
+            "K-quants have no integer zero points)");
+    if (f.symmetric)
+        require(f.scale_code_bits == 4 || f.scale_code_bits == 6 || f.scale_code_bits == 8, "scale_code_bits is ",
+                f.scale_code_bits, "; symmetric super-block scales take signed 4-, 6- or 8-bit codes");
+    else
+        require(f.scale_code_bits == 4 || f.scale_code_bits == 6, "scale_code_bits is ", f.scale_code_bits,
+                "; super-block scales with float offsets take unsigned 4- or 6-bit scale and min codes");
 }
 
 }  // namespace
@@ -51,12 +70,14 @@ const char* scale_type_name(ScaleType type) {
         case ScaleType::F16: return "f16";
         case ScaleType::F32: return "f32";
         case ScaleType::SecondOrder: return "sq4";
+        case ScaleType::SuperBlock: return "sb";
     }
     return "unknown";
 }
 
 void validate_bits(int bits) {
-    require(bits == 2 || bits == 3 || bits == 4 || bits == 8, "bits is ", bits, "; supported: 2, 3, 4, 8");
+    require(bits == 2 || bits == 3 || bits == 4 || bits == 5 || bits == 6 || bits == 8, "bits is ", bits,
+            "; supported: 2, 3, 4, 5, 6, 8");
 }
 
 int64_t resolve_group_size(int group_size, int64_t k) {
@@ -76,8 +97,14 @@ void validate(const WeightFormat& f) {
     validate_shape(f.k, f.n);
     validate_bits(f.bits);
     require(f.group_size >= 1, "group_size ", f.group_size, " must be positive");
-    require(f.scale_type == ScaleType::F16 || f.scale_type == ScaleType::F32 || f.scale_type == ScaleType::SecondOrder,
+    require(f.scale_type == ScaleType::F16 || f.scale_type == ScaleType::F32 || f.scale_type == ScaleType::SecondOrder ||
+                f.scale_type == ScaleType::SuperBlock,
             "scale type ", int(f.scale_type), " is unknown");
+    if (f.super_block_scales()) {
+        validate_super_block(f);
+    } else {
+        require(f.scale_code_bits == 0, "scale_code_bits is ", f.scale_code_bits, " on a format without super-block scales");
+    }
     if (!f.uniform_bits()) {
         require(f.group_bits.size() == size_t(f.num_groups()), "group_bits holds ", f.group_bits.size(),
                 " widths; expected one per group, ", f.num_groups());
@@ -98,7 +125,7 @@ void validate(const WeightFormat& f) {
     if (f.float_offsets) {
         require(!f.symmetric, "float offsets replace zero points; a symmetric format has neither");
         require(f.uniform_bits(), "float offsets with mixed group widths are not supported");
-        require(!f.second_order_scales(), "float offsets need fp16 or fp32 scales, not second-order ones");
+        require(!f.second_order_scales(), "float offsets need fp16, fp32 or super-block scales, not second-order ones");
     }
     require(f.outliers >= 0 && f.outliers <= max_outliers(f.k, f.n), "outliers is ", f.outliers,
             "; expected 0 .. ", max_outliers(f.k, f.n), " (", kMaxOutlierFraction * 100, " % of the weights)");

@@ -24,6 +24,9 @@ enum class ScaleType : uint8_t {
     F32,          // fp32 scales
     SecondOrder,  // scales quantized again: 4-bit codes in groups of 16 output columns, each such group
                   // with an fp16 scale and zero (format/quantized_matrix.hpp, SecondOrderScales)
+    SuperBlock,   // ggml's K-quant scales: each group's scale (and min) an integer code of
+                  // scale_code_bits under an fp16 super-scale (and super-min) per 256 rows and column
+                  // (format/quantized_matrix.hpp, SuperBlockScales)
 };
 
 // y += (x U) V with U: K x rank and V: rank x N (format/low_rank.hpp holds the data), stored at
@@ -39,7 +42,7 @@ struct LowRankTerms {
 struct WeightFormat {
     int64_t k = 0;                     // rows (input features)
     int64_t n = 0;                     // columns (output features)
-    int bits = 4;                      // code width of every K-group; with group_bits, the widest
+    int bits = 4;                      // code width of every K-group (2, 3, 4, 5, 6 or 8); with group_bits, the widest
     std::vector<uint8_t> group_bits{}; // a width per K-group, 2 or 4 (mixed precision); empty: all `bits`
     int64_t group_size = 128;          // rows per group; k when per column
     bool symmetric = false;            // every zero point is 2^(bits-1)
@@ -47,6 +50,8 @@ struct WeightFormat {
                                        // (llama.cpp's Q4_1 and K-quants, HQQ's optimised zeros); stored
                                        // at the scales' type
     ScaleType scale_type = ScaleType::F32;
+    int scale_code_bits = 0;           // SuperBlock: width of each group's scale and min code (4, 6 or 8;
+                                       // signed when symmetric); else 0
     bool act_order = false;            // rows are stored permuted (GPTQ desc_act): x is gathered first
     bool permuted_columns = false;     // output j is original column column_order[j] (a tensor-parallel shard's
                                        // columns): kernels compute outputs in that order, as for any layer
@@ -65,15 +70,17 @@ struct WeightFormat {
     int max_code() const { return (1 << bits) - 1; }
     bool f16_scales() const { return scale_type == ScaleType::F16; }
     bool second_order_scales() const { return scale_type == ScaleType::SecondOrder; }
-    // Bytes of one scale stored as is (F16, F32); second-order scales are SecondOrderScales'.
+    bool super_block_scales() const { return scale_type == ScaleType::SuperBlock; }
+    // Bytes of one scale stored as is (F16, F32); second-order and super-block scales are
+    // SecondOrderScales' and SuperBlockScales'.
     int scale_bytes() const { return f16_scales() ? 2 : 4; }
     // Bytes of one zero point as the CPU kernels stream it: none when symmetric, a byte, or a float
     // offset at the scales' type.
     int zero_point_bytes() const { return symmetric ? 0 : float_offsets ? scale_bytes() : 1; }
 
     // The name every kernel name, database key, describe string and dump file starts with:
-    // q<bits><g<group>|col>_<sym|asym|off> (q2or4 for mixed 2/4-bit groups; off: float offsets), then _s32 for fp32 scales
-    // or _sq4 for second-order scales, _sp for sparse outliers, _act for act-order rows and
+    // q<bits><g<group>|col>_<sym|asym|off> (q2or4 for mixed 2/4-bit groups; off: float offsets), then _s32 for fp32 scales,
+    // _sq4 for second-order scales or _sb<scale_code_bits> for super-block scales, _sp for sparse outliers, _act for act-order rows and
     // _r<rank><q<bits>|f16> for a low-rank compensator, e.g. "q4g128_asym", "q8col_sym_s32",
     // "q3g64_asym_act", "q3g64_asym_r16q8", "q2or4g32_asym_sq4_sp". The parts a quantized-product
     // kernel does not see (the gather before it, the compensator pass after it) are left out of
@@ -83,7 +90,7 @@ struct WeightFormat {
     std::string kernel_name() const;
 };
 
-// "f16", "f32" or "sq4" (describe strings).
+// "f16", "f32", "sq4" or "sb" (describe strings).
 const char* scale_type_name(ScaleType type);
 
 // A format with fp16 scales: the kernel specs' default.
@@ -94,10 +101,12 @@ inline WeightFormat f16_scaled_format() {
 }
 
 // Throws an invalid-argument Error naming the field when the format is not one qjit can store and
-// run: bits 2/3/4/8, a positive group size, a non-empty shape below kMaxDimension, low-rank terms
+// run: bits 2/3/4/5/6/8, a positive group size, a non-empty shape below kMaxDimension, low-rank terms
 // of a rank up to min(K, N, 1024) at 8, 3 or 16 bits; mixed widths (2 and 4 bits per group, bits
 // the widest, asymmetric, groups of a multiple of 32 rows); second-order scales (asymmetric, bits <= 4);
-// float offsets (not symmetric, uniform widths, fp16 or fp32 scales);
+// float offsets (not symmetric, uniform widths, fp16, fp32 or super-block scales); super-block scales
+// (K a multiple of 256, groups of 16 or 32, uniform widths, symmetric with 4-, 6- or 8-bit signed scale
+// codes or float offsets with 4- or 6-bit unsigned scale and min codes);
 // at most kMaxOutlierFraction of the weights as outliers; no permuted columns (no backend runs them
 // yet).
 void validate(const WeightFormat& format);
@@ -119,6 +128,9 @@ inline constexpr int64_t kMaxWeights = int64_t(1) << 36;
 // Sparse outliers are at most this fraction of a layer's weights (rounded up).
 inline constexpr double kMaxOutlierFraction = 0.005;
 int64_t max_outliers(int64_t k, int64_t n);
+
+// Rows of one super-block of super-block scales (ggml's QK_K).
+inline constexpr int64_t kSuperBlockRows = 256;
 
 // The largest compensator rank qjit stores (MiLo's ranks reach 512 on 4096-wide layers).
 inline constexpr int kMaxLowRank = 1024;

@@ -15,7 +15,8 @@ using namespace gguf_blocks;
 // Why each mapping is exact: every product ggml forms (an fp16 d or dmin times a small integer,
 // then that times a code) is exact in fp32 (at most 11 + 7 + 6 significant bits), so the only
 // rounding is ggml's final addition or subtraction of a min, and the oracle (format/reference.cpp,
-// compiled without contraction) forms the same products and the same sum:
+// compiled without contraction) forms the same products and the same sum (the K-quants' scales
+// and offsets are SuperBlockScales' d * sc and -(dmin * m), the same fp32 operations):
 //   scale * (code - zero): code - zero is ggml's signed code exactly, and the product is ggml's
 //     (multiplication commutes: Q8_0's x * d is d * x);
 //   scale * code + offset: the scale is ggml's fp32 product d * sc, computed here as numpy
@@ -23,11 +24,15 @@ using namespace gguf_blocks;
 //     and x - y is x + (-y) in IEEE 754, signed zeros included.
 
 // One block in qjit's terms: a code per value and, per group of its values, a scale and (float
-// offsets only) an offset. Integer zero points are the type's, the same for every group.
+// offsets only) an offset, or for the K-quants their integer codes under the fp16 super-scale d
+// (and super-min dmin). Integer zero points are the type's, the same for every group.
 struct UnpackedBlock {
     uint8_t codes[kSuperBlock];
     float scales[kSuperBlock / 16];
     float offsets[kSuperBlock / 16];
+    uint16_t d, dmin;
+    int8_t scale_codes[kSuperBlock / 16];
+    uint8_t min_codes[kSuperBlock / 16];
 };
 
 using BlockUnpacker = void (*)(const uint8_t* block, UnpackedBlock& out);
@@ -36,7 +41,8 @@ struct Mapping {
     GgmlType type;
     int bits;             // qjit's code width
     int group;            // values per scale
-    ScaleType scale_type; // F16 where ggml's scale is an fp16 field itself, else F32 (a product)
+    ScaleType scale_type; // F16 where ggml's scale is an fp16 field itself, SuperBlock for the K-quants
+    int scale_code_bits;  // SuperBlock: the width of ggml's sub-block scales (and mins)
     bool float_offsets;
     int zero;             // every group's integer zero point (without float offsets)
     const char* how;      // what the format's name leaves out
@@ -79,11 +85,11 @@ void unpack_q8_0(const uint8_t* block, UnpackedBlock& out) {
 
 // W = (d * sc) * q - (dmin * m) per 16 values.
 void unpack_q2_k(const uint8_t* block, UnpackedBlock& out) {
-    const float d = half_at(block + Q2_K::d);
-    const float dmin = half_at(block + Q2_K::dmin);
+    out.d = u16_at(block + Q2_K::d);
+    out.dmin = u16_at(block + Q2_K::dmin);
     for (int s = 0; s < 16; ++s) {
-        out.scales[s] = d * float(q2_k_scale(block + Q2_K::scales, s));
-        out.offsets[s] = -(dmin * float(q2_k_min(block + Q2_K::scales, s)));
+        out.scale_codes[s] = int8_t(q2_k_scale(block + Q2_K::scales, s));
+        out.min_codes[s] = uint8_t(q2_k_min(block + Q2_K::scales, s));
     }
     for (int i = 0; i < kSuperBlock; ++i) out.codes[i] = uint8_t(two_bit_code(block + Q2_K::qs, i));
 }
@@ -91,8 +97,8 @@ void unpack_q2_k(const uint8_t* block, UnpackedBlock& out) {
 // W = (d * (sc - 32)) * (q2 - 4 * !hbit) per 16 values: the code q2 | hbit << 2 less zero 4 is
 // that factor.
 void unpack_q3_k(const uint8_t* block, UnpackedBlock& out) {
-    const float d = half_at(block + Q3_K::d);
-    for (int s = 0; s < 16; ++s) out.scales[s] = d * float(q3_k_scale(block + Q3_K::scales, s));
+    out.d = u16_at(block + Q3_K::d);
+    for (int s = 0; s < 16; ++s) out.scale_codes[s] = int8_t(q3_k_scale(block + Q3_K::scales, s));
     for (int i = 0; i < kSuperBlock; ++i)
         out.codes[i] = uint8_t(two_bit_code(block + Q3_K::qs, i) | high_bit(block + Q3_K::hmask, i) << 2);
 }
@@ -101,13 +107,13 @@ void unpack_q3_k(const uint8_t* block, UnpackedBlock& out) {
 template <bool FifthBit>
 void unpack_q4_q5_k(const uint8_t* block, UnpackedBlock& out) {
     static_assert(Q4_K::d == Q5_K::d && Q4_K::dmin == Q5_K::dmin && Q4_K::scales == Q5_K::scales);
-    const float d = half_at(block + Q4_K::d);
-    const float dmin = half_at(block + Q4_K::dmin);
+    out.d = u16_at(block + Q4_K::d);
+    out.dmin = u16_at(block + Q4_K::dmin);
     for (int j = 0; j < 8; ++j) {
         int scale = 0, min = 0;
         k4_scale_min(block + Q4_K::scales, j, &scale, &min);
-        out.scales[j] = d * float(scale);
-        out.offsets[j] = -(dmin * float(min));
+        out.scale_codes[j] = int8_t(scale);
+        out.min_codes[j] = uint8_t(min);
     }
     const uint8_t* qs = block + (FifthBit ? Q5_K::qs : Q4_K::qs);
     for (int i = 0; i < kSuperBlock; ++i)
@@ -116,25 +122,25 @@ void unpack_q4_q5_k(const uint8_t* block, UnpackedBlock& out) {
 
 // W = (d * sc) * (q - 32) per 16 values, q of 6 bits.
 void unpack_q6_k(const uint8_t* block, UnpackedBlock& out) {
-    const float d = half_at(block + Q6_K::d);
-    for (int s = 0; s < 16; ++s) out.scales[s] = d * float(q6_k_scale(block + Q6_K::scales, s));
+    out.d = u16_at(block + Q6_K::d);
+    for (int s = 0; s < 16; ++s) out.scale_codes[s] = int8_t(q6_k_scale(block + Q6_K::scales, s));
     for (int i = 0; i < kSuperBlock; ++i) out.codes[i] = uint8_t(q6_k_code(block + Q6_K::ql, block + Q6_K::qh, i));
 }
 
-// K-quant scales are products of an fp16 d and a 4- to 8-bit integer, up to 18 significant bits:
-// not fp16 values, so they are stored as fp32.
+// Each type at its own bytes: 5- and 6-bit codes at their width (bit planes), the K-quants' scales
+// as ggml holds them, integer codes under an fp16 super-scale per 256 values (SuperBlock).
+constexpr ScaleType F16 = ScaleType::F16, SB = ScaleType::SuperBlock;
 constexpr Mapping kMappings[] = {
-    {GgmlType::Q4_0, 4, 32, ScaleType::F16, false, 8, "scale d, zero 8", unpack_q4_0},
-    {GgmlType::Q4_1, 4, 32, ScaleType::F16, true, 0, "scale d, offset m", unpack_q4_1},
-    {GgmlType::Q5_0, 8, 32, ScaleType::F16, false, 16, "5-bit codes in 8-bit, scale d, zero 16", unpack_q5_0},
-    {GgmlType::Q5_1, 8, 32, ScaleType::F16, true, 0, "5-bit codes in 8-bit, scale d, offset m", unpack_q5_1},
-    {GgmlType::Q8_0, 8, 32, ScaleType::F16, false, 128, "int8 codes plus 128, scale d, zero 128", unpack_q8_0},
-    {GgmlType::Q2_K, 2, 16, ScaleType::F32, true, 0, "scale d * sc, offset -(dmin * m)", unpack_q2_k},
-    {GgmlType::Q3_K, 3, 16, ScaleType::F32, false, 4, "scale d * (sc - 32), zero 4", unpack_q3_k},
-    {GgmlType::Q4_K, 4, 32, ScaleType::F32, true, 0, "scale d * sc, offset -(dmin * m)", unpack_q4_q5_k<false>},
-    {GgmlType::Q5_K, 8, 32, ScaleType::F32, true, 0, "5-bit codes in 8-bit, scale d * sc, offset -(dmin * m)",
-     unpack_q4_q5_k<true>},
-    {GgmlType::Q6_K, 8, 16, ScaleType::F32, false, 32, "6-bit codes in 8-bit, scale d * sc, zero 32", unpack_q6_k},
+    {GgmlType::Q4_0, 4, 32, F16, 0, false, 8, "scale d, zero 8", unpack_q4_0},
+    {GgmlType::Q4_1, 4, 32, F16, 0, true, 0, "scale d, offset m", unpack_q4_1},
+    {GgmlType::Q5_0, 5, 32, F16, 0, false, 16, "scale d, zero 16", unpack_q5_0},
+    {GgmlType::Q5_1, 5, 32, F16, 0, true, 0, "scale d, offset m", unpack_q5_1},
+    {GgmlType::Q8_0, 8, 32, F16, 0, false, 128, "int8 codes plus 128, scale d, zero 128", unpack_q8_0},
+    {GgmlType::Q2_K, 2, 16, SB, 4, true, 0, "scale d * sc, offset -(dmin * m)", unpack_q2_k},
+    {GgmlType::Q3_K, 3, 16, SB, 6, false, 4, "scale d * (sc - 32), zero 4", unpack_q3_k},
+    {GgmlType::Q4_K, 4, 32, SB, 6, true, 0, "scale d * sc, offset -(dmin * m)", unpack_q4_q5_k<false>},
+    {GgmlType::Q5_K, 5, 32, SB, 6, true, 0, "scale d * sc, offset -(dmin * m)", unpack_q4_q5_k<true>},
+    {GgmlType::Q6_K, 6, 16, SB, 8, false, 32, "scale d * sc, zero 32", unpack_q6_k},
 };
 
 const Mapping* mapping_of(GgmlType type) {
@@ -173,7 +179,8 @@ WeightFormat gguf_import_format(GgmlType type, int64_t k, int64_t n) {
                         .group_size = m.group,
                         .symmetric = !m.float_offsets && m.zero == 1 << (m.bits - 1),
                         .float_offsets = m.float_offsets,
-                        .scale_type = m.scale_type};
+                        .scale_type = m.scale_type,
+                        .scale_code_bits = m.scale_code_bits};
 }
 
 std::string gguf_import_name(GgmlType type) {
@@ -209,6 +216,15 @@ QuantParams params_shell(const Mapping& mapping, GgmlType type, int64_t k, int64
         p.offsets.resize(metadata);
     else
         p.zeros.assign(metadata, uint16_t(mapping.zero));
+    if (p.super_block_scales()) {
+        const size_t supers = size_t(k / kSuperBlockRows * n);
+        p.super_block.scale_codes.resize(metadata);
+        p.super_block.scales.resize(supers);
+        if (p.float_offsets) {
+            p.super_block.min_codes.resize(metadata);
+            p.super_block.mins.resize(supers);
+        }
+    }
     return p;
 }
 
@@ -217,15 +233,31 @@ void unpack_column_block(const Mapping& mapping, const GgmlBlock& block, const u
                          QuantParams& p, UnpackedBlock& unpacked) {
     const int64_t row_blocks = p.k / block.values, block_groups = block.values / mapping.group;
     mapping.unpack(data + (c * row_blocks + b) * block.bytes, unpacked);
+    bool finite = true;
+    if (p.super_block_scales()) {  // a K-quant block is one super-block
+        SuperBlockScales& s = p.super_block;
+        s.scales[size_t(b * p.n + c)] = unpacked.d;
+        finite = std::isfinite(half_to_float(unpacked.d));
+        if (p.float_offsets) {
+            s.mins[size_t(b * p.n + c)] = unpacked.dmin;
+            finite = finite && std::isfinite(half_to_float(unpacked.dmin));
+        }
+    }
     for (int64_t s = 0; s < block_groups; ++s) {
         const size_t meta = size_t((b * block_groups + s) * p.n + c);
+        if (p.super_block_scales()) {
+            p.super_block.scale_codes[meta] = unpacked.scale_codes[s];
+            if (p.float_offsets) p.super_block.min_codes[meta] = unpacked.min_codes[s];
+            continue;
+        }
         p.scales[meta] = unpacked.scales[s];
         if (p.float_offsets) p.offsets[meta] = unpacked.offsets[s];
-        if (!std::isfinite(p.scales[meta]) || (p.float_offsets && !std::isfinite(p.offsets[meta])))
-            fail(QJIT_ERROR_INVALID_ARGUMENT, ggml_type_name(mapping.type), " row ", c, ", block ", b,
-                 ": an fp16 scale field (d, m or dmin) is infinite or NaN, so ggml's weights are not finite; qjit "
-                 "stores finite scales only");
+        finite = finite && std::isfinite(p.scales[meta]) && (!p.float_offsets || std::isfinite(p.offsets[meta]));
     }
+    if (!finite)
+        fail(QJIT_ERROR_INVALID_ARGUMENT, ggml_type_name(mapping.type), " row ", c, ", block ", b,
+             ": an fp16 scale field (d, m or dmin) is infinite or NaN, so ggml's weights are not finite; qjit "
+             "stores finite scales only");
 }
 
 }  // namespace
@@ -245,6 +277,7 @@ QuantizedMatrix import_gguf_matrix(GgmlType type, const uint8_t* data, size_t by
                 for (int64_t i = 0; i < block.values; ++i) codes[i * n] = unpacked.codes[i];
             }
     }
+    if (matrix.params.super_block_scales()) expand_super_block_scales(matrix.params);
     validate(matrix.params);  // the codes are within their width by construction: each unpacker masks its bits
     return matrix;
 }
@@ -278,6 +311,7 @@ void import_gguf_panels(GgmlType type, const uint8_t* data, int64_t first_panel,
                     for (int w = 0; w < mapping.bits; ++w) at[w * panel] = words[w];
                 }
             }
+        if (params.super_block_scales()) expand_super_block_scales(params, c0, c1);
     }
 }
 

@@ -11,7 +11,9 @@
 //   H bytes of JSON            shape, format, layout name, qjit version, section sizes; a compensator
 //                              adds "low_rank": {"rank", "bits"}; version 3 adds "mixed_bits" (bool),
 //                              "outliers" (count) and scale_dtype "second_order" beside "f16"/"f32";
-//                              version 4 adds "permuted_columns" (bool)
+//                              version 4 adds "permuted_columns" (bool), version 5 "float_offsets"
+//                              (bool), version 6 "scale_code_bits" (0, or 4, 6, 8 with scale_dtype
+//                              "super_block")
 //   sections, back to back     codes (u32 words, layout PackedCodes::kLayoutName; a mixed layer's blocks
 //                              at their group's width), scales (f32; absent with second-order scales),
 //                              zeros (u16), row_order (i32, empty without act-order); version 3 then
@@ -21,7 +23,10 @@
 //                              (i32) and values (fp16) when there are any; then the compensator's U and
 //                              V^T (format/low_rank.hpp): codes (u8, one per value) and component scales
 //                              (f32) of each, or their fp16 values (u16); version 4 then the column
-//                              order (i32 [n]) when the columns are permuted
+//                              order (i32 [n]) when the columns are permuted; version 5 the offsets
+//                              (f32 [groups][n]) with float offsets, unless the scales are super-block
+//                              ones; version 6 those: scale codes (i8 [groups][n]) and d (fp16
+//                              [k/256][n]), with float offsets min codes (u8) and dmin (fp16) too
 //   u32 CRC-32                 of every byte before it
 // Each format feature owns its header fields and sections: its codec in io/layer_sections.cpp
 // writes, reads and checks them (the base: codes, scales, zeros; act-order: row_order; mixed widths;
@@ -40,7 +45,8 @@
 
 namespace qjit {
 
-inline constexpr uint32_t kLayerFileVersion = 5;             // the newest this qjit writes and reads: float offsets
+inline constexpr uint32_t kLayerFileVersion = 6;             // the newest this qjit writes and reads: super-block scales
+inline constexpr uint32_t kOffsetLayerFileVersion = 5;       // float offsets
 inline constexpr uint32_t kPermutedLayerFileVersion = 4;     // permuted columns
 inline constexpr uint32_t kMixedLayerFileVersion = 3;        // mixed widths, second-order scales, outliers
 inline constexpr uint32_t kCompensatedLayerFileVersion = 2;  // a compensator, none of version 3's features

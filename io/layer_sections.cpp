@@ -75,7 +75,8 @@ struct ScaleTypeName {
     const char* name;
 };
 constexpr ScaleTypeName kScaleTypeNames[] = {
-    {ScaleType::F16, "f16"}, {ScaleType::F32, "f32"}, {ScaleType::SecondOrder, "second_order"}};
+    {ScaleType::F16, "f16"}, {ScaleType::F32, "f32"}, {ScaleType::SecondOrder, "second_order"},
+    {ScaleType::SuperBlock, "super_block"}};
 
 const char* scale_dtype_name(ScaleType type) {
     for (const ScaleTypeName& entry : kScaleTypeNames)
@@ -426,27 +427,83 @@ constexpr const char* kOffsets = "offsets_f32";
 
 class FloatOffsetsCodec final : public FeatureCodec {
 public:
-    uint32_t since() const override { return kLayerFileVersion; }
+    uint32_t since() const override { return kOffsetLayerFileVersion; }
     const char* header_name() const override { return "float_offsets"; }
     std::vector<std::string> header_fields() const override { return {"float_offsets"}; }
     bool in_layer(const LayerWriting& layer) const override { return layer.params.float_offsets; }
     void write_header(const LayerWriting& layer, nlohmann::json& header) const override {
         header["float_offsets"] = layer.params.float_offsets;
     }
+    // Super-block scales store their offsets as min codes (SuperBlockScalesCodec).
     void write(const LayerWriting& layer, SectionWriter& out) const override {
-        out.section(kOffsets, layer.params.offsets);
+        if (!layer.params.super_block_scales()) out.section(kOffsets, layer.params.offsets);
     }
     bool mentioned(const LayerReading& reading) const override { return reading.header.contains("float_offsets"); }
     bool read_header(LayerReading& reading) const override {
         return reading.layer.params.float_offsets = bool_field(reading.header, "float_offsets");
     }
     std::string label(const LayerReading&) const override { return "float offsets"; }
-    void section_names(const LayerReading&, std::vector<std::string>& names) const override {
-        names.push_back(kOffsets);
+    void section_names(const LayerReading& reading, std::vector<std::string>& names) const override {
+        if (!reading.layer.params.super_block_scales()) names.push_back(kOffsets);
     }
     void read(SectionReader& in, LayerReading& reading) const override {
         QuantParams& p = reading.layer.params;
-        p.offsets = in.sized_section<float>(kOffsets, uint64_t(p.num_groups() * p.n), "groups x N");
+        if (!p.super_block_scales())
+            p.offsets = in.sized_section<float>(kOffsets, uint64_t(p.num_groups() * p.n), "groups x N");
+    }
+};
+
+// ---- Super-block scales: integer scale (and min) codes per group, fp16 d (and dmin) per 256 rows ----
+
+constexpr const char* kSuperScaleCodes = "sb_scale_codes_i8";
+constexpr const char* kSuperScales = "sb_scales_f16";
+constexpr const char* kSuperMinCodes = "sb_min_codes_u8";
+constexpr const char* kSuperMins = "sb_mins_f16";
+
+class SuperBlockScalesCodec final : public FeatureCodec {
+public:
+    uint32_t since() const override { return kLayerFileVersion; }
+    const char* header_name() const override { return "scale_code_bits"; }
+    std::vector<std::string> header_fields() const override { return {"scale_code_bits"}; }
+    // The fp32 scales (and offsets) are what the codes give, computed again at load.
+    bool stores_scales() const override { return true; }
+    bool in_layer(const LayerWriting& layer) const override { return layer.params.super_block_scales(); }
+    void write_header(const LayerWriting& layer, nlohmann::json& header) const override {
+        header["scale_code_bits"] = layer.params.scale_code_bits;
+    }
+    void write(const LayerWriting& layer, SectionWriter& out) const override {
+        const SuperBlockScales& s = layer.params.super_block;
+        out.section(kSuperScaleCodes, s.scale_codes);
+        out.section(kSuperScales, s.scales);
+        if (!layer.params.float_offsets) return;
+        out.section(kSuperMinCodes, s.min_codes);
+        out.section(kSuperMins, s.mins);
+    }
+    bool mentioned(const LayerReading& reading) const override { return reading.layer.params.super_block_scales(); }
+    bool read_header(LayerReading& reading) const override {
+        QuantParams& p = reading.layer.params;
+        p.scale_code_bits = int(integer_field(reading.header, "scale_code_bits", 0, 8));  // validate() says which
+        return p.super_block_scales();
+    }
+    std::string label(const LayerReading&) const override { return "super-block scales"; }
+    void section_names(const LayerReading& reading, std::vector<std::string>& names) const override {
+        names.insert(names.end(), {kSuperScaleCodes, kSuperScales});
+        if (reading.layer.params.float_offsets) names.insert(names.end(), {kSuperMinCodes, kSuperMins});
+    }
+    void read(SectionReader& in, LayerReading& reading) const override {
+        QuantParams& p = reading.layer.params;
+        if (p.k % kSuperBlockRows != 0 || (p.group_size != 16 && p.group_size != 32))
+            corrupt(concat("super-block scales on K = ", p.k, " with groups of ", p.group_size,
+                           "; they need K a multiple of 256 and groups of 16 or 32"));
+        SuperBlockScales& s = p.super_block;
+        const uint64_t groups = uint64_t(p.num_groups() * p.n), supers = uint64_t(p.k / kSuperBlockRows * p.n);
+        s.scale_codes = in.sized_section<int8_t>(kSuperScaleCodes, groups, "groups x N");
+        s.scales = in.sized_section<uint16_t>(kSuperScales, supers, "K / 256 x N");
+        if (p.float_offsets) {
+            s.min_codes = in.sized_section<uint8_t>(kSuperMinCodes, groups, "groups x N");
+            s.mins = in.sized_section<uint16_t>(kSuperMins, supers, "K / 256 x N");
+        }
+        expand_super_block_scales(p);  // what validate() then checks again, codes and all
     }
 };
 
@@ -458,8 +515,10 @@ const OutliersCodec kOutliers;
 const CompensatorCodec kCompensator;
 const PermutedColumnsCodec kPermutedColumns;
 const FloatOffsetsCodec kFloatOffsets;
-const FeatureCodec* const kCodecs[] = {&kBase,     &kRowOrder,    &kMixedWidths,     &kSecondOrderScales,
-                                       &kOutliers, &kCompensator, &kPermutedColumns, &kFloatOffsets};
+const SuperBlockScalesCodec kSuperBlockScales;
+const FeatureCodec* const kCodecs[] = {&kBase,         &kRowOrder,        &kMixedWidths,
+                                       &kSecondOrderScales, &kOutliers, &kCompensator,
+                                       &kPermutedColumns,   &kFloatOffsets, &kSuperBlockScales};
 
 }  // namespace
 

@@ -117,7 +117,7 @@ TEST_F(CApiTest, CreateFromF32RejectsBadArguments) {
                   QJIT_ERROR_INVALID_ARGUMENT, "layout");
 
     qjit_quant_config bad = config_;
-    bad.bits = 5;
+    bad.bits = 7;
     EXPECT_STATUS(create(bad), QJIT_ERROR_INVALID_ARGUMENT, "bits");
     bad = config_;
     bad.group_size = 0;

@@ -269,7 +269,7 @@ TEST(CApiCalibration, BadLayerArgumentsAreNamed) {
         void (*change)(qjit_quant_config&);
     };
     const BadField gptq_fields[] = {
-        {"bits", [](qjit_quant_config& c) { c.bits = 5; }},
+        {"bits", [](qjit_quant_config& c) { c.bits = 7; }},
         {"damp", [](qjit_quant_config& c) { c.damp = -0.01; }},
         {"damp", [](qjit_quant_config& c) { c.damp = 1.5; }},
         {"damp", [](qjit_quant_config& c) { c.damp = std::nan(""); }},

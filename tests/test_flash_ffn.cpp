@@ -495,7 +495,7 @@ TEST(FlashFfnCApi, AFailedWriteLeavesTheExistingFileAlone) {
     file.has_bias = 1;
     EXPECT_STATUS(qjit_flash_writer_create(path.c_str(), &file, &writer), QJIT_ERROR_INVALID_ARGUMENT, "bias");
     file.has_bias = 0;
-    file.quant.bits = 5;
+    file.quant.bits = 7;
     EXPECT_STATUS(qjit_flash_writer_create(path.c_str(), &file, &writer), QJIT_ERROR_INVALID_ARGUMENT, "bits");
 }
 

@@ -43,15 +43,14 @@ struct ImportedType {
 const ImportedType kTypes[] = {
     {GgmlType::Q4_0, {0}, "Q4_0 as q4g32_sym (scale d, zero 8)", 4.5, 4.5},
     {GgmlType::Q4_1, {0, 2}, "Q4_1 as q4g32_off (scale d, offset m)", 5.0, 5.0},
-    {GgmlType::Q5_0, {0}, "Q5_0 as q8g32_asym (5-bit codes in 8-bit, scale d, zero 16)", 8.75, 5.5},
-    {GgmlType::Q5_1, {0, 2}, "Q5_1 as q8g32_off (5-bit codes in 8-bit, scale d, offset m)", 9.0, 6.0},
+    {GgmlType::Q5_0, {0}, "Q5_0 as q5g32_sym (scale d, zero 16)", 5.5, 5.5},
+    {GgmlType::Q5_1, {0, 2}, "Q5_1 as q5g32_off (scale d, offset m)", 6.0, 6.0},
     {GgmlType::Q8_0, {0}, "Q8_0 as q8g32_sym (int8 codes plus 128, scale d, zero 128)", 8.5, 8.5},
-    {GgmlType::Q2_K, {80, 82}, "Q2_K as q2g16_off_s32 (scale d * sc, offset -(dmin * m))", 6.0, 2.625},
-    {GgmlType::Q3_K, {108}, "Q3_K as q3g16_sym_s32 (scale d * (sc - 32), zero 4)", 5.0, 3.4375},
-    {GgmlType::Q4_K, {0, 2}, "Q4_K as q4g32_off_s32 (scale d * sc, offset -(dmin * m))", 6.0, 4.5},
-    {GgmlType::Q5_K, {0, 2}, "Q5_K as q8g32_off_s32 (5-bit codes in 8-bit, scale d * sc, offset -(dmin * m))", 10.0,
-     5.5},
-    {GgmlType::Q6_K, {208}, "Q6_K as q8g16_asym_s32 (6-bit codes in 8-bit, scale d * sc, zero 32)", 10.5, 6.5625},
+    {GgmlType::Q2_K, {80, 82}, "Q2_K as q2g16_off_sb4 (scale d * sc, offset -(dmin * m))", 2.625, 2.625},
+    {GgmlType::Q3_K, {108}, "Q3_K as q3g16_sym_sb6 (scale d * (sc - 32), zero 4)", 3.4375, 3.4375},
+    {GgmlType::Q4_K, {0, 2}, "Q4_K as q4g32_off_sb6 (scale d * sc, offset -(dmin * m))", 4.5, 4.5},
+    {GgmlType::Q5_K, {0, 2}, "Q5_K as q5g32_off_sb6 (scale d * sc, offset -(dmin * m))", 5.5, 5.5},
+    {GgmlType::Q6_K, {208}, "Q6_K as q6g16_sym_sb8 (scale d * sc, zero 32)", 6.5625, 6.5625},
 };
 
 GgmlBlock block_of(GgmlType type) {
@@ -341,12 +340,14 @@ TEST(GgufImportCuda, RefusedFormatsNameTheReason) {
         const WeightFormat format = gguf_import_format(t.type, 4096, 4096);
         const std::string why = unsupported_reason(BackendKind::Cuda, format);
         SCOPED_TRACE(t.stored_as);
-        if (format.group_size == 16) {  // Q2_K, Q3_K, Q6_K
+        if (format.bits == 5 || format.bits == 6) {  // Q5_0, Q5_1, Q5_K, Q6_K
+            EXPECT_EQ(why, concat("CUDA kernels take 2, 3, 4 or 8 bits, not ", format.bits));
+        } else if (format.group_size == 16) {  // Q2_K, Q3_K
             EXPECT_EQ(why, "CUDA kernels need groups of a multiple of 32 rows (or one per column), not 16");
-        } else if (format.float_offsets) {  // Q4_1, Q5_1, Q4_K, Q5_K
+        } else if (format.float_offsets) {  // Q4_1, Q4_K
             EXPECT_EQ(why, "CUDA kernels read integer zero points, not float offsets");
         } else {
-            EXPECT_EQ(why, "");  // Q4_0, Q5_0, Q8_0 run on CUDA
+            EXPECT_EQ(why, "");  // Q4_0, Q8_0 run on CUDA
         }
     }
 }

@@ -195,7 +195,7 @@ TEST(GptqQuantizer, RefusesBadInput) {
     const Hessian other = hessian_of(correlated_inputs(8, 32, 5), 32);
     expect_invalid([&] { quantize_gptq(gptq_config(4, 32), other, k, n, w.data()); }, "Hessian");
     expect_invalid([&] { quantize_gptq(gptq_config(4, 32), Hessian(k), k, n, w.data()); }, "empty");
-    expect_invalid([&] { quantize_gptq(gptq_config(5, 32), h, k, n, w.data()); }, "bits");
+    expect_invalid([&] { quantize_gptq(gptq_config(7, 32), h, k, n, w.data()); }, "bits");
     expect_invalid([&] { quantize_gptq(gptq_config(4, 0), h, k, n, w.data()); }, "group_size");
     GptqConfig c = gptq_config(4, 32);
     c.format.group_bits = {4, 2, 2};

@@ -572,7 +572,7 @@ TEST_F(FeatureLayerFileTest, FloatOffsetsRoundTripAndDamageIsReported) {
         for (qjit_context* context : {portable_.get(), jit.get()}) {
             const auto layer = make_linear(context, m);
             const std::string image = serialize_layer(*layer);
-            EXPECT_EQ(version_of(image), kLayerFileVersion);
+            EXPECT_EQ(version_of(image), kOffsetLayerFileVersion);
             const LayerImage loaded = deserialize_layer(image);
             EXPECT_TRUE(loaded.params.float_offsets);
             EXPECT_EQ(loaded.params.offsets, m.params.offsets);

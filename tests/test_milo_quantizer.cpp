@@ -173,7 +173,7 @@ TEST(HqqQuantizer, PerColumnAndConstantGroups) {
 
 TEST(HqqQuantizer, RejectsBadArguments) {
     const std::vector<float> w(64, 0.5f);
-    expect_invalid([&] { quantize_hqq(hqq_config(5, 32), 8, 8, w.data()); }, "bits");
+    expect_invalid([&] { quantize_hqq(hqq_config(7, 32), 8, 8, w.data()); }, "bits");
     expect_invalid([&] { quantize_hqq(hqq_config(3, 32), 8, 8, nullptr); }, "weights");
     expect_invalid([&] { quantize_hqq(hqq_config(3, 32), 0, 8, w.data()); }, "shape");
     expect_invalid([&] { quantize_hqq(hqq_config(3, 0), 8, 8, w.data()); }, "group_size");
@@ -425,7 +425,7 @@ TEST(MiloQuantizer, RejectsBadArguments) {
     config.window = 0;
     expect_invalid([&] { quantize_milo(config, 64, 8, w.data()); }, "window");
     config = milo_config(4);
-    config.format.bits = 5;
+    config.format.bits = 7;
     expect_invalid([&] { quantize_milo(config, 64, 8, w.data()); }, "bits");
 }
 

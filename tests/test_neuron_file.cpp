@@ -137,7 +137,7 @@ TEST(NeuronRecord, RefusesFormatsByName) {
     WeightFormat compensated = format_of(4, 32, false, false, ScaleType::F16);
     compensated.low_rank = {.rank = 1, .bits = 8};
     expect_error([&] { quantized_vector_layout(compensated, 128); }, QJIT_ERROR_INVALID_ARGUMENT, {"compensator"});
-    expect_error([] { quantized_vector_layout(format_of(5, 32, false, false, ScaleType::F16), 128); },
+    expect_error([] { quantized_vector_layout(format_of(7, 32, false, false, ScaleType::F16), 128); },
                  QJIT_ERROR_INVALID_ARGUMENT, {"bits"});
 
     // A matrix of another format than the layout's is refused.
@@ -277,7 +277,7 @@ TEST(NeuronFile, RefusesDamagedHeaders) {
     expect_corrupt_header(with_field(good, 39, 256, 8), "alignment");
     expect_corrupt_header(with_field(good, 47, 2, 1), "coding");
     expect_corrupt_header(with_field(good, 47, 1, 1), "F16");
-    expect_corrupt_header(with_field(good, 48, 5, 4), "bits");
+    expect_corrupt_header(with_field(good, 48, 7, 4), "bits");
     expect_corrupt_header(with_field(good, 48, 1u << 31, 4), "bits");
     expect_corrupt_header(with_field(good, 52, 0, 8), "group_size");
     expect_corrupt_header(with_field(good, 60, 2, 1), "symmetric");

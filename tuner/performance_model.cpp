@@ -5,6 +5,7 @@
 
 #include "jit/x86/gemm_emitter.hpp"
 #include "base/error.hpp"
+#include "format/code_planes.hpp"
 #include "format/packed_codes.hpp"
 
 namespace qjit {
@@ -27,16 +28,16 @@ int64_t k_part_rows(const jit::CpuKernelSpec& spec) { return ceil_div(spec.padde
 double block_instructions(const jit::CpuKernelSpec& spec, int64_t rows) {
     const bool embedded = jit::embedded_broadcast(spec);
     if (spec.path == jit::ActivationPath::Int8) {
-        // 8 quads: a shift and a mask (3-bit: the low plane's, then the high plane's shift merged in
-        // by one vpternlogd on AVX-512, or a mask and an or on AVX2), one dot product per row.
-        const double three_bit = spec.isa.avx512 ? 4.0 : 5.0;
-        const double unpack = spec.format.bits == 8 ? 0.0 : spec.format.bits == 3 ? three_bit : 2.0;
+        // 8 quads: a shift and a mask (two planes: the low plane's, then the high plane's shift merged
+        // in by one vpternlogd on AVX-512, or a mask and an or on AVX2), one dot product per row.
+        const double two_planes = spec.isa.avx512 ? 4.0 : 5.0;
+        const double unpack = spec.format.bits == 8 ? 0.0 : jit::merges_code_planes(spec) ? two_planes : 2.0;
         const double dot = spec.vnni() ? 1.0 : 3.0;
         const double broadcast = embedded ? 0.0 : 1.0;
         return 8.0 * (unpack + double(rows) * (dot + broadcast));
     }
     // 32 rows: unpack and convert each to fp32, one FMA per row.
-    const double unpack = spec.format.bits == 3 ? 4.0 : 2.5;
+    const double unpack = code_planes(spec.format.bits).size() > 1 ? 4.0 : 2.5;
     const double broadcast = embedded ? 0.0 : 1.0;
     return 32.0 * (unpack + double(rows) * (1.0 + broadcast));
 }
@@ -78,8 +79,12 @@ double estimate_seconds(const jit::CpuKernelSpec& spec, const TuningProblem& pro
 
     // Memory: weights stream once from DRAM; activations come from L2 for every panel and row
     // tile when a tile's K range overflows L1d.
-    const double scale_bytes = spec.format.second_order_scales() ? 0.25 : double(spec.format.scale_bytes());
-    const double zero_bytes = spec.format.zero_point_bytes();
+    const double scale_bytes = spec.format.second_order_scales() ? 0.25
+                               : spec.format.super_block_scales()
+                                   ? double(PanelMetadataLayout::kSuperBlockCodeBytes)
+                                   : double(spec.format.scale_bytes());
+    const double zero_bytes = spec.format.super_block_scales() ? (spec.format.float_offsets ? scale_bytes : 0.0)
+                                                               : double(spec.format.zero_point_bytes());
     const double weight_bytes =
         double(blocks * code_block_bytes(spec) * panels) + double(groups * padded_n) * (scale_bytes + zero_bytes);
     const double dram_gbps = std::min(machine.dram_gbps_total, machine.dram_gbps_per_thread * threads);

@@ -39,8 +39,8 @@ std::vector<jit::CpuKernelSpec> enumerate_tilings(const TuningProblem& problem) 
     base.tiling = jit::CpuTiling{};
     const int64_t vectors_needed = (problem.n + base.lanes() - 1) / base.lanes();
     const int64_t blocks_per_group = base.group_rows() >= 32 ? base.group_rows() / 32 : 0;
-    // K splits at whole groups (pairs of groups of 16, which share a block).
-    const int64_t splittable = base.group_rows() == 16 ? base.num_groups() / 2 : base.num_groups();
+    // K splits at whole kernel steps (pairs of groups of 16, which share a block; super-blocks).
+    const int64_t splittable = base.num_groups() / jit::groups_per_kernel_step(base);
 
     std::vector<jit::CpuKernelSpec> tilings;
     for (int tu = 1; tu <= kMaxColumnVectors && tu <= std::max<int64_t>(1, vectors_needed); ++tu) {

@@ -166,6 +166,7 @@ std::string unsupported_reason(const WeightFormat& format) {
     if (!format.per_column() && (format.group_size < 32 || format.group_size % 32 != 0))
         return concat("CUDA kernels need groups of a multiple of 32 rows (or one per column), not ", format.group_size);
     if (format.float_offsets) return "CUDA kernels read integer zero points, not float offsets";
+    if (format.super_block_scales()) return "CUDA kernels do not read super-block scales";
     if (needs_mixed_kernel(format) && format.group_size % kCodesPerBlock != 0)
         return concat("the CUDA kernel of mixed widths, second-order scales and outliers needs K-groups of a multiple "
                       "of 32 rows, not ", format.group_size);

@@ -31,8 +31,13 @@ int vector_registers_needed(const CpuKernelSpec& spec) {
     return accumulators + std::max(main_scratch_registers(spec), kEpilogueTemporaries) + constants;
 }
 
+int64_t groups_per_kernel_step(const CpuKernelSpec& spec) {
+    if (spec.format.super_block_scales()) return kSuperBlockRows / spec.group_rows();
+    return spec.group_rows() == 16 ? 2 : 1;
+}
+
 std::string unsupported_reason(const WeightFormat& format) {
-    if (format.bits != 2 && format.bits != 3 && format.bits != 4 && format.bits != 8) return "bits must be 2, 3, 4 or 8";
+    if (format.bits < 2 || format.bits > 8 || format.bits == 7) return "bits must be 2, 3, 4, 5, 6 or 8";
     if (format.k < 1) return "k must be positive";
     // Per column, the kernels walk one group over K rounded up to 32 rows.
     if (!format.per_column() && format.group_size != 16 && (format.group_size < 32 || format.group_size % 32 != 0))
@@ -44,6 +49,9 @@ std::string unsupported_reason(const WeightFormat& format) {
         if (format.symmetric) return "mixed widths need asymmetric zero points";
     }
     if (format.second_order_scales() && format.symmetric) return "second-order scales need asymmetric zero points";
+    if (format.super_block_scales() &&
+        (format.per_column() || (format.group_size != 16 && format.group_size != 32) || format.k % kSuperBlockRows != 0))
+        return "super-block scales need groups of 16 or 32 rows and K a multiple of 256";
     return "";
 }
 

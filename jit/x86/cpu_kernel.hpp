@@ -57,6 +57,11 @@ struct CpuKernelSpec {
     int int8_activation_max() const { return !vnni() && format.bits == 8 ? 63 : 127; }
 };
 
+// The K-groups a kernel's group ranges (K-split parts) start on and its group loop steps by: 2 for
+// groups of 16 (a 32-row block holds two), a super-block's groups with super-block scales (the
+// kernel finds each super-block's super-scales at the start of its range), else 1.
+int64_t groups_per_kernel_step(const CpuKernelSpec& spec);
+
 // A name that says what the kernel is, in the style used across qjit (describe strings, the
 // tuning database, dumps), starting with its format's name: q4g128_asym_gemm_i8_avx512vnni_tu4mb4pf0.
 std::string kernel_name(const CpuKernelSpec& spec);
@@ -83,9 +88,11 @@ int vector_registers_available(IsaFeatures isa);
 struct CpuKernelArgs {
     const uint32_t* codes;  // the panel's first block of the group range
     const void* scales;     // [groups][panel] fp16 or fp32, from the first group of the range; second-order:
-                            // [groups][panel / 16] fp16 (scale, zero) pairs
+                            // [groups][panel / 16] fp16 (scale, zero) pairs; super-block: per super-block,
+                            // [panel] fp16 d then [groups of the super-block][panel] code bytes
     const void* zeros;      // [groups][panel] u8 (asymmetric only); second-order: zero | scale code << 4;
-                            // float offsets: fp16 or fp32 as the scales
+                            // float offsets: fp16 or fp32 as the scales; super-block: as its scales (dmin,
+                            // min codes)
     const void* x;          // activations [rows][padded_k]: int8 (Int8) or fp32 (F32), from the range's first row
     const float* x_scale;   // [rows][num_groups]: int8 step per row and group (Int8 only)
     const float* x_sum;     // [rows][num_groups]: per row and group, the sum of the activations

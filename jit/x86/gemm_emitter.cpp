@@ -15,14 +15,16 @@
 //     y[i][t] += scale * (acc[i][t] - zero * x_sum[i]) [* x_scale[i]]   (group epilogue; with float
 //                offsets: scale * acc[i][t] [* x_scale[i]] + offset * x_sum[i] [* x_scale[i]])
 //
-// 3-bit codes on the int8 path walk the low plane's words and merge in the high plane's bit
-// before the dot products (emit_merged_three_bit_body), so each quad costs one dot per row.
+// 3-, 5- and 6-bit codes on the int8 path walk the low plane's words and merge in the high plane's
+// bits before the dot products (emit_merged_planes_body), so each quad costs one dot per row.
 //
 // Mixed widths (2 and 4 bits by group): the kernel holds a copy of the block loop per width and
 // each group jumps to its width's, read from a byte per group (the codes of a block take the words
 // of its width). Second-order scales: the epilogue rebuilds the group's scales from their 4-bit
 // codes (packed with the zero point in one byte per column) and the fp16 scale and zero of each
-// 16 columns, before applying them.
+// 16 columns, before applying them. Super-block scales: each group's scale is its code byte times
+// the column's fp16 super-scale, read through a pointer that moves on once per 256 rows (and the
+// same for a float offset, the negated min code times the super-min).
 //
 // Symmetry, bits, group size, rows, tu and prefetch distance are compile-time constants of the
 // generated code; the group counts are run-time arguments so one kernel serves any K range.
@@ -71,6 +73,7 @@ public:
           merges_planes_(merges_code_planes(spec)),
           mixed_(!spec.format.uniform_bits()),
           second_order_(spec.format.second_order_scales()),
+          super_block_(spec.format.super_block_scales()),
           float_offsets_(spec.format.float_offsets) {
         const int scratch = std::max(main_scratch_registers(spec), kEpilogueTemporaries);
         scratch_base_ = rows_ * tu_;
@@ -82,7 +85,7 @@ private:
     // ---- registers ----
     // Vector registers: [accumulators rows x tu][scratch][constants].
     Vmm acc(int i, int t) const { return Vmm(i * tu_ + t); }
-    // 3-bit codes on the int8 path also hold the high plane's word and its unpacked bit.
+    // Merged planes on the int8 path also hold the high plane's word and its unpacked bits.
     int merged_extra() const { return merges_planes_ ? tu_ + 1 : 0; }
     Vmm word(int t) const { return Vmm(scratch_base_ + t); }
     Vmm unpacked() const { return Vmm(scratch_base_ + tu_); }
@@ -117,6 +120,8 @@ private:
     const Reg64 blocks_left_ = regs::rdx;  // (rax is taken by broadcast_constant)
     const Reg64 group_bits_ = regs::r15;   // mixed widths: the current group's width byte
     const Reg64 width_ = regs::rsi;
+    const Reg64 super_scales_ = regs::rbx;  // super-block scales: the super-block's fp16 d per column
+    const Reg64 super_mins_ = regs::rbp;    // and its fp16 dmin (float offsets)
 
     static constexpr bool kZmm = std::is_same_v<Vmm, Zmm>;
 
@@ -156,6 +161,29 @@ private:
         mov(x_sum_, ptr[args_ + offsetof(CpuKernelArgs, x_sum)]);
         mov(y_, ptr[args_ + offsetof(CpuKernelArgs, y)]);
         if (mixed_) mov(group_bits_, ptr[args_ + offsetof(CpuKernelArgs, group_bits)]);
+        if (super_block_) begin_super_block();
+    }
+
+    // Super-block scales: the metadata pointers are at a super-block's fp16 super-scales (and
+    // super-mins); they are taken, and the pointers move to its first group's codes.
+    void begin_super_block() {
+        mov(super_scales_, scales_);
+        add(scales_, panel_ * PanelMetadataLayout::kSuperBlockScaleBytes);
+        if (!float_offsets_) return;
+        mov(super_mins_, zeros_);
+        add(zeros_, panel_ * PanelMetadataLayout::kSuperBlockScaleBytes);
+    }
+
+    // After a loop step's groups: when the steps left are a multiple of a super-block's, a
+    // super-block has ended and the next one begins. steps_per_super_block: 1-step units of the
+    // loop counter (groups, or pairs of groups of 16) in a super-block.
+    void end_step_of_super_block(const Reg64& steps_left, int64_t steps_per_super_block) {
+        if (!super_block_) return;
+        Xbyak::Label inside;
+        test(steps_left, steps_per_super_block - 1);
+        jnz(inside, T_NEAR);
+        begin_super_block();
+        L(inside);
     }
 
     void load_constants() {
@@ -228,7 +256,8 @@ private:
         emit_group_epilogue();
         advance_block();
         dec(groups_left_);
-        jnz(block_loop, T_NEAR);
+        end_step_of_super_block(groups_left_, groups_per_kernel_step(spec_) / 2);
+        jnz_after_super_block_check(block_loop);
         L(done);
     }
 
@@ -252,7 +281,8 @@ private:
         });
         emit_group_epilogue();
         dec(groups_left_);
-        jnz(group_loop, T_NEAR);
+        end_step_of_super_block(groups_left_, groups_per_kernel_step(spec_));
+        jnz_after_super_block_check(group_loop);
 
         L(tail);  // a last, shorter group (K not a multiple of the group size)
         mov(blocks_left_, ptr[args_ + offsetof(CpuKernelArgs, tail_blocks)]);
@@ -271,6 +301,13 @@ private:
         L(done);
     }
 
+    // Loops on while groups_left_ is not zero (the super-block check between the dec and here
+    // changes the flags, so they are set again).
+    void jnz_after_super_block_check(Xbyak::Label& loop) {
+        if (super_block_) test(groups_left_, groups_left_);
+        jnz(loop, T_NEAR);
+    }
+
     void emit_prefetch() {
         if (spec_.tiling.prefetch <= 0) return;
         const int64_t ahead = spec_.tiling.prefetch * block_code_bytes();
@@ -284,7 +321,7 @@ private:
 
     // Quads [q_begin, q_end) of the current 32-row block (a quad is four consecutive rows).
     void emit_block_body(int q_begin, int q_end) {
-        if (merges_planes_) return emit_merged_three_bit_body(q_begin, q_end);
+        if (merges_planes_) return emit_merged_planes_body(q_begin, q_end);
         for (size_t p = 0; p < planes_.size(); ++p) {
             const CodePlane& plane = planes_[p];
             const int quads_per_word = plane.rows_per_word() / 4;
@@ -305,31 +342,33 @@ private:
         }
     }
 
-    // 3-bit codes on the int8 path: the low plane's two bits and the high plane's one are merged
-    // into one byte per code before the dot products, so a quad costs each row one dot product,
-    // as at 2 and 4 bits (a dot product per plane made 3-bit twice as slow once rows share the
-    // unpacking). The high plane's word holds all 8 quads of the block and is loaded once.
-    void emit_merged_three_bit_body(int q_begin, int q_end) {
+    // Codes of two planes on the int8 path (3, 5 and 6 bits): the high plane's bits are merged into
+    // the low plane's before the dot products, one byte per code, so a quad costs each row one dot
+    // product, as at 2 and 4 bits (a dot product per plane made 3-bit twice as slow once rows share
+    // the unpacking). Each plane's word is loaded once for the quads it holds.
+    void emit_merged_planes_body(int q_begin, int q_end) {
         const CodePlane &low = planes_[0], &high = planes_[1];
-        for (int t = 0; t < tu_; ++t) vload(high_word(t), ptr[codes_ + (high.first_word * panel_ + t * lanes_) * 4]);
-        const int quads_per_word = low.rows_per_word() / 4;
-        for (int w = q_begin / quads_per_word; w * quads_per_word < q_end; ++w) {
-            for (int t = 0; t < tu_; ++t) vload(word(t), ptr[codes_ + ((low.first_word + w) * panel_ + t * lanes_) * 4]);
-            for (int quad = std::max(q_begin, w * quads_per_word); quad < std::min(q_end, (w + 1) * quads_per_word); ++quad) {
-                const int field = quad - w * quads_per_word;
-                broadcast_quad_activations(quad);
-                const int high_shift = quad * high.width - high.value_shift;
-                for (int t = 0; t < tu_; ++t) {
-                    const Vmm codes = unpack(0, t, field * low.width - low.value_shift);
-                    if (kZmm) {  // codes |= shifted high word & mask, in one instruction
-                        const Vmm high_bits = shifted(high_bit(), high_word(t), high_shift);
-                        vpternlogd(codes, high_bits, plane_mask(1), 0xf8);  // truth table of a | (b & c)
-                    } else {
-                        shift_and_mask(high_bit(), high_word(t), high_shift, plane_mask(1));
-                        vpor(codes, codes, high_bit());
-                    }
-                    emit_quad_dots(t, codes, quad);
+        const int low_quads = low.rows_per_word() / 4, high_quads = high.rows_per_word() / 4;
+        for (int quad = q_begin; quad < q_end; ++quad) {
+            if (quad == q_begin || quad % low_quads == 0)
+                for (int t = 0; t < tu_; ++t)
+                    vload(word(t), ptr[codes_ + ((low.first_word + quad / low_quads) * panel_ + t * lanes_) * 4]);
+            if (quad == q_begin || quad % high_quads == 0)
+                for (int t = 0; t < tu_; ++t)
+                    vload(high_word(t), ptr[codes_ + ((high.first_word + quad / high_quads) * panel_ + t * lanes_) * 4]);
+            broadcast_quad_activations(quad);
+            const int low_shift = quad % low_quads * low.width - low.value_shift;
+            const int high_shift = quad % high_quads * high.width - high.value_shift;
+            for (int t = 0; t < tu_; ++t) {
+                const Vmm codes = unpack(0, t, low_shift);
+                if (kZmm) {  // codes |= shifted high word & mask, in one instruction
+                    const Vmm high_bits = shifted(high_bit(), high_word(t), high_shift);
+                    vpternlogd(codes, high_bits, plane_mask(1), 0xf8);  // truth table of a | (b & c)
+                } else {
+                    shift_and_mask(high_bit(), high_word(t), high_shift, plane_mask(1));
+                    vpor(codes, codes, high_bit());
                 }
+                emit_quad_dots(t, codes, quad);
             }
         }
     }
@@ -422,10 +461,17 @@ private:
         for (int t = 0; t < tu_; ++t) {
             if (second_order_) {
                 load_second_order_scale_and_zero(t, scale, zero, factor);
+            } else if (super_block_) {
+                load_super_block_value(scale, scales_, super_scales_, t, spec_.format.symmetric, factor);
+                if (float_offsets_) {
+                    load_super_block_value(zero, zeros_, super_mins_, t, false, factor);
+                    broadcast_constant(factor, 0x80000000u);  // the offset is minus the min
+                    kZmm ? vpxord(zero, zero, factor) : vxorps(zero, zero, factor);
+                }
             } else {
                 load_stored_floats(scale, scales_, t);
             }
-            if (second_order_) {
+            if (second_order_ || (super_block_ && float_offsets_)) {
                 // loaded with the scale
             } else if (float_offsets_) {
                 load_stored_floats(zero, zeros_, t);  // the offsets
@@ -462,8 +508,13 @@ private:
                 vzero(a);
             }
         }
-        add(scales_, second_order_ ? panel_ / SecondOrderScales::kColumns * kSecondOrderPairBytes : panel_ * scale_bytes_);
-        if (!spec_.format.symmetric) add(zeros_, float_offsets_ ? panel_ * scale_bytes_ : panel_);
+        if (super_block_) {
+            add(scales_, panel_ * PanelMetadataLayout::kSuperBlockCodeBytes);
+            if (float_offsets_) add(zeros_, panel_ * PanelMetadataLayout::kSuperBlockCodeBytes);
+        } else {
+            add(scales_, second_order_ ? panel_ / SecondOrderScales::kColumns * kSecondOrderPairBytes : panel_ * scale_bytes_);
+            if (!spec_.format.symmetric) add(zeros_, float_offsets_ ? panel_ * scale_bytes_ : panel_);
+        }
         add(x_sum_, 4);
         if (int8_) add(x_scale_, 4);
         if (mixed_) inc(group_bits_);
@@ -528,6 +579,17 @@ private:
         vmulps(scale, scale, factor);
     }
 
+    // Column vector t's code bytes at `codes` (signed or unsigned) times the fp16 super-values at
+    // `supers`, as fp32 (exact: an fp16 value times a code of at most 8 bits). `temp` is clobbered.
+    void load_super_block_value(const Vmm& dst, const Reg64& codes, const Reg64& supers, int t, bool is_signed,
+                                const Vmm& temp) {
+        const Xbyak::Address bytes = kZmm ? Xbyak::Address(xword[codes + t * lanes_]) : Xbyak::Address(qword[codes + t * lanes_]);
+        is_signed ? vpmovsxbd(dst, bytes) : vpmovzxbd(dst, bytes);
+        vcvtdq2ps(dst, dst);
+        vcvtph2ps(temp, kZmm ? Xbyak::Address(yword[supers + t * lanes_ * 2]) : Xbyak::Address(xword[supers + t * lanes_ * 2]));
+        vmulps(dst, dst, temp);
+    }
+
     // Every lane of dst = the fp16 value at base + offset, as fp32.
     void broadcast_half(const Vmm& dst, const Reg64& base, int64_t offset) {
         if (kZmm) {
@@ -548,7 +610,7 @@ private:
     const int tu_, rows_, lanes_, panel_;
     const bool int8_;
     const int x_bytes_, scale_bytes_;
-    const bool merges_planes_, mixed_, second_order_, float_offsets_;
+    const bool merges_planes_, mixed_, second_order_, super_block_, float_offsets_;
     int scratch_base_ = 0, const_base_ = 0;
 };
 

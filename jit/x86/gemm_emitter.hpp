@@ -29,8 +29,8 @@ inline constexpr int kSecondOrderPairBytes = PanelMetadataLayout::kSecondOrderPa
 // an instruction that takes one: vfmadd231ps, vpdpbusd) instead of broadcast registers.
 bool embedded_broadcast(const CpuKernelSpec& spec);
 
-// Whether the kernel merges a code's bit planes into one byte before its dot products (3-bit
-// codes on the int8 path).
+// Whether the kernel merges a code's bit planes into one byte before its dot products (3-, 5- and
+// 6-bit codes on the int8 path).
 bool merges_code_planes(const CpuKernelSpec& spec);
 
 // Weight, unpack and activation-broadcast registers of the main loop (not counting accumulators

@@ -27,6 +27,15 @@ CandidateBench::CandidateBench(const TuningProblem& problem, const std::vector<C
         params_.second_order.scales.assign(size_t(params_.num_groups() * SecondOrderScales::column_groups(max_columns)), 0x2000);
         params_.second_order.zeros = params_.second_order.scales;
     }
+    if (f.format.super_block_scales()) {
+        const size_t supers = size_t(f.format.k / kSuperBlockRows * max_columns);
+        params_.super_block.scale_codes.assign(metadata, 5);
+        params_.super_block.scales.assign(supers, 0x2000);
+        if (f.format.float_offsets) {
+            params_.super_block.min_codes.assign(metadata, 3);
+            params_.super_block.mins.assign(supers, 0x2000);
+        }
+    }
 
     size_t words = 0;
     for (const Candidate& c : candidates)
@@ -42,13 +51,11 @@ CandidateBench::CandidateBench(const TuningProblem& problem, const std::vector<C
 }
 
 int64_t forward_weight_bytes(const jit::CpuKernelSpec& spec, int64_t n) {
-    const int64_t panels = (n + spec.panel_columns() - 1) / spec.panel_columns();
-    const int64_t metadata = panels * spec.panel_columns() * spec.num_groups();
-    const int64_t metadata_bytes =
-        spec.format.second_order_scales()
-            ? metadata + metadata * jit::kSecondOrderPairBytes / SecondOrderScales::kColumns  // code byte + shared pair
-            : metadata * (spec.format.scale_bytes() + spec.format.zero_point_bytes());
-    return int64_t(packed_word_count(spec.format, n, spec.panel_columns()) * 4) + metadata_bytes;
+    WeightFormat format = spec.format;
+    format.n = n;
+    const PanelMetadataSizes metadata =
+        panel_metadata_sizes(format, PanelMetadataLayout{spec.format, spec.panel_columns(), spec.num_groups()});
+    return int64_t(packed_word_count(spec.format, n, spec.panel_columns()) * 4 + metadata.scale_bytes + metadata.zero_bytes);
 }
 
 CandidateRun CandidateBench::make_run(const jit::CpuKernelSpec& spec, int64_t columns) {

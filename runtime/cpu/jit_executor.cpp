@@ -84,7 +84,7 @@ PanelMetadata packed_metadata(const jit::CpuKernelSpec& spec, const QuantParams&
 }  // namespace
 
 std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightFormat& format) {
-    return plan_forward(format, spec.num_groups(), spec.tiling.ksplit, spec.group_rows() == 16 ? 2 : 1);
+    return plan_forward(format, spec.num_groups(), spec.tiling.ksplit, jit::groups_per_kernel_step(spec));
 }
 
 JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::vector<Pass>& passes,
@@ -161,7 +161,6 @@ void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const 
 void JitExecutor::run_product_task(const QuantParams& p, const PackedCodes& codes, const PreparedActivations& act,
                                    int64_t m, float* y, float* partials, int64_t task) const {
     const int64_t panel = spec_.panel_columns(), groups = spec_.num_groups(), max_rows = spec_.tiling.mb;
-    const size_t scale_bytes = spec_.format.scale_bytes();
     const int64_t x_bytes = spec_.path == jit::ActivationPath::Int8 ? 1 : 4;
     const int64_t p_index = task % panels_, part = task / panels_;
     const int64_t n0 = p_index * panel, width = std::min(panel, p.n - n0);
@@ -171,14 +170,10 @@ void JitExecutor::run_product_task(const QuantParams& p, const PackedCodes& code
 
     jit::CpuKernelArgs args;
     args.codes = codes.panel(n0) + codes.block_start(range.first_block) * panel;
-    args.scales = metadata_.scales.data() +
-                  (spec_.format.second_order_scales()
-                       ? size_t((p_index * groups + range.first) * (panel / SecondOrderScales::kColumns) *
-                                PanelMetadataLayout::kSecondOrderPairBytes)
-                       : size_t((p_index * groups + range.first) * panel) * scale_bytes);
+    const PanelMetadataOffsets metadata = panel_metadata_offsets(metadata_layout(), p_index, range.first);
+    args.scales = metadata_.scales.data() + metadata.scales;
     args.group_bits = group_bits_.empty() ? nullptr : group_bits_.data() + range.first;
-    const size_t zero_bytes = p.float_offsets ? scale_bytes : 1;
-    args.zeros = metadata_.zeros.empty() ? nullptr : metadata_.zeros.data() + size_t((p_index * groups + range.first) * panel) * zero_bytes;
+    args.zeros = metadata_.zeros.empty() ? nullptr : metadata_.zeros.data() + metadata.zeros;
     args.y = tile.data();
     args.full_groups = range.full_groups;
     args.tail_blocks = range.tail_blocks;

@@ -33,12 +33,14 @@ template <int Bits>
 inline void decode_row(const ChunkCodes& chunk, int64_t row, int width, float* out) {
     const int r = int(row % PackedCodes::kBlockRows);
     const uint32_t* block = chunk.first + chunk.packed->block_start(row / PackedCodes::kBlockRows) * chunk.stride;
-    if constexpr (Bits == 3) {
-        const PlaneSlot low = plane_slot({2, 0, 0}, r), high = plane_slot({1, 2, 2}, r);
+    constexpr int kLow = low_plane_width(Bits), kHigh = Bits - kLow;
+    if constexpr (kHigh > 0) {
+        const PlaneSlot low = plane_slot({kLow, 0, 0}, r), high = plane_slot({kHigh, kLow, kLow}, r);
         const uint32_t* low_words = block + low.word * chunk.stride;
         const uint32_t* high_words = block + high.word * chunk.stride;
         for (int j = 0; j < width; ++j)
-            out[j] = float(((low_words[j] >> low.shift) & 3u) | (((high_words[j] >> high.shift) & 1u) << 2));
+            out[j] = float(((low_words[j] >> low.shift) & ((1u << kLow) - 1u)) |
+                           (((high_words[j] >> high.shift) & ((1u << kHigh) - 1u)) << kLow));
     } else {
         const PlaneSlot slot = plane_slot({Bits, 0, 0}, r);
         const uint32_t* words = block + slot.word * chunk.stride;
@@ -156,6 +158,8 @@ void portable_product(const QuantParams& params, const PackedCodes& codes, const
         case 2: return forward_all<2>(params, codes, span, x, m, y, pool);
         case 3: return forward_all<3>(params, codes, span, x, m, y, pool);
         case 4: return forward_all<4>(params, codes, span, x, m, y, pool);
+        case 5: return forward_all<5>(params, codes, span, x, m, y, pool);
+        case 6: return forward_all<6>(params, codes, span, x, m, y, pool);
         case 8: return forward_all<8>(params, codes, span, x, m, y, pool);
     }
 }
