@@ -101,7 +101,7 @@ std::string format_test_name(const testing::TestParamInfo<Format>& info) {
     return format_label(bits, group_size, zeros, act_order) + "_" + backend_name(backend);
 }
 
-const auto kAllBits = ::testing::Values(2, 3, 4, 8);
+const auto kAllBits = ::testing::Values(2, 3, 4, 5, 6, 8);
 const auto kAllGroups = ::testing::Values(16, 32, 64, 128, 256, QJIT_GROUP_PER_COLUMN);
 const auto kAllZeros = ::testing::Values(Zeros::Symmetric, Zeros::Asymmetric, Zeros::FloatOffsets);
 
