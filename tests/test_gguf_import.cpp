@@ -25,6 +25,7 @@
 #include "layer_internals.hpp"
 #include "test_support.hpp"
 #include "gguf_writer.hpp"
+#include "tools/random_gguf.hpp"
 #include "qjit/qjit_tp.h"
 
 namespace qjit {
@@ -36,21 +37,20 @@ using test::LinearPtr;
 // How each type is stored, and its bits per weight in qjit (stored_bytes) and in the file.
 struct ImportedType {
     GgmlType type;
-    std::vector<int> half_fields;  // byte offsets of a block's fp16 d, m, dmin
     const char* stored_as;
     double qjit_bits, gguf_bits;
 };
 const ImportedType kTypes[] = {
-    {GgmlType::Q4_0, {0}, "Q4_0 as q4g32_sym (scale d, zero 8)", 4.5, 4.5},
-    {GgmlType::Q4_1, {0, 2}, "Q4_1 as q4g32_off (scale d, offset m)", 5.0, 5.0},
-    {GgmlType::Q5_0, {0}, "Q5_0 as q5g32_sym (scale d, zero 16)", 5.5, 5.5},
-    {GgmlType::Q5_1, {0, 2}, "Q5_1 as q5g32_off (scale d, offset m)", 6.0, 6.0},
-    {GgmlType::Q8_0, {0}, "Q8_0 as q8g32_sym (int8 codes plus 128, scale d, zero 128)", 8.5, 8.5},
-    {GgmlType::Q2_K, {80, 82}, "Q2_K as q2g16_off_sb4 (scale d * sc, offset -(dmin * m))", 2.625, 2.625},
-    {GgmlType::Q3_K, {108}, "Q3_K as q3g16_sym_sb6 (scale d * (sc - 32), zero 4)", 3.4375, 3.4375},
-    {GgmlType::Q4_K, {0, 2}, "Q4_K as q4g32_off_sb6 (scale d * sc, offset -(dmin * m))", 4.5, 4.5},
-    {GgmlType::Q5_K, {0, 2}, "Q5_K as q5g32_off_sb6 (scale d * sc, offset -(dmin * m))", 5.5, 5.5},
-    {GgmlType::Q6_K, {208}, "Q6_K as q6g16_sym_sb8 (scale d * sc, zero 32)", 6.5625, 6.5625},
+    {GgmlType::Q4_0, "Q4_0 as q4g32_sym (scale d, zero 8)", 4.5, 4.5},
+    {GgmlType::Q4_1, "Q4_1 as q4g32_off (scale d, offset m)", 5.0, 5.0},
+    {GgmlType::Q5_0, "Q5_0 as q5g32_sym (scale d, zero 16)", 5.5, 5.5},
+    {GgmlType::Q5_1, "Q5_1 as q5g32_off (scale d, offset m)", 6.0, 6.0},
+    {GgmlType::Q8_0, "Q8_0 as q8g32_sym (int8 codes plus 128, scale d, zero 128)", 8.5, 8.5},
+    {GgmlType::Q2_K, "Q2_K as q2g16_off_sb4 (scale d * sc, offset -(dmin * m))", 2.625, 2.625},
+    {GgmlType::Q3_K, "Q3_K as q3g16_sym_sb6 (scale d * (sc - 32), zero 4)", 3.4375, 3.4375},
+    {GgmlType::Q4_K, "Q4_K as q4g32_off_sb6 (scale d * sc, offset -(dmin * m))", 4.5, 4.5},
+    {GgmlType::Q5_K, "Q5_K as q5g32_off_sb6 (scale d * sc, offset -(dmin * m))", 5.5, 5.5},
+    {GgmlType::Q6_K, "Q6_K as q6g16_sym_sb8 (scale d * sc, zero 32)", 6.5625, 6.5625},
 };
 
 GgmlBlock block_of(GgmlType type) {
@@ -72,16 +72,10 @@ uint16_t random_half(std::mt19937& rng) {
 
 // n rows of k values of `type`: random bytes with random finite fp16 scale fields.
 std::vector<uint8_t> random_tensor(const ImportedType& t, int64_t k, int64_t n, uint32_t seed) {
-    const GgmlBlock block = block_of(t.type);
-    std::vector<uint8_t> bytes(size_t(n * (k / block.values) * block.bytes));
     std::mt19937 rng(seed);
-    for (uint8_t& byte : bytes) byte = uint8_t(rng());
-    for (size_t b = 0; b < bytes.size(); b += size_t(block.bytes))
-        for (const int field : t.half_fields) {
-            const uint16_t half = random_half(rng);
-            bytes[b + size_t(field)] = uint8_t(half);
-            bytes[b + size_t(field) + 1] = uint8_t(half >> 8);
-        }
+    std::vector<uint8_t> bytes =
+        qjit_tools::random_gguf_tensor(qjit_ggml_type(t.type), k, n, seed, [&] { return random_half(rng); });
+    EXPECT_EQ(bytes.size(), size_t(n * (k / block_of(t.type).values) * block_of(t.type).bytes));
     return bytes;
 }
 
@@ -262,7 +256,7 @@ TEST_P(GgufImport, RefusesNonFiniteScales) {
     const ImportedType& t = GetParam();
     const ContextPtr context = test::make_test_context();
     const int64_t k = 2 * block_of(t.type).values, n = 3;
-    for (const int field : t.half_fields)
+    for (const int field : qjit_tools::ggml_block_shape(qjit_ggml_type(t.type)).half_fields)
         for (const uint16_t half : {uint16_t(0x7c00), uint16_t(0xfc00), uint16_t(0x7e00)}) {
             std::vector<uint8_t> bytes = random_tensor(t, k, n, 7);
             const size_t at = size_t(2 * 1 + 1) * size_t(block_of(t.type).bytes) + size_t(field);  // row 1, block 1
@@ -336,19 +330,26 @@ TEST(GgufImportRefusals, ShapesByteCountsAndNulls) {
 // The CUDA backend's answer for each imported format (no device needed): the types it would refuse
 // are named by why, as a CUDA context's qjit_linear_create_from_gguf reports them.
 TEST(GgufImportCuda, RefusedFormatsNameTheReason) {
-    for (const ImportedType& t : kTypes) {
-        const WeightFormat format = gguf_import_format(t.type, 4096, 4096);
-        const std::string why = unsupported_reason(BackendKind::Cuda, format);
-        SCOPED_TRACE(t.stored_as);
-        if (format.bits == 5 || format.bits == 6) {  // Q5_0, Q5_1, Q5_K, Q6_K
-            EXPECT_EQ(why, concat("CUDA kernels take 2, 3, 4 or 8 bits, not ", format.bits));
-        } else if (format.group_size == 16) {  // Q2_K, Q3_K
-            EXPECT_EQ(why, "CUDA kernels need groups of a multiple of 32 rows (or one per column), not 16");
-        } else if (format.float_offsets) {  // Q4_1, Q4_K
-            EXPECT_EQ(why, "CUDA kernels read integer zero points, not float offsets");
-        } else {
-            EXPECT_EQ(why, "");  // Q4_0, Q8_0 run on CUDA
+    const std::string groups_of_16 = "CUDA kernels need groups of a multiple of 32 rows (or one per column), not 16";
+    const std::string float_offsets = "CUDA kernels read integer zero points, not float offsets";
+    auto expected = [&](GgmlType type) -> std::string {
+        switch (type) {
+            case GgmlType::Q4_0:
+            case GgmlType::Q5_0:  // 5-bit codes, zero 16
+            case GgmlType::Q8_0: return "";
+            case GgmlType::Q4_1:
+            case GgmlType::Q5_1:
+            case GgmlType::Q4_K:
+            case GgmlType::Q5_K: return float_offsets;
+            case GgmlType::Q2_K:
+            case GgmlType::Q3_K:
+            case GgmlType::Q6_K: return groups_of_16;
+            default: ADD_FAILURE() << "no expected CUDA answer for GGML type " << int(type); return "?";
         }
+    };
+    for (const ImportedType& t : kTypes) {
+        SCOPED_TRACE(t.stored_as);
+        EXPECT_EQ(unsupported_reason(BackendKind::Cuda, gguf_import_format(t.type, 4096, 4096)), expected(t.type));
     }
 }
 

@@ -1,0 +1,202 @@
+// bench_gguf_types: layers imported from each GGUF block type qjit stores natively, on Llama-2-7B's
+// FFN shapes, as fractions of the machine's floors measured in the same run: the streaming-read
+// probe (batch 1) and the int8 dot-product peak (batch 16), and per byte against qjit's own Q4_0
+// layer (4-bit codes in groups of 32, fp16 scales) of the same shape, threads and batch.
+//
+// Each row: a layer made by qjit_linear_create_from_gguf from random blocks (normal fp16 scale
+// fields), in a context tuned for the row's batch (the library's budget, no database), timed cold
+// as bench_cpu_speed times (median of kRounds rounds, the read probe interleaved with them).
+//
+//   bench_gguf_types                                 every type, 4096x11008 and 11008x4096, 1 and all
+//                                                    threads, batch 1 and 16
+//   bench_gguf_types --types=Q4_K,Q6_K --threads=2 --batches=1
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <tuple>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "qjit/qjit.h"
+#include "tools/bandwidth_probe.hpp"
+#include "tools/int8_peak_probe.hpp"
+#include "tools/random_gguf.hpp"
+#include "tools/random_gptq.hpp"
+
+namespace {
+
+using qjit_bench::median;
+using qjit_bench::parse_list;
+
+constexpr int kRounds = 5;
+constexpr int kCallsPerRound = 5;
+constexpr int kRowProbeSweeps = 2;
+
+struct TypeName {
+    const char* name;
+    qjit_ggml_type type;
+};
+constexpr TypeName kTypes[] = {{"Q4_0", QJIT_GGML_Q4_0}, {"Q4_1", QJIT_GGML_Q4_1}, {"Q5_0", QJIT_GGML_Q5_0},
+                               {"Q5_1", QJIT_GGML_Q5_1}, {"Q8_0", QJIT_GGML_Q8_0}, {"Q2_K", QJIT_GGML_Q2_K},
+                               {"Q3_K", QJIT_GGML_Q3_K}, {"Q4_K", QJIT_GGML_Q4_K}, {"Q5_K", QJIT_GGML_Q5_K},
+                               {"Q6_K", QJIT_GGML_Q6_K}};
+
+struct Shape {
+    int64_t k, n;
+};
+
+struct Options {
+    std::vector<std::string> types;
+    std::vector<int64_t> batches = {1, 16};
+    std::vector<int> threads = {1, qjit_bench::hardware_threads()};
+};
+
+[[noreturn]] void die(const char* what) {
+    std::fprintf(stderr, "bench_gguf_types: %s failed: %s\n", what, qjit_last_error());
+    std::exit(1);
+}
+
+std::vector<std::string> split(const char* text) {
+    std::vector<std::string> parts;
+    std::string part;
+    for (const char* c = text;; ++c) {
+        if (*c == ',' || *c == '\0') {
+            if (!part.empty()) parts.push_back(part);
+            part.clear();
+            if (*c == '\0') break;
+        } else {
+            part += *c;
+        }
+    }
+    return parts;
+}
+
+Options parse(int argc, char** argv) {
+    Options options;
+    for (const TypeName& t : kTypes) options.types.push_back(t.name);
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view arg(argv[i]);
+        auto value = [&](std::string_view flag) { return arg.starts_with(flag) ? argv[i] + flag.size() : nullptr; };
+        if (const char* v = value("--types=")) options.types = split(v);
+        else if (const char* v = value("--batches=")) options.batches = parse_list<int64_t>("bench_gguf_types", v);
+        else if (const char* v = value("--threads=")) options.threads = parse_list<int>("bench_gguf_types", v);
+        else {
+            std::fprintf(stderr, "usage: bench_gguf_types [--types=Q4_0,Q4_K,...] [--batches=1,16] [--threads=1,2]\n");
+            std::exit(2);
+        }
+    }
+    return options;
+}
+
+const TypeName& type_named(const std::string& name) {
+    for (const TypeName& t : kTypes)
+        if (name == t.name) return t;
+    std::fprintf(stderr, "bench_gguf_types: unknown type %s\n", name.c_str());
+    std::exit(2);
+}
+
+struct Row {
+    std::string type, format;
+    Shape shape;
+    int threads;
+    int64_t batch;
+    std::string tiling;
+    double micros = 0, held_bits = 0, streamed_bits = 0, file_bits = 0, gbps = 0, probe_gbps = 0, macs = 0, peak_macs = 0;
+};
+
+Row measure_row(const TypeName& t, Shape shape, const std::vector<uint8_t>& bytes, int threads, int64_t batch,
+                qjit_tools::BandwidthProbe& probe, double peak_macs) {
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.num_threads = threads;
+    options.tuning_db_path = "";
+    options.tuning_batch = batch;
+    options.activations = QJIT_ACTIVATIONS_INT8;
+    qjit_context* context = nullptr;
+    if (qjit_context_create(&options, &context) != QJIT_OK) die("qjit_context_create");
+    qjit_linear* layer = nullptr;
+    if (qjit_linear_create_from_gguf(context, t.type, bytes.data(), bytes.size(), shape.k, shape.n, &layer) != QJIT_OK)
+        die("qjit_linear_create_from_gguf");
+    qjit_linear_tuning tuning;
+    qjit_linear_info info;
+    if (qjit_linear_get_tuning(layer, &tuning) != QJIT_OK || qjit_linear_get_info(layer, &info) != QJIT_OK)
+        die("qjit_linear_get_tuning/info");
+    const char* described = nullptr;
+    if (qjit_linear_describe(layer, &described) != QJIT_OK) die("qjit_linear_describe");
+    const std::string description = described;
+    const size_t format_at = description.find("format=");
+    Row row{t.name, description.substr(format_at + 7, description.find(' ', format_at) - format_at - 7), shape, threads,
+            batch, tuning.tiling};
+    std::vector<double> rounds;
+    auto run_probe = [&] {
+        for (int i = 0; i < kRowProbeSweeps; ++i)
+            row.probe_gbps = std::max(row.probe_gbps, probe.measure(threads, qjit_tools::BandwidthProbe::kPeakWindowBytes));
+    };
+    for (int r = 0; r < kRounds; ++r) {
+        run_probe();
+        double us = 0;
+        if (qjit_linear_benchmark(layer, batch, kCallsPerRound, 1, &us) != QJIT_OK) die("qjit_linear_benchmark");
+        rounds.push_back(us);
+    }
+    run_probe();
+    const double weights = double(shape.k) * double(shape.n);
+    row.micros = median(rounds);
+    row.held_bits = double(info.stored_bytes) * 8 / weights;
+    row.streamed_bits = double(info.weight_bytes) * 8 / weights;
+    row.file_bits = double(bytes.size()) * 8 / weights;
+    row.gbps = double(info.weight_bytes) / row.micros * 1e-3;
+    row.macs = double(batch) * weights / row.micros * 1e6;
+    row.peak_macs = peak_macs;
+    qjit_linear_destroy(layer);
+    qjit_context_destroy(context);
+    return row;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const Options options = parse(argc, argv);
+    qjit_tools::BandwidthProbe probe;
+    std::map<int, double> peak_macs;
+    std::printf("qjit %s; read probe: %s loads, best of %d sweeps; int8 peak: ", qjit_version(), probe.load_width(),
+                qjit_tools::BandwidthProbe::kPeakSweeps);
+    if (!qjit_tools::Int8PeakProbe::available()) {
+        std::printf("none (no AVX2)\n");
+    } else {
+        qjit_tools::Int8PeakProbe int8_peak;
+        std::printf("%s, best of %d runs\n", int8_peak.instruction(), qjit_tools::Int8PeakProbe::kPeakRuns);
+        for (int threads : options.threads) peak_macs[threads] = int8_peak.peak(threads);
+    }
+    std::printf("\n| type | stored as | shape | threads | batch | tiling | bits/weight held / streamed / file | µs "
+                "| GB/s | read probe GB/s | of read probe | GB/s per Q4_0's | of int8 peak |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    // Q4_0 first, so that every other type's row has its per-byte reference.
+    std::vector<std::string> types = {"Q4_0"};
+    for (const std::string& name : options.types)
+        if (name != "Q4_0") types.push_back(name);
+    std::map<std::tuple<int64_t, int64_t, int, int64_t>, double> q4_0_gbps;
+    uint64_t seed = 1;
+    for (const Shape shape : {Shape{4096, 11008}, Shape{11008, 4096}})
+        for (const std::string& name : types) {
+            const TypeName& t = type_named(name);
+            qjit_tools::Rng rng(seed++);
+            const std::vector<uint8_t> bytes = qjit_tools::random_gguf_tensor(
+                t.type, shape.k, shape.n, seed, [&] { return qjit_tools::benchmark_half(rng.next()); });
+            for (int threads : options.threads)
+                for (int64_t batch : options.batches) {
+                    const Row r = measure_row(t, shape, bytes, threads, batch, probe, peak_macs[threads]);
+                    const auto key = std::make_tuple(shape.k, shape.n, threads, batch);
+                    if (name == "Q4_0") q4_0_gbps[key] = r.gbps;
+                    std::printf("| %s | %s | %lldx%lld | %d | %lld | %s | %.3f / %.3f / %.3f | %.0f | %.1f | %.1f | %.2f "
+                                "| %.2f | %.2f |\n",
+                                r.type.c_str(), r.format.c_str(), (long long)shape.k, (long long)shape.n, threads,
+                                (long long)batch, r.tiling.c_str(), r.held_bits, r.streamed_bits, r.file_bits, r.micros,
+                                r.gbps, r.probe_gbps, r.gbps / r.probe_gbps, r.gbps / q4_0_gbps[key],
+                                r.peak_macs > 0 ? r.macs / r.peak_macs : 0.0);
+                    std::fflush(stdout);
+                }
+        }
+    return 0;
+}
