@@ -273,6 +273,7 @@ qjit_status qjit_linear_get_info(const qjit_linear* layer, qjit_linear_info* inf
         info->second_order_scales = p.second_order_scales();
         info->outliers = p.outliers;
         info->float_offsets = p.float_offsets;
+        info->scale_code_bits = p.scale_code_bits;
     });
 }
 

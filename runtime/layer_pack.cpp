@@ -31,6 +31,7 @@ bool held_by_panels(const qjit_linear& layer) {
 ScaleType panel_scale_type(const std::string& name) {
     if (name == scale_type_name(ScaleType::F16)) return ScaleType::F16;
     if (name == scale_type_name(ScaleType::F32)) return ScaleType::F32;
+    if (name == scale_type_name(ScaleType::SuperBlock)) return ScaleType::SuperBlock;
     fail(QJIT_ERROR_INVALID_ARGUMENT, "scale type '", name, "' is not one a panels entry stores");
 }
 
@@ -44,6 +45,7 @@ QuantParams panel_params(const nlohmann::json& fields) {
     p.symmetric = fields.at("symmetric").get<bool>();
     p.float_offsets = fields.at("float_offsets").get<bool>();
     p.scale_type = panel_scale_type(fields.at("scale_type").get<std::string>());
+    if (p.super_block_scales()) p.scale_code_bits = int(json_integer_field(fields, "scale_code_bits", 0, 8));
     validate(p.format());
     return p;
 }
@@ -131,6 +133,7 @@ void write_pack_entry(PackWriter& writer, const std::string& name, const qjit_li
         {"symmetric", p.symmetric},
         {"float_offsets", p.float_offsets},
         {"scale_type", scale_type_name(p.scale_type)},
+        {"scale_code_bits", p.scale_code_bits},
         {"kernel", jit::kernel_family_name(executor.spec())},
         {"tiling", layer.tuning.tiling},
         {"kernel_key", layer.tuning.kernel_key},

@@ -92,6 +92,7 @@ void release_unpacked_metadata(qjit_linear& layer) {
     std::vector<float>().swap(layer.params.scales);
     std::vector<uint16_t>().swap(layer.params.zeros);
     std::vector<float>().swap(layer.params.offsets);
+    layer.params.super_block = SuperBlockScales{};
     layer.metadata_in_kernels = true;
 }
 

@@ -197,6 +197,7 @@ TEST_P(GgufImport, CApiLayerDequantizesAsGgml) {
                 ASSERT_EQ(qjit_linear_get_info(layer.get(), &info), QJIT_OK);
                 EXPECT_EQ(double(info.stored_bytes) * 8 / double(k * n), t.qjit_bits);
                 EXPECT_EQ(double(bytes.size()) * 8 / double(k * n), t.gguf_bits);
+                EXPECT_EQ(info.scale_code_bits, gguf_import_format(t.type).scale_code_bits);
             }
         }
     }

@@ -19,6 +19,8 @@
 #include "quant/quantize_rtn.hpp"
 #include "runtime/linear_layer.hpp"
 #include "test_support.hpp"
+#include "tools/random_gguf.hpp"
+#include "tools/random_gptq.hpp"
 
 namespace qjit {
 namespace {
@@ -35,14 +37,16 @@ std::string read_bytes(const std::string& path) {
 
 void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
-// One layer of each kind a model meets: the formats of GGUF's Q4_0, Q4_1 and Q8_0 blocks, other
-// widths and groups, fp32 scales, odd shapes (K and N off every multiple), and one whose rows are
-// stored in act-order, which the panels do not hold (a layer image).
+// One layer of each kind a model meets: the formats of GGUF's Q4_0, Q4_1 and Q8_0 blocks, layers
+// imported from Q4_K, Q6_K and Q5_0 blocks (super-block scales, 5- and 6-bit codes), other widths
+// and groups, fp32 scales, odd shapes (K and N off every multiple), and one whose rows are stored
+// in act-order, which the panels do not hold (a layer image).
 struct Case {
     const char* name;
-    WeightFormat format;
+    WeightFormat format;  // quantized to by RTN, unless imported from `gguf` blocks
     int64_t k, n;
     bool act_order = false;
+    qjit_ggml_type gguf = QJIT_GGML_TYPE_MAX_ENUM;
 };
 
 std::vector<Case> cases() {
@@ -53,6 +57,9 @@ std::vector<Case> cases() {
         {"q3g64", {.bits = 3, .group_size = 64, .scale_type = ScaleType::F16}, 130, 45},
         {"q2g128_f32", {.bits = 2, .group_size = 128, .scale_type = ScaleType::F32}, 300, 33},
         {"q4_act", {.bits = 4, .group_size = 32, .scale_type = ScaleType::F16}, 64, 24, true},
+        {"q4_k", {}, 512, 40, false, QJIT_GGML_Q4_K},
+        {"q6_k", {}, 256, 21, false, QJIT_GGML_Q6_K},
+        {"q5_0", {}, 96, 9, false, QJIT_GGML_Q5_0},
     };
 }
 
@@ -69,6 +76,15 @@ protected:
     void TearDown() override { std::filesystem::remove_all(directory_); }
 
     static LinearPtr make_layer(qjit_context* context, const Case& c) {
+        if (c.gguf != QJIT_GGML_TYPE_MAX_ENUM) {
+            qjit_tools::Rng rng(uint64_t(c.k * 31 + c.n));
+            const std::vector<uint8_t> bytes = qjit_tools::random_gguf_tensor(
+                c.gguf, c.k, c.n, 5, [&] { return qjit_tools::benchmark_half(rng.next()); });
+            qjit_linear* raw = nullptr;
+            EXPECT_EQ(qjit_linear_create_from_gguf(context, c.gguf, bytes.data(), bytes.size(), c.k, c.n, &raw), QJIT_OK)
+                << qjit_last_error();
+            return LinearPtr(raw);
+        }
         const std::vector<float> weights = test::random_floats(size_t(c.k * c.n), uint32_t(c.k * 31 + c.n));
         QuantizedMatrix matrix = quantize_rtn(c.format, c.k, c.n, weights.data());
         if (c.act_order) {

@@ -233,6 +233,8 @@ typedef struct qjit_linear_info {
     int64_t outliers;       /* sparse fp16 outliers added to the weights */
     int float_offsets;      /* nonzero: real-valued offsets per group (stored like the scales) instead of
                                integer zero points */
+    int scale_code_bits;    /* super-block scales (GGUF's K-quants): the width of each group's scale (and
+                               min) code under an fp16 super-scale per 256 rows; 0 for other scales */
 } qjit_linear_info;
 
 /* How a layer's tiling was chosen. Strings are owned by the layer. */

@@ -46,6 +46,7 @@ class LinearInfo:
     second_order_scales: bool
     outliers: int  #: sparse fp16 outliers
     float_offsets: bool  #: real-valued offsets per group instead of integer zero points
+    scale_code_bits: int  #: super-block scales (GGUF K-quants): bits of each group's scale code; 0 otherwise
 
     @property
     def bits_per_weight(self) -> float:

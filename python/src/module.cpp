@@ -359,6 +359,7 @@ public:
         d["second_order_scales"] = bool(i.second_order_scales);
         d["outliers"] = i.outliers;
         d["float_offsets"] = bool(i.float_offsets);
+        d["scale_code_bits"] = i.scale_code_bits;
         return d;
     }
 
