@@ -248,20 +248,22 @@ TEST_F(LayerPackTest, BadCallsAreRefusedWithAMessage) {
 }
 
 // Writes the fuzz corpus's seeds (tests/fuzz/fuzz_pack_file.cpp) without the CRC its fuzzer appends:
-// packs made on an AVX2-capped context, the fuzzer's, with a panels entry of each zero-point kind and
-// an act-order layer's image.
+// packs made on an AVX2-capped context, the fuzzer's, with a panels entry of each zero-point kind,
+// an act-order layer's image, and the layers of GGUF blocks (super-block scales, 5- and 6-bit codes).
 //   QJIT_FUZZ_SEED_DIR=tests/fuzz/corpus qjit_tests --gtest_also_run_disabled_tests --gtest_filter='*WritesPackFuzzSeeds'
 TEST_F(LayerPackTest, DISABLED_WritesPackFuzzSeeds) {
     const char* dir = std::getenv("QJIT_FUZZ_SEED_DIR");
     if (!dir) GTEST_SKIP() << "set QJIT_FUZZ_SEED_DIR to the corpus folder";
     const ContextPtr avx2 = test::make_test_context(1, QJIT_ISA_AVX2);
     const std::vector<Case> all = cases();
-    for (const auto& [seed, count] : {std::pair<const char*, size_t>{"one-panels-entry", 1}, {"panels-and-image", 6}}) {
+    using Entries = std::pair<size_t, size_t>;  // [first, end) of cases()
+    for (const auto& [seed, entries] : {std::pair<const char*, Entries>{"one-panels-entry", {0, 1}},
+                                        {"panels-and-image", {0, 6}}, {"gguf-blocks", {6, 9}}}) {
         const std::string file = path(seed);
         qjit_pack_writer* raw = nullptr;
         ASSERT_EQ(qjit_pack_writer_create(file.c_str(), "seed", &raw), QJIT_OK) << qjit_last_error();
         WriterPtr writer(raw);
-        for (size_t i = 0; i < count; ++i) {
+        for (size_t i = entries.first; i < entries.second; ++i) {
             const LinearPtr layer = make_layer(avx2.get(), all[i]);
             ASSERT_EQ(qjit_pack_writer_add(writer.get(), all[i].name, layer.get()), QJIT_OK) << qjit_last_error();
         }

@@ -254,5 +254,22 @@ TEST(SuperBlockScales, ADamagedLayerFileIsRefused) {
     EXPECT_THROW(deserialize_layer(image), Error);
 }
 
+// Writes the fuzz corpus's version 6 seeds: layer8 (Q4_K's format: 4-bit codes, 6-bit scale and min
+// codes) and layer9 (Q6_K's: 6-bit codes, signed 8-bit scale codes), small layers in panels of 8
+// columns; the checksummed target's copies lack the CRC its fuzzer appends.
+//   QJIT_FUZZ_SEED_DIR=tests/fuzz/corpus qjit_tests --gtest_also_run_disabled_tests --gtest_filter='*WritesSuperBlockFuzzSeeds'
+TEST(SuperBlockScales, DISABLED_WritesSuperBlockFuzzSeeds) {
+    const char* dir = std::getenv("QJIT_FUZZ_SEED_DIR");
+    if (!dir) GTEST_SKIP() << "set QJIT_FUZZ_SEED_DIR to the corpus folder";
+    for (const auto& [name, c] : {std::pair<const char*, Case>{"layer8", kCases[2]}, {"layer9", kCases[4]}}) {
+        const QuantizedMatrix m = random_matrix(c, 256, 5, 11);
+        const PackedCodes codes = pack_codes(m.codes.data(), c.bits, 256, 5, 8);
+        const std::string image = serialize_layer(m.params, codes, {});
+        ASSERT_EQ(deserialize_layer(image).params.format(), m.params.format());
+        test::write_file(concat(dir, "/fuzz_layer_file/", name), image);
+        test::write_file(concat(dir, "/fuzz_layer_file_checksummed/", name), image.substr(0, image.size() - 4));
+    }
+}
+
 }  // namespace
 }  // namespace qjit
