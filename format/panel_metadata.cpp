@@ -54,21 +54,26 @@ int64_t groups_per_super_block(const PanelMetadataLayout& layout) {
     return SuperBlockScales::groups_per_super_block(layout.format);
 }
 
-// Bytes of one super-block of one panel in either stream: the fp16 super-scales, then a code byte
-// per group and column.
-int64_t super_block_bytes(const PanelMetadataLayout& layout) {
-    return layout.panel_columns *
-           (PanelMetadataLayout::kSuperBlockScaleBytes + groups_per_super_block(layout) * PanelMetadataLayout::kSuperBlockCodeBytes);
+// Bytes of one super-block of one panel in a stream: the fp16 super-values, then (with codes) a
+// code byte per group and column.
+int64_t super_block_bytes(const PanelMetadataLayout& layout, bool with_codes) {
+    const int64_t codes = with_codes ? groups_per_super_block(layout) * PanelMetadataLayout::kSuperBlockCodeBytes : 0;
+    return layout.panel_columns * (PanelMetadataLayout::kSuperBlockScaleBytes + codes);
+}
+int64_t scale_super_block_bytes(const PanelMetadataLayout& layout) { return super_block_bytes(layout, true); }
+int64_t zero_super_block_bytes(const PanelMetadataLayout& layout) {
+    return super_block_bytes(layout, !layout.mins_in_scale_bytes());
 }
 
-// Where column c (of the panel) of group g lies in a panel's super-block streams: its super-scale
-// and its code, as byte offsets from the panel's first byte.
+// Where column c (of the panel) of group g lies in a super-block stream of `super_bytes` per
+// super-block: its super-value and its code, as byte offsets.
 struct SuperBlockSlot {
-    size_t scale, code;
+    size_t value, code;
 };
-SuperBlockSlot super_block_slot(const PanelMetadataLayout& layout, int64_t panel, int64_t g, int64_t c) {
+SuperBlockSlot super_block_slot(const PanelMetadataLayout& layout, int64_t super_bytes, int64_t panel, int64_t g,
+                                int64_t c) {
     const int64_t per_super = groups_per_super_block(layout), super = g / per_super;
-    const int64_t start = (panel * (layout.groups / per_super) + super) * super_block_bytes(layout);
+    const int64_t start = (panel * (layout.groups / per_super) + super) * super_bytes;
     return {size_t(start + c * PanelMetadataLayout::kSuperBlockScaleBytes),
             size_t(start + layout.panel_columns * PanelMetadataLayout::kSuperBlockScaleBytes +
                    (g % per_super) * layout.panel_columns + c)};
@@ -78,15 +83,17 @@ void pack_super_block(const QuantParams& p, const PanelMetadataLayout& layout, i
     const int64_t first = panel * layout.panel_columns, end = std::min(p.n, first + layout.panel_columns);
     const SuperBlockScales& s = p.super_block;
     const int64_t per_super = groups_per_super_block(layout);
+    const bool shared = layout.mins_in_scale_bytes();
     for (int64_t g = 0; g < p.num_groups(); ++g)
         for (int64_t c = first; c < end; ++c) {
-            const SuperBlockSlot slot = super_block_slot(layout, panel, g, c - first);
+            const SuperBlockSlot slot = super_block_slot(layout, scale_super_block_bytes(layout), panel, g, c - first);
             const size_t from = size_t(g * p.n + c), super = size_t(g / per_super * p.n + c);
-            out.scales[slot.code] = uint8_t(s.scale_codes[from]);
-            std::memcpy(&out.scales[slot.scale], &s.scales[super], 2);
+            out.scales[slot.code] = uint8_t(uint8_t(s.scale_codes[from]) | (shared ? s.min_codes[from] << 4 : 0));
+            std::memcpy(&out.scales[slot.value], &s.scales[super], 2);
             if (!p.float_offsets) continue;
-            out.zeros[slot.code] = s.min_codes[from];
-            std::memcpy(&out.zeros[slot.scale], &s.mins[super], 2);
+            const SuperBlockSlot min = super_block_slot(layout, zero_super_block_bytes(layout), panel, g, c - first);
+            if (!shared) out.zeros[min.code] = s.min_codes[from];
+            std::memcpy(&out.zeros[min.value], &s.mins[super], 2);
         }
 }
 
@@ -98,16 +105,21 @@ void unpack_super_block(const PanelMetadata& metadata, const PanelMetadataLayout
     s.min_codes.resize(p.float_offsets ? groups : 0);
     s.mins.resize(p.float_offsets ? supers : 0);
     const int64_t per_super = groups_per_super_block(layout), width = layout.panel_columns;
+    const bool shared = layout.mins_in_scale_bytes();
     for (int64_t panel = 0; panel < panels_of(p, layout); ++panel)
         for (int64_t g = 0; g < p.num_groups(); ++g)
             for (int64_t c = panel * width; c < std::min(p.n, (panel + 1) * width); ++c) {
-                const SuperBlockSlot slot = super_block_slot(layout, panel, g, c - panel * width);
+                const SuperBlockSlot slot =
+                    super_block_slot(layout, scale_super_block_bytes(layout), panel, g, c - panel * width);
                 const size_t to = size_t(g * p.n + c), super = size_t(g / per_super * p.n + c);
-                s.scale_codes[to] = int8_t(metadata.scales[slot.code]);
-                std::memcpy(&s.scales[super], &metadata.scales[slot.scale], 2);
+                const uint8_t code = metadata.scales[slot.code];
+                s.scale_codes[to] = int8_t(shared ? code & 15 : code);
+                std::memcpy(&s.scales[super], &metadata.scales[slot.value], 2);
                 if (!p.float_offsets) continue;
-                s.min_codes[to] = metadata.zeros[slot.code];
-                std::memcpy(&s.mins[super], &metadata.zeros[slot.scale], 2);
+                const SuperBlockSlot min =
+                    super_block_slot(layout, zero_super_block_bytes(layout), panel, g, c - panel * width);
+                s.min_codes[to] = shared ? uint8_t(code >> 4) : metadata.zeros[min.code];
+                std::memcpy(&s.mins[super], &metadata.zeros[min.value], 2);
             }
     expand_super_block_scales(p);
     if (!p.float_offsets) p.zeros.assign(groups, uint16_t(1u << (p.bits - 1)));
@@ -121,8 +133,9 @@ PanelMetadataOffsets panel_metadata_offsets(const PanelMetadataLayout& layout, i
     PanelMetadataOffsets at;
     if (f.super_block_scales()) {
         const int64_t per_super = groups_per_super_block(layout);
-        at.scales = size_t((panel * (layout.groups / per_super) + group / per_super) * super_block_bytes(layout));
-        at.zeros = f.float_offsets ? at.scales : 0;
+        const int64_t super = panel * (layout.groups / per_super) + group / per_super;
+        at.scales = size_t(super * scale_super_block_bytes(layout));
+        at.zeros = f.float_offsets ? size_t(super * zero_super_block_bytes(layout)) : 0;
         return at;
     }
     at.scales = f.second_order_scales()

@@ -11,8 +11,9 @@
 // Super-block scales store, per panel and 256-row super-block, in `scales` the fp16 super-scales d
 // of the panel's columns, then a signed or unsigned byte per group and column (the scale code); in
 // `zeros` (float offsets) the fp16 super-mins dmin, then a byte per group and column (the min code).
-// A 6-bit or 4-bit code takes a byte here: the panels hold more than the format's stored bytes
-// count by (8 - scale_code_bits) bits per code.
+// 4-bit codes with float offsets (GGUF Q2_K) share a byte, scale | min << 4, in `scales`, and
+// `zeros` holds only the super-mins. A 6-bit code takes a byte: the panels hold 2 bits per code
+// more than the format's stored bytes count.
 // Groups past the layer's own (groups of 16 over rows padded to 32) keep scale 0.
 #pragma once
 
@@ -34,6 +35,11 @@ struct PanelMetadataLayout {
     // Bytes of a code byte per column and group of super-block scales, and of the fp16 super-scale.
     static constexpr int kSuperBlockCodeBytes = 1;
     static constexpr int kSuperBlockScaleBytes = 2;
+
+    // Super-block scales whose min codes share the scale codes' bytes (4-bit codes and float offsets).
+    bool mins_in_scale_bytes() const {
+        return format.super_block_scales() && format.float_offsets && format.scale_code_bits == 4;
+    }
 };
 
 // Byte offsets, inside the scales and inside the zeros, of panel `panel`'s metadata from K-group

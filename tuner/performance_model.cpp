@@ -83,8 +83,10 @@ double estimate_seconds(const jit::CpuKernelSpec& spec, const TuningProblem& pro
                                : spec.format.super_block_scales()
                                    ? double(PanelMetadataLayout::kSuperBlockCodeBytes)
                                    : double(spec.format.scale_bytes());
-    const double zero_bytes = spec.format.super_block_scales() ? (spec.format.float_offsets ? scale_bytes : 0.0)
-                                                               : double(spec.format.zero_point_bytes());
+    const double zero_bytes =
+        spec.format.super_block_scales()
+            ? (spec.format.float_offsets && !PanelMetadataLayout{spec.format}.mins_in_scale_bytes() ? scale_bytes : 0.0)
+            : double(spec.format.zero_point_bytes());
     const double weight_bytes =
         double(blocks * code_block_bytes(spec) * panels) + double(groups * padded_n) * (scale_bytes + zero_bytes);
     const double dram_gbps = std::min(machine.dram_gbps_total, machine.dram_gbps_per_thread * threads);

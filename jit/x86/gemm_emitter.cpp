@@ -74,7 +74,8 @@ public:
           mixed_(!spec.format.uniform_bits()),
           second_order_(spec.format.second_order_scales()),
           super_block_(spec.format.super_block_scales()),
-          float_offsets_(spec.format.float_offsets) {
+          float_offsets_(spec.format.float_offsets),
+          mins_in_scale_bytes_(PanelMetadataLayout{spec.format}.mins_in_scale_bytes()) {
         const int scratch = std::max(main_scratch_registers(spec), kEpilogueTemporaries);
         scratch_base_ = rows_ * tu_;
         const_base_ = scratch_base_ + scratch;
@@ -462,12 +463,7 @@ private:
             if (second_order_) {
                 load_second_order_scale_and_zero(t, scale, zero, factor);
             } else if (super_block_) {
-                load_super_block_value(scale, scales_, super_scales_, t, spec_.format.symmetric, factor);
-                if (float_offsets_) {
-                    load_super_block_value(zero, zeros_, super_mins_, t, false, factor);
-                    broadcast_constant(factor, 0x80000000u);  // the offset is minus the min
-                    kZmm ? vpxord(zero, zero, factor) : vxorps(zero, zero, factor);
-                }
+                load_super_block_scale_and_offset(t, scale, zero, factor);
             } else {
                 load_stored_floats(scale, scales_, t);
             }
@@ -510,7 +506,7 @@ private:
         }
         if (super_block_) {
             add(scales_, panel_ * PanelMetadataLayout::kSuperBlockCodeBytes);
-            if (float_offsets_) add(zeros_, panel_ * PanelMetadataLayout::kSuperBlockCodeBytes);
+            if (float_offsets_ && !mins_in_scale_bytes_) add(zeros_, panel_ * PanelMetadataLayout::kSuperBlockCodeBytes);
         } else {
             add(scales_, second_order_ ? panel_ / SecondOrderScales::kColumns * kSecondOrderPairBytes : panel_ * scale_bytes_);
             if (!spec_.format.symmetric) add(zeros_, float_offsets_ ? panel_ * scale_bytes_ : panel_);
@@ -579,12 +575,34 @@ private:
         vmulps(scale, scale, factor);
     }
 
-    // Column vector t's code bytes at `codes` (signed or unsigned) times the fp16 super-values at
-    // `supers`, as fp32 (exact: an fp16 value times a code of at most 8 bits). `temp` is clobbered.
-    void load_super_block_value(const Vmm& dst, const Reg64& codes, const Reg64& supers, int t, bool is_signed,
-                                const Vmm& temp) {
+    // Column vector t's scales (code times super-scale) and, with float offsets, offsets (minus the
+    // min code times the super-min) from super-block storage; the min codes are the high nibbles of
+    // the scale bytes where the two share them. Exact: an fp16 value times a code of at most 8 bits.
+    void load_super_block_scale_and_offset(int t, const Vmm& scale, const Vmm& offset, const Vmm& temp) {
+        load_code_bytes(scale, scales_, t, spec_.format.symmetric);
+        if (float_offsets_) {
+            if (mins_in_scale_bytes_) {
+                vpsrld(offset, scale, 4);
+                broadcast_constant(temp, 0xfu);
+                vand(scale, scale, temp);
+            } else {
+                load_code_bytes(offset, zeros_, t, false);
+            }
+            times_super_value(offset, super_mins_, t, temp);
+            broadcast_constant(temp, 0x80000000u);  // the offset is minus the min
+            kZmm ? vpxord(offset, offset, temp) : vxorps(offset, offset, temp);
+        }
+        times_super_value(scale, super_scales_, t, temp);
+    }
+
+    // dst = column vector t's code bytes at `codes`, signed or unsigned, in 32-bit lanes.
+    void load_code_bytes(const Vmm& dst, const Reg64& codes, int t, bool is_signed) {
         const Xbyak::Address bytes = kZmm ? Xbyak::Address(xword[codes + t * lanes_]) : Xbyak::Address(qword[codes + t * lanes_]);
         is_signed ? vpmovsxbd(dst, bytes) : vpmovzxbd(dst, bytes);
+    }
+
+    // dst (integer codes) = float(dst) * the fp16 super-values of column vector t at `supers`.
+    void times_super_value(const Vmm& dst, const Reg64& supers, int t, const Vmm& temp) {
         vcvtdq2ps(dst, dst);
         vcvtph2ps(temp, kZmm ? Xbyak::Address(yword[supers + t * lanes_ * 2]) : Xbyak::Address(xword[supers + t * lanes_ * 2]));
         vmulps(dst, dst, temp);
@@ -610,7 +628,7 @@ private:
     const int tu_, rows_, lanes_, panel_;
     const bool int8_;
     const int x_bytes_, scale_bytes_;
-    const bool merges_planes_, mixed_, second_order_, super_block_, float_offsets_;
+    const bool merges_planes_, mixed_, second_order_, super_block_, float_offsets_, mins_in_scale_bytes_;
     int scratch_base_ = 0, const_base_ = 0;
 };
 
