@@ -11,7 +11,7 @@ using cuda_layout::kCodesPerBlock;
 
 namespace {
 
-// Writes the 32 codes of one block (code(i) for i < 32) into `words` per code_layout.hpp.
+// Writes the 32 codes of one block (code(i) for i < 32) into `words` per cuda_code_layout.hpp.
 template <typename CodeAt>
 void pack_block(int bits, CodeAt code, uint32_t* words) {
     using namespace cuda_layout;
@@ -19,10 +19,15 @@ void pack_block(int bits, CodeAt code, uint32_t* words) {
         const int word = pair_word(bits, p), shift = pair_shift(bits, p);
         words[word] |= uint32_t(code(2 * p)) << shift | uint32_t(code(2 * p + 1)) << (16 + shift);
     }
-    if (bits == 3)
-        for (int i = 0; i < 2; ++i)
-            for (int b = 0; b < 3; ++b)
-                words[kSpareWord[i][b]] |= uint32_t((code(30 + i) >> b) & 1) << kSpareBit[i][b];
+    for (int p = regular_pairs(bits); p < kPairsPerBlock; ++p) {
+        const SparePieces pieces = spare_pieces(bits, p);
+        for (int i = 0; i < pieces.count; ++i) {
+            const SparePiece& piece = pieces.piece[i];
+            const uint32_t mask = (1u << piece.length) - 1;
+            words[piece.word] |= (uint32_t(code(2 * p)) >> piece.to & mask) << piece.from |
+                                 (uint32_t(code(2 * p + 1)) >> piece.to & mask) << (16 + piece.from);
+        }
+    }
 }
 
 }  // namespace
@@ -82,11 +87,15 @@ namespace {
 template <typename WordAt>
 int unpack_block_code(int bits, WordAt word, int i) {
     using namespace cuda_layout;
-    const int pair = i / 2, odd = i % 2;
+    const int pair = i / 2, half = 16 * (i % 2);
     if (pair < regular_pairs(bits))
-        return int(word(pair_word(bits, pair)) >> (pair_shift(bits, pair) + 16 * odd)) & ((1 << bits) - 1);
+        return int(word(pair_word(bits, pair)) >> (pair_shift(bits, pair) + half)) & ((1 << bits) - 1);
     int code = 0;
-    for (int b = 0; b < 3; ++b) code |= int((word(kSpareWord[odd][b]) >> kSpareBit[odd][b]) & 1) << b;
+    const SparePieces pieces = spare_pieces(bits, pair);
+    for (int j = 0; j < pieces.count; ++j) {
+        const SparePiece& piece = pieces.piece[j];
+        code |= int(word(piece.word) >> (piece.from + half) & ((1u << piece.length) - 1)) << piece.to;
+    }
     return code;
 }
 

@@ -21,7 +21,7 @@ struct CudaFormat {
 
 inline std::vector<CudaFormat> every_cuda_format() {
     std::vector<CudaFormat> formats;
-    for (int bits : {2, 3, 4, 8})
+    for (int bits : {2, 3, 4, 5, 6, 8})
         for (int group : {32, 64, 128, 0})
             for (bool symmetric : {false, true}) formats.push_back({bits, group, symmetric});
     return formats;

@@ -159,7 +159,7 @@ TEST_P(CudaDevice, EveryVariantMatchesTheOracle) {
 }
 
 
-INSTANTIATE_TEST_SUITE_P(Bits, CudaDevice, ::testing::Values(2, 3, 4, 8),
+INSTANTIATE_TEST_SUITE_P(Bits, CudaDevice, ::testing::Values(2, 3, 4, 5, 6, 8),
                          [](const auto& info) { return "q" + std::to_string(info.param); });
 
 // Split-K and every batch 1 .. 64 through the tuner's model pick, fp16 and bf16.

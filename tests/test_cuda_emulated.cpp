@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -119,11 +120,18 @@ struct Sampled {
     CudaKernelSpec spec;
 };
 
+// every_cuda_format's formats of `bits`.
+std::vector<test::CudaFormat> formats_of_width(int bits) {
+    std::vector<test::CudaFormat> formats;
+    for (const test::CudaFormat& format : test::every_cuda_format())
+        if (format.bits == bits) formats.push_back(format);
+    return formats;
+}
+
 std::vector<Sampled> sampled_variants(int bits, int64_t k) {
     std::vector<Sampled> sample;
     int index = 0;
-    for (const test::CudaFormat& format : test::every_cuda_format()) {
-        if (format.bits != bits) continue;
+    for (const test::CudaFormat& format : formats_of_width(bits)) {
         const KernelKind kind = KernelKind(index % 3);
         std::vector<CudaKernelSpec> of_kind;
         for (const CudaKernelSpec& spec : test::cuda_variants(format, k, 80))
@@ -170,8 +178,35 @@ TEST_P(CudaEmulated, SampledVariantsMatchTheOracle) {
         }
 }
 
-INSTANTIATE_TEST_SUITE_P(Bits, CudaEmulated, ::testing::Values(2, 3, 4, 8),
+INSTANTIATE_TEST_SUITE_P(Bits, CudaEmulated, ::testing::Values(2, 3, 4, 5, 6, 8),
                          [](const auto& info) { return "q" + std::to_string(info.param); });
+
+// The mixed-format GEMV on `matrix` (its own widths, scales and outliers) against the oracle, at
+// half its rows plus one and at all of them.
+void expect_mixed_gemv_matches_the_oracle(const QuantizedMatrix& matrix, int rows, ActivationType type,
+                                          const std::string& label, uint32_t seed) {
+    CudaKernelSpec spec;
+    spec.format = matrix.params.format();
+    spec.format.act_order = false;
+    spec.activations = type;
+    spec.arch = 80;
+    spec.rows = rows;
+    ASSERT_TRUE(jit::cuda::needs_mixed_kernel(spec.format));
+    ASSERT_EQ(jit::cuda::unsupported_reason(spec.format), "");
+    const std::string name = jit::cuda::kernel_name(spec) + " (" + label + ") K=" + std::to_string(matrix.params.k) +
+                             " N=" + std::to_string(matrix.params.n);
+    SCOPED_TRACE(name);
+    const jit::cuda::GeneratedKernel generated = jit::cuda::generate_kernel(spec);
+    ASSERT_EQ(generated.entry, "qjit_mixed_gemv");
+    const HostModule kernel(generated.source);
+    for (int64_t m : {int64_t(rows / 2 + 1), int64_t(rows)}) {
+        std::vector<float> x = test::random_floats(size_t(m * matrix.params.k), uint32_t(m) + seed);
+        const std::vector<uint16_t> x_bits = test::to_activation_bits(x, type);
+        const std::vector<uint16_t> y = emulated_mixed_forward(kernel, spec, matrix, x_bits, m);
+        test::expect_matches_oracle(matrix, x, m, test::from_activation_bits(y, type), type,
+                                    name + " m=" + std::to_string(m));
+    }
+}
 
 // The mixed-format GEMV on every combination of its parts (mixed 2/4-bit groups or uniform 3-bit
 // codes, second-order or fp16 scales, outliers, symmetric or not where the format allows it), K not a multiple of the group
@@ -193,30 +228,38 @@ TEST(CudaEmulatedMixed, EveryCombinationMatchesTheOracle) {
                         const test::Features features{mixed, second_order, outliers, shape.act_order, symmetric};
                         const QuantizedMatrix matrix = test::synthetic_matrix(shape.k, shape.n, shape.group, features,
                                                                               uint32_t(index * 10 + rows));
-                        CudaKernelSpec spec;
-                        spec.format = matrix.params.format();
-                        spec.format.act_order = false;
-                        spec.activations = type;
-                        spec.arch = 80;
-                        spec.rows = rows;
-                        ASSERT_TRUE(jit::cuda::needs_mixed_kernel(spec.format));
-                        ASSERT_EQ(jit::cuda::unsupported_reason(spec.format), "");
-                        const std::string name = jit::cuda::kernel_name(spec) + " (" + test::features_name(features) +
-                                                 ") K=" + std::to_string(shape.k) + " N=" + std::to_string(shape.n);
-                        SCOPED_TRACE(name);
-                        const jit::cuda::GeneratedKernel generated = jit::cuda::generate_kernel(spec);
-                        ASSERT_EQ(generated.entry, "qjit_mixed_gemv");
-                        const HostModule kernel(generated.source);
-                        for (int64_t m : {int64_t(rows / 2 + 1), int64_t(rows)}) {
-                            std::vector<float> x = test::random_floats(size_t(m * shape.k), uint32_t(m + index));
-                            const std::vector<uint16_t> x_bits = test::to_activation_bits(x, type);
-                            const std::vector<uint16_t> y = emulated_mixed_forward(kernel, spec, matrix, x_bits, m);
-                            test::expect_matches_oracle(matrix, x, m, test::from_activation_bits(y, type), type,
-                                                        name + " m=" + std::to_string(m));
-                        }
+                        expect_mixed_gemv_matches_the_oracle(matrix, rows, type, test::features_name(features),
+                                                             uint32_t(index));
                         if (HasFailure()) return;
                     }
                 }
+}
+
+// The mixed-format GEMV at 5 and 6 bits: uniform codes beside outliers, symmetric or not, odd K
+// with act-order, one row and more.
+TEST(CudaEmulatedMixed, FiveAndSixBitCodesWithOutliersMatchTheOracle) {
+    int index = 0;
+    for (int bits : {5, 6})
+        for (bool symmetric : {false, true}) {
+            const bool act_order = index % 2 == 1;
+            const int64_t k = act_order ? 515 : 200;
+            QuantizedMatrix matrix =
+                test::synthetic_matrix(k, 77, 64, {false, false, true, act_order, symmetric}, uint32_t(50 + index));
+            QuantParams& p = matrix.params;  // the 3-bit codes and zero points redrawn at `bits`
+            p.bits = bits;
+            std::mt19937 rng{uint32_t(index)};
+            for (uint8_t& code : matrix.codes) code = uint8_t(rng() % (1u << bits));
+            for (uint16_t& zero : p.zeros) zero = uint16_t(symmetric ? 1u << (bits - 1) : rng() % (1u << bits));
+            validate(matrix);
+            const int rows = index < 2 ? 1 : 8;
+            const ActivationType type = index % 3 == 2 ? ActivationType::BF16 : ActivationType::F16;
+            expect_mixed_gemv_matches_the_oracle(matrix, rows, type,
+                                                 "q" + std::to_string(bits) + (symmetric ? "_sym" : "") + "_sp" +
+                                                     (act_order ? "_act" : ""),
+                                                 uint32_t(index));
+            ++index;
+            if (HasFailure()) return;
+        }
 }
 
 // The compensator's support kernels (runtime/cuda/cuda_low_rank.hpp) against plain loops:

@@ -53,7 +53,8 @@ void expect_compiles(const std::vector<CudaKernelSpec>& variants, int arch) {
     }
 }
 
-// Every variant of every format of one bit width that fits sm_<arch>.
+// Every variant of every format of one bit width that fits sm_<arch> (every_cuda_format's formats of
+// that width).
 std::vector<CudaKernelSpec> every_variant(int bits, int arch, int* skipped) {
     std::vector<CudaKernelSpec> variants;
     for (const test::CudaFormat& format : test::every_cuda_format())
@@ -99,9 +100,11 @@ std::string bits_and_arch_name(const testing::TestParamInfo<std::tuple<int, int>
     return "q" + std::to_string(std::get<0>(info.param)) + "_sm" + std::to_string(std::get<1>(info.param));
 }
 INSTANTIATE_TEST_SUITE_P(BitsAndArch, CudaCompile,
-                         ::testing::Combine(::testing::Values(2, 3, 4, 8), ::testing::Values(80, 90)), bits_and_arch_name);
+                         ::testing::Combine(::testing::Values(2, 3, 4, 5, 6, 8), ::testing::Values(80, 90)),
+                         bits_and_arch_name);
 INSTANTIATE_TEST_SUITE_P(BitsAndArch, CudaCompileSweep,
-                         ::testing::Combine(::testing::Values(2, 3, 4, 8), ::testing::Values(80, 90)), bits_and_arch_name);
+                         ::testing::Combine(::testing::Values(2, 3, 4, 5, 6, 8), ::testing::Values(80, 90)),
+                         bits_and_arch_name);
 
 TEST(CudaCompile, SupportKernelsCompile) {
     require_nvrtc();
@@ -200,6 +203,28 @@ TEST(CudaTiling, BadKnobsAreNamed) {
     EXPECT_FALSE(jit::cuda::is_valid(spec));
 }
 
+// Every kernel kind takes the device layout's widths; a width without one is refused by name, and
+// a GEMM K step that leaves 5-bit codes short of whole 16-byte chunks by its knob.
+TEST(CudaTiling, KernelsTakeTheDeviceWidths) {
+    for (int bits = 1; bits <= 8; ++bits) {
+        const bool taken = bits != 1 && bits != 7;
+        CudaKernelSpec spec = test::cuda_spec({bits, 128, false}, 4096, 90);
+        EXPECT_EQ(jit::cuda::unsupported_reason(spec.format),
+                  taken ? "" : concat("CUDA kernels take 2, 3, 4, 5, 6 or 8 bits, not ", bits));
+        for (const char* tiling : {"kernel=gemv", "kernel=mma", "kernel=gemm,bm=64,bn=128,bk=128,warps=8"}) {
+            spec.tiling = jit::cuda::parse_tiling(tiling);
+            spec.rows = spec.tiling.kind == KernelKind::Gemm ? 64 : 8;
+            EXPECT_EQ(jit::cuda::is_valid(spec), taken) << bits << "-bit " << tiling;
+        }
+    }
+    CudaKernelSpec spec = test::cuda_spec({5, 128, false}, 4096, 90);
+    spec.rows = 64;
+    spec.tiling = jit::cuda::parse_tiling("kernel=gemm,bk=64");
+    EXPECT_FALSE(jit::cuda::is_valid(spec));
+    spec.format.bits = 6;
+    EXPECT_TRUE(jit::cuda::is_valid(spec));
+}
+
 TEST(CudaTiling, SharedMemoryDecidesWhatADeviceRuns) {
     CudaKernelSpec spec = test::cuda_spec({8, 128, false}, 4096, 80);
     spec.rows = 64;
@@ -283,10 +308,10 @@ TEST(CudaTuner, MmaKernelRanksFirstUpTo64Rows) {
     }
 }
 
-// The device layout: every code reads back from where code_layout.hpp puts it, padding is zero.
+// The device layout: every code reads back from where cuda_code_layout.hpp puts it, padding is zero.
 TEST(CudaWeights, CodesRoundTripForEveryWidth) {
     std::mt19937 rng(7);
-    for (int bits : {2, 3, 4, 8})
+    for (int bits : {2, 3, 4, 5, 6, 8})
         for (auto [k, n] : {std::pair<int64_t, int64_t>{37, 5}, {256, 3}, {300, 260}}) {
             QuantizedMatrix m;
             QuantParams& p = m.params;
@@ -313,13 +338,18 @@ TEST(CudaWeights, CodesRoundTripForEveryWidth) {
         }
 }
 
-TEST(CudaWeights, ThreeBitBlocksUseEveryBit) {
-    QuantizedMatrix m;
-    m.params.k = 32, m.params.n = 1, m.params.bits = 3, m.params.group_size = 32, m.params.symmetric = true;
-    m.params.scales = {1.f};
-    m.codes.assign(32, 7);
-    const CudaWeights w = pack_cuda_weights(m);
-    for (int word = 0; word < 3; ++word) EXPECT_EQ(w.codes[size_t(word)], 0xffffffffu) << "word " << word;
+// A block of the largest codes sets every bit of its `bits` words: no width wastes a bit (with the
+// round trip above, no two codes share one).
+TEST(CudaWeights, BlocksUseEveryBit) {
+    for (int bits : {2, 3, 4, 5, 6, 8}) {
+        QuantizedMatrix m;
+        m.params.k = 32, m.params.n = 1, m.params.bits = bits, m.params.group_size = 32, m.params.symmetric = true;
+        m.params.scales = {1.f};
+        m.codes.assign(32, uint8_t((1u << bits) - 1));
+        const CudaWeights w = pack_cuda_weights(m);
+        for (int word = 0; word < bits; ++word)
+            EXPECT_EQ(w.codes[size_t(word)], 0xffffffffu) << bits << "-bit word " << word;
+    }
 }
 
 TEST(CudaWeights, Fp32ScalesStayFp32UnlessExactInFp16) {

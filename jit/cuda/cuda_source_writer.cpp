@@ -104,25 +104,30 @@ void CudaSourceWriter::constants() {
          << (spec_.format.f16_scales() ? "half_to_float(s)" : "s") << "; }\n";
 }
 
-// name(w, h): the 16 pairs of a 32-code block of `bits` as fp16 pairs (1024 + code), per code_layout.hpp.
+// name(w, h): the 16 pairs of a 32-code block of `bits` as fp16 pairs (1024 + code), per
+// cuda_code_layout.hpp: one shift and one lop3 per regular pair and per piece of a spare pair.
 void CudaSourceWriter::decode_block(int bits, const std::string& name) {
-    const int mask = (1 << bits) - 1;
+    auto both_halves = [](uint32_t mask) { return mask | mask << 16; };
+    auto shifted = [](int word, int right) {
+        std::string text = "w[" + std::to_string(word) + "]";
+        if (right > 0) text += " >> " + std::to_string(right);
+        if (right < 0) text += " << " + std::to_string(-right);
+        return text;
+    };
     out_ << "static __device__ __forceinline__ void " << name << "(const u32* w, u32 (&h)[16]) {\n";
-    for (int p = 0; p < regular_pairs(bits); ++p) {
-        const int shift = pair_shift(bits, p);
-        out_ << "    h[" << p << "] = and_or(w[" << pair_word(bits, p) << "]";
-        if (shift) out_ << " >> " << shift;
-        out_ << ", 0x" << std::hex << (mask | mask << 16) << "u, 0x64006400u);\n" << std::dec;
+    for (int p = 0; p < regular_pairs(bits); ++p)
+        out_ << "    h[" << std::dec << p << "] = and_or(" << shifted(pair_word(bits, p), pair_shift(bits, p))
+             << ", 0x" << std::hex << both_halves((1u << bits) - 1) << "u, 0x64006400u);\n";
+    for (int p = regular_pairs(bits); p < kPairsPerBlock; ++p) {
+        const SparePieces pieces = spare_pieces(bits, p);
+        for (int i = 0; i < pieces.count; ++i) {
+            const SparePiece& piece = pieces.piece[i];
+            out_ << "    h[" << std::dec << p << "] = and_or(" << shifted(piece.word, piece.from - piece.to) << ", 0x"
+                 << std::hex << both_halves(((1u << piece.length) - 1) << piece.to) << "u, "
+                 << (i == 0 ? std::string("0x64006400u") : "h[" + std::to_string(p) + "]") << ");\n";
+        }
     }
-    if (bits == 3) {
-        out_ << "    u32 spare = 0x64006400u;\n";
-        for (int i = 0; i < 2; ++i)
-            for (int b = 0; b < 3; ++b)
-                out_ << "    spare |= ((w[" << kSpareWord[i][b] << "] >> " << kSpareBit[i][b] << ") & 1u) << "
-                     << (16 * i + b) << ";\n";
-        out_ << "    h[15] = spare;\n";
-    }
-    out_ << "}\n";
+    out_ << std::dec << "}\n";
 }
 
 // Pair dequantization: the exact integers code - zero (fp16 arithmetic on numbers below 2048

@@ -2,6 +2,7 @@
 #include "base/error.hpp"
 
 #include <map>
+#include <numeric>
 #include <sstream>
 #include <utility>
 
@@ -35,13 +36,7 @@ int groups_per_tile(const CudaKernelSpec& spec) {
 
 }  // namespace
 
-int chunk_blocks(int bits) {
-    switch (bits) {
-        case 2: return 2;
-        case 3: return 4;
-        default: return 1;
-    }
-}
+int chunk_blocks(int bits) { return 4 / std::gcd(bits, 4); }
 
 
 std::string kernel_family_name(const CudaKernelSpec& spec) {
@@ -161,12 +156,14 @@ LaunchShape launch_shape(const CudaKernelSpec& spec, int64_t m, int64_t n, int64
 }
 
 std::string unsupported_reason(const WeightFormat& format) {
-    if (!one_of(format.bits, {2, 3, 4, 8})) return concat("CUDA kernels take 2, 3, 4 or 8 bits, not ", format.bits);
+    if (!cuda_layout::is_device_width(format.bits))
+        return concat("CUDA kernels take 2, 3, 4, 5, 6 or 8 bits, not ", format.bits);
     if (format.k < 1) return concat("K is ", format.k);
     if (!format.per_column() && (format.group_size < 32 || format.group_size % 32 != 0))
         return concat("CUDA kernels need groups of a multiple of 32 rows (or one per column), not ", format.group_size);
     if (format.float_offsets) return "CUDA kernels read integer zero points, not float offsets";
     if (format.super_block_scales()) return "CUDA kernels do not read super-block scales";
+    if (format.has_codebook()) return "CUDA kernels do not read codebooks (IQ4_NL levels)";
     if (needs_mixed_kernel(format) && format.group_size % kCodesPerBlock != 0)
         return concat("the CUDA kernel of mixed widths, second-order scales and outliers needs K-groups of a multiple "
                       "of 32 rows, not ", format.group_size);

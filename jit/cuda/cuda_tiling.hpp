@@ -48,7 +48,7 @@ struct CudaTiling {
 };
 
 struct CudaKernelSpec {
-    WeightFormat format = f16_scaled_format();  // the weights it reads: bits 2/3/4/8, groups of a multiple of 32 rows
+    WeightFormat format = f16_scaled_format();  // the weights it reads: bits 2/3/4/5/6/8, groups of a multiple of 32 rows
                                   // or one per column; scale_type F16 when the device stores fp16 scales
     ActivationType activations = ActivationType::F16;
     int arch = 80;                // sm_<arch>
@@ -59,8 +59,9 @@ struct CudaKernelSpec {
     bool per_column() const { return format.per_column(); }
 };
 
-// The GEMV's 16-byte-aligned chunk, in packed blocks: 2 blocks of 2-bit (16 B), 4 of 3-bit (48 B),
-// 1 of 4-bit (16 B), 1 of 8-bit (32 B).
+// The GEMV's 16-byte-aligned chunk, in packed blocks (the fewest whose words fill whole 16-byte
+// loads): 2 blocks of 2-bit (16 B), 4 of 3-bit (48 B), 1 of 4-bit (16 B), 4 of 5-bit (80 B), 2 of
+// 6-bit (48 B), 1 of 8-bit (32 B).
 int chunk_blocks(int bits);
 // The device layout's block and padding (format/cuda_code_layout.hpp).
 using cuda_layout::kCodesPerBlock;

@@ -13,9 +13,12 @@ static __device__ __forceinline__ void load_block(const u32* p, u32 (&w)[BITS]) 
             const uint4 q = __ldg(reinterpret_cast<const uint4*>(p) + v);
             w[4 * v] = q.x, w[4 * v + 1] = q.y, w[4 * v + 2] = q.z, w[4 * v + 3] = q.w;
         }
-    } else if (BITS == 2) {
-        const uint2 q = __ldg(reinterpret_cast<const uint2*>(p));
-        w[0] = q.x, w[1 % BITS] = q.y;
+    } else if (BITS % 2 == 0) {
+#pragma unroll
+        for (int v = 0; v < BITS / 2; ++v) {
+            const uint2 q = __ldg(reinterpret_cast<const uint2*>(p) + v);
+            w[2 * v] = q.x, w[2 * v + 1] = q.y;
+        }
     } else {
 #pragma unroll
         for (int v = 0; v < BITS; ++v) w[v] = __ldg(p + v);
