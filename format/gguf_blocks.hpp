@@ -32,6 +32,8 @@ struct Q3_K { static constexpr int hmask = 0, qs = 32, scales = 96, d = 108; };
 struct Q4_K { static constexpr int d = 0, dmin = 2, scales = 4, qs = 16; };
 struct Q5_K { static constexpr int d = 0, dmin = 2, scales = 4, qh = 16, qs = 48; };
 struct Q6_K { static constexpr int ql = 0, qh = 128, scales = 192, d = 208; };
+struct IQ4_NL { static constexpr int d = 0, qs = 2; };
+struct IQ4_XS { static constexpr int d = 0, scales_h = 2, scales_l = 4, qs = 8; };
 
 // The nibble of value i (of 32) in 16 bytes: value j in the low nibble of byte j, value 16 + j in
 // its high nibble (Q4_0, Q4_1, and the low bits of Q5_0 and Q5_1).
@@ -97,6 +99,18 @@ inline int q6_k_code(const uint8_t* ql, const uint8_t* qh, int i) {
     const int high = qh[32 * half + f % 32] >> (2 * (f / 32)) & 3;
     return low | high << 4;
 }
+
+// IQ4_XS's scale of sub-block j (of 8): a 6-bit code, its low nibble in scales_l byte j / 2 (low
+// nibble for even j) and its top two bits at bits 2j of the little-endian u16 scales_h, less 32.
+inline int iq4_xs_scale(const uint8_t* block, int j) {
+    const int low = block[IQ4_XS::scales_l + j / 2] >> (4 * (j % 2)) & 15;
+    const int high = u16_at(block + IQ4_XS::scales_h) >> (2 * j) & 3;
+    return (low | high << 4) - 32;
+}
+
+// IQ4_XS's code of value i (of 256): sub-block j = i / 32 holds 16 bytes of nibbles laid out as
+// Q4_0's.
+inline int iq4_xs_code(const uint8_t* block, int i) { return nibble_code(block + IQ4_XS::qs + 16 * (i / 32), i % 32); }
 
 // Q6_K's int8 scale of sub-block s (of 16).
 inline int q6_k_scale(const uint8_t* scales, int s) { return int8_t(scales[s]); }

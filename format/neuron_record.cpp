@@ -25,6 +25,7 @@ NeuronVectorLayout quantized_vector_layout(WeightFormat format, int64_t d_model)
     require(!format.second_order_scales(), "neuron vector format ", format.name(),
             ": second-order scales are not supported");
     require(!format.super_block_scales(), "neuron vector format ", format.name(), ": super-block scales are not supported");
+    require(!format.has_codebook(), "neuron vector format ", format.name(), ": a codebook is not supported");
     require(format.bits != 5 && format.bits != 6, "neuron vector format ", format.name(),
             ": bits must be 2, 3, 4 or 8 (the sparse FFN kernels' widths)");
     require(!format.act_order, "neuron vector format ", format.name(), ": act-order is not supported");

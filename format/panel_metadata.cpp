@@ -122,7 +122,7 @@ void unpack_super_block(const PanelMetadata& metadata, const PanelMetadataLayout
                 std::memcpy(&s.mins[super], &metadata.zeros[min.value], 2);
             }
     expand_super_block_scales(p);
-    if (!p.float_offsets) p.zeros.assign(groups, uint16_t(1u << (p.bits - 1)));
+    if (!p.float_offsets) p.zeros.assign(groups, uint16_t(p.symmetric_zero()));
 }
 
 }  // namespace
@@ -194,7 +194,7 @@ void unpack_panel_metadata(const PanelMetadata& metadata, const PanelMetadataLay
     if (p.float_offsets)
         p.offsets.resize(entries);
     else
-        p.zeros.assign(entries, uint16_t(1u << (p.bits - 1)));
+        p.zeros.assign(entries, uint16_t(p.symmetric_zero()));
     const int64_t width = layout.panel_columns;
     for (int64_t panel = 0; panel < panels_of(p, layout); ++panel)
         for (int64_t g = 0; g < p.num_groups(); ++g)

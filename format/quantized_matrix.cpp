@@ -207,7 +207,8 @@ void validate(const QuantParams& p) {
         require(p.zeros.size() == metadata, "zeros hold ", p.zeros.size(), " values; expected ", metadata);
         for (size_t i = 0; i < metadata; ++i) {
             const int width = p.group_width(int64_t(i) / p.n);
-            require(p.zeros[i] <= (1u << width), "zero point ", i, " is ", p.zeros[i], ", above 2^", width);
+            const int value_width = p.has_codebook() ? p.value_bits() : width;
+            require(p.zeros[i] <= (1u << value_width), "zero point ", i, " is ", p.zeros[i], ", above 2^", value_width);
         }
     }
     if (p.second_order_scales()) {
@@ -223,7 +224,8 @@ void validate(const QuantParams& p) {
     }
     validate_outliers(p);
     if (p.symmetric)
-        for (uint16_t z : p.zeros) require(z == (1u << (p.bits - 1)), "symmetric layer with zero point ", z);
+        for (uint16_t z : p.zeros)
+            require(z == p.symmetric_zero(), "symmetric layer with zero point ", z, "; expected ", p.symmetric_zero());
     require(p.act_order == !p.row_order.empty(), p.act_order ? "an act-order layer without a row order"
                                                               : "a row order on a layer that is not act-order");
     require(p.permuted_columns == !p.column_order.empty(),

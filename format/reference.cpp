@@ -14,7 +14,7 @@ std::vector<float> dequantize(const QuantizedMatrix& matrix) {
         const int64_t original_row = p.act_order ? p.row_order[size_t(r)] : r;
         for (int64_t c = 0; c < p.n; ++c) {
             const size_t meta = size_t(g * p.n + c);
-            const float q = float(matrix.codes[size_t(r * p.n + c)]);
+            const float q = float(p.value_of(matrix.codes[size_t(r * p.n + c)]));
             // In this order: an imported GGUF tensor's dequantization is ggml's, bit for bit.
             w[size_t(original_row * p.n + c)] =
                 p.float_offsets ? p.scales[meta] * q + p.offsets[meta] : p.scales[meta] * (q - float(p.zeros[meta]));

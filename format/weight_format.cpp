@@ -34,7 +34,8 @@ const char* scales_name(ScaleType type) {
 std::string base_name(const WeightFormat& f) {
     return concat("q", widths_name(f), f.per_column() ? std::string("col") : concat("g", f.group_size),
                   f.symmetric ? "_sym" : (f.float_offsets ? "_off" : "_asym"), scales_name(f.scale_type),
-                  f.super_block_scales() ? std::to_string(f.scale_code_bits) : std::string(), f.outliers > 0 ? "_sp" : "");
+                  f.super_block_scales() ? std::to_string(f.scale_code_bits) : std::string(),
+                  f.has_codebook() ? "_iq4nl" : "", f.outliers > 0 ? "_sp" : "");
 }
 
 // ggml's K-quants: 256-row super-blocks of groups of 16 or 32 rows.
@@ -126,6 +127,12 @@ void validate(const WeightFormat& f) {
         require(!f.symmetric, "float offsets replace zero points; a symmetric format has neither");
         require(f.uniform_bits(), "float offsets with mixed group widths are not supported");
         require(!f.second_order_scales(), "float offsets need fp16, fp32 or super-block scales, not second-order ones");
+    }
+    if (f.has_codebook()) {
+        require(f.codebook == Codebook::Iq4Nl, "codebook ", int(f.codebook), " is unknown");
+        require(f.bits == 4 && f.uniform_bits() && f.symmetric && !f.second_order_scales(),
+                "a codebook indexes 4-bit symmetric codes of one width (not second-order scales); the format has ",
+                f.bits, " bits", f.symmetric ? "" : ", not symmetric");
     }
     require(f.outliers >= 0 && f.outliers <= max_outliers(f.k, f.n), "outliers is ", f.outliers,
             "; expected 0 .. ", max_outliers(f.k, f.n), " (", kMaxOutlierFraction * 100, " % of the weights)");

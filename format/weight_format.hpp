@@ -29,6 +29,16 @@ enum class ScaleType : uint8_t {
                   // (format/quantized_matrix.hpp, SuperBlockScales)
 };
 
+// A table of what each code stands for (the GGUF IQ4 types' non-uniform levels); None: a code is
+// its own value.
+enum class Codebook : uint8_t {
+    None,
+    Iq4Nl,  // 16 signed levels, -127 .. 113 (ggml's kvalues_iq4nl), held as the unsigned bytes level + 128
+};
+
+// ggml's IQ4_NL levels: code c of an IQ4_NL or IQ4_XS block stands for kIq4NlLevels[c].
+inline constexpr int8_t kIq4NlLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
 // y += (x U) V with U: K x rank and V: rank x N (format/low_rank.hpp holds the data), stored at
 // `bits` per value: 8 or 3 (symmetric codes, a scale per column) or 16 (fp16).
 struct LowRankTerms {
@@ -52,6 +62,7 @@ struct WeightFormat {
     ScaleType scale_type = ScaleType::F32;
     int scale_code_bits = 0;           // SuperBlock: width of each group's scale and min code (4, 6 or 8;
                                        // signed when symmetric); else 0
+    Codebook codebook = Codebook::None; // 4-bit codes that index a table of levels (symmetric: zero 128)
     bool act_order = false;            // rows are stored permuted (GPTQ desc_act): x is gathered first
     bool permuted_columns = false;     // output j is original column column_order[j] (a tensor-parallel shard's
                                        // columns): kernels compute outputs in that order, as for any layer
@@ -68,6 +79,13 @@ struct WeightFormat {
     // The code width of K-group g (in storage order).
     int group_width(int64_t g) const { return uniform_bits() ? bits : int(group_bits[size_t(g)]); }
     int max_code() const { return (1 << bits) - 1; }
+    bool has_codebook() const { return codebook != Codebook::None; }
+    // The value a code stands for in W = scale * (value - zero): the code itself, or with a codebook
+    // its level plus 128 (an unsigned byte, so that the symmetric zero 128 gives the level back).
+    int value_of(int code) const { return has_codebook() ? kIq4NlLevels[code & 15] + 128 : code; }
+    // Bits of those values: the code width, or 8 with a codebook; a symmetric zero is 2^(value_bits - 1).
+    int value_bits() const { return has_codebook() ? 8 : bits; }
+    int symmetric_zero() const { return 1 << (value_bits() - 1); }
     bool f16_scales() const { return scale_type == ScaleType::F16; }
     bool second_order_scales() const { return scale_type == ScaleType::SecondOrder; }
     bool super_block_scales() const { return scale_type == ScaleType::SuperBlock; }
@@ -80,7 +98,8 @@ struct WeightFormat {
 
     // The name every kernel name, database key, describe string and dump file starts with:
     // q<bits><g<group>|col>_<sym|asym|off> (q2or4 for mixed 2/4-bit groups; off: float offsets), then _s32 for fp32 scales,
-    // _sq4 for second-order scales or _sb<scale_code_bits> for super-block scales, _sp for sparse outliers, _act for act-order rows and
+    // _sq4 for second-order scales or _sb<scale_code_bits> for super-block scales, _iq4nl for codes that index
+    // the IQ4_NL levels, _sp for sparse outliers, _act for act-order rows and
     // _r<rank><q<bits>|f16> for a low-rank compensator, e.g. "q4g128_asym", "q8col_sym_s32",
     // "q3g64_asym_act", "q3g64_asym_r16q8", "q2or4g32_asym_sq4_sp". The parts a quantized-product
     // kernel does not see (the gather before it, the compensator pass after it) are left out of
@@ -106,7 +125,8 @@ inline WeightFormat f16_scaled_format() {
 // the widest, asymmetric, groups of a multiple of 32 rows); second-order scales (asymmetric, bits <= 4);
 // float offsets (not symmetric, uniform widths, fp16, fp32 or super-block scales); super-block scales
 // (K a multiple of 256, groups of 16 or 32, uniform widths, symmetric with 4-, 6- or 8-bit signed scale
-// codes or float offsets with 4- or 6-bit unsigned scale and min codes);
+// codes or float offsets with 4- or 6-bit unsigned scale and min codes); a codebook (4-bit, symmetric,
+// uniform widths, no second-order scales);
 // at most kMaxOutlierFraction of the weights as outliers; no permuted columns (no backend runs them
 // yet).
 void validate(const WeightFormat& format);

@@ -6,6 +6,7 @@
 #include "base/error.hpp"
 #include "base/half.hpp"
 #include "format/gguf_blocks.hpp"
+#include "format/weight_format.hpp"
 
 namespace qjit {
 
@@ -99,6 +100,21 @@ void dequantize_q4_q5_k(const uint8_t* block, float* out) {
 
 // ql (128 bytes of nibbles), qh (64 bytes of 2-bit fields), 16 int8 scales, d (fp16):
 // (d * scale) * (code - 32).
+// d (fp16), nibbles as Q4_0 that index ggml's IQ4_NL levels: d * level.
+void dequantize_iq4_nl(const uint8_t* block, float* out) {
+    const float d = half_at(block + IQ4_NL::d);
+    for (int i = 0; i < 32; ++i) out[i] = d * float(kIq4NlLevels[nibble_code(block + IQ4_NL::qs, i)]);
+}
+
+// d (fp16), 6-bit sub-block scales less 32, IQ4_NL levels: (d * scale) * level per 32 values.
+void dequantize_iq4_xs(const uint8_t* block, float* out) {
+    const float d = half_at(block + IQ4_XS::d);
+    for (int i = 0; i < kSuperBlock; ++i) {
+        const float dl = d * float(iq4_xs_scale(block, i / 32));
+        out[i] = dl * float(kIq4NlLevels[iq4_xs_code(block, i)]);
+    }
+}
+
 void dequantize_q6_k(const uint8_t* block, float* out) {
     const float d = half_at(block + Q6_K::d);
     for (int i = 0; i < kSuperBlock; ++i) {
@@ -124,6 +140,8 @@ BlockDequantizer dequantizer_of(GgmlType type) {
         case GgmlType::Q4_K: return dequantize_q4_q5_k<false>;
         case GgmlType::Q5_K: return dequantize_q4_q5_k<true>;
         case GgmlType::Q6_K: return dequantize_q6_k;
+        case GgmlType::IQ4_NL: return dequantize_iq4_nl;
+        case GgmlType::IQ4_XS: return dequantize_iq4_xs;
         default: return nullptr;
     }
 }
@@ -132,7 +150,7 @@ BlockDequantizer require_dequantizer(GgmlType type) {
     const BlockDequantizer dequantizer = dequantizer_of(type);
     if (dequantizer == nullptr)
         fail(QJIT_ERROR_UNSUPPORTED, "dequantizing ggml ", ggml_type_name(type),
-             " tensors is not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K to Q6_K are)");
+             " tensors is not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K to Q6_K, IQ4_NL and IQ4_XS are)");
     return dequantizer;
 }
 

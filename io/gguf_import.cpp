@@ -43,6 +43,7 @@ struct Mapping {
     int group;            // values per scale
     ScaleType scale_type; // F16 where ggml's scale is an fp16 field itself, SuperBlock for the K-quants
     int scale_code_bits;  // SuperBlock: the width of ggml's sub-block scales (and mins)
+    Codebook codebook;    // Iq4Nl: codes index ggml's IQ4_NL levels
     bool float_offsets;
     int zero;             // every group's integer zero point (without float offsets)
     const char* how;      // what the format's name leaves out
@@ -120,6 +121,19 @@ void unpack_q4_q5_k(const uint8_t* block, UnpackedBlock& out) {
         out.codes[i] = uint8_t(k4_nibble(qs, i) | (FifthBit ? high_bit(block + Q5_K::qh, i) << 4 : 0));
 }
 
+// W = d * level[q]: the value level[q] + 128 less zero 128 is the level.
+void unpack_iq4_nl(const uint8_t* block, UnpackedBlock& out) {
+    out.scales[0] = half_at(block + IQ4_NL::d);
+    nibble_codes(block + IQ4_NL::qs, out.codes);
+}
+
+// W = (d * (sc - 32)) * level[q] per 32 values.
+void unpack_iq4_xs(const uint8_t* block, UnpackedBlock& out) {
+    out.d = u16_at(block + IQ4_XS::d);
+    for (int j = 0; j < 8; ++j) out.scale_codes[j] = int8_t(iq4_xs_scale(block, j));
+    for (int j = 0; j < 8; ++j) nibble_codes(block + IQ4_XS::qs + 16 * j, out.codes + 32 * j);
+}
+
 // W = (d * sc) * (q - 32) per 16 values, q of 6 bits.
 void unpack_q6_k(const uint8_t* block, UnpackedBlock& out) {
     out.d = u16_at(block + Q6_K::d);
@@ -130,17 +144,21 @@ void unpack_q6_k(const uint8_t* block, UnpackedBlock& out) {
 // Each type at its own bytes: 5- and 6-bit codes at their width (bit planes), the K-quants' scales
 // as ggml holds them, integer codes under an fp16 super-scale per 256 values (SuperBlock).
 constexpr ScaleType F16 = ScaleType::F16, SB = ScaleType::SuperBlock;
+constexpr Codebook NONE = Codebook::None, IQ4 = Codebook::Iq4Nl;
 constexpr Mapping kMappings[] = {
-    {GgmlType::Q4_0, 4, 32, F16, 0, false, 8, "scale d, zero 8", unpack_q4_0},
-    {GgmlType::Q4_1, 4, 32, F16, 0, true, 0, "scale d, offset m", unpack_q4_1},
-    {GgmlType::Q5_0, 5, 32, F16, 0, false, 16, "scale d, zero 16", unpack_q5_0},
-    {GgmlType::Q5_1, 5, 32, F16, 0, true, 0, "scale d, offset m", unpack_q5_1},
-    {GgmlType::Q8_0, 8, 32, F16, 0, false, 128, "int8 codes plus 128, scale d, zero 128", unpack_q8_0},
-    {GgmlType::Q2_K, 2, 16, SB, 4, true, 0, "scale d * sc, offset -(dmin * m)", unpack_q2_k},
-    {GgmlType::Q3_K, 3, 16, SB, 6, false, 4, "scale d * (sc - 32), zero 4", unpack_q3_k},
-    {GgmlType::Q4_K, 4, 32, SB, 6, true, 0, "scale d * sc, offset -(dmin * m)", unpack_q4_q5_k<false>},
-    {GgmlType::Q5_K, 5, 32, SB, 6, true, 0, "scale d * sc, offset -(dmin * m)", unpack_q4_q5_k<true>},
-    {GgmlType::Q6_K, 6, 16, SB, 8, false, 32, "scale d * sc, zero 32", unpack_q6_k},
+    {GgmlType::Q4_0, 4, 32, F16, 0, NONE, false, 8, "scale d, zero 8", unpack_q4_0},
+    {GgmlType::Q4_1, 4, 32, F16, 0, NONE, true, 0, "scale d, offset m", unpack_q4_1},
+    {GgmlType::Q5_0, 5, 32, F16, 0, NONE, false, 16, "scale d, zero 16", unpack_q5_0},
+    {GgmlType::Q5_1, 5, 32, F16, 0, NONE, true, 0, "scale d, offset m", unpack_q5_1},
+    {GgmlType::Q8_0, 8, 32, F16, 0, NONE, false, 128, "int8 codes plus 128, scale d, zero 128", unpack_q8_0},
+    {GgmlType::Q2_K, 2, 16, SB, 4, NONE, true, 0, "scale d * sc, offset -(dmin * m)", unpack_q2_k},
+    {GgmlType::Q3_K, 3, 16, SB, 6, NONE, false, 4, "scale d * (sc - 32), zero 4", unpack_q3_k},
+    {GgmlType::Q4_K, 4, 32, SB, 6, NONE, true, 0, "scale d * sc, offset -(dmin * m)", unpack_q4_q5_k<false>},
+    {GgmlType::Q5_K, 5, 32, SB, 6, NONE, true, 0, "scale d * sc, offset -(dmin * m)", unpack_q4_q5_k<true>},
+    {GgmlType::Q6_K, 6, 16, SB, 8, NONE, false, 32, "scale d * sc, zero 32", unpack_q6_k},
+    {GgmlType::IQ4_NL, 4, 32, F16, 0, IQ4, false, 128, "scale d, IQ4_NL levels plus 128, zero 128", unpack_iq4_nl},
+    {GgmlType::IQ4_XS, 4, 32, SB, 6, IQ4, false, 128, "scale d * (sc - 32), IQ4_NL levels plus 128, zero 128",
+     unpack_iq4_xs},
 };
 
 const Mapping* mapping_of(GgmlType type) {
@@ -173,14 +191,16 @@ bool gguf_import_supported(GgmlType type) { return mapping_of(type) != nullptr; 
 
 WeightFormat gguf_import_format(GgmlType type, int64_t k, int64_t n) {
     const Mapping& m = require_mapping(type);
-    return WeightFormat{.k = k,
+    WeightFormat format{.k = k,
                         .n = n,
                         .bits = m.bits,
                         .group_size = m.group,
-                        .symmetric = !m.float_offsets && m.zero == 1 << (m.bits - 1),
                         .float_offsets = m.float_offsets,
                         .scale_type = m.scale_type,
-                        .scale_code_bits = m.scale_code_bits};
+                        .scale_code_bits = m.scale_code_bits,
+                        .codebook = m.codebook};
+    format.symmetric = !m.float_offsets && m.zero == format.symmetric_zero();
+    return format;
 }
 
 std::string gguf_import_name(GgmlType type) {

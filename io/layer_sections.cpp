@@ -514,11 +514,39 @@ const SecondOrderScalesCodec kSecondOrderScales;
 const OutliersCodec kOutliers;
 const CompensatorCodec kCompensator;
 const PermutedColumnsCodec kPermutedColumns;
+// ---- A codebook: what each code stands for (a header field, no sections) ----
+
+class CodebookCodec final : public FeatureCodec {
+public:
+    uint32_t since() const override { return kLayerFileVersion; }
+    const char* header_name() const override { return "codebook"; }
+    std::vector<std::string> header_fields() const override { return {"codebook"}; }
+    bool in_layer(const LayerWriting& layer) const override { return layer.params.has_codebook(); }
+    void write_header(const LayerWriting& layer, nlohmann::json& header) const override {
+        header["codebook"] = layer.params.has_codebook() ? "iq4_nl" : "none";
+    }
+    void write(const LayerWriting&, SectionWriter&) const override {}
+    bool mentioned(const LayerReading& reading) const override { return reading.header.contains("codebook"); }
+    bool read_header(LayerReading& reading) const override {
+        const nlohmann::json& field = reading.header.at("codebook");
+        const std::string name = field.is_string() ? field.get<std::string>() : field.dump();
+        if (name != "none" && name != "iq4_nl")
+            corrupt(concat("header field 'codebook' is '", name, "'; expected none or iq4_nl"));
+        reading.layer.params.codebook = name == "iq4_nl" ? Codebook::Iq4Nl : Codebook::None;
+        return reading.layer.params.has_codebook();
+    }
+    std::string label(const LayerReading&) const override { return "IQ4_NL codebook"; }
+    void section_names(const LayerReading&, std::vector<std::string>&) const override {}
+    void read(SectionReader&, LayerReading&) const override {}
+};
+
 const FloatOffsetsCodec kFloatOffsets;
 const SuperBlockScalesCodec kSuperBlockScales;
+const CodebookCodec kCodebook;
 const FeatureCodec* const kCodecs[] = {&kBase,         &kRowOrder,        &kMixedWidths,
                                        &kSecondOrderScales, &kOutliers, &kCompensator,
-                                       &kPermutedColumns,   &kFloatOffsets, &kSuperBlockScales};
+                                       &kPermutedColumns,   &kFloatOffsets, &kSuperBlockScales,
+                                       &kCodebook};
 
 }  // namespace
 

@@ -225,6 +225,45 @@ TEST(GgufDequantize, Q6_K) {
     EXPECT_EQ(out[255], 56.0f);
 }
 
+// ggml's IQ4_NL levels, written out here from the IQ4_NL definition.
+constexpr int kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// d = 0.5; value j = d * level[low nibble j], value 16 + j = d * level[high nibble j].
+TEST(GgufDequantize, IQ4_NL) {
+    std::vector<uint8_t> block;
+    append_fp16(&block, kHalfHalf);
+    append_nibble_ramp(&block);
+    const std::vector<float> out = dequantized(GgmlType::IQ4_NL, block, 32);
+    for (int j = 0; j < 16; ++j) {
+        EXPECT_EQ(out[j], 0.5f * float(kLevels[j])) << j;
+        EXPECT_EQ(out[16 + j], 0.5f * float(kLevels[15 - j])) << j;
+    }
+    EXPECT_EQ(out[0], -63.5f);
+}
+
+// d = 0.25; sub-block j's 6-bit scale is j + 28 (low nibble j + 12 & 15 in scales_l, the top bits
+// in scales_h), so scale - 32 = j - 4; each sub-block's nibbles are the ramp.
+TEST(GgufDequantize, IQ4_XS) {
+    std::vector<uint8_t> block;
+    append_fp16(&block, kHalfQuarter);
+    uint16_t scales_h = 0;
+    uint8_t scales_l[4] = {};
+    for (int j = 0; j < 8; ++j) {
+        const int code = j + 28;
+        scales_l[j / 2] = uint8_t(scales_l[j / 2] | (code & 15) << (4 * (j % 2)));
+        scales_h = uint16_t(scales_h | (code >> 4) << (2 * j));
+    }
+    append(&block, {uint8_t(scales_h), uint8_t(scales_h >> 8), scales_l[0], scales_l[1], scales_l[2], scales_l[3]});
+    for (int j = 0; j < 8; ++j) append_nibble_ramp(&block);
+    ASSERT_EQ(block.size(), 136u);
+    const std::vector<float> out = dequantized(GgmlType::IQ4_XS, block, 256);
+    for (int i = 0; i < 256; ++i) {
+        const int v = i % 32, nibble = v < 16 ? v : 31 - v;
+        EXPECT_EQ(out[i], 0.25f * float(i / 32 - 4) * float(kLevels[nibble])) << i;
+    }
+    EXPECT_EQ(out[0], 127.0f);  // 0.25 * -4 * -127
+}
+
 // A row of several blocks dequantizes block after block.
 TEST(GgufDequantize, RowsOfSeveralBlocks) {
     std::vector<uint8_t> row;
@@ -274,7 +313,8 @@ TEST(GgufDequantize, MatchesGgufPyBitForBit) {
         {GgmlType::Q5_1, {0, 2}, 0x70adc842u}, {GgmlType::Q8_0, {0}, 0x88853f4cu},
         {GgmlType::Q2_K, {80, 82}, 0xb88919a3u}, {GgmlType::Q3_K, {108}, 0x6237351cu},
         {GgmlType::Q4_K, {0, 2}, 0xa48063eau}, {GgmlType::Q5_K, {0, 2}, 0xbfdfef19u},
-        {GgmlType::Q6_K, {208}, 0xbd8cc2a8u},
+        {GgmlType::Q6_K, {208}, 0xbd8cc2a8u},  {GgmlType::IQ4_NL, {0}, 0x9b600cb5u},
+        {GgmlType::IQ4_XS, {0}, 0x07b3cd02u},
     };
     constexpr int64_t kValues = 4096;
     for (const auto& type : expected) {

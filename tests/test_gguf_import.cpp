@@ -51,6 +51,9 @@ const ImportedType kTypes[] = {
     {GgmlType::Q4_K, "Q4_K as q4g32_off_sb6 (scale d * sc, offset -(dmin * m))", 4.5, 4.5},
     {GgmlType::Q5_K, "Q5_K as q5g32_off_sb6 (scale d * sc, offset -(dmin * m))", 5.5, 5.5},
     {GgmlType::Q6_K, "Q6_K as q6g16_sym_sb8 (scale d * sc, zero 32)", 6.5625, 6.5625},
+    {GgmlType::IQ4_NL, "IQ4_NL as q4g32_sym_iq4nl (scale d, IQ4_NL levels plus 128, zero 128)", 4.5, 4.5},
+    {GgmlType::IQ4_XS, "IQ4_XS as q4g32_sym_sb6_iq4nl (scale d * (sc - 32), IQ4_NL levels plus 128, zero 128)", 4.25,
+     4.25},
 };
 
 GgmlBlock block_of(GgmlType type) {
@@ -275,7 +278,7 @@ TEST(GgufImportRefusals, OtherTypesByName) {
     const ContextPtr context = test::make_test_context();
     const std::vector<uint8_t> bytes(1 << 16);
     for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_1, GgmlType::Q8_K,
-                                GgmlType::IQ2_XXS, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::TQ1_0,
+                                GgmlType::IQ2_XXS, GgmlType::IQ3_S, GgmlType::TQ1_0,
                                 GgmlType::TQ2_0, GgmlType::MXFP4, GgmlType::I8, GgmlType::F64, GgmlType(31),
                                 GgmlType(1000)}) {
         const std::string name = ggml_type_name(type);
@@ -285,7 +288,7 @@ TEST(GgufImportRefusals, OtherTypesByName) {
         EXPECT_STATUS(qjit_linear_create_from_gguf(context.get(), uint32_t(type), bytes.data(), 256, 256, 1, &raw),
                       QJIT_ERROR_UNSUPPORTED, "importing ggml " + name + " tensors is not supported");
         EXPECT_NE(std::string(qjit_last_error()).find("qjit imports Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, "
-                                                      "Q5_K and Q6_K"),
+                                                      "Q5_K, Q6_K, IQ4_NL and IQ4_XS"),
                   std::string::npos)
             << qjit_last_error();
         EXPECT_EQ(raw, nullptr);
@@ -345,6 +348,8 @@ TEST(GgufImportCuda, RefusedFormatsNameTheReason) {
             case GgmlType::Q2_K:
             case GgmlType::Q3_K:
             case GgmlType::Q6_K: return groups_of_16;
+            case GgmlType::IQ4_NL: return "CUDA kernels do not read codebooks (IQ4_NL levels)";
+            case GgmlType::IQ4_XS: return "CUDA kernels do not read super-block scales";
             default: ADD_FAILURE() << "no expected CUDA answer for GGML type " << int(type); return "?";
         }
     };

@@ -758,7 +758,8 @@ TEST_F(FeatureLayerFileTest, CorpusFilesAreWrittenBackByteForByte) {
         EXPECT_EQ(written, image);
         versions.insert(version_of(image));
     }
-    EXPECT_EQ(versions, (std::set<uint32_t>{kPlainLayerFileVersion, kCompensatedLayerFileVersion, kMixedLayerFileVersion}));
+    EXPECT_EQ(versions, (std::set<uint32_t>{kPlainLayerFileVersion, kCompensatedLayerFileVersion, kMixedLayerFileVersion,
+                                             kLayerFileVersion}));
 }
 
 // Writes the fuzz corpus's version 3 seeds: layer6 (mixed widths, second-order scales, outliers,

@@ -20,18 +20,19 @@
 namespace qjit {
 namespace {
 
-// A super-block format: the GGUF K-quants' and two that no GGUF type has.
+// A super-block format: the GGUF K-quants' and IQ4_XS's, and two that no GGUF type has.
 struct Case {
     const char* name;
     int bits;
     int group;
     bool offsets;  // float offsets (min codes); else symmetric
     int code_bits;
+    bool codebook = false;  // codes index the IQ4_NL levels
 };
 constexpr Case kCases[] = {
-    {"Q2_K", 2, 16, true, 4}, {"Q3_K", 3, 16, false, 6},     {"Q4_K", 4, 32, true, 6},
-    {"Q5_K", 5, 32, true, 6}, {"Q6_K", 6, 16, false, 8},     {"q4g16_sym_sb4", 4, 16, false, 4},
-    {"q8g32_sym_sb8", 8, 32, false, 8},
+    {"Q2_K", 2, 16, true, 4},          {"Q3_K", 3, 16, false, 6},          {"Q4_K", 4, 32, true, 6},
+    {"Q5_K", 5, 32, true, 6},          {"Q6_K", 6, 16, false, 8},          {"q4g16_sym_sb4", 4, 16, false, 4},
+    {"q8g32_sym_sb8", 8, 32, false, 8}, {"IQ4_XS", 4, 32, false, 6, true},
 };
 
 WeightFormat format_of(const Case& c, int64_t k, int64_t n) {
@@ -42,7 +43,8 @@ WeightFormat format_of(const Case& c, int64_t k, int64_t n) {
                         .symmetric = !c.offsets,
                         .float_offsets = c.offsets,
                         .scale_type = ScaleType::SuperBlock,
-                        .scale_code_bits = c.code_bits};
+                        .scale_code_bits = c.code_bits,
+                        .codebook = c.codebook ? Codebook::Iq4Nl : Codebook::None};
 }
 
 // Random codes over their whole ranges (negative scale codes included when symmetric) and fp16
@@ -62,7 +64,7 @@ QuantizedMatrix random_matrix(const Case& c, int64_t k, int64_t n, uint32_t seed
         for (size_t i = 0; i < groups; ++i) p.super_block.min_codes.push_back(uint8_t(rng() % code_range));
         for (size_t i = 0; i < supers; ++i) p.super_block.mins.push_back(super_value());
     } else {
-        p.zeros.assign(groups, uint16_t(1 << (c.bits - 1)));
+        p.zeros.assign(groups, uint16_t(p.symmetric_zero()));
     }
     expand_super_block_scales(p);
     m.codes.resize(size_t(k * n));

@@ -92,14 +92,16 @@ inline ContextPtr make_test_context(int threads = 2, qjit_isa max_isa = QJIT_ISA
 // The absolute terms of one dequantized weight, |s| * (q + z) or with float offsets |s| * q + |m|:
 // what its rounding errors scale with.
 inline double weight_terms(const QuantParams& p, size_t meta, uint8_t code) {
-    if (p.float_offsets) return std::fabs(double(p.scales[meta])) * double(code) + std::fabs(double(p.offsets[meta]));
-    return std::fabs(double(p.scales[meta])) * (double(code) + double(p.zeros[meta]));
+    const double q = double(p.value_of(code));
+    if (p.float_offsets) return std::fabs(double(p.scales[meta])) * q + std::fabs(double(p.offsets[meta]));
+    return std::fabs(double(p.scales[meta])) * (q + double(p.zeros[meta]));
 }
 
 // One weight as the oracle dequantizes it, in double.
 inline double dequantized_weight(const QuantParams& p, size_t meta, uint8_t code) {
-    if (p.float_offsets) return double(p.scales[meta]) * double(code) + double(p.offsets[meta]);
-    return double(p.scales[meta]) * (double(code) - double(p.zeros[meta]));
+    const double q = double(p.value_of(code));
+    if (p.float_offsets) return double(p.scales[meta]) * q + double(p.offsets[meta]);
+    return double(p.scales[meta]) * (q - double(p.zeros[meta]));
 }
 
 // Worst-case fp32 error of a kernel that, per group, sums x*q and x, applies s*(dot - z*xsum) (or

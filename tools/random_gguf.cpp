@@ -16,6 +16,8 @@ GgmlBlockShape ggml_block_shape(qjit_ggml_type type) {
         case QJIT_GGML_Q4_K: return {256, 144, {0, 2}};
         case QJIT_GGML_Q5_K: return {256, 176, {0, 2}};
         case QJIT_GGML_Q6_K: return {256, 210, {208}};
+        case QJIT_GGML_IQ4_NL: return {32, 18, {0}};
+        case QJIT_GGML_IQ4_XS: return {256, 136, {0}};
         default: return {};
     }
 }

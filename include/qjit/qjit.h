@@ -134,6 +134,8 @@ typedef enum qjit_ggml_type {
     QJIT_GGML_Q4_K = 12,
     QJIT_GGML_Q5_K = 13,
     QJIT_GGML_Q6_K = 14,
+    QJIT_GGML_IQ4_NL = 20,
+    QJIT_GGML_IQ4_XS = 23,
     QJIT_GGML_TYPE_MAX_ENUM = 0x7fffffff
 } qjit_ggml_type;
 

@@ -28,6 +28,7 @@ int vector_registers_needed(const CpuKernelSpec& spec) {
     const int accumulators = spec.tiling.tu * spec.rows;
     int constants = int8_without_vnni ? 1 : 0;
     for (int width : kernel_widths(spec)) constants += int(code_planes(width).size());
+    constants += codebook_constants(spec);
     return accumulators + std::max(main_scratch_registers(spec), kEpilogueTemporaries) + constants;
 }
 

@@ -53,8 +53,9 @@ struct CpuKernelSpec {
     // padding only, whose metadata is zero), so that a 32-row block always holds two whole groups.
     int64_t num_groups() const { return (padded_k() + group_rows() - 1) / group_rows(); }
     // Largest activation magnitude of the int8 path. Without VNNI, vpmaddubsw adds two u8 x s8
-    // products into int16: 8-bit codes (255) need |x| <= 64 to stay clear of saturation.
-    int int8_activation_max() const { return !vnni() && format.bits == 8 ? 63 : 127; }
+    // products into int16: 8-bit codes (255) and codebook values (up to 241) need |x| <= 64 to stay
+    // clear of saturation.
+    int int8_activation_max() const { return !vnni() && format.value_bits() == 8 ? 63 : 127; }
 };
 
 // The K-groups a kernel's group ranges (K-split parts) start on and its group loop steps by: 2 for

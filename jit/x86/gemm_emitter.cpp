@@ -75,7 +75,8 @@ public:
           second_order_(spec.format.second_order_scales()),
           super_block_(spec.format.super_block_scales()),
           float_offsets_(spec.format.float_offsets),
-          mins_in_scale_bytes_(PanelMetadataLayout{spec.format}.mins_in_scale_bytes()) {
+          mins_in_scale_bytes_(PanelMetadataLayout{spec.format}.mins_in_scale_bytes()),
+          codebook_(spec.format.has_codebook()) {
         const int scratch = std::max(main_scratch_registers(spec), kEpilogueTemporaries);
         scratch_base_ = rows_ * tu_;
         const_base_ = scratch_base_ + scratch;
@@ -102,6 +103,11 @@ private:
         return masks;
     }
     Vmm int16_ones() const { return Vmm(const_base_ + total_masks()); }  // int8 without VNNI
+    // A codebook: its 16 values as bytes in every 128-bit lane (a vpshufb table), and on the f32
+    // path the mask of a 32-bit lane's low byte.
+    int codebook_base() const { return const_base_ + total_masks() + (int8_ && !spec_.vnni() ? 1 : 0); }
+    Vmm codebook_table() const { return Vmm(codebook_base()); }
+    Vmm low_byte_mask() const { return Vmm(codebook_base() + 1); }
     // Epilogue temporaries reuse the scratch registers (the weights are dead by then).
     Vmm ep_scale() const { return Vmm(scratch_base_ + 0); }
     Vmm ep_zero() const { return Vmm(scratch_base_ + 1); }
@@ -150,7 +156,22 @@ private:
             emit_group_loop();
         }
         postamble();
+        if (codebook_) emit_codebook_data();
         finish();
+    }
+
+    // The codebook's values (WeightFormat::value_of), read once by load_constants.
+    void emit_codebook_data() {
+        align(16);
+        L(codebook_data_);
+        for (int code = 0; code < 16; ++code) db(uint8_t(spec_.format.value_of(code)));
+    }
+
+    // Codes (one per byte on the int8 path, per 32-bit lane on the f32 path) to their codebook
+    // values, in place.
+    void look_up_codebook(const Vmm& codes) {
+        vpshufb(codes, codebook_table(), codes);
+        if (!int8_) vand(codes, codes, low_byte_mask());  // the lane's other bytes looked up code 0
     }
 
     void load_arguments() {
@@ -199,6 +220,11 @@ private:
         }
         select_width(0);
         if (int8_ && !spec_.vnni()) broadcast_constant(int16_ones(), 0x00010001u);
+        if (codebook_) {
+            kZmm ? vbroadcasti32x4(codebook_table(), ptr[regs::rip + codebook_data_])
+                 : vbroadcasti128(Ymm(codebook_table().getIdx()), ptr[regs::rip + codebook_data_]);
+            if (!int8_) broadcast_constant(low_byte_mask(), 0xffu);
+        }
     }
 
     // Makes width w (an index into widths_) the one the block bodies emit: its planes, masks and
@@ -406,7 +432,11 @@ private:
     void emit_int8_quad(int p, int field, int quad) {
         const CodePlane& plane = planes_[size_t(p)];
         broadcast_quad_activations(quad);
-        for (int t = 0; t < tu_; ++t) emit_quad_dots(t, unpack(p, t, plane.width * field - plane.value_shift), quad);
+        for (int t = 0; t < tu_; ++t) {
+            const Vmm codes = unpack(p, t, plane.width * field - plane.value_shift);
+            if (codebook_) look_up_codebook(codes);
+            emit_quad_dots(t, codes, quad);
+        }
     }
 
     // The four activations of the quad for every row, where they are not embedded broadcasts.
@@ -443,6 +473,7 @@ private:
             for (int i = 0; i < rows_; ++i) vbroadcastss(x_broadcast(i), dword[x_ + i * x_row_bytes() + row * 4]);
         for (int t = 0; t < tu_; ++t) {
             const Vmm codes = unpack(p, t, 8 * byte + plane.width * field - plane.value_shift);
+            if (codebook_) look_up_codebook(codes);
             vcvtdq2ps(unpacked(), codes);
             for (int i = 0; i < rows_; ++i) {
                 if (embedded_broadcast(spec_)) {
@@ -472,7 +503,7 @@ private:
             } else if (float_offsets_) {
                 load_stored_floats(zero, zeros_, t);  // the offsets
             } else if (spec_.format.symmetric) {
-                broadcast_constant(zero, float_bits(float(1 << (spec_.format.bits - 1))));
+                broadcast_constant(zero, float_bits(float(spec_.format.symmetric_zero())));
             } else {
                 vpmovzxbd(zero, kZmm ? Xbyak::Address(xword[zeros_ + t * lanes_])
                                      : Xbyak::Address(qword[zeros_ + t * lanes_]));
@@ -628,7 +659,8 @@ private:
     const int tu_, rows_, lanes_, panel_;
     const bool int8_;
     const int x_bytes_, scale_bytes_;
-    const bool merges_planes_, mixed_, second_order_, super_block_, float_offsets_, mins_in_scale_bytes_;
+    const bool merges_planes_, mixed_, second_order_, super_block_, float_offsets_, mins_in_scale_bytes_, codebook_;
+    Xbyak::Label codebook_data_;
     int scratch_base_ = 0, const_base_ = 0;
 };
 
@@ -648,6 +680,11 @@ bool embedded_broadcast(const CpuKernelSpec& spec) {
 
 bool merges_code_planes(const CpuKernelSpec& spec) {
     return spec.path == ActivationPath::Int8 && code_planes(spec.format.bits).size() > 1;
+}
+
+int codebook_constants(const CpuKernelSpec& spec) {
+    if (!spec.format.has_codebook()) return 0;
+    return spec.path == ActivationPath::F32 ? 2 : 1;
 }
 
 int main_scratch_registers(const CpuKernelSpec& spec) {

@@ -33,6 +33,9 @@ bool embedded_broadcast(const CpuKernelSpec& spec);
 // 6-bit codes on the int8 path).
 bool merges_code_planes(const CpuKernelSpec& spec);
 
+// Constant registers a codebook takes: its table, and on the f32 path a byte mask.
+int codebook_constants(const CpuKernelSpec& spec);
+
 // Weight, unpack and activation-broadcast registers of the main loop (not counting accumulators
 // and constants).
 int main_scratch_registers(const CpuKernelSpec& spec);

@@ -18,7 +18,7 @@ SCALE_DTYPES = {"f32": 0, "f16": 1}
 CHECKPOINT_FORMATS = {"gptq": 1, "gptq_v2": 2}
 # The ggml tensor types Linear.from_gguf imports, by the numbers GGUF files store (qjit_ggml_type).
 GGML_TYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13,
-              "Q6_K": 14}
+              "Q6_K": 14, "IQ4_NL": 20, "IQ4_XS": 23}
 TILING_SOURCES = ("portable", "forced", "database", "context", "searched", "model", "pack")
 CUDA_DTYPES = {"f16": 1, "bf16": 2}
 

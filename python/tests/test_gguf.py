@@ -25,6 +25,7 @@ Q = gguf.GGMLQuantizationType
 HALF_FIELDS = {
     Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q8_0: [0],
     Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208],
+    Q.IQ4_NL: [0], Q.IQ4_XS: [0],
 }
 SHAPES = [(1, 1), (1, 7), (1, 33), (3, 1), (3, 7), (3, 33)]  # (blocks along K, N)
 
@@ -79,7 +80,7 @@ def test_forwards_match_the_matrix(exact_context, default_context, rng, qtype):
 
 def test_refuses_other_types_and_sizes(exact_context):
     data = np.zeros(1 << 12, np.uint8)
-    for qtype in (Q.F32, Q.F16, Q.BF16, Q.Q8_1, Q.Q8_K, Q.IQ2_XXS, Q.IQ4_NL, Q.TQ1_0):
+    for qtype in (Q.F32, Q.F16, Q.BF16, Q.Q8_1, Q.Q8_K, Q.IQ2_XXS, Q.IQ3_S, Q.TQ1_0):
         with pytest.raises(qjit.UnsupportedError, match=f"importing ggml {qtype.name} tensors is not supported"):
             qjit.Linear.from_gguf(exact_context, qtype, data[:256], 256, 1)
     with pytest.raises(qjit.InvalidArgumentError, match="ggml_type is 'IQ2_XS'"):

@@ -54,7 +54,11 @@ inline void decode_mixed_row(int bits, const ChunkCodes& chunk, int64_t row, int
     else decode_row<4>(chunk, row, width, out);
 }
 
-// One column panel for Rows activation rows (Bits 0: each group at its own width). Per group, with s and z the group's scale and zero:
+// Bits of a forward_panel whose 4-bit codes index the IQ4_NL levels (WeightFormat::value_of).
+constexpr int kIq4NlCodes = -4;
+
+// One column panel for Rows activation rows (Bits 0: each group at its own width; kIq4NlCodes:
+// codebook values). Per group, with s and z the group's scale and zero:
 // sum_r x_r * s * (q_r - z) = s * (sum_r x_r q_r - z * sum_r x_r), so the inner loop only
 // multiplies raw codes and the scale and zero are applied once per group. Rows, and the width of
 // a full panel, are compile-time constants so the compiler can unroll and vectorize.
@@ -70,8 +74,14 @@ void forward_panel(const QuantParams& p, const ChunkCodes& codes, GroupSpan span
         float x_sum[Rows] = {};
         std::memset(dot, 0, sizeof dot);
         for (int64_t r = r0; r < r1; ++r) {
-            if constexpr (Bits == 0) decode_mixed_row(p.group_width(g), codes, r, width, q);
-            else decode_row<Bits>(codes, r, width, q);
+            if constexpr (Bits == 0) {
+                decode_mixed_row(p.group_width(g), codes, r, width, q);
+            } else if constexpr (Bits == kIq4NlCodes) {
+                decode_row<4>(codes, r, width, q);
+                for (int j = 0; j < width; ++j) q[j] = float(p.value_of(int(q[j])));
+            } else {
+                decode_row<Bits>(codes, r, width, q);
+            }
             for (int i = 0; i < Rows; ++i) {
                 const float xv = x[i * p.k + r];
                 x_sum[i] += xv;
@@ -154,6 +164,7 @@ void portable_product(const QuantParams& params, const PackedCodes& codes, const
                       const float* x, int64_t m, float* y, ThreadPool& pool) {
     const GroupSpan span{product.first_group, product.end_group, accumulate};
     if (!params.uniform_bits()) return forward_all<0>(params, codes, span, x, m, y, pool);
+    if (params.has_codebook()) return forward_all<kIq4NlCodes>(params, codes, span, x, m, y, pool);
     switch (params.bits) {
         case 2: return forward_all<2>(params, codes, span, x, m, y, pool);
         case 3: return forward_all<3>(params, codes, span, x, m, y, pool);
