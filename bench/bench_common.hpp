@@ -10,12 +10,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "models/model_config.hpp"
+#include "tools/bandwidth_probe.hpp"
+#include "tools/int8_peak_probe.hpp"
 #include "tools/random_gptq.hpp"
 
 namespace qjit_bench {
@@ -136,5 +139,24 @@ private:
     const std::function<void(int)>* task_ = nullptr;
     int count_ = 0;
 };
+
+// The run's floors, printed as a header line: the read probe's loads and, per thread count, the
+// int8 dot-product peak (MAC/s), measured here; no entries without AVX2.
+inline std::map<int, double> print_floors(const qjit_tools::BandwidthProbe& probe, const std::vector<int>& threads) {
+    std::map<int, double> peak_macs;
+    std::printf("qjit %s; read probe: %s loads, best of %d sweeps; int8 peak: ", qjit_version(), probe.load_width(),
+                qjit_tools::BandwidthProbe::kPeakSweeps);
+    if (!qjit_tools::Int8PeakProbe::available()) {
+        std::printf("none (no AVX2)\n");
+        return peak_macs;
+    }
+    qjit_tools::Int8PeakProbe int8_peak;
+    std::printf("%s, best of %d runs\n", int8_peak.instruction(), qjit_tools::Int8PeakProbe::kPeakRuns);
+    for (int t : threads) {
+        peak_macs[t] = int8_peak.peak(t);
+        std::printf("int8 peak, %d thread(s): %.3f T MAC/s\n", t, peak_macs[t] * 1e-12);
+    }
+    return peak_macs;
+}
 
 }  // namespace qjit_bench

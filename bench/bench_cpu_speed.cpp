@@ -185,19 +185,7 @@ void print_targets(const std::vector<Row>& rows) {
 int main(int argc, char** argv) {
     const Options options = parse(argc, argv);
     qjit_tools::BandwidthProbe probe;
-    std::map<int, double> peak_macs;
-    std::printf("qjit %s; read probe: %s loads, best of %d sweeps; int8 peak: ", qjit_version(), probe.load_width(),
-                qjit_tools::BandwidthProbe::kPeakSweeps);
-    if (!qjit_tools::Int8PeakProbe::available()) {
-        std::printf("none (no AVX2)\n");
-    } else {
-        qjit_tools::Int8PeakProbe int8_peak;
-        std::printf("%s, best of %d runs\n", int8_peak.instruction(), qjit_tools::Int8PeakProbe::kPeakRuns);
-        for (int threads : options.threads) {
-            peak_macs[threads] = int8_peak.peak(threads);
-            std::printf("int8 peak, %d thread(s): %.3f T MAC/s\n", threads, peak_macs[threads] * 1e-12);
-        }
-    }
+    std::map<int, double> peak_macs = qjit_bench::print_floors(probe, options.threads);
     std::printf("\n| shape | threads | bits | batch | tuned tiling | timed | tuning ms | µs | GB/s | read probe GB/s "
                 "| of read probe | T MAC/s | of int8 peak |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     std::vector<Row> rows;

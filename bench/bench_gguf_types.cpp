@@ -159,16 +159,7 @@ Row measure_row(const TypeName& t, Shape shape, const std::vector<uint8_t>& byte
 int main(int argc, char** argv) {
     const Options options = parse(argc, argv);
     qjit_tools::BandwidthProbe probe;
-    std::map<int, double> peak_macs;
-    std::printf("qjit %s; read probe: %s loads, best of %d sweeps; int8 peak: ", qjit_version(), probe.load_width(),
-                qjit_tools::BandwidthProbe::kPeakSweeps);
-    if (!qjit_tools::Int8PeakProbe::available()) {
-        std::printf("none (no AVX2)\n");
-    } else {
-        qjit_tools::Int8PeakProbe int8_peak;
-        std::printf("%s, best of %d runs\n", int8_peak.instruction(), qjit_tools::Int8PeakProbe::kPeakRuns);
-        for (int threads : options.threads) peak_macs[threads] = int8_peak.peak(threads);
-    }
+    std::map<int, double> peak_macs = qjit_bench::print_floors(probe, options.threads);
     std::printf("\n| type | stored as | shape | threads | batch | tiling | bits/weight held / streamed / file | µs "
                 "| GB/s | read probe GB/s | of read probe | GB/s per Q4_0's | of int8 peak |\n"
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");

@@ -490,6 +490,9 @@ private:
     // accumulators restart and the group pointers move on.
     void emit_group_epilogue() {
         const Vmm scale = ep_scale(), zero = ep_zero(), factor = ep_broadcast(), out = ep_output();
+        // A symmetric zero is the same for every column: broadcast once (nothing below writes it).
+        const bool constant_zero = spec_.format.symmetric && !second_order_;
+        if (constant_zero) broadcast_constant(zero, float_bits(float(spec_.format.symmetric_zero())));
         for (int t = 0; t < tu_; ++t) {
             if (second_order_) {
                 load_second_order_scale_and_zero(t, scale, zero, factor);
@@ -502,8 +505,8 @@ private:
                 // loaded with the scale
             } else if (float_offsets_) {
                 load_stored_floats(zero, zeros_, t);  // the offsets
-            } else if (spec_.format.symmetric) {
-                broadcast_constant(zero, float_bits(float(spec_.format.symmetric_zero())));
+            } else if (constant_zero) {
+                // broadcast before the loop
             } else {
                 vpmovzxbd(zero, kZmm ? Xbyak::Address(xword[zeros_ + t * lanes_])
                                      : Xbyak::Address(qword[zeros_ + t * lanes_]));
@@ -570,11 +573,13 @@ private:
             vfmadd231ps(out, a, scale);
         }
         const Vmm& sum_factor = int8_ ? factor : offset;
+        // Super-block offsets are -(dmin * m): `offset` holds dmin * m, subtracted.
+        const bool subtract = super_block_;
         if (kZmm) {
-            vfmadd231ps(out, sum_factor, ptr_b[x_sum_ + meta]);
+            subtract ? vfnmadd231ps(out, sum_factor, ptr_b[x_sum_ + meta]) : vfmadd231ps(out, sum_factor, ptr_b[x_sum_ + meta]);
         } else {
             vbroadcastss(a, dword[x_sum_ + meta]);
-            vfmadd231ps(out, sum_factor, a);
+            subtract ? vfnmadd231ps(out, sum_factor, a) : vfmadd231ps(out, sum_factor, a);
         }
         vmovups(y_at, out);
     }
@@ -606,8 +611,8 @@ private:
         vmulps(scale, scale, factor);
     }
 
-    // Column vector t's scales (code times super-scale) and, with float offsets, offsets (minus the
-    // min code times the super-min) from super-block storage; the min codes are the high nibbles of
+    // Column vector t's scales (code times super-scale) and, with float offsets, the mins (min code
+    // times super-min, which the offset rows subtract) from super-block storage; the min codes are the high nibbles of
     // the scale bytes where the two share them. Exact: an fp16 value times a code of at most 8 bits.
     void load_super_block_scale_and_offset(int t, const Vmm& scale, const Vmm& offset, const Vmm& temp) {
         load_code_bytes(scale, scales_, t, spec_.format.symmetric);
@@ -619,9 +624,7 @@ private:
             } else {
                 load_code_bytes(offset, zeros_, t, false);
             }
-            times_super_value(offset, super_mins_, t, temp);
-            broadcast_constant(temp, 0x80000000u);  // the offset is minus the min
-            kZmm ? vpxord(offset, offset, temp) : vxorps(offset, offset, temp);
+            times_super_value(offset, super_mins_, t, temp);  // dmin * m: emit_offset_row subtracts it
         }
         times_super_value(scale, super_scales_, t, temp);
     }
