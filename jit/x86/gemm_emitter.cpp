@@ -24,7 +24,8 @@
 // codes (packed with the zero point in one byte per column) and the fp16 scale and zero of each
 // 16 columns, before applying them. Super-block scales: each group's scale is its code byte times
 // the column's fp16 super-scale, read through a pointer that moves on once per 256 rows (and the
-// same for a float offset, the negated min code times the super-min).
+// same for a float offset, the min code times the super-min, subtracted). A codebook (IQ4_NL): each
+// unpacked 4-bit code is looked up in a 16-byte table (vpshufb) before its dot product or convert.
 //
 // Symmetry, bits, group size, rows, tu and prefetch distance are compile-time constants of the
 // generated code; the group counts are run-time arguments so one kernel serves any K range.
