@@ -159,4 +159,44 @@ inline std::map<int, double> print_floors(const qjit_tools::BandwidthProbe& prob
     return peak_macs;
 }
 
+// A context tuned for `batch` on `threads` threads, int8 activations, without a tuning database
+// (every layer tuned with the library's budget); null with qjit_last_error() on failure.
+inline qjit_context* batch_tuned_context(int threads, int64_t batch) {
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.num_threads = threads;
+    options.tuning_db_path = "";
+    options.tuning_batch = batch;
+    options.activations = QJIT_ACTIVATIONS_INT8;
+    qjit_context* context = nullptr;
+    return qjit_context_create(&options, &context) == QJIT_OK ? context : nullptr;
+}
+
+// A layer timed cold, as the tuner times it: the median over `rounds` rounds of `calls` calls at
+// `batch` rows, and the best read-probe sweep of `sweeps` on the same threads before every round and
+// after the last (this VM's bandwidth drifts, so only a probe interleaved with the rounds says what
+// the layer could reach). micros < 0: qjit_linear_benchmark failed (qjit_last_error says why).
+struct ColdTiming {
+    double micros = -1, probe_gbps = 0;
+};
+inline ColdTiming time_cold(qjit_linear* layer, int64_t batch, int threads, qjit_tools::BandwidthProbe& probe,
+                            int rounds, int calls, int sweeps) {
+    ColdTiming timing;
+    auto run_probe = [&] {
+        for (int i = 0; i < sweeps; ++i)
+            timing.probe_gbps =
+                std::max(timing.probe_gbps, probe.measure(threads, qjit_tools::BandwidthProbe::kPeakWindowBytes));
+    };
+    std::vector<double> times;
+    for (int r = 0; r < rounds; ++r) {
+        run_probe();
+        double us = 0;
+        if (qjit_linear_benchmark(layer, batch, calls, 1, &us) != QJIT_OK) return timing;
+        times.push_back(us);
+    }
+    run_probe();
+    timing.micros = median(times);
+    return timing;
+}
+
 }  // namespace qjit_bench

@@ -33,7 +33,6 @@
 
 namespace {
 
-using qjit_bench::median;
 using qjit_bench::parse_list;
 
 using Shape = qjit_bench::ModelLayerShape;
@@ -87,14 +86,8 @@ struct Row {
 
 Row measure_row(const Shape& shape, const qjit_tools::GptqTensors& tensors, int threads, int bits, int64_t batch,
                 qjit_tools::BandwidthProbe& probe, double peak_macs) {
-    qjit_context_options options;
-    qjit_context_options_init(&options);
-    options.num_threads = threads;
-    options.tuning_db_path = "";
-    options.tuning_batch = batch;
-    options.activations = QJIT_ACTIVATIONS_INT8;
-    qjit_context* context = nullptr;
-    if (qjit_context_create(&options, &context) != QJIT_OK) die("qjit_context_create");
+    qjit_context* context = qjit_bench::batch_tuned_context(threads, batch);
+    if (context == nullptr) die("qjit_context_create");
     qjit_linear* layer = nullptr;
     if (qjit_linear_create_from_gptq(context, shape.k, shape.n, &tensors.view, &layer) != QJIT_OK)
         die("qjit_linear_create_from_gptq");
@@ -103,24 +96,14 @@ Row measure_row(const Shape& shape, const qjit_tools::GptqTensors& tensors, int 
     if (qjit_linear_get_tuning(layer, &tuning) != QJIT_OK || qjit_linear_get_info(layer, &info) != QJIT_OK)
         die("qjit_linear_get_tuning/info");
 
-    std::vector<double> rounds;
-    double probe_gbps = 0;
-    auto run_probe = [&] {
-        for (int i = 0; i < kRowProbeSweeps; ++i)
-            probe_gbps = std::max(probe_gbps, probe.measure(threads, qjit_tools::BandwidthProbe::kPeakWindowBytes));
-    };
-    for (int r = 0; r < kRounds; ++r) {
-        run_probe();
-        double us = 0;
-        if (qjit_linear_benchmark(layer, batch, kCallsPerRound, 1, &us) != QJIT_OK) die("qjit_linear_benchmark");
-        rounds.push_back(us);
-    }
+    const qjit_bench::ColdTiming timing =
+        qjit_bench::time_cold(layer, batch, threads, probe, kRounds, kCallsPerRound, kRowProbeSweeps);
+    if (timing.micros < 0) die("qjit_linear_benchmark");
     Row row{&shape, threads, bits, batch, tuning.tiling, tuning.candidates_timed, tuning.candidates_ranked,
             tuning.tuning_ms};
-    row.micros = median(rounds);
+    row.micros = timing.micros;
     row.gbps = double(info.weight_bytes) / row.micros * 1e-3;
-    run_probe();
-    row.probe_gbps = probe_gbps;
+    row.probe_gbps = timing.probe_gbps;
     row.macs = double(batch) * double(shape.k) * double(shape.n) / row.micros * 1e6;
     row.peak_macs = peak_macs;
     qjit_linear_destroy(layer);

@@ -27,7 +27,6 @@
 
 namespace {
 
-using qjit_bench::median;
 using qjit_bench::parse_list;
 
 constexpr int kRounds = 5;
@@ -58,28 +57,13 @@ struct Options {
     std::exit(1);
 }
 
-std::vector<std::string> split(const char* text) {
-    std::vector<std::string> parts;
-    std::string part;
-    for (const char* c = text;; ++c) {
-        if (*c == ',' || *c == '\0') {
-            if (!part.empty()) parts.push_back(part);
-            part.clear();
-            if (*c == '\0') break;
-        } else {
-            part += *c;
-        }
-    }
-    return parts;
-}
-
 Options parse(int argc, char** argv) {
     Options options;
     for (const TypeName& t : kTypes) options.types.push_back(t.name);
     for (int i = 1; i < argc; ++i) {
         const std::string_view arg(argv[i]);
         auto value = [&](std::string_view flag) { return arg.starts_with(flag) ? argv[i] + flag.size() : nullptr; };
-        if (const char* v = value("--types=")) options.types = split(v);
+        if (const char* v = value("--types=")) options.types = parse_list<std::string>("bench_gguf_types", v);
         else if (const char* v = value("--batches=")) options.batches = parse_list<int64_t>("bench_gguf_types", v);
         else if (const char* v = value("--threads=")) options.threads = parse_list<int>("bench_gguf_types", v);
         else {
@@ -108,14 +92,8 @@ struct Row {
 
 Row measure_row(const TypeName& t, Shape shape, const std::vector<uint8_t>& bytes, int threads, int64_t batch,
                 qjit_tools::BandwidthProbe& probe, double peak_macs) {
-    qjit_context_options options;
-    qjit_context_options_init(&options);
-    options.num_threads = threads;
-    options.tuning_db_path = "";
-    options.tuning_batch = batch;
-    options.activations = QJIT_ACTIVATIONS_INT8;
-    qjit_context* context = nullptr;
-    if (qjit_context_create(&options, &context) != QJIT_OK) die("qjit_context_create");
+    qjit_context* context = qjit_bench::batch_tuned_context(threads, batch);
+    if (context == nullptr) die("qjit_context_create");
     qjit_linear* layer = nullptr;
     if (qjit_linear_create_from_gguf(context, t.type, bytes.data(), bytes.size(), shape.k, shape.n, &layer) != QJIT_OK)
         die("qjit_linear_create_from_gguf");
@@ -129,20 +107,12 @@ Row measure_row(const TypeName& t, Shape shape, const std::vector<uint8_t>& byte
     const size_t format_at = description.find("format=");
     Row row{t.name, description.substr(format_at + 7, description.find(' ', format_at) - format_at - 7), shape, threads,
             batch, tuning.tiling};
-    std::vector<double> rounds;
-    auto run_probe = [&] {
-        for (int i = 0; i < kRowProbeSweeps; ++i)
-            row.probe_gbps = std::max(row.probe_gbps, probe.measure(threads, qjit_tools::BandwidthProbe::kPeakWindowBytes));
-    };
-    for (int r = 0; r < kRounds; ++r) {
-        run_probe();
-        double us = 0;
-        if (qjit_linear_benchmark(layer, batch, kCallsPerRound, 1, &us) != QJIT_OK) die("qjit_linear_benchmark");
-        rounds.push_back(us);
-    }
-    run_probe();
+    const qjit_bench::ColdTiming timing =
+        qjit_bench::time_cold(layer, batch, threads, probe, kRounds, kCallsPerRound, kRowProbeSweeps);
+    if (timing.micros < 0) die("qjit_linear_benchmark");
+    row.probe_gbps = timing.probe_gbps;
     const double weights = double(shape.k) * double(shape.n);
-    row.micros = median(rounds);
+    row.micros = timing.micros;
     row.held_bits = double(info.stored_bytes) * 8 / weights;
     row.streamed_bits = double(info.weight_bytes) * 8 / weights;
     row.file_bits = double(bytes.size()) * 8 / weights;
