@@ -76,6 +76,14 @@ const char* scale_type_name(ScaleType type) {
     return "unknown";
 }
 
+const char* codebook_name(Codebook codebook) { return codebook == Codebook::Iq4Nl ? "iq4_nl" : "none"; }
+
+std::optional<Codebook> codebook_named(const std::string& name) {
+    for (const Codebook codebook : {Codebook::None, Codebook::Iq4Nl})
+        if (name == codebook_name(codebook)) return codebook;
+    return std::nullopt;
+}
+
 void validate_bits(int bits) {
     require(bits == 2 || bits == 3 || bits == 4 || bits == 5 || bits == 6 || bits == 8, "bits is ", bits,
             "; supported: 2, 3, 4, 5, 6, 8");

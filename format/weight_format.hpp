@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,11 @@ struct WeightFormat {
 
 // "f16", "f32", "sq4" or "sb" (describe strings).
 const char* scale_type_name(ScaleType type);
+
+// "none" or "iq4_nl": how layer files and pack files name a codebook; and back, nullopt for a name
+// that is neither.
+const char* codebook_name(Codebook codebook);
+std::optional<Codebook> codebook_named(const std::string& name);
 
 // A format with fp16 scales: the kernel specs' default.
 inline WeightFormat f16_scaled_format() {

@@ -523,16 +523,16 @@ public:
     std::vector<std::string> header_fields() const override { return {"codebook"}; }
     bool in_layer(const LayerWriting& layer) const override { return layer.params.has_codebook(); }
     void write_header(const LayerWriting& layer, nlohmann::json& header) const override {
-        header["codebook"] = layer.params.has_codebook() ? "iq4_nl" : "none";
+        header["codebook"] = codebook_name(layer.params.codebook);
     }
     void write(const LayerWriting&, SectionWriter&) const override {}
     bool mentioned(const LayerReading& reading) const override { return reading.header.contains("codebook"); }
     bool read_header(LayerReading& reading) const override {
         const nlohmann::json& field = reading.header.at("codebook");
         const std::string name = field.is_string() ? field.get<std::string>() : field.dump();
-        if (name != "none" && name != "iq4_nl")
-            corrupt(concat("header field 'codebook' is '", name, "'; expected none or iq4_nl"));
-        reading.layer.params.codebook = name == "iq4_nl" ? Codebook::Iq4Nl : Codebook::None;
+        const std::optional<Codebook> codebook = codebook_named(name);
+        if (!codebook) corrupt(concat("header field 'codebook' is '", name, "'; expected none or iq4_nl"));
+        reading.layer.params.codebook = *codebook;
         return reading.layer.params.has_codebook();
     }
     std::string label(const LayerReading&) const override { return "IQ4_NL codebook"; }

@@ -47,9 +47,10 @@ QuantParams panel_params(const nlohmann::json& fields) {
     p.scale_type = panel_scale_type(fields.at("scale_type").get<std::string>());
     if (p.super_block_scales()) p.scale_code_bits = int(json_integer_field(fields, "scale_code_bits", 0, 8));
     if (fields.contains("codebook")) {
-        const std::string codebook = fields.at("codebook").get<std::string>();
-        require(codebook == "none" || codebook == "iq4_nl", "codebook '", codebook, "' is not one qjit knows");
-        p.codebook = codebook == "iq4_nl" ? Codebook::Iq4Nl : Codebook::None;
+        const std::string name = fields.at("codebook").get<std::string>();
+        const std::optional<Codebook> codebook = codebook_named(name);
+        require(codebook.has_value(), "codebook '", name, "' is not one qjit knows");
+        p.codebook = *codebook;
     }
     validate(p.format());
     return p;
@@ -139,7 +140,7 @@ void write_pack_entry(PackWriter& writer, const std::string& name, const qjit_li
         {"float_offsets", p.float_offsets},
         {"scale_type", scale_type_name(p.scale_type)},
         {"scale_code_bits", p.scale_code_bits},
-        {"codebook", p.has_codebook() ? "iq4_nl" : "none"},
+        {"codebook", codebook_name(p.codebook)},
         {"kernel", jit::kernel_family_name(executor.spec())},
         {"tiling", layer.tuning.tiling},
         {"kernel_key", layer.tuning.kernel_key},
