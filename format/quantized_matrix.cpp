@@ -115,11 +115,14 @@ float SuperBlockScales::offset(const WeightFormat& f, int64_t g, int64_t c) cons
     return -(half_to_float(mins[size_t(super * f.n + c)]) * float(min_codes[size_t(g * f.n + c)]));
 }
 
-void expand_super_block_scales(QuantParams& p, int64_t first_column, int64_t end_column) {
+void expand_super_block_scales(QuantParams& p) {
     const size_t metadata = size_t(p.num_groups() * p.n);
     p.scales.resize(metadata);
     if (p.float_offsets) p.offsets.resize(metadata);
-    if (end_column < 0) end_column = p.n;
+    expand_super_block_columns(p, 0, p.n);
+}
+
+void expand_super_block_columns(QuantParams& p, int64_t first_column, int64_t end_column) {
     for (int64_t g = 0; g < p.num_groups(); ++g)
         for (int64_t c = first_column; c < end_column; ++c) {
             p.scales[size_t(g * p.n + c)] = p.super_block.scale(p, g, c);
@@ -254,7 +257,9 @@ int64_t stored_bytes(const QuantParams& p) {
     for (int64_t g = 0; g < p.num_groups(); ++g) {
         const int64_t rows = std::min(p.k, (g + 1) * p.group_size) - g * p.group_size;
         code_bits += rows * p.n * p.group_width(g);
-        if (!p.symmetric) zero_bits += p.n * (p.float_offsets ? p.scale_bytes() * 8 : p.group_width(g));
+        // (super-block scales count their min codes and dmin with the scales, below)
+        if (!p.symmetric && !p.super_block_scales())
+            zero_bits += p.n * (p.float_offsets ? p.scale_bytes() * 8 : p.group_width(g));
     }
     const int64_t metadata = p.num_groups() * p.n;
     int64_t scales = metadata * p.scale_bytes();
@@ -265,7 +270,6 @@ int64_t stored_bytes(const QuantParams& p) {
         const int64_t per_group = p.float_offsets ? 2 : 1;
         scales = (metadata * per_group * p.scale_code_bits + 7) / 8 +
                  p.k / kSuperBlockRows * p.n * per_group * int64_t(sizeof(uint16_t));
-        zero_bits = 0;  // the min codes and dmin are counted with the scales
     }
     const int64_t outliers = p.outliers == 0 ? 0
                                              : p.outliers * int64_t(sizeof(uint16_t) + sizeof(int32_t)) +

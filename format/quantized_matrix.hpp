@@ -104,10 +104,11 @@ void validate(const QuantParams& params);
 SecondOrderScales quantize_second_order(int64_t num_groups, int64_t n, const std::vector<float>& scales);
 std::vector<float> dequantize_second_order(const SecondOrderScales& s, int64_t num_groups, int64_t n);
 
-// Sets params.scales (and, with float offsets, params.offsets) to the values of params.super_block,
-// sized for every column, in columns [first_column, end_column) (-1: to N), so that threads can
-// share the work by columns once they are sized.
-void expand_super_block_scales(QuantParams& params, int64_t first_column = 0, int64_t end_column = -1);
+// Sets params.scales (and, with float offsets, params.offsets) to the values of params.super_block:
+// sized and filled; or, already sized, filled in columns [first_column, end_column) only, so that
+// threads can share the work by columns.
+void expand_super_block_scales(QuantParams& params);
+void expand_super_block_columns(QuantParams& params, int64_t first_column, int64_t end_column);
 
 // Bytes the format stores, by the usual accounting: codes at their group's width, scales at their
 // type (second-order: 4-bit codes plus an fp16 scale and zero per 16 columns; super-block: scale and

@@ -297,7 +297,7 @@ QuantizedMatrix import_gguf_matrix(GgmlType type, const uint8_t* data, size_t by
                 for (int64_t i = 0; i < block.values; ++i) codes[i * n] = unpacked.codes[i];
             }
     }
-    if (matrix.params.super_block_scales()) expand_super_block_scales(matrix.params);
+    if (matrix.params.super_block_scales()) expand_super_block_columns(matrix.params, 0, n);  // sized by the shell
     validate(matrix.params);  // the codes are within their width by construction: each unpacker masks its bits
     return matrix;
 }
@@ -331,7 +331,7 @@ void import_gguf_panels(GgmlType type, const uint8_t* data, int64_t first_panel,
                     for (int w = 0; w < mapping.bits; ++w) at[w * panel] = words[w];
                 }
             }
-        if (params.super_block_scales()) expand_super_block_scales(params, c0, c1);
+        if (params.super_block_scales()) expand_super_block_columns(params, c0, c1);  // sized by the shell
     }
 }
 
