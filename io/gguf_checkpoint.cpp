@@ -29,14 +29,9 @@ GgufCheckpoint::GgufCheckpoint(std::shared_ptr<const GgufFile> file, std::string
         layer.bytes = tensor.bytes;
         layers_.push_back(std::move(layer));
     }
-    std::sort(layers_.begin(), layers_.end(),
-              [](const GgufCheckpointLayer& a, const GgufCheckpointLayer& b) { return natural_less(a.name, b.name); });
+    sort_by_natural_name(layers_);
 }
 
-const GgufCheckpointLayer* GgufCheckpoint::find(const std::string& name) const {
-    for (const GgufCheckpointLayer& layer : layers_)
-        if (layer.name == name) return &layer;
-    return nullptr;
-}
+const GgufCheckpointLayer* GgufCheckpoint::find(const std::string& name) const { return find_named(layers_, name); }
 
 }  // namespace qjit

@@ -292,15 +292,10 @@ void GptqCheckpoint::find_layers() {
         if (name.size() > kSuffix.size() && name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0)
             layers_.push_back(describe_layer(name.substr(0, name.size() - kSuffix.size()), tensors_, config_));
     if (layers_.empty()) corrupt("checkpoint '", directory_, "' holds no GPTQ layer (no tensor named *.qweight)");
-    std::sort(layers_.begin(), layers_.end(),
-              [](const CheckpointLayer& a, const CheckpointLayer& b) { return natural_less(a.name, b.name); });
+    sort_by_natural_name(layers_);
 }
 
-const CheckpointLayer* GptqCheckpoint::find(const std::string& name) const {
-    for (const CheckpointLayer& layer : layers_)
-        if (layer.name == name) return &layer;
-    return nullptr;
-}
+const CheckpointLayer* GptqCheckpoint::find(const std::string& name) const { return find_named(layers_, name); }
 
 CheckpointTensors GptqCheckpoint::tensors(const CheckpointLayer& layer) const {
     CheckpointTensors out;
