@@ -33,7 +33,7 @@ case "${QJIT_SANITIZE:-0}" in
   thread)
     build_dir="$root/build-tsan"
     "$root/scripts/build.sh" --quiet "$build_dir" -DQJIT_TSAN=ON -DQJIT_BUILD_BENCH=OFF -DQJIT_TESTS=threaded
-    export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp"
     exclude=(-E '^Isa/|^layering_|^install_and_consume$|RealModel|^SmolLM2\.|^checkpoint_tuned_then_created|^TuneDriver\.TunesEach')
     labels_out='cuda_sweep|mpi'
     ;;
