@@ -54,11 +54,11 @@ int64_t groups_per_super_block(const PanelMetadataLayout& layout) {
     return SuperBlockScales::groups_per_super_block(layout.format);
 }
 
-// Bytes of one super-block of one panel in a stream: the fp16 super-values, then (with codes) a
-// code byte per group and column.
+// Bytes of one super-block of one panel in a stream: the fp16 super-values, then (with codes) each
+// group's codes.
 int64_t super_block_bytes(const PanelMetadataLayout& layout, bool with_codes) {
-    const int64_t codes = with_codes ? groups_per_super_block(layout) * PanelMetadataLayout::kSuperBlockCodeBytes : 0;
-    return layout.panel_columns * (PanelMetadataLayout::kSuperBlockScaleBytes + codes);
+    const int64_t codes = with_codes ? groups_per_super_block(layout) * layout.code_bytes(layout.panel_columns) : 0;
+    return layout.panel_columns * PanelMetadataLayout::kSuperBlockScaleBytes + codes;
 }
 int64_t scale_super_block_bytes(const PanelMetadataLayout& layout) { return super_block_bytes(layout, true); }
 int64_t zero_super_block_bytes(const PanelMetadataLayout& layout) {
@@ -66,17 +66,42 @@ int64_t zero_super_block_bytes(const PanelMetadataLayout& layout) {
 }
 
 // Where column c (of the panel) of group g lies in a super-block stream of `super_bytes` per
-// super-block: its super-value and its code, as byte offsets.
+// super-block: its super-value and its code (a byte, or 6 bits at `shift` of a 24-bit word), as
+// byte offsets.
 struct SuperBlockSlot {
     size_t value, code;
+    int shift = 0;
 };
 SuperBlockSlot super_block_slot(const PanelMetadataLayout& layout, int64_t super_bytes, int64_t panel, int64_t g,
                                 int64_t c) {
     const int64_t per_super = groups_per_super_block(layout), super = g / per_super;
     const int64_t start = (panel * (layout.groups / per_super) + super) * super_bytes;
-    return {size_t(start + c * PanelMetadataLayout::kSuperBlockScaleBytes),
-            size_t(start + layout.panel_columns * PanelMetadataLayout::kSuperBlockScaleBytes +
-                   (g % per_super) * layout.panel_columns + c)};
+    const int64_t codes = start + layout.panel_columns * PanelMetadataLayout::kSuperBlockScaleBytes +
+                          (g % per_super) * layout.code_bytes(layout.panel_columns);
+    const size_t value = size_t(start + c * PanelMetadataLayout::kSuperBlockScaleBytes);
+    if (!layout.six_bit_codes()) return {value, size_t(codes + c)};
+    return {value, size_t(codes + c / 4 * 3), int(c % 4) * 6};
+}
+
+// A code's bits at a slot (the buffer starts zeroed; slots do not overlap).
+void put_code(const PanelMetadataLayout& layout, PageBuffer<uint8_t>& to, const SuperBlockSlot& slot, uint8_t code) {
+    if (!layout.six_bit_codes()) {
+        to[slot.code] = code;
+        return;
+    }
+    const uint32_t bits = uint32_t(code & 63u) << slot.shift;
+    for (int b = 0; b < 3; ++b) to[slot.code + b] |= uint8_t(bits >> (8 * b));
+}
+uint8_t get_code(const PanelMetadataLayout& layout, const PageBuffer<uint8_t>& from, const SuperBlockSlot& slot) {
+    if (!layout.six_bit_codes()) return from[slot.code];
+    const uint32_t word = from[slot.code] | uint32_t(from[slot.code + 1]) << 8 | uint32_t(from[slot.code + 2]) << 16;
+    return uint8_t(word >> slot.shift & 63u);
+}
+// A scale code read back from its stored bits: symmetric formats' codes are signed (6-bit ones
+// sign-extended).
+int8_t scale_code(const PanelMetadataLayout& layout, uint8_t bits) {
+    if (!layout.format.symmetric || !layout.six_bit_codes()) return int8_t(bits);
+    return int8_t(int8_t(uint8_t(bits << 2)) >> 2);
 }
 
 void pack_super_block(const QuantParams& p, const PanelMetadataLayout& layout, int64_t panel, PanelMetadata& out) {
@@ -88,11 +113,11 @@ void pack_super_block(const QuantParams& p, const PanelMetadataLayout& layout, i
         for (int64_t c = first; c < end; ++c) {
             const SuperBlockSlot slot = super_block_slot(layout, scale_super_block_bytes(layout), panel, g, c - first);
             const size_t from = size_t(g * p.n + c), super = size_t(g / per_super * p.n + c);
-            out.scales[slot.code] = uint8_t(uint8_t(s.scale_codes[from]) | (shared ? s.min_codes[from] << 4 : 0));
+            put_code(layout, out.scales, slot, uint8_t(uint8_t(s.scale_codes[from]) | (shared ? s.min_codes[from] << 4 : 0)));
             std::memcpy(&out.scales[slot.value], &s.scales[super], 2);
             if (!p.float_offsets) continue;
             const SuperBlockSlot min = super_block_slot(layout, zero_super_block_bytes(layout), panel, g, c - first);
-            if (!shared) out.zeros[min.code] = s.min_codes[from];
+            if (!shared) put_code(layout, out.zeros, min, s.min_codes[from]);
             std::memcpy(&out.zeros[min.value], &s.mins[super], 2);
         }
 }
@@ -112,13 +137,13 @@ void unpack_super_block(const PanelMetadata& metadata, const PanelMetadataLayout
                 const SuperBlockSlot slot =
                     super_block_slot(layout, scale_super_block_bytes(layout), panel, g, c - panel * width);
                 const size_t to = size_t(g * p.n + c), super = size_t(g / per_super * p.n + c);
-                const uint8_t code = metadata.scales[slot.code];
-                s.scale_codes[to] = int8_t(shared ? code & 15 : code);
+                const uint8_t code = get_code(layout, metadata.scales, slot);
+                s.scale_codes[to] = shared ? int8_t(code & 15) : scale_code(layout, code);
                 std::memcpy(&s.scales[super], &metadata.scales[slot.value], 2);
                 if (!p.float_offsets) continue;
                 const SuperBlockSlot min =
                     super_block_slot(layout, zero_super_block_bytes(layout), panel, g, c - panel * width);
-                s.min_codes[to] = shared ? uint8_t(code >> 4) : metadata.zeros[min.code];
+                s.min_codes[to] = shared ? uint8_t(code >> 4) : get_code(layout, metadata.zeros, min);
                 std::memcpy(&s.mins[super], &metadata.zeros[min.value], 2);
             }
     expand_super_block_scales(p);
@@ -148,7 +173,8 @@ PanelMetadataOffsets panel_metadata_offsets(const PanelMetadataLayout& layout, i
 PanelMetadataSizes panel_metadata_sizes(const WeightFormat& format, const PanelMetadataLayout& layout) {
     const int64_t panels = (format.n + layout.panel_columns - 1) / layout.panel_columns;
     const PanelMetadataOffsets end = panel_metadata_offsets(layout, panels, 0);
-    return {end.scales, end.zeros};
+    const size_t padding = layout.six_bit_codes() ? PanelMetadataLayout::kSixBitReadPadding : 0;
+    return {end.scales + padding, end.zeros + (end.zeros > 0 ? padding : 0)};
 }
 
 PanelMetadata allocate_panel_metadata(const QuantParams& p, const PanelMetadataLayout& layout) {

@@ -12,8 +12,10 @@
 // of the panel's columns, then a signed or unsigned byte per group and column (the scale code); in
 // `zeros` (float offsets) the fp16 super-mins dmin, then a byte per group and column (the min code).
 // 4-bit codes with float offsets (GGUF Q2_K) share a byte, scale | min << 4, in `scales`, and
-// `zeros` holds only the super-mins. A 6-bit code takes a byte: the panels hold 2 bits per code
-// more than the format's stored bytes count.
+// `zeros` holds only the super-mins. 6-bit codes (Q3_K, Q4_K, Q5_K, IQ4_XS) are packed four to
+// three bytes: column c of a group is bits 6 (c % 4) .. 6 (c % 4) + 5 of the little-endian 24-bit
+// word at byte 3 (c / 4) of the group's codes, so the panels hold exactly the file's bits. The
+// kernels read those codes 16 bytes at a time; such streams end with kSixBitReadPadding bytes.
 // Groups past the layer's own (groups of 16 over rows padded to 32) keep scale 0.
 #pragma once
 
@@ -32,9 +34,15 @@ struct PanelMetadataLayout {
 
     // Bytes of the fp16 (scale, zero) pair of one 16-column second-order group.
     static constexpr int kSecondOrderPairBytes = 4;
-    // Bytes of a code byte per column and group of super-block scales, and of the fp16 super-scale.
-    static constexpr int kSuperBlockCodeBytes = 1;
+    // Bytes of the fp16 super-scale of a column.
     static constexpr int kSuperBlockScaleBytes = 2;
+    // Zero bytes after a stream of 6-bit codes: the kernels load 16 bytes for 12 (or 6) they use.
+    static constexpr int kSixBitReadPadding = 16;
+
+    // Super-block scale (and min) codes packed four to three bytes.
+    bool six_bit_codes() const { return format.super_block_scales() && format.scale_code_bits == 6; }
+    // Bytes of one group's codes over `columns` columns (a multiple of 4).
+    int64_t code_bytes(int64_t columns) const { return six_bit_codes() ? columns / 4 * 3 : columns; }
 
     // Super-block scales whose min codes share the scale codes' bytes (4-bit codes and float offsets).
     bool mins_in_scale_bytes() const {

@@ -30,7 +30,8 @@
 
 namespace qjit {
 
-inline constexpr uint32_t kPackFileVersion = 1;
+// Version 2: 6-bit super-block scale codes are packed four to three bytes in the panels.
+inline constexpr uint32_t kPackFileVersion = 2;
 inline constexpr uint64_t kPackAlignment = 4096;
 
 struct PackSection {

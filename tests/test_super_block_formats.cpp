@@ -159,6 +159,14 @@ TEST_P(SuperBlockFormat, LayerFilesAndPanelsReadBackExactly) {
         const PanelMetadataLayout layout{matrix.params, panel, matrix.params.num_groups()};
         ASSERT_TRUE(panel_metadata_is_exact(matrix.params, layout));
         PanelMetadata metadata = allocate_panel_metadata(matrix.params, layout);
+        // Per padded column, the panels hold the file's bits of metadata: 6- and 8-bit codes at their
+        // width, 4-bit ones a byte (a scale and a min code share it); 6-bit streams end in padding.
+        const int64_t padded_n = (37 + panel - 1) / panel * panel, per_group = c.offsets ? 2 : 1;
+        const int64_t group_bits = c.code_bits == 4 ? 8 : per_group * c.code_bits;
+        const int64_t padding = c.code_bits == 6 ? per_group * PanelMetadataLayout::kSixBitReadPadding : 0;
+        EXPECT_EQ(int64_t(metadata.scales.size() + metadata.zeros.size()),
+                  padded_n * (768 / 256 * per_group * 2 + matrix.params.num_groups() * group_bits / 8) + padding)
+            << "panel " << panel;
         for (int64_t p = 0; p < (37 + panel - 1) / panel; ++p) pack_panel_metadata(matrix.params, layout, p, metadata);
         QuantParams back;
         static_cast<WeightFormat&>(back) = matrix.params.format();

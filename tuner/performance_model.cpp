@@ -81,7 +81,7 @@ double estimate_seconds(const jit::CpuKernelSpec& spec, const TuningProblem& pro
     // tile when a tile's K range overflows L1d.
     const double scale_bytes = spec.format.second_order_scales() ? 0.25
                                : spec.format.super_block_scales()
-                                   ? double(PanelMetadataLayout::kSuperBlockCodeBytes)
+                                   ? double(PanelMetadataLayout{spec.format}.code_bytes(4)) / 4
                                    : double(spec.format.scale_bytes());
     const double zero_bytes =
         spec.format.super_block_scales()

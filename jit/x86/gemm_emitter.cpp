@@ -22,9 +22,10 @@
 // each group jumps to its width's, read from a byte per group (the codes of a block take the words
 // of its width). Second-order scales: the epilogue rebuilds the group's scales from their 4-bit
 // codes (packed with the zero point in one byte per column) and the fp16 scale and zero of each
-// 16 columns, before applying them. Super-block scales: each group's scale is its code byte times
-// the column's fp16 super-scale, read through a pointer that moves on once per 256 rows (and the
-// same for a float offset, the min code times the super-min, subtracted). A codebook (IQ4_NL): each
+// 16 columns, before applying them. Super-block scales: each group's scale is its code (a byte, or
+// 6 bits spread from three bytes per four columns by one shuffle and one variable shift) times the
+// column's fp16 super-scale, read through a pointer that moves on once per 256 rows (and the same
+// for a float offset, the min code times the super-min, subtracted). A codebook (IQ4_NL): each
 // unpacked 4-bit code is looked up in a 16-byte table (vpshufb) before its dot product or convert.
 //
 // Symmetry, bits, group size, rows, tu and prefetch distance are compile-time constants of the
@@ -77,6 +78,7 @@ public:
           super_block_(spec.format.super_block_scales()),
           float_offsets_(spec.format.float_offsets),
           mins_in_scale_bytes_(PanelMetadataLayout{spec.format}.mins_in_scale_bytes()),
+          six_bit_codes_(PanelMetadataLayout{spec.format}.six_bit_codes()),
           codebook_(spec.format.has_codebook()) {
         const int scratch = std::max(main_scratch_registers(spec), kEpilogueTemporaries);
         scratch_base_ = rows_ * tu_;
@@ -158,6 +160,7 @@ private:
         }
         postamble();
         if (codebook_) emit_codebook_data();
+        if (six_bit_codes_) emit_six_bit_code_data();
         finish();
     }
 
@@ -166,6 +169,18 @@ private:
         align(16);
         L(codebook_data_);
         for (int code = 0; code < 16; ++code) db(uint8_t(spec_.format.value_of(code)));
+    }
+
+    // The vpshufb control and the shifts that spread a column vector's 6-bit codes (four in three
+    // bytes, the same 16 bytes in every 128-bit lane) to 32-bit lanes: lane j takes the three bytes
+    // of its four columns (3 (j / 4) on, the 128-bit lane's index) and shifts by 6 (j % 4).
+    void emit_six_bit_code_data() {
+        align(64);
+        L(six_bit_control_);
+        for (int j = 0; j < lanes_; ++j)
+            for (int b = 0; b < 4; ++b) db(b < 3 ? uint8_t(3 * (j / 4) + b) : uint8_t(0x80));
+        L(six_bit_shifts_);
+        for (int j = 0; j < lanes_; ++j) dd(uint32_t(6 * (j % 4)));
     }
 
     // Codes (one per byte on the int8 path, per 32-bit lane on the f32 path) to their codebook
@@ -540,8 +555,9 @@ private:
             }
         }
         if (super_block_) {
-            add(scales_, panel_ * PanelMetadataLayout::kSuperBlockCodeBytes);
-            if (float_offsets_ && !mins_in_scale_bytes_) add(zeros_, panel_ * PanelMetadataLayout::kSuperBlockCodeBytes);
+            const int64_t code_bytes = PanelMetadataLayout{spec_.format}.code_bytes(panel_);
+            add(scales_, code_bytes);
+            if (float_offsets_ && !mins_in_scale_bytes_) add(zeros_, code_bytes);
         } else {
             add(scales_, second_order_ ? panel_ / SecondOrderScales::kColumns * kSecondOrderPairBytes : panel_ * scale_bytes_);
             if (!spec_.format.symmetric) add(zeros_, float_offsets_ ? panel_ * scale_bytes_ : panel_);
@@ -630,10 +646,23 @@ private:
         times_super_value(scale, super_scales_, t, temp);
     }
 
-    // dst = column vector t's code bytes at `codes`, signed or unsigned, in 32-bit lanes.
+    // dst = column vector t's scale or min codes at `codes`, signed or unsigned, in 32-bit lanes.
     void load_code_bytes(const Vmm& dst, const Reg64& codes, int t, bool is_signed) {
+        if (six_bit_codes_) return load_six_bit_codes(dst, codes, t, is_signed);
         const Xbyak::Address bytes = kZmm ? Xbyak::Address(xword[codes + t * lanes_]) : Xbyak::Address(qword[codes + t * lanes_]);
         is_signed ? vpmovsxbd(dst, bytes) : vpmovzxbd(dst, bytes);
+    }
+
+    // The same for 6-bit codes packed four to three bytes (panel_metadata.hpp): the vector's bytes
+    // in every 128-bit lane, each lane's three bytes spread and shifted, then the code's 6 bits
+    // moved to the top and back (sign-extending signed codes).
+    void load_six_bit_codes(const Vmm& dst, const Reg64& codes, int t, bool is_signed) {
+        const Xbyak::Address bytes = xword[codes + t * lanes_ / 4 * 3];
+        kZmm ? vbroadcasti32x4(Zmm(dst.getIdx()), bytes) : vbroadcasti128(Ymm(dst.getIdx()), bytes);
+        vpshufb(dst, dst, ptr[regs::rip + six_bit_control_]);
+        vpsrlvd(dst, dst, ptr[regs::rip + six_bit_shifts_]);
+        vpslld(dst, dst, 26);
+        is_signed ? vpsrad(dst, dst, 26) : vpsrld(dst, dst, 26);
     }
 
     // dst (integer codes) = float(dst) * the fp16 super-values of column vector t at `supers`.
@@ -663,8 +692,9 @@ private:
     const int tu_, rows_, lanes_, panel_;
     const bool int8_;
     const int x_bytes_, scale_bytes_;
-    const bool merges_planes_, mixed_, second_order_, super_block_, float_offsets_, mins_in_scale_bytes_, codebook_;
-    Xbyak::Label codebook_data_;
+    const bool merges_planes_, mixed_, second_order_, super_block_, float_offsets_, mins_in_scale_bytes_, six_bit_codes_,
+        codebook_;
+    Xbyak::Label codebook_data_, six_bit_control_, six_bit_shifts_;
     int scratch_base_ = 0, const_base_ = 0;
 };
 
