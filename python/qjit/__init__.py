@@ -13,7 +13,9 @@ from .checkpoint import Checkpoint, CheckpointLayer
 from .context import Context
 from .errors import (CommunicationError, CorruptDataError, Error, FileIOError, InternalError, InvalidArgumentError,
                      NoDeviceError, OutOfMemoryError, StaleError, UnsupportedError)
+from .flash import FlashCounters, FlashFfn, FlashFfnInfo, NeuronFileWriter
 from .linear import Calibration, Linear, LinearInfo, Tuning
+from .tp import TpMlp, TpMlpInfo, moe_forward
 from .tune import TuneResult, TuneRow, tune
 
 __version__ = _native.version()
@@ -31,7 +33,8 @@ def cuda_device_info(ordinal: int = 0) -> dict:
 
 __all__ = [
     "Calibration", "Checkpoint", "CheckpointLayer", "CommunicationError", "Context", "CorruptDataError", "Error",
-    "FileIOError", "InternalError", "InvalidArgumentError", "Linear", "LinearInfo", "NoDeviceError",
-    "OutOfMemoryError", "StaleError", "TuneResult", "TuneRow", "Tuning", "UnsupportedError", "cuda_device_count",
-    "cuda_device_info", "tune",
+    "FileIOError", "FlashCounters", "FlashFfn", "FlashFfnInfo", "InternalError", "InvalidArgumentError", "Linear",
+    "LinearInfo", "NeuronFileWriter", "NoDeviceError", "OutOfMemoryError", "StaleError", "TpMlp", "TpMlpInfo",
+    "TuneResult", "TuneRow", "Tuning", "UnsupportedError", "cuda_device_count", "cuda_device_info", "moe_forward",
+    "tune",
 ]

@@ -17,7 +17,10 @@
 #include <vector>
 
 #include "arrays.hpp"
+#include "bindings.hpp"
+#include "context.hpp"
 #include "errors.hpp"
+#include "quant_config.hpp"
 #include "models/tune_driver.hpp"
 #include "qjit/qjit.h"
 
@@ -26,68 +29,6 @@ using namespace nb::literals;
 
 namespace qjit_python {
 namespace {
-
-// Runs a C call without the GIL (other Python threads run meanwhile) and checks its status.
-template <typename Call>
-void call_unlocked(Call&& call) {
-    qjit_status status;
-    {
-        nb::gil_scoped_release unlocked;
-        status = call();
-    }
-    check(status);
-}
-
-// A C context, destroyed with its last owner.
-using SharedContext = std::shared_ptr<qjit_context>;
-
-class Context {
-public:
-    Context(int threads, int max_isa, int activations, std::optional<std::string> tuning_db, double tuning_budget_ms,
-            int tuning_mode, int64_t tuning_batch, std::optional<std::string> tiling, int cuda_device, int cuda_dtype,
-            int verbosity) {
-        qjit_context_options options;
-        qjit_context_options_init(&options);
-        options.num_threads = threads;
-        options.max_isa = qjit_isa(max_isa);
-        options.activations = qjit_activations(activations);
-        options.tuning_db_path = tuning_db ? tuning_db->c_str() : nullptr;
-        options.tuning_budget_ms = tuning_budget_ms;
-        options.tuning_mode = qjit_tuning_mode(tuning_mode);
-        options.tuning_batch = tuning_batch;
-        options.tiling = tiling ? tiling->c_str() : nullptr;
-        options.cuda_device = cuda_device;
-        options.cuda_dtype = qjit_dtype(cuda_dtype);
-        options.verbosity = verbosity;
-        qjit_context* context = nullptr;
-        call_unlocked([&] { return qjit_context_create(&options, &context); });
-        shared_ = SharedContext(context, qjit_context_destroy);
-    }
-
-    std::string describe() const {
-        const char* text = nullptr;
-        check(qjit_context_describe(get(), &text));
-        return text;
-    }
-    int num_threads() const {
-        int threads = 0;
-        check(qjit_context_num_threads(get(), &threads));
-        return threads;
-    }
-    std::string tuning_db_list() {
-        const char* text = nullptr;
-        check(qjit_tuning_db_list(get(), &text));
-        return text;
-    }
-    void tuning_db_export(const std::string& path) { check(qjit_tuning_db_export(get(), path.c_str())); }
-    void tuning_db_import(const std::string& path) { check(qjit_tuning_db_import(get(), path.c_str())); }
-
-    qjit_context* get() const { return shared_.get(); }
-    const SharedContext& shared() const { return shared_; }
-
-private:
-    SharedContext shared_;
-};
 
 class Calibration {
 public:
@@ -234,21 +175,7 @@ public:
         if (calibration != nullptr && calibration->k() != k)
             invalid_argument("the calibration is for K = " + std::to_string(calibration->k()) +
                              " inputs; the weights have K = " + std::to_string(k));
-        qjit_quant_config c;
-        qjit_quant_config_init(&c);
-        c.bits = nb::cast<int>(config["bits"]);
-        c.group_size = nb::cast<int>(config["group_size"]);
-        c.symmetric = nb::cast<bool>(config["symmetric"]);
-        c.scale_dtype = qjit_dtype(nb::cast<int>(config["scale_dtype"]));
-        c.method = qjit_quant_method(nb::cast<int>(config["method"]));
-        c.rank = nb::cast<int>(config["rank"]);
-        c.low_rank_bits = nb::cast<int>(config["low_rank_bits"]);
-        c.act_order = nb::cast<bool>(config["act_order"]);
-        c.damp = nb::cast<double>(config["damp"]);
-        c.mixed_alpha = nb::cast<double>(config["mixed_alpha"]);
-        c.outlier_fraction = nb::cast<double>(config["outlier_fraction"]);
-        c.second_order_scales = nb::cast<bool>(config["second_order_scales"]);
-        c.float_offsets = nb::cast<bool>(config["float_offsets"]);
+        const qjit_quant_config c = quant_config(config);
         const qjit_calibration* calibrated = calibration ? calibration->get() : nullptr;
         return Linear(context.shared(), created([&](qjit_linear** layer) {
                           return qjit_linear_create_calibrated(context.get(), &c, calibrated, k, n, w.as<float>(),
@@ -396,6 +323,7 @@ public:
 
     int64_t k() const { return k_; }
     int64_t n() const { return n_; }
+    qjit_linear* get() const { return layer_.get(); }
 
 private:
     struct Destroy {
@@ -461,24 +389,45 @@ private:
     qjit_checkpoint* checkpoint_ = nullptr;
 };
 
-nb::dict default_quant_config() {
-    qjit_quant_config c;
-    qjit_quant_config_init(&c);
-    nb::dict d;
-    d["bits"] = c.bits;
-    d["group_size"] = c.group_size;
-    d["symmetric"] = bool(c.symmetric);
-    d["scale_dtype"] = int(c.scale_dtype);
-    d["method"] = int(c.method);
-    d["rank"] = c.rank;
-    d["low_rank_bits"] = c.low_rank_bits;
-    d["act_order"] = bool(c.act_order);
-    d["damp"] = c.damp;
-    d["mixed_alpha"] = c.mixed_alpha;
-    d["outlier_fraction"] = c.outlier_fraction;
-    d["second_order_scales"] = bool(c.second_order_scales);
-    d["float_offsets"] = bool(c.float_offsets);
-    return d;
+// A mixture-of-experts layer's experts in one call (qjit_moe_forward): `experts` is a list of
+// (layer, rows, weights) with rows int32 token indices into x (..., K) and weights float32 or None.
+nb::object moe_forward(const Context& context, const std::vector<nb::tuple>& experts, nb::handle x) {
+    if (experts.empty()) invalid_argument("experts is empty; a mixture needs at least one expert");
+    const ArrayView input = cpu_array(x, "x", {Element::f32});
+    std::vector<qjit_expert_rows> rows(experts.size());
+    std::vector<ArrayView> views;  // keeps each expert's rows and weights alive
+    views.reserve(2 * experts.size());
+    int64_t n = 0;
+    for (size_t e = 0; e < experts.size(); ++e) {
+        const std::string name = "experts[" + std::to_string(e) + "]";
+        if (experts[e].size() != 3) invalid_argument(name + " is not a (layer, rows, weights) triple");
+        const Linear& layer = nb::cast<const Linear&>(experts[e][0]);
+        if (layer.k() != input.last())
+            invalid_argument(name + ": the layer has K = " + std::to_string(layer.k()) + "; x has shape " +
+                             shape_string(input.shape));
+        if (e > 0 && layer.n() != n)
+            invalid_argument(name + ": the layer has N = " + std::to_string(layer.n()) + ", expert 0 has " +
+                             std::to_string(n));
+        n = layer.n();
+        const ArrayView& ids = views.emplace_back(cpu_array(experts[e][1], (name + ".rows").c_str(), {Element::i32}, 1));
+        rows[e] = {layer.get(), ids.as<int32_t>(), nullptr, ids.size()};
+        if (!experts[e][2].is_none()) {
+            const ArrayView& weights =
+                views.emplace_back(cpu_array(experts[e][2], (name + ".weights").c_str(), {Element::f32}, 1));
+            if (weights.size() != ids.size())
+                invalid_argument(name + ": " + std::to_string(weights.size()) + " weights for " +
+                                 std::to_string(ids.size()) + " rows");
+            rows[e].weights = weights.as<float>();
+        }
+    }
+    std::vector<int64_t> shape = input.shape;
+    shape.back() = n;
+    NewArray y = new_f32_array(shape, input.framework);
+    if (input.rows() == 0) return y.array;
+    call_unlocked([&] {
+        return qjit_moe_forward(context.get(), rows.data(), int(rows.size()), input.as<float>(), input.rows(), y.data);
+    });
+    return y.array;
 }
 
 int cuda_device_count() {
@@ -548,6 +497,7 @@ NB_MODULE(_native, m) {
     m.def("cuda_device_count", &cuda_device_count);
     m.def("cuda_device_info", &cuda_device_info, "ordinal"_a);
     m.def("tune", &tune, "arguments"_a, "write"_a);
+    m.def("moe_forward", &moe_forward, "context"_a, "experts"_a, "x"_a);
 
     nb::class_<Context>(m, "Context")
         .def(nb::init<int, int, int, std::optional<std::string>, double, int, int64_t, std::optional<std::string>, int,
@@ -594,4 +544,7 @@ NB_MODULE(_native, m) {
         .def("close", &Checkpoint::close)
         .def("layers", &Checkpoint::layers)
         .def("create", &Checkpoint::create, "name"_a);
+
+    register_flash(m);
+    register_tp_mlp(m);
 }
