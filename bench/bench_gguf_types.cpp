@@ -9,7 +9,7 @@
 //
 //   bench_gguf_types                                 every type, 4096x11008 and 11008x4096, 1 and all
 //                                                    threads, batch 1 and 16
-//   bench_gguf_types --types=Q4_K,Q6_K --threads=2 --batches=1
+//   bench_gguf_types --types=Q4_K,Q6_K --threads=2 --batches=1 --shapes=3584x18944,18944x3584
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -40,7 +40,7 @@ struct TypeName {
 constexpr TypeName kTypes[] = {{"Q4_0", QJIT_GGML_Q4_0}, {"Q4_1", QJIT_GGML_Q4_1}, {"Q5_0", QJIT_GGML_Q5_0},
                                {"Q5_1", QJIT_GGML_Q5_1}, {"Q8_0", QJIT_GGML_Q8_0}, {"Q2_K", QJIT_GGML_Q2_K},
                                {"Q3_K", QJIT_GGML_Q3_K}, {"Q4_K", QJIT_GGML_Q4_K}, {"Q5_K", QJIT_GGML_Q5_K},
-                               {"Q6_K", QJIT_GGML_Q6_K}};
+                               {"Q6_K", QJIT_GGML_Q6_K}, {"IQ4_NL", QJIT_GGML_IQ4_NL}, {"IQ4_XS", QJIT_GGML_IQ4_XS}};
 
 struct Shape {
     int64_t k, n;
@@ -48,6 +48,7 @@ struct Shape {
 
 struct Options {
     std::vector<std::string> types;
+    std::vector<Shape> shapes = {{4096, 11008}, {11008, 4096}};
     std::vector<int64_t> batches = {1, 16};
     std::vector<int> threads = {1, qjit_bench::hardware_threads()};
 };
@@ -55,6 +56,23 @@ struct Options {
 [[noreturn]] void die(const char* what) {
     std::fprintf(stderr, "bench_gguf_types: %s failed: %s\n", what, qjit_last_error());
     std::exit(1);
+}
+
+// "KxN,KxN,...": K and N multiples of 256 (whole super-blocks of every type).
+std::vector<Shape> parse_shapes(const char* text) {
+    std::vector<Shape> shapes;
+    for (const std::string& item : parse_list<std::string>("bench_gguf_types", text)) {
+        Shape shape{};
+        char tail = 0;
+        if (std::sscanf(item.c_str(), "%lldx%lld%c", reinterpret_cast<long long*>(&shape.k),
+                        reinterpret_cast<long long*>(&shape.n), &tail) != 2 ||
+            shape.k <= 0 || shape.n <= 0 || shape.k % 256 != 0) {
+            std::fprintf(stderr, "bench_gguf_types: bad shape '%s' (KxN, K a multiple of 256)\n", item.c_str());
+            std::exit(2);
+        }
+        shapes.push_back(shape);
+    }
+    return shapes;
 }
 
 Options parse(int argc, char** argv) {
@@ -66,8 +84,10 @@ Options parse(int argc, char** argv) {
         if (const char* v = value("--types=")) options.types = parse_list<std::string>("bench_gguf_types", v);
         else if (const char* v = value("--batches=")) options.batches = parse_list<int64_t>("bench_gguf_types", v);
         else if (const char* v = value("--threads=")) options.threads = parse_list<int>("bench_gguf_types", v);
+        else if (const char* v = value("--shapes=")) options.shapes = parse_shapes(v);
         else {
-            std::fprintf(stderr, "usage: bench_gguf_types [--types=Q4_0,Q4_K,...] [--batches=1,16] [--threads=1,2]\n");
+            std::fprintf(stderr, "usage: bench_gguf_types [--types=Q4_0,Q4_K,...] [--batches=1,16] [--threads=1,2] "
+                                 "[--shapes=4096x11008,...]\n");
             std::exit(2);
         }
     }
@@ -139,7 +159,7 @@ int main(int argc, char** argv) {
         if (name != "Q4_0") types.push_back(name);
     std::map<std::tuple<int64_t, int64_t, int, int64_t>, double> q4_0_gbps;
     uint64_t seed = 1;
-    for (const Shape shape : {Shape{4096, 11008}, Shape{11008, 4096}})
+    for (const Shape shape : options.shapes)
         for (const std::string& name : types) {
             const TypeName& t = type_named(name);
             qjit_tools::Rng rng(seed++);
