@@ -65,20 +65,39 @@ CudaWeights pack_cuda_metadata(const QuantizedMatrix& matrix) {
     w.bits = p.bits, w.k = p.k, w.n = p.n;
     w.kp = cuda_layout::padded_k(p.k), w.np = cuda_layout::padded_n(p.n);
     w.num_groups = p.num_groups();
-    w.f16_scales = scales_exact_in_f16(p);
+    w.f16_scales = scales_and_offsets_exact_in_f16(p);
 
     const size_t metadata = size_t(w.num_groups * w.np);
-    if (w.f16_scales) w.scales_f16.assign(metadata, 0);
-    else w.scales_f32.assign(metadata, 0.f);
-    if (!p.symmetric) w.zeros.assign(metadata, 0);
-    for (int64_t g = 0; g < w.num_groups; ++g)
-        for (int64_t col = 0; col < p.n; ++col) {
-            const size_t from = size_t(g * p.n + col), to = size_t(g * w.np + col);
-            if (w.f16_scales) w.scales_f16[to] = float_to_half(p.scales[from]);
-            else w.scales_f32[to] = p.scales[from];
-            if (!p.symmetric) w.zeros[to] = p.zeros[from];
-        }
+    auto place = [&](const std::vector<float>& from, std::vector<uint16_t>& to_f16, std::vector<float>& to_f32) {
+        if (w.f16_scales) to_f16.assign(metadata, 0);
+        else to_f32.assign(metadata, 0.f);
+        for (int64_t g = 0; g < w.num_groups; ++g)
+            for (int64_t col = 0; col < p.n; ++col) {
+                const float value = from[size_t(g * p.n + col)];
+                const size_t to = size_t(g * w.np + col);
+                if (w.f16_scales) to_f16[to] = float_to_half(value);
+                else to_f32[to] = value;
+            }
+    };
+    place(p.scales, w.scales_f16, w.scales_f32);
+    if (p.float_offsets) {
+        place(p.offsets, w.offsets_f16, w.offsets_f32);
+    } else if (!p.symmetric) {
+        w.zeros.assign(metadata, 0);
+        for (int64_t g = 0; g < w.num_groups; ++g)
+            for (int64_t col = 0; col < p.n; ++col) w.zeros[size_t(g * w.np + col)] = p.zeros[size_t(g * p.n + col)];
+    }
     return w;
+}
+
+const void* CudaWeights::zero_point_data() const {
+    if (!offsets_f16.empty()) return offsets_f16.data();
+    if (!offsets_f32.empty()) return offsets_f32.data();
+    return zeros.empty() ? nullptr : zeros.data();
+}
+
+int64_t CudaWeights::zero_point_bytes() const {
+    return int64_t(offsets_f16.size() * 2 + offsets_f32.size() * 4 + zeros.size() * 2);
 }
 
 namespace {
@@ -137,11 +156,14 @@ int unpack_fragment_code(const std::vector<uint32_t>& codes, int bits, int64_t k
 }
 
 
-bool scales_exact_in_f16(const QuantParams& params) {
-    if (params.f16_scales()) return true;
-    for (float s : params.scales)
-        if (round_to_half(s) != s) return false;
-    return true;
+bool scales_and_offsets_exact_in_f16(const QuantParams& params) {
+    if (params.f16_scales()) return true;  // float offsets are exact at the scales' type
+    auto exact = [](const std::vector<float>& values) {
+        for (float v : values)
+            if (round_to_half(v) != v) return false;
+        return true;
+    };
+    return exact(params.scales) && exact(params.offsets);
 }
 
 }  // namespace qjit

@@ -1,7 +1,8 @@
 // A quantized matrix in the layout the CUDA kernels read (jit/cuda/cuda_source.hpp), on the host:
 //   codes  [np][kp / 32 * bits] uint32: column by column, K in 32-code blocks (format/cuda_code_layout.hpp)
 //   scales [num_groups][np] fp16 (when the layer's scales are fp16-exact) or fp32
-//   zeros  [num_groups][np] uint16, asymmetric only
+//   zeros  [num_groups][np] uint16, asymmetric only; with float offsets the offsets in their place,
+//          at the scales' type
 // pack_fragment_codes gives the same codes in fragment order (format/cuda_code_layout.hpp), the
 // mma kernel's layout.
 // kp = padded_k(k), np = padded_n(n); padding holds zero codes, zero scales and zero points, so
@@ -22,11 +23,17 @@ struct CudaWeights {
     std::vector<uint32_t> codes;
     std::vector<uint16_t> scales_f16;  // when f16_scales
     std::vector<float> scales_f32;     // otherwise
-    std::vector<uint16_t> zeros;       // empty when symmetric
+    std::vector<uint16_t> zeros;       // empty when symmetric or with float offsets
+    std::vector<uint16_t> offsets_f16; // float offsets, when f16_scales
+    std::vector<float> offsets_f32;    // float offsets, otherwise
 
     // Bytes of the codes in either device layout (also when `codes` was not packed).
     int64_t code_bytes() const { return np * (kp / 32) * bits * 4; }
     int64_t scale_bytes() const { return f16_scales ? int64_t(scales_f16.size()) * 2 : int64_t(scales_f32.size()) * 4; }
+    // What the kernels' zero-point argument points to: the integer zero points or the float
+    // offsets (nullptr and 0 bytes when symmetric).
+    const void* zero_point_data() const;
+    int64_t zero_point_bytes() const;
 };
 
 CudaWeights pack_cuda_weights(const QuantizedMatrix& matrix);
@@ -45,7 +52,8 @@ int unpack_cuda_code(const CudaWeights& weights, int64_t row, int64_t column);
 // The same from fragment-ordered codes of a bits-wide matrix with kp padded rows.
 int unpack_fragment_code(const std::vector<uint32_t>& codes, int bits, int64_t kp, int64_t row, int64_t column);
 
-// Whether every scale is exactly an fp16 number (then the device stores fp16 scales).
-bool scales_exact_in_f16(const QuantParams& params);
+// Whether every scale and float offset is exactly an fp16 number (then the device stores both as
+// fp16, else both as fp32).
+bool scales_and_offsets_exact_in_f16(const QuantParams& params);
 
 }  // namespace qjit

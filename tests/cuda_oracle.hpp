@@ -30,8 +30,18 @@ inline QuantizedMatrix random_matrix(const CudaFormat& f, int64_t k, int64_t n, 
     std::uniform_real_distribution<float> scale(0.002f, 0.02f);
     p.scales.resize(size_t(p.num_groups() * n));
     for (float& s : p.scales) s = f16_scales ? round_to_half(scale(rng)) : scale(rng);
-    p.zeros.resize(p.scales.size());  // symmetric: the fixed midpoint, as the quantizers store it
-    for (uint16_t& z : p.zeros) z = f.symmetric ? uint16_t(1u << (f.bits - 1)) : uint16_t(rng() % (1u << f.bits));
+    if (f.float_offsets) {  // a group's offset near -scale * (a zero point), as a minimum of the group
+        p.float_offsets = true;
+        std::uniform_real_distribution<float> zero(0.f, float(1 << f.bits));
+        p.offsets.resize(p.scales.size());
+        for (size_t i = 0; i < p.offsets.size(); ++i) {
+            const float offset = -p.scales[i] * zero(rng);
+            p.offsets[i] = f16_scales ? round_to_half(offset) : offset;
+        }
+    } else {
+        p.zeros.resize(p.scales.size());  // symmetric: the fixed midpoint, as the quantizers store it
+        for (uint16_t& z : p.zeros) z = f.symmetric ? uint16_t(1u << (f.bits - 1)) : uint16_t(rng() % (1u << f.bits));
+    }
     m.codes.resize(size_t(k * n));
     for (uint8_t& c : m.codes) c = uint8_t(rng() % (1u << f.bits));
     if (act_order) {

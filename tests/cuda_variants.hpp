@@ -1,7 +1,8 @@
 // The generated CUDA kernel variants the tests cover: bits x group x symmetry x tile shape x
 // pipeline stages for the GEMM, bits x group x symmetry x rows for the GEMV, plus sweeps of the
 // remaining knobs (activation type, fp32 scales, tile height, warps, GEMV columns and loads in
-// flight) on fewer formats. Shared by the NVRTC compile tests and the device tests.
+// flight) on fewer formats; float offsets in place of zero points at every width. Shared by the
+// NVRTC compile tests, the host emulation and the device tests.
 #pragma once
 
 #include <set>
@@ -17,6 +18,7 @@ struct CudaFormat {
     int bits;
     int group;  // 0: per column
     bool symmetric;
+    bool float_offsets = false;  // W = scale * code + offset (GGUF Q4_1, Q5_1); asymmetric only
 };
 
 inline std::vector<CudaFormat> every_cuda_format() {
@@ -24,6 +26,8 @@ inline std::vector<CudaFormat> every_cuda_format() {
     for (int bits : {2, 3, 4, 5, 6, 8})
         for (int group : {32, 64, 128, 0})
             for (bool symmetric : {false, true}) formats.push_back({bits, group, symmetric});
+    for (int bits : {2, 3, 4, 5, 6, 8})
+        for (int group : {32, 128, 0}) formats.push_back({bits, group, false, true});
     return formats;
 }
 
@@ -34,6 +38,7 @@ inline jit::cuda::CudaKernelSpec cuda_spec(const CudaFormat& format, int64_t k, 
     spec.format.bits = format.bits;
     spec.format.group_size = format.group == 0 ? k : format.group;
     spec.format.symmetric = format.symmetric;
+    spec.format.float_offsets = format.float_offsets;
     spec.format.scale_type = ScaleType::F16;
     spec.arch = arch;
     return spec;
@@ -106,13 +111,15 @@ inline std::vector<jit::cuda::CudaKernelSpec> cuda_variants(const CudaFormat& fo
 }
 
 // A fixed, deterministic sample of `variants`: the first variant of each combination of kernel
-// kind, activation type, scale type, symmetry and per-column grouping they contain. What CI
+// kind, activation type, scale type, symmetry, float offsets and per-column grouping they contain. What CI
 // compiles; the sweep compiles them all.
 inline std::vector<jit::cuda::CudaKernelSpec> sample_of(const std::vector<jit::cuda::CudaKernelSpec>& variants) {
-    std::set<std::tuple<jit::cuda::KernelKind, jit::cuda::ActivationType, bool, bool, bool>> seen;
+    std::set<std::tuple<jit::cuda::KernelKind, jit::cuda::ActivationType, bool, bool, bool, bool>> seen;
     std::vector<jit::cuda::CudaKernelSpec> sample;
     for (const jit::cuda::CudaKernelSpec& spec : variants)
-        if (seen.insert({spec.tiling.kind, spec.activations, spec.format.f16_scales(), spec.format.symmetric, spec.per_column()}).second)
+        if (seen.insert({spec.tiling.kind, spec.activations, spec.format.f16_scales(), spec.format.symmetric,
+                         spec.format.float_offsets, spec.per_column()})
+                .second)
             sample.push_back(spec);
     return sample;
 }

@@ -1,7 +1,7 @@
 // The generated CUDA kernels against the oracle in the host emulation (tests/cuda_host/), where
-// there is no GPU: a sample of variants covering every width, grouping, symmetry and kernel kind,
-// both activation types, fp16 and fp32 scales and split-K, on odd shapes with and without
-// act-order, launched as CudaExecutor launches them (the gather, the kernel, the split-K cast);
+// there is no GPU: a sample of variants covering every width, grouping, symmetry (zero points or
+// float offsets) and kernel kind, both activation types, fp16 and fp32 scales and split-K, on odd
+// shapes with and without act-order, launched as CudaExecutor launches them (the gather, the kernel, the split-K cast);
 // then the compensator's support kernels. The device tests (test_cuda_device.cpp) run every
 // variant on a GPU; these check the same logic on every machine, though not the PTX the device
 // runs (the emulation implements each PTX helper by its documented semantics).
@@ -66,7 +66,7 @@ std::vector<uint16_t> emulated_forward(const HostModule& kernel, const CudaKerne
         k_valid = ldx = int(w.kp);
     }
     const void* scales = w.f16_scales ? static_cast<const void*>(w.scales_f16.data()) : w.scales_f32.data();
-    const uint16_t* zeros = w.zeros.empty() ? nullptr : w.zeros.data();
+    const void* zeros = w.zero_point_data();  // integer zero points or float offsets
     std::vector<uint16_t> y(size_t(m * w.n));
     const jit::cuda::GeneratedKernel generated = jit::cuda::generate_kernel(spec);
     const jit::cuda::LaunchShape shape = jit::cuda::launch_shape(spec, m, w.n, w.np, w.kp);
@@ -149,33 +149,69 @@ std::vector<Sampled> sampled_variants(int bits, int64_t k) {
     return sample;
 }
 
+struct Shape {
+    int64_t k, n;
+    bool act_order;
+};
+const Shape kOddShapes[] = {{264, 77, false},   // K a multiple of 8 only: read in place
+                            {515, 130, true}};  // odd K and act-order: gathered, padded
+
+// One variant on a random matrix of its format against the oracle, at two batches of the rows it
+// serves.
+void expect_variant_matches_the_oracle(const test::CudaFormat& format, const CudaKernelSpec& spec, const Shape& shape) {
+    const QuantizedMatrix matrix =
+        test::random_matrix(format, shape.k, shape.n, shape.act_order, 11, spec.format.f16_scales());
+    validate(matrix);
+    ASSERT_EQ(pack_cuda_metadata(matrix).f16_scales, spec.format.f16_scales());
+    const std::string name = jit::cuda::kernel_name(spec) + " splitk=" + std::to_string(spec.tiling.split_k) +
+                             " K=" + std::to_string(shape.k) + " N=" + std::to_string(shape.n);
+    SCOPED_TRACE(name);
+    const HostModule kernel(jit::cuda::generate_kernel(spec).source);
+    std::vector<int64_t> batches{17, 100};  // gemm: partial row blocks, two of them
+    if (spec.tiling.kind != KernelKind::Gemm) batches = {spec.rows / 2 + 1, spec.rows};
+    for (int64_t m : batches) {
+        std::vector<float> x = test::random_floats(size_t(m * shape.k), uint32_t(m));
+        const std::vector<uint16_t> x_bits = test::to_activation_bits(x, spec.activations);
+        const std::vector<uint16_t> y = emulated_forward(kernel, spec, matrix, x_bits, m);
+        test::expect_matches_oracle(matrix, x, m, test::from_activation_bits(y, spec.activations), spec.activations,
+                                    name + " m=" + std::to_string(m));
+    }
+}
+
 class CudaEmulated : public ::testing::TestWithParam<int> {};
 
 TEST_P(CudaEmulated, SampledVariantsMatchTheOracle) {
     const int bits = GetParam();
-    struct Shape { int64_t k, n; bool act_order; };
-    const Shape shapes[] = {{264, 77, false},   // K a multiple of 8 only: read in place
-                            {515, 130, true}};  // odd K and act-order: gathered, padded
-    for (const Shape& shape : shapes)
+    for (const Shape& shape : kOddShapes)
         for (const auto& [format, spec] : sampled_variants(bits, shape.k)) {
-            const QuantizedMatrix matrix =
-                test::random_matrix(format, shape.k, shape.n, shape.act_order, 11, spec.format.f16_scales());
-            ASSERT_EQ(pack_cuda_metadata(matrix).f16_scales, spec.format.f16_scales());
-            const std::string name = jit::cuda::kernel_name(spec) + " splitk=" + std::to_string(spec.tiling.split_k) +
-                                     " K=" + std::to_string(shape.k) + " N=" + std::to_string(shape.n);
-            SCOPED_TRACE(name);
-            const HostModule kernel(jit::cuda::generate_kernel(spec).source);
-            std::vector<int64_t> batches{17, 100};  // gemm: partial row blocks, two of them
-            if (spec.tiling.kind != KernelKind::Gemm) batches = {spec.rows / 2 + 1, spec.rows};
-            for (int64_t m : batches) {
-                std::vector<float> x = test::random_floats(size_t(m * shape.k), uint32_t(m));
-                const std::vector<uint16_t> x_bits = test::to_activation_bits(x, spec.activations);
-                const std::vector<uint16_t> y = emulated_forward(kernel, spec, matrix, x_bits, m);
-                test::expect_matches_oracle(matrix, x, m, test::from_activation_bits(y, spec.activations),
-                                            spec.activations, name + " m=" + std::to_string(m));
-            }
+            expect_variant_matches_the_oracle(format, spec, shape);
             if (HasFailure()) return;  // one broken variant is enough to read
         }
+}
+
+// Float offsets (W = scale * code + offset; GGUF Q4_1 and Q5_1 are q4g32_off and q5g32_off) in
+// every kernel kind, with both activation types and fp16 or fp32 scales and offsets, split-K
+// included, on odd shapes at one row and more.
+TEST(CudaEmulatedFloatOffsets, EveryKindMatchesTheOracle) {
+    int index = 0;
+    for (int bits : {4, 5})
+        for (KernelKind kind : {KernelKind::Gemv, KernelKind::Mma, KernelKind::Gemm})
+            for (ActivationType type : {ActivationType::F16, ActivationType::BF16}) {
+                const test::CudaFormat format{bits, index % 3 == 2 ? 128 : 32, false, true};
+                const Shape& shape = kOddShapes[index % 2];
+                std::vector<CudaKernelSpec> of_kind;
+                for (const CudaKernelSpec& spec : test::cuda_variants(format, shape.k, 80))
+                    if (spec.tiling.kind == kind) of_kind.push_back(spec);
+                ASSERT_FALSE(of_kind.empty());
+                CudaKernelSpec spec = of_kind[size_t(index * 5) % of_kind.size()];
+                spec.activations = type;
+                if (index % 4 >= 2) spec.format.scale_type = ScaleType::F32;
+                if (kind != KernelKind::Gemv && index % 3 == 1) spec.tiling.split_k = 2;
+                ASSERT_TRUE(jit::cuda::is_valid(spec)) << jit::cuda::kernel_name(spec);
+                expect_variant_matches_the_oracle(format, spec, shape);
+                if (HasFailure()) return;
+                ++index;
+            }
 }
 
 INSTANTIATE_TEST_SUITE_P(Bits, CudaEmulated, ::testing::Values(2, 3, 4, 5, 6, 8),
@@ -366,10 +402,10 @@ TEST(CudaEmulatedSupport, MlpActivationsMatchTheCpuFormulas) {
 TEST(CudaEmulatedSupport, AWrongKernelFailsTheOracle) {
     CudaKernelSpec spec = test::cuda_spec({4, 128, false}, 264, 80);
     std::string source = jit::cuda::generate_kernel(spec).source;
-    const std::string scale = "scale_pair(scale);";
+    const std::string scale = "scale_pair(scale)";
     const size_t at = source.find(scale);
     ASSERT_NE(at, std::string::npos);
-    source.replace(at, scale.size(), "scale_pair(2.0f * scale);");
+    source.replace(at, scale.size(), "scale_pair(2.0f * scale)");
     const HostModule kernel(source);
     const QuantizedMatrix matrix = test::random_matrix({4, 128, false}, 264, 77, false, 3);
     std::vector<float> x = test::random_floats(264, 4);

@@ -225,6 +225,28 @@ TEST(CudaTiling, KernelsTakeTheDeviceWidths) {
     EXPECT_TRUE(jit::cuda::is_valid(spec));
 }
 
+// Float offsets run in every uniform-width kernel kind, the GEMM staging them at the scales' type;
+// beside outliers (the mixed GEMV's part) they are refused by name.
+TEST(CudaTiling, FloatOffsetsRunInEveryKindButNotBesideOutliers) {
+    CudaKernelSpec spec = test::cuda_spec({4, 32, false, true}, 4096, 90);
+    EXPECT_EQ(jit::cuda::unsupported_reason(spec.format), "");
+    for (const char* tiling : {"kernel=gemv", "kernel=mma", "kernel=gemm,bm=64,bn=128,bk=128,warps=8"}) {
+        spec.tiling = jit::cuda::parse_tiling(tiling);
+        spec.rows = spec.tiling.kind == KernelKind::Gemm ? 64 : 8;
+        EXPECT_TRUE(jit::cuda::is_valid(spec)) << tiling;
+    }
+    CudaKernelSpec zero_points = spec, f32 = spec;
+    zero_points.format.float_offsets = false;
+    f32.format.scale_type = ScaleType::F32;
+    EXPECT_EQ(jit::cuda::shared_memory_bytes(spec), jit::cuda::shared_memory_bytes(zero_points));  // fp16 as u16
+    // fp32 scales and offsets: 2 + 2 more bytes for each of 4 groups x 128 columns, in each of 3 stages.
+    EXPECT_EQ(jit::cuda::shared_memory_bytes(f32) - jit::cuda::shared_memory_bytes(spec), 3 * 4 * 128 * 4);
+    spec.format.outliers = 10;
+    EXPECT_EQ(jit::cuda::unsupported_reason(spec.format),
+              "the CUDA kernel of mixed widths, second-order scales and outliers reads integer zero points, not float "
+              "offsets");
+}
+
 TEST(CudaTiling, SharedMemoryDecidesWhatADeviceRuns) {
     CudaKernelSpec spec = test::cuda_spec({8, 128, false}, 4096, 80);
     spec.rows = 64;

@@ -97,6 +97,10 @@ void CudaSourceWriter::constants() {
          << "constexpr int GROUP = " << (spec_.per_column() ? 0 : spec_.format.group_size) << ";  // 0: one group per column\n"
          << "constexpr bool SYMMETRIC = " << (spec_.format.symmetric ? "true" : "false") << ";\n"
          << "typedef " << (spec_.format.f16_scales() ? "u16" : "float") << " scale_t;\n"
+         << "constexpr bool FLOAT_OFFSETS = " << (spec_.format.float_offsets ? "true" : "false")
+         << ";  // W = scale * code + offset per group, no zero point\n"
+         << "typedef " << (spec_.format.float_offsets ? "scale_t" : "u16")
+         << " zero_t;  // the zero-point array: integer zero points, or float offsets at the scales' type\n"
          << "constexpr u32 SYMMETRIC_BIAS = " << (0x6400 + (1 << (spec_.format.bits - 1))) << "u;  // fp16 bits of 1024 + 2^(bits-1)\n"
          << "static __device__ __forceinline__ int group_of(int k, int num_groups) {\n"
          << "    return GROUP == 0 ? 0 : min(k / (GROUP == 0 ? 1 : GROUP), num_groups - 1);\n}\n"
@@ -131,28 +135,37 @@ void CudaSourceWriter::decode_block(int bits, const std::string& name) {
 }
 
 // Pair dequantization: the exact integers code - zero (fp16 arithmetic on numbers below 2048
-// is exact), times the scale in fp16 (as an fp16 model's weight) or fp32 (bf16 path).
+// is exact; zero 0 with float offsets), times the scale in fp16 (as an fp16 model's weight) or
+// fp32 (bf16 path), plus the float offset in the same operation.
 void CudaSourceWriter::dequantize_helpers() {
-    out_ << R"(static __device__ __forceinline__ u32 zero_bias(const u16* zeros, int index) {
-    const u32 bias = SYMMETRIC ? SYMMETRIC_BIAS : 0x6400u + zeros[index];
+    out_ << R"(static __device__ __forceinline__ u32 zero_bias(const zero_t* zeros, int index) {
+    const u32 bias = FLOAT_OFFSETS ? 0x6400u : SYMMETRIC ? SYMMETRIC_BIAS : 0x6400u + u32(zeros[index]);
     return bias | bias << 16;
+}
+// The group's float offset (0 without float offsets).
+static __device__ __forceinline__ float offset_value(const zero_t* zeros, int index) {
+    return FLOAT_OFFSETS ? scale_value(zeros[index]) : 0.f;
 }
 )";
     if (f16())
-        out_ << R"(// Two fp16 weights (code - zero) * scale from a decoded pair.
-static __device__ __forceinline__ u32 dequantize_pair(u32 h, u32 bias, u32 scale2) {
-    return hmul2(hsub2(h, bias), scale2);
+        out_ << R"(// Two fp16 weights (code - zero) * scale, or code * scale + offset, from a decoded pair.
+static __device__ __forceinline__ u32 dequantize_pair(u32 h, u32 bias, u32 scale2, u32 offset2) {
+    const u32 d = hsub2(h, bias);
+    return FLOAT_OFFSETS ? hfma2(d, scale2, offset2) : hmul2(d, scale2);
 }
 static __device__ __forceinline__ u32 scale_pair(float s) { const u32 h = float_to_f16(s); return h | h << 16; }
+static __device__ __forceinline__ u32 offset_pair(float o) { return FLOAT_OFFSETS ? scale_pair(o) : 0u; }
 static __device__ __forceinline__ u16 to_output(float v) { return float_to_f16(v); }
 static __device__ __forceinline__ float activation_value(u16 v) { return half_to_float(v); }
 )";
     else
-        out_ << R"(// Two bf16 weights (code - zero) * scale from a decoded pair.
-static __device__ __forceinline__ u32 dequantize_pair(u32 h, u32 bias, float scale) {
+        out_ << R"(// Two bf16 weights (code - zero) * scale, or code * scale + offset, from a decoded pair.
+static __device__ __forceinline__ u32 dequantize_pair(u32 h, u32 bias, float scale, float offset) {
     const u32 d = hsub2(h, bias);
-    return pack_bf16(lo_f16(d) * scale, hi_f16(d) * scale);
+    return FLOAT_OFFSETS ? pack_bf16(fmaf(lo_f16(d), scale, offset), fmaf(hi_f16(d), scale, offset))
+                         : pack_bf16(lo_f16(d) * scale, hi_f16(d) * scale);
 }
+static __device__ __forceinline__ float offset_pair(float o) { return o; }
 static __device__ __forceinline__ u16 to_output(float v) { return float_to_bf16(v); }
 static __device__ __forceinline__ float activation_value(u16 v) { return __uint_as_float(u32(v) << 16); }
 )";
@@ -172,34 +185,35 @@ void CudaSourceWriter::block_activations() {
 )";
 }
 
-// name(w, bias, scale, x): the sum over a 32-code block (decoded by `decoder`) of x * w. fp16:
-// fp16 products, two fp16 partial sums of 16 terms, an fp32 total; bf16: the exact (code - zero)
-// times x in fp32, scaled once.
+// name(w, bias, scale, offset, x): the sum over a 32-code block (decoded by `decoder`) of x * w.
+// fp16: fp16 products, two fp16 partial sums of 16 terms, an fp32 total; bf16: the exact
+// (code - zero) times x in fp32, scaled once, plus offset * sum(x) with float offsets.
 void CudaSourceWriter::block_dot(const std::string& name, const std::string& decoder) {
     out_ << "static __device__ __forceinline__ float " << name
-         << "(const u32* w, u32 bias, float scale, const u32 (&x)[16]) {\n"
+         << "(const u32* w, u32 bias, float scale, float offset, const u32 (&x)[16]) {\n"
          << "    u32 h[16];\n"
          << "    " << decoder << "(w, h);\n";
     if (f16())
-        out_ << R"(    const u32 scale2 = scale_pair(scale);
+        out_ << R"(    const u32 scale2 = scale_pair(scale), offset2 = offset_pair(offset);
     u32 sum0 = 0, sum1 = 0;
 #pragma unroll
     for (int p = 0; p < 8; ++p) {
-        sum0 = hfma2(dequantize_pair(h[p], bias, scale2), x[p], sum0);
-        sum1 = hfma2(dequantize_pair(h[p + 8], bias, scale2), x[p + 8], sum1);
+        sum0 = hfma2(dequantize_pair(h[p], bias, scale2, offset2), x[p], sum0);
+        sum1 = hfma2(dequantize_pair(h[p + 8], bias, scale2, offset2), x[p + 8], sum1);
     }
     return (lo_f16(sum0) + hi_f16(sum0)) + (lo_f16(sum1) + hi_f16(sum1));
 }
 )";
     else
-        out_ << R"(    float sum = 0.f;
+        out_ << R"(    float sum = 0.f, x_sum = 0.f;
 #pragma unroll
     for (int p = 0; p < 16; ++p) {
         const u32 d = hsub2(h[p], bias);
         sum = fmaf(lo_f16(d), lo_bf16(x[p]), sum);
         sum = fmaf(hi_f16(d), hi_bf16(x[p]), sum);
+        if (FLOAT_OFFSETS) x_sum += lo_bf16(x[p]) + hi_bf16(x[p]);
     }
-    return sum * scale;
+    return FLOAT_OFFSETS ? fmaf(sum, scale, offset * x_sum) : sum * scale;
 }
 )";
 }

@@ -106,8 +106,9 @@ LaunchShape launch_shape(const CudaKernelSpec& spec, int64_t m, int64_t n, int64
 
 // Dynamic shared memory a block asks for (GEMM stages, MMA's cross-warp reduction; 0 for a GEMV).
 int shared_memory_bytes(const CudaKernelSpec& spec);
-// Why no generated CUDA kernel computes `format` ("" when one does): its bits or group size, or
-// float offsets, which no kernel reads. A low-rank compensator runs as a pass after the product
+// Why no generated CUDA kernel computes `format` ("" when one does): its bits or group size,
+// super-block scales or a codebook, which no kernel reads, or float offsets beside a part only
+// the mixed GEMV reads. A low-rank compensator runs as a pass after the product
 // (runtime/cuda/cuda_low_rank.hpp). The CUDA backend's one answer to "do you run this format";
 // check_spec refuses the same.
 std::string unsupported_reason(const WeightFormat& format);

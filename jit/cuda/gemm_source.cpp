@@ -11,24 +11,24 @@ constexpr int A_BYTES = BM * LDS * 2;
 constexpr int CODE_BYTES_PER_COLUMN = BK * BITS / 8;
 constexpr int CODE_BYTES = BN * CODE_BYTES_PER_COLUMN;
 constexpr int SCALE_BYTES = GROUPS_PER_TILE * BN * (int)sizeof(scale_t);
-constexpr int ZERO_BYTES = SYMMETRIC ? 0 : GROUPS_PER_TILE * BN * 2;
+constexpr int ZERO_BYTES = SYMMETRIC ? 0 : GROUPS_PER_TILE * BN * (int)sizeof(zero_t);
 constexpr int STAGE_BYTES = (A_BYTES + CODE_BYTES + SCALE_BYTES + ZERO_BYTES + 15) / 16 * 16;
 static_assert(A_BYTES % 16 == 0 && CODE_BYTES % 16 == 0 && SCALE_BYTES % 16 == 0 && ZERO_BYTES % 16 == 0, "alignment");
 )";
 
 const char* const kGemmLoadTile = R"(
 struct Stage {
-    u16* a; unsigned char* codes; scale_t* scales; u16* zeros;
+    u16* a; unsigned char* codes; scale_t* scales; zero_t* zeros;
     __device__ explicit Stage(unsigned char* base)
         : a(reinterpret_cast<u16*>(base)), codes(base + A_BYTES),
           scales(reinterpret_cast<scale_t*>(base + A_BYTES + CODE_BYTES)),
-          zeros(reinterpret_cast<u16*>(base + A_BYTES + CODE_BYTES + SCALE_BYTES)) {}
+          zeros(reinterpret_cast<zero_t*>(base + A_BYTES + CODE_BYTES + SCALE_BYTES)) {}
 };
 
 // Starts the copies of K tile `tile` into `stage`: activations (rows past m and K past k_valid
-// zero-filled), the tile's codes, and the scales and zero points of the groups it covers.
+// zero-filled), the tile's codes, and the scales and zero points (or offsets) of the groups it covers.
 static __device__ __forceinline__ void load_tile(Stage stage, int tile, const u16* x, const unsigned char* codes,
-                                                 const scale_t* scales, const u16* zeros, int m, int m0, int n0,
+                                                 const scale_t* scales, const zero_t* zeros, int m, int m0, int n0,
                                                  int np, int k_valid, int ldx, long long column_bytes, int num_groups) {
     const int k0 = tile * BK;
     for (int i = threadIdx.x; i < BM * BK / 8; i += THREADS) {
@@ -50,11 +50,11 @@ static __device__ __forceinline__ void load_tile(Stage stage, int tile, const u1
                       reinterpret_cast<const unsigned char*>(scales + (long long)g * np + n0) + chunk * 16, true);
     }
     if (!SYMMETRIC) {
-        constexpr int ZERO_CHUNKS = BN * 2 / 16;
+        constexpr int ZERO_CHUNKS = BN * (int)sizeof(zero_t) / 16;
         for (int i = threadIdx.x; i < GROUPS_PER_TILE * ZERO_CHUNKS; i += THREADS) {
             const int g = group_of(k0 + i / ZERO_CHUNKS * (GROUP == 0 ? 0 : GROUP), num_groups);
             const int chunk = i % ZERO_CHUNKS;
-            copy_async_16(reinterpret_cast<unsigned char*>(stage.zeros) + (i / ZERO_CHUNKS) * BN * 2 + chunk * 16,
+            copy_async_16(reinterpret_cast<unsigned char*>(stage.zeros) + (i / ZERO_CHUNKS) * BN * sizeof(zero_t) + chunk * 16,
                           reinterpret_cast<const unsigned char*>(zeros + (long long)g * np + n0) + chunk * 16, true);
         }
     }
@@ -76,26 +76,29 @@ static __device__ __forceinline__ void dequantize_tile(Stage stage, u16* b) {
         decode_block(wl, h);
         const int meta = (GROUPS_PER_TILE == 1 ? 0 : block * 32 / (GROUP == 0 ? 1 : GROUP)) * BN + col;
         const u32 bias = zero_bias(stage.zeros, meta);
-        const float s = scale_value(stage.scales[meta]);
+        const float s = scale_value(stage.scales[meta]), o = offset_value(stage.zeros, meta);
 )";
 
 const char* const kGemmDequantizeTileTail = R"(        uint4* dst = reinterpret_cast<uint4*>(b + col * LDS + block * 32);
 #pragma unroll
         for (int v = 0; v < 4; ++v)
-            dst[v] = make_uint4(dequantize_pair(h[4 * v], bias, scale), dequantize_pair(h[4 * v + 1], bias, scale),
-                                dequantize_pair(h[4 * v + 2], bias, scale), dequantize_pair(h[4 * v + 3], bias, scale));
+            dst[v] = make_uint4(dequantize_pair(h[4 * v], bias, scale, offset),
+                                dequantize_pair(h[4 * v + 1], bias, scale, offset),
+                                dequantize_pair(h[4 * v + 2], bias, scale, offset),
+                                dequantize_pair(h[4 * v + 3], bias, scale, offset));
     }
 }
 )";
 
 const char* const kGemmKernel = R"(
 extern "C" __global__ void __launch_bounds__(THREADS) qjit_gemm(
-    const u32* __restrict__ codes_raw, const void* __restrict__ scales_raw, const u16* __restrict__ zeros,
+    const u32* __restrict__ codes_raw, const void* __restrict__ scales_raw, const void* __restrict__ zeros_raw,
     const u16* __restrict__ x, u16* __restrict__ y, int m, int n, int np, int k_valid, int ldx, int kp,
     int num_groups, float* __restrict__ partial, int k_tiles_per_split) {
     QJIT_DYNAMIC_SHARED(unsigned char, shared);
     const unsigned char* codes = reinterpret_cast<const unsigned char*>(codes_raw);
     const scale_t* scales = static_cast<const scale_t*>(scales_raw);
+    const zero_t* zeros = static_cast<const zero_t*>(zeros_raw);
     const long long column_bytes = (long long)kp * BITS / 8;
     const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
     const int tile_begin = blockIdx.z * k_tiles_per_split;
@@ -183,7 +186,8 @@ std::string CudaSourceWriter::gemm() {
     decode_block();
     dequantize_helpers();
     out_ << kGemmLoadTile << kGemmDequantizeTileHead;
-    out_ << (f16() ? "        const u32 scale = scale_pair(s);\n" : "        const float scale = s;\n");
+    out_ << (f16() ? "        const u32 scale = scale_pair(s), offset = offset_pair(o);\n"
+                   : "        const float scale = s, offset = o;\n");
     out_ << kGemmDequantizeTileTail;
     mma_instruction();
     out_ << kGemmKernel;

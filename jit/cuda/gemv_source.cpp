@@ -6,10 +6,11 @@ namespace {
 
 const char* const kGemvKernel = R"(
 extern "C" __global__ void __launch_bounds__(256) qjit_gemv(
-    const u32* __restrict__ codes, const void* __restrict__ scales_raw, const u16* __restrict__ zeros,
+    const u32* __restrict__ codes, const void* __restrict__ scales_raw, const void* __restrict__ zeros_raw,
     const u16* __restrict__ x, u16* __restrict__ y, int m, int n, int np, int k_valid, int ldx, int kp,
     int num_groups) {
     const scale_t* __restrict__ scales = static_cast<const scale_t*>(scales_raw);
+    const zero_t* __restrict__ zeros = static_cast<const zero_t*>(zeros_raw);
     const int lane = threadIdx.x & 31;
     const int col0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * COLS;
     if (col0 >= n) return;  // whole warps only: the shuffles below need all 32 lanes
@@ -22,10 +23,11 @@ extern "C" __global__ void __launch_bounds__(256) qjit_gemv(
         for (int r = 0; r < ROWS; ++r) acc[j][r] = 0.f;
 
     for (int c0 = lane; c0 < chunks; c0 += 32 * IN_FLIGHT) {
-        // Issue every load of this round (codes, then their scales and zero points) before any use.
+        // Issue every load of this round (codes, then their scales and zero points or offsets) before any use.
         u32 q[IN_FLIGHT][COLS][CHUNK_WORDS];
         float scale[IN_FLIGHT][COLS][CHUNK_BLOCKS];
         u32 bias[IN_FLIGHT][COLS][CHUNK_BLOCKS];
+        float offset[IN_FLIGHT][COLS][CHUNK_BLOCKS];
 #pragma unroll
         for (int f = 0; f < IN_FLIGHT; ++f) {
             const int c = min(c0 + 32 * f, chunks - 1);  // a clamped duplicate is loaded but not used
@@ -43,6 +45,7 @@ extern "C" __global__ void __launch_bounds__(256) qjit_gemv(
                     const int meta = group_of(c * CHUNK_CODES + b * 32, num_groups) * np + col0 + j;
                     scale[f][j][b] = scale_value(scales[meta]);
                     bias[f][j][b] = zero_bias(zeros, meta);
+                    offset[f][j][b] = offset_value(zeros, meta);
                 }
             }
         }
@@ -60,7 +63,8 @@ extern "C" __global__ void __launch_bounds__(256) qjit_gemv(
                     block_activations(x, r, k, k_valid, ldx, xs);
 #pragma unroll
                     for (int j = 0; j < COLS; ++j)
-                        acc[j][r] += block_dot(&q[f][j][b * BITS], bias[f][j][b], scale[f][j][b], xs);
+                        acc[j][r] += block_dot(&q[f][j][b * BITS], bias[f][j][b], scale[f][j][b],
+                                              offset[f][j][b], xs);
                 }
             }
         }

@@ -93,8 +93,8 @@ std::string CudaSourceWriter::mixed_gemv() {
     block_activations();
     out_ << "static __device__ __forceinline__ float block_dot_any(int width, const u32* w, u32 bias, float scale,\n"
          << "                                                    const u32 (&x)[16]) {\n";
-    if (widths.size() == 1) out_ << "    return block_dot_" << widths[0] << "(w, bias, scale, x);\n}\n";
-    else out_ << "    return width == 2 ? block_dot_2(w, bias, scale, x) : block_dot_4(w, bias, scale, x);\n}\n";
+    if (widths.size() == 1) out_ << "    return block_dot_" << widths[0] << "(w, bias, scale, 0.f, x);\n}\n";
+    else out_ << "    return width == 2 ? block_dot_2(w, bias, scale, 0.f, x) : block_dot_4(w, bias, scale, 0.f, x);\n}\n";
     out_ << kMixedGemvKernel;
     return out_.str();
 }

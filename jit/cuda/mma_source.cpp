@@ -34,10 +34,11 @@ static __device__ __forceinline__ uint4 activations8(const u16* x, int row, int 
 
 const char* const kMmaKernel = R"(
 extern "C" __global__ void __launch_bounds__(THREADS) qjit_mma(
-    const u32* __restrict__ codes, const void* __restrict__ scales_raw, const u16* __restrict__ zeros,
+    const u32* __restrict__ codes, const void* __restrict__ scales_raw, const void* __restrict__ zeros_raw,
     const u16* __restrict__ x, u16* __restrict__ y, int m, int n, int np, int k_valid, int ldx, int kp,
     int num_groups, float* __restrict__ partial, int steps_per_split) {
     const scale_t* __restrict__ scales = static_cast<const scale_t*>(scales_raw);
+    const zero_t* __restrict__ zeros = static_cast<const zero_t*>(zeros_raw);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int t = lane & 3, g = lane >> 2;
     const int tile0 = blockIdx.x * TILES;
@@ -54,10 +55,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_mma(
         for (int j = 0; j < TILES; ++j) c[i][j][0] = c[i][j][1] = c[i][j][2] = c[i][j][3] = 0.f;
 
     // The lane's block of each tile at step s (rows 128s + 32t .. + 31 of column 8 * tile + g) and
-    // its group's scale and zero point.
+    // its group's scale and zero point or offset.
     u32 w[TILES][BITS];
     u32 bias[TILES];
-    float scale[TILES];
+    float scale[TILES], offset[TILES];
     auto load_step = [&](int s) {
         const int group = group_of(s * 128 + 32 * t, num_groups);
 #pragma unroll
@@ -66,6 +67,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_mma(
             const int meta = group * np + (tile0 + j) * 8 + g;
             scale[j] = scale_value(scales[meta]);
             bias[j] = zero_bias(zeros, meta);
+            offset[j] = offset_value(zeros, meta);
         }
     };
     const int first_step = blockIdx.y * steps_per_split + warp;
@@ -74,9 +76,12 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_mma(
         if (!PREFETCH) load_step(s);
         u32 h[TILES][16];
         u32 step_bias[TILES];
-        float step_scale[TILES];
+        float step_scale[TILES], step_offset[TILES];
 #pragma unroll
-        for (int j = 0; j < TILES; ++j) decode_block(w[j], h[j]), step_bias[j] = bias[j], step_scale[j] = scale[j];
+        for (int j = 0; j < TILES; ++j) {
+            decode_block(w[j], h[j]);
+            step_bias[j] = bias[j], step_scale[j] = scale[j], step_offset[j] = offset[j];
+        }
         if (PREFETCH && s + WARPS < step_end) load_step(s + WARPS);  // in flight during this step's math
 #pragma unroll
         for (int v = 0; v < 4; ++v) {  // activations 8v .. 8v + 7 of the lane's 32: k16 slices 2v, 2v + 1
@@ -93,8 +98,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_mma(
 #pragma unroll
                 for (int j = 0; j < TILES; ++j) {
                     const auto ws = weight_scale(step_scale[j]);
-                    const u32 b0 = dequantize_pair(h[j][2 * kk], step_bias[j], ws);
-                    const u32 b1 = dequantize_pair(h[j][2 * kk + 1], step_bias[j], ws);
+                    const auto wo = offset_pair(step_offset[j]);
+                    const u32 b0 = dequantize_pair(h[j][2 * kk], step_bias[j], ws, wo);
+                    const u32 b1 = dequantize_pair(h[j][2 * kk + 1], step_bias[j], ws, wo);
 #pragma unroll
                     for (int i = 0; i < ROW_TILES; ++i) {
                         const u32 a[4] = {half ? lo[i].z : lo[i].x, half ? hi[i].z : hi[i].x,
