@@ -1,6 +1,7 @@
 #include "format/cuda_weights.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "format/cuda_code_layout.hpp"
 #include "base/half.hpp"
@@ -59,12 +60,38 @@ CudaWeights pack_cuda_weights(const QuantizedMatrix& matrix) {
     return w;
 }
 
+namespace {
+
+// fp16 d [super-blocks][np], then 8-bit codes [num_groups][np]: `d` [super-blocks][n] and `codes`
+// [num_groups][n], with zero padding columns.
+template <typename Code>
+std::vector<uint8_t> super_block_array(const QuantParams& p, int64_t np, const std::vector<uint16_t>& d,
+                                       const std::vector<Code>& codes) {
+    const int64_t supers = p.k / kSuperBlockRows, groups = p.num_groups();
+    std::vector<uint8_t> bytes(size_t((supers * 2 + groups) * np), 0);
+    uint8_t* code_bytes = bytes.data() + supers * np * 2;
+    for (int64_t c = 0; c < p.n; ++c) {
+        for (int64_t s = 0; s < supers; ++s) std::memcpy(&bytes[size_t((s * np + c) * 2)], &d[size_t(s * p.n + c)], 2);
+        for (int64_t g = 0; g < groups; ++g) code_bytes[g * np + c] = uint8_t(codes[size_t(g * p.n + c)]);
+    }
+    return bytes;
+}
+
+}  // namespace
+
 CudaWeights pack_cuda_metadata(const QuantizedMatrix& matrix) {
     const QuantParams& p = matrix.params;
     CudaWeights w;
     w.bits = p.bits, w.k = p.k, w.n = p.n;
     w.kp = cuda_layout::padded_k(p.k), w.np = cuda_layout::padded_n(p.n);
     w.num_groups = p.num_groups();
+    if (p.super_block_scales()) {  // the file's codes and d (dmin): the kernels form the products
+        w.super_block = true, w.f16_scales = false;
+        w.super_block_scales = super_block_array(p, w.np, p.super_block.scales, p.super_block.scale_codes);
+        if (p.float_offsets)
+            w.super_block_offsets = super_block_array(p, w.np, p.super_block.mins, p.super_block.min_codes);
+        return w;
+    }
     w.f16_scales = scales_and_offsets_exact_in_f16(p);
 
     const size_t metadata = size_t(w.num_groups * w.np);
@@ -90,14 +117,24 @@ CudaWeights pack_cuda_metadata(const QuantizedMatrix& matrix) {
     return w;
 }
 
+const void* CudaWeights::scale_data() const {
+    if (super_block) return super_block_scales.data();
+    return f16_scales ? static_cast<const void*>(scales_f16.data()) : scales_f32.data();
+}
+
+int64_t CudaWeights::scale_bytes() const {
+    return int64_t(super_block_scales.size() + scales_f16.size() * 2 + scales_f32.size() * 4);
+}
+
 const void* CudaWeights::zero_point_data() const {
+    if (!super_block_offsets.empty()) return super_block_offsets.data();
     if (!offsets_f16.empty()) return offsets_f16.data();
     if (!offsets_f32.empty()) return offsets_f32.data();
     return zeros.empty() ? nullptr : zeros.data();
 }
 
 int64_t CudaWeights::zero_point_bytes() const {
-    return int64_t(offsets_f16.size() * 2 + offsets_f32.size() * 4 + zeros.size() * 2);
+    return int64_t(super_block_offsets.size() + offsets_f16.size() * 2 + offsets_f32.size() * 4 + zeros.size() * 2);
 }
 
 namespace {

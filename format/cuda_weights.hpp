@@ -3,6 +3,9 @@
 //   scales [num_groups][np] fp16 (when the layer's scales are fp16-exact) or fp32
 //   zeros  [num_groups][np] uint16, asymmetric only; with float offsets the offsets in their place,
 //          at the scales' type
+// Super-block scales (ggml's K-quants) stay as the file holds them: the scales are fp16 d
+// [num_groups / 8][np] followed by the int8 scale codes [num_groups][np], and float offsets fp16
+// dmin and the uint8 min codes likewise; the kernels form d * code and -(dmin * code).
 // pack_fragment_codes gives the same codes in fragment order (format/cuda_code_layout.hpp), the
 // mma kernel's layout.
 // kp = padded_k(k), np = padded_n(n); padding holds zero codes, zero scales and zero points, so
@@ -20,16 +23,20 @@ struct CudaWeights {
     int bits = 0;
     int64_t k = 0, n = 0, kp = 0, np = 0, num_groups = 0;
     bool f16_scales = true;
+    bool super_block = false;           // scales (and offsets) in super_block_scales (super_block_offsets)
     std::vector<uint32_t> codes;
     std::vector<uint16_t> scales_f16;  // when f16_scales
     std::vector<float> scales_f32;     // otherwise
     std::vector<uint16_t> zeros;       // empty when symmetric or with float offsets
     std::vector<uint16_t> offsets_f16; // float offsets, when f16_scales
     std::vector<float> offsets_f32;    // float offsets, otherwise
+    std::vector<uint8_t> super_block_scales, super_block_offsets;  // d and scale codes, dmin and min codes
 
     // Bytes of the codes in either device layout (also when `codes` was not packed).
     int64_t code_bytes() const { return np * (kp / 32) * bits * 4; }
-    int64_t scale_bytes() const { return f16_scales ? int64_t(scales_f16.size()) * 2 : int64_t(scales_f32.size()) * 4; }
+    // What the kernels' scale argument points to: fp16, fp32 or super-block scales.
+    const void* scale_data() const;
+    int64_t scale_bytes() const;
     // What the kernels' zero-point argument points to: the integer zero points or the float
     // offsets (nullptr and 0 bytes when symmetric).
     const void* zero_point_data() const;

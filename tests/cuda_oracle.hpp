@@ -30,7 +30,27 @@ inline QuantizedMatrix random_matrix(const CudaFormat& f, int64_t k, int64_t n, 
     std::uniform_real_distribution<float> scale(0.002f, 0.02f);
     p.scales.resize(size_t(p.num_groups() * n));
     for (float& s : p.scales) s = f16_scales ? round_to_half(scale(rng)) : scale(rng);
-    if (f.float_offsets) {  // a group's offset near -scale * (a zero point), as a minimum of the group
+    if (f.scale_code_bits > 0) {  // super-block scales: random d (dmin) and codes, expanded
+        p.scale_type = ScaleType::SuperBlock;
+        p.scale_code_bits = f.scale_code_bits;
+        p.float_offsets = f.float_offsets;
+        SuperBlockScales& s = p.super_block;
+        const size_t supers = size_t(k / kSuperBlockRows * n), groups = size_t(p.num_groups() * n);
+        std::uniform_real_distribution<float> d(0.0005f, 0.002f);
+        const int codes = 1 << f.scale_code_bits, lowest = f.symmetric ? -codes / 2 : 0;
+        s.scales.resize(supers);
+        for (uint16_t& v : s.scales) v = float_to_half(d(rng));
+        s.scale_codes.resize(groups);
+        for (int8_t& c : s.scale_codes) c = int8_t(lowest + int(rng() % unsigned(codes)));
+        if (f.float_offsets) {
+            s.mins.resize(supers);
+            for (uint16_t& v : s.mins) v = float_to_half(d(rng));
+            s.min_codes.resize(groups);
+            for (uint8_t& c : s.min_codes) c = uint8_t(rng() % unsigned(codes));
+        }
+        expand_super_block_scales(p);
+        if (f.symmetric) p.zeros.assign(groups, uint16_t(1u << (f.bits - 1)));
+    } else if (f.float_offsets) {  // a group's offset near -scale * (a zero point), as a minimum of the group
         p.float_offsets = true;
         std::uniform_real_distribution<float> zero(0.f, float(1 << f.bits));
         p.offsets.resize(p.scales.size());

@@ -1,7 +1,8 @@
 // The generated CUDA kernel variants the tests cover: bits x group x symmetry x tile shape x
 // pipeline stages for the GEMM, bits x group x symmetry x rows for the GEMV, plus sweeps of the
 // remaining knobs (activation type, fp32 scales, tile height, warps, GEMV columns and loads in
-// flight) on fewer formats; float offsets in place of zero points at every width. Shared by the
+// flight) on fewer formats; float offsets in place of zero points at every width, and super-block
+// scales at groups of 32 (every_super_block_cuda_format, for K a multiple of 256). Shared by the
 // NVRTC compile tests, the host emulation and the device tests.
 #pragma once
 
@@ -19,6 +20,7 @@ struct CudaFormat {
     int group;  // 0: per column
     bool symmetric;
     bool float_offsets = false;  // W = scale * code + offset (GGUF Q4_1, Q5_1); asymmetric only
+    int scale_code_bits = 0;     // > 0: super-block scales with codes of this width (GGUF Q4_K, Q5_K)
 };
 
 inline std::vector<CudaFormat> every_cuda_format() {
@@ -31,6 +33,17 @@ inline std::vector<CudaFormat> every_cuda_format() {
     return formats;
 }
 
+// Super-block scales at every width, groups of 32 (K a multiple of 256): with float offsets and
+// 6-bit codes (GGUF's Q4_K and Q5_K at 4 and 5 bits), and symmetric with signed 8-bit codes.
+inline std::vector<CudaFormat> every_super_block_cuda_format() {
+    std::vector<CudaFormat> formats;
+    for (int bits : {2, 3, 4, 5, 6, 8}) {
+        formats.push_back({bits, 32, false, true, 6});
+        formats.push_back({bits, 32, true, false, 8});
+    }
+    return formats;
+}
+
 // The spec of `format` for K rows (group 0: one group of all K rows).
 inline jit::cuda::CudaKernelSpec cuda_spec(const CudaFormat& format, int64_t k, int arch) {
     jit::cuda::CudaKernelSpec spec;
@@ -39,7 +52,8 @@ inline jit::cuda::CudaKernelSpec cuda_spec(const CudaFormat& format, int64_t k, 
     spec.format.group_size = format.group == 0 ? k : format.group;
     spec.format.symmetric = format.symmetric;
     spec.format.float_offsets = format.float_offsets;
-    spec.format.scale_type = ScaleType::F16;
+    spec.format.scale_type = format.scale_code_bits > 0 ? ScaleType::SuperBlock : ScaleType::F16;
+    spec.format.scale_code_bits = format.scale_code_bits;
     spec.arch = arch;
     return spec;
 }
@@ -81,13 +95,16 @@ inline std::vector<jit::cuda::CudaKernelSpec> cuda_variants(const CudaFormat& fo
             spec.tiling.warps = bn / 8 % 16 == 0 ? 8 : 4;  // at least 16 columns per warp
             add(spec);
         }
-    // The other knobs, on the group-128 asymmetric format of each width.
-    if (format.group == 128 && !format.symmetric) {
+    // The other knobs, on the group-128 asymmetric formats of each width and its super-block format
+    // with float offsets (whose scale type is its own).
+    const bool super_block = format.scale_code_bits > 0;
+    if ((format.group == 128 || super_block) && !format.symmetric) {
         for (ActivationType type : {ActivationType::F16, ActivationType::BF16})
             for (bool f16_scales : {true, false}) {
+                if (super_block && !f16_scales) continue;
                 CudaKernelSpec spec = base;
                 spec.activations = type, spec.rows = 8;
-                spec.format.scale_type = f16_scales ? ScaleType::F16 : ScaleType::F32;
+                if (!super_block) spec.format.scale_type = f16_scales ? ScaleType::F16 : ScaleType::F32;
                 for (int cols : {1, 2, 4})
                     for (int inflight : {1, 2, 4}) {
                         spec.tiling.columns_per_warp = cols, spec.tiling.chunks_in_flight = inflight;
@@ -111,14 +128,15 @@ inline std::vector<jit::cuda::CudaKernelSpec> cuda_variants(const CudaFormat& fo
 }
 
 // A fixed, deterministic sample of `variants`: the first variant of each combination of kernel
-// kind, activation type, scale type, symmetry, float offsets and per-column grouping they contain. What CI
+// kind, activation type, scale type (super-block too), symmetry, float offsets and per-column grouping
+// they contain. What CI
 // compiles; the sweep compiles them all.
 inline std::vector<jit::cuda::CudaKernelSpec> sample_of(const std::vector<jit::cuda::CudaKernelSpec>& variants) {
-    std::set<std::tuple<jit::cuda::KernelKind, jit::cuda::ActivationType, bool, bool, bool, bool>> seen;
+    std::set<std::tuple<jit::cuda::KernelKind, jit::cuda::ActivationType, bool, bool, bool, bool, bool>> seen;
     std::vector<jit::cuda::CudaKernelSpec> sample;
     for (const jit::cuda::CudaKernelSpec& spec : variants)
         if (seen.insert({spec.tiling.kind, spec.activations, spec.format.f16_scales(), spec.format.symmetric,
-                         spec.format.float_offsets, spec.per_column()})
+                         spec.format.float_offsets, spec.format.super_block_scales(), spec.per_column()})
                 .second)
             sample.push_back(spec);
     return sample;

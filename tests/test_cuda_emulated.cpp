@@ -1,10 +1,11 @@
 // The generated CUDA kernels against the oracle in the host emulation (tests/cuda_host/), where
 // there is no GPU: a sample of variants covering every width, grouping, symmetry (zero points or
 // float offsets) and kernel kind, both activation types, fp16 and fp32 scales and split-K, on odd
-// shapes with and without act-order, launched as CudaExecutor launches them (the gather, the kernel, the split-K cast);
-// then the compensator's support kernels. The device tests (test_cuda_device.cpp) run every
-// variant on a GPU; these check the same logic on every machine, though not the PTX the device
-// runs (the emulation implements each PTX helper by its documented semantics).
+// shapes with and without act-order, launched as CudaExecutor launches them (the gather, the
+// kernel, the split-K cast); float offsets and super-block scales in every kind; then the
+// compensator's support kernels. The device tests (test_cuda_device.cpp) run every variant on a
+// GPU; these check the same logic on every machine, though not the PTX the device runs (the
+// emulation implements each PTX helper by its documented semantics).
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
@@ -65,7 +66,7 @@ std::vector<uint16_t> emulated_forward(const HostModule& kernel, const CudaKerne
         x = gathered(x, matrix.params, m, w.kp);
         k_valid = ldx = int(w.kp);
     }
-    const void* scales = w.f16_scales ? static_cast<const void*>(w.scales_f16.data()) : w.scales_f32.data();
+    const void* scales = w.scale_data();      // fp16, fp32 or super-block scales
     const void* zeros = w.zero_point_data();  // integer zero points or float offsets
     std::vector<uint16_t> y(size_t(m * w.n));
     const jit::cuda::GeneratedKernel generated = jit::cuda::generate_kernel(spec);
@@ -212,6 +213,32 @@ TEST(CudaEmulatedFloatOffsets, EveryKindMatchesTheOracle) {
                 if (HasFailure()) return;
                 ++index;
             }
+}
+
+// Super-block scales with groups of 32 (GGUF's Q4_K and Q5_K are q4g32_off_sb6 and q5g32_off_sb6;
+// symmetric ones with signed 8-bit codes too) in every kernel kind at every width, with both
+// activation types and split-K, on K of one and two super-blocks (act-order: gathered) and odd N,
+// at one row and more.
+TEST(CudaEmulatedSuperBlock, EveryKindMatchesTheOracle) {
+    const Shape shapes[] = {{512, 77, true}, {256, 130, false}};
+    int index = 0;
+    for (const test::CudaFormat& format : test::every_super_block_cuda_format())
+        for (KernelKind kind : {KernelKind::Gemv, KernelKind::Mma, KernelKind::Gemm}) {
+            const bool q4_k_or_q5_k = format.float_offsets && (format.bits == 4 || format.bits == 5);
+            if (!q4_k_or_q5_k && int(kind) != index % 3) continue;  // other widths: one kind each, in rotation
+            const Shape& shape = shapes[index % 2];
+            std::vector<CudaKernelSpec> of_kind;
+            for (const CudaKernelSpec& spec : test::cuda_variants(format, shape.k, 80))
+                if (spec.tiling.kind == kind) of_kind.push_back(spec);
+            ASSERT_FALSE(of_kind.empty());
+            CudaKernelSpec spec = of_kind[size_t(index * 5) % of_kind.size()];
+            spec.activations = index / 2 % 2 ? ActivationType::BF16 : ActivationType::F16;
+            if (kind != KernelKind::Gemv && index % 3 == 1) spec.tiling.split_k = 2;
+            ASSERT_TRUE(jit::cuda::is_valid(spec)) << jit::cuda::kernel_name(spec);
+            expect_variant_matches_the_oracle(format, spec, shape);
+            if (HasFailure()) return;
+            ++index;
+        }
 }
 
 INSTANTIATE_TEST_SUITE_P(Bits, CudaEmulated, ::testing::Values(2, 3, 4, 5, 6, 8),

@@ -53,11 +53,13 @@ void expect_compiles(const std::vector<CudaKernelSpec>& variants, int arch) {
     }
 }
 
-// Every variant of every format of one bit width that fits sm_<arch> (every_cuda_format's formats of
-// that width).
+// Every variant of every format of one bit width that fits sm_<arch> (every_cuda_format's and
+// every_super_block_cuda_format's formats of that width).
 std::vector<CudaKernelSpec> every_variant(int bits, int arch, int* skipped) {
+    std::vector<test::CudaFormat> formats = test::every_cuda_format();
+    for (const test::CudaFormat& format : test::every_super_block_cuda_format()) formats.push_back(format);
     std::vector<CudaKernelSpec> variants;
-    for (const test::CudaFormat& format : test::every_cuda_format())
+    for (const test::CudaFormat& format : formats)
         if (format.bits == bits)
             for (const CudaKernelSpec& spec : test::cuda_variants(format, 4096, arch, skipped)) variants.push_back(spec);
     return variants;
@@ -245,6 +247,40 @@ TEST(CudaTiling, FloatOffsetsRunInEveryKindButNotBesideOutliers) {
     EXPECT_EQ(jit::cuda::unsupported_reason(spec.format),
               "the CUDA kernel of mixed widths, second-order scales and outliers reads integer zero points, not float "
               "offsets");
+}
+
+// Super-block scales with groups of 32 run in every uniform-width kernel kind, the GEMM staging a
+// tile's d (and dmin) and byte codes; groups of 16 and super-block scales beside outliers are
+// refused by name.
+TEST(CudaTiling, SuperBlockScalesRunInEveryKindWithGroupsOf32) {
+    for (const test::CudaFormat& format : test::every_super_block_cuda_format()) {
+        CudaKernelSpec spec = test::cuda_spec(format, 4096, 90);
+        EXPECT_EQ(jit::cuda::unsupported_reason(spec.format), "") << spec.format.name();
+        for (const char* tiling : {"kernel=gemv", "kernel=mma", "kernel=gemm,bm=64,bn=128,bk=256,warps=8"}) {
+            spec.tiling = jit::cuda::parse_tiling(tiling);
+            spec.rows = spec.tiling.kind == KernelKind::Gemm ? 64 : 8;
+            EXPECT_TRUE(jit::cuda::is_valid(spec)) << spec.format.name() << " " << tiling;
+        }
+    }
+    CudaKernelSpec q4_k = test::cuda_spec({4, 32, false, true, 6}, 4096, 90);
+    q4_k.tiling = jit::cuda::parse_tiling("kernel=gemm,bm=64,bn=128,bk=128,warps=8,stages=3");
+    CudaKernelSpec q4_1 = q4_k;
+    q4_1.format.scale_type = ScaleType::F16, q4_1.format.scale_code_bits = 0;
+    // Per stage: 128 columns of d and dmin (2 bytes each) and 4 groups of byte codes for each, in
+    // place of 4 groups of fp16 scales and offsets.
+    EXPECT_EQ(jit::cuda::shared_memory_bytes(q4_k) - jit::cuda::shared_memory_bytes(q4_1),
+              3 * (2 * (128 * 2 + 4 * 128) - 4 * 128 * 4));
+    CudaKernelSpec q6_k = test::cuda_spec({6, 16, true, false, 8}, 4096, 90);
+    EXPECT_EQ(jit::cuda::unsupported_reason(q6_k.format),
+              "CUDA kernels need groups of a multiple of 32 rows (or one per column), not 16");
+    q4_k.format.outliers = 10;
+    EXPECT_EQ(jit::cuda::unsupported_reason(q4_k.format),
+              "the CUDA kernel of mixed widths, second-order scales and outliers reads integer zero points, not float "
+              "offsets");
+    CudaKernelSpec symmetric = test::cuda_spec({4, 32, true, false, 8}, 4096, 90);
+    symmetric.format.outliers = 10;
+    EXPECT_EQ(jit::cuda::unsupported_reason(symmetric.format),
+              "the CUDA kernel of mixed widths, second-order scales and outliers does not read super-block scales");
 }
 
 TEST(CudaTiling, SharedMemoryDecidesWhatADeviceRuns) {

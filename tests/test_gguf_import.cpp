@@ -335,21 +335,21 @@ TEST(GgufImportRefusals, ShapesByteCountsAndNulls) {
 // are named by why, as a CUDA context's qjit_linear_create_from_gguf reports them.
 TEST(GgufImportCuda, RefusedFormatsNameTheReason) {
     const std::string groups_of_16 = "CUDA kernels need groups of a multiple of 32 rows (or one per column), not 16";
-    const std::string super_block = "CUDA kernels do not read super-block scales";
+    const std::string codebook = "CUDA kernels do not read codebooks (IQ4_NL levels)";
     auto expected = [&](GgmlType type) -> std::string {
         switch (type) {
             case GgmlType::Q4_0:
             case GgmlType::Q5_0:  // 5-bit codes, zero 16
             case GgmlType::Q8_0:
             case GgmlType::Q4_1:  // float offsets
-            case GgmlType::Q5_1: return "";
-            case GgmlType::Q4_K:
-            case GgmlType::Q5_K: return super_block;
+            case GgmlType::Q5_1:
+            case GgmlType::Q4_K:  // super-block scales, groups of 32
+            case GgmlType::Q5_K: return "";
             case GgmlType::Q2_K:
             case GgmlType::Q3_K:
             case GgmlType::Q6_K: return groups_of_16;
-            case GgmlType::IQ4_NL: return "CUDA kernels do not read codebooks (IQ4_NL levels)";
-            case GgmlType::IQ4_XS: return super_block;
+            case GgmlType::IQ4_NL:
+            case GgmlType::IQ4_XS: return codebook;
             default: ADD_FAILURE() << "no expected CUDA answer for GGML type " << int(type); return "?";
         }
     };

@@ -91,6 +91,30 @@ static __device__ __forceinline__ void load_matrix_x4(u32 (&r)[4], const void* p
 #endif
 )";
 
+// A group's scale and offset from a metadata array with rows of `stride` columns: global memory
+// ([num_groups][np]) or a GEMM stage's copy ([GROUPS_PER_TILE][BN]).
+const char* const kMetadataValues = R"(// Group g, column c of a metadata array of rows of `stride` values: scale_t values [groups][stride],
+// or super-block codes: fp16 d (dmin) [super_rows][stride], then byte codes [groups][stride] (signed
+// scale codes, unsigned min codes), the group's d in row `super_row`. d * code is exact in fp32.
+static __device__ __forceinline__ float metadata_value(const void* array, int g, int c, int stride, int super_rows,
+                                                       int super_row, bool min_code) {
+    if (!SUPER_BLOCK) return scale_value(static_cast<const scale_t*>(array)[g * stride + c]);
+    const u16* d = static_cast<const u16*>(array);
+    const unsigned char* code = reinterpret_cast<const unsigned char*>(d + super_rows * stride) + g * stride + c;
+    const float dv = half_to_float(d[super_row * stride + c]);
+    return min_code ? -(dv * float(*code)) : dv * float(*reinterpret_cast<const signed char*>(code));
+}
+static __device__ __forceinline__ float group_scale(const void* scales, int g, int c, int stride, int super_rows,
+                                                    int super_row) {
+    return metadata_value(scales, g, c, stride, super_rows, super_row, false);
+}
+// The group's float offset (0 without float offsets).
+static __device__ __forceinline__ float group_offset(const void* zeros, int g, int c, int stride, int super_rows,
+                                                     int super_row) {
+    return FLOAT_OFFSETS ? metadata_value(zeros, g, c, stride, super_rows, super_row, true) : 0.f;
+}
+)";
+
 // Format constants shared by both kernels.
 void CudaSourceWriter::constants() {
     out_ << "constexpr int BITS = " << spec_.format.bits << ";\n"
@@ -101,11 +125,16 @@ void CudaSourceWriter::constants() {
          << ";  // W = scale * code + offset per group, no zero point\n"
          << "typedef " << (spec_.format.float_offsets ? "scale_t" : "u16")
          << " zero_t;  // the zero-point array: integer zero points, or float offsets at the scales' type\n"
+         << "constexpr bool SUPER_BLOCK = " << (spec_.format.super_block_scales() ? "true" : "false")
+         << ";  // scale = d * code (and offset = -(dmin * code)) per group\n"
+         << "constexpr int GROUPS_PER_SUPER = "
+         << (spec_.format.super_block_scales() ? kSuperBlockRows / spec_.format.group_size : 1) << ";\n"
          << "constexpr u32 SYMMETRIC_BIAS = " << (0x6400 + (1 << (spec_.format.bits - 1))) << "u;  // fp16 bits of 1024 + 2^(bits-1)\n"
          << "static __device__ __forceinline__ int group_of(int k, int num_groups) {\n"
          << "    return GROUP == 0 ? 0 : min(k / (GROUP == 0 ? 1 : GROUP), num_groups - 1);\n}\n"
          << "static __device__ __forceinline__ float scale_value(scale_t s) { return "
-         << (spec_.format.f16_scales() ? "half_to_float(s)" : "s") << "; }\n";
+         << (spec_.format.f16_scales() ? "half_to_float(s)" : "s") << "; }\n"
+         << kMetadataValues;
 }
 
 // name(w, h): the 16 pairs of a 32-code block of `bits` as fp16 pairs (1024 + code), per
@@ -138,13 +167,9 @@ void CudaSourceWriter::decode_block(int bits, const std::string& name) {
 // is exact; zero 0 with float offsets), times the scale in fp16 (as an fp16 model's weight) or
 // fp32 (bf16 path), plus the float offset in the same operation.
 void CudaSourceWriter::dequantize_helpers() {
-    out_ << R"(static __device__ __forceinline__ u32 zero_bias(const zero_t* zeros, int index) {
-    const u32 bias = FLOAT_OFFSETS ? 0x6400u : SYMMETRIC ? SYMMETRIC_BIAS : 0x6400u + u32(zeros[index]);
+    out_ << R"(static __device__ __forceinline__ u32 zero_bias(const void* zeros, int index) {
+    const u32 bias = FLOAT_OFFSETS ? 0x6400u : SYMMETRIC ? SYMMETRIC_BIAS : 0x6400u + static_cast<const u16*>(zeros)[index];
     return bias | bias << 16;
-}
-// The group's float offset (0 without float offsets).
-static __device__ __forceinline__ float offset_value(const zero_t* zeros, int index) {
-    return FLOAT_OFFSETS ? scale_value(zeros[index]) : 0.f;
 }
 )";
     if (f16())

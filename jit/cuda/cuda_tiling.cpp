@@ -34,6 +34,16 @@ int groups_per_tile(const CudaKernelSpec& spec) {
                                                                        : int(spec.tiling.block_k / spec.format.group_size);
 }
 
+// Bytes of a GEMM stage's scales and zero points (u16), float offsets (at the scales' type) or
+// super-block d and dmin (fp16 per column) with their byte codes (per group and column).
+int64_t stage_metadata_bytes(const CudaKernelSpec& spec) {
+    const WeightFormat& f = spec.format;
+    const int64_t columns = spec.tiling.block_n, groups = groups_per_tile(spec);
+    if (f.super_block_scales()) return (columns * 2 + groups * columns) * (f.float_offsets ? 2 : 1);
+    const int64_t zero_point_bytes = f.symmetric ? 0 : f.float_offsets ? f.scale_bytes() : 2;
+    return groups * columns * (f.scale_bytes() + zero_point_bytes);
+}
+
 }  // namespace
 
 int chunk_blocks(int bits) { return 4 / std::gcd(bits, 4); }
@@ -126,12 +136,9 @@ int shared_memory_bytes(const CudaKernelSpec& spec) {
     if (t.kind == KernelKind::Gemv) return 0;
     if (t.kind == KernelKind::Mma)  // every warp's fp32 accumulators, summed across warps at the end
         return t.warps == 1 ? 0 : t.warps * mma_row_tiles(spec.rows) * t.n_tiles * 4 * 32 * 4;
-    const int64_t scale_bytes = spec.format.scale_bytes();
-    // Integer zero points are staged as u16, float offsets at the scales' type.
-    const int64_t zero_point_bytes = spec.format.symmetric ? 0 : spec.format.float_offsets ? scale_bytes : 2;
     const int64_t per_stage = int64_t(t.block_m) * (t.block_k + kPadHalves) * 2  // activations
                               + int64_t(t.block_n) * t.block_k * spec.format.bits / 8   // codes
-                              + groups_per_tile(spec) * t.block_n * (scale_bytes + zero_point_bytes);
+                              + stage_metadata_bytes(spec);
     const int64_t dequantized = int64_t(t.block_n) * (t.block_k + kPadHalves) * 2;
     return int(t.stages * round_up(per_stage, 16) + dequantized);
 }
@@ -163,11 +170,12 @@ std::string unsupported_reason(const WeightFormat& format) {
     if (format.k < 1) return concat("K is ", format.k);
     if (!format.per_column() && (format.group_size < 32 || format.group_size % 32 != 0))
         return concat("CUDA kernels need groups of a multiple of 32 rows (or one per column), not ", format.group_size);
-    if (format.super_block_scales()) return "CUDA kernels do not read super-block scales";
     if (format.has_codebook()) return "CUDA kernels do not read codebooks (IQ4_NL levels)";
     if (needs_mixed_kernel(format) && format.float_offsets)
         return "the CUDA kernel of mixed widths, second-order scales and outliers reads integer zero points, not "
                "float offsets";
+    if (needs_mixed_kernel(format) && format.super_block_scales())
+        return "the CUDA kernel of mixed widths, second-order scales and outliers does not read super-block scales";
     if (needs_mixed_kernel(format) && format.group_size % kCodesPerBlock != 0)
         return concat("the CUDA kernel of mixed widths, second-order scales and outliers needs K-groups of a multiple "
                       "of 32 rows, not ", format.group_size);

@@ -50,6 +50,7 @@ struct CudaTiling {
 struct CudaKernelSpec {
     WeightFormat format = f16_scaled_format();  // the weights it reads: bits 2/3/4/5/6/8, groups of a multiple of 32 rows
                                   // or one per column; scale_type F16 when the device stores fp16 scales
+                                  // (and offsets), SuperBlock when it stores ggml's super-block codes
     ActivationType activations = ActivationType::F16;
     int arch = 80;                // sm_<arch>
     int rows = 1;                 // gemv, mma: activation rows it is compiled for (gemv 1, 2, 4, 8; mma up to 64;
@@ -106,10 +107,10 @@ LaunchShape launch_shape(const CudaKernelSpec& spec, int64_t m, int64_t n, int64
 
 // Dynamic shared memory a block asks for (GEMM stages, MMA's cross-warp reduction; 0 for a GEMV).
 int shared_memory_bytes(const CudaKernelSpec& spec);
-// Why no generated CUDA kernel computes `format` ("" when one does): its bits or group size,
-// super-block scales or a codebook, which no kernel reads, or float offsets beside a part only
-// the mixed GEMV reads. A low-rank compensator runs as a pass after the product
-// (runtime/cuda/cuda_low_rank.hpp). The CUDA backend's one answer to "do you run this format";
+// Why no generated CUDA kernel computes `format` ("" when one does): its bits or group size (groups
+// of 16 rows, GGUF's Q2_K, Q3_K and Q6_K), a codebook, which no kernel reads, or float offsets or
+// super-block scales beside a part only the mixed GEMV reads. A low-rank compensator runs as a
+// pass after the product (runtime/cuda/cuda_low_rank.hpp). The CUDA backend's one answer to "do you run this format";
 // check_spec refuses the same.
 std::string unsupported_reason(const WeightFormat& format);
 // Throws an Error naming what the generator cannot emit: QJIT_ERROR_UNSUPPORTED for its format

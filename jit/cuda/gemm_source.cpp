@@ -10,25 +10,56 @@ constexpr int M_TILES = BM / 16, N_TILES = WARP_N / 8;
 constexpr int A_BYTES = BM * LDS * 2;
 constexpr int CODE_BYTES_PER_COLUMN = BK * BITS / 8;
 constexpr int CODE_BYTES = BN * CODE_BYTES_PER_COLUMN;
-constexpr int SCALE_BYTES = GROUPS_PER_TILE * BN * (int)sizeof(scale_t);
-constexpr int ZERO_BYTES = SYMMETRIC ? 0 : GROUPS_PER_TILE * BN * (int)sizeof(zero_t);
+// A stage's metadata: per group of the tile a row of BN scales (zero points, offsets); with
+// super-block scales (BK divides 256: one super-block per tile) a row of BN fp16 d (dmin), then a
+// row of BN byte codes per group.
+constexpr int SUPER_BLOCK_BYTES = BN * 2 + GROUPS_PER_TILE * BN;
+constexpr int SCALE_BYTES = SUPER_BLOCK ? SUPER_BLOCK_BYTES : GROUPS_PER_TILE * BN * (int)sizeof(scale_t);
+constexpr int ZERO_BYTES = SYMMETRIC ? 0 : SUPER_BLOCK ? SUPER_BLOCK_BYTES : GROUPS_PER_TILE * BN * (int)sizeof(zero_t);
 constexpr int STAGE_BYTES = (A_BYTES + CODE_BYTES + SCALE_BYTES + ZERO_BYTES + 15) / 16 * 16;
 static_assert(A_BYTES % 16 == 0 && CODE_BYTES % 16 == 0 && SCALE_BYTES % 16 == 0 && ZERO_BYTES % 16 == 0, "alignment");
 )";
 
 const char* const kGemmLoadTile = R"(
 struct Stage {
-    u16* a; unsigned char* codes; scale_t* scales; zero_t* zeros;
+    u16* a; unsigned char* codes; unsigned char* scales; unsigned char* zeros;
     __device__ explicit Stage(unsigned char* base)
-        : a(reinterpret_cast<u16*>(base)), codes(base + A_BYTES),
-          scales(reinterpret_cast<scale_t*>(base + A_BYTES + CODE_BYTES)),
-          zeros(reinterpret_cast<zero_t*>(base + A_BYTES + CODE_BYTES + SCALE_BYTES)) {}
+        : a(reinterpret_cast<u16*>(base)), codes(base + A_BYTES), scales(base + A_BYTES + CODE_BYTES),
+          zeros(base + A_BYTES + CODE_BYTES + SCALE_BYTES) {}
 };
+
+// Starts the copies of BN columns (from n0) of `rows` rows of `element`-byte values: row i of dst
+// from row row_of(i) of the [..][np] array src.
+template <typename RowOf>
+static __device__ __forceinline__ void copy_columns_async(unsigned char* dst, const unsigned char* src, int rows,
+                                                          int element, int n0, int np, RowOf row_of) {
+    const int chunks = BN * element / 16;
+    for (int i = threadIdx.x; i < rows * chunks; i += THREADS) {
+        const int row = i / chunks, chunk = i % chunks;
+        copy_async_16(dst + row * BN * element + chunk * 16, src + ((long long)row_of(row) * np + n0) * element + chunk * 16,
+                      true);
+    }
+}
+
+// The metadata of the groups K tile k0 covers (scale_t or zero_t values of `element` bytes), or
+// with super-block scales its super-block's d (dmin) and the groups' codes.
+static __device__ __forceinline__ void copy_metadata_async(unsigned char* dst, const void* src_raw, int element, int k0,
+                                                           int n0, int np, int num_groups) {
+    const unsigned char* src = static_cast<const unsigned char*>(src_raw);
+    auto group = [&](int i) { return group_of(k0 + i * (GROUP == 0 ? 0 : GROUP), num_groups); };
+    if (SUPER_BLOCK) {
+        copy_columns_async(dst, src, 1, 2, n0, np, [&](int) { return k0 / 256; });
+        copy_columns_async(dst + BN * 2, src + (long long)(num_groups / GROUPS_PER_SUPER) * np * 2, GROUPS_PER_TILE, 1,
+                           n0, np, group);
+    } else {
+        copy_columns_async(dst, src, GROUPS_PER_TILE, element, n0, np, group);
+    }
+}
 
 // Starts the copies of K tile `tile` into `stage`: activations (rows past m and K past k_valid
 // zero-filled), the tile's codes, and the scales and zero points (or offsets) of the groups it covers.
 static __device__ __forceinline__ void load_tile(Stage stage, int tile, const u16* x, const unsigned char* codes,
-                                                 const scale_t* scales, const zero_t* zeros, int m, int m0, int n0,
+                                                 const void* scales, const void* zeros, int m, int m0, int n0,
                                                  int np, int k_valid, int ldx, long long column_bytes, int num_groups) {
     const int k0 = tile * BK;
     for (int i = threadIdx.x; i < BM * BK / 8; i += THREADS) {
@@ -42,22 +73,8 @@ static __device__ __forceinline__ void load_tile(Stage stage, int tile, const u1
         copy_async_16(stage.codes + col * CODE_BYTES_PER_COLUMN + chunk * 16,
                       codes + (n0 + col) * column_bytes + (long long)k0 * BITS / 8 + chunk * 16, true);
     }
-    constexpr int SCALE_CHUNKS = BN * (int)sizeof(scale_t) / 16;
-    for (int i = threadIdx.x; i < GROUPS_PER_TILE * SCALE_CHUNKS; i += THREADS) {
-        const int g = group_of(k0 + i / SCALE_CHUNKS * (GROUP == 0 ? 0 : GROUP), num_groups);
-        const int chunk = i % SCALE_CHUNKS;
-        copy_async_16(reinterpret_cast<unsigned char*>(stage.scales) + (i / SCALE_CHUNKS) * BN * sizeof(scale_t) + chunk * 16,
-                      reinterpret_cast<const unsigned char*>(scales + (long long)g * np + n0) + chunk * 16, true);
-    }
-    if (!SYMMETRIC) {
-        constexpr int ZERO_CHUNKS = BN * (int)sizeof(zero_t) / 16;
-        for (int i = threadIdx.x; i < GROUPS_PER_TILE * ZERO_CHUNKS; i += THREADS) {
-            const int g = group_of(k0 + i / ZERO_CHUNKS * (GROUP == 0 ? 0 : GROUP), num_groups);
-            const int chunk = i % ZERO_CHUNKS;
-            copy_async_16(reinterpret_cast<unsigned char*>(stage.zeros) + (i / ZERO_CHUNKS) * BN * sizeof(zero_t) + chunk * 16,
-                          reinterpret_cast<const unsigned char*>(zeros + (long long)g * np + n0) + chunk * 16, true);
-        }
-    }
+    copy_metadata_async(stage.scales, scales, (int)sizeof(scale_t), k0, n0, np, num_groups);
+    if (!SYMMETRIC) copy_metadata_async(stage.zeros, zeros, (int)sizeof(zero_t), k0, n0, np, num_groups);
 }
 )";
 
@@ -74,9 +91,9 @@ static __device__ __forceinline__ void dequantize_tile(Stage stage, u16* b) {
         for (int j = 0; j < BITS; ++j) wl[j] = w[j];
         u32 h[16];
         decode_block(wl, h);
-        const int meta = (GROUPS_PER_TILE == 1 ? 0 : block * 32 / (GROUP == 0 ? 1 : GROUP)) * BN + col;
-        const u32 bias = zero_bias(stage.zeros, meta);
-        const float s = scale_value(stage.scales[meta]), o = offset_value(stage.zeros, meta);
+        const int group = GROUPS_PER_TILE == 1 ? 0 : block * 32 / (GROUP == 0 ? 1 : GROUP);
+        const u32 bias = zero_bias(stage.zeros, group * BN + col);
+        const float s = group_scale(stage.scales, group, col, BN, 1, 0), o = group_offset(stage.zeros, group, col, BN, 1, 0);
 )";
 
 const char* const kGemmDequantizeTileTail = R"(        uint4* dst = reinterpret_cast<uint4*>(b + col * LDS + block * 32);
@@ -97,8 +114,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_gemm(
     int num_groups, float* __restrict__ partial, int k_tiles_per_split) {
     QJIT_DYNAMIC_SHARED(unsigned char, shared);
     const unsigned char* codes = reinterpret_cast<const unsigned char*>(codes_raw);
-    const scale_t* scales = static_cast<const scale_t*>(scales_raw);
-    const zero_t* zeros = static_cast<const zero_t*>(zeros_raw);
     const long long column_bytes = (long long)kp * BITS / 8;
     const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
     const int tile_begin = blockIdx.z * k_tiles_per_split;
@@ -117,7 +132,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_gemm(
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < tiles)
-            load_tile(Stage(shared + s * STAGE_BYTES), tile_begin + s, x, codes, scales, zeros, m, m0, n0, np,
+            load_tile(Stage(shared + s * STAGE_BYTES), tile_begin + s, x, codes, scales_raw, zeros_raw, m, m0, n0, np,
                       k_valid, ldx, column_bytes, num_groups);
         commit_async();
     }
@@ -126,7 +141,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_gemm(
         __syncthreads();  // tile i has landed for every thread; every thread is done with tile i - 1
         const int ahead = i + STAGES - 1;
         if (ahead < tiles)
-            load_tile(Stage(shared + ahead % STAGES * STAGE_BYTES), tile_begin + ahead, x, codes, scales, zeros, m,
+            load_tile(Stage(shared + ahead % STAGES * STAGE_BYTES), tile_begin + ahead, x, codes, scales_raw, zeros_raw, m,
                       m0, n0, np, k_valid, ldx, column_bytes, num_groups);
         commit_async();
         const Stage stage(shared + i % STAGES * STAGE_BYTES);

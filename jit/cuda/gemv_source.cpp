@@ -9,8 +9,6 @@ extern "C" __global__ void __launch_bounds__(256) qjit_gemv(
     const u32* __restrict__ codes, const void* __restrict__ scales_raw, const void* __restrict__ zeros_raw,
     const u16* __restrict__ x, u16* __restrict__ y, int m, int n, int np, int k_valid, int ldx, int kp,
     int num_groups) {
-    const scale_t* __restrict__ scales = static_cast<const scale_t*>(scales_raw);
-    const zero_t* __restrict__ zeros = static_cast<const zero_t*>(zeros_raw);
     const int lane = threadIdx.x & 31;
     const int col0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * COLS;
     if (col0 >= n) return;  // whole warps only: the shuffles below need all 32 lanes
@@ -42,10 +40,11 @@ extern "C" __global__ void __launch_bounds__(256) qjit_gemv(
                 }
 #pragma unroll
                 for (int b = 0; b < CHUNK_BLOCKS; ++b) {
-                    const int meta = group_of(c * CHUNK_CODES + b * 32, num_groups) * np + col0 + j;
-                    scale[f][j][b] = scale_value(scales[meta]);
-                    bias[f][j][b] = zero_bias(zeros, meta);
-                    offset[f][j][b] = offset_value(zeros, meta);
+                    const int group = group_of(c * CHUNK_CODES + b * 32, num_groups), col = col0 + j;
+                    const int supers = num_groups / GROUPS_PER_SUPER, super = group / GROUPS_PER_SUPER;
+                    scale[f][j][b] = group_scale(scales_raw, group, col, np, supers, super);
+                    bias[f][j][b] = zero_bias(zeros_raw, group * np + col);
+                    offset[f][j][b] = group_offset(zeros_raw, group, col, np, supers, super);
                 }
             }
         }

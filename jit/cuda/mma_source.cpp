@@ -37,8 +37,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_mma(
     const u32* __restrict__ codes, const void* __restrict__ scales_raw, const void* __restrict__ zeros_raw,
     const u16* __restrict__ x, u16* __restrict__ y, int m, int n, int np, int k_valid, int ldx, int kp,
     int num_groups, float* __restrict__ partial, int steps_per_split) {
-    const scale_t* __restrict__ scales = static_cast<const scale_t*>(scales_raw);
-    const zero_t* __restrict__ zeros = static_cast<const zero_t*>(zeros_raw);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int t = lane & 3, g = lane >> 2;
     const int tile0 = blockIdx.x * TILES;
@@ -61,13 +59,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_mma(
     float scale[TILES], offset[TILES];
     auto load_step = [&](int s) {
         const int group = group_of(s * 128 + 32 * t, num_groups);
+        const int supers = num_groups / GROUPS_PER_SUPER, super = group / GROUPS_PER_SUPER;
 #pragma unroll
         for (int j = 0; j < TILES; ++j) {
             load_block(codes + (((long long)(tile0 + j) * steps + s) * 32 + lane) * BITS, w[j]);
-            const int meta = group * np + (tile0 + j) * 8 + g;
-            scale[j] = scale_value(scales[meta]);
-            bias[j] = zero_bias(zeros, meta);
-            offset[j] = offset_value(zeros, meta);
+            const int col = (tile0 + j) * 8 + g;
+            scale[j] = group_scale(scales_raw, group, col, np, supers, super);
+            bias[j] = zero_bias(zeros_raw, group * np + col);
+            offset[j] = group_offset(zeros_raw, group, col, np, supers, super);
         }
     };
     const int first_step = blockIdx.y * steps_per_split + warp;

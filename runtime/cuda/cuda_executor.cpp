@@ -33,7 +33,7 @@ jit::cuda::CudaKernelSpec cuda_format(const QuantParams& params, jit::cuda::Acti
     spec.format = params.format();
     spec.format.low_rank = {};  // a pass after the product (runtime/cuda/cuda_low_rank.hpp)
     if (spec.format.group_size >= spec.format.k) spec.format.group_size = spec.format.k;  // one group per column
-    if (!spec.format.second_order_scales())
+    if (!spec.format.second_order_scales() && !spec.format.super_block_scales())
         spec.format.scale_type = scales_and_offsets_exact_in_f16(params) ? ScaleType::F16 : ScaleType::F32;
     spec.activations = activations;
     spec.arch = arch;
@@ -81,7 +81,7 @@ CudaExecutor::CudaExecutor(const GpuProperties& device, MatrixSource matrix_sour
 void CudaExecutor::upload_metadata(const QuantizedMatrix& matrix) {
     const CudaWeights weights = pack_cuda_metadata(matrix);  // the codes follow in upload_codes_for
     k_ = weights.k, n_ = weights.n, kp_ = weights.kp, np_ = weights.np, num_groups_ = weights.num_groups;
-    scales_ = weights.f16_scales ? cuda::upload(weights.scales_f16) : cuda::upload(weights.scales_f32);
+    scales_ = cuda::DeviceBuffer(weights.scale_data(), size_t(weights.scale_bytes()));
     if (weights.zero_point_bytes() > 0)  // integer zero points or float offsets
         zeros_ = cuda::DeviceBuffer(weights.zero_point_data(), size_t(weights.zero_point_bytes()));
     weight_bytes_ = weights.code_bytes() + int64_t(scales_.size() + zeros_.size());
