@@ -28,8 +28,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// An empty folder of this process's: emptied first, since an earlier process with the same pid (a
+// sanitizer run after the plain one) may have left files in it.
 fs::path scratch_dir(const std::string& name) {
     const fs::path dir = fs::path(::testing::TempDir()) / ("qjit-flash-" + name + "-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
     fs::create_directories(dir);
     return dir;
 }
