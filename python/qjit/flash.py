@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _native
 from .context import choice
-from .linear import SCALE_DTYPES
+from .linear import quant_config
 
 ACTIVATIONS = {"relu": 0, "swiglu": 1}
 
@@ -41,9 +41,7 @@ class NeuronFileWriter:
     def __init__(self, path: str | os.PathLike, layers: int, d_model: int, d_ff: int, activation: str = "swiglu",
                  has_bias: bool = False, bits: int = 4, group_size: int = 128, symmetric: bool = False,
                  scale_dtype: str = "f16", f16: bool = False, bundled: bool = True, alignment: int = 4096) -> None:
-        quant = _native.default_quant_config()
-        quant.update(bits=bits, group_size=group_size, symmetric=bool(symmetric),
-                     scale_dtype=choice(SCALE_DTYPES, scale_dtype, "scale_dtype"))
+        quant = quant_config("NeuronFileWriter", bits, group_size, symmetric, "rtn", scale_dtype, {})
         self._native = _native.FlashWriter(os.fspath(path), int(layers), int(d_model), int(d_ff),
                                            choice(ACTIVATIONS, activation, "activation"), bool(has_bias), bool(f16),
                                            quant, bool(bundled), int(alignment))

@@ -27,6 +27,21 @@ METHOD_OPTIONS = ("rank", "low_rank_bits", "act_order", "damp", "mixed_alpha", "
                   "second_order_scales", "float_offsets")
 
 
+def quant_config(caller: str, bits: int, group_size: int, symmetric: bool, method: str, scale_dtype: str,
+                 options: dict) -> dict:
+    """qjit_quant_config's fields as the native calls take them; an option that is not a method
+    option raises TypeError naming ``caller``."""
+    unknown = sorted(set(options) - set(METHOD_OPTIONS))
+    if unknown:
+        raise TypeError(f"{caller}() got unknown option(s) {', '.join(unknown)}; "
+                        f"the method options are {', '.join(METHOD_OPTIONS)}")
+    config = _native.default_quant_config()
+    config.update(bits=bits, group_size=group_size, symmetric=bool(symmetric),
+                  method=choice(METHODS, method, "method"),
+                  scale_dtype=choice(SCALE_DTYPES, scale_dtype, "scale_dtype"), **options)
+    return config
+
+
 @dataclasses.dataclass(frozen=True)
 class LinearInfo:
     """What a layer is: its shape, format and storage (qjit_linear_info)."""
@@ -144,14 +159,7 @@ class Linear:
                 (gptq, mixed), mixed_alpha, outlier_fraction and second_order_scales (mixed),
                 float_offsets (rtn: a real offset per group over its own min..max, W = s * q + m).
         """
-        unknown = sorted(set(options) - set(METHOD_OPTIONS))
-        if unknown:
-            raise TypeError(f"Linear.quantize() got unknown option(s) {', '.join(unknown)}; "
-                            f"the method options are {', '.join(METHOD_OPTIONS)}")
-        config = _native.default_quant_config()
-        config.update(bits=bits, group_size=group_size, symmetric=bool(symmetric),
-                      method=choice(METHODS, method, "method"),
-                      scale_dtype=choice(SCALE_DTYPES, scale_dtype, "scale_dtype"), **options)
+        config = quant_config("Linear.quantize", bits, group_size, symmetric, method, scale_dtype, options)
         layout_value = choice(LAYOUTS, layout, "layout")
         if calibration is not None and not isinstance(calibration, Calibration):
             k = _last_dimension(w, layout_value)

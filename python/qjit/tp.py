@@ -24,7 +24,7 @@ import numpy as np
 
 from . import _native
 from .context import choice
-from .linear import METHOD_OPTIONS, METHODS, SCALE_DTYPES, Linear
+from .linear import Linear, quant_config
 
 KINDS = {"swiglu": 0, "gelu": 1}
 ALGORITHMS = {"naive": 0, "aware": 1}
@@ -59,13 +59,7 @@ class TpMlp:
                  symmetric: bool = False, method: str = "rtn", scale_dtype: str = "f16", **options: Any) -> "TpMlp":
         """Quantizes float32 weights in nn.Linear layout (up and gate (n1, k1), down (n2, n1)) whole,
         then keeps rank ``rank``'s shards. Methods without calibration (rtn, hqq, milo)."""
-        unknown = sorted(set(options) - set(METHOD_OPTIONS))
-        if unknown:
-            raise TypeError(f"TpMlp.quantize() got unknown option(s) {', '.join(unknown)}")
-        config = _native.default_quant_config()
-        config.update(bits=bits, group_size=group_size, symmetric=bool(symmetric),
-                      method=choice(METHODS, method, "method"),
-                      scale_dtype=choice(SCALE_DTYPES, scale_dtype, "scale_dtype"), **options)
+        config = quant_config("TpMlp.quantize", bits, group_size, symmetric, method, scale_dtype, options)
         native = _native.TpMlp.quantize(context._native, choice(KINDS, kind, "kind"), up, gate, down, config,
                                         int(rank), int(world_size), choice(ALGORITHMS, algorithm, "algorithm"))
         return cls(native, context)

@@ -165,6 +165,12 @@ NewArray new_f32_array(const std::vector<int64_t>& shape, Framework framework) {
     return {data, std::move(array)};
 }
 
+void expect_shape(const ArrayView& array, const char* name, const std::vector<int64_t>& expected, const char* what) {
+    if (array.shape != expected)
+        invalid_argument(std::string(name) + ": shape " + shape_string(array.shape) + ", expected " +
+                         shape_string(expected) + " (" + what + ")");
+}
+
 std::string shape_string(const std::vector<int64_t>& shape) {
     std::string text = "(";
     for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);

@@ -56,4 +56,7 @@ NewArray new_f32_array(const std::vector<int64_t>& shape, Framework framework);
 
 std::string shape_string(const std::vector<int64_t>& shape);
 
+// Refuses `array` (argument `name`) unless its shape is `expected`; `what` names the dimensions.
+void expect_shape(const ArrayView& array, const char* name, const std::vector<int64_t>& expected, const char* what);
+
 }  // namespace qjit_python

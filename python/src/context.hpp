@@ -29,6 +29,17 @@ void call_unlocked(Call&& call) {
 // A C context, destroyed with its last owner.
 using SharedContext = std::shared_ptr<qjit_context>;
 
+// A C handle owned alone, released by its destroy function (qjit_linear_destroy, ...).
+template <auto destroy>
+struct Destroyer {
+    template <typename T>
+    void operator()(T* handle) const {
+        destroy(handle);
+    }
+};
+template <typename T, auto destroy>
+using Owned = std::unique_ptr<T, Destroyer<destroy>>;
+
 class Context {
 public:
     Context(int threads, int max_isa, int activations, std::optional<std::string> tuning_db, double tuning_budget_ms,

@@ -19,12 +19,6 @@ namespace qjit_python {
 using namespace nb::literals;
 namespace {
 
-void expect_matrix(const ArrayView& array, const char* name, int64_t rows, int64_t columns) {
-    if (array.shape != std::vector<int64_t>{rows, columns})
-        invalid_argument(std::string(name) + ": shape " + shape_string(array.shape) + ", expected " +
-                         shape_string({rows, columns}));
-}
-
 class FlashWriter {
 public:
     FlashWriter(const std::string& path, int64_t layers, int64_t d_model, int64_t d_ff, int activation, bool has_bias,
@@ -52,9 +46,9 @@ public:
     // The next layer: up, gate (d_model x d_ff; gate for SwiGLU only), down (d_ff x d_model), bias (d_ff).
     void add_layer(nb::handle up, nb::handle gate, nb::handle down, nb::handle bias) {
         const ArrayView up_view = cpu_array(up, "up", {Element::f32}, 2);
-        expect_matrix(up_view, "up", d_model_, d_ff_);
+        expect_shape(up_view, "up", {d_model_, d_ff_}, "d_model, d_ff");
         const ArrayView down_view = cpu_array(down, "down", {Element::f32}, 2);
-        expect_matrix(down_view, "down", d_ff_, d_model_);
+        expect_shape(down_view, "down", {d_ff_, d_model_}, "d_ff, d_model");
         if (gate.is_none() == swiglu_)
             invalid_argument(swiglu_ ? "gate is None; a SwiGLU file needs the gate (d_model x d_ff)"
                                      : "gate given; a ReLU file has no gate");
@@ -63,7 +57,7 @@ public:
         std::optional<ArrayView> gate_view, bias_view;
         if (swiglu_) {
             gate_view = cpu_array(gate, "gate", {Element::f32}, 2);
-            expect_matrix(*gate_view, "gate", d_model_, d_ff_);
+            expect_shape(*gate_view, "gate", {d_model_, d_ff_}, "d_model, d_ff");
         }
         if (has_bias_) {
             bias_view = cpu_array(bias, "bias", {Element::f32}, 1);
@@ -87,10 +81,7 @@ private:
         if (!writer_) invalid_argument("the neuron file is already finished");
         return writer_.get();
     }
-    struct Destroy {
-        void operator()(qjit_flash_writer* w) const { qjit_flash_writer_destroy(w); }
-    };
-    std::unique_ptr<qjit_flash_writer, Destroy> writer_;
+    Owned<qjit_flash_writer, qjit_flash_writer_destroy> writer_;
     int64_t d_model_ = 0, d_ff_ = 0;
     bool swiglu_ = false, has_bias_ = false;
 };
@@ -186,11 +177,8 @@ private:
                              std::to_string(info_.d_model));
         return rows;
     }
-    struct Destroy {
-        void operator()(qjit_flash_ffn* f) const { qjit_flash_ffn_destroy(f); }
-    };
     SharedContext context_;  // declared first: destroyed after the FFN
-    std::unique_ptr<qjit_flash_ffn, Destroy> ffn_;
+    Owned<qjit_flash_ffn, qjit_flash_ffn_destroy> ffn_;
     qjit_flash_ffn_info info_{};
 };
 

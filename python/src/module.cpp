@@ -68,11 +68,8 @@ public:
     const qjit_calibration* get() const { return calibration_.get(); }
 
 private:
-    struct Destroy {
-        void operator()(qjit_calibration* c) const { qjit_calibration_destroy(c); }
-    };
     int64_t k_;
-    std::unique_ptr<qjit_calibration, Destroy> calibration_;
+    Owned<qjit_calibration, qjit_calibration_destroy> calibration_;
 };
 
 // Runs a C call that creates a layer without the GIL and checks its status.
@@ -105,12 +102,6 @@ struct GptqArrays {
     std::vector<int32_t> g_idx_i32;  // a 64-bit g_idx narrowed
     qjit_gptq_tensors tensors{};
 };
-
-void expect_shape(const ArrayView& array, const char* name, std::vector<int64_t> expected, const char* what) {
-    if (array.shape != expected)
-        invalid_argument(std::string(name) + ": shape " + shape_string(array.shape) + ", expected " +
-                         shape_string(expected) + " (" + what + ")");
-}
 
 std::unique_ptr<GptqArrays> gptq_arrays(int64_t k, int64_t n, int bits, int group_size, nb::handle qweight,
                                         nb::handle qzeros, nb::handle scales, nb::handle g_idx, int checkpoint_format) {
@@ -326,11 +317,8 @@ public:
     qjit_linear* get() const { return layer_.get(); }
 
 private:
-    struct Destroy {
-        void operator()(qjit_linear* layer) const { qjit_linear_destroy(layer); }
-    };
     SharedContext context_;  // declared first: destroyed after the layer
-    std::unique_ptr<qjit_linear, Destroy> layer_;
+    Owned<qjit_linear, qjit_linear_destroy> layer_;
     int64_t k_ = 0, n_ = 0;
 };
 

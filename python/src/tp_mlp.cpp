@@ -102,9 +102,7 @@ public:
         std::optional<ArrayView> gate_view;
         if (swiglu) {
             gate_view = cpu_array(gate, "gate", {Element::f32}, 2);
-            if (gate_view->shape != up_view.shape)
-                invalid_argument("gate: shape " + shape_string(gate_view->shape) + ", expected up's " +
-                                 shape_string(up_view.shape));
+            expect_shape(*gate_view, "gate", up_view.shape, "up's: n1, k1");
         }
         const qjit_quant_config c = quant_config(config);
         qjit_tp_mlp* mlp = nullptr;
@@ -175,11 +173,8 @@ public:
     }
 
 private:
-    struct Destroy {
-        void operator()(qjit_tp_mlp* mlp) const { qjit_tp_mlp_destroy(mlp); }
-    };
     SharedContext context_;  // declared first: destroyed after the shards
-    std::unique_ptr<qjit_tp_mlp, Destroy> mlp_;
+    Owned<qjit_tp_mlp, qjit_tp_mlp_destroy> mlp_;
     qjit_tp_mlp_info info_{};
 };
 
