@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -17,7 +18,7 @@ namespace qjit {
 namespace {
 
 constexpr char kMagic[8] = {'Q', 'J', 'I', 'T', 'N', 'E', 'U', 'R'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr int64_t kMaxFileBytes = int64_t(1) << 62;
 
 const char* part_name(NeuronPart part) {
@@ -81,9 +82,10 @@ private:
 };
 
 // magic, version, layers, d_model, d_ff, activation, has_bias, bundled, alignment, coding, bits,
-// group_size, symmetric, float_offsets, scale_type, then the CRC-32 of all of it.
-constexpr size_t kFieldBytes = 8 + 4 + 3 * 8 + 3 + 8 + 1 + 4 + 8 + 3;
-constexpr size_t kFixedBytes = kFieldBytes + 4;
+// group_size, symmetric, float_offsets, scale_type, (version 2:) gate_apart, has_sparsity, then the
+// CRC-32 of all of it.
+constexpr size_t kVersion1FieldBytes = 8 + 4 + 3 * 8 + 3 + 8 + 1 + 4 + 8 + 3;
+constexpr size_t kFieldBytes = kVersion1FieldBytes + 2;
 
 // A byte that must be 0 or 1.
 bool parse_flag(uint8_t value, const char* field) {
@@ -98,25 +100,60 @@ std::vector<NeuronPart> NeuronFileHeader::part_list() const {
     return {NeuronPart::Up, NeuronPart::Down};
 }
 
-int64_t NeuronFileHeader::payload_bytes() const {
-    return parts_per_record() * vector.bytes() + (has_bias ? 4 : 0) + 4;
+std::vector<NeuronPart> NeuronFileHeader::record_first_parts() const {
+    if (!bundled) return part_list();
+    if (gate_apart) return {NeuronPart::Gate, NeuronPart::Up};
+    return {part_list().front()};
 }
 
-int64_t NeuronFileHeader::record_bytes() const {
-    return (payload_bytes() + alignment - 1) / alignment * alignment;
+NeuronPart NeuronFileHeader::record_first_part(NeuronPart part) const {
+    const int index = part_index(*this, part);  // checks the part
+    if (!bundled) return part;
+    if (gate_apart) return part == NeuronPart::Gate ? NeuronPart::Gate : NeuronPart::Up;
+    return index == 0 ? part : part_list().front();
+}
+
+int NeuronFileHeader::parts_in_record(NeuronPart first_part) const {
+    part_index(*this, first_part);
+    if (!bundled) return 1;
+    if (gate_apart) return first_part == NeuronPart::Gate ? 1 : 2;
+    return parts();
+}
+
+int64_t NeuronFileHeader::payload_bytes(NeuronPart first_part) const {
+    return parts_in_record(first_part) * vector.bytes() + (has_bias ? 4 : 0) + 4;
+}
+
+int64_t NeuronFileHeader::record_bytes(NeuronPart first_part) const {
+    return (payload_bytes(first_part) + alignment - 1) / alignment * alignment;
+}
+
+int64_t NeuronFileHeader::layer_bytes() const {
+    int64_t bytes = 0;
+    for (NeuronPart first : record_first_parts()) bytes += d_ff * record_bytes(first);
+    return bytes;
+}
+
+int64_t NeuronFileHeader::sparsity_bytes() const {
+    if (!has_sparsity) return 0;
+    const int64_t payload = 4 + layers * 4 + layers * d_ff * 4 + 4;
+    return (payload + alignment - 1) / alignment * alignment;
 }
 
 int64_t NeuronFileHeader::record_offset(int64_t layer, int64_t neuron, NeuronPart part) const {
     require(layer >= 0 && layer < layers && neuron >= 0 && neuron < d_ff, "neuron file: layer ", layer, " neuron ",
             neuron, " is outside the file's ", layers, " x ", d_ff);
-    const int index = part_index(*this, part);
-    const int64_t record = bundled ? neuron : index * d_ff + neuron;
-    return data_offset() + layer * layer_bytes() + record * record_bytes();
+    const NeuronPart first = record_first_part(part);
+    int64_t region = 0;  // the regions of the records before this one's kind
+    for (NeuronPart kind : record_first_parts()) {
+        if (kind == first) break;
+        region += d_ff * record_bytes(kind);
+    }
+    return data_offset() + layer * layer_bytes() + region + neuron * record_bytes(first);
 }
 
 int64_t NeuronFileHeader::vector_offset_in_record(NeuronPart part) const {
-    const int index = part_index(*this, part);
-    return bundled ? index * vector.bytes() : 0;
+    return (part_index(*this, part) - part_index(*this, record_first_part(part))) * vector.bytes();
 }
 
 int64_t NeuronFileHeader::bias_offset_in_record() const {
@@ -146,6 +183,11 @@ void validate(const NeuronFileHeader& header) {
             "; expected a power of two in 512 .. 2^20");
     require(!header.has_bias || header.activation == FfnActivation::Relu,
             "neuron file header: has_bias is set for a SwiGlu FFN; biases are Relu only");
+    require(!header.gate_apart || (header.bundled && header.activation == FfnActivation::SwiGlu),
+            "neuron file header: gate_apart is set for a ", header.bundled ? "Relu" : "split",
+            " file; it needs a bundled SwiGlu one");
+    require(!header.has_sparsity || header.activation == FfnActivation::SwiGlu,
+            "neuron file header: has_sparsity is set for a Relu FFN; the calibrated sparsity is SwiGlu's");
 
     const NeuronVectorLayout& vector = header.vector;
     require(vector.coding == VectorCoding::Quantized || vector.coding == VectorCoding::F16,
@@ -168,6 +210,9 @@ void validate(const NeuronFileHeader& header) {
 
     // Each product is checked by division first: a record is below 2^38 bytes, but a layer of
     // them, or the layers, could overflow.
+    require(!header.has_sparsity || header.layers < (int64_t(1) << 56) / header.d_ff,
+            "neuron file header: a sparsity section for ", header.layers, " layers of ", header.d_ff,
+            " neurons would be 2^58 bytes or more");
     const int64_t record = header.record_bytes(), limit = kMaxFileBytes - header.data_offset();
     require(header.records_per_layer() < limit / record && header.layers < limit / header.layer_bytes(),
             "neuron file header: the file would be 2^62 bytes or more (", header.layers, " layers of ", header.d_ff,
@@ -193,23 +238,28 @@ std::vector<uint8_t> encode_neuron_file_header(const NeuronFileHeader& header) {
     out.u8(f.symmetric);
     out.u8(f.float_offsets);
     out.u8(uint8_t(f.scale_type));
+    out.u8(header.gate_apart);
+    out.u8(header.has_sparsity);
     out.u32(crc32(out.bytes.data(), out.bytes.size()));
     out.bytes.resize(size_t(header.alignment), 0);
     return out.bytes;
 }
 
 NeuronFileHeader parse_neuron_file_header(const uint8_t* bytes, size_t size) {
-    if (size < kFixedBytes)
-        fail(QJIT_ERROR_CORRUPT_DATA, "neuron file header: truncated (", size, " bytes; at least ", kFixedBytes,
-             " expected)");
+    if (size < sizeof kMagic + 4)
+        fail(QJIT_ERROR_CORRUPT_DATA, "neuron file header: truncated (", size, " bytes)");
     if (std::memcmp(bytes, kMagic, sizeof kMagic) != 0)
         fail(QJIT_ERROR_CORRUPT_DATA, "neuron file header: bad magic (not a neuron file)");
     HeaderReader in(bytes + sizeof kMagic);
     const uint32_t version = in.u32();
-    if (version != kVersion)
-        fail(QJIT_ERROR_CORRUPT_DATA, "neuron file header: version ", version, " is not supported (expected ",
+    if (version != 1 && version != kVersion)
+        fail(QJIT_ERROR_CORRUPT_DATA, "neuron file header: version ", version, " is not supported (expected 1 or ",
              kVersion, ")");
-    const uint32_t stored = load_u32(bytes + kFieldBytes), computed = crc32(bytes, kFieldBytes);
+    const size_t field_bytes = version == 1 ? kVersion1FieldBytes : kFieldBytes;
+    if (size < field_bytes + 4)
+        fail(QJIT_ERROR_CORRUPT_DATA, "neuron file header: truncated (", size, " bytes; at least ", field_bytes + 4,
+             " expected)");
+    const uint32_t stored = load_u32(bytes + field_bytes), computed = crc32(bytes, field_bytes);
     if (stored != computed)
         fail(QJIT_ERROR_CORRUPT_DATA, "neuron file header: CRC mismatch (stored ", stored, ", computed ", computed,
              ")");
@@ -238,6 +288,10 @@ NeuronFileHeader parse_neuron_file_header(const uint8_t* bytes, size_t size) {
     if (scale_type != uint8_t(ScaleType::F16) && scale_type != uint8_t(ScaleType::F32))
         fail(QJIT_ERROR_CORRUPT_DATA, "neuron file header: scale_type is ", int(scale_type),
              "; expected F16 (0) or F32 (1)");
+    if (version >= 2) {
+        header.gate_apart = parse_flag(in.u8(), "gate_apart");
+        header.has_sparsity = parse_flag(in.u8(), "has_sparsity");
+    }
 
     if (bits > 8) fail(QJIT_ERROR_CORRUPT_DATA, "neuron file header: bits is ", bits, "; supported: 2, 3, 4, 8");
     header.vector.coding = VectorCoding(coding);
@@ -266,9 +320,79 @@ NeuronFileHeader parse_neuron_file_header(const uint8_t* bytes, size_t size) {
     return header;
 }
 
+namespace {
+
+void require_sparsity_values(bool ok, qjit_status status, const char* what, int64_t index, float value) {
+    if (!ok)
+        fail(status, "neuron file sparsity: ", what, " ", index, " is ", value, "; expected a finite value >= 0");
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_ffn_sparsity(const NeuronFileHeader& header, const FfnSparsity& sparsity) {
+    validate(header);
+    require(header.has_sparsity, "neuron file sparsity: the header has no sparsity section");
+    require(int64_t(sparsity.thresholds.size()) == header.layers, "neuron file sparsity: ",
+            sparsity.thresholds.size(), " thresholds for ", header.layers, " layers");
+    require(int64_t(sparsity.neuron_scales.size()) == header.layers * header.d_ff, "neuron file sparsity: ",
+            sparsity.neuron_scales.size(), " neuron scales for ", header.layers, " x ", header.d_ff, " neurons");
+    require(std::isfinite(sparsity.target) && sparsity.target >= 0 && sparsity.target < 1,
+            "neuron file sparsity: target ", sparsity.target, " outside [0, 1)");
+    std::vector<uint8_t> bytes(size_t(header.sparsity_bytes()), 0);
+    uint8_t* at = bytes.data();
+    const auto put = [&](float value) {
+        std::memcpy(at, &value, 4);
+        at += 4;
+    };
+    put(sparsity.target);
+    for (size_t l = 0; l < sparsity.thresholds.size(); ++l) {
+        const float t = sparsity.thresholds[l];
+        require_sparsity_values(std::isfinite(t) && t >= 0, QJIT_ERROR_INVALID_ARGUMENT, "threshold", int64_t(l), t);
+        put(t);
+    }
+    for (size_t i = 0; i < sparsity.neuron_scales.size(); ++i) {
+        const float c = sparsity.neuron_scales[i];
+        require_sparsity_values(std::isfinite(c) && c >= 0, QJIT_ERROR_INVALID_ARGUMENT, "neuron scale", int64_t(i), c);
+        put(c);
+    }
+    store_u32(at, crc32(bytes.data(), size_t(at - bytes.data())));
+    return bytes;
+}
+
+FfnSparsity parse_ffn_sparsity(const NeuronFileHeader& header, const uint8_t* bytes, size_t size) {
+    require(header.has_sparsity, "neuron file sparsity: the header has no sparsity section");
+    const size_t values = size_t(1 + header.layers + header.layers * header.d_ff), crc_at = 4 * values;
+    if (size < crc_at + 4)
+        fail(QJIT_ERROR_CORRUPT_DATA, "neuron file sparsity: truncated (", size, " bytes; ", crc_at + 4, " expected)");
+    const uint32_t stored = load_u32(bytes + crc_at), computed = crc32(bytes, crc_at);
+    if (stored != computed)
+        fail(QJIT_ERROR_CORRUPT_DATA, "neuron file sparsity: CRC mismatch (stored ", stored, ", computed ", computed,
+             ")");
+    FfnSparsity sparsity;
+    const auto get = [&](size_t index) {
+        float value;
+        std::memcpy(&value, bytes + 4 * index, 4);
+        return value;
+    };
+    sparsity.target = get(0);
+    if (!(sparsity.target >= 0 && sparsity.target < 1))
+        fail(QJIT_ERROR_CORRUPT_DATA, "neuron file sparsity: target ", sparsity.target, " outside [0, 1)");
+    sparsity.thresholds.resize(size_t(header.layers));
+    sparsity.neuron_scales.resize(size_t(header.layers * header.d_ff));
+    for (size_t l = 0; l < sparsity.thresholds.size(); ++l) {
+        const float t = sparsity.thresholds[l] = get(1 + l);
+        require_sparsity_values(std::isfinite(t) && t >= 0, QJIT_ERROR_CORRUPT_DATA, "threshold", int64_t(l), t);
+    }
+    for (size_t i = 0; i < sparsity.neuron_scales.size(); ++i) {
+        const float c = sparsity.neuron_scales[i] = get(1 + sparsity.thresholds.size() + i);
+        require_sparsity_values(std::isfinite(c) && c >= 0, QJIT_ERROR_CORRUPT_DATA, "neuron scale", int64_t(i), c);
+    }
+    return sparsity;
+}
+
 void check_record(const NeuronFileHeader& header, int64_t layer, int64_t neuron, NeuronPart first_part,
                   const uint8_t* record) {
-    const int64_t crc_at = header.payload_bytes() - 4;
+    const int64_t crc_at = header.payload_bytes(first_part) - 4;
     const uint32_t stored = load_u32(record + crc_at);
     const uint32_t computed = crc32(record, size_t(crc_at), header.record_seed(layer, neuron, first_part));
     if (stored != computed)
@@ -316,6 +440,7 @@ struct NeuronFileWriter::State {
     NeuronFileHeader header;
     int fd = -1;
     int64_t layers_written = 0;
+    bool sparsity_written = false;
     bool finished = false;
 
     void write_at(const uint8_t* bytes, int64_t size, int64_t offset) {
@@ -411,13 +536,12 @@ void NeuronFileWriter::add_layer(const FfnLayerWeights& weights) {
     for (const QuantizedMatrix* m : matrices)
         packed.push_back(pack_codes(m->codes.data(), m->params.bits, m->params.k, m->params.n, 8));
 
-    const int64_t record_bytes = h.record_bytes(), vector_bytes = h.vector.bytes();
+    const int64_t vector_bytes = h.vector.bytes(), layer_start = h.data_offset() + layer * h.layer_bytes();
     std::vector<uint8_t> buffer(size_t(h.layer_bytes()), 0);
     for (int64_t neuron = 0; neuron < h.d_ff; ++neuron) {
-        for (size_t first = 0; first < parts.size(); first += size_t(h.parts_per_record())) {
-            const int64_t index = h.bundled ? neuron : int64_t(first) * h.d_ff + neuron;
-            uint8_t* record = buffer.data() + index * record_bytes;
-            for (int i = 0; i < h.parts_per_record(); ++i) {
+        for (size_t first = 0; first < parts.size(); first += size_t(h.parts_in_record(parts[first]))) {
+            uint8_t* record = buffer.data() + (h.record_offset(layer, neuron, parts[first]) - layer_start);
+            for (int i = 0; i < h.parts_in_record(parts[first]); ++i) {
                 const size_t p = first + size_t(i);
                 uint8_t* out = record + i * vector_bytes;
                 if (quantized)
@@ -427,12 +551,20 @@ void NeuronFileWriter::add_layer(const FfnLayerWeights& weights) {
             }
             // Every record of a neuron carries its bias, so a split file's down record has it too.
             if (h.has_bias) std::memcpy(record + h.bias_offset_in_record(), &weights.bias[size_t(neuron)], 4);
-            const int64_t crc_at = h.payload_bytes() - 4;
+            const int64_t crc_at = h.payload_bytes(parts[first]) - 4;
             store_u32(record + crc_at, crc32(record, size_t(crc_at), h.record_seed(layer, neuron, parts[first])));
         }
     }
-    s.write_at(buffer.data(), int64_t(buffer.size()), h.data_offset() + layer * h.layer_bytes());
+    s.write_at(buffer.data(), int64_t(buffer.size()), layer_start);
     ++s.layers_written;
+}
+
+void NeuronFileWriter::set_sparsity(const FfnSparsity& sparsity) {
+    State& s = *state_;
+    require(!s.finished, "neuron file writer: the file is finished");
+    const std::vector<uint8_t> bytes = encode_ffn_sparsity(s.header, sparsity);  // checks it
+    s.write_at(bytes.data(), int64_t(bytes.size()), s.header.alignment);
+    s.sparsity_written = true;
 }
 
 void NeuronFileWriter::finish() {
@@ -440,6 +572,8 @@ void NeuronFileWriter::finish() {
     require(!s.finished, "neuron file writer: finish() ran already");
     require(s.layers_written == s.header.layers, "neuron file writer: finish() after ", s.layers_written, " of ",
             s.header.layers, " layers");
+    require(s.sparsity_written || !s.header.has_sparsity,
+            "neuron file writer: finish() before set_sparsity; the header has a sparsity section");
     if (fsync(s.fd) != 0) fail(QJIT_ERROR_IO, "cannot write '", s.temporary, "': ", std::strerror(errno));
     const int fd = s.fd;
     s.fd = -1;

@@ -3,7 +3,13 @@
 //
 //   qjit-flash-convert --gguf MODEL.gguf --out FILE [--bits 4 --group 128 --sym --f32-scales --f16
 //                      --split --alignment 4096]
+//                      [--sparsity S --calibration-tokens FILE.seq.u32 --calibration-sequences N
+//                       --calibration-rows R --sparsity-score gate|weighted]
 //   qjit-flash-convert --gptq DIR --out FILE [...]
+//
+// With --sparsity (GGUF models), the model runs its calibration tokens, and each layer's threshold
+// on the gate activations is set to zero that share of them (runtime/flash/ffn_sparsity.hpp); the
+// thresholds go into the file, whose gates then stay resident when it is served.
 //
 // Every layer's SwiGlu FFN (its gate, up and down projections, named as models/tensor_names.hpp
 // says for GGUF files and GPTQ checkpoints) is dequantized to fp32 and quantized again per neuron,

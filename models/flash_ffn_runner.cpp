@@ -1,5 +1,7 @@
 #include "models/flash_ffn_runner.hpp"
 
+#include <algorithm>
+
 #include "models/fail.hpp"
 
 namespace qjit_models::llama {
@@ -14,17 +16,19 @@ void check(qjit_status status, const char* what) {
 
 FlashFfnRunner::FlashFfnRunner(qjit_context* context, const Config& config, const FlashRunOptions& options)
     : options_(options), layers_(config.n_layers), dim_(config.dim) {
-    // The budget is a share of the file's neuron bytes: open once to learn them.
+    // The budget is a share of what every neuron resident takes: open once, reading nothing but
+    // the header, to learn it.
     qjit_flash_options flash;
     qjit_flash_options_init(&flash);
     flash.window = options.window;
+    flash.use_sparsity = 0;
     check(qjit_flash_ffn_create(context, options.path.c_str(), &flash, &ffn_), "opening the neuron file");
     qjit_flash_ffn_info i = info();
     if (i.layers != config.n_layers || i.d_model != config.dim || i.d_ff != config.hidden_dim ||
         i.activation != QJIT_FFN_SWIGLU)
         fail(options.path, ": its FFNs (", i.layers, " layers, ", i.d_model, " -> ", i.d_ff, ") are not this model's");
-    const int64_t records = i.bundled ? i.layers * i.d_ff : 3 * i.layers * i.d_ff;
-    flash.dram_budget_bytes = int64_t(options.budget_fraction * double(records * i.record_bytes));
+    flash.dram_budget_bytes = int64_t(options.budget_fraction * double(i.all_resident_bytes));
+    flash.use_sparsity = 1;
     qjit_flash_ffn_destroy(ffn_);
     ffn_ = nullptr;
     check(qjit_flash_ffn_create(context, options.path.c_str(), &flash, &ffn_), "opening the neuron file");
@@ -32,17 +36,35 @@ FlashFfnRunner::FlashFfnRunner(qjit_context* context, const Config& config, cons
 
 FlashFfnRunner::~FlashFfnRunner() { qjit_flash_ffn_destroy(ffn_); }
 
-void FlashFfnRunner::fit_predictors(Model& model, const std::vector<std::vector<int>>& sequences) {
-    std::vector<std::vector<float>> inputs(static_cast<size_t>(layers_));
+std::vector<std::vector<float>> capture_ffn_inputs(Model& model, const std::vector<std::vector<int>>& sequences,
+                                                   int64_t max_rows) {
+    const Config& c = model.config();
+    const size_t dim = size_t(c.dim);
+    std::vector<std::vector<float>> inputs(static_cast<size_t>(c.n_layers));
     for (const std::vector<int>& sequence : sequences) {
         std::vector<float> stream = model.embed_sequence(sequence);
-        for (int l = 0; l < layers_; ++l) {
+        for (int l = 0; l < c.n_layers; ++l) {
             model.capture_inputs(stream, {l, 4}, [&](const float* x, int64_t rows) {
-                inputs[size_t(l)].insert(inputs[size_t(l)].end(), x, x + rows * dim_);
+                inputs[size_t(l)].insert(inputs[size_t(l)].end(), x, x + rows * int64_t(dim));
             });
             model.run_layer(l, stream);
         }
     }
+    for (std::vector<float>& x : inputs) {
+        const size_t rows = x.size() / dim;
+        if (max_rows <= 0 || rows <= size_t(max_rows)) continue;
+        std::vector<float> sample(size_t(max_rows) * dim);
+        for (size_t i = 0; i < size_t(max_rows); ++i) {  // row i * rows / max_rows
+            const size_t row = i * rows / size_t(max_rows);
+            std::copy_n(x.data() + row * dim, dim, sample.data() + i * dim);
+        }
+        x = std::move(sample);
+    }
+    return inputs;
+}
+
+void FlashFfnRunner::fit_predictors(Model& model, const std::vector<std::vector<int>>& sequences) {
+    const std::vector<std::vector<float>> inputs = capture_ffn_inputs(model, sequences);
     for (int l = 0; l < layers_; ++l)
         check(qjit_flash_ffn_fit_predictor(ffn_, l, inputs[size_t(l)].data(), int64_t(inputs[size_t(l)].size()) / dim_,
                                            options_.target_recall, options_.magnitude_threshold),

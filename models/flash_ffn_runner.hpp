@@ -13,11 +13,16 @@ namespace qjit_models::llama {
 
 struct FlashRunOptions {
     std::string path;            // the neuron file (qjit-flash-convert --gguf)
-    double budget_fraction = 0.5;  // of the file's neuron bytes, for the resident caches
+    double budget_fraction = 0.5;  // of what every neuron resident takes (gates included)
     int window = 4;
     double target_recall = 0;    // 0: no predictor (every neuron)
     float magnitude_threshold = 0;  // what counts as active when the predictor is fitted
 };
+
+// Each layer's FFN inputs (rows x dim, row-major) on `sequences`, run densely through `model`, at
+// most max_rows a layer (0: all; else an even sample of the rows).
+std::vector<std::vector<float>> capture_ffn_inputs(Model& model, const std::vector<std::vector<int>>& sequences,
+                                                   int64_t max_rows = 0);
 
 class FlashFfnRunner final : public FfnOverride {
 public:

@@ -75,7 +75,7 @@ void print_usage(const char* program) {
         "  --token-by-token   score --tokens one m = 1 step per position, as decoding runs\n"
         "  --ffn-threshold T  zero every FFN activation silu(x w1)*(x w3) of magnitude below T (reports the sparsity)\n"
         "  --flash FILE       the FFNs from a neuron file (qjit-flash-convert), read neuron by neuron (docs/flash.md)\n"
-        "  --flash-budget F   resident neurons' share of the file's bytes (0.5)\n"
+        "  --flash-budget F   the DRAM budget as a share of what every neuron resident takes (0.5)\n"
         "  --flash-window K   tokens a neuron stays resident after it was active (4)\n"
         "  --flash-recall R   fit a predictor per layer on --calibration-tokens for this recall of the neurons above\n"
         "                     --ffn-threshold, and read only the neurons it names (default: every neuron)\n"
@@ -266,6 +266,14 @@ struct Report {
     double flash_fit_seconds = 0.0;
 };
 
+// The share of the FFNs' weight bytes a layer call touches, resident or read: with resident gates,
+// every gate and the active neurons' up and down; else the active neurons' vectors. (Per call: for
+// one token a call with --token-by-token.)
+double flash_weight_fraction(const qjit_flash_counters& f, const qjit_flash_ffn_info& info) {
+    const double active = double(f.active_neurons) / double(std::max<int64_t>(1, f.tokens)) / double(info.d_ff);
+    return info.resident_gate_bytes > 0 ? (1.0 + 2.0 * active) / 3.0 : active;
+}
+
 // The median prompt benchmark's tokens per second.
 double prompt_tokens_per_second(const Options& options, const Report& r) {
     const double median = percentile(r.prompt_bench_seconds, 0.5);
@@ -314,9 +322,13 @@ void print_json(const Options& options, const Report& r) {
         json.text("flash_file", options.flash.path)
             .text("flash_format", r.flash_info->format)
             .integer("flash_dram_bytes", r.flash_info->dram_bytes)
+            .integer("flash_weight_bytes", r.flash_info->weight_bytes)
+            .integer("flash_resident_gate_bytes", r.flash_info->resident_gate_bytes)
+            .number("flash_sparsity", r.flash_info->sparsity, 4)
             .number("flash_fit_seconds", r.flash_fit_seconds, 3)
             .integer("flash_calls", f.tokens)
             .number("flash_active_fraction", double(f.active_neurons) / calls / double(r.flash_info->d_ff), 6)
+            .number("flash_weight_fraction_touched", flash_weight_fraction(f, *r.flash_info), 6)
             .number("flash_hit_rate", f.active_neurons ? double(f.cache_hits) / double(f.active_neurons) : 0.0, 6)
             .number("flash_bytes_read_per_call", double(f.bytes_read) / calls, 1)
             .number("flash_io_seconds", f.io_seconds, 4)
@@ -361,10 +373,13 @@ void print_text(const Options& options, const Report& r) {
     if (r.flash) {
         const qjit_flash_counters& f = *r.flash;
         const double calls = double(std::max<int64_t>(1, f.tokens));
-        std::printf("flash FFNs: %s (%s), %.1f MB resident; per layer call: %.2f%% of neurons active, %.1f%% of them "
-                    "resident, %.1f KB read; I/O %.2f s, cache %.2f s, compute %.2f s, predictors %.2f s\n",
+        std::printf("flash FFNs: %s (%s), %.1f MB resident (%.1f MB of gates) of %.1f MB; per layer call: %.2f%% of "
+                    "neurons active, %.1f%% of the weight bytes touched, %.1f%% of the active resident, %.1f KB read; "
+                    "I/O %.2f s, cache %.2f s, compute %.2f s, predictors %.2f s\n",
                     options.flash.path.c_str(), r.flash_info->format, r.flash_info->dram_bytes * 1e-6,
+                    r.flash_info->resident_gate_bytes * 1e-6, r.flash_info->weight_bytes * 1e-6,
                     100.0 * double(f.active_neurons) / calls / double(r.flash_info->d_ff),
+                    100.0 * flash_weight_fraction(f, *r.flash_info),
                     f.active_neurons ? 100.0 * double(f.cache_hits) / double(f.active_neurons) : 0.0,
                     double(f.bytes_read) / calls * 1e-3, f.io_seconds, f.cache_seconds, f.compute_seconds,
                     f.predict_seconds);

@@ -1,6 +1,8 @@
 // The C API of flash FFNs (include/qjit/qjit_flash.h): neuron files written from fp32 weights, and
 // FFNs served from them under a DRAM budget.
+#include <algorithm>
 #include <cstring>
+#include <thread>
 #include <memory>
 #include <variant>
 
@@ -8,6 +10,7 @@
 #include "io/neuron_file.hpp"
 #include "qjit/qjit_flash.h"
 #include "runtime/context.hpp"
+#include "runtime/flash/ffn_sparsity.hpp"
 #include "runtime/flash/flash_ffn.hpp"
 #include "runtime/flash/read_tuning.hpp"
 #include "runtime/quant_config.hpp"
@@ -17,6 +20,11 @@ using namespace qjit;
 struct qjit_flash_writer {
     NeuronFileHeader header;
     NeuronFileWriter writer;
+    double sparsity_target = 0;
+    SparsityScore score = SparsityScore::GateWeighted;
+    FfnSparsity sparsity;  // filled layer by layer when calibrated
+    std::unique_ptr<ThreadPool> pool;  // the calibration's products
+    int64_t layers_added = 0;
 };
 
 struct qjit_flash_ffn {
@@ -40,6 +48,12 @@ NeuronFileHeader header_of(const qjit_flash_file_options& o) {
     h.activation = o.activation == QJIT_FFN_SWIGLU ? FfnActivation::SwiGlu : FfnActivation::Relu;
     h.has_bias = o.has_bias != 0;
     h.bundled = o.bundled != 0;
+    require(o.sparsity == 0 || (o.sparsity > 0 && o.sparsity < 1 && o.activation == QJIT_FFN_SWIGLU),
+            "options->sparsity is ", o.sparsity, "; 0, or in (0, 1) for a QJIT_FFN_SWIGLU file");
+    require(o.sparsity_score == QJIT_SPARSITY_GATE || o.sparsity_score == QJIT_SPARSITY_GATE_WEIGHTED,
+            "options->sparsity_score is ", o.sparsity_score, "; not a qjit_flash_sparsity_score");
+    h.has_sparsity = o.sparsity > 0;
+    h.gate_apart = h.has_sparsity && h.bundled;
     h.alignment = o.alignment;
     if (o.f16) {
         h.vector = f16_vector_layout(o.d_model);
@@ -69,6 +83,7 @@ void qjit_flash_file_options_init(qjit_flash_file_options* options) {
     qjit_quant_config_init(&options->quant);
     options->bundled = 1;
     options->alignment = 4096;
+    options->sparsity_score = QJIT_SPARSITY_GATE_WEIGHTED;
 }
 
 qjit_status qjit_flash_writer_create(const char* path, const qjit_flash_file_options* options,
@@ -78,7 +93,9 @@ qjit_status qjit_flash_writer_create(const char* path, const qjit_flash_file_opt
         *writer = nullptr;
         require(path != nullptr, "path is NULL");
         const NeuronFileHeader header = header_of(checked(options, "options"));
-        *writer = new qjit_flash_writer{header, NeuronFileWriter(path, header)};
+        const SparsityScore score =
+            options->sparsity_score == QJIT_SPARSITY_GATE ? SparsityScore::Gate : SparsityScore::GateWeighted;
+        *writer = new qjit_flash_writer{header, NeuronFileWriter(path, header), options->sparsity, score, {}, {}, 0};
     });
 }
 
@@ -89,12 +106,40 @@ qjit_status qjit_flash_writer_add_layer(qjit_flash_writer* writer, const float* 
         require(up != nullptr && down != nullptr, "up and down must not be NULL");
         require(gate != nullptr || w.header.activation == FfnActivation::Relu, "gate is NULL; a SwiGLU FFN needs it");
         require(bias != nullptr || !w.header.has_bias, "bias is NULL; the file has biases");
+        require(!w.header.has_sparsity, "the file has sparsity: add its layers with qjit_flash_writer_add_layer_calibrated");
         w.writer.add_layer(quantize_ffn_layer(w.header, up, gate, down, bias));
+        ++w.layers_added;
+    });
+}
+
+qjit_status qjit_flash_writer_add_layer_calibrated(qjit_flash_writer* writer, const float* up, const float* gate,
+                                                   const float* down, const float* x, int64_t n) {
+    return guarded([&] {
+        qjit_flash_writer& w = checked(writer, "writer");
+        require(w.header.has_sparsity, "the file has no sparsity (options->sparsity is 0): use qjit_flash_writer_add_layer");
+        require(up != nullptr && gate != nullptr && down != nullptr, "up, gate and down must not be NULL");
+        require(x != nullptr && n >= 1, "x is NULL or n ", n, " below 1: the calibration needs rows");
+        require(w.layers_added < w.header.layers, "all ", w.header.layers, " layers are added already");
+        const FfnLayerWeights weights = quantize_ffn_layer(w.header, up, gate, down, nullptr);
+        if (!w.pool) w.pool = std::make_unique<ThreadPool>(int(std::max(1u, std::thread::hardware_concurrency())));
+        const LayerSparsity layer = calibrate_layer_sparsity(w.header, weights, x, n, w.sparsity_target, w.score, *w.pool);
+        w.writer.add_layer(weights);
+        w.sparsity.thresholds.push_back(layer.threshold);
+        w.sparsity.neuron_scales.insert(w.sparsity.neuron_scales.end(), layer.neuron_scales.begin(),
+                                        layer.neuron_scales.end());
+        ++w.layers_added;
     });
 }
 
 qjit_status qjit_flash_writer_finish(qjit_flash_writer* writer) {
-    return guarded([&] { checked(writer, "writer").writer.finish(); });
+    return guarded([&] {
+        qjit_flash_writer& w = checked(writer, "writer");
+        if (w.header.has_sparsity && w.layers_added == w.header.layers) {
+            w.sparsity.target = float(w.sparsity_target);
+            w.writer.set_sparsity(w.sparsity);
+        }
+        w.writer.finish();
+    });
 }
 
 void qjit_flash_writer_destroy(qjit_flash_writer* writer) { delete writer; }
@@ -105,6 +150,7 @@ void qjit_flash_options_init(qjit_flash_options* options) {
     options->window = 4;
     options->direct_io = 1;
     options->coalesce_reads = 1;
+    options->use_sparsity = 1;
 }
 
 qjit_status qjit_flash_ffn_create(qjit_context* context, const char* path, const qjit_flash_options* options,
@@ -124,6 +170,7 @@ qjit_status qjit_flash_ffn_create(qjit_context* context, const char* path, const
         flash.dram_budget_bytes = o.dram_budget_bytes;
         flash.window = o.window;
         flash.coalesce_reads = o.coalesce_reads != 0;
+        flash.use_sparsity = o.use_sparsity != 0;
         {
             std::lock_guard<std::mutex> lock(context->tuning.mutex);
             if (TuningDb* db = context->tuning.database())
@@ -153,6 +200,11 @@ qjit_status qjit_flash_ffn_get_info(const qjit_flash_ffn* ffn, qjit_flash_ffn_in
         info->record_bytes = h.record_bytes();
         info->resident_neurons = f.resident_capacity();
         info->dram_bytes = f.dram_bytes();
+        info->gate_apart = h.gate_apart;
+        info->sparsity = f.sparsity() ? double(f.sparsity()->target) : 0.0;
+        info->resident_gate_bytes = f.resident_gate_bytes();
+        info->weight_bytes = h.layers * h.d_ff * (h.parts() * h.vector.bytes() + (h.has_bias ? 4 : 0));
+        info->all_resident_bytes = f.all_resident_bytes();
         std::strncpy(info->format, ffn->format_name.c_str(), sizeof info->format - 1);
         std::strncpy(info->storage, f.storage().describe().c_str(), sizeof info->storage - 1);
     });

@@ -21,6 +21,7 @@
 #include "qjit/qjit_flash.h"
 #include "runtime/flash/flash_ffn.hpp"
 #include "faulty_storage.hpp"
+#include "flash_test_files.hpp"
 #include "test_support.hpp"
 
 namespace qjit {
@@ -28,127 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// An empty folder of this process's: emptied first, since an earlier process with the same pid (a
-// sanitizer run after the plain one) may have left files in it.
-fs::path scratch_dir(const std::string& name) {
-    const fs::path dir = fs::path(::testing::TempDir()) / ("qjit-flash-" + name + "-" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    return dir;
-}
-
-struct FfnCase {
-    int bits;           // 16: fp16 vectors
-    int64_t group;
-    bool symmetric;
-    FfnActivation activation;
-    bool bundled;
-    int64_t d_model, d_ff;
-};
-
-std::string case_name(const FfnCase& c) {
-    return concat(c.bits == 16 ? std::string("f16") : concat("q", c.bits, "g", c.group, c.symmetric ? "sym" : "asym"),
-                  c.activation == FfnActivation::SwiGlu ? "_swiglu" : "_relu", c.bundled ? "_bundled" : "_split", "_",
-                  c.d_model, "x", c.d_ff);
-}
-
-NeuronFileHeader header_of(const FfnCase& c, int64_t layers) {
-    NeuronFileHeader h;
-    h.layers = layers;
-    h.d_model = c.d_model;
-    h.d_ff = c.d_ff;
-    h.activation = c.activation;
-    h.has_bias = c.activation == FfnActivation::Relu;
-    h.bundled = c.bundled;
-    h.alignment = 512;
-    if (c.bits == 16) {
-        h.vector = f16_vector_layout(c.d_model);
-    } else {
-        WeightFormat f = f16_scaled_format();
-        f.bits = c.bits;
-        f.group_size = c.group;
-        f.symmetric = c.symmetric;
-        h.vector = quantized_vector_layout(f, c.d_model);
-    }
-    return h;
-}
-
-// One layer as the oracle sees it: dense fp32 weights, as the file stores them.
-struct DenseLayer {
-    std::vector<float> up, gate, down_t, bias;  // [d_model][d_ff] each; bias [d_ff]
-};
-
-std::vector<float> dense_of(const NeuronFileHeader& h, const QuantizedMatrix& q, const std::vector<float>& f32) {
-    if (h.vector.coding == VectorCoding::Quantized) return dequantize(q);
-    std::vector<float> out(f32.size());
-    for (size_t i = 0; i < f32.size(); ++i) out[i] = half_to_float(float_to_half(f32[i]));
-    return out;
-}
-
-// A file of `layers` random layers written to `path`; returns the oracle's view of each.
-std::vector<DenseLayer> write_random_file(const fs::path& path, const NeuronFileHeader& h, uint32_t seed) {
-    NeuronFileWriter writer(path.string(), h);
-    std::vector<DenseLayer> dense;
-    for (int64_t l = 0; l < h.layers; ++l) {
-        const auto up = test::random_floats(size_t(h.d_model * h.d_ff), seed + 10 * uint32_t(l));
-        const auto gate = test::random_floats(size_t(h.d_model * h.d_ff), seed + 10 * uint32_t(l) + 1);
-        const auto down = test::random_floats(size_t(h.d_ff * h.d_model), seed + 10 * uint32_t(l) + 2);
-        const auto bias = test::random_floats(size_t(h.d_ff), seed + 10 * uint32_t(l) + 3, -0.5f, 0.5f);
-        const bool gated = h.activation == FfnActivation::SwiGlu;
-        const FfnLayerWeights w = quantize_ffn_layer(h, up.data(), gated ? gate.data() : nullptr, down.data(),
-                                                     h.has_bias ? bias.data() : nullptr);
-        writer.add_layer(w);
-        DenseLayer d;
-        d.up = dense_of(h, w.up, w.up_f32);
-        if (gated) d.gate = dense_of(h, w.gate, w.gate_f32);
-        d.down_t = dense_of(h, w.down_t, w.down_t_f32);
-        if (h.has_bias) d.bias = w.bias;
-        dense.push_back(std::move(d));
-    }
-    writer.finish();
-    return dense;
-}
-
-// The oracle: y (m x d_model) over the active neurons only, in double, and a bound on the error an
-// fp32 computation of it may make.
-void oracle(const NeuronFileHeader& h, const DenseLayer& d, const std::vector<int32_t>& active, const float* x,
-            int64_t m, std::vector<float>& y, std::vector<double>& bound) {
-    const int64_t k = h.d_model, n = h.d_ff;
-    y.assign(size_t(m * k), 0.0f);
-    bound.assign(size_t(m * k), 1e-6);
-    constexpr double kRelative = 2e-5;  // a few fp32 roundings over sums of a few hundred terms
-    for (int64_t r = 0; r < m; ++r) {
-        std::vector<double> acc(size_t(k), 0.0);
-        for (int32_t i : active) {
-            double u = 0, g = 0, u_abs = 0, g_abs = 0;
-            for (int64_t j = 0; j < k; ++j) {
-                const double xv = x[r * k + j];
-                u += xv * d.up[size_t(j * n + i)];
-                u_abs += std::fabs(xv * d.up[size_t(j * n + i)]);
-                if (!d.gate.empty()) {
-                    g += xv * d.gate[size_t(j * n + i)];
-                    g_abs += std::fabs(xv * d.gate[size_t(j * n + i)]);
-                }
-            }
-            double a, a_error;
-            if (h.activation == FfnActivation::Relu) {
-                const double b = d.bias.empty() ? 0.0 : d.bias[size_t(i)];
-                a = std::max(0.0, u + b);
-                a_error = kRelative * (u_abs + std::fabs(b));
-            } else {
-                const double silu = g / (1 + std::exp(-g));
-                a = silu * u;
-                a_error = kRelative * (std::fabs(silu) * u_abs + 1.1 * g_abs * std::fabs(u));
-            }
-            for (int64_t j = 0; j < k; ++j) {
-                const double w = d.down_t[size_t(j * n + i)];
-                acc[size_t(j)] += a * w;
-                bound[size_t(r * k + j)] += (a_error + kRelative * std::fabs(a)) * std::fabs(w);
-            }
-        }
-        for (int64_t j = 0; j < k; ++j) y[size_t(r * k + j)] = float(acc[size_t(j)]);
-    }
-}
+using namespace test;  // flash_test_files.hpp
 
 // Active sets with the temporal correlation windowing feeds on: each token keeps most of the last
 // token's neurons and adds fresh ones.
@@ -164,22 +45,6 @@ std::vector<int32_t> next_active(const std::vector<int32_t>& last, int64_t d_ff,
     return ids;
 }
 
-// A random file of `layers` layers: its header, its bytes and the oracle's view of each layer.
-struct TestFile {
-    NeuronFileHeader header;
-    std::string bytes;
-    std::vector<DenseLayer> dense;
-    std::unique_ptr<Storage> storage() const { return make_memory_storage(bytes, 512); }
-};
-
-TestFile test_file(const std::string& name, const FfnCase& c, int64_t layers, uint32_t seed) {
-    const fs::path path = scratch_dir(name) / "ffn.qnf";
-    TestFile f{header_of(c, layers), "", {}};
-    f.dense = write_random_file(path, f.header, seed);
-    f.bytes = test::read_file(path);
-    return f;
-}
-
 class FlashFfnOracle : public ::testing::TestWithParam<FfnCase> {};
 
 TEST_P(FlashFfnOracle, EqualsDenseOracleRestrictedToActiveNeurons) {
@@ -191,7 +56,7 @@ TEST_P(FlashFfnOracle, EqualsDenseOracleRestrictedToActiveNeurons) {
     ThreadPool pool(2);
     FlashFfnOptions options;
     options.window = 2;
-    options.dram_budget_bytes = h.layers * NeuronCache::slot_bytes(h) * (h.d_ff / 2);  // half the neurons
+    options.dram_budget_bytes = h.layers * (NeuronCache::fixed_bytes(h) + NeuronCache::slot_bytes(h) * (h.d_ff / 2));
     FlashFfn ffn(f.storage(), options, pool);
     ASSERT_EQ(ffn.resident_capacity(), h.d_ff / 2);
     const std::vector<int32_t> hot = {0, 3, int32_t(h.d_ff - 1)};
@@ -260,14 +125,16 @@ TEST(FlashFfn, ResidentCachesStayWithinTheBudget) {
     const TestFile f = test_file("budget", c, 3, 9);
     const NeuronFileHeader& h = f.header;
     ThreadPool pool(1);
-    for (const int64_t budget : {int64_t(0), int64_t(12345), 3 * NeuronCache::slot_bytes(h) * 40, int64_t(1) << 40}) {
+    for (const int64_t budget : {int64_t(0), int64_t(12345), 3 * (NeuronCache::fixed_bytes(h) + NeuronCache::slot_bytes(h) * 40),
+                                 int64_t(1) << 40}) {
         FlashFfnOptions options;
         options.dram_budget_bytes = budget;
         FlashFfn ffn(f.storage(), options, pool);
-        const int64_t resident_bytes = h.layers * ffn.resident_capacity() * NeuronCache::slot_bytes(h);
-        EXPECT_LE(resident_bytes, std::max<int64_t>(budget, 0)) << "budget " << budget;
+        const int64_t fixed = NeuronCache::fixed_bytes(h), slot = NeuronCache::slot_bytes(h);
+        const int64_t resident_bytes = h.layers * (fixed + ffn.resident_capacity() * slot);
+        if (ffn.resident_capacity() > 0) EXPECT_LE(resident_bytes, budget) << "budget " << budget;
         EXPECT_LE(ffn.resident_capacity(), h.d_ff);
-        EXPECT_EQ(ffn.resident_capacity(), std::min<int64_t>(h.d_ff, budget / h.layers / NeuronCache::slot_bytes(h)));
+        EXPECT_EQ(ffn.resident_capacity(), std::clamp<int64_t>((budget / h.layers - fixed) / slot, 0, h.d_ff));
     }
 }
 

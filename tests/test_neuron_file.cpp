@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -242,7 +244,7 @@ TEST(NeuronFile, LayoutArithmetic) {
 }
 
 // Field offsets in the header (io/neuron_file.cpp).
-constexpr size_t kCrcAt = 63;
+constexpr size_t kCrcAt = 65;
 
 std::vector<uint8_t> with_field(std::vector<uint8_t> bytes, size_t at, uint64_t value, int width) {
     for (int i = 0; i < width; ++i) bytes[at + size_t(i)] = uint8_t(value >> (8 * i));
@@ -263,7 +265,7 @@ TEST(NeuronFile, RefusesDamagedHeaders) {
     std::vector<uint8_t> magic = good;
     magic[3] = 'X';
     expect_corrupt_header(magic, "magic");
-    expect_corrupt_header(with_field(good, 8, 2, 4), "version");
+    expect_corrupt_header(with_field(good, 8, 3, 4), "version");
     std::vector<uint8_t> crc = good;
     crc[25] ^= 1;
     expect_corrupt_header(crc, "CRC");
@@ -284,9 +286,111 @@ TEST(NeuronFile, RefusesDamagedHeaders) {
     expect_corrupt_header(with_field(good, 61, 2, 1), "float_offsets");
     expect_corrupt_header(with_field(with_field(good, 60, 1, 1), 61, 1, 1), "float offsets");
     expect_corrupt_header(with_field(good, 62, 2, 1), "scale_type");
+    expect_corrupt_header(with_field(good, 63, 2, 1), "gate_apart");
+    expect_corrupt_header(with_field(good, 64, 2, 1), "has_sparsity");
+    expect_corrupt_header(with_field(with_field(good, 38, 0, 1), 63, 1, 1), "gate_apart");  // split
+    expect_corrupt_header(with_field(with_field(with_field(good, 36, 0, 1), 37, 1, 1), 64, 1, 1), "has_sparsity");
     // 2^40 layers of 2^30 neurons: more than 2^62 bytes.
     expect_corrupt_header(with_field(with_field(good, 12, uint64_t(1) << 40, 8), 28, uint64_t(1) << 30, 8), "2^62");
     expect_corrupt_header(with_field(good, 12, uint64_t(1) << 63, 8), "layers");
+}
+
+TEST(NeuronFile, GateApartRecordsFillTheLayerGatesFirst) {
+    NeuronFileHeader h = make_header(FfnActivation::SwiGlu, true,
+                                     quantized_vector_layout(format_of(4, 32, false, false, ScaleType::F16), 100), 3, 21);
+    h.gate_apart = true;
+    h.has_sparsity = true;
+    expect_same_header(parse_neuron_file_header(encode_neuron_file_header(h).data(), size_t(h.alignment)), h);
+    EXPECT_TRUE(parse_neuron_file_header(encode_neuron_file_header(h).data(), size_t(h.alignment)).gate_apart);
+    ASSERT_EQ(h.record_first_parts(), (std::vector<NeuronPart>{NeuronPart::Gate, NeuronPart::Up}));
+    EXPECT_EQ(h.parts_in_record(NeuronPart::Gate), 1);
+    EXPECT_EQ(h.parts_in_record(NeuronPart::Up), 2);
+    EXPECT_EQ(h.record_first_part(NeuronPart::Down), NeuronPart::Up);
+    EXPECT_EQ(h.vector_offset_in_record(NeuronPart::Down), h.vector.bytes());
+    EXPECT_EQ(h.payload_bytes(), 2 * h.vector.bytes() + 4);
+    EXPECT_EQ(h.data_offset(), h.alignment + h.sparsity_bytes());
+    EXPECT_GE(h.sparsity_bytes(), 4 * (1 + h.layers + h.layers * h.d_ff) + 4);
+    std::vector<std::pair<int64_t, int64_t>> records;  // (offset, bytes)
+    for (int64_t layer = 0; layer < h.layers; ++layer)
+        for (int64_t neuron = 0; neuron < h.d_ff; ++neuron) {
+            records.emplace_back(h.record_offset(layer, neuron, NeuronPart::Gate), h.record_bytes(NeuronPart::Gate));
+            records.emplace_back(h.record_offset(layer, neuron, NeuronPart::Up), h.record_bytes(NeuronPart::Up));
+            EXPECT_EQ(h.record_offset(layer, neuron, NeuronPart::Down), records.back().first);
+            if (neuron > 0) EXPECT_LT(h.record_offset(layer, neuron - 1, NeuronPart::Gate), records.back().first);
+        }
+    std::sort(records.begin(), records.end());
+    int64_t expected = h.data_offset();
+    for (const auto& [at, bytes] : records) {
+        EXPECT_EQ(at, expected);
+        EXPECT_EQ(at % h.alignment, 0);
+        expected += bytes;
+    }
+    EXPECT_EQ(expected, h.file_bytes());
+    NeuronFileHeader relu = sample_headers()[1];
+    relu.gate_apart = true;
+    expect_error([&] { validate(relu); }, QJIT_ERROR_INVALID_ARGUMENT, {"gate_apart"});
+}
+
+TEST(NeuronFile, SparsitySectionRoundTripsAndDamageIsNamed) {
+    NeuronFileHeader h = sample_headers()[0];
+    h.has_sparsity = true;
+    FfnSparsity sparsity;
+    sparsity.target = 0.4f;
+    sparsity.thresholds = {0.25f, 0.5f};
+    for (int64_t i = 0; i < h.layers * h.d_ff; ++i) sparsity.neuron_scales.push_back(0.5f + 0.01f * float(i));
+    const std::vector<uint8_t> bytes = encode_ffn_sparsity(h, sparsity);
+    ASSERT_EQ(int64_t(bytes.size()), h.sparsity_bytes());
+    const FfnSparsity back = parse_ffn_sparsity(h, bytes.data(), bytes.size());
+    EXPECT_EQ(back.target, sparsity.target);
+    EXPECT_EQ(back.thresholds, sparsity.thresholds);
+    EXPECT_EQ(back.neuron_scales, sparsity.neuron_scales);
+
+    std::vector<uint8_t> damaged = bytes;
+    damaged[9] ^= 1;
+    expect_error([&] { parse_ffn_sparsity(h, damaged.data(), damaged.size()); }, QJIT_ERROR_CORRUPT_DATA, {"CRC"});
+    expect_error([&] { parse_ffn_sparsity(h, bytes.data(), 12); }, QJIT_ERROR_CORRUPT_DATA, {"truncated"});
+    FfnSparsity negative = sparsity;
+    negative.thresholds[1] = -1.0f;
+    expect_error([&] { encode_ffn_sparsity(h, negative); }, QJIT_ERROR_INVALID_ARGUMENT, {"threshold 1"});
+    FfnSparsity nan = sparsity;
+    nan.neuron_scales[7] = std::nanf("");
+    expect_error([&] { encode_ffn_sparsity(h, nan); }, QJIT_ERROR_INVALID_ARGUMENT, {"neuron scale 7"});
+    // A NaN written with a valid CRC is refused on reading too.
+    std::vector<uint8_t> forged = bytes;
+    const float bad = -2.0f;
+    std::memcpy(forged.data() + 8, &bad, 4);  // layer 1's threshold
+    const size_t crc_at = size_t(4 * (1 + h.layers + h.layers * h.d_ff));
+    const uint32_t crc = crc32(forged.data(), crc_at);
+    std::memcpy(forged.data() + crc_at, &crc, 4);
+    expect_error([&] { parse_ffn_sparsity(h, forged.data(), forged.size()); }, QJIT_ERROR_CORRUPT_DATA, {"threshold 1"});
+    FfnSparsity short_scales = sparsity;
+    short_scales.neuron_scales.pop_back();
+    expect_error([&] { encode_ffn_sparsity(h, short_scales); }, QJIT_ERROR_INVALID_ARGUMENT, {"neuron scales"});
+}
+
+TEST(NeuronFile, AWriterWithASparsitySectionFinishesOnlyOnceItIsSet) {
+    TempDir dir;
+    NeuronFileHeader h = sample_headers()[0];
+    h.has_sparsity = true;
+    NeuronFileWriter writer((dir.path / "ffn.qnf").string(), h);
+    const auto w = test::random_floats(size_t(h.d_model * h.d_ff), 3);
+    for (int64_t l = 0; l < h.layers; ++l) writer.add_layer(quantize_ffn_layer(h, w.data(), w.data(), w.data(), nullptr));
+    expect_error([&] { writer.finish(); }, QJIT_ERROR_INVALID_ARGUMENT, {"set_sparsity"});
+    EXPECT_FALSE(fs::exists(dir.path / "ffn.qnf"));
+    writer.set_sparsity({0.5f, std::vector<float>(size_t(h.layers), 0.1f), std::vector<float>(size_t(h.layers * h.d_ff), 1.0f)});
+    writer.finish();
+    EXPECT_EQ(int64_t(fs::file_size(dir.path / "ffn.qnf")), h.file_bytes());
+}
+
+TEST(NeuronFile, VersionOneHeadersStillParse) {
+    for (const NeuronFileHeader& h : sample_headers()) {
+        std::vector<uint8_t> bytes = encode_neuron_file_header(h);
+        bytes[8] = 1;                                     // version 1 ...
+        bytes.erase(bytes.begin() + 63, bytes.begin() + 65);  // ... had no gate_apart, has_sparsity
+        const uint32_t crc = crc32(bytes.data(), 63);
+        std::memcpy(bytes.data() + 63, &crc, 4);
+        expect_same_header(parse_neuron_file_header(bytes.data(), bytes.size()), h);
+    }
 }
 
 // ---- files ----

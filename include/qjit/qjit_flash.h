@@ -32,6 +32,13 @@ typedef enum qjit_ffn_activation {
     QJIT_FFN_ACTIVATION_MAX_ENUM = 0x7fffffff
 } qjit_ffn_activation;
 
+/* How a neuron's gate activation is scored against its layer's threshold (calibrated sparsity). */
+typedef enum qjit_flash_sparsity_score {
+    QJIT_SPARSITY_GATE = 0,          /* |silu(x . gate_i)| (CATS) */
+    QJIT_SPARSITY_GATE_WEIGHTED = 1, /* |silu(x . gate_i)| * rms(x . up_i) * |down_i| over the calibration */
+    QJIT_SPARSITY_SCORE_MAX_ENUM = 0x7fffffff
+} qjit_flash_sparsity_score;
+
 /* ---- writing a neuron file ---- */
 typedef struct qjit_flash_file_options {
     int64_t layers, d_model, d_ff;
@@ -42,6 +49,12 @@ typedef struct qjit_flash_file_options {
                                float_offsets (method must be RTN) */
     int bundled;            /* nonzero (the default): one record per neuron; 0: one per neuron and part */
     int64_t alignment;      /* record alignment in bytes, a power of two >= 512 (4096) */
+    double sparsity;        /* SwiGLU, training-free sparsity: 0 (none, the default) or the share in
+                               (0, 1) of (token, neuron) pairs each layer's threshold zeroes on its
+                               calibration rows; layers are then added with
+                               qjit_flash_writer_add_layer_calibrated, and a bundled file keeps the
+                               gates in records of their own (they stay resident when it is served) */
+    int sparsity_score;     /* a qjit_flash_sparsity_score (QJIT_SPARSITY_GATE_WEIGHTED by default) */
 } qjit_flash_file_options;
 
 QJIT_API void qjit_flash_file_options_init(qjit_flash_file_options* options); /* 4-bit g128, bundled */
@@ -55,6 +68,12 @@ QJIT_API qjit_status qjit_flash_writer_create(const char* path, const qjit_flash
  * bias: [d_ff] or NULL. */
 QJIT_API qjit_status qjit_flash_writer_add_layer(qjit_flash_writer* writer, const float* up, const float* gate,
                                                  const float* down, const float* bias);
+/* The same for a file with sparsity: x holds n >= 1 calibration rows (n x d_model) of this layer's
+ * FFN input (what the model feeds it on calibration tokens), on which the layer's threshold is set
+ * to zero `sparsity` of the (row, neuron) pairs. */
+QJIT_API qjit_status qjit_flash_writer_add_layer_calibrated(qjit_flash_writer* writer, const float* up,
+                                                            const float* gate, const float* down, const float* x,
+                                                            int64_t n);
 QJIT_API qjit_status qjit_flash_writer_finish(qjit_flash_writer* writer);
 QJIT_API void qjit_flash_writer_destroy(qjit_flash_writer* writer); /* without finish: nothing is written */
 
@@ -68,6 +87,10 @@ typedef struct qjit_flash_options {
     int tune_reads;            /* nonzero: measure the device's read curve when the tuning database
                                   has none for it (seconds, once per device) and plan reads from it
                                   (0 by default: the stored curve when there is one, else defaults) */
+    int use_sparsity;          /* nonzero (the default): a file written with sparsity keeps every gate
+                                  resident (read when the FFN is created, out of dram_budget_bytes) and
+                                  runs, per token and layer, only the neurons above the thresholds,
+                                  reading up and down alone; 0: served as a file without */
 } qjit_flash_options;
 
 QJIT_API void qjit_flash_options_init(qjit_flash_options* options);
@@ -83,7 +106,12 @@ typedef struct qjit_flash_ffn_info {
     int bundled;
     int64_t record_bytes;      /* bytes read for one neuron (bundled) or one neuron's part */
     int64_t resident_neurons;  /* a layer's resident cache capacity */
-    int64_t dram_bytes;        /* held now: caches, read staging, predictors */
+    int64_t dram_bytes;        /* held now: resident gates, caches, read staging, predictors */
+    int gate_apart;            /* the gates in records of their own (a file written with sparsity) */
+    double sparsity;           /* the file's calibrated target when in use (gates resident), else 0 */
+    int64_t resident_gate_bytes; /* the resident gates' share of dram_bytes */
+    int64_t weight_bytes;      /* every layer's vectors (and biases) */
+    int64_t all_resident_bytes; /* the dram_budget_bytes that keeps every neuron resident (gates included) */
     char format[64];           /* the vectors' format name ("q4g128_asym", "f16") */
     char storage[256];         /* "file PATH (io_uring, O_DIRECT, block 4096)" */
 } qjit_flash_ffn_info;
@@ -100,7 +128,9 @@ QJIT_API qjit_status qjit_flash_ffn_fit_predictor(qjit_flash_ffn* ffn, int64_t l
                                                   double target_recall, float magnitude_threshold);
 
 /* y (m x d_model) = the layer's FFN on x (m x d_model). active: `count` distinct neuron ids taking
- * part for every row; NULL: the predictor's (union over the rows) when the layer has one, else all. */
+ * part for every row; NULL: with calibrated sparsity in use, those above the layer's threshold (in a
+ * row where a neuron falls below, it adds nothing), else the predictor's (union over the rows) when
+ * the layer has one, else all. */
 QJIT_API qjit_status qjit_flash_ffn_forward(qjit_flash_ffn* ffn, int64_t layer, const float* x, int64_t m, float* y,
                                             const int32_t* active, int64_t count);
 

@@ -7,6 +7,8 @@
 
 #include "base/activations.hpp"
 #include "base/error.hpp"
+#include "runtime/flash/dense_product.hpp"
+#include "runtime/flash/ffn_sparsity.hpp"
 #include "runtime/flash/sparse_ffn.hpp"
 
 namespace qjit {
@@ -55,20 +57,80 @@ FlashFfn::FlashFfn(std::unique_ptr<Storage> storage, const FlashFfnOptions& opti
     require(options.window >= 0, "flash FFN: window ", options.window, " is negative");
     require(options.queue_depth >= 0, "flash FFN: queue depth ", options.queue_depth, " is negative");
     header_ = read_header(*storage_);
-    const int64_t per_layer = options.dram_budget_bytes / header_.layers / NeuronCache::slot_bytes(header_);
-    const int64_t capacity = std::min(per_layer, header_.d_ff);
-    resident_.reserve(size_t(header_.layers));
-    for (int64_t l = 0; l < header_.layers; ++l) resident_.emplace_back(header_, capacity, options.window);
-    predictors_.resize(size_t(header_.layers));
-    has_predictor_.assign(size_t(header_.layers), 0);
     all_neurons_.resize(size_t(header_.d_ff));
     std::iota(all_neurons_.begin(), all_neurons_.end(), 0);
+    token_records_ = header_.record_first_parts();
+    int64_t budget = options.dram_budget_bytes;
+    if (header_.has_sparsity && options.use_sparsity) {
+        load_sparsity();
+        require(resident_gate_bytes() <= budget, "flash FFN: the DRAM budget of ", budget,
+                " bytes is below the resident gates' ", resident_gate_bytes());
+        budget -= resident_gate_bytes();
+    }
+    const int64_t per_layer = (budget / header_.layers - NeuronCache::fixed_bytes(header_)) /
+                              NeuronCache::slot_bytes(header_, token_parts_);
+    const int64_t capacity = std::clamp<int64_t>(per_layer, 0, header_.d_ff);
+    resident_.reserve(size_t(header_.layers));
+    for (int64_t l = 0; l < header_.layers; ++l) resident_.push_back(token_cache(capacity, options.window));
+    predictors_.resize(size_t(header_.layers));
+    has_predictor_.assign(size_t(header_.layers), 0);
+}
+
+NeuronCache FlashFfn::token_cache(int64_t capacity, int window) const {
+    return NeuronCache(header_, capacity, window, token_parts_);
+}
+
+// The section after the header, then every layer's gates, neuron i in slot i of its layer's cache.
+// A token then reads the records holding up and down only (gate apart: one a neuron).
+void FlashFfn::load_sparsity() {
+    const int64_t block = storage_->block_size(), length = header_.sparsity_bytes();
+    require(length % block == 0, "neuron file: its sparsity section cannot be read directly from ",
+            storage_->describe());
+    auto buffer = aligned_buffer(length, block);
+    const ReadRequest request{header_.alignment, length, buffer.get()};
+    storage_->read(std::span(&request, 1), 1);
+    sparsity_ = parse_ffn_sparsity(header_, buffer.get(), size_t(length));
+
+    sparse_gates_ = true;
+    token_parts_ = {NeuronPart::Up, NeuronPart::Down};
+    token_records_.clear();
+    for (NeuronPart part : token_parts_) {
+        const NeuronPart first = header_.record_first_part(part);
+        if (std::find(token_records_.begin(), token_records_.end(), first) == token_records_.end())
+            token_records_.push_back(first);
+    }
+    const NeuronPart gate_record[] = {header_.record_first_part(NeuronPart::Gate)};
+    gates_.reserve(size_t(header_.layers));
+    for (int64_t l = 0; l < header_.layers; ++l) {
+        gates_.emplace_back(header_, header_.d_ff, 0, std::vector<NeuronPart>{NeuronPart::Gate});
+        NeuronCache& gates = gates_.back();
+        const std::vector<int32_t> slots = gates.pin(all_neurons_);  // in order: slot i holds neuron i
+        read_records(l, all_neurons_, gate_record, [&](size_t i, NeuronPart first, const uint8_t* record) {
+            fill_from_record(gates, slots[i], first, record);
+        });
+    }
+    counters_ = {};  // the gates' reads belong to creating the FFN, not to any token
+}
+
+int64_t FlashFfn::all_resident_bytes() const {
+    const auto all = [&](std::span<const NeuronPart> parts) {
+        return header_.layers * (NeuronCache::fixed_bytes(header_) + header_.d_ff * NeuronCache::slot_bytes(header_, parts));
+    };
+    if (!header_.has_sparsity) return all({});
+    const NeuronPart gates[] = {NeuronPart::Gate}, token[] = {NeuronPart::Up, NeuronPart::Down};
+    return all(gates) + all(token);
+}
+
+int64_t FlashFfn::resident_gate_bytes() const {
+    int64_t bytes = 0;
+    for (const NeuronCache& cache : gates_) bytes += cache.memory_bytes();
+    return bytes;
 }
 
 int64_t FlashFfn::resident_capacity() const { return resident_.front().capacity(); }
 
 int64_t FlashFfn::dram_bytes() const {
-    int64_t bytes = staging_bytes_ + (transient_ ? transient_->memory_bytes() : 0);
+    int64_t bytes = staging_bytes_ + (transient_ ? transient_->memory_bytes() : 0) + resident_gate_bytes();
     for (const NeuronCache& cache : resident_) bytes += cache.memory_bytes();
     for (size_t l = 0; l < predictors_.size(); ++l)
         if (has_predictor_[l]) bytes += predictors_[l].memory_bytes();
@@ -84,7 +146,7 @@ void FlashFfn::pin(int64_t layer, std::span<const int32_t> neurons) {
     } catch (...) {
         // Slots reserved for neurons never read must not serve later calls: the layer starts over.
         reader_.wait_ignoring_errors();
-        cache = NeuronCache(header_, cache.capacity(), options_.window);
+        cache = token_cache(cache.capacity(), options_.window);
         throw;
     }
 }
@@ -103,26 +165,6 @@ const NeuronPredictor* FlashFfn::predictor(int64_t layer) const {
     return has_predictor(layer) ? &predictors_[size_t(layer)] : nullptr;
 }
 
-// out [n][d_ff] = x [n][d_model] . w [d_model][d_ff], a few rows at a time so each slice of w is
-// read once per block of rows.
-static void dense_product(const float* x, int64_t n, const std::vector<float>& w, int64_t d_model, int64_t d_ff,
-                          float* out) {
-    constexpr int64_t kRows = 8, kColumns = 512;
-    std::fill(out, out + n * d_ff, 0.0f);
-    for (int64_t r0 = 0; r0 < n; r0 += kRows)
-        for (int64_t c0 = 0; c0 < d_ff; c0 += kColumns) {
-            const int64_t rows = std::min(kRows, n - r0), columns = std::min(kColumns, d_ff - c0);
-            for (int64_t k = 0; k < d_model; ++k) {
-                const float* w_row = w.data() + k * d_ff + c0;
-                for (int64_t r = 0; r < rows; ++r) {
-                    const float xv = x[(r0 + r) * d_model + k];
-                    float* o = out + (r0 + r) * d_ff + c0;
-                    for (int64_t c = 0; c < columns; ++c) o[c] += xv * w_row[c];
-                }
-            }
-        }
-}
-
 PredictorQuality FlashFfn::fit_predictor(int64_t layer, const float* x, int64_t n, PredictorOptions options,
                                          float magnitude_threshold) {
     require(x != nullptr && n >= 1, "flash FFN: the calibration needs at least one row");
@@ -130,7 +172,7 @@ PredictorQuality FlashFfn::fit_predictor(int64_t layer, const float* x, int64_t 
     std::vector<float> bias;
     const std::vector<float> w = read_part(layer, deciding_part(header_), &bias);
     std::vector<float> product(size_t(n * d_ff));
-    dense_product(x, n, w, d_model, d_ff, product.data());
+    dense_product(x, n, w.data(), d_model, d_ff, product.data(), pool_);
     std::vector<uint8_t> active(size_t(n * d_ff));
     if (header_.activation == FfnActivation::Relu) {
         options.score = PredictorScore::Value;
@@ -140,7 +182,7 @@ PredictorQuality FlashFfn::fit_predictor(int64_t layer, const float* x, int64_t 
     } else {
         options.score = PredictorScore::SiluMagnitude;
         std::vector<float> up_product(size_t(n * d_ff));
-        dense_product(x, n, read_part(layer, NeuronPart::Up), d_model, d_ff, up_product.data());
+        dense_product(x, n, read_part(layer, NeuronPart::Up).data(), d_model, d_ff, up_product.data(), pool_);
         for (size_t j = 0; j < active.size(); ++j) {
             const float g = product[j];
             active[j] = std::fabs(silu(g) * up_product[j]) > magnitude_threshold;
@@ -163,16 +205,14 @@ uint8_t* FlashFfn::staging(int64_t bytes) {
 
 void FlashFfn::ensure_transient_capacity(int64_t neurons) {
     if (transient_ && transient_->capacity() >= neurons) return;
-    transient_ = std::make_unique<NeuronCache>(header_, neurons, 0);
+    transient_ = std::make_unique<NeuronCache>(token_cache(neurons, 0));
 }
 
-void FlashFfn::start_reads(int64_t layer, std::span<const int32_t> neurons) {
-    const std::vector<NeuronPart> parts = header_.part_list();
-    const int records_per_neuron = header_.bundled ? 1 : header_.parts();
+void FlashFfn::start_reads(int64_t layer, std::span<const int32_t> neurons, std::span<const NeuronPart> records) {
     extents_.clear();
     for (int32_t neuron : neurons)
-        for (int r = 0; r < records_per_neuron; ++r)
-            extents_.push_back({header_.record_offset(layer, neuron, parts[size_t(r)]), header_.record_bytes()});
+        for (NeuronPart first : records)
+            extents_.push_back({header_.record_offset(layer, neuron, first), header_.record_bytes(first)});
 
     ReadPlanOptions plan_options;
     plan_options.coalesce = options_.coalesce_reads;
@@ -194,7 +234,8 @@ void FlashFfn::start_reads(int64_t layer, std::span<const int32_t> neurons) {
     });
 }
 
-void FlashFfn::finish_reads(int64_t layer, std::span<const int32_t> neurons, const RecordVisitor& visit) {
+void FlashFfn::finish_reads(int64_t layer, std::span<const int32_t> neurons, std::span<const NeuronPart> records,
+                            const RecordVisitor& visit) {
     const auto wait_start = Clock::now();
     reader_.wait();
     counters_.io_wait_seconds += seconds_since(wait_start);
@@ -203,34 +244,35 @@ void FlashFfn::finish_reads(int64_t layer, std::span<const int32_t> neurons, con
     counters_.reads += int64_t(plan_.reads.size());
 
     const auto check_start = Clock::now();
-    const std::vector<NeuronPart> parts = header_.part_list();
-    const size_t records_per_neuron = extents_.size() / std::max<size_t>(1, neurons.size());
     for (size_t e = 0; e < extents_.size(); ++e) {
         const uint8_t* record = staging_.get() + read_start_[size_t(plan_.read_of_extent[e])] + plan_.offset_in_read[e];
-        const size_t neuron_index = e / records_per_neuron;
-        const NeuronPart first_part = parts[e % records_per_neuron];
+        const size_t neuron_index = e / records.size();
+        const NeuronPart first_part = records[e % records.size()];
         check_record(header_, layer, neurons[neuron_index], first_part, record);
         visit(neuron_index, first_part, record);
     }
     counters_.cache_seconds += seconds_since(check_start);
 }
 
-void FlashFfn::read_records(int64_t layer, std::span<const int32_t> neurons, const RecordVisitor& visit) {
+void FlashFfn::read_records(int64_t layer, std::span<const int32_t> neurons, std::span<const NeuronPart> records,
+                            const RecordVisitor& visit) {
     // In slices, so the read staging stays small however many neurons a call reads.
     for (size_t first = 0; first < neurons.size(); first += size_t(kLoadSlice)) {
         const auto slice = neurons.subspan(first, std::min(neurons.size() - first, size_t(kLoadSlice)));
-        start_reads(layer, slice);
-        finish_reads(layer, slice, [&](size_t i, NeuronPart part, const uint8_t* record) { visit(first + i, part, record); });
+        start_reads(layer, slice, records);
+        finish_reads(layer, slice, records,
+                     [&](size_t i, NeuronPart part, const uint8_t* record) { visit(first + i, part, record); });
     }
 }
 
+// The parts of the record that the cache holds, and the bias (every record of a file with biases
+// carries its neuron's).
 void FlashFfn::fill_from_record(NeuronCache& cache, int32_t slot, NeuronPart first_part, const uint8_t* record) {
-    if (header_.bundled) {
-        for (NeuronPart part : header_.part_list()) cache.fill(slot, part, record + header_.vector_offset_in_record(part));
-    } else {
-        cache.fill(slot, first_part, record + header_.vector_offset_in_record(first_part));
-    }
-    if (header_.has_bias && (header_.bundled || first_part == deciding_part(header_))) {
+    const std::vector<NeuronPart> parts = header_.part_list();
+    const auto first = std::find(parts.begin(), parts.end(), first_part);
+    for (auto part = first; part != first + header_.parts_in_record(first_part); ++part)
+        if (cache.holds(*part)) cache.fill(slot, *part, record + header_.vector_offset_in_record(*part));
+    if (header_.has_bias) {
         float bias;
         std::memcpy(&bias, record + header_.bias_offset_in_record(), sizeof bias);
         cache.fill_bias(slot, bias);
@@ -239,7 +281,7 @@ void FlashFfn::fill_from_record(NeuronCache& cache, int32_t slot, NeuronPart fir
 
 void FlashFfn::load(int64_t layer, std::span<const int32_t> neurons, std::span<const int32_t> slots,
                     NeuronCache& cache) {
-    read_records(layer, neurons, [&](size_t i, NeuronPart first_part, const uint8_t* record) {
+    read_records(layer, neurons, token_records_, [&](size_t i, NeuronPart first_part, const uint8_t* record) {
         fill_from_record(cache, slots[i], first_part, record);
     });
     counters_.neurons_loaded += int64_t(neurons.size());
@@ -263,6 +305,10 @@ void FlashFfn::choose_active(int64_t layer, const float* x, int64_t m, const std
         for (int32_t id : active_) require(id >= 0 && id < header_.d_ff, "flash FFN: active neuron ", id, " out of range");
         require(std::adjacent_find(active_.begin(), active_.end()) == active_.end(),
                 "flash FFN: an active neuron is listed twice");
+        if (sparse_gates_) gate_activations(layer, x, m, active_, false, nullptr);
+    } else if (sparse_gates_) {
+        gate_activations(layer, x, m, all_neurons_, true, &active_);
+        counters_.predicted += int64_t(active_.size());
     } else if (has_predictor_[size_t(layer)]) {
         const auto start = Clock::now();
         predictors_[size_t(layer)].predict(x, m, active_);
@@ -272,6 +318,30 @@ void FlashFfn::choose_active(int64_t layer, const float* x, int64_t m, const std
         active_ = all_neurons_;
     }
     counters_.active_neurons += int64_t(active_.size());
+}
+
+void FlashFfn::gate_activations(int64_t layer, const float* x, int64_t m, std::span<const int32_t> neurons,
+                                bool masked, std::vector<int32_t>* active) {
+    const auto start = Clock::now();
+    gate_products_.resize(neurons.size() * size_t(m));
+    // Slot i of the gates' cache holds neuron i, so the neuron ids are the slots.
+    sparse_ffn_products(gates_[size_t(layer)], NeuronPart::Gate, neurons, x, m, gate_products_.data(), pool_);
+    neuron_gates_.resize(size_t(header_.d_ff * m));
+    const float threshold = masked ? sparsity_.thresholds[size_t(layer)] : -1.0f;
+    const float* scales = sparsity_.neuron_scales.data() + layer * header_.d_ff;
+    if (active) active->clear();
+    for (size_t i = 0; i < neurons.size(); ++i) {
+        const int32_t neuron = neurons[i];
+        bool any = false;
+        for (int64_t r = 0; r < m; ++r) {
+            const float g = gate_products_[i * size_t(m) + size_t(r)];
+            const float a = masked ? sparse_gate_activation(g, scales[neuron], threshold) : silu(g);
+            neuron_gates_[size_t(neuron * m + r)] = a;
+            any |= a != 0.0f;
+        }
+        if (active && any) active->push_back(neuron);
+    }
+    counters_.predict_seconds += seconds_since(start);
 }
 
 // Where they go: the resident cache takes every active neuron it can hold (with a window, all of
@@ -306,7 +376,7 @@ void FlashFfn::compute_active(int64_t layer, const float* x, int64_t m, float* y
         load_neurons_ = resident_plan_.missing;
         load_neurons_.insert(load_neurons_.end(), transient_plan_.missing.begin(), transient_plan_.missing.end());
         const bool overlap = !load_neurons_.empty() && int64_t(load_neurons_.size()) <= kLoadSlice;
-        if (overlap) start_reads(layer, load_neurons_);
+        if (overlap) start_reads(layer, load_neurons_, token_records_);
         std::fill(y, y + m * header_.d_model, 0.0f);
         const int64_t first_new = resident.size() - int64_t(resident_plan_.missing_slots.size());
         hit_slots_.clear();
@@ -322,9 +392,9 @@ void FlashFfn::compute_active(int64_t layer, const float* x, int64_t m, float* y
                 fill_from_record(*transient_, transient_plan_.missing_slots[i - resident_missing], part, record);
         };
         if (overlap)
-            finish_reads(layer, load_neurons_, fill);
+            finish_reads(layer, load_neurons_, token_records_, fill);
         else
-            read_records(layer, load_neurons_, fill);
+            read_records(layer, load_neurons_, token_records_, fill);
         counters_.neurons_loaded += int64_t(load_neurons_.size());
     } catch (...) {
         // A failed read or a damaged record: the slots reserved for this call's missing neurons
@@ -342,7 +412,14 @@ void FlashFfn::compute_active(int64_t layer, const float* x, int64_t m, float* y
 void FlashFfn::compute(const NeuronCache& cache, std::span<const int32_t> slots, const float* x, int64_t m, float* y) {
     if (slots.empty()) return;
     const auto start = Clock::now();
-    sparse_ffn_accumulate(cache, slots, x, m, y, pool_);
+    const float* gates = nullptr;
+    if (sparse_gates_) {  // each slot's gate activations, from its neuron's
+        slot_gates_.resize(slots.size() * size_t(m));
+        for (size_t i = 0; i < slots.size(); ++i)
+            std::copy_n(neuron_gates_.data() + int64_t(cache.neuron_at(slots[i])) * m, m, slot_gates_.data() + i * size_t(m));
+        gates = slot_gates_.data();
+    }
+    sparse_ffn_accumulate(cache, slots, x, m, y, pool_, SparseFfnPath::Fast, gates);
     counters_.compute_seconds += seconds_since(start);
 }
 
@@ -354,12 +431,13 @@ std::vector<float> FlashFfn::read_part(int64_t layer, NeuronPart part, std::vect
     std::vector<float> weights(size_t(d_model * d_ff));
     std::vector<float> column(static_cast<size_t>(d_model));
     if (bias != nullptr) bias->assign(header_.has_bias ? size_t(d_ff) : 0, 0.0f);
-    read_records(layer, all_neurons_, [&](size_t neuron, NeuronPart first_part, const uint8_t* record) {
-        if (!header_.bundled && first_part != part) return;
-        dequantize_vector(header_.vector, record + header_.vector_offset_in_record(part), column.data());
+    const NeuronPart record[] = {header_.record_first_part(part)};
+    read_records(layer, all_neurons_, record, [&](size_t neuron, NeuronPart, const uint8_t* bytes) {
+        dequantize_vector(header_.vector, bytes + header_.vector_offset_in_record(part), column.data());
         for (int64_t k = 0; k < d_model; ++k) weights[size_t(k * d_ff) + neuron] = column[size_t(k)];
-        if (bias != nullptr && header_.has_bias && (header_.bundled || first_part == deciding_part(header_)))
-            std::memcpy(&(*bias)[neuron], record + header_.bias_offset_in_record(), sizeof(float));
+        // Every record of a file with biases carries its neuron's.
+        if (bias != nullptr && header_.has_bias)
+            std::memcpy(&(*bias)[neuron], bytes + header_.bias_offset_in_record(), sizeof(float));
     });
     return weights;
 }

@@ -8,7 +8,10 @@
 //              with a window, the neurons active within the last `window` tokens
 //   transient  one cache shared by all layers for the active neurons the resident cache does not
 //              hold, emptied layer by layer (without a window: every active neuron not pinned)
-// Which neurons are active: all of them, the caller's list, or the layer's predictor.
+// Which neurons are active: all of them, the caller's list, the layer's predictor, or, for a file
+// with a sparsity section (runtime/flash/ffn_sparsity.hpp), the neurons whose gate activation
+// passes the layer's threshold: then every gate is read once, when the FFN is created, and kept
+// resident beside the caches (which hold up and down only), and a token reads up and down alone.
 #pragma once
 
 #include <chrono>
@@ -38,6 +41,9 @@ struct FlashFfnOptions {
     bool coalesce_reads = true;
     ReadCurve read_curve;  // empty: the planner's defaults
     int queue_depth = 0;   // reads in flight; 0: the curve's best for the plan's read size
+    // A file with a sparsity section: keep the gates resident and run only the neurons above the
+    // thresholds (false: the file is served as one without).
+    bool use_sparsity = true;
 };
 
 // What a run did, summed over every token and layer since creation (or reset_counters).
@@ -63,8 +69,14 @@ public:
 
     const NeuronFileHeader& header() const { return header_; }
     int64_t resident_capacity() const;  // neurons a layer's resident cache holds
-    // Bytes held: resident and transient caches, read staging and predictors.
+    // Bytes held: resident gates, resident and transient caches, read staging and predictors.
     int64_t dram_bytes() const;
+    int64_t resident_gate_bytes() const;  // 0 unless the gates are resident
+    // The DRAM budget at which every neuron of every layer is resident (with the file's sparsity in
+    // use, when it has one, whatever the options say).
+    int64_t all_resident_bytes() const;
+    // The file's calibrated sparsity when it is in use (resident gates), else null.
+    const FfnSparsity* sparsity() const { return sparse_gates_ ? &sparsity_ : nullptr; }
 
     // Loads neurons into a layer's resident cache for good (the hot ones: most often active).
     // At most resident_capacity() per layer in all.
@@ -79,7 +91,9 @@ public:
     const NeuronPredictor* predictor(int64_t layer) const;  // null when the layer has none
 
     // y (m x d_model) = the layer's FFN on x (m x d_model), over the active neurons: `active`
-    // (distinct ids, any order), or, when null, the predictor's (else every neuron) for any row.
+    // (distinct ids, any order), or, when null, those above the thresholds in any row (resident
+    // gates; a neuron below its threshold in a row adds nothing to that row), else the predictor's
+    // for any row, else every neuron.
     void forward(int64_t layer, const float* x, int64_t m, float* y, const std::vector<int32_t>* active = nullptr);
 
     // One part of a layer as fp32 [d_model][d_ff] (down: transposed) and, when asked, the biases
@@ -94,12 +108,23 @@ private:
     using Clock = std::chrono::steady_clock;
     // Reads and checks the records of `neurons` of `layer` and shows each to `visit` with the index
     // of its neuron in `neurons` and its first part.
+    // `records`: the first parts of the records to read for each neuron (NeuronFileHeader's
+    // record_first_parts(), or some of them).
     using RecordVisitor = std::function<void(size_t, NeuronPart, const uint8_t*)>;
-    void read_records(int64_t layer, std::span<const int32_t> neurons, const RecordVisitor& visit);
+    void read_records(int64_t layer, std::span<const int32_t> neurons, std::span<const NeuronPart> records,
+                      const RecordVisitor& visit);
     // The same in two halves, for at most kLoadSlice neurons: the reads are planned and started on
     // the read thread; finish_reads waits for them, checks every record and visits it.
-    void start_reads(int64_t layer, std::span<const int32_t> neurons);
-    void finish_reads(int64_t layer, std::span<const int32_t> neurons, const RecordVisitor& visit);
+    void start_reads(int64_t layer, std::span<const int32_t> neurons, std::span<const NeuronPart> records);
+    void finish_reads(int64_t layer, std::span<const int32_t> neurons, std::span<const NeuronPart> records,
+                      const RecordVisitor& visit);
+    // With a sparsity section: reads it, and every layer's gates into gates_.
+    void load_sparsity();
+    NeuronCache token_cache(int64_t capacity, int window) const;  // a cache of the parts tokens read
+    // The gate activations of `neurons` for the m rows into neuron_gates_ (masked by the thresholds
+    // when `masked`); the neurons with one not 0 into `active`, when given.
+    void gate_activations(int64_t layer, const float* x, int64_t m, std::span<const int32_t> neurons, bool masked,
+                          std::vector<int32_t>* active);
     void fill_from_record(NeuronCache& cache, int32_t slot, NeuronPart first_part, const uint8_t* record);
     // Reads the records of `neurons` of `layer` and fills `slots` of `cache` with them.
     void load(int64_t layer, std::span<const int32_t> neurons, std::span<const int32_t> slots, NeuronCache& cache);
@@ -120,6 +145,12 @@ private:
     std::unique_ptr<NeuronCache> transient_;
     std::vector<NeuronPredictor> predictors_;  // one per layer; rank 0: none
     std::vector<uint8_t> has_predictor_;
+    // Resident gates: one cache per layer holding every neuron's gate, neuron i in slot i.
+    bool sparse_gates_ = false;
+    FfnSparsity sparsity_;
+    std::vector<NeuronCache> gates_;
+    std::vector<NeuronPart> token_parts_;    // the parts the caches hold (empty: all)
+    std::vector<NeuronPart> token_records_;  // the records a token reads per neuron
 
     // Per-call scratch, kept so steady-state calls do not allocate.
     std::unique_ptr<uint8_t[], AlignedFree> staging_;
@@ -131,6 +162,7 @@ private:
     std::vector<int64_t> read_start_;  // each planned read's offset in the staging buffer
     ReadPlan plan_;
     std::vector<int32_t> load_neurons_, hit_slots_;
+    std::vector<float> gate_products_, neuron_gates_, slot_gates_;  // resident gates: per call
     double read_seconds_ = 0;  // of the last batch, measured on the read thread
     BackgroundTask reader_;    // last: its thread stops before the members it reads go away
 

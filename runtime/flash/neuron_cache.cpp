@@ -90,9 +90,21 @@ void evict_lru(Data& d, int64_t count, int64_t now) {
     for (int64_t i = 0; i < count; ++i) delete_slot(d, d.neuron_slot[size_t(d.victims[size_t(i)])]);
 }
 
+// The parts a cache holds: `parts` (checked against the file's, put in file order), or the file's.
+std::vector<NeuronPart> held_parts(const NeuronFileHeader& header, std::span<const NeuronPart> parts) {
+    const std::vector<NeuronPart> all = parts_of(header);
+    if (parts.empty()) return all;
+    std::vector<NeuronPart> held;
+    for (NeuronPart part : all)
+        if (std::find(parts.begin(), parts.end(), part) != parts.end()) held.push_back(part);
+    require(held.size() == parts.size(), "neuron cache: the parts asked for are not distinct parts of the file");
+    return held;
+}
+
 }  // namespace
 
-NeuronCache::NeuronCache(const NeuronFileHeader& header, int64_t capacity, int window) : data_(new Data) {
+NeuronCache::NeuronCache(const NeuronFileHeader& header, int64_t capacity, int window, std::vector<NeuronPart> parts)
+    : data_(new Data) {
     check_header(header);
     require(capacity >= 0 && capacity <= header.d_ff, "neuron cache: capacity ", capacity, " outside [0, d_ff ",
             header.d_ff, "]");
@@ -101,7 +113,7 @@ NeuronCache::NeuronCache(const NeuronFileHeader& header, int64_t capacity, int w
     d.header = header;
     d.capacity = capacity;
     d.window = window;
-    d.parts = parts_of(header);
+    d.parts = held_parts(header, parts);
     d.quantized = header.vector.coding == VectorCoding::Quantized;
     d.d_model = header.d_model;
     d.vector_bytes = header.vector.bytes();
@@ -132,10 +144,17 @@ NeuronCache::~NeuronCache() = default;
 NeuronCache::NeuronCache(NeuronCache&&) noexcept = default;
 NeuronCache& NeuronCache::operator=(NeuronCache&&) noexcept = default;
 
-int64_t NeuronCache::slot_bytes(const NeuronFileHeader& header) {
+int64_t NeuronCache::slot_bytes(const NeuronFileHeader& header, std::span<const NeuronPart> parts) {
     // Vectors, bias, and per slot: neuron id, last active token, pinned flag, eviction scratch.
-    return int64_t(parts_of(header).size()) * header.vector.bytes() + (header.has_bias ? 4 : 0) + 4 + 8 + 1 + 4;
+    const int64_t vectors = int64_t(held_parts(header, parts).size()) * header.vector.bytes();
+    return vectors + (header.has_bias ? 4 : 0) + 4 + 8 + 1 + 4;
 }
+
+int64_t NeuronCache::fixed_bytes(const NeuronFileHeader& header) {
+    return header.d_ff * int64_t(sizeof(int32_t) + sizeof(int64_t));  // neuron_slot, active_token
+}
+
+bool NeuronCache::holds(NeuronPart part) const { return data_->has(part); }
 
 int64_t NeuronCache::capacity() const { return data_->capacity; }
 int64_t NeuronCache::pinned() const { return data_->pinned_count; }
@@ -255,7 +274,8 @@ namespace {
 // The bytes of a slot's part: a record's vector as the file stores it.
 uint8_t* slot_vector(Data& d, int32_t slot, NeuronPart part) {
     require(slot >= 0 && slot < d.capacity, "neuron cache: slot ", slot, " out of range");
-    require(d.has(part), "neuron cache: the file has no gate part");
+    require(d.has(part), "neuron cache: it holds no ", part == NeuronPart::Gate ? "gate" : part == NeuronPart::Up ? "up" : "down",
+            " part");
     return d.vectors[int(part)].data() + slot * d.vector_bytes;
 }
 

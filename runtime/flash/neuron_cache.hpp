@@ -21,10 +21,17 @@ class NeuronCache {
 public:
     // window: tokens a neuron stays resident after it was last active: at token t it stays while
     // t - last_active <= window (0: only while active; 1: also when active at the previous token).
-    NeuronCache(const NeuronFileHeader& header, int64_t capacity, int window);
+    // parts: the parts the cache holds (empty: all the file's; a FlashFfn with resident gates keeps
+    // them in a cache of their own and up and down in another).
+    NeuronCache(const NeuronFileHeader& header, int64_t capacity, int window, std::vector<NeuronPart> parts = {});
 
-    // Bytes one slot takes (all parts, bias, bookkeeping): a DRAM budget divided by it is a capacity.
-    static int64_t slot_bytes(const NeuronFileHeader& header);
+    // Bytes one slot takes (the parts held, bias, bookkeeping): a DRAM budget divided by it is a
+    // capacity.
+    static int64_t slot_bytes(const NeuronFileHeader& header, std::span<const NeuronPart> parts = {});
+    // Bytes a cache takes whatever its capacity (the tables indexed by neuron id): memory_bytes() is
+    // fixed_bytes + capacity * slot_bytes.
+    static int64_t fixed_bytes(const NeuronFileHeader& header);
+    bool holds(NeuronPart part) const;
 
     int64_t capacity() const;
     int64_t size() const;
@@ -55,7 +62,7 @@ public:
     // Deletes every unpinned neuron.
     void clear_unpinned();
 
-    // Fills a slot's part from a record's vector bytes (and the neuron's bias, when the file has them).
+    // Fills a slot's part (one the cache holds) from a record's vector bytes (and the neuron's bias, when the file has them).
     void fill(int32_t slot, NeuronPart part, const uint8_t* vector);
     void fill_bias(int32_t slot, float bias);
     // The inverse of fill: a slot's part as the record's vector bytes (vector.bytes() of them), and

@@ -8,6 +8,7 @@
 // whole; the kernels decode a quantized column's 32-row blocks on their own.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -22,7 +23,7 @@ struct NeuronCache::Data {
     NeuronFileHeader header;
     int64_t capacity = 0;
     int window = 0;
-    std::vector<NeuronPart> parts;  // the file's parts, in file order
+    std::vector<NeuronPart> parts;  // the parts held, in file order
     bool quantized = true;
 
     // The vector format (quantized) and its derived sizes.
@@ -52,7 +53,7 @@ struct NeuronCache::Data {
     std::vector<int64_t> active_token;      // [d_ff] the token a neuron was last listed active in
     std::vector<int32_t> victims;           // [capacity] scratch of the eviction
 
-    bool has(NeuronPart part) const { return header.activation == FfnActivation::SwiGlu || part != NeuronPart::Gate; }
+    bool has(NeuronPart part) const { return std::find(parts.begin(), parts.end(), part) != parts.end(); }
 
     const uint8_t* vector(NeuronPart part, int64_t slot) const {
         return vectors[int(part)].data() + slot * vector_bytes;

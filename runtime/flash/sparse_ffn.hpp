@@ -16,8 +16,16 @@ enum class SparseFfnPath : uint8_t {
     Portable,  // plain C++ over the same layout (the reference for tests)
 };
 
-// y[r][:] += sum over s in slots of a_s(x[r]) * down_s, a_s as the file's activation says.
+// y[r][:] += sum over s in slots of a_s(x[r]) * down_s, a_s as the file's activation says. A SwiGlu
+// cache that does not hold the gates takes the gate activations instead: gate_activations[i * m + r]
+// for slots[i] and row r (silu(x . gate), or 0 where the neuron sits the row out), so that
+// a_s = gate_activation * (x . up_s).
 void sparse_ffn_accumulate(const NeuronCache& cache, std::span<const int32_t> slots, const float* x, int64_t m,
-                           float* y, ThreadPool& pool, SparseFfnPath path = SparseFfnPath::Fast);
+                           float* y, ThreadPool& pool, SparseFfnPath path = SparseFfnPath::Fast,
+                           const float* gate_activations = nullptr);
+
+// out[i * m + r] = x[r] . the `part` vector of slots[i] (gate or up; a part the cache holds).
+void sparse_ffn_products(const NeuronCache& cache, NeuronPart part, std::span<const int32_t> slots, const float* x,
+                         int64_t m, float* out, ThreadPool& pool, SparseFfnPath path = SparseFfnPath::Fast);
 
 }  // namespace qjit

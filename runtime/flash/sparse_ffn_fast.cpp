@@ -1,7 +1,9 @@
 // The fast path of the sparse FFN: gate and up products of each slot's vectors (contiguous, so a
-// token's slots cost the same wherever they lie), the activations of the slots, then the down rows
-// added to y with d_model split across the threads (no partial sums to reduce).
+// token's slots cost the same wherever they lie), the activations of the slots (from the gate
+// activations given, when the cache holds no gates), then the down rows added to y with d_model
+// split across the threads (no partial sums to reduce).
 #include <algorithm>
+#include <span>
 #include <vector>
 
 #include "runtime/flash/sparse_ffn_internal.hpp"
@@ -29,50 +31,66 @@ Scratch& scratch() {
     return s;
 }
 
-// The products of each slot's gate and up vectors with the m rows of x: gate/up[i * m + r].
-void gate_up(const Data& d, std::span<const int32_t> slots, const float* x, int64_t m, ThreadPool& pool,
-             Scratch& s) {
-    const int64_t count = int64_t(slots.size());
-    const bool gated = d.has(NeuronPart::Gate);
-    if (d.quantized) {
-        // x padded to whole blocks (the codes past d_model dequantize to -s * z, not 0), and the sum
-        // of each group's x for the zero points.
-        const int64_t x_stride = d.blocks * 32;
-        s.x_padded.assign(size_t(m * x_stride), 0.0f);
-        s.x_sums.assign(size_t(m * d.groups), 0.0f);
-        for (int64_t r = 0; r < m; ++r) {
-            std::copy_n(x + r * d.d_model, d.d_model, s.x_padded.data() + r * x_stride);
-            for (int64_t k = 0; k < d.d_model; ++k)
-                s.x_sums[size_t(r * d.groups + k / d.group_size)] += x[r * d.d_model + k];
-        }
+// x padded to whole blocks (the codes past d_model dequantize to -s * z, not 0), and the sum of
+// each group's x for the zero points: what column_products reads.
+void prepare_x(const Data& d, const float* x, int64_t m, Scratch& s) {
+    if (!d.quantized) return;
+    const int64_t x_stride = d.blocks * 32;
+    s.x_padded.assign(size_t(m * x_stride), 0.0f);
+    s.x_sums.assign(size_t(m * d.groups), 0.0f);
+    for (int64_t r = 0; r < m; ++r) {
+        std::copy_n(x + r * d.d_model, d.d_model, s.x_padded.data() + r * x_stride);
+        for (int64_t k = 0; k < d.d_model; ++k) s.x_sums[size_t(r * d.groups + k / d.group_size)] += x[r * d.d_model + k];
     }
-    s.gate.resize(size_t(count * m));
-    s.up.resize(size_t(count * m));
-    const auto products = [&](NeuronPart part, int64_t i, float* out) {
+}
+
+// The products of each slot's vectors of `parts` with the m rows of x (prepared):
+// outs[p][i * m + r].
+void products(const Data& d, std::span<const NeuronPart> parts, float* const* outs, std::span<const int32_t> slots,
+              const float* x, int64_t m, ThreadPool& pool, const Scratch& s) {
+    const int64_t count = int64_t(slots.size());
+    const auto product = [&](NeuronPart part, int64_t i, float* out) {
         if (d.quantized) column_products(d, part, slots[i], s.x_padded.data(), s.x_sums.data(), m, out);
         else f16_products(d.f16_row(part, slots[i]), x, m, d.d_model, out);
     };
     auto task = [&](int64_t t) {
         for (int64_t i = t * kSlotsPerTask; i < std::min(count, (t + 1) * kSlotsPerTask); ++i) {
-            if (i + 1 < count) {  // the next slot's vectors, while this one's are summed
-                if (gated) prefetch_bytes(d.vector(NeuronPart::Gate, slots[i + 1]), d.vector_bytes);
-                prefetch_bytes(d.vector(NeuronPart::Up, slots[i + 1]), d.vector_bytes);
-            }
-            if (gated) products(NeuronPart::Gate, i, s.gate.data() + i * m);
-            products(NeuronPart::Up, i, s.up.data() + i * m);
+            if (i + 1 < count)  // the next slot's vectors, while this one's are summed
+                for (NeuronPart part : parts) prefetch_bytes(d.vector(part, slots[i + 1]), d.vector_bytes);
+            for (size_t p = 0; p < parts.size(); ++p) product(parts[p], i, outs[p] + i * m);
         }
     };
     pool.parallel_for((count + kSlotsPerTask - 1) / kSlotsPerTask, task,
-                      count * d.d_model * m * (gated ? 2 : 1) >= kDispatchWork);
+                      count * d.d_model * m * int64_t(parts.size()) >= kDispatchWork);
 }
 
 }  // namespace
 
+void sparse_products_fast(const Data& d, NeuronPart part, std::span<const int32_t> slots, const float* x, int64_t m,
+                          float* out, ThreadPool& pool) {
+    Scratch& s = scratch();
+    prepare_x(d, x, m, s);
+    const NeuronPart parts[] = {part};
+    products(d, parts, &out, slots, x, m, pool, s);
+}
+
 void sparse_ffn_fast(const Data& d, std::span<const int32_t> slots, const float* x, int64_t m, float* y,
-                     ThreadPool& pool) {
+                     ThreadPool& pool, const float* gate_activations) {
     Scratch& s = scratch();
     const int64_t count = int64_t(slots.size());
-    gate_up(d, slots, x, m, pool, s);
+    prepare_x(d, x, m, s);
+    s.gate.resize(size_t(count * m));
+    s.up.resize(size_t(count * m));
+    const bool gated = d.has(NeuronPart::Gate);
+    if (gated) {
+        const NeuronPart parts[] = {NeuronPart::Gate, NeuronPart::Up};
+        float* const outs[] = {s.gate.data(), s.up.data()};
+        products(d, parts, outs, slots, x, m, pool, s);
+    } else {
+        const NeuronPart parts[] = {NeuronPart::Up};
+        float* const outs[] = {s.up.data()};
+        products(d, parts, outs, slots, x, m, pool, s);
+    }
 
     // The activations (in up's place), then those of the slots with one not 0 (Relu leaves many at
     // exactly 0), which down streams: activations[r * live + j] for slot live_slots[j].
@@ -83,7 +101,8 @@ void sparse_ffn_fast(const Data& d, std::span<const int32_t> slots, const float*
         bool any = false;
         for (int64_t r = 0; r < m; ++r) {
             const size_t at = size_t(i * m + r);
-            s.up[at] = ffn_activation(d.header.activation, s.gate[at], s.up[at], bias);
+            s.up[at] = gate_activations != nullptr ? gate_activations[at] * s.up[at]
+                                                   : ffn_activation(d.header.activation, s.gate[at], s.up[at], bias);
             any |= s.up[at] != 0.0f;
         }
         if (any) {

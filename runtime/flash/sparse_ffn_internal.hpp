@@ -18,9 +18,14 @@ T ffn_activation(FfnActivation activation, T g, T u, T bias) {
     return silu(g) * u;
 }
 
+// gate_activations: null when the cache holds the gates (or the FFN has none).
 void sparse_ffn_portable(const NeuronCache::Data& d, std::span<const int32_t> slots, const float* x, int64_t m,
-                         float* y);
+                         float* y, const float* gate_activations);
 void sparse_ffn_fast(const NeuronCache::Data& d, std::span<const int32_t> slots, const float* x, int64_t m, float* y,
-                     ThreadPool& pool);
+                     ThreadPool& pool, const float* gate_activations);
+void sparse_products_portable(const NeuronCache::Data& d, NeuronPart part, std::span<const int32_t> slots,
+                              const float* x, int64_t m, float* out);
+void sparse_products_fast(const NeuronCache::Data& d, NeuronPart part, std::span<const int32_t> slots, const float* x,
+                          int64_t m, float* out, ThreadPool& pool);
 
 }  // namespace qjit
