@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # SmolLM2-135M with sparse FFNs, from its GGUF file: what a magnitude threshold on the SwiGLU
 # activations costs in NLL and how sparse it makes them, then the FFNs served from neuron files
-# (fp16 and 4-bit g32) with a predictor per layer, scored token by token as decoding runs.
+# (fp16 and 4-bit g32) with a predictor per layer, scored token by token as decoding runs, then
+# 4-bit files with calibrated sparsity (resident gates; both scores, four targets), and the 30 %
+# weighted file token by token at the full and at half the budget.
 # Writes one JSON line per run to OUT.jsonl. Usage: bench/smollm2_flash.sh OUT.jsonl [SEQUENCES]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,4 +37,17 @@ done
 for threshold in 0.08 0.16; do
   run "flash_f16_predictor_$threshold" --token-by-token --flash "$work/ffn-f16.qnf" --flash-recall 0.99 \
       --ffn-threshold "$threshold" --calibration-tokens "$work/calibration.seq.u32" --calibration-sequences 64
+done
+q4g32=(--bits 4 --group 32 --alignment 512)
+for score in gate weighted; do
+  for sparsity in 0.2 0.3 0.4 0.5; do
+    "$root/build/tools/qjit-flash-convert" --gguf "$model" --out "$work/ffn-$score-$sparsity.qnf" "${q4g32[@]}" \
+        --sparsity "$sparsity" --sparsity-score "$score" --calibration-tokens "$work/calibration.seq.u32" \
+        --calibration-rows 1024 >&2
+    run "sparse_${score}_$sparsity" --flash "$work/ffn-$score-$sparsity.qnf" --flash-budget 1
+  done
+done
+for budget in 1 0.5; do
+  run "flash_q4g32_all_budget_$budget" --token-by-token --flash "$work/ffn-q4g32.qnf" --flash-budget "$budget"
+  run "sparse_weighted_0.3_budget_$budget" --token-by-token --flash "$work/ffn-weighted-0.3.qnf" --flash-budget "$budget"
 done

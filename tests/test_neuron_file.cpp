@@ -382,6 +382,31 @@ TEST(NeuronFile, AWriterWithASparsitySectionFinishesOnlyOnceItIsSet) {
     EXPECT_EQ(int64_t(fs::file_size(dir.path / "ffn.qnf")), h.file_bytes());
 }
 
+// The fuzz corpus's seeds are valid files, version 1 and 2, one with a sparsity section and its
+// gates apart: the fuzzer starts from them.
+TEST(NeuronFile, FuzzSeedsParse) {
+    const fs::path corpus = fs::path(QJIT_SOURCE_DIR) / "tests/fuzz/corpus/fuzz_neuron_file";
+    int seeds = 0, with_sparsity = 0;
+    for (const auto& entry : fs::directory_iterator(corpus)) {
+        SCOPED_TRACE(entry.path().filename().string());
+        const std::string text = test::read_file(entry.path());
+        const auto* bytes = reinterpret_cast<const uint8_t*>(text.data());
+        const NeuronFileHeader h = parse_neuron_file_header(bytes, text.size());
+        ASSERT_EQ(int64_t(text.size()), h.file_bytes());
+        if (h.has_sparsity) {
+            ++with_sparsity;
+            EXPECT_EQ(int64_t(parse_ffn_sparsity(h, bytes + h.alignment, text.size() - size_t(h.alignment)).thresholds.size()),
+                      h.layers);
+        }
+        for (int64_t neuron = 0; neuron < h.d_ff; ++neuron)
+            for (NeuronPart first : h.record_first_parts())
+                check_record(h, 0, neuron, first, bytes + h.record_offset(0, neuron, first));
+        ++seeds;
+    }
+    EXPECT_GE(seeds, 4);
+    EXPECT_GE(with_sparsity, 1);
+}
+
 TEST(NeuronFile, VersionOneHeadersStillParse) {
     for (const NeuronFileHeader& h : sample_headers()) {
         std::vector<uint8_t> bytes = encode_neuron_file_header(h);
@@ -718,21 +743,6 @@ TEST(NeuronFile, ConvertsGptqCheckpoints) {
     }
 }
 
-// The fuzz corpus's seeds parse: the fuzzer starts from valid headers and records.
-TEST(NeuronFile, FuzzSeedsParse) {
-    const fs::path corpus = fs::path(QJIT_SOURCE_DIR) / "tests/fuzz/corpus/fuzz_neuron_file";
-    int seeds = 0;
-    for (const auto& entry : fs::directory_iterator(corpus)) {
-        const std::string bytes = test::read_file(entry.path());
-        const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
-        const NeuronFileHeader h = parse_neuron_file_header(data, bytes.size());
-        ASSERT_EQ(int64_t(bytes.size()), h.file_bytes()) << entry.path();
-        check_record(h, 0, 0, h.part_list()[0], data + h.record_offset(0, 0, h.part_list()[0]));
-        ++seeds;
-    }
-    EXPECT_GE(seeds, 2);
-}
-
 // Writes the fuzz corpus's seeds: one-layer files of two neurons, small enough to mutate quickly.
 //   QJIT_FUZZ_SEED_DIR=tests/fuzz/corpus qjit_tests --gtest_also_run_disabled_tests \
 //       --gtest_filter='*WritesNeuronFuzzSeeds'
@@ -751,6 +761,13 @@ TEST(NeuronFile, DISABLED_WritesNeuronFuzzSeeds) {
     int index = 0;
     for (const NeuronFileHeader& h : seeds) write_neuron_file((out / ("seed" + std::to_string(index++))).string(), h,
                                                               make_layers(h));
+    // Version 2's additions: the gates apart and a sparsity section (seeds 0-2 stay version 1 files).
+    NeuronFileHeader sparse = seeds[0];
+    sparse.gate_apart = sparse.has_sparsity = true;
+    NeuronFileWriter writer((out / "seed3").string(), sparse);
+    for (const LayerData& d : make_layers(sparse)) writer.add_layer(d.weights);
+    writer.set_sparsity({0.5f, {0.1f}, {1.0f, 0.8f}});
+    writer.finish();
 }
 
 }  // namespace
