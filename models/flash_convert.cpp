@@ -163,9 +163,7 @@ int run(const Options& o) {
             const std::vector<float>& x = inputs[size_t(layer)];
             const qjit::LayerSparsity calibrated = qjit::calibrate_layer_sparsity(
                 header, weights, x.data(), int64_t(x.size()) / header.d_model, o.sparsity, score, pool);
-            sparsity.thresholds.push_back(calibrated.threshold);
-            sparsity.neuron_scales.insert(sparsity.neuron_scales.end(), calibrated.neuron_scales.begin(),
-                                          calibrated.neuron_scales.end());
+            qjit::append_layer(sparsity, calibrated);
             zeroed += calibrated.zeroed_fraction / double(source.layers);
         }
         writer.add_layer(weights);

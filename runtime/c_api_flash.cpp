@@ -124,9 +124,7 @@ qjit_status qjit_flash_writer_add_layer_calibrated(qjit_flash_writer* writer, co
         if (!w.pool) w.pool = std::make_unique<ThreadPool>(int(std::max(1u, std::thread::hardware_concurrency())));
         const LayerSparsity layer = calibrate_layer_sparsity(w.header, weights, x, n, w.sparsity_target, w.score, *w.pool);
         w.writer.add_layer(weights);
-        w.sparsity.thresholds.push_back(layer.threshold);
-        w.sparsity.neuron_scales.insert(w.sparsity.neuron_scales.end(), layer.neuron_scales.begin(),
-                                        layer.neuron_scales.end());
+        append_layer(w.sparsity, layer);
         ++w.layers_added;
     });
 }

@@ -76,4 +76,9 @@ LayerSparsity calibrate_layer_sparsity(const NeuronFileHeader& header, const Ffn
                                     score, pool);
 }
 
+void append_layer(FfnSparsity& sparsity, const LayerSparsity& layer) {
+    sparsity.thresholds.push_back(layer.threshold);
+    sparsity.neuron_scales.insert(sparsity.neuron_scales.end(), layer.neuron_scales.begin(), layer.neuron_scales.end());
+}
+
 }  // namespace qjit

@@ -43,6 +43,9 @@ LayerSparsity calibrate_layer_sparsity(const float* gate, const float* up, const
 LayerSparsity calibrate_layer_sparsity(const NeuronFileHeader& header, const FfnLayerWeights& weights, const float* x,
                                        int64_t n, double target, SparsityScore score, ThreadPool& pool);
 
+// Appends a calibrated layer to a file's sparsity section (layers in order).
+void append_layer(FfnSparsity& sparsity, const LayerSparsity& layer);
+
 // The neuron's gate activation for one token when it takes part, else 0.
 inline float sparse_gate_activation(float gate_product, float neuron_scale, float threshold) {
     const float a = silu(gate_product);

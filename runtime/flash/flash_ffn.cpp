@@ -25,15 +25,21 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// `length` bytes from `offset` (both whole blocks of the storage) in one direct read.
+std::unique_ptr<uint8_t[], AlignedFree> read_block(Storage& storage, int64_t offset, int64_t length) {
+    auto buffer = aligned_buffer(length, storage.block_size());
+    const ReadRequest request{offset, length, buffer.get()};
+    storage.read(std::span(&request, 1), 1);
+    return buffer;
+}
+
 NeuronFileHeader read_header(Storage& storage) {
     const int64_t block = storage.block_size();
     const int64_t length = std::min(storage.size(), kHeaderReadBytes) / block * block;
     if (length <= 0)
         fail(QJIT_ERROR_CORRUPT_DATA, "neuron file: ", storage.describe(), " holds ", storage.size(),
              " bytes, too few for a header");
-    auto buffer = aligned_buffer(length, block);
-    const ReadRequest request{0, length, buffer.get()};
-    storage.read(std::span(&request, 1), 1);
+    const auto buffer = read_block(storage, 0, length);
     NeuronFileHeader header = parse_neuron_file_header(buffer.get(), size_t(length));
     if (storage.size() != header.file_bytes())
         fail(QJIT_ERROR_CORRUPT_DATA, "neuron file: ", storage.describe(), " holds ", storage.size(),
@@ -86,10 +92,7 @@ void FlashFfn::load_sparsity() {
     const int64_t block = storage_->block_size(), length = header_.sparsity_bytes();
     require(length % block == 0, "neuron file: its sparsity section cannot be read directly from ",
             storage_->describe());
-    auto buffer = aligned_buffer(length, block);
-    const ReadRequest request{header_.alignment, length, buffer.get()};
-    storage_->read(std::span(&request, 1), 1);
-    sparsity_ = parse_ffn_sparsity(header_, buffer.get(), size_t(length));
+    sparsity_ = parse_ffn_sparsity(header_, read_block(*storage_, header_.alignment, length).get(), size_t(length));
 
     sparse_gates_ = true;
     token_parts_ = {NeuronPart::Up, NeuronPart::Down};
