@@ -29,6 +29,8 @@ FlashFfnRunner::FlashFfnRunner(qjit_context* context, const Config& config, cons
         fail(options.path, ": its FFNs (", i.layers, " layers, ", i.d_model, " -> ", i.d_ff, ") are not this model's");
     flash.dram_budget_bytes = int64_t(options.budget_fraction * double(i.all_resident_bytes));
     flash.use_sparsity = 1;
+    flash.read_ahead = options.read_ahead ? 1 : 0;
+    flash.tune_reads = options.tune_reads ? 1 : 0;
     qjit_flash_ffn_destroy(ffn_);
     ffn_ = nullptr;
     check(qjit_flash_ffn_create(context, options.path.c_str(), &flash, &ffn_), "opening the neuron file");
@@ -85,6 +87,12 @@ qjit_flash_ffn_info FlashFfnRunner::info() const {
     qjit_flash_ffn_info i;
     check(qjit_flash_ffn_get_info(ffn_, &i), "reading the flash FFN");
     return i;
+}
+
+double FlashFfnRunner::curve_gbps(int64_t chunk_bytes) const {
+    double gbps = 0;
+    check(qjit_flash_ffn_curve_gbps(ffn_, chunk_bytes, &gbps), "reading the read curve");
+    return gbps;
 }
 
 void FlashFfnRunner::reset_counters() { check(qjit_flash_ffn_reset_counters(ffn_), "resetting the flash counters"); }

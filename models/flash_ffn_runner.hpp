@@ -17,6 +17,8 @@ struct FlashRunOptions {
     int window = 4;
     double target_recall = 0;    // 0: no predictor (every neuron)
     float magnitude_threshold = 0;  // what counts as active when the predictor is fitted
+    bool read_ahead = false;     // the next layer's neurons read while this one computes
+    bool tune_reads = false;     // measure the device's read curve when the tuning database has none
 };
 
 // Each layer's FFN inputs (rows x dim, row-major) on `sequences`, run densely through `model`, at
@@ -37,6 +39,8 @@ public:
 
     qjit_flash_counters counters() const;
     qjit_flash_ffn_info info() const;
+    // The read throughput the device's curve gives reads of chunk_bytes (0 without a curve).
+    double curve_gbps(int64_t chunk_bytes) const;
     void reset_counters();
 
 private:

@@ -79,6 +79,8 @@ void print_usage(const char* program) {
         "  --flash-window K   tokens a neuron stays resident after it was active (4)\n"
         "  --flash-recall R   fit a predictor per layer on --calibration-tokens for this recall of the neurons above\n"
         "                     --ffn-threshold, and read only the neurons it names (default: every neuron)\n"
+        "  --flash-read-ahead read the next layer's predicted neurons while this layer computes\n"
+        "  --flash-tune-reads measure the disk's read curve once (kept in the tuning database) to plan reads\n"
         "%s"
         "  --json             print one JSON object on stdout\n",
         program, list_of(kMethods).c_str(), kMethodOptionsUsage,
@@ -128,6 +130,10 @@ std::optional<Options> parse_args(int argc, char** argv) {
             const auto v = args.int_value(0, 1 << 20);
             if (!v) return std::nullopt;
             options.flash.window = *v;
+        } else if (arg == "--flash-read-ahead") {
+            options.flash.read_ahead = true;
+        } else if (arg == "--flash-tune-reads") {
+            options.flash.tune_reads = true;
         } else if (arg == "--token-by-token") {
             options.token_by_token = true;
         } else if (arg == "--fp32-classifier") {
@@ -264,7 +270,17 @@ struct Report {
     std::optional<qjit_flash_counters> flash;
     std::optional<qjit_flash_ffn_info> flash_info;
     double flash_fit_seconds = 0.0;
+    double flash_curve_gbps = 0.0;  // the read curve at the run's mean read size
 };
+
+// What the reads moved per second of reading (start to end, overlapped or not).
+double flash_read_gbps(const qjit_flash_counters& f) {
+    return f.io_seconds > 0 ? double(f.bytes_read) / f.io_seconds * 1e-9 : 0.0;
+}
+
+double flash_mean_read_bytes(const qjit_flash_counters& f) {
+    return f.reads > 0 ? double(f.bytes_read) / double(f.reads) : 0.0;
+}
 
 // The share of the FFNs' weight bytes a layer call touches, resident or read: with resident gates,
 // every gate and the active neurons' up and down; else the active neurons' vectors. (Per call: for
@@ -334,7 +350,14 @@ void print_json(const Options& options, const Report& r) {
             .number("flash_io_seconds", f.io_seconds, 4)
             .number("flash_cache_seconds", f.cache_seconds, 4)
             .number("flash_compute_seconds", f.compute_seconds, 4)
-            .number("flash_predict_seconds", f.predict_seconds, 4);
+            .number("flash_predict_seconds", f.predict_seconds, 4)
+            .number("flash_io_wait_seconds", f.io_wait_seconds, 4)
+            .integer("flash_reads", f.reads)
+            .number("flash_mean_read_bytes", flash_mean_read_bytes(f), 1)
+            .number("flash_read_gbps", flash_read_gbps(f), 4)
+            .number("flash_curve_gbps", r.flash_curve_gbps, 4)
+            .integer("flash_read_ahead_neurons", f.read_ahead_neurons)
+            .integer("flash_read_ahead_used", f.read_ahead_used);
     }
     if (r.decoding) {
         json.integers("prompt_tokens", r.decoding->prompt)
@@ -383,6 +406,13 @@ void print_text(const Options& options, const Report& r) {
                     f.active_neurons ? 100.0 * double(f.cache_hits) / double(f.active_neurons) : 0.0,
                     double(f.bytes_read) / calls * 1e-3, f.io_seconds, f.cache_seconds, f.compute_seconds,
                     f.predict_seconds);
+        std::printf("flash reads: %lld of %.1f KB on average at %.3f GB/s (the disk's curve: %s); %.2f s of waiting "
+                    "for them; %lld neurons read ahead, %lld of them used\n",
+                    static_cast<long long>(f.reads), flash_mean_read_bytes(f) * 1e-3, flash_read_gbps(f),
+                    r.flash_curve_gbps > 0 ? (std::to_string(r.flash_curve_gbps).substr(0, 5) + " GB/s").c_str()
+                                           : "not measured, see --flash-tune-reads",
+                    f.io_wait_seconds, static_cast<long long>(f.read_ahead_neurons),
+                    static_cast<long long>(f.read_ahead_used));
     }
     if (r.decoding) {
         const Decoding& d = *r.decoding;
@@ -475,6 +505,8 @@ int run(const Options& options) {
     if (flash) {
         report.flash = flash->counters();
         report.flash_info = flash->info();
+        if (report.flash->reads > 0)
+            report.flash_curve_gbps = flash->curve_gbps(int64_t(flash_mean_read_bytes(*report.flash)));
     }
     if (options.json) print_json(options, report);
     else print_text(options, report);

@@ -169,6 +169,7 @@ qjit_status qjit_flash_ffn_create(qjit_context* context, const char* path, const
         flash.window = o.window;
         flash.coalesce_reads = o.coalesce_reads != 0;
         flash.use_sparsity = o.use_sparsity != 0;
+        flash.read_ahead = o.read_ahead != 0;
         {
             std::lock_guard<std::mutex> lock(context->tuning.mutex);
             if (TuningDb* db = context->tuning.database())
@@ -246,7 +247,17 @@ qjit_status qjit_flash_ffn_get_counters(const qjit_flash_ffn* ffn, qjit_flash_co
         const FlashFfnCounters& c = checked(ffn, "ffn").ffn->counters();
         require(counters != nullptr, "counters is NULL");
         *counters = {c.tokens, c.active_neurons, c.cache_hits, c.neurons_loaded, c.predicted, c.bytes_read, c.reads,
-                     c.io_seconds, c.io_wait_seconds, c.cache_seconds, c.compute_seconds, c.predict_seconds};
+                     c.io_seconds, c.io_wait_seconds, c.cache_seconds, c.compute_seconds, c.predict_seconds,
+                     c.read_ahead_neurons, c.read_ahead_used};
+    });
+}
+
+qjit_status qjit_flash_ffn_curve_gbps(const qjit_flash_ffn* ffn, int64_t chunk_bytes, double* gbps) {
+    return guarded([&] {
+        const ReadCurve& curve = checked(ffn, "ffn").ffn->read_curve();
+        require(gbps != nullptr, "gbps is NULL");
+        require(chunk_bytes > 0, "chunk_bytes ", chunk_bytes, " must be positive");
+        *gbps = curve.gbps(chunk_bytes, curve.best_queue_depth(chunk_bytes));
     });
 }
 

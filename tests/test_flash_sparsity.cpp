@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <numeric>
 #include <vector>
 
@@ -242,6 +243,47 @@ TEST(FlashFfnSparsityOptions, WithoutSparsityTheFileServesEveryNeuronAndTheBudge
     EXPECT_EQ(FlashFfn(f.file.storage(), budget, pool).resident_capacity(), h.d_ff);
     budget.dram_budget_bytes -= 1;
     EXPECT_EQ(FlashFfn(f.file.storage(), budget, pool).resident_capacity(), h.d_ff - 1);
+}
+
+// Reads ahead predict the next layer's neurons with its own thresholds on this layer's input: on
+// the same input they name exactly the neurons it needs; on another, what they missed is read then.
+TEST(FlashFfnSparsityOptions, ReadsAheadNameTheNextLayersNeuronsAboveItsThresholds) {
+    const SparseFile f = sparse_file({4, true});
+    const NeuronFileHeader& h = f.file.header;
+    ThreadPool pool(2);
+    FlashFfnOptions options;
+    options.read_ahead = true;
+    options.dram_budget_bytes = int64_t(1) << 40;
+    options.dram_budget_bytes = FlashFfn(f.file.storage(), options, pool).resident_gate_bytes();
+    FlashFfn ffn(f.file.storage(), options, pool);
+    int64_t per_neuron = 0;
+    for (NeuronPart first : h.record_first_parts())
+        if (first != NeuronPart::Gate) per_neuron += h.record_bytes(first);
+    std::vector<float> y(size_t(kRows * h.d_model)), expected;
+    std::vector<double> bound;
+    for (const int input_of_layer_1 : {0, 1}) {
+        SCOPED_TRACE(concat("layer 1 on the rows of layer ", input_of_layer_1));
+        ffn.reset_counters();
+        const float* x0 = f.rows[0].data();
+        const float* x1 = f.rows[size_t(input_of_layer_1)].data();
+        masked_oracle(f, 0, x0, kRows, expected, bound);
+        ffn.forward(0, x0, kRows, y.data());
+        test::expect_within(y, expected, bound);
+        const std::vector<int32_t> predicted = masked_oracle(f, 1, x0, kRows, expected, bound);
+        EXPECT_EQ(ffn.counters().read_ahead_neurons, int64_t(predicted.size()));
+        const int64_t layer_0_bytes = ffn.counters().bytes_read;
+
+        const std::vector<int32_t> active = masked_oracle(f, 1, x1, kRows, expected, bound);
+        ffn.forward(1, x1, kRows, y.data());
+        test::expect_within(y, expected, bound);
+        std::vector<int32_t> both;
+        std::set_intersection(active.begin(), active.end(), predicted.begin(), predicted.end(), std::back_inserter(both));
+        const FlashFfnCounters& c = ffn.counters();
+        EXPECT_EQ(c.read_ahead_used, int64_t(both.size()));
+        EXPECT_EQ(c.bytes_read - layer_0_bytes, int64_t(predicted.size() + active.size() - both.size()) * per_neuron)
+            << "the reads ahead and the misses, each read once";
+        if (input_of_layer_1 == 0) EXPECT_EQ(both.size(), active.size()) << "the same input: no miss";
+    }
 }
 
 TEST(FlashFfnSparsityCApi, WritesACalibratedFileAndServesItWithResidentGates) {

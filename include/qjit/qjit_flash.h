@@ -91,6 +91,11 @@ typedef struct qjit_flash_options {
                                   resident (read when the FFN is created, out of dram_budget_bytes) and
                                   runs, per token and layer, only the neurons above the thresholds,
                                   reading up and down alone; 0: served as a file without */
+    int read_ahead;            /* nonzero: once a layer's reads are in, the next layer's neurons are
+                                  predicted from this layer's input (thresholds, predictor, else all)
+                                  and those not resident read while this layer computes and the caller
+                                  runs attention; the next forward reads only what they missed (0 by
+                                  default) */
 } qjit_flash_options;
 
 QJIT_API void qjit_flash_options_init(qjit_flash_options* options);
@@ -147,9 +152,16 @@ typedef struct qjit_flash_counters {
     double cache_seconds;    /* cache bookkeeping, record checks, filling slots */
     double compute_seconds;  /* the sparse FFN */
     double predict_seconds;  /* the predictors */
+    int64_t read_ahead_neurons; /* neurons read ahead of their layer (their bytes are in bytes_read) */
+    int64_t read_ahead_used;    /* ... of which their layer needed (active, not resident) */
 } qjit_flash_counters;
 QJIT_API qjit_status qjit_flash_ffn_get_counters(const qjit_flash_ffn* ffn, qjit_flash_counters* counters);
 QJIT_API qjit_status qjit_flash_ffn_reset_counters(qjit_flash_ffn* ffn);
+
+/* The read throughput (1e9 bytes a second) that the device's measured curve, which plans the reads,
+ * gives reads of chunk_bytes at their best queue depth: what the counters' bytes_read / io_seconds
+ * compares with. 0 when no curve is known (see tune_reads). */
+QJIT_API qjit_status qjit_flash_ffn_curve_gbps(const qjit_flash_ffn* ffn, int64_t chunk_bytes, double* gbps);
 
 #ifdef __cplusplus
 } /* extern "C" */

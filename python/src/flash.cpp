@@ -22,7 +22,8 @@ namespace {
 class FlashWriter {
 public:
     FlashWriter(const std::string& path, int64_t layers, int64_t d_model, int64_t d_ff, int activation, bool has_bias,
-                bool f16, const nb::dict& quant, bool bundled, int64_t alignment) {
+                bool f16, const nb::dict& quant, bool bundled, int64_t alignment, double sparsity,
+                int sparsity_score) {
         qjit_flash_file_options options;
         qjit_flash_file_options_init(&options);
         options.layers = layers;
@@ -34,6 +35,8 @@ public:
         options.quant = quant_config(quant);
         options.bundled = bundled ? 1 : 0;
         options.alignment = alignment;
+        options.sparsity = sparsity;
+        options.sparsity_score = sparsity_score;
         qjit_flash_writer* writer = nullptr;
         call_unlocked([&] { return qjit_flash_writer_create(path.c_str(), &options, &writer); });
         writer_.reset(writer);
@@ -41,10 +44,12 @@ public:
         d_ff_ = d_ff;
         swiglu_ = options.activation == QJIT_FFN_SWIGLU;
         has_bias_ = has_bias;
+        calibrated_ = sparsity > 0;
     }
 
-    // The next layer: up, gate (d_model x d_ff; gate for SwiGLU only), down (d_ff x d_model), bias (d_ff).
-    void add_layer(nb::handle up, nb::handle gate, nb::handle down, nb::handle bias) {
+    // The next layer: up, gate (d_model x d_ff; gate for SwiGLU only), down (d_ff x d_model), bias (d_ff);
+    // calibration (n x d_model, n >= 1): the layer's FFN inputs, for a file with sparsity (and only there).
+    void add_layer(nb::handle up, nb::handle gate, nb::handle down, nb::handle bias, nb::handle calibration) {
         const ArrayView up_view = cpu_array(up, "up", {Element::f32}, 2);
         expect_shape(up_view, "up", {d_model_, d_ff_}, "d_model, d_ff");
         const ArrayView down_view = cpu_array(down, "down", {Element::f32}, 2);
@@ -65,6 +70,21 @@ public:
                 invalid_argument("bias: " + std::to_string(bias_view->shape[0]) + " values, expected d_ff = " +
                                  std::to_string(d_ff_));
         }
+        if (calibration.is_none() == calibrated_)
+            invalid_argument(calibrated_ ? "calibration is None; a file with sparsity needs the layer's FFN inputs "
+                                           "(n x d_model) to set its threshold"
+                                         : "calibration given; the file has no sparsity (sparsity is 0)");
+        if (calibrated_) {
+            const ArrayView x = cpu_array(calibration, "calibration", {Element::f32}, 2);
+            if (x.shape[0] < 1 || x.shape[1] != d_model_)
+                invalid_argument("calibration: shape " + shape_string(x.shape) + ", expected (n >= 1, d_model = " +
+                                 std::to_string(d_model_) + ")");
+            call_unlocked([&] {
+                return qjit_flash_writer_add_layer_calibrated(writer(), up_view.as<float>(), gate_view->as<float>(),
+                                                              down_view.as<float>(), x.as<float>(), x.shape[0]);
+            });
+            return;
+        }
         call_unlocked([&] {
             return qjit_flash_writer_add_layer(writer(), up_view.as<float>(), gate_view ? gate_view->as<float>() : nullptr,
                                                down_view.as<float>(), bias_view ? bias_view->as<float>() : nullptr);
@@ -83,13 +103,13 @@ private:
     }
     Owned<qjit_flash_writer, qjit_flash_writer_destroy> writer_;
     int64_t d_model_ = 0, d_ff_ = 0;
-    bool swiglu_ = false, has_bias_ = false;
+    bool swiglu_ = false, has_bias_ = false, calibrated_ = false;
 };
 
 class FlashFfn {
 public:
     FlashFfn(const Context& context, const std::string& path, int64_t dram_budget_bytes, int window, bool direct_io,
-             bool coalesce_reads, bool tune_reads)
+             bool coalesce_reads, bool tune_reads, bool use_sparsity, bool read_ahead)
         : context_(context.shared()) {
         qjit_flash_options options;
         qjit_flash_options_init(&options);
@@ -98,6 +118,8 @@ public:
         options.direct_io = direct_io ? 1 : 0;
         options.coalesce_reads = coalesce_reads ? 1 : 0;
         options.tune_reads = tune_reads ? 1 : 0;
+        options.use_sparsity = use_sparsity ? 1 : 0;
+        options.read_ahead = read_ahead ? 1 : 0;
         qjit_flash_ffn* ffn = nullptr;
         call_unlocked([&] { return qjit_flash_ffn_create(context.get(), path.c_str(), &options, &ffn); });
         ffn_.reset(ffn);
@@ -116,6 +138,11 @@ public:
         d["record_bytes"] = i.record_bytes;
         d["resident_neurons"] = i.resident_neurons;
         d["dram_bytes"] = i.dram_bytes;
+        d["gate_apart"] = bool(i.gate_apart);
+        d["sparsity"] = i.sparsity;
+        d["resident_gate_bytes"] = i.resident_gate_bytes;
+        d["weight_bytes"] = i.weight_bytes;
+        d["all_resident_bytes"] = i.all_resident_bytes;
         d["format"] = std::string(i.format);
         d["storage"] = std::string(i.storage);
         return d;
@@ -164,6 +191,8 @@ public:
         d["cache_seconds"] = c.cache_seconds;
         d["compute_seconds"] = c.compute_seconds;
         d["predict_seconds"] = c.predict_seconds;
+        d["read_ahead_neurons"] = c.read_ahead_neurons;
+        d["read_ahead_used"] = c.read_ahead_used;
         return d;
     }
 
@@ -186,14 +215,17 @@ private:
 
 void register_flash(nb::module_& m) {
     nb::class_<FlashWriter>(m, "FlashWriter")
-        .def(nb::init<const std::string&, int64_t, int64_t, int64_t, int, bool, bool, const nb::dict&, bool, int64_t>(),
+        .def(nb::init<const std::string&, int64_t, int64_t, int64_t, int, bool, bool, const nb::dict&, bool, int64_t,
+                      double, int>(),
              "path"_a, "layers"_a, "d_model"_a, "d_ff"_a, "activation"_a, "has_bias"_a, "f16"_a, "quant"_a,
-             "bundled"_a, "alignment"_a)
-        .def("add_layer", &FlashWriter::add_layer, "up"_a, "gate"_a.none(), "down"_a, "bias"_a.none())
+             "bundled"_a, "alignment"_a, "sparsity"_a, "sparsity_score"_a)
+        .def("add_layer", &FlashWriter::add_layer, "up"_a, "gate"_a.none(), "down"_a, "bias"_a.none(),
+             "calibration"_a.none())
         .def("finish", &FlashWriter::finish);
     nb::class_<FlashFfn>(m, "FlashFfn")
-        .def(nb::init<const Context&, const std::string&, int64_t, int, bool, bool, bool>(), "context"_a, "path"_a,
-             "dram_budget_bytes"_a, "window"_a, "direct_io"_a, "coalesce_reads"_a, "tune_reads"_a)
+        .def(nb::init<const Context&, const std::string&, int64_t, int, bool, bool, bool, bool, bool>(), "context"_a,
+             "path"_a, "dram_budget_bytes"_a, "window"_a, "direct_io"_a, "coalesce_reads"_a, "tune_reads"_a,
+             "use_sparsity"_a, "read_ahead"_a)
         .def("info", &FlashFfn::info)
         .def("pin", &FlashFfn::pin, "layer"_a, "neurons"_a)
         .def("fit_predictor", &FlashFfn::fit_predictor, "layer"_a, "x"_a, "target_recall"_a, "magnitude_threshold"_a)

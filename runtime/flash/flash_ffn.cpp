@@ -15,8 +15,11 @@ namespace qjit {
 
 namespace {
 
-// Neurons read per batch of reads: bounds the staging buffer.
-constexpr int64_t kLoadSlice = 2048;
+// Bytes one batch of reads stages at most (unless one neuron's records take more).
+constexpr int64_t kStagingBytes = int64_t(32) << 20;
+
+// Records a pool task checks and visits.
+constexpr size_t kExtentsPerTask = 32;
 
 // Enough of the file's start to hold any header's fields (the header block may be larger).
 constexpr int64_t kHeaderReadBytes = int64_t(1) << 16;
@@ -133,7 +136,7 @@ int64_t FlashFfn::resident_gate_bytes() const {
 int64_t FlashFfn::resident_capacity() const { return resident_.front().capacity(); }
 
 int64_t FlashFfn::dram_bytes() const {
-    int64_t bytes = staging_bytes_ + (transient_ ? transient_->memory_bytes() : 0) + resident_gate_bytes();
+    int64_t bytes = demand_.staging_bytes + ahead_.staging_bytes + (transient_ ? transient_->memory_bytes() : 0) + resident_gate_bytes();
     for (const NeuronCache& cache : resident_) bytes += cache.memory_bytes();
     for (size_t l = 0; l < predictors_.size(); ++l)
         if (has_predictor_[l]) bytes += predictors_[l].memory_bytes();
@@ -142,6 +145,7 @@ int64_t FlashFfn::dram_bytes() const {
 
 void FlashFfn::pin(int64_t layer, std::span<const int32_t> neurons) {
     require(layer >= 0 && layer < header_.layers, "flash FFN: layer ", layer, " out of range");
+    drop_reads_ahead();
     NeuronCache& cache = resident_[size_t(layer)];
     const std::vector<int32_t> slots = cache.pin(neurons);  // checks the ids
     try {
@@ -198,74 +202,103 @@ PredictorQuality FlashFfn::fit_predictor(int64_t layer, const float* x, int64_t 
     return quality;
 }
 
-uint8_t* FlashFfn::staging(int64_t bytes) {
-    if (bytes > staging_bytes_) {
-        staging_ = aligned_buffer(bytes, header_.alignment);
-        staging_bytes_ = bytes;
-    }
-    return staging_.get();
-}
-
 void FlashFfn::ensure_transient_capacity(int64_t neurons) {
     if (transient_ && transient_->capacity() >= neurons) return;
     transient_ = std::make_unique<NeuronCache>(token_cache(neurons, 0));
 }
 
-void FlashFfn::start_reads(int64_t layer, std::span<const int32_t> neurons, std::span<const NeuronPart> records) {
-    extents_.clear();
+int64_t FlashFfn::slice_neurons(std::span<const NeuronPart> records) const {
+    int64_t bytes = 0;
+    for (NeuronPart first : records) bytes += header_.record_bytes(first);
+    return std::max<int64_t>(1, kStagingBytes / std::max<int64_t>(bytes, 1));
+}
+
+void FlashFfn::start_reads(ReadBatch& batch, int64_t layer, std::span<const int32_t> neurons,
+                           std::span<const NeuronPart> records) {
+    batch.layer = layer;
+    batch.neurons.assign(neurons.begin(), neurons.end());
+    batch.records.assign(records.begin(), records.end());
+    batch.extents.clear();
     for (int32_t neuron : neurons)
         for (NeuronPart first : records)
-            extents_.push_back({header_.record_offset(layer, neuron, first), header_.record_bytes(first)});
+            batch.extents.push_back({header_.record_offset(layer, neuron, first), header_.record_bytes(first)});
 
     ReadPlanOptions plan_options;
     plan_options.coalesce = options_.coalesce_reads;
-    plan_ = plan_reads(extents_, options_.read_curve, plan_options);
-    uint8_t* buffer = staging(plan_.bytes());
-    requests_.clear();
-    read_start_.clear();
+    batch.plan = plan_reads(batch.extents, options_.read_curve, plan_options);
+    if (batch.plan.bytes() > batch.staging_bytes) {
+        batch.staging = aligned_buffer(batch.plan.bytes(), header_.alignment);
+        batch.staging_bytes = batch.plan.bytes();
+    }
+    batch.requests.clear();
+    batch.read_start.clear();
     int64_t offset = 0;
-    for (const PlannedRead& read : plan_.reads) {
-        read_start_.push_back(offset);
-        requests_.push_back({read.offset, read.length, buffer + offset});
+    for (const PlannedRead& read : batch.plan.reads) {
+        batch.read_start.push_back(offset);
+        batch.requests.push_back({read.offset, read.length, batch.staging.get() + offset});
         offset += read.length;
     }
-    const int depth = options_.queue_depth > 0 ? options_.queue_depth : plan_.queue_depth;
-    reader_.start([this, depth] {
+    const int depth = options_.queue_depth > 0 ? options_.queue_depth : batch.plan.queue_depth;
+    batch.pending = true;
+    reader_.start([this, &batch, depth] {
         const auto start = Clock::now();
-        storage_->read(requests_, depth);
-        read_seconds_ = seconds_since(start);
+        storage_->read(batch.requests, depth);
+        batch.read_seconds = seconds_since(start);
     });
 }
 
-void FlashFfn::finish_reads(int64_t layer, std::span<const int32_t> neurons, std::span<const NeuronPart> records,
-                            const RecordVisitor& visit) {
+void FlashFfn::finish_reads(ReadBatch& batch, const RecordVisitor& visit) {
     const auto wait_start = Clock::now();
+    batch.pending = false;
     reader_.wait();
     counters_.io_wait_seconds += seconds_since(wait_start);
-    counters_.io_seconds += read_seconds_;
-    counters_.bytes_read += plan_.bytes();
-    counters_.reads += int64_t(plan_.reads.size());
+    counters_.io_seconds += batch.read_seconds;
+    counters_.bytes_read += batch.plan.bytes();
+    counters_.reads += int64_t(batch.plan.reads.size());
 
+    // The checksums and copies run on the pool: a read batch may hold tens of megabytes.
     const auto check_start = Clock::now();
-    for (size_t e = 0; e < extents_.size(); ++e) {
-        const uint8_t* record = staging_.get() + read_start_[size_t(plan_.read_of_extent[e])] + plan_.offset_in_read[e];
-        const size_t neuron_index = e / records.size();
-        const NeuronPart first_part = records[e % records.size()];
-        check_record(header_, layer, neurons[neuron_index], first_part, record);
-        visit(neuron_index, first_part, record);
-    }
+    const size_t records = batch.records.size(), extents = batch.extents.size();
+    auto check_and_visit = [&](int64_t task) {
+        const size_t end = std::min(extents, size_t(task + 1) * kExtentsPerTask);
+        for (size_t e = size_t(task) * kExtentsPerTask; e < end; ++e) {
+            const uint8_t* record = batch.staging.get() + batch.read_start[size_t(batch.plan.read_of_extent[e])] +
+                                    batch.plan.offset_in_read[e];
+            const size_t neuron_index = e / records;
+            const NeuronPart first_part = batch.records[e % records];
+            check_record(header_, batch.layer, batch.neurons[neuron_index], first_part, record);
+            visit(neuron_index, first_part, record);
+        }
+    };
+    const int64_t tasks = int64_t((extents + kExtentsPerTask - 1) / kExtentsPerTask);
+    pool_.parallel_for(tasks, check_and_visit, tasks > 1);
     counters_.cache_seconds += seconds_since(check_start);
 }
 
 void FlashFfn::read_records(int64_t layer, std::span<const int32_t> neurons, std::span<const NeuronPart> records,
                             const RecordVisitor& visit) {
     // In slices, so the read staging stays small however many neurons a call reads.
-    for (size_t first = 0; first < neurons.size(); first += size_t(kLoadSlice)) {
-        const auto slice = neurons.subspan(first, std::min(neurons.size() - first, size_t(kLoadSlice)));
-        start_reads(layer, slice, records);
-        finish_reads(layer, slice, records,
-                     [&](size_t i, NeuronPart part, const uint8_t* record) { visit(first + i, part, record); });
+    const size_t slice = size_t(slice_neurons(records));
+    for (size_t first = 0; first < neurons.size(); first += slice) {
+        start_reads(demand_, layer, neurons.subspan(first, std::min(neurons.size() - first, slice)), records);
+        finish_reads(demand_, [&](size_t i, NeuronPart part, const uint8_t* record) { visit(first + i, part, record); });
     }
+}
+
+void FlashFfn::read_ahead(int64_t layer, const float* x, int64_t m) {
+    predict_active(layer, x, m, ahead_active_);
+    const NeuronCache& resident = resident_[size_t(layer)];
+    std::erase_if(ahead_active_, [&](int32_t id) { return resident.slot_of(id) >= 0; });
+    ahead_active_.resize(std::min(ahead_active_.size(), size_t(slice_neurons(token_records_))));
+    if (ahead_active_.empty()) return;
+    start_reads(ahead_, layer, ahead_active_, token_records_);
+    counters_.read_ahead_neurons += int64_t(ahead_active_.size());
+}
+
+void FlashFfn::drop_reads_ahead() {
+    if (ahead_.pending) reader_.wait_ignoring_errors();
+    ahead_.pending = false;
+    ahead_.layer = -1;
 }
 
 // The parts of the record that the cache holds, and the bias (every record of a file with biases
@@ -302,6 +335,7 @@ void FlashFfn::forward(int64_t layer, const float* x, int64_t m, float* y, const
 
 // Which neurons take part: the caller's list, else the layer's predictor's, else all of them.
 void FlashFfn::choose_active(int64_t layer, const float* x, int64_t m, const std::vector<int32_t>* active) {
+    caller_chose_ = active != nullptr;
     if (active != nullptr) {
         active_ = *active;
         std::sort(active_.begin(), active_.end());
@@ -347,20 +381,51 @@ void FlashFfn::gate_activations(int64_t layer, const float* x, int64_t m, std::s
     counters_.predict_seconds += seconds_since(start);
 }
 
-// Where they go: the resident cache takes every active neuron it can hold (with a window, all of
-// them while they fit beside the pinned ones; without, the pinned only); the rest are transient,
-// read for this call alone.
+void FlashFfn::predict_active(int64_t layer, const float* x, int64_t m, std::vector<int32_t>& active) {
+    const auto start = Clock::now();
+    active.clear();
+    if (sparse_gates_) {
+        ahead_products_.resize(size_t(header_.d_ff * m));
+        sparse_ffn_products(gates_[size_t(layer)], NeuronPart::Gate, all_neurons_, x, m, ahead_products_.data(), pool_);
+        const float threshold = sparsity_.thresholds[size_t(layer)];
+        const float* scales = sparsity_.neuron_scales.data() + layer * header_.d_ff;
+        for (int32_t neuron = 0; neuron < header_.d_ff; ++neuron)
+            for (int64_t r = 0; r < m; ++r)
+                if (sparse_gate_activation(ahead_products_[size_t(neuron * m + r)], scales[neuron], threshold) != 0.0f) {
+                    active.push_back(neuron);
+                    break;
+                }
+    } else if (has_predictor_[size_t(layer)]) {
+        predictors_[size_t(layer)].predict(x, m, active);
+        std::sort(active.begin(), active.end());
+    } else {
+        active = all_neurons_;
+    }
+    counters_.predict_seconds += seconds_since(start);
+}
+
+// Where they go: the resident cache keeps the active neurons it holds and, with a window, takes
+// as many of the others as fit beside the pinned ones (evicting the least recently active); the
+// rest are transient, read for this call alone.
 void FlashFfn::place_active(NeuronCache& resident) {
     const auto cache_start = Clock::now();
     resident_active_.clear();
     transient_active_.clear();
-    const bool window_holds_all =
-        options_.window > 0 && resident.pinned() + int64_t(active_.size()) <= resident.capacity();
+    int64_t unpinned_hits = 0;
     for (int32_t id : active_) {
-        if (window_holds_all || resident.slot_of(id) >= 0)
+        const int32_t slot = resident.slot_of(id);
+        unpinned_hits += slot >= 0 && !resident.is_pinned(slot);
+    }
+    int64_t room = options_.window > 0 ? resident.capacity() - resident.pinned() - unpinned_hits : 0;
+    for (int32_t id : active_) {
+        if (resident.slot_of(id) >= 0) {
             resident_active_.push_back(id);
-        else
+        } else if (room > 0) {
+            resident_active_.push_back(id);
+            --room;
+        } else {
             transient_active_.push_back(id);
+        }
     }
     resident.begin_token(resident_active_, resident_plan_);
     ensure_transient_capacity(int64_t(transient_active_.size()));
@@ -371,15 +436,50 @@ void FlashFfn::place_active(NeuronCache& resident) {
 }
 
 // The missing neurons are read while the resident ones are computed (when they fit one batch of
-// reads); then they are checked, filled in and computed too. The sum over slots is the same in
-// any order of the two halves.
+// reads), except those already read ahead; then they are checked, filled in and computed too, and
+// the next layer's reads ahead start. The sum over slots is the same in any order of the parts.
 void FlashFfn::compute_active(int64_t layer, const float* x, int64_t m, float* y) {
     NeuronCache& resident = resident_[size_t(layer)];
     try {
         load_neurons_ = resident_plan_.missing;
         load_neurons_.insert(load_neurons_.end(), transient_plan_.missing.begin(), transient_plan_.missing.end());
-        const bool overlap = !load_neurons_.empty() && int64_t(load_neurons_.size()) <= kLoadSlice;
-        if (overlap) start_reads(layer, load_neurons_, token_records_);
+        const size_t resident_missing = resident_plan_.missing.size();
+        const auto fill = [&](size_t i, NeuronPart part, const uint8_t* record) {  // i: in load_neurons_
+            if (i < resident_missing)
+                fill_from_record(resident, resident_plan_.missing_slots[i], part, record);
+            else
+                fill_from_record(*transient_, transient_plan_.missing_slots[i - resident_missing], part, record);
+        };
+
+        // What the reads ahead hold for this layer comes from them; the rest is read now.
+        if (ahead_.layer != layer) drop_reads_ahead();
+        std::vector<int32_t>& demand = demand_neurons_;
+        demand.clear();
+        demand_index_.clear();
+        ahead_fills_.clear();
+        for (size_t i = 0; i < load_neurons_.size(); ++i) {
+            const auto found = std::lower_bound(ahead_.neurons.begin(), ahead_.neurons.end(), load_neurons_[i]);
+            if (ahead_.layer == layer && found != ahead_.neurons.end() && *found == load_neurons_[i]) {
+                ahead_fills_.push_back(i);
+            } else {
+                demand.push_back(load_neurons_[i]);
+                demand_index_.push_back(i);
+            }
+        }
+        if (ahead_.layer == layer) {
+            ahead_target_.assign(ahead_.neurons.size(), SIZE_MAX);  // each read-ahead neuron's place in load_neurons_
+            for (size_t i : ahead_fills_)
+                ahead_target_[size_t(std::lower_bound(ahead_.neurons.begin(), ahead_.neurons.end(), load_neurons_[i]) -
+                                     ahead_.neurons.begin())] = i;
+            finish_reads(ahead_, [&](size_t a, NeuronPart part, const uint8_t* record) {
+                if (ahead_target_[a] != SIZE_MAX) fill(ahead_target_[a], part, record);
+            });
+            ahead_.layer = -1;
+            counters_.read_ahead_used += int64_t(ahead_fills_.size());
+        }
+
+        const bool overlap = !demand.empty() && int64_t(demand.size()) <= slice_neurons(token_records_);
+        if (overlap) start_reads(demand_, layer, demand, token_records_);
         std::fill(y, y + m * header_.d_model, 0.0f);
         const int64_t first_new = resident.size() - int64_t(resident_plan_.missing_slots.size());
         hit_slots_.clear();
@@ -387,23 +487,22 @@ void FlashFfn::compute_active(int64_t layer, const float* x, int64_t m, float* y
             if (slot < first_new) hit_slots_.push_back(slot);
         compute(resident, hit_slots_, x, m, y);
 
-        const size_t resident_missing = resident_plan_.missing.size();
-        const auto fill = [&](size_t i, NeuronPart part, const uint8_t* record) {
-            if (i < resident_missing)
-                fill_from_record(resident, resident_plan_.missing_slots[i], part, record);
-            else
-                fill_from_record(*transient_, transient_plan_.missing_slots[i - resident_missing], part, record);
+        const auto fill_demand = [&](size_t i, NeuronPart part, const uint8_t* record) {
+            fill(demand_index_[i], part, record);
         };
         if (overlap)
-            finish_reads(layer, load_neurons_, token_records_, fill);
+            finish_reads(demand_, fill_demand);
         else
-            read_records(layer, load_neurons_, token_records_, fill);
+            read_records(layer, demand, token_records_, fill_demand);
         counters_.neurons_loaded += int64_t(load_neurons_.size());
+        if (options_.read_ahead && !caller_chose_ && layer + 1 < header_.layers) read_ahead(layer + 1, x, m);
     } catch (...) {
         // A failed read or a damaged record: the slots reserved for this call's missing neurons
         // hold nothing valid, so no later call may take them for resident. Dropping every unpinned
         // neuron costs only rereads.
         reader_.wait_ignoring_errors();
+        demand_.pending = ahead_.pending = false;
+        ahead_.layer = -1;
         resident.clear_unpinned();
         transient_->clear_unpinned();
         throw;
@@ -428,14 +527,15 @@ void FlashFfn::compute(const NeuronCache& cache, std::span<const int32_t> slots,
 
 std::vector<float> FlashFfn::read_part(int64_t layer, NeuronPart part, std::vector<float>* bias) {
     require(layer >= 0 && layer < header_.layers, "flash FFN: layer ", layer, " out of range");
+    drop_reads_ahead();
     const std::vector<NeuronPart> parts = header_.part_list();
     require(std::find(parts.begin(), parts.end(), part) != parts.end(), "flash FFN: the file has no such part");
     const int64_t d_model = header_.d_model, d_ff = header_.d_ff;
     std::vector<float> weights(size_t(d_model * d_ff));
-    std::vector<float> column(static_cast<size_t>(d_model));
     if (bias != nullptr) bias->assign(header_.has_bias ? size_t(d_ff) : 0, 0.0f);
     const NeuronPart record[] = {header_.record_first_part(part)};
     read_records(layer, all_neurons_, record, [&](size_t neuron, NeuronPart, const uint8_t* bytes) {
+        std::vector<float> column(static_cast<size_t>(d_model));  // the visits run on the pool
         dequantize_vector(header_.vector, bytes + header_.vector_offset_in_record(part), column.data());
         for (int64_t k = 0; k < d_model; ++k) weights[size_t(k * d_ff) + neuron] = column[size_t(k)];
         // Every record of a file with biases carries its neuron's.

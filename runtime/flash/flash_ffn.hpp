@@ -12,6 +12,12 @@
 // with a sparsity section (runtime/flash/ffn_sparsity.hpp), the neurons whose gate activation
 // passes the layer's threshold: then every gate is read once, when the FFN is created, and kept
 // resident beside the caches (which hold up and down only), and a token reads up and down alone.
+//
+// Reads ahead (options.read_ahead): once a layer's own reads are in, the next layer's active
+// neurons are predicted from this layer's input (the residual stream changes little from one
+// layer to the next) and those not resident are read while this layer computes and the caller
+// runs what lies between the two FFNs. The next forward takes what it needs from them and reads
+// the rest on demand.
 #pragma once
 
 #include <chrono>
@@ -44,6 +50,8 @@ struct FlashFfnOptions {
     // A file with a sparsity section: keep the gates resident and run only the neurons above the
     // thresholds (false: the file is served as one without).
     bool use_sparsity = true;
+    // Read the next layer's predicted neurons while this one computes (see above).
+    bool read_ahead = false;
 };
 
 // What a run did, summed over every token and layer since creation (or reset_counters).
@@ -60,6 +68,8 @@ struct FlashFfnCounters {
     double cache_seconds = 0;    // cache bookkeeping, record checks, filling slots
     double compute_seconds = 0;  // the sparse FFN
     double predict_seconds = 0;  // the predictors
+    int64_t read_ahead_neurons = 0;  // neurons read ahead of their layer (their bytes are in bytes_read)
+    int64_t read_ahead_used = 0;     // ... of which their layer then needed (active and not resident)
 };
 
 class FlashFfn {
@@ -103,21 +113,43 @@ public:
     const FlashFfnCounters& counters() const { return counters_; }
     void reset_counters() { counters_ = {}; }
     const Storage& storage() const { return *storage_; }
+    const ReadCurve& read_curve() const { return options_.read_curve; }  // empty: the planner's defaults
 
 private:
     using Clock = std::chrono::steady_clock;
+    // The reads of one batch of records: planned, started on the read thread, then waited for,
+    // checked and visited. A token's own reads and its reads ahead are two batches.
+    struct ReadBatch {
+        int64_t layer = -1;
+        std::vector<int32_t> neurons;  // whose records, in the order visited
+        std::vector<NeuronPart> records;
+        std::vector<Extent> extents;
+        ReadPlan plan;
+        std::vector<ReadRequest> requests;
+        std::vector<int64_t> read_start;  // each planned read's offset in the staging buffer
+        std::unique_ptr<uint8_t[], AlignedFree> staging;
+        int64_t staging_bytes = 0;
+        double read_seconds = 0;  // measured on the read thread
+        bool pending = false;     // started, not finished yet
+    };
     // Reads and checks the records of `neurons` of `layer` and shows each to `visit` with the index
-    // of its neuron in `neurons` and its first part.
+    // of its neuron in `neurons` and its first part. Visits run concurrently on the pool.
     // `records`: the first parts of the records to read for each neuron (NeuronFileHeader's
     // record_first_parts(), or some of them).
     using RecordVisitor = std::function<void(size_t, NeuronPart, const uint8_t*)>;
     void read_records(int64_t layer, std::span<const int32_t> neurons, std::span<const NeuronPart> records,
                       const RecordVisitor& visit);
-    // The same in two halves, for at most kLoadSlice neurons: the reads are planned and started on
-    // the read thread; finish_reads waits for them, checks every record and visits it.
-    void start_reads(int64_t layer, std::span<const int32_t> neurons, std::span<const NeuronPart> records);
-    void finish_reads(int64_t layer, std::span<const int32_t> neurons, std::span<const NeuronPart> records,
-                      const RecordVisitor& visit);
+    // The same in two halves, for at most slice_neurons() neurons: the reads are planned and
+    // started on the read thread; finish_reads waits for them, checks every record and visits it
+    // with the index of its neuron in batch.neurons and its first part.
+    void start_reads(ReadBatch& batch, int64_t layer, std::span<const int32_t> neurons,
+                     std::span<const NeuronPart> records);
+    void finish_reads(ReadBatch& batch, const RecordVisitor& visit);
+    int64_t slice_neurons(std::span<const NeuronPart> records) const;  // neurons one batch reads at most
+    // Reads ahead: starts reading the neurons of `layer` that its criterion names for x and that are
+    // not resident; drop_reads_ahead waits for and forgets reads ahead nobody will take.
+    void read_ahead(int64_t layer, const float* x, int64_t m);
+    void drop_reads_ahead();
     // With a sparsity section: reads it, and every layer's gates into gates_.
     void load_sparsity();
     NeuronCache token_cache(int64_t capacity, int window) const;  // a cache of the parts tokens read
@@ -125,6 +157,9 @@ private:
     // when `masked`); the neurons with one not 0 into `active`, when given.
     void gate_activations(int64_t layer, const float* x, int64_t m, std::span<const int32_t> neurons, bool masked,
                           std::vector<int32_t>* active);
+    // The neurons of `layer` that its criterion (thresholds, predictor, else all) names for x, into
+    // `active`, leaving the per-call scratch of the layer being computed alone.
+    void predict_active(int64_t layer, const float* x, int64_t m, std::vector<int32_t>& active);
     void fill_from_record(NeuronCache& cache, int32_t slot, NeuronPart first_part, const uint8_t* record);
     // Reads the records of `neurons` of `layer` and fills `slots` of `cache` with them.
     void load(int64_t layer, std::span<const int32_t> neurons, std::span<const int32_t> slots, NeuronCache& cache);
@@ -135,7 +170,6 @@ private:
     void compute_active(int64_t layer, const float* x, int64_t m, float* y);
     void compute(const NeuronCache& cache, std::span<const int32_t> slots, const float* x, int64_t m, float* y);
     void ensure_transient_capacity(int64_t neurons);
-    uint8_t* staging(int64_t bytes);
 
     std::unique_ptr<Storage> storage_;
     FlashFfnOptions options_;
@@ -153,18 +187,17 @@ private:
     std::vector<NeuronPart> token_records_;  // the records a token reads per neuron
 
     // Per-call scratch, kept so steady-state calls do not allocate.
-    std::unique_ptr<uint8_t[], AlignedFree> staging_;
-    int64_t staging_bytes_ = 0;
-    std::vector<int32_t> active_, resident_active_, transient_active_, all_neurons_;
+    ReadBatch demand_, ahead_;  // this call's reads; the next layer's reads ahead
+    std::vector<int32_t> active_, resident_active_, transient_active_, all_neurons_, ahead_active_;
     NeuronCache::TokenPlan resident_plan_, transient_plan_;
-    std::vector<Extent> extents_;
-    std::vector<ReadRequest> requests_;
-    std::vector<int64_t> read_start_;  // each planned read's offset in the staging buffer
-    ReadPlan plan_;
     std::vector<int32_t> load_neurons_, hit_slots_;
+    std::vector<int32_t> demand_neurons_;              // the missing neurons not read ahead ...
+    std::vector<size_t> demand_index_, ahead_fills_;  // ... and where in load_neurons_ those and the read-ahead ones are
+    std::vector<size_t> ahead_target_;                // per neuron read ahead: its place in load_neurons_ (SIZE_MAX: unused)
     std::vector<float> gate_products_, neuron_gates_, slot_gates_;  // resident gates: per call
-    double read_seconds_ = 0;  // of the last batch, measured on the read thread
-    BackgroundTask reader_;    // last: its thread stops before the members it reads go away
+    std::vector<float> ahead_products_;                             // the next layer's gate products
+    bool caller_chose_ = false;  // this call's active neurons came from the caller: no reads ahead
+    BackgroundTask reader_;      // last: its thread stops before the members it reads go away
 
     FlashFfnCounters counters_;
 };

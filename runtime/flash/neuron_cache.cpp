@@ -177,6 +177,11 @@ int32_t NeuronCache::neuron_at(int32_t slot) const {
     return data_->slot_neuron[size_t(slot)];
 }
 
+bool NeuronCache::is_pinned(int32_t slot) const {
+    require(slot >= 0 && slot < data_->capacity, "neuron cache: slot ", slot, " out of range");
+    return data_->pinned[size_t(slot)] != 0;
+}
+
 int32_t NeuronCache::slot_of(int32_t neuron) const {
     require(neuron >= 0 && neuron < data_->header.d_ff, "neuron cache: neuron ", neuron, " out of range");
     return data_->neuron_slot[size_t(neuron)];

@@ -71,6 +71,7 @@ public:
     float bias(int32_t slot) const;
 
     int32_t neuron_at(int32_t slot) const;  // -1 for a free slot
+    bool is_pinned(int32_t slot) const;
     int32_t slot_of(int32_t neuron) const;  // -1 when not resident
 
     const NeuronFileHeader& header() const;
