@@ -3,7 +3,7 @@
 # activations costs in NLL and how sparse it makes them, then the FFNs served from neuron files
 # (fp16 and 4-bit g32) with a predictor per layer, scored token by token as decoding runs, then
 # 4-bit files with calibrated sparsity (resident gates; both scores, four targets), and the 30 %
-# weighted file token by token at the full and at half the budget.
+# weighted file token by token at the full and at half the budget, with and without reads ahead.
 # Writes one JSON line per run to OUT.jsonl. Usage: bench/smollm2_flash.sh OUT.jsonl [SEQUENCES]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -51,3 +51,8 @@ for budget in 1 0.5; do
   run "flash_q4g32_all_budget_$budget" --token-by-token --flash "$work/ffn-q4g32.qnf" --flash-budget "$budget"
   run "sparse_weighted_0.3_budget_$budget" --token-by-token --flash "$work/ffn-weighted-0.3.qnf" --flash-budget "$budget"
 done
+# The same at half the budget with the next layer's neurons read while this one computes.
+run "flash_q4g32_all_budget_0.5_read_ahead" --token-by-token --flash "$work/ffn-q4g32.qnf" --flash-budget 0.5 \
+    --flash-read-ahead
+run "sparse_weighted_0.3_budget_0.5_read_ahead" --token-by-token --flash "$work/ffn-weighted-0.3.qnf" \
+    --flash-budget 0.5 --flash-read-ahead

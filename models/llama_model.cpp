@@ -154,7 +154,7 @@ std::vector<ModelMatrix> model_matrices(const Weights& weights, bool with_classi
 
 // ---- model ----
 
-Model::Model(std::shared_ptr<const Weights> weights, LayerMaker& maker, LayerMaker* classifier_maker)
+Model::Model(std::shared_ptr<const Weights> weights, LayerMaker& maker, LayerMaker* classifier_maker, bool ffn_linears)
     : weights_(std::move(weights)), threads_(maker.context()) {
     if (!weights_) fail("Model: weights are NULL");
     weights_->validate();
@@ -164,8 +164,11 @@ Model::Model(std::shared_ptr<const Weights> weights, LayerMaker& maker, LayerMak
     layers_.resize(size_t(config().n_layers));
     size_t next = 0;
     for (Layer& layer : layers_)
-        for (auto* linear : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w1, &layer.w2, &layer.w3})
-            *linear = maker.make_linear(*matrices[next++].source);
+        for (auto* linear : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w1, &layer.w2, &layer.w3}) {
+            const bool ffn = linear == &layer.w1 || linear == &layer.w2 || linear == &layer.w3;
+            const LoadedMatrix& matrix = *matrices[next++].source;
+            if (ffn_linears || !ffn) *linear = maker.make_linear(matrix);
+        }
     classifier_ = (classifier_maker ? *classifier_maker : maker).make_linear(*matrices[next].source);
     key_cache_.resize(size_t(config().n_layers));
     value_cache_.resize(size_t(config().n_layers));
@@ -294,6 +297,8 @@ bool Model::run_layer(int l, int pos0, int count) {
 
     // SwiGLU feed-forward block
     normalize(lw.ffn_norm, count);
+    if (!layer.w1 && ffn_override_ == nullptr)
+        fail("Model: layer ", l, "'s FFN linears were not built and no FFN override is set");
     if (ffn_override_ != nullptr && capture_ == nullptr) {
         ffn_override_->forward(l, xb_.data(), count, delta_.data());
         add_delta(rows * dim);
@@ -363,6 +368,9 @@ std::unique_ptr<Linear>& Model::linear_at(InputSite site) {
     if (site.which < 0 || site.which >= kLayerMatrices) fail("Model: no matrix ", site.which);
     Layer& l = layers_[size_t(site.layer)];
     std::unique_ptr<Linear>* linears[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3};
+    if (!*linears[site.which])
+        fail("Model: matrix ", kLayerMatrixNames[site.which], " of layer ", site.layer,
+             " was not built (the model's FFNs come from an override)");
     return *linears[site.which];
 }
 
@@ -431,7 +439,7 @@ std::vector<const Linear*> Model::linears() const {
     std::vector<const Linear*> all;
     for (const Layer& layer : layers_)
         for (const auto* linear : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w1, &layer.w2, &layer.w3})
-            all.push_back(linear->get());
+            if (*linear) all.push_back(linear->get());
     all.push_back(classifier_.get());
     return all;
 }
@@ -463,6 +471,7 @@ const Linear& Model::layer_linear(int layer, int which) const {
     const Layer& l = layers_[size_t(layer)];
     const std::unique_ptr<Linear>* linears[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3};
     if (which < 0 || which >= kLayerMatrices) fail("Model::layer_linear: no matrix ", which);
+    if (!*linears[which]) fail("Model::layer_linear: matrix ", kLayerMatrixNames[which], " of layer ", layer, " was not built");
     return **linears[which];
 }
 

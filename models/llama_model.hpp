@@ -113,8 +113,10 @@ struct FfnSparsity {
 class Model {
 public:
     // Builds every linear layer (wq, wk, wv, wo, w1, w2, w3 of each layer) with `maker` and the
-    // classifier with `classifier_maker` (`maker` when NULL).
-    Model(std::shared_ptr<const Weights> weights, LayerMaker& maker, LayerMaker* classifier_maker = nullptr);
+    // classifier with `classifier_maker` (`maker` when NULL). Without ffn_linears, w1, w2 and w3 are
+    // not built: the FFNs must then come from an FfnOverride (set_ffn_override) before a forward.
+    Model(std::shared_ptr<const Weights> weights, LayerMaker& maker, LayerMaker* classifier_maker = nullptr,
+          bool ffn_linears = true);
 
     const Config& config() const { return weights_->config; }
 
@@ -176,7 +178,7 @@ public:
     int64_t linear_weight_count() const;
     const Linear& layer_linear(int layer, int which) const;  // which: 0..6 = wq wk wv wo w1 w2 w3
     const Linear& classifier() const { return *classifier_; }
-    std::vector<const Linear*> linears() const;  // every layer's seven, then the classifier
+    std::vector<const Linear*> linears() const;  // every layer's seven (those built), then the classifier
 
 private:
     struct Layer {

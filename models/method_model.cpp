@@ -25,18 +25,19 @@ std::vector<int> policy_ranks(const MethodOptions& options, const Weights& weigh
 
 MethodModel build_method_model(std::shared_ptr<const Weights> weights, const MethodOptions& options,
                                const qjit_context_options& context_options,
-                               const std::vector<std::vector<int>>* calibration, bool fp32_classifier) {
+                               const std::vector<std::vector<int>>* calibration, bool fp32_classifier,
+                               bool ffn_linears) {
     DenseMaker dense;
     LayerMaker* classifier_maker = fp32_classifier ? &dense : nullptr;
     MethodModel built;
     if (options.method == "fp32") {
-        built.model = std::make_unique<Model>(std::move(weights), dense);
+        built.model = std::make_unique<Model>(std::move(weights), dense, nullptr, ffn_linears);
         built.maker_name = dense.name();
         return built;
     }
     if (options.method == "exact") {
         GgufImportMaker exact(&context_options);
-        built.model = std::make_unique<Model>(std::move(weights), exact, classifier_maker);
+        built.model = std::make_unique<Model>(std::move(weights), exact, classifier_maker, ffn_linears);
         built.maker_name = exact.name();
         return built;
     }
@@ -49,11 +50,14 @@ MethodModel build_method_model(std::shared_ptr<const Weights> weights, const Met
     if (options.calibrated()) {
         if (!calibration || calibration->empty())
             throw std::runtime_error("--method " + options.method + " needs calibration sequences");
+        if (!ffn_linears)
+            throw std::runtime_error("--method " + options.method + " quantizes every layer on the model's own "
+                                     "activations, which need its FFNs");
         built.model = std::make_unique<Model>(std::move(weights), dense);  // fp32, quantized layer by layer
         built.calibration_rows = quantize_with_calibration(*built.model, maker, *calibration, !fp32_classifier);
         built.model->share_threads(maker.context());
     } else {
-        built.model = std::make_unique<Model>(std::move(weights), maker, classifier_maker);
+        built.model = std::make_unique<Model>(std::move(weights), maker, classifier_maker, ffn_linears);
     }
     return built;
 }

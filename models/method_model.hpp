@@ -23,10 +23,12 @@ struct MethodModel {
 };
 
 // `calibration` is needed when options.calibrated(); fp32_classifier keeps the classifier in dense
-// fp32 loops whatever the method.
+// fp32 loops whatever the method. Without ffn_linears the FFN matrices are not built (Model's
+// constructor; not for a calibrated method, which runs them to quantize the layers after them).
 MethodModel build_method_model(std::shared_ptr<const Weights> weights, const MethodOptions& options,
                                const qjit_context_options& context_options,
-                               const std::vector<std::vector<int>>* calibration, bool fp32_classifier);
+                               const std::vector<std::vector<int>>* calibration, bool fp32_classifier,
+                               bool ffn_linears = true);
 
 // The ranks a policy gives the model's matrices (the classifier's last when with_classifier), in the
 // order the model makes them.

@@ -271,6 +271,7 @@ struct Report {
     std::optional<qjit_flash_ffn_info> flash_info;
     double flash_fit_seconds = 0.0;
     double flash_curve_gbps = 0.0;  // the read curve at the run's mean read size
+    bool ffn_linears = true;        // false: the model holds no FFN linears (--flash serves them)
 };
 
 // What the reads moved per second of reading (start to end, overlapped or not).
@@ -336,6 +337,7 @@ void print_json(const Options& options, const Report& r) {
         const qjit_flash_counters& f = *r.flash;
         const double calls = double(std::max<int64_t>(1, f.tokens));
         json.text("flash_file", options.flash.path)
+            .boolean("model_ffn_linears", r.ffn_linears)
             .text("flash_format", r.flash_info->format)
             .integer("flash_dram_bytes", r.flash_info->dram_bytes)
             .integer("flash_weight_bytes", r.flash_info->weight_bytes)
@@ -384,8 +386,8 @@ void print_text(const Options& options, const Report& r) {
                 options.model.c_str(), c.n_layers, c.dim, c.hidden_dim, c.n_heads, c.n_kv_heads, c.head_size,
                 c.vocab_size, c.seq_len, double(c.rope_base), double(c.rms_eps),
                 r.weights->tied_classifier ? "tied to the embedding" : "separate");
-    std::printf("linears: %s, %.3f bits per weight as stored, loaded in %.2f s\n", r.linears.c_str(),
-                r.storage.bits_per_weight(), r.load_seconds);
+    std::printf("linears: %s, %.3f bits per weight as stored, loaded in %.2f s%s\n", r.linears.c_str(),
+                r.storage.bits_per_weight(), r.load_seconds, r.ffn_linears ? "" : " (not the FFNs: --flash serves them)");
     if (!r.pack.empty()) std::printf("pack %s: %s\n", options.pack.c_str(), r.pack.c_str());
     if (r.nll)
         std::printf("NLL %.6f nats per token over %lld tokens of %zu sequences (%.2f s)\n", r.nll->mean_nll,
@@ -453,13 +455,18 @@ int run(const Options& options) {
         read_sequences(options.calibration_tokens, options.calibration_sequences, c, "--calibration-tokens");
     const std::vector<int> prompt = options.generate > 0 ? read_prompt(options, vocabulary, c) : std::vector<int>{};
 
+    // FFNs served from a neuron file need no linears of their own, unless the model runs densely
+    // first: to fit predictors, or to quantize its later layers on its own activations.
+    const bool ffn_linears = options.flash.path.empty() || options.flash.target_recall > 0 ||
+                             options.method.calibrated() || !options.pack.empty();
     const llama::MethodModel built = options.pack.empty()
                                          ? llama::build_method_model(report.weights, options.method,
                                                                      options.context.context_options(), &calibration,
-                                                                     options.fp32_classifier)
+                                                                     options.fp32_classifier, ffn_linears)
                                          : build_packed_model(options, report);
     llama::Model& model = *built.model;
     report.load_seconds = seconds_since(load_start);
+    report.ffn_linears = ffn_linears;
     report.linears = built.maker_name;
     report.calibration_rows = built.calibration_rows;
     report.storage = llama::qjit_storage(model);

@@ -378,6 +378,45 @@ TEST(LlamaGguf, TinyModelLoadsAndRuns) {
     EXPECT_EQ(generation.step_seconds.size(), 4u);
 }
 
+// A model built without its FFN linears runs its FFNs through an override (a flash FFN in qjit-run):
+// here one computing them with another model's linears, which gives that model's logits; without an
+// override, or asked for the missing matrices, it refuses by name.
+TEST(LlamaModel, FfnsFromAnOverrideNeedNoLinearsOfTheirOwn) {
+    const LoadedGguf gguf = load(llama_gguf(tiny_weights()));
+    llama::DenseMaker dense;
+    llama::Model full(gguf.weights, dense);
+    llama::Model attention_only(gguf.weights, dense, nullptr, /*ffn_linears=*/false);
+    const int layers = gguf.weights->config.n_layers;
+    EXPECT_EQ(attention_only.linears().size(), size_t(4 * layers + 1));
+    const std::vector<int> tokens = {0, 5, 2, 3};
+    expect_refused([&] { attention_only.forward_sequence(tokens); }, "no FFN override");
+    expect_refused([&] { attention_only.layer_linear(0, 5); }, "w2 of layer 0 was not built");
+
+    class FullModelsFfn final : public llama::FfnOverride {
+    public:
+        explicit FullModelsFfn(const llama::Model& model) : model_(model) {}
+        void forward(int layer, const float* x, int count, float* y) override {
+            const llama::Linear &w1 = model_.layer_linear(layer, 4), &w2 = model_.layer_linear(layer, 5),
+                                &w3 = model_.layer_linear(layer, 6);
+            std::vector<float> gate(size_t(count * w1.out_features())), up(gate.size());
+            w1.forward(x, count, gate.data());
+            w3.forward(x, count, up.data());
+            for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+            w2.forward(gate.data(), count, y);
+        }
+
+    private:
+        const llama::Model& model_;
+    } ffn(full);
+    attention_only.reset();
+    attention_only.set_ffn_override(&ffn);
+    const std::span<const float> expected_span = full.forward_sequence(tokens);
+    const std::vector<float> expected(expected_span.begin(), expected_span.end());
+    const std::span<const float> logits = attention_only.forward_sequence(tokens);
+    ASSERT_EQ(logits.size(), expected.size());
+    for (size_t i = 0; i < logits.size(); ++i) EXPECT_NEAR(logits[i], expected[i], 1e-5f) << "logit " << i;
+}
+
 // The Llama, Qwen2 and Qwen3 forwards against the reference written from their definitions: every
 // logit of a 12-token sequence within 1e-4 (fp32 against double), read back from GGUF files of each
 // architecture.
