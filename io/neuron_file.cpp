@@ -18,7 +18,7 @@ namespace qjit {
 namespace {
 
 constexpr char kMagic[8] = {'Q', 'J', 'I', 'T', 'N', 'E', 'U', 'R'};
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;  // 3: records checksummed with CRC-32C; 1 and 2: CRC-32
 constexpr int64_t kMaxFileBytes = int64_t(1) << 62;
 
 const char* part_name(NeuronPart part) {
@@ -161,6 +161,10 @@ int64_t NeuronFileHeader::bias_offset_in_record() const {
     return parts_per_record() * vector.bytes();
 }
 
+uint32_t NeuronFileHeader::record_crc(const uint8_t* bytes, size_t size, uint32_t seed) const {
+    return crc32c_records ? crc32c(bytes, size, seed) : crc32(bytes, size, seed);
+}
+
 uint32_t NeuronFileHeader::record_seed(int64_t layer, int64_t neuron, NeuronPart first_part) const {
     uint8_t key[24];
     const int64_t values[3] = {layer, neuron, int64_t(first_part)};
@@ -224,7 +228,7 @@ std::vector<uint8_t> encode_neuron_file_header(const NeuronFileHeader& header) {
     const WeightFormat& f = header.vector.format;
     HeaderWriter out;
     for (char c : kMagic) out.u8(uint8_t(c));
-    out.u32(kVersion);
+    out.u32(header.crc32c_records ? kVersion : 2);
     out.i64(header.layers);
     out.i64(header.d_model);
     out.i64(header.d_ff);
@@ -252,8 +256,8 @@ NeuronFileHeader parse_neuron_file_header(const uint8_t* bytes, size_t size) {
         fail(QJIT_ERROR_CORRUPT_DATA, "neuron file header: bad magic (not a neuron file)");
     HeaderReader in(bytes + sizeof kMagic);
     const uint32_t version = in.u32();
-    if (version != 1 && version != kVersion)
-        fail(QJIT_ERROR_CORRUPT_DATA, "neuron file header: version ", version, " is not supported (expected 1 or ",
+    if (version < 1 || version > kVersion)
+        fail(QJIT_ERROR_CORRUPT_DATA, "neuron file header: version ", version, " is not supported (expected 1 to ",
              kVersion, ")");
     const size_t field_bytes = version == 1 ? kVersion1FieldBytes : kFieldBytes;
     if (size < field_bytes + 4)
@@ -265,6 +269,7 @@ NeuronFileHeader parse_neuron_file_header(const uint8_t* bytes, size_t size) {
              ")");
 
     NeuronFileHeader header;
+    header.crc32c_records = version >= 3;
     header.layers = in.i64();
     header.d_model = in.i64();
     header.d_ff = in.i64();
@@ -394,7 +399,7 @@ void check_record(const NeuronFileHeader& header, int64_t layer, int64_t neuron,
                   const uint8_t* record) {
     const int64_t crc_at = header.payload_bytes(first_part) - 4;
     const uint32_t stored = load_u32(record + crc_at);
-    const uint32_t computed = crc32(record, size_t(crc_at), header.record_seed(layer, neuron, first_part));
+    const uint32_t computed = header.record_crc(record, size_t(crc_at), header.record_seed(layer, neuron, first_part));
     if (stored != computed)
         fail(QJIT_ERROR_CORRUPT_DATA, "neuron file: record of layer ", layer, " neuron ", neuron, " (part ",
              part_name(first_part), ") is damaged (CRC stored ", stored, ", computed ", computed, ")");
@@ -552,7 +557,7 @@ void NeuronFileWriter::add_layer(const FfnLayerWeights& weights) {
             // Every record of a neuron carries its bias, so a split file's down record has it too.
             if (h.has_bias) std::memcpy(record + h.bias_offset_in_record(), &weights.bias[size_t(neuron)], 4);
             const int64_t crc_at = h.payload_bytes(parts[first]) - 4;
-            store_u32(record + crc_at, crc32(record, size_t(crc_at), h.record_seed(layer, neuron, parts[first])));
+            store_u32(record + crc_at, h.record_crc(record, size_t(crc_at), h.record_seed(layer, neuron, parts[first])));
         }
     }
     s.write_at(buffer.data(), int64_t(buffer.size()), layer_start);

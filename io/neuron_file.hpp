@@ -12,12 +12,13 @@
 //               gate activation passes a threshold (runtime/flash/ffn_sparsity.hpp)
 //
 // File layout (little-endian):
-//   header    `alignment` bytes: magic "QJITNEUR", version (u32, 2), the fields of
+//   header    `alignment` bytes: magic "QJITNEUR", version (u32, 3), the fields of
 //             NeuronFileHeader: layers, d_model, d_ff (i64), activation, has_bias, bundled (u8),
 //             alignment (i64), the vector layout's coding (u8), bits (u32), group_size (i64),
 //             symmetric, float_offsets, scale_type (u8; an F16 layout keeps their defaults),
 //             gate_apart, has_sparsity (u8); the CRC-32 of all bytes before it (u32); zero padding.
-//             Version 1 files (no gate_apart, no has_sparsity) are read too.
+//             Versions 1 (no gate_apart, no has_sparsity) and 2 (records checksummed with CRC-32)
+//             are read too.
 //   sparsity  when has_sparsity, `sparsity_bytes()`: the calibrated target (f32), each layer's
 //             threshold (f32), each layer's d_ff neuron scales (f32), the CRC-32 of them; zero
 //             padding to alignment (FfnSparsity)
@@ -25,8 +26,9 @@
 //             record_first_parts() order, d_ff records
 //   record    its vectors in part order, then the first projection's bias (fp32, when the file has
 //             biases; every record of the file has the slot, and a split file writes the neuron's
-//             bias in each of its records), then the CRC-32 of everything before it in the record,
-//             seeded with record_seed(); zero padding to record_bytes
+//             bias in each of its records), then the CRC-32C (hardware-accelerated; CRC-32 before
+//             version 3) of everything before it in the record, seeded with record_seed(); zero
+//             padding to record_bytes
 #pragma once
 
 #include <cstdint>
@@ -52,6 +54,7 @@ struct NeuronFileHeader {
     bool bundled = true;
     bool gate_apart = false;  // bundled SwiGlu only: the gates in records of their own
     bool has_sparsity = false;  // a sparsity section (FfnSparsity) follows the header
+    bool crc32c_records = true;  // records checksummed with CRC-32C (version 3), else CRC-32 (1 and 2)
     int64_t alignment = 4096;  // record alignment and size granule: a power of two >= 512
     NeuronVectorLayout vector;
 
@@ -83,6 +86,8 @@ struct NeuronFileHeader {
     int64_t bias_offset_in_record() const;  // has_bias only
     // The CRC seed of a record: a record copied to the wrong place fails its check.
     uint32_t record_seed(int64_t layer, int64_t neuron, NeuronPart first_part) const;
+    // A record's checksum of `size` bytes with `seed`: CRC-32C or CRC-32, by the file's version.
+    uint32_t record_crc(const uint8_t* bytes, size_t size, uint32_t seed) const;
 };
 
 // Throws an invalid-argument Error naming the field for a header no file may have: layers >= 1,

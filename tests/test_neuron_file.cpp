@@ -265,7 +265,8 @@ TEST(NeuronFile, RefusesDamagedHeaders) {
     std::vector<uint8_t> magic = good;
     magic[3] = 'X';
     expect_corrupt_header(magic, "magic");
-    expect_corrupt_header(with_field(good, 8, 3, 4), "version");
+    expect_corrupt_header(with_field(good, 8, 4, 4), "version");
+    expect_corrupt_header(with_field(good, 8, 0, 4), "version");
     std::vector<uint8_t> crc = good;
     crc[25] ^= 1;
     expect_corrupt_header(crc, "CRC");
@@ -382,7 +383,7 @@ TEST(NeuronFile, AWriterWithASparsitySectionFinishesOnlyOnceItIsSet) {
     EXPECT_EQ(int64_t(fs::file_size(dir.path / "ffn.qnf")), h.file_bytes());
 }
 
-// The fuzz corpus's seeds are valid files, version 1 and 2, one with a sparsity section and its
+// The fuzz corpus's seeds are valid files, versions 1 to 3, with a sparsity section and its
 // gates apart: the fuzzer starts from them.
 TEST(NeuronFile, FuzzSeedsParse) {
     const fs::path corpus = fs::path(QJIT_SOURCE_DIR) / "tests/fuzz/corpus/fuzz_neuron_file";
@@ -403,8 +404,8 @@ TEST(NeuronFile, FuzzSeedsParse) {
                 check_record(h, 0, neuron, first, bytes + h.record_offset(0, neuron, first));
         ++seeds;
     }
-    EXPECT_GE(seeds, 4);
-    EXPECT_GE(with_sparsity, 1);
+    EXPECT_GE(seeds, 5);
+    EXPECT_GE(with_sparsity, 2);
 }
 
 TEST(NeuronFile, VersionOneHeadersStillParse) {
@@ -414,7 +415,9 @@ TEST(NeuronFile, VersionOneHeadersStillParse) {
         bytes.erase(bytes.begin() + 63, bytes.begin() + 65);  // ... had no gate_apart, has_sparsity
         const uint32_t crc = crc32(bytes.data(), 63);
         std::memcpy(bytes.data() + 63, &crc, 4);
-        expect_same_header(parse_neuron_file_header(bytes.data(), bytes.size()), h);
+        const NeuronFileHeader read = parse_neuron_file_header(bytes.data(), bytes.size());
+        expect_same_header(read, h);
+        EXPECT_FALSE(read.crc32c_records) << "version 1 records carry CRC-32";
     }
 }
 
@@ -507,6 +510,35 @@ TEST(NeuronFile, WritesFilesThatReadBack) {
                     }
                 }
         close(fd);
+    }
+}
+
+// Version 3 checksums records with CRC-32C; a version-2 file (CRC-32) is written and read as one.
+TEST(NeuronFile, RecordChecksumsFollowTheVersion) {
+    TempDir dir;
+    for (const bool crc32c_records : {true, false}) {
+        SCOPED_TRACE(crc32c_records ? "version 3" : "version 2");
+        NeuronFileHeader h = sample_headers()[0];
+        h.crc32c_records = crc32c_records;
+        const std::string path = (dir.path / "ffn.qneur").string();
+        write_neuron_file(path, h, make_layers(h));
+        const std::string file = test::read_file(path);
+        const auto* bytes = reinterpret_cast<const uint8_t*>(file.data());
+        EXPECT_EQ(bytes[8], crc32c_records ? 3 : 2);
+        const NeuronFileHeader read = parse_neuron_file_header(bytes, file.size());
+        EXPECT_EQ(read.crc32c_records, crc32c_records);
+        const NeuronPart first = read.part_list()[0];
+        const uint8_t* record = bytes + read.record_offset(1, 2, first);
+        const int64_t crc_at = read.payload_bytes(first) - 4;
+        const uint32_t seed = read.record_seed(1, 2, first);
+        uint32_t stored;
+        std::memcpy(&stored, record + crc_at, 4);  // little-endian, as the file stores it
+        EXPECT_EQ(stored,
+                  crc32c_records ? crc32c(record, size_t(crc_at), seed) : crc32(record, size_t(crc_at), seed));
+        EXPECT_NO_THROW(check_record(read, 1, 2, first, record));
+        NeuronFileHeader other = read;  // the other checksum does not pass the record
+        other.crc32c_records = !crc32c_records;
+        expect_error([&] { check_record(other, 1, 2, first, record); }, QJIT_ERROR_CORRUPT_DATA, {"damaged"});
     }
 }
 
@@ -761,13 +793,17 @@ TEST(NeuronFile, DISABLED_WritesNeuronFuzzSeeds) {
     int index = 0;
     for (const NeuronFileHeader& h : seeds) write_neuron_file((out / ("seed" + std::to_string(index++))).string(), h,
                                                               make_layers(h));
-    // Version 2's additions: the gates apart and a sparsity section (seeds 0-2 stay version 1 files).
-    NeuronFileHeader sparse = seeds[0];
-    sparse.gate_apart = sparse.has_sparsity = true;
-    NeuronFileWriter writer((out / "seed3").string(), sparse);
-    for (const LayerData& d : make_layers(sparse)) writer.add_layer(d.weights);
-    writer.set_sparsity({0.5f, {0.1f}, {1.0f, 0.8f}});
-    writer.finish();
+    // Version 2's additions, the gates apart and a sparsity section, in seed3 (seeds 0-2 stay
+    // version 1 files); the same as version 3 (CRC-32C records) in seed4.
+    for (const bool crc32c_records : {false, true}) {
+        NeuronFileHeader sparse = seeds[0];
+        sparse.gate_apart = sparse.has_sparsity = true;
+        sparse.crc32c_records = crc32c_records;
+        NeuronFileWriter writer((out / (crc32c_records ? "seed4" : "seed3")).string(), sparse);
+        for (const LayerData& d : make_layers(sparse)) writer.add_layer(d.weights);
+        writer.set_sparsity({0.5f, {0.1f}, {1.0f, 0.8f}});
+        writer.finish();
+    }
 }
 
 }  // namespace
