@@ -62,7 +62,7 @@ struct Options {
                  "usage: bench_flash [--json] [--f16 | --bits=4 --group=128] [--layers=32] [--d-model=4096]\n"
                  "                   [--d-ff=16384] [--activity=0.03] [--tokens=32] [--warmup=8] [--window=4]\n"
                  "                   [--budget=0.5] [--recall=0.99] [--calibration=256] [--full-read-tokens=3]\n"
-                 "                   [--alignment=512] [--dir=DIR]\n");
+                 "                   [--alignment=512] [--layer-rho=0.9] [--dir=DIR]\n");
     std::exit(code);
 }
 
@@ -79,6 +79,7 @@ Options parse(int argc, char** argv) {
         else if (const char* v = value("--d-model=")) o.spec.d_model = std::atoll(v);
         else if (const char* v = value("--d-ff=")) o.spec.d_ff = std::atoll(v);
         else if (const char* v = value("--activity=")) o.spec.activity = std::atof(v);
+        else if (const char* v = value("--layer-rho=")) o.spec.layer_rho = std::atof(v);
         else if (const char* v = value("--tokens=")) o.tokens = std::max(1, std::atoi(v));
         else if (const char* v = value("--warmup=")) o.warmup = std::max(0, std::atoi(v));
         else if (const char* v = value("--window=")) o.window = std::max(1, std::atoi(v));
@@ -143,6 +144,7 @@ struct Method {
     bool predictor;
     bool window;
     bool everything_resident;
+    bool read_ahead = false;
 };
 
 struct Setup {
@@ -198,6 +200,7 @@ void run_method(const Setup& s, const Method& m) {
     qjit::FlashFfnOptions flash;
     flash.read_curve = s.curve;
     flash.window = m.window ? o.window : 0;
+    flash.read_ahead = m.read_ahead;
     if (m.everything_resident)
         flash.dram_budget_bytes = int64_t(1) << 50;  // capped at every neuron
     else if (m.resident_half)
@@ -274,7 +277,7 @@ int main(int argc, char** argv) try {
 
     // The predictor, fitted on layer 0's calibration stream; every layer has the same weights.
     std::fprintf(stderr, "bench_flash: fitting the predictor on %d tokens\n", o.calibration);
-    const std::vector<float> calibration = qjit_bench::synthetic_inputs(o.spec, 0, o.calibration, 1);
+    const std::vector<float> calibration = qjit_bench::synthetic_inputs(o.spec, 1, o.calibration, 1)[0];
     {
         FlashFfn fitter(qjit::open_file_storage(s.split_path), {}, *context->pool);
         qjit::PredictorOptions predictor_options;
@@ -294,8 +297,7 @@ int main(int argc, char** argv) try {
 
         // Its quality on tokens it was not fitted on (layer 0's measured stream).
         const int64_t n = o.warmup + o.tokens;
-        s.inputs.resize(size_t(o.spec.layers));
-        for (int64_t l = 0; l < o.spec.layers; ++l) s.inputs[size_t(l)] = qjit_bench::synthetic_inputs(o.spec, l, n, 2);
+        s.inputs = qjit_bench::synthetic_inputs(o.spec, o.spec.layers, n, 2);
         const std::vector<uint8_t> truth = true_activity(s.inputs[0], n, up, bias, d_model, d_ff);
         const qjit::PredictorQuality held_out = s.predictor.evaluate(s.inputs[0].data(), truth.data(), n);
         int64_t truly_active = 0;
@@ -320,7 +322,8 @@ int main(int argc, char** argv) try {
     const Method methods[] = {
         {"naive", false, false, false, false, false},     {"hybrid", false, true, false, false, false},
         {"predictor", false, true, true, false, false},   {"windowing", false, true, true, true, false},
-        {"bundling", true, true, true, true, false},      {"resident", true, false, true, false, true},
+        {"bundling", true, true, true, true, false},      {"readahead", true, true, true, true, false, true},
+        {"resident", true, false, true, false, true},
     };
     for (const Method& m : methods) run_method(s, m);
     return 0;

@@ -90,7 +90,10 @@ SyntheticFfn make_synthetic_ffn(const SyntheticFfnSpec& spec) {
     return ffn;
 }
 
-std::vector<float> synthetic_inputs(const SyntheticFfnSpec& spec, int64_t layer, int64_t tokens, uint64_t stream) {
+namespace {
+
+// One layer's own stream, x_t = rho x_{t-1} + sqrt(1 - rho^2) e_t.
+std::vector<float> time_stream(const SyntheticFfnSpec& spec, int64_t layer, int64_t tokens, uint64_t stream) {
     Gaussian gaussian(spec.seed * 1000003 + uint64_t(layer) * 7919 + stream * 104729 + 17);
     std::vector<float> x(size_t(tokens * spec.d_model));
     const float keep = float(spec.rho), fresh = float(std::sqrt(1 - spec.rho * spec.rho));
@@ -99,6 +102,23 @@ std::vector<float> synthetic_inputs(const SyntheticFfnSpec& spec, int64_t layer,
             const float e = gaussian.next();
             x[size_t(t * spec.d_model + k)] = t == 0 ? e : keep * x[size_t((t - 1) * spec.d_model + k)] + fresh * e;
         }
+    return x;
+}
+
+}  // namespace
+
+std::vector<std::vector<float>> synthetic_inputs(const SyntheticFfnSpec& spec, int64_t layers, int64_t tokens,
+                                                 uint64_t stream) {
+    std::vector<std::vector<float>> x;
+    const float keep = float(spec.layer_rho), fresh = float(std::sqrt(1 - spec.layer_rho * spec.layer_rho));
+    for (int64_t l = 0; l < layers; ++l) {
+        x.push_back(time_stream(spec, l, tokens, stream));
+        if (l == 0) continue;
+        // A sum of two independent streams of the same kind, weights squared summing to 1: one more.
+        std::vector<float>& layer = x.back();
+        const std::vector<float>& below = x[size_t(l - 1)];
+        for (size_t i = 0; i < layer.size(); ++i) layer[i] = keep * below[i] + fresh * layer[i];
+    }
     return x;
 }
 
