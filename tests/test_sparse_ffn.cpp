@@ -187,11 +187,14 @@ void run_case(const FfnCase& c, ThreadPool& pool, uint32_t seed) {
             bound[size_t(r * k + i)] = 2 * (carried[size_t(i)] + (count + 4) * eps * running) + 1e-30;
         }
     }
-    // The fast path with the kernels the CPU picks, then with the baseline x86-64 ones.
+    // The fast path with every kernel variant the CPU runs, then the portable path.
+    const SparseFfnKernels variants[] = {SparseFfnKernels::Avx2, SparseFfnKernels::Baseline, SparseFfnKernels::Fastest};
+    const char* names[] = {"fast, AVX2 kernels", "fast, baseline kernels", "portable"};
     for (int variant = 0; variant < 3; ++variant) {
+        if (!sparse_ffn_kernels_supported(variants[variant])) continue;
         const SparseFfnPath path = variant < 2 ? SparseFfnPath::Fast : SparseFfnPath::Portable;
-        SCOPED_TRACE(variant == 0 ? "fast" : variant == 1 ? "fast, baseline kernels" : "portable");
-        sparse_ffn_baseline_kernels(variant == 1);
+        SCOPED_TRACE(names[variant]);
+        use_sparse_ffn_kernels(variants[variant]);
         std::vector<float> y = y0;
         sparse_ffn_accumulate(cache, slots, x.data(), m, y.data(), pool, path);
         test::expect_within(y, expected, bound);
@@ -199,7 +202,7 @@ void run_case(const FfnCase& c, ThreadPool& pool, uint32_t seed) {
         std::vector<float> unchanged = y0;
         sparse_ffn_accumulate(cache, {}, x.data(), m, unchanged.data(), pool, path);
         EXPECT_EQ(unchanged, y0);
-        sparse_ffn_baseline_kernels(false);
+        use_sparse_ffn_kernels(SparseFfnKernels::Fastest);
     }
 }
 
@@ -212,7 +215,7 @@ TEST(SparseFfn, MatchesTheDenseOracleOnItsNeurons) {
     const Shape shapes[] = {{100, 37, 32}, {129, 45, 16}, {64, 21, 1 << 20}, {96, 19, 64}};
     for (FfnActivation activation : {FfnActivation::SwiGlu, FfnActivation::Relu})
         for (const Shape& shape : shapes)
-            for (int64_t m : {1, 3}) {
+            for (int64_t m : {1, 3, 6}) {
                 for (int bits : {2, 3, 4, 8})
                     for (int zeros : {0, 1, 2})  // asymmetric, symmetric, float offsets
                         for (ScaleType scales : {ScaleType::F32, ScaleType::F16})
@@ -254,7 +257,7 @@ TEST(SparseFfn, MatchesTheOracleOnScatteredAndCompactSlots) {
     ThreadPool pool(2);
     uint32_t seed = 40;
     for (bool compact : {false, true})
-        for (int64_t m : {1, 3}) {
+        for (int64_t m : {1, 3, 6}) {
             run_case({.bits = 4, .group_size = 128, .scale_type = ScaleType::F16, .activation = FfnActivation::Relu,
                       .d_model = 300, .d_ff = 400, .m = m, .capacity = compact ? 24 : 400, .active = 13,
                       .compact = compact},

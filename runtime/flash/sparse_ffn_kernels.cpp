@@ -2,25 +2,49 @@
 
 #include <atomic>
 
+#include "base/error.hpp"
+
 namespace qjit {
 
 namespace {
 
 using Data = NeuronCache::Data;
 
-std::atomic<bool> baseline_only{false};
+std::atomic<SparseFfnKernels> chosen{SparseFfnKernels::Fastest};
+
+const SparseFfnKernelTable& table(SparseFfnKernels which) {
+    switch (which) {
+    case SparseFfnKernels::Avx2: return sparse_ffn_kernels_avx2();
+    default: return sparse_ffn_kernels_baseline();
+    }
+}
 
 // The fastest variant the CPU runs, picked at run time (not by ifunc clones, so that sanitizer
 // builds and any x86-64 take the same route).
+SparseFfnKernels fastest() {
+    static const SparseFfnKernels best =
+        sparse_ffn_kernels_supported(SparseFfnKernels::Avx2) ? SparseFfnKernels::Avx2 : SparseFfnKernels::Baseline;
+    return best;
+}
+
 const SparseFfnKernelTable& kernels() {
-    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return avx2 && !baseline_only.load(std::memory_order_relaxed) ? sparse_ffn_kernels_avx2()
-                                                                   : sparse_ffn_kernels_baseline();
+    const SparseFfnKernels which = chosen.load(std::memory_order_relaxed);
+    return table(which == SparseFfnKernels::Fastest ? fastest() : which);
 }
 
 }  // namespace
 
-void sparse_ffn_baseline_kernels(bool on) { baseline_only.store(on, std::memory_order_relaxed); }
+bool sparse_ffn_kernels_supported(SparseFfnKernels which) {
+    switch (which) {
+    case SparseFfnKernels::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    default: return true;
+    }
+}
+
+void use_sparse_ffn_kernels(SparseFfnKernels which) {
+    require(sparse_ffn_kernels_supported(which), "sparse FFN: this CPU does not run the kernels asked for");
+    chosen.store(which, std::memory_order_relaxed);
+}
 
 void column_products(const Data& d, NeuronPart part, int64_t slot, const float* x_padded, const float* x_sums,
                      int64_t m, float* out) {

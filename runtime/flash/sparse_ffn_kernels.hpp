@@ -1,7 +1,8 @@
 // The SIMD kernels of the sparse FFN's fast path, each compiled for AVX2 with FMA and for baseline
 // x86-64, picked at run time by what the CPU supports: GCC vector types of 8 lanes, one lane per
 // row of a vector (8 rows of a 32-row block), so the same arithmetic runs on every ISA (two SSE
-// halves on the baseline). Codes are unpacked with shifts and masks to fp32 and multiplied in fp32;
+// halves on the baseline). (Compiled for AVX-512 with 16 lanes they ran no faster than AVX2's:
+// decoding codes to fp32, not the vector width, bounds them; bench_sparse_ffn measures them.) Codes are unpacked with shifts and masks to fp32 and multiplied in fp32;
 // each group's sums get their scale and zero point once, as qjit's CPU kernels do.
 #pragma once
 
@@ -11,9 +12,12 @@
 
 namespace qjit {
 
-// Makes the entry points below take the baseline x86-64 variant even where AVX2 runs (on), or the
-// fastest again (off): for tests, so that both variants meet the oracle on an AVX2 machine.
-void sparse_ffn_baseline_kernels(bool on);
+// The kernel variants, and which the entry points below take: the fastest the CPU runs (Fastest), or
+// one named (for tests and benchmarks, so that every variant the CPU runs meets the oracle).
+enum class SparseFfnKernels { Fastest, Avx2, Baseline };
+bool sparse_ffn_kernels_supported(SparseFfnKernels which);
+// Throws an invalid-argument Error for a variant the CPU does not run.
+void use_sparse_ffn_kernels(SparseFfnKernels which);
 
 // Asks for bytes [p, p + n) ahead of their use: the next of a token's scattered vectors, which the
 // hardware prefetchers cannot guess.

@@ -312,17 +312,36 @@ inline void down_accumulate_body(const Data& d, const int32_t* slots, int64_t co
     }
 }
 
+// Whether 8-lane vectors are one register here: converting fp16 with them pays only then (on the
+// baseline the scalar conversion, which GCC vectorizes its own way, runs twice as fast).
+#ifdef __AVX2__
+constexpr bool kOneRegisterVectors = true;
+#else
+constexpr bool kOneRegisterVectors = false;
+#endif
+
+// fp16 vectors: 32 values converted at a time (four chains of 8), then one FMA each per row of x.
 inline void f16_products_body(const uint16_t* row, const float* x, int64_t m, int64_t n, float* out) {
-    for (int64_t r = 0; r < m; ++r) {
-        const float* xr = x + r * n;
-        float acc[8] = {};
+    const auto* bytes = reinterpret_cast<const uint8_t*>(row);
+    const int64_t vector_end = kOneRegisterVectors ? n / 32 * 32 : 0;
+    for (int64_t r0 = 0; r0 < m; r0 += 4) {
+        const int rows = int(std::min<int64_t>(4, m - r0));
+        v8f acc[4][4] = {};
         int64_t k = 0;
-        for (; k + 8 <= n; k += 8)
-            for (int c = 0; c < 8; ++c) acc[c] += xr[k + c] * half_bits_to_float(row[k + c]);
-        float sum = 0.0f;
-        for (; k < n; ++k) sum += xr[k] * half_bits_to_float(row[k]);
-        for (int c = 0; c < 8; ++c) sum += acc[c];
-        out[r] = sum;
+        for (; k < vector_end; k += 32) {
+            v8f w[4];
+            for (int c = 0; c < 4; ++c) w[c] = half_octet_to_float(bytes + 2 * (k + 8 * c));
+            for (int r = 0; r < rows; ++r)
+                for (int c = 0; c < 4; ++c) acc[r][c] += load_f(x + (r0 + r) * n + k + 8 * c) * w[c];
+        }
+        for (int r = 0; r < rows; ++r) {
+            const float* xr = x + (r0 + r) * n;
+            float sum = 0.0f;
+            for (int64_t j = k; j < n; ++j) sum += xr[j] * half_bits_to_float(row[j]);
+            const v8f total = acc[r][0] + acc[r][1] + acc[r][2] + acc[r][3];
+            for (int l = 0; l < 8; ++l) sum += total[l];
+            out[r0 + r] = sum;
+        }
     }
 }
 
@@ -330,11 +349,18 @@ inline void f16_down_accumulate_body(const Data& d, const int32_t* slots, int64_
                                           int64_t m, int64_t k0, int64_t k1, float* y) {
     for (int64_t i = 0; i < count; ++i) {
         const uint16_t* row = d.f16_row(NeuronPart::Down, slots[i]);
+        const auto* bytes = reinterpret_cast<const uint8_t*>(row);
         for (int64_t r = 0; r < m; ++r) {
             const float ar = a[r * count + i];
             if (ar == 0.0f) continue;
             float* yr = y + r * d.d_model;
-            for (int64_t k = k0; k < k1; ++k) yr[k] += ar * half_bits_to_float(row[k]);
+            int64_t k = k0;
+            for (; kOneRegisterVectors && k + 8 <= k1; k += 8) {  // 8 values converted at a time
+                v8f out = load_f(yr + k);
+                out += ar * half_octet_to_float(bytes + 2 * k);
+                std::memcpy(yr + k, &out, sizeof out);
+            }
+            for (; k < k1; ++k) yr[k] += ar * half_bits_to_float(row[k]);
         }
     }
 }
