@@ -295,6 +295,35 @@ void FlashFfn::read_ahead(int64_t layer, const float* x, int64_t m) {
     counters_.read_ahead_neurons += int64_t(ahead_active_.size());
 }
 
+void FlashFfn::take_reads_ahead(int64_t layer, const RecordVisitor& fill) {
+    demand_neurons_.clear();
+    demand_index_.clear();
+    if (ahead_.layer != layer) {  // none, or another layer's: all of it is read now
+        drop_reads_ahead();
+        demand_neurons_ = load_neurons_;
+        demand_index_.resize(load_neurons_.size());
+        std::iota(demand_index_.begin(), demand_index_.end(), size_t(0));
+        return;
+    }
+    ahead_target_.assign(ahead_.neurons.size(), SIZE_MAX);
+    int64_t used = 0;
+    for (size_t i = 0; i < load_neurons_.size(); ++i) {
+        const auto found = std::lower_bound(ahead_.neurons.begin(), ahead_.neurons.end(), load_neurons_[i]);
+        if (found != ahead_.neurons.end() && *found == load_neurons_[i]) {
+            ahead_target_[size_t(found - ahead_.neurons.begin())] = i;
+            ++used;
+        } else {
+            demand_neurons_.push_back(load_neurons_[i]);
+            demand_index_.push_back(i);
+        }
+    }
+    finish_reads(ahead_, [&](size_t a, NeuronPart part, const uint8_t* record) {
+        if (ahead_target_[a] != SIZE_MAX) fill(ahead_target_[a], part, record);
+    });
+    ahead_.layer = -1;
+    counters_.read_ahead_used += used;
+}
+
 void FlashFfn::drop_reads_ahead() {
     if (ahead_.pending) reader_.wait_ignoring_errors();
     ahead_.pending = false;
@@ -451,33 +480,8 @@ void FlashFfn::compute_active(int64_t layer, const float* x, int64_t m, float* y
                 fill_from_record(*transient_, transient_plan_.missing_slots[i - resident_missing], part, record);
         };
 
-        // What the reads ahead hold for this layer comes from them; the rest is read now.
-        if (ahead_.layer != layer) drop_reads_ahead();
-        std::vector<int32_t>& demand = demand_neurons_;
-        demand.clear();
-        demand_index_.clear();
-        ahead_fills_.clear();
-        for (size_t i = 0; i < load_neurons_.size(); ++i) {
-            const auto found = std::lower_bound(ahead_.neurons.begin(), ahead_.neurons.end(), load_neurons_[i]);
-            if (ahead_.layer == layer && found != ahead_.neurons.end() && *found == load_neurons_[i]) {
-                ahead_fills_.push_back(i);
-            } else {
-                demand.push_back(load_neurons_[i]);
-                demand_index_.push_back(i);
-            }
-        }
-        if (ahead_.layer == layer) {
-            ahead_target_.assign(ahead_.neurons.size(), SIZE_MAX);  // each read-ahead neuron's place in load_neurons_
-            for (size_t i : ahead_fills_)
-                ahead_target_[size_t(std::lower_bound(ahead_.neurons.begin(), ahead_.neurons.end(), load_neurons_[i]) -
-                                     ahead_.neurons.begin())] = i;
-            finish_reads(ahead_, [&](size_t a, NeuronPart part, const uint8_t* record) {
-                if (ahead_target_[a] != SIZE_MAX) fill(ahead_target_[a], part, record);
-            });
-            ahead_.layer = -1;
-            counters_.read_ahead_used += int64_t(ahead_fills_.size());
-        }
-
+        take_reads_ahead(layer, fill);
+        const std::vector<int32_t>& demand = demand_neurons_;
         const bool overlap = !demand.empty() && int64_t(demand.size()) <= slice_neurons(token_records_);
         if (overlap) start_reads(demand_, layer, demand, token_records_);
         std::fill(y, y + m * header_.d_model, 0.0f);

@@ -149,6 +149,10 @@ private:
     // Reads ahead: starts reading the neurons of `layer` that its criterion names for x and that are
     // not resident; drop_reads_ahead waits for and forgets reads ahead nobody will take.
     void read_ahead(int64_t layer, const float* x, int64_t m);
+    // Splits this call's missing neurons (load_neurons_) into those the reads ahead of `layer` hold,
+    // shown to `fill` with their place in load_neurons_, and the rest: demand_neurons_, their
+    // places in demand_index_.
+    void take_reads_ahead(int64_t layer, const RecordVisitor& fill);
     void drop_reads_ahead();
     // With a sparsity section: reads it, and every layer's gates into gates_.
     void load_sparsity();
@@ -191,9 +195,9 @@ private:
     std::vector<int32_t> active_, resident_active_, transient_active_, all_neurons_, ahead_active_;
     NeuronCache::TokenPlan resident_plan_, transient_plan_;
     std::vector<int32_t> load_neurons_, hit_slots_;
-    std::vector<int32_t> demand_neurons_;              // the missing neurons not read ahead ...
-    std::vector<size_t> demand_index_, ahead_fills_;  // ... and where in load_neurons_ those and the read-ahead ones are
-    std::vector<size_t> ahead_target_;                // per neuron read ahead: its place in load_neurons_ (SIZE_MAX: unused)
+    std::vector<int32_t> demand_neurons_;  // the missing neurons not read ahead ...
+    std::vector<size_t> demand_index_;     // ... and their places in load_neurons_
+    std::vector<size_t> ahead_target_;     // per neuron read ahead: its place in load_neurons_ (SIZE_MAX: unused)
     std::vector<float> gate_products_, neuron_gates_, slot_gates_;  // resident gates: per call
     std::vector<float> ahead_products_;                             // the next layer's gate products
     bool caller_chose_ = false;  // this call's active neurons came from the caller: no reads ahead
