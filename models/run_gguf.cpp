@@ -408,11 +408,11 @@ void print_text(const Options& options, const Report& r) {
                     f.active_neurons ? 100.0 * double(f.cache_hits) / double(f.active_neurons) : 0.0,
                     double(f.bytes_read) / calls * 1e-3, f.io_seconds, f.cache_seconds, f.compute_seconds,
                     f.predict_seconds);
+        char curve[48] = "not measured, see --flash-tune-reads";
+        if (r.flash_curve_gbps > 0) std::snprintf(curve, sizeof curve, "%.3f GB/s", r.flash_curve_gbps);
         std::printf("flash reads: %lld of %.1f KB on average at %.3f GB/s (the disk's curve: %s); %.2f s of waiting "
                     "for them; %lld neurons read ahead, %lld of them used\n",
-                    static_cast<long long>(f.reads), flash_mean_read_bytes(f) * 1e-3, flash_read_gbps(f),
-                    r.flash_curve_gbps > 0 ? (std::to_string(r.flash_curve_gbps).substr(0, 5) + " GB/s").c_str()
-                                           : "not measured, see --flash-tune-reads",
+                    static_cast<long long>(f.reads), flash_mean_read_bytes(f) * 1e-3, flash_read_gbps(f), curve,
                     f.io_wait_seconds, static_cast<long long>(f.read_ahead_neurons),
                     static_cast<long long>(f.read_ahead_used));
     }

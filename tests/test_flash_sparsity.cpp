@@ -155,6 +155,21 @@ std::vector<int32_t> masked_oracle(const SparseFile& f, int64_t layer, const flo
     return all_active;
 }
 
+// What the resident gates of the file take: the smallest budget an FFN of it accepts.
+int64_t resident_gate_bytes(const SparseFile& f, ThreadPool& pool) {
+    FlashFfnOptions unbounded;
+    unbounded.dram_budget_bytes = int64_t(1) << 40;
+    return FlashFfn(f.file.storage(), unbounded, pool).resident_gate_bytes();
+}
+
+// The bytes a token reads for one neuron of a file served with resident gates: its up and down records.
+int64_t token_bytes_per_neuron(const NeuronFileHeader& h) {
+    int64_t bytes = 0;
+    for (NeuronPart first : h.record_first_parts())
+        if (first != NeuronPart::Gate) bytes += h.record_bytes(first);
+    return bytes;
+}
+
 class FlashFfnSparsity : public ::testing::TestWithParam<SparseCase> {};
 
 TEST_P(FlashFfnSparsity, ResidentGatesEqualTheOracleOverEachRowsNeuronsAboveTheThreshold) {
@@ -162,17 +177,14 @@ TEST_P(FlashFfnSparsity, ResidentGatesEqualTheOracleOverEachRowsNeuronsAboveTheT
     const NeuronFileHeader& h = f.file.header;
     ThreadPool pool(2);
     FlashFfnOptions gates_only;  // room for the gates and nothing else: every token reads
-    gates_only.dram_budget_bytes = int64_t(1) << 40;
-    const int64_t gate_bytes = FlashFfn(f.file.storage(), gates_only, pool).resident_gate_bytes();
+    const int64_t gate_bytes = resident_gate_bytes(f, pool);
     ASSERT_GT(gate_bytes, h.layers * h.d_ff * h.vector.bytes() - 1);
     gates_only.dram_budget_bytes = gate_bytes;
     FlashFfn ffn(f.file.storage(), gates_only, pool);
     ASSERT_NE(ffn.sparsity(), nullptr);
     EXPECT_EQ(ffn.resident_capacity(), 0);
     EXPECT_EQ(ffn.counters().bytes_read, 0) << "the gates' reads at creation are not a token's";
-    int64_t per_neuron = 0;  // the bytes a token reads for one neuron: its up and down records
-    for (NeuronPart first : h.record_first_parts())
-        if (first != NeuronPart::Gate) per_neuron += h.record_bytes(first);
+    const int64_t per_neuron = token_bytes_per_neuron(h);
 
     std::vector<float> y, expected;
     std::vector<double> bound;
@@ -253,12 +265,9 @@ TEST(FlashFfnSparsityOptions, ReadsAheadNameTheNextLayersNeuronsAboveItsThreshol
     ThreadPool pool(2);
     FlashFfnOptions options;
     options.read_ahead = true;
-    options.dram_budget_bytes = int64_t(1) << 40;
-    options.dram_budget_bytes = FlashFfn(f.file.storage(), options, pool).resident_gate_bytes();
+    options.dram_budget_bytes = resident_gate_bytes(f, pool);
     FlashFfn ffn(f.file.storage(), options, pool);
-    int64_t per_neuron = 0;
-    for (NeuronPart first : h.record_first_parts())
-        if (first != NeuronPart::Gate) per_neuron += h.record_bytes(first);
+    const int64_t per_neuron = token_bytes_per_neuron(h);
     std::vector<float> y(size_t(kRows * h.d_model)), expected;
     std::vector<double> bound;
     for (const int input_of_layer_1 : {0, 1}) {

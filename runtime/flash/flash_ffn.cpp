@@ -66,6 +66,7 @@ FlashFfn::FlashFfn(std::unique_ptr<Storage> storage, const FlashFfnOptions& opti
     require(options.window >= 0, "flash FFN: window ", options.window, " is negative");
     require(options.queue_depth >= 0, "flash FFN: queue depth ", options.queue_depth, " is negative");
     header_ = read_header(*storage_);
+    file_parts_ = header_.part_list();
     all_neurons_.resize(size_t(header_.d_ff));
     std::iota(all_neurons_.begin(), all_neurons_.end(), 0);
     token_records_ = header_.record_first_parts();
@@ -333,8 +334,7 @@ void FlashFfn::drop_reads_ahead() {
 // The parts of the record that the cache holds, and the bias (every record of a file with biases
 // carries its neuron's).
 void FlashFfn::fill_from_record(NeuronCache& cache, int32_t slot, NeuronPart first_part, const uint8_t* record) {
-    const std::vector<NeuronPart> parts = header_.part_list();
-    const auto first = std::find(parts.begin(), parts.end(), first_part);
+    const auto first = std::find(file_parts_.begin(), file_parts_.end(), first_part);
     for (auto part = first; part != first + header_.parts_in_record(first_part); ++part)
         if (cache.holds(*part)) cache.fill(slot, *part, record + header_.vector_offset_in_record(*part));
     if (header_.has_bias) {
@@ -371,9 +371,9 @@ void FlashFfn::choose_active(int64_t layer, const float* x, int64_t m, const std
         for (int32_t id : active_) require(id >= 0 && id < header_.d_ff, "flash FFN: active neuron ", id, " out of range");
         require(std::adjacent_find(active_.begin(), active_.end()) == active_.end(),
                 "flash FFN: an active neuron is listed twice");
-        if (sparse_gates_) gate_activations(layer, x, m, active_, false, nullptr);
+        if (sparse_gates_) gate_activations(layer, x, m, active_, false, gate_products_, &neuron_gates_, nullptr);
     } else if (sparse_gates_) {
-        gate_activations(layer, x, m, all_neurons_, true, &active_);
+        gate_activations(layer, x, m, all_neurons_, true, gate_products_, &neuron_gates_, &active_);
         counters_.predicted += int64_t(active_.size());
     } else if (has_predictor_[size_t(layer)]) {
         const auto start = Clock::now();
@@ -387,12 +387,13 @@ void FlashFfn::choose_active(int64_t layer, const float* x, int64_t m, const std
 }
 
 void FlashFfn::gate_activations(int64_t layer, const float* x, int64_t m, std::span<const int32_t> neurons,
-                                bool masked, std::vector<int32_t>* active) {
+                                bool masked, std::vector<float>& products, std::vector<float>* activations,
+                                std::vector<int32_t>* active) {
     const auto start = Clock::now();
-    gate_products_.resize(neurons.size() * size_t(m));
+    products.resize(neurons.size() * size_t(m));
     // Slot i of the gates' cache holds neuron i, so the neuron ids are the slots.
-    sparse_ffn_products(gates_[size_t(layer)], NeuronPart::Gate, neurons, x, m, gate_products_.data(), pool_);
-    neuron_gates_.resize(size_t(header_.d_ff * m));
+    sparse_ffn_products(gates_[size_t(layer)], NeuronPart::Gate, neurons, x, m, products.data(), pool_);
+    if (activations) activations->resize(size_t(header_.d_ff * m));
     const float threshold = masked ? sparsity_.thresholds[size_t(layer)] : -1.0f;
     const float* scales = sparsity_.neuron_scales.data() + layer * header_.d_ff;
     if (active) active->clear();
@@ -400,9 +401,9 @@ void FlashFfn::gate_activations(int64_t layer, const float* x, int64_t m, std::s
         const int32_t neuron = neurons[i];
         bool any = false;
         for (int64_t r = 0; r < m; ++r) {
-            const float g = gate_products_[i * size_t(m) + size_t(r)];
+            const float g = products[i * size_t(m) + size_t(r)];
             const float a = masked ? sparse_gate_activation(g, scales[neuron], threshold) : silu(g);
-            neuron_gates_[size_t(neuron * m + r)] = a;
+            if (activations) (*activations)[size_t(neuron * m + r)] = a;
             any |= a != 0.0f;
         }
         if (active && any) active->push_back(neuron);
@@ -411,20 +412,13 @@ void FlashFfn::gate_activations(int64_t layer, const float* x, int64_t m, std::s
 }
 
 void FlashFfn::predict_active(int64_t layer, const float* x, int64_t m, std::vector<int32_t>& active) {
+    if (sparse_gates_) {  // on scratch of its own: the layer being computed keeps its gates
+        gate_activations(layer, x, m, all_neurons_, true, ahead_products_, nullptr, &active);
+        return;
+    }
     const auto start = Clock::now();
     active.clear();
-    if (sparse_gates_) {
-        ahead_products_.resize(size_t(header_.d_ff * m));
-        sparse_ffn_products(gates_[size_t(layer)], NeuronPart::Gate, all_neurons_, x, m, ahead_products_.data(), pool_);
-        const float threshold = sparsity_.thresholds[size_t(layer)];
-        const float* scales = sparsity_.neuron_scales.data() + layer * header_.d_ff;
-        for (int32_t neuron = 0; neuron < header_.d_ff; ++neuron)
-            for (int64_t r = 0; r < m; ++r)
-                if (sparse_gate_activation(ahead_products_[size_t(neuron * m + r)], scales[neuron], threshold) != 0.0f) {
-                    active.push_back(neuron);
-                    break;
-                }
-    } else if (has_predictor_[size_t(layer)]) {
+    if (has_predictor_[size_t(layer)]) {
         predictors_[size_t(layer)].predict(x, m, active);
         std::sort(active.begin(), active.end());
     } else {
@@ -505,8 +499,8 @@ void FlashFfn::compute_active(int64_t layer, const float* x, int64_t m, float* y
         // hold nothing valid, so no later call may take them for resident. Dropping every unpinned
         // neuron costs only rereads.
         reader_.wait_ignoring_errors();
-        demand_.pending = ahead_.pending = false;
-        ahead_.layer = -1;
+        demand_.pending = false;
+        drop_reads_ahead();
         resident.clear_unpinned();
         transient_->clear_unpinned();
         throw;
@@ -532,8 +526,8 @@ void FlashFfn::compute(const NeuronCache& cache, std::span<const int32_t> slots,
 std::vector<float> FlashFfn::read_part(int64_t layer, NeuronPart part, std::vector<float>* bias) {
     require(layer >= 0 && layer < header_.layers, "flash FFN: layer ", layer, " out of range");
     drop_reads_ahead();
-    const std::vector<NeuronPart> parts = header_.part_list();
-    require(std::find(parts.begin(), parts.end(), part) != parts.end(), "flash FFN: the file has no such part");
+    require(std::find(file_parts_.begin(), file_parts_.end(), part) != file_parts_.end(),
+            "flash FFN: the file has no such part");
     const int64_t d_model = header_.d_model, d_ff = header_.d_ff;
     std::vector<float> weights(size_t(d_model * d_ff));
     if (bias != nullptr) bias->assign(header_.has_bias ? size_t(d_ff) : 0, 0.0f);

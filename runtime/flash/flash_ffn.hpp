@@ -157,10 +157,11 @@ private:
     // With a sparsity section: reads it, and every layer's gates into gates_.
     void load_sparsity();
     NeuronCache token_cache(int64_t capacity, int window) const;  // a cache of the parts tokens read
-    // The gate activations of `neurons` for the m rows into neuron_gates_ (masked by the thresholds
-    // when `masked`); the neurons with one not 0 into `active`, when given.
+    // The gate products of `neurons` for the m rows into `products`, their activations (masked by
+    // the thresholds when `masked`) into `activations` [d_ff][m], and the neurons with one not 0
+    // into `active`, each when given.
     void gate_activations(int64_t layer, const float* x, int64_t m, std::span<const int32_t> neurons, bool masked,
-                          std::vector<int32_t>* active);
+                          std::vector<float>& products, std::vector<float>* activations, std::vector<int32_t>* active);
     // The neurons of `layer` that its criterion (thresholds, predictor, else all) names for x, into
     // `active`, leaving the per-call scratch of the layer being computed alone.
     void predict_active(int64_t layer, const float* x, int64_t m, std::vector<int32_t>& active);
@@ -179,6 +180,7 @@ private:
     FlashFfnOptions options_;
     ThreadPool& pool_;
     NeuronFileHeader header_;
+    std::vector<NeuronPart> file_parts_;  // header_.part_list(), kept: records are filled from it per neuron
     std::vector<NeuronCache> resident_;  // one per layer
     std::unique_ptr<NeuronCache> transient_;
     std::vector<NeuronPredictor> predictors_;  // one per layer; rank 0: none
