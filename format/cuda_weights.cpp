@@ -43,13 +43,21 @@ std::vector<uint32_t> pack_block_codes(const QuantizedMatrix& matrix) {
     const int64_t kp = cuda_layout::padded_k(p.k), np = cuda_layout::padded_n(p.n);
     const int64_t column_words = kp / kCodesPerBlock * p.bits;
     std::vector<uint32_t> codes(size_t(np * column_words), 0);
-    for (int64_t col = 0; col < p.n; ++col)
-        for (int64_t block = 0; block < kp / kCodesPerBlock; ++block) {
-            auto code = [&](int i) -> uint8_t {
+    // A 32-row block of 64 columns at a time, read row by row into a transposed tile: reading a
+    // column's 32 codes straight from the [k][n] array touches 32 cache lines per column.
+    constexpr int64_t kTileColumns = 64;
+    uint8_t tile[kTileColumns][kCodesPerBlock];
+    for (int64_t block = 0; block < kp / kCodesPerBlock; ++block)
+        for (int64_t c0 = 0; c0 < p.n; c0 += kTileColumns) {
+            const int64_t width = std::min(kTileColumns, p.n - c0);
+            for (int i = 0; i < kCodesPerBlock; ++i) {
                 const int64_t row = block * kCodesPerBlock + i;
-                return row < p.k ? matrix.codes[size_t(row * p.n + col)] : 0;
-            };
-            pack_block(p.bits, code, &codes[size_t(col * column_words + block * p.bits)]);
+                const uint8_t* source = row < p.k ? &matrix.codes[size_t(row * p.n + c0)] : nullptr;
+                for (int64_t c = 0; c < width; ++c) tile[c][i] = source ? source[c] : 0;
+            }
+            for (int64_t c = 0; c < width; ++c)
+                pack_block(p.bits, [&](int i) { return tile[c][i]; },
+                           &codes[size_t((c0 + c) * column_words + block * p.bits)]);
         }
     return codes;
 }

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Run on a GPU machine from the repository root, with BUILD_DIR-carry made by scripts/gpu_carry.sh
 # where qjit was built: the steps named on the command line, in that order, within a time budget,
-# each one's output in $OUT/<step>.log (or ./gpu-out), and the cubin cache saved beside them. The
+# each one's output in <step>.log inside $OUT/gpu-logs.tgz (or ./gpu-out; remade after every step,
+# since the device tool brings back only a few files), and the cubin cache in gpu-cubins.tgz. The
 # tests run as qjit_tests itself, not through ctest, whose files name the building machine's paths
 # and CMake modules.
 #
 # Usage: [QJIT_BUILD_DIR=build-carry] [QJIT_GPU_BUDGET_S=540] [OUT=folder] scripts/gpu_bench.sh STEP...
 # Steps, most valuable first:
-#   tests     every CUDA test (qjit_tests, the compile-only sweep left out; about 6 minutes on an H200
-#             with a cold cubin cache, most of it compiling every variant)
+#   tests     every CUDA test (qjit_tests, compile-only tests left out) in $QJIT_TEST_SHARDS (12)
+#             processes at once: 229 s on an H200 with a cold cubin cache, most of it NVRTC
 #   shard     the device tests of tensor-parallel shards and MLPs alone
 #   nccl      the NCCL adapter on the device (one rank) with a tensor-parallel MLP
 #   b70       bench_cuda: Llama-2-70B layers, batches 1/16/64, 4 and 3 bits
@@ -22,6 +23,7 @@
 set -uo pipefail
 build="$(cd "${QJIT_BUILD_DIR:-build-carry}" && pwd)"
 out="${OUT:-gpu-out}"
+logs="$(mktemp -d)"
 mkdir -p "$out"
 deadline=$(( $(date +%s) + ${QJIT_GPU_BUDGET_S:-540} ))
 # NCCL from the machine's Python wheel (nvidia-nccl-cu13), where it has one.
@@ -39,7 +41,8 @@ fi
 bench="$build/bench/bench_cuda"
 step_command() {
   case "$1" in
-    tests) echo "$build/tests/qjit_tests" --gtest_filter='*Cuda*:-*CompileSweep*' ;;
+    tests) echo scripts/gpu_test_shards.sh "${QJIT_TEST_SHARDS:-12}" "$logs/tests" "$build/tests/qjit_tests" \
+          --gtest_filter='*Cuda*:-*CompileSweep*:*CudaCompile.*' ;;
     shard) echo "$build/tests/qjit_tests" --gtest_filter='CudaDevice.Shard*:CudaDevice.TensorParallel*' ;;
     nccl) echo "$build/tests/qjit_nccl_tests" ;;
     b70) echo "$bench" --shapes llama70b --batches 1,16,64 --bits 4,3 --budget 1000 --reps 30 ;;
@@ -59,9 +62,10 @@ for step in "$@"; do
   if [ "$left" -lt 60 ]; then echo "gpu_bench: $step skipped, ${left}s of the budget left"; continue; fi
   echo "== $step ($left s left): $command"
   started=$(date +%s)
-  timeout --kill-after=5 $(( left - 20 )) $command > "$out/$step.log" 2>&1
+  timeout --kill-after=5 $(( left - 20 )) $command > "$logs/$step.log" 2>&1
   code=$?
-  tail -n 40 "$out/$step.log"
+  tail -n 40 "$logs/$step.log"
+  tar -czf "$out/gpu-logs.tgz" -C "$logs" .
   echo "== $step: exit $code after $(( $(date +%s) - started )) s"
   [ "$code" -eq 0 ] || status=1
 done

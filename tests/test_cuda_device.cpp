@@ -115,16 +115,21 @@ void precompile(const std::vector<CudaKernelSpec>& variants) {
 
 class CudaDevice : public ::testing::TestWithParam<int> {};
 
-// Every variant of every format of one bit width, on two odd shapes, at the batches its kind serves.
+// Every variant of every format of one bit width (super-block scales included), on two odd shapes,
+// at the batches its kind serves.
 TEST_P(CudaDevice, EveryVariantMatchesTheOracle) {
     REQUIRE_DEVICE(device);
     const int bits = GetParam();
     struct Shape { int64_t k, n; bool act_order; };
-    const Shape shapes[] = {{264, 77, false},   // K a multiple of 8 only: read in place
-                            {515, 300, true}};  // odd K and act-order: gathered, padded
-    for (const test::CudaFormat& format : test::every_cuda_format()) {
+    const std::vector<Shape> group_shapes{{264, 77, false},   // K a multiple of 8 only: read in place
+                                          {515, 300, true}};  // odd K and act-order: gathered, padded
+    const std::vector<Shape> super_block_shapes{{512, 77, true},     // two super-blocks, gathered
+                                                {256, 130, false}};  // one, odd N
+    std::vector<test::CudaFormat> formats = test::every_cuda_format();
+    for (const test::CudaFormat& format : test::every_super_block_cuda_format()) formats.push_back(format);
+    for (const test::CudaFormat& format : formats) {
         if (format.bits != bits) continue;
-        for (const Shape& shape : shapes) {
+        for (const Shape& shape : format.scale_code_bits > 0 ? super_block_shapes : group_shapes) {
             // fp16 scales (as GPTQ checkpoints) and fp32 scales that fp16 cannot hold exactly.
             const QuantizedMatrix matrices[2] = {random_matrix(format, shape.k, shape.n, shape.act_order, 11, true),
                                                  random_matrix(format, shape.k, shape.n, shape.act_order, 11, false)};

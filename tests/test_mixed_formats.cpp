@@ -110,7 +110,7 @@ INSTANTIATE_TEST_SUITE_P(AllFeatures, MixedFormatTest,
 TEST(MixedFormat, EveryTilingMatchesTheOracle) {
     const Features all{true, true, true, true};
     const QuantizedMatrix matrix = synthetic_matrix(1100, 93, 64, all, 7);
-    for (const char* tiling : {"tu=2,mb=3,ksplit=3,ku=2", "tu=1,mb=1,prefetch=2", "tu=4,mb=2,ksplit=2",
+    for (const char* tiling : {"tu=2,mb=3,ksplit=3,ku=2", "tu=2,mb=1,prefetch=2", "tu=4,mb=2,ksplit=2",
                                "tu=2,mb=5,ksplit=8"}) {
         for (const qjit_activations activations : {QJIT_ACTIVATIONS_F32, QJIT_ACTIVATIONS_INT8}) {
             test::ContextPtr context = test::make_test_context(2, QJIT_ISA_AUTO, activations, tiling);
