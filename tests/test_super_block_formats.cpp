@@ -117,7 +117,7 @@ TEST_P(SuperBlockFormat, EveryTilingStaysCorrect) {
     if (isa < QJIT_ISA_AVX2) GTEST_SKIP() << "no AVX2 on this CPU";
     const Case& c = GetParam();
     const QuantizedMatrix matrix = random_matrix(c, 6 * kSuperBlockRows, 200, 7);
-    const char* tilings[] = {"tu=1,mb=1,prefetch=0,ku=1,ksplit=1", "tu=2,mb=3,prefetch=4,ku=1,ksplit=1",
+    const char* tilings[] = {"tu=1,mb=1,prefetch=0,ku=1,ksplit=1", "tu=2,mb=2,prefetch=4,ku=1,ksplit=1",
                              "tu=1,mb=2,prefetch=0,ku=1,ksplit=3", "tu=3,mb=1,prefetch=2,ku=1,ksplit=2",
                              "tu=2,mb=1,prefetch=0,ku=1,ksplit=4"};
     for (const qjit_activations path : {QJIT_ACTIVATIONS_F32, QJIT_ACTIVATIONS_INT8})

@@ -221,9 +221,9 @@ TEST(TunerSlice, OneBenchRunsCandidatesOnSlicesOfTheirOwn) {
     const qjit_isa isa = qjit::best_isa_up_to(QJIT_ISA_AVX512_VNNI);
     const qjit::TuningProblem whole{format(isa, ActivationPath::Int8, 3, 2048, 128), 16384, 16, 2};
     std::vector<qjit::Candidate> candidates;
-    for (const int tu : {1, 3}) {
+    for (const int tu : {1, 2}) {  // tilings every AVX2 CPU's 16 vector registers hold
         qjit::Candidate c{whole.kernel};
-        c.spec.tiling = {tu, 4, 2, 1, 1};
+        c.spec.tiling = {tu, 2, 2, 1, 1};
         c.spec.rows = 4;
         candidates.push_back(c);
     }
