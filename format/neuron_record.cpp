@@ -112,6 +112,34 @@ void encode_f16_vector(const NeuronVectorLayout& layout, const float* values, in
     }
 }
 
+VectorMatrix vectors_as_matrix(const NeuronVectorLayout& layout, const uint8_t* vectors, int64_t n, int64_t stride) {
+    require(layout.coding == VectorCoding::Quantized, "neuron vectors: fp16 vectors are not a quantized matrix");
+    require(n >= 1 && stride >= layout.bytes(), "neuron vectors: ", n, " vectors ", stride, " bytes apart (each ",
+            layout.bytes(), " bytes)");
+    const WeightFormat& f = layout.format;
+    VectorMatrix out;
+    QuantParams& p = out.params;
+    static_cast<WeightFormat&>(p) = f;
+    p.n = n;
+    const int64_t groups = p.num_groups(), words = layout.code_words();
+    p.scales.resize(size_t(groups * n));
+    (f.float_offsets ? p.offsets.resize(size_t(groups * n)) : p.zeros.resize(size_t(groups * n)));
+    out.codes = unwritten_packed_codes(f.bits, f.k, n, 1);  // one column per panel: the vectors' own words
+    for (int64_t c = 0; c < n; ++c) {
+        const uint8_t* vector = vectors + c * stride;
+        std::memcpy(out.codes.words.data() + c * words, vector, size_t(words) * 4);
+        const uint8_t* scales = vector + layout.scales_offset();
+        const uint8_t* zeros = vector + layout.zeros_offset();
+        for (int64_t g = 0; g < groups; ++g) {
+            const size_t at = size_t(g * n + c);
+            p.scales[at] = load_scale(f, scales + g * f.scale_bytes());
+            if (f.float_offsets) p.offsets[at] = load_scale(f, zeros + g * f.zero_point_bytes());
+            else p.zeros[at] = f.symmetric ? uint16_t(1u << (f.bits - 1)) : zeros[g];
+        }
+    }
+    return out;
+}
+
 uint8_t vector_code(const NeuronVectorLayout& layout, const uint8_t* vector, int64_t row) {
     const int bits = layout.format.bits;
     const int64_t block = row / PackedCodes::kBlockRows;

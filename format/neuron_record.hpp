@@ -61,6 +61,15 @@ void encode_quantized_vector(const NeuronVectorLayout& layout, const QuantizedMa
 // d_model values, value r at values[r * stride], as an F16 vector.
 void encode_f16_vector(const NeuronVectorLayout& layout, const float* values, int64_t stride, uint8_t* out);
 
+// The d_model x n matrix whose column c is the quantized vector at vectors + c * stride: its params
+// and its codes packed one column per panel (what make_linear takes). Throws an invalid-argument
+// Error for F16 vectors.
+struct VectorMatrix {
+    QuantParams params;
+    PackedCodes codes;
+};
+VectorMatrix vectors_as_matrix(const NeuronVectorLayout& layout, const uint8_t* vectors, int64_t n, int64_t stride);
+
 // The code of row r of a quantized vector.
 uint8_t vector_code(const NeuronVectorLayout& layout, const uint8_t* vector, int64_t row);
 // The dequantized vector (d_model values): the oracle of every kernel.

@@ -176,7 +176,7 @@ qjit_status qjit_flash_ffn_create(qjit_context* context, const char* path, const
                 flash.read_curve = read_curve_for(path, *storage, *db, o.tune_reads != 0);
         }
         auto handle = std::make_unique<qjit_flash_ffn>();
-        handle->ffn = std::make_unique<FlashFfn>(std::move(storage), flash, *context->pool);
+        handle->ffn = std::make_unique<FlashFfn>(std::move(storage), flash, *context->pool, context);
         const NeuronFileHeader& h = handle->ffn->header();
         handle->format_name = h.vector.coding == VectorCoding::F16 ? "f16" : h.vector.format.name();
         *ffn = handle.release();

@@ -156,10 +156,10 @@ std::vector<int32_t> masked_oracle(const SparseFile& f, int64_t layer, const flo
 }
 
 // What the resident gates of the file take: the smallest budget an FFN of it accepts.
-int64_t resident_gate_bytes(const SparseFile& f, ThreadPool& pool) {
+int64_t resident_gate_bytes(const SparseFile& f, ThreadPool& pool, qjit_context* gate_context = nullptr) {
     FlashFfnOptions unbounded;
     unbounded.dram_budget_bytes = int64_t(1) << 40;
-    return FlashFfn(f.file.storage(), unbounded, pool).resident_gate_bytes();
+    return FlashFfn(f.file.storage(), unbounded, pool, gate_context).resident_gate_bytes();
 }
 
 // The bytes a token reads for one neuron of a file served with resident gates: its up and down records.
@@ -170,17 +170,38 @@ int64_t token_bytes_per_neuron(const NeuronFileHeader& h) {
     return bytes;
 }
 
-class FlashFfnSparsity : public ::testing::TestWithParam<SparseCase> {};
+class FlashFfnSparsity : public ::testing::TestWithParam<SparseCase> {
+protected:
+    void expect_sparse_ffn_equals_the_oracle(qjit_context* gate_context);
+};
 
+// Both ways to hold the gates: as the file stores them, and (quantized files) as a layer per FFN
+// layer of a context.
 TEST_P(FlashFfnSparsity, ResidentGatesEqualTheOracleOverEachRowsNeuronsAboveTheThreshold) {
+    test::ContextPtr context = test::make_test_context(2);
+    for (qjit_context* gate_context : {static_cast<qjit_context*>(nullptr), context.get()}) {
+        SCOPED_TRACE(gate_context ? "gates as layers" : "gates as stored");
+        expect_sparse_ffn_equals_the_oracle(gate_context);
+        if (HasFailure()) return;
+    }
+}
+
+void FlashFfnSparsity::expect_sparse_ffn_equals_the_oracle(qjit_context* gate_context) {
     const SparseFile f = sparse_file(GetParam());
     const NeuronFileHeader& h = f.file.header;
     ThreadPool pool(2);
     FlashFfnOptions gates_only;  // room for the gates and nothing else: every token reads
-    const int64_t gate_bytes = resident_gate_bytes(f, pool);
-    ASSERT_GT(gate_bytes, h.layers * h.d_ff * h.vector.bytes() - 1);
+    const int64_t gate_bytes = resident_gate_bytes(f, pool, gate_context);
+    const int64_t stored_gate_bytes = h.layers * h.d_ff * h.vector.bytes();
+    if (gate_context && h.vector.coding == VectorCoding::Quantized) {
+        EXPECT_GT(gate_bytes, stored_gate_bytes / 2) << "the layers hold the codes, scales and zero points";
+        EXPECT_LT(gate_bytes, stored_gate_bytes * 2);
+    } else {
+        ASSERT_GE(gate_bytes, stored_gate_bytes);
+    }
     gates_only.dram_budget_bytes = gate_bytes;
-    FlashFfn ffn(f.file.storage(), gates_only, pool);
+    FlashFfn ffn(f.file.storage(), gates_only, pool, gate_context);
+    EXPECT_EQ(ffn.gates_as_layers(), gate_context && h.vector.coding == VectorCoding::Quantized);
     ASSERT_NE(ffn.sparsity(), nullptr);
     EXPECT_EQ(ffn.resident_capacity(), 0);
     EXPECT_EQ(ffn.counters().bytes_read, 0) << "the gates' reads at creation are not a token's";

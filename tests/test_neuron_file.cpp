@@ -74,6 +74,8 @@ void expect_vectors_match_oracle(const WeightFormat& format, int64_t d_model) {
     const std::vector<float> oracle = dequantize(matrix);
     const NeuronVectorLayout layout = quantized_vector_layout(format, d_model);
     ASSERT_EQ(layout.d_model(), d_model);
+    const int64_t stride = layout.bytes() + 12;  // vectors apart by more than their size: as a cache holds them
+    std::vector<uint8_t> vectors(size_t(n * stride), 0xAB);
     for (int panel : {8, 16}) {
         const PackedCodes packed = pack_codes(matrix.codes.data(), format.bits, d_model, n, panel);
         std::vector<uint8_t> vector(static_cast<size_t>(layout.bytes()));
@@ -85,8 +87,14 @@ void expect_vectors_match_oracle(const WeightFormat& format, int64_t d_model) {
                 ASSERT_EQ(vector_code(layout, vector.data(), r), matrix.codes[size_t(r * n + c)]) << r << "," << c;
                 ASSERT_EQ(values[size_t(r)], oracle[size_t(r * n + c)]) << r << "," << c;
             }
+            std::copy(vector.begin(), vector.end(), vectors.begin() + c * stride);
         }
     }
+    // The vectors side by side are the matrix again: its codes, and its values exactly.
+    const VectorMatrix back = vectors_as_matrix(layout, vectors.data(), n, stride);
+    const QuantizedMatrix rebuilt{back.params, unpack_codes(back.codes)};
+    EXPECT_EQ(rebuilt.codes, matrix.codes);
+    EXPECT_EQ(dequantize(rebuilt), oracle);
 }
 
 TEST(NeuronRecord, QuantizedVectorsMatchTheOracle) {
@@ -97,6 +105,17 @@ TEST(NeuronRecord, QuantizedVectorsMatchTheOracle) {
                 expect_vectors_match_oracle(format_of(bits, 64, zeros == 0, zeros == 2, scales), 129);
                 expect_vectors_match_oracle(format_of(bits, 128, zeros == 0, zeros == 2, scales), 64);
             }
+}
+
+TEST(NeuronRecord, OnlyQuantizedVectorsMakeAMatrix) {
+    const NeuronVectorLayout f16 = f16_vector_layout(64);
+    const NeuronVectorLayout q4 = quantized_vector_layout(format_of(4, 32, false, false, ScaleType::F16), 64);
+    std::vector<uint8_t> bytes(size_t(4 * q4.bytes()));
+    expect_error([&] { vectors_as_matrix(f16, bytes.data(), 2, f16.bytes()); }, QJIT_ERROR_INVALID_ARGUMENT, {"fp16"});
+    expect_error([&] { vectors_as_matrix(q4, bytes.data(), 2, q4.bytes() - 1); }, QJIT_ERROR_INVALID_ARGUMENT,
+                 {"bytes apart"});
+    expect_error([&] { vectors_as_matrix(q4, bytes.data(), 0, q4.bytes()); }, QJIT_ERROR_INVALID_ARGUMENT,
+                 {"bytes apart"});
 }
 
 TEST(NeuronRecord, LayoutSizes) {

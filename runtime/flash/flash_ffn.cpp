@@ -7,9 +7,13 @@
 
 #include "base/activations.hpp"
 #include "base/error.hpp"
+#include "format/neuron_record.hpp"
+#include "format/packed_codes.hpp"
 #include "runtime/flash/dense_product.hpp"
 #include "runtime/flash/ffn_sparsity.hpp"
+#include "runtime/flash/neuron_cache_data.hpp"
 #include "runtime/flash/sparse_ffn.hpp"
+#include "runtime/linear_layer.hpp"
 
 namespace qjit {
 
@@ -60,7 +64,8 @@ NeuronPart deciding_part(const NeuronFileHeader& header) {
 
 }  // namespace
 
-FlashFfn::FlashFfn(std::unique_ptr<Storage> storage, const FlashFfnOptions& options, ThreadPool& pool)
+FlashFfn::FlashFfn(std::unique_ptr<Storage> storage, const FlashFfnOptions& options, ThreadPool& pool,
+                   qjit_context* gate_context)
     : storage_(std::move(storage)), options_(options), pool_(pool) {
     require(options.dram_budget_bytes >= 0, "flash FFN: DRAM budget ", options.dram_budget_bytes, " is negative");
     require(options.window >= 0, "flash FFN: window ", options.window, " is negative");
@@ -72,7 +77,7 @@ FlashFfn::FlashFfn(std::unique_ptr<Storage> storage, const FlashFfnOptions& opti
     token_records_ = header_.record_first_parts();
     int64_t budget = options.dram_budget_bytes;
     if (header_.has_sparsity && options.use_sparsity) {
-        load_sparsity();
+        load_sparsity(gate_context);
         require(resident_gate_bytes() <= budget, "flash FFN: the DRAM budget of ", budget,
                 " bytes is below the resident gates' ", resident_gate_bytes());
         budget -= resident_gate_bytes();
@@ -92,7 +97,9 @@ NeuronCache FlashFfn::token_cache(int64_t capacity, int window) const {
 
 // The section after the header, then every layer's gates, neuron i in slot i of its layer's cache.
 // A token then reads the records holding up and down only (gate apart: one a neuron).
-void FlashFfn::load_sparsity() {
+FlashFfn::~FlashFfn() = default;
+
+void FlashFfn::load_sparsity(qjit_context* gate_context) {
     const int64_t block = storage_->block_size(), length = header_.sparsity_bytes();
     require(length % block == 0, "neuron file: its sparsity section cannot be read directly from ",
             storage_->describe());
@@ -115,6 +122,13 @@ void FlashFfn::load_sparsity() {
         read_records(l, all_neurons_, gate_record, [&](size_t i, NeuronPart first, const uint8_t* record) {
             fill_from_record(gates, slots[i], first, record);
         });
+        if (gate_context && header_.vector.coding == VectorCoding::Quantized) {
+            const NeuronCache::Data& d = gates.data();
+            VectorMatrix m = vectors_as_matrix(header_.vector, d.vector(NeuronPart::Gate, 0), header_.d_ff, d.vector_bytes);
+            gate_layers_.push_back(make_linear(gate_context, QuantizedMatrix{std::move(m.params), unpack_codes(m.codes)},
+                                               {}, QJIT_ACTIVATIONS_F32));
+            gates_.back() = NeuronCache(header_, 0, 0, std::vector<NeuronPart>{NeuronPart::Gate});  // held by the layer now
+        }
     }
     counters_ = {};  // the gates' reads belong to creating the FFN, not to any token
 }
@@ -129,6 +143,11 @@ int64_t FlashFfn::all_resident_bytes() const {
 }
 
 int64_t FlashFfn::resident_gate_bytes() const {
+    if (!gate_layers_.empty()) {
+        int64_t bytes = 0;
+        for (const auto& layer : gate_layers_) bytes += weight_bytes(*layer);
+        return bytes;
+    }
     int64_t bytes = 0;
     for (const NeuronCache& cache : gates_) bytes += cache.memory_bytes();
     return bytes;
@@ -391,8 +410,15 @@ void FlashFfn::gate_activations(int64_t layer, const float* x, int64_t m, std::s
                                 std::vector<int32_t>* active) {
     const auto start = Clock::now();
     products.resize(neurons.size() * size_t(m));
-    // Slot i of the gates' cache holds neuron i, so the neuron ids are the slots.
-    sparse_ffn_products(gates_[size_t(layer)], NeuronPart::Gate, neurons, x, m, products.data(), pool_);
+    if (!gate_layers_.empty()) {  // every neuron's product, then the ones asked for
+        gate_rows_.resize(size_t(m * header_.d_ff));
+        linear_forward(*gate_layers_[size_t(layer)], x, m, gate_rows_.data());
+        for (size_t i = 0; i < neurons.size(); ++i)
+            for (int64_t r = 0; r < m; ++r)
+                products[i * size_t(m) + size_t(r)] = gate_rows_[size_t(r * header_.d_ff + neurons[i])];
+    } else {  // slot i of the gates' cache holds neuron i, so the neuron ids are the slots
+        sparse_ffn_products(gates_[size_t(layer)], NeuronPart::Gate, neurons, x, m, products.data(), pool_);
+    }
     if (activations) activations->resize(size_t(header_.d_ff * m));
     const float threshold = masked ? sparsity_.thresholds[size_t(layer)] : -1.0f;
     const float* scales = sparsity_.neuron_scales.data() + layer * header_.d_ff;

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "io/neuron_file.hpp"
+#include "qjit/qjit.h"
 #include "runtime/cpu/thread_pool.hpp"
 #include "runtime/flash/background_task.hpp"
 #include "runtime/flash/neuron_cache.hpp"
@@ -74,14 +75,20 @@ struct FlashFfnCounters {
 
 class FlashFfn {
 public:
-    // Reads and checks the file's header; allocates the resident caches from the budget.
-    FlashFfn(std::unique_ptr<Storage> storage, const FlashFfnOptions& options, ThreadPool& pool);
+    // Reads and checks the file's header; allocates the resident caches from the budget. With
+    // `gate_context`, a quantized file's resident gates (sparsity in use) become a layer of that
+    // context per FFN layer, their products its generated dense kernel on the exact fp32 path;
+    // without it, or for fp16 vectors, the sparse kernels read them as the file stores them.
+    FlashFfn(std::unique_ptr<Storage> storage, const FlashFfnOptions& options, ThreadPool& pool,
+             qjit_context* gate_context = nullptr);
+    ~FlashFfn();
 
     const NeuronFileHeader& header() const { return header_; }
     int64_t resident_capacity() const;  // neurons a layer's resident cache holds
     // Bytes held: resident gates, resident and transient caches, read staging and predictors.
     int64_t dram_bytes() const;
     int64_t resident_gate_bytes() const;  // 0 unless the gates are resident
+    bool gates_as_layers() const { return !gate_layers_.empty(); }  // see the constructor
     // The DRAM budget at which every neuron of every layer is resident (with the file's sparsity in
     // use, when it has one, whatever the options say).
     int64_t all_resident_bytes() const;
@@ -154,8 +161,9 @@ private:
     // places in demand_index_.
     void take_reads_ahead(int64_t layer, const RecordVisitor& fill);
     void drop_reads_ahead();
-    // With a sparsity section: reads it, and every layer's gates into gates_.
-    void load_sparsity();
+    // With a sparsity section: reads it, and every layer's gates into gates_ (or, with a context
+    // and quantized vectors, into gate_layers_).
+    void load_sparsity(qjit_context* gate_context);
     NeuronCache token_cache(int64_t capacity, int window) const;  // a cache of the parts tokens read
     // The gate products of `neurons` for the m rows into `products`, their activations (masked by
     // the thresholds when `masked`) into `activations` [d_ff][m], and the neurons with one not 0
@@ -189,6 +197,7 @@ private:
     bool sparse_gates_ = false;
     FfnSparsity sparsity_;
     std::vector<NeuronCache> gates_;
+    std::vector<std::unique_ptr<qjit_linear>> gate_layers_;  // in gates_' place when made
     std::vector<NeuronPart> token_parts_;    // the parts the caches hold (empty: all)
     std::vector<NeuronPart> token_records_;  // the records a token reads per neuron
 
@@ -201,6 +210,7 @@ private:
     std::vector<size_t> demand_index_;     // ... and their places in load_neurons_
     std::vector<size_t> ahead_target_;     // per neuron read ahead: its place in load_neurons_ (SIZE_MAX: unused)
     std::vector<float> gate_products_, neuron_gates_, slot_gates_;  // resident gates: per call
+    std::vector<float> gate_rows_;                                  // a gate layer's output [m][d_ff]
     std::vector<float> ahead_products_;                             // the next layer's gate products
     bool caller_chose_ = false;  // this call's active neurons came from the caller: no reads ahead
     BackgroundTask reader_;      // last: its thread stops before the members it reads go away
