@@ -95,10 +95,11 @@ NeuronCache FlashFfn::token_cache(int64_t capacity, int window) const {
     return NeuronCache(header_, capacity, window, token_parts_);
 }
 
-// The section after the header, then every layer's gates, neuron i in slot i of its layer's cache.
-// A token then reads the records holding up and down only (gate apart: one a neuron).
 FlashFfn::~FlashFfn() = default;
 
+// The section after the header, then every layer's gates, neuron i in slot i of its layer's cache
+// (or, with a context, made into a layer of it and the cache emptied). A token then reads the
+// records holding up and down only (gate apart: one a neuron).
 void FlashFfn::load_sparsity(qjit_context* gate_context) {
     const int64_t block = storage_->block_size(), length = header_.sparsity_bytes();
     require(length % block == 0, "neuron file: its sparsity section cannot be read directly from ",
@@ -124,10 +125,11 @@ void FlashFfn::load_sparsity(qjit_context* gate_context) {
         });
         if (gate_context && header_.vector.coding == VectorCoding::Quantized) {
             const NeuronCache::Data& d = gates.data();
-            VectorMatrix m = vectors_as_matrix(header_.vector, d.vector(NeuronPart::Gate, 0), header_.d_ff, d.vector_bytes);
-            gate_layers_.push_back(make_linear(gate_context, QuantizedMatrix{std::move(m.params), unpack_codes(m.codes)},
-                                               {}, QJIT_ACTIVATIONS_F32));
-            gates_.back() = NeuronCache(header_, 0, 0, std::vector<NeuronPart>{NeuronPart::Gate});  // held by the layer now
+            VectorMatrix gate = vectors_as_matrix(header_.vector, d.vector(NeuronPart::Gate, 0), header_.d_ff,
+                                                  d.vector_bytes);
+            QuantizedMatrix matrix{std::move(gate.params), unpack_codes(gate.codes)};
+            gate_layers_.push_back(make_linear(gate_context, std::move(matrix), {}, QJIT_ACTIVATIONS_F32));
+            gates = NeuronCache(header_, 0, 0, std::vector<NeuronPart>{NeuronPart::Gate});  // the layer holds them
         }
     }
     counters_ = {};  // the gates' reads belong to creating the FFN, not to any token
