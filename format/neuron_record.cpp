@@ -123,7 +123,10 @@ VectorMatrix vectors_as_matrix(const NeuronVectorLayout& layout, const uint8_t* 
     p.n = n;
     const int64_t groups = p.num_groups(), words = layout.code_words();
     p.scales.resize(size_t(groups * n));
-    (f.float_offsets ? p.offsets.resize(size_t(groups * n)) : p.zeros.resize(size_t(groups * n)));
+    if (f.float_offsets)
+        p.offsets.resize(size_t(groups * n));
+    else
+        p.zeros.resize(size_t(groups * n));
     out.codes = unwritten_packed_codes(f.bits, f.k, n, 1);  // one column per panel: the vectors' own words
     for (int64_t c = 0; c < n; ++c) {
         const uint8_t* vector = vectors + c * stride;

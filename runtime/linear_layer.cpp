@@ -168,9 +168,9 @@ std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix 
 }
 
 std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams params, PackedCodes codes,
-                                         LowRankFactors compensator) {
+                                         LowRankFactors compensator, std::optional<qjit_activations> activations) {
     const auto start = Clock::now();
-    TilingChoice choice = choose_tiling(*context, params);
+    TilingChoice choice = choose_tiling(*context, params, activations);
     if (codes.panel_columns != layer_panel_columns(choice)) {
         PackedCodes repacked =
             zeroed_packed_codes(codes.bits, codes.k, codes.n, layer_panel_columns(choice), codes.block_bits);

@@ -49,7 +49,8 @@ std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantizedMatrix 
 // repacked when the kernel picked here wants another panel width. Both overloads log one line
 // when the context is verbose.
 std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams params, PackedCodes codes,
-                                         LowRankFactors compensator = {});
+                                         LowRankFactors compensator = {},
+                                         std::optional<qjit_activations> activations = std::nullopt);
 
 // What every make_linear shares, for the other ways to make a layer (runtime/gptq_layer.hpp):
 // the panel width the kernel of `choice` streams, and the layer around params and codes packed

@@ -8,7 +8,6 @@
 #include "base/activations.hpp"
 #include "base/error.hpp"
 #include "format/neuron_record.hpp"
-#include "format/packed_codes.hpp"
 #include "runtime/flash/dense_product.hpp"
 #include "runtime/flash/ffn_sparsity.hpp"
 #include "runtime/flash/neuron_cache_data.hpp"
@@ -127,8 +126,9 @@ void FlashFfn::load_sparsity(qjit_context* gate_context) {
             const NeuronCache::Data& d = gates.data();
             VectorMatrix gate = vectors_as_matrix(header_.vector, d.vector(NeuronPart::Gate, 0), header_.d_ff,
                                                   d.vector_bytes);
-            QuantizedMatrix matrix{std::move(gate.params), unpack_codes(gate.codes)};
-            gate_layers_.push_back(make_linear(gate_context, std::move(matrix), {}, QJIT_ACTIVATIONS_F32));
+            validate(gate.params);  // the codes fit their width by construction; scales read from the file may not
+            gate_layers_.push_back(make_linear(gate_context, std::move(gate.params), std::move(gate.codes), {},
+                                               QJIT_ACTIVATIONS_F32));
             gates = NeuronCache(header_, 0, 0, std::vector<NeuronPart>{NeuronPart::Gate});  // the layer holds them
         }
     }
