@@ -2,13 +2,14 @@
 // against the read probe measured in the same run.
 //
 // One SwiGLU layer of Llama-2-7B's shape (4096 -> 11008) with random weights, 4-bit g128 per neuron
-// vector (or --f16), written as a neuron file in memory and served with every neuron resident. Per
+// vector (or --group, --f16), written as a neuron file in memory and served with every neuron resident. Per
 // variant and share of active neurons (all, 30 %): the median over --repeats of a forward's compute
 // time (the flash FFN's own counter: gate and up products, activations, down), the bytes of the
 // active neurons' vectors over that time, and that throughput over the probe's.
 //
-//   bench_sparse_ffn [--d-model=4096] [--d-ff=11008] [--f16] [--rows=1] [--repeats=15] [--threads=0]
+//   bench_sparse_ffn [--d-model=4096] [--d-ff=11008] [--f16] [--group=128] [--rows=1] [--repeats=15] [--threads=0]
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -23,7 +24,10 @@
 #include "base/error.hpp"
 #include "io/neuron_file.hpp"
 #include "runtime/cpu/thread_pool.hpp"
+#include "format/packed_codes.hpp"
 #include "runtime/flash/flash_ffn.hpp"
+#include "runtime/flash/neuron_cache_data.hpp"
+#include "runtime/flash/sparse_product_jit.hpp"
 #include "runtime/flash/sparse_ffn_kernels.hpp"
 #include "tools/bandwidth_probe.hpp"
 
@@ -34,6 +38,7 @@ using qjit::SparseFfnKernels;
 struct Options {
     int64_t d_model = 4096, d_ff = 11008;
     bool f16 = false;
+    int64_t group = 128;  // rows per group of the 4-bit vectors
     int64_t rows = 1;
     int repeats = 15;
     int threads = 0;  // 0: every core
@@ -47,11 +52,12 @@ Options parse(int argc, char** argv) {
         if (arg == "--f16") o.f16 = true;
         else if (const char* v = value("--d-model=")) o.d_model = std::atoll(v);
         else if (const char* v = value("--d-ff=")) o.d_ff = std::atoll(v);
+        else if (const char* v = value("--group=")) o.group = std::max<int64_t>(16, std::atoll(v));
         else if (const char* v = value("--rows=")) o.rows = std::max<int64_t>(1, std::atoll(v));
         else if (const char* v = value("--repeats=")) o.repeats = std::max(1, std::atoi(v));
         else if (const char* v = value("--threads=")) o.threads = std::max(0, std::atoi(v));
         else {
-            std::fprintf(stderr, "usage: bench_sparse_ffn [--d-model=4096] [--d-ff=11008] [--f16] [--rows=1] "
+            std::fprintf(stderr, "usage: bench_sparse_ffn [--d-model=4096] [--d-ff=11008] [--f16] [--group=128] [--rows=1] "
                                  "[--repeats=15] [--threads=0]\n");
             std::exit(2);
         }
@@ -72,7 +78,7 @@ std::string random_layer_file(const Options& o) {
     } else {
         qjit::WeightFormat f = qjit::f16_scaled_format();
         f.bits = 4;
-        f.group_size = 128;
+        f.group_size = o.group;
         h.vector = qjit::quantized_vector_layout(f, o.d_model);
     }
     std::mt19937 rng(7);
@@ -96,8 +102,85 @@ std::string random_layer_file(const Options& o) {
     return bytes;
 }
 
+template <typename Run>
+double median_seconds(int repeats, Run&& run) {
+    std::vector<double> seconds;
+    for (int r = 0; r < repeats + 2; ++r) {
+        const auto start = std::chrono::steady_clock::now();
+        run();
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+        if (r >= 2) seconds.push_back(took.count());  // two warm-ups
+    }
+    std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
+    return seconds[seconds.size() / 2];
+}
+
+// The up products alone, on one thread: the generated kernels against the hand-written ones, over
+// the up vectors of the layer's weights in a cache of every neuron.
+void products_table(const Options& o, double probe_one_thread) {
+    qjit::NeuronFileHeader h;
+    h.layers = 1;
+    h.d_model = o.d_model;
+    h.d_ff = o.d_ff;
+    qjit::WeightFormat f = qjit::f16_scaled_format();
+    f.bits = 4;
+    f.group_size = o.group;
+    h.vector = qjit::quantized_vector_layout(f, o.d_model);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    std::vector<float> w(size_t(o.d_model * o.d_ff));
+    for (float& v : w) v = normal(rng);
+    const qjit::FfnLayerWeights weights = qjit::quantize_ffn_layer(h, w.data(), w.data(), w.data(), nullptr);
+    const qjit::PackedCodes packed = qjit::pack_codes(weights.up.codes.data(), 4, o.d_model, o.d_ff, 8);
+    qjit::NeuronCache cache(h, o.d_ff, 0, {qjit::NeuronPart::Up});
+    std::vector<int32_t> all(size_t(o.d_ff));
+    std::iota(all.begin(), all.end(), 0);
+    const std::vector<int32_t> slots = cache.pin(all);
+    std::vector<uint8_t> vector(size_t(h.vector.bytes()));
+    for (int64_t n = 0; n < o.d_ff; ++n) {
+        qjit::encode_quantized_vector(h.vector, weights.up, packed, n, vector.data());
+        cache.fill(slots[size_t(n)], qjit::NeuronPart::Up, vector.data());
+    }
+    const qjit::NeuronCache::Data& d = cache.data();
+    std::vector<float> x(size_t(o.rows * o.d_model)), out(size_t(o.rows * o.d_ff));
+    for (float& v : x) v = normal(rng);
+    const double bytes = double(o.d_ff * h.vector.bytes());
+
+    std::printf("up products alone, %s, 1 thread (read probe %.1f GB/s):\n", f.kernel_name().c_str(), probe_one_thread);
+    if (const qjit::SparseProductJit* jit = qjit::SparseProductJit::for_cache(d)) {
+        qjit::SparseActivations prepared;
+        const double s = median_seconds(o.repeats, [&] {
+            jit->prepare(x.data(), o.rows, prepared);
+            jit->products(d.vectors[int(qjit::NeuronPart::Up)].data(), slots.data(), o.d_ff, prepared, o.rows,
+                          out.data());
+        });
+        std::printf("  %-10s %10.1f us %8.2f GB/s %6.2f of the probe  (%s)\n", "generated", s * 1e6, bytes / s * 1e-9,
+                    bytes / s * 1e-9 / probe_one_thread, jit->describe().c_str());
+    }
+    for (SparseFfnKernels k : {SparseFfnKernels::Avx2, SparseFfnKernels::Baseline}) {
+        if (!qjit::sparse_ffn_kernels_supported(k)) continue;
+        qjit::use_sparse_ffn_kernels(k);
+        const int64_t stride = d.blocks * 32;
+        std::vector<float> padded(size_t(o.rows * stride), 0.0f), sums(size_t(o.rows * d.groups), 0.0f);
+        const double s = median_seconds(o.repeats, [&] {
+            for (int64_t r = 0; r < o.rows; ++r)
+                for (int64_t i = 0; i < o.d_model; ++i) {
+                    padded[size_t(r * stride + i)] = x[size_t(r * o.d_model + i)];
+                    sums[size_t(r * d.groups + i / o.group)] += x[size_t(r * o.d_model + i)];
+                }
+            for (int64_t n = 0; n < o.d_ff; ++n)
+                qjit::column_products(d, qjit::NeuronPart::Up, slots[size_t(n)], padded.data(), sums.data(), o.rows,
+                                      out.data() + n * o.rows);
+        });
+        std::printf("  %-10s %10.1f us %8.2f GB/s %6.2f of the probe\n", k == SparseFfnKernels::Avx2 ? "avx2" : "baseline",
+                    s * 1e6, bytes / s * 1e-9, bytes / s * 1e-9 / probe_one_thread);
+    }
+    qjit::use_sparse_ffn_kernels(SparseFfnKernels::Fastest);
+}
+
 const char* name_of(SparseFfnKernels k) {
     switch (k) {
+    case SparseFfnKernels::Jit: return "generated";
     case SparseFfnKernels::Avx2: return "avx2";
     case SparseFfnKernels::Baseline: return "baseline";
     default: return "fastest";
@@ -131,12 +214,12 @@ int main(int argc, char** argv) try {
     qjit_tools::BandwidthProbe probe;
     const int64_t neuron_bytes = 3 * ffn.header().vector.bytes();
     std::printf("layer %lld -> %lld, %s, %lld rows, %d threads; read probe (%s loads): ", (long long)o.d_model,
-                (long long)o.d_ff, o.f16 ? "f16" : "q4g128_asym", (long long)o.rows, threads,
+                (long long)o.d_ff, o.f16 ? "f16" : ffn.header().vector.format.kernel_name().c_str(), (long long)o.rows, threads,
                 qjit_tools::BandwidthProbe::load_width_name());
     const double probe_before = probe.median(threads, 5);
     std::printf("%.1f GB/s\n", probe_before);
     std::printf("%-10s %8s %10s %10s %8s\n", "kernels", "active", "us/call", "GB/s", "/probe");
-    for (SparseFfnKernels k : {SparseFfnKernels::Avx2, SparseFfnKernels::Baseline}) {
+    for (SparseFfnKernels k : {SparseFfnKernels::Jit, SparseFfnKernels::Avx2, SparseFfnKernels::Baseline}) {
         if (!qjit::sparse_ffn_kernels_supported(k)) continue;
         qjit::use_sparse_ffn_kernels(k);
         for (const std::vector<int32_t>* active : {&all, &some}) {
@@ -155,6 +238,7 @@ int main(int argc, char** argv) try {
     }
     qjit::use_sparse_ffn_kernels(SparseFfnKernels::Fastest);
     std::printf("read probe after: %.1f GB/s\n", probe.median(threads, 5));
+    if (!o.f16) products_table(o, probe.median(1, 5));
     return 0;
 } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_sparse_ffn: %s\n", e.what());

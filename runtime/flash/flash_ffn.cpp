@@ -81,7 +81,7 @@ FlashFfn::FlashFfn(std::unique_ptr<Storage> storage, const FlashFfnOptions& opti
                 " bytes is below the resident gates' ", resident_gate_bytes());
         budget -= resident_gate_bytes();
     }
-    const int64_t per_layer = (budget / header_.layers - NeuronCache::fixed_bytes(header_)) /
+    const int64_t per_layer = (budget / header_.layers - NeuronCache::fixed_bytes(header_, token_parts_)) /
                               NeuronCache::slot_bytes(header_, token_parts_);
     const int64_t capacity = std::clamp<int64_t>(per_layer, 0, header_.d_ff);
     resident_.reserve(size_t(header_.layers));
@@ -137,7 +137,7 @@ void FlashFfn::load_sparsity(qjit_context* gate_context) {
 
 int64_t FlashFfn::all_resident_bytes() const {
     const auto all = [&](std::span<const NeuronPart> parts) {
-        return header_.layers * (NeuronCache::fixed_bytes(header_) + header_.d_ff * NeuronCache::slot_bytes(header_, parts));
+        return header_.layers * (NeuronCache::fixed_bytes(header_, parts) + header_.d_ff * NeuronCache::slot_bytes(header_, parts));
     };
     if (!header_.has_sparsity) return all({});
     const NeuronPart gates[] = {NeuronPart::Gate}, token[] = {NeuronPart::Up, NeuronPart::Down};

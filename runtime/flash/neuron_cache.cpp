@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/error.hpp"
+#include "jit/x86/sparse_product_kernel.hpp"
 #include "runtime/flash/neuron_cache_data.hpp"
 
 namespace qjit {
@@ -130,7 +131,9 @@ NeuronCache::NeuronCache(const NeuronFileHeader& header, int64_t capacity, int w
         d.zeros_offset = header.vector.zeros_offset();
         require(d.blocks * d.bits == header.vector.code_words(), "neuron cache: code words disagree");
     }
-    for (NeuronPart part : d.parts) d.vectors[int(part)].assign(size_t(capacity * d.vector_bytes), 0);
+    // (padded at the end for the generated products' reads past a vector)
+    for (NeuronPart part : d.parts)
+        d.vectors[int(part)].assign(size_t(capacity * d.vector_bytes + jit::kSparseVectorPadding), 0);
     if (header.has_bias) d.bias.assign(size_t(capacity), 0.0f);
     d.slot_neuron.assign(size_t(capacity), -1);
     d.neuron_slot.assign(size_t(header.d_ff), -1);
@@ -150,8 +153,9 @@ int64_t NeuronCache::slot_bytes(const NeuronFileHeader& header, std::span<const 
     return vectors + (header.has_bias ? 4 : 0) + 4 + 8 + 1 + 4;
 }
 
-int64_t NeuronCache::fixed_bytes(const NeuronFileHeader& header) {
-    return header.d_ff * int64_t(sizeof(int32_t) + sizeof(int64_t));  // neuron_slot, active_token
+int64_t NeuronCache::fixed_bytes(const NeuronFileHeader& header, std::span<const NeuronPart> parts) {
+    const int64_t padding = int64_t(held_parts(header, parts).size()) * jit::kSparseVectorPadding;
+    return header.d_ff * int64_t(sizeof(int32_t) + sizeof(int64_t)) + padding;  // neuron_slot, active_token
 }
 
 bool NeuronCache::holds(NeuronPart part) const { return data_->has(part); }

@@ -28,9 +28,9 @@ public:
     // Bytes one slot takes (the parts held, bias, bookkeeping): a DRAM budget divided by it is a
     // capacity.
     static int64_t slot_bytes(const NeuronFileHeader& header, std::span<const NeuronPart> parts = {});
-    // Bytes a cache takes whatever its capacity (the tables indexed by neuron id): memory_bytes() is
-    // fixed_bytes + capacity * slot_bytes.
-    static int64_t fixed_bytes(const NeuronFileHeader& header);
+    // Bytes a cache takes whatever its capacity (the tables indexed by neuron id, the padding after
+    // each part's vectors): memory_bytes() is fixed_bytes + capacity * slot_bytes.
+    static int64_t fixed_bytes(const NeuronFileHeader& header, std::span<const NeuronPart> parts = {});
     bool holds(NeuronPart part) const;
 
     int64_t capacity() const;

@@ -8,6 +8,7 @@
 
 #include "runtime/flash/sparse_ffn_internal.hpp"
 #include "runtime/flash/sparse_ffn_kernels.hpp"
+#include "runtime/flash/sparse_product_jit.hpp"
 
 namespace qjit {
 
@@ -24,6 +25,7 @@ constexpr int64_t kSlotsPerTask = 8;  // gate and up products: a few vectors a t
 struct Scratch {
     std::vector<float> x_padded, x_sums, gate, up, activations;
     std::vector<int32_t> live_slots;
+    SparseActivations int8_x;  // x for the generated products
 };
 
 Scratch& scratch() {
@@ -31,9 +33,11 @@ Scratch& scratch() {
     return s;
 }
 
-// x padded to whole blocks (the codes past d_model dequantize to -s * z, not 0), and the sum of
-// each group's x for the zero points: what column_products reads.
-void prepare_x(const Data& d, const float* x, int64_t m, Scratch& s) {
+// x as the products read it: for the generated ones, int8 in their layout; for column_products,
+// padded to whole blocks (the codes past d_model dequantize to -s * z, not 0), with the sum of
+// each group's x for the zero points.
+void prepare_x(const Data& d, const SparseProductJit* jit, const float* x, int64_t m, Scratch& s) {
+    if (jit != nullptr) return jit->prepare(x, m, s.int8_x);
     if (!d.quantized) return;
     const int64_t x_stride = d.blocks * 32;
     s.x_padded.assign(size_t(m * x_stride), 0.0f);
@@ -46,14 +50,20 @@ void prepare_x(const Data& d, const float* x, int64_t m, Scratch& s) {
 
 // The products of each slot's vectors of `parts` with the m rows of x (prepared):
 // outs[p][i * m + r].
-void products(const Data& d, std::span<const NeuronPart> parts, float* const* outs, std::span<const int32_t> slots,
-              const float* x, int64_t m, ThreadPool& pool, const Scratch& s) {
+void products(const Data& d, const SparseProductJit* jit, std::span<const NeuronPart> parts, float* const* outs,
+              std::span<const int32_t> slots, const float* x, int64_t m, ThreadPool& pool, const Scratch& s) {
     const int64_t count = int64_t(slots.size());
     const auto product = [&](NeuronPart part, int64_t i, float* out) {
         if (d.quantized) column_products(d, part, slots[i], s.x_padded.data(), s.x_sums.data(), m, out);
         else f16_products(d.f16_row(part, slots[i]), x, m, d.d_model, out);
     };
     auto task = [&](int64_t t) {
+        if (jit != nullptr) {  // the kernel prefetches the next slots' vectors itself
+            const int64_t i0 = t * kSlotsPerTask, n = std::min(count, i0 + kSlotsPerTask) - i0;
+            for (size_t p = 0; p < parts.size(); ++p)
+                jit->products(d.vectors[int(parts[p])].data(), slots.data() + i0, n, s.int8_x, m, outs[p] + i0 * m);
+            return;
+        }
         for (int64_t i = t * kSlotsPerTask; i < std::min(count, (t + 1) * kSlotsPerTask); ++i) {
             if (i + 1 < count)  // the next slot's vectors, while this one's are summed
                 for (NeuronPart part : parts) prefetch_bytes(d.vector(part, slots[i + 1]), d.vector_bytes);
@@ -69,27 +79,29 @@ void products(const Data& d, std::span<const NeuronPart> parts, float* const* ou
 void sparse_products_fast(const Data& d, NeuronPart part, std::span<const int32_t> slots, const float* x, int64_t m,
                           float* out, ThreadPool& pool) {
     Scratch& s = scratch();
-    prepare_x(d, x, m, s);
+    const SparseProductJit* jit = sparse_product_jit(d);
+    prepare_x(d, jit, x, m, s);
     const NeuronPart parts[] = {part};
-    products(d, parts, &out, slots, x, m, pool, s);
+    products(d, jit, parts, &out, slots, x, m, pool, s);
 }
 
 void sparse_ffn_fast(const Data& d, std::span<const int32_t> slots, const float* x, int64_t m, float* y,
                      ThreadPool& pool, const float* gate_activations) {
     Scratch& s = scratch();
     const int64_t count = int64_t(slots.size());
-    prepare_x(d, x, m, s);
+    const SparseProductJit* jit = sparse_product_jit(d);
+    prepare_x(d, jit, x, m, s);
     s.gate.resize(size_t(count * m));
     s.up.resize(size_t(count * m));
     const bool gated = d.has(NeuronPart::Gate);
     if (gated) {
         const NeuronPart parts[] = {NeuronPart::Gate, NeuronPart::Up};
         float* const outs[] = {s.gate.data(), s.up.data()};
-        products(d, parts, outs, slots, x, m, pool, s);
+        products(d, jit, parts, outs, slots, x, m, pool, s);
     } else {
         const NeuronPart parts[] = {NeuronPart::Up};
         float* const outs[] = {s.up.data()};
-        products(d, parts, outs, slots, x, m, pool, s);
+        products(d, jit, parts, outs, slots, x, m, pool, s);
     }
 
     // The activations (in up's place), then those of the slots with one not 0 (Relu leaves many at

@@ -3,6 +3,8 @@
 #include <atomic>
 
 #include "base/error.hpp"
+#include "runtime/flash/sparse_product_jit.hpp"
+#include "tuner/cpu_isa.hpp"
 
 namespace qjit {
 
@@ -12,38 +14,45 @@ using Data = NeuronCache::Data;
 
 std::atomic<SparseFfnKernels> chosen{SparseFfnKernels::Fastest};
 
-const SparseFfnKernelTable& table(SparseFfnKernels which) {
-    switch (which) {
-    case SparseFfnKernels::Avx2: return sparse_ffn_kernels_avx2();
-    default: return sparse_ffn_kernels_baseline();
-    }
-}
-
-// The fastest variant the CPU runs, picked at run time (not by ifunc clones, so that sanitizer
-// builds and any x86-64 take the same route).
-SparseFfnKernels fastest() {
+// The fastest hand-written variant the CPU runs, picked at run time (not by ifunc clones, so that
+// sanitizer builds and any x86-64 take the same route).
+SparseFfnKernels fastest_hand_written() {
     static const SparseFfnKernels best =
         sparse_ffn_kernels_supported(SparseFfnKernels::Avx2) ? SparseFfnKernels::Avx2 : SparseFfnKernels::Baseline;
     return best;
 }
 
-const SparseFfnKernelTable& kernels() {
-    const SparseFfnKernels which = chosen.load(std::memory_order_relaxed);
-    return table(which == SparseFfnKernels::Fastest ? fastest() : which);
+const SparseFfnKernelTable& table(SparseFfnKernels which) {
+    switch (which) {
+    case SparseFfnKernels::Avx2: return sparse_ffn_kernels_avx2();
+    case SparseFfnKernels::Baseline: return sparse_ffn_kernels_baseline();
+    default: return table(fastest_hand_written());
+    }
 }
+
+const SparseFfnKernelTable& kernels() { return table(chosen.load(std::memory_order_relaxed)); }
 
 }  // namespace
 
 bool sparse_ffn_kernels_supported(SparseFfnKernels which) {
     switch (which) {
     case SparseFfnKernels::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case SparseFfnKernels::Jit: return cpu_supports(QJIT_ISA_AVX2);
     default: return true;
     }
 }
 
+SparseFfnKernels exact_sparse_ffn_kernels() { return fastest_hand_written(); }
+
 void use_sparse_ffn_kernels(SparseFfnKernels which) {
     require(sparse_ffn_kernels_supported(which), "sparse FFN: this CPU does not run the kernels asked for");
     chosen.store(which, std::memory_order_relaxed);
+}
+
+const SparseProductJit* sparse_product_jit(const Data& d) {
+    const SparseFfnKernels which = chosen.load(std::memory_order_relaxed);
+    if (which != SparseFfnKernels::Fastest && which != SparseFfnKernels::Jit) return nullptr;
+    return SparseProductJit::for_cache(d);
 }
 
 void column_products(const Data& d, NeuronPart part, int64_t slot, const float* x_padded, const float* x_sums,

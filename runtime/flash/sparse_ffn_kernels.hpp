@@ -13,11 +13,22 @@
 namespace qjit {
 
 // The kernel variants, and which the entry points below take: the fastest the CPU runs (Fastest), or
-// one named (for tests and benchmarks, so that every variant the CPU runs meets the oracle).
-enum class SparseFfnKernels { Fastest, Avx2, Baseline };
+// one named (for tests and benchmarks, so that every variant the CPU runs meets the oracle). Jit:
+// the gate and up products of quantized vectors from generated kernels
+// (runtime/flash/sparse_product_jit.hpp), where one serves the format, and the rest from the
+// fastest hand-written table; Fastest is Jit wherever the CPU runs it.
+enum class SparseFfnKernels { Fastest, Jit, Avx2, Baseline };
 bool sparse_ffn_kernels_supported(SparseFfnKernels which);
+// The fastest variant whose products take x in fp32 (no int8 rounding of the activations): what
+// results compared with an exact oracle run on.
+SparseFfnKernels exact_sparse_ffn_kernels();
 // Throws an invalid-argument Error for a variant the CPU does not run.
 void use_sparse_ffn_kernels(SparseFfnKernels which);
+
+class SparseProductJit;
+// The generated products of d's vectors when the variant in use takes them (Jit, Fastest) and
+// one serves d's format; null otherwise.
+const SparseProductJit* sparse_product_jit(const NeuronCache::Data& d);
 
 // Asks for bytes [p, p + n) ahead of their use: the next of a token's scattered vectors, which the
 // hardware prefetchers cannot guess.

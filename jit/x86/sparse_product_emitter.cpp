@@ -1,0 +1,429 @@
+// The x86 emitter of the flash FFN's gathered products (jit/x86/sparse_product_kernel.hpp).
+//
+// Loop nest of one call (the vectors and the geometry are compile-time constants; the slot list
+// and the activations are arguments):
+//
+//   for each pass of `vectors` slots (then single slots for the rest):
+//     total[v][r] = 0                                    8 fp32 lanes per slot and row
+//     for each chunk of 8 groups:
+//       s8, o8 = the chunk's scales and offsets (o = -s * zero, or the float offset)
+//       factor[v][r][8] = s8 * x_scale[r]                kept on the stack
+//       total[v][r] += o8 * x_sum[r]                     the offsets' whole share, 8 groups at once
+//       for each group of the chunk:
+//         for each 32-row block of the group:
+//           codes = unpack(the block's words)            one load, one shift, one mask (3 bits: two)
+//           acc[v][r] += codes . x[r]                    vpdpbusd, or vpmaddubsw + vpmaddwd
+//         total[v][r] += float(acc[v][r]) * factor[v][r][group]; acc = 0
+//     out[v][r] = the sum of total[v][r]'s lanes
+//
+// The code stays in 256-bit vectors and the first 16 registers on every ISA: a block is 32 rows,
+// and the unpacking, not the vector width, bounds the kernel. AVX-512 VNNI machines take the EVEX
+// form of vpdpbusd (they may lack AVX-VNNI's VEX form).
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+#include "base/error.hpp"
+#include "jit/x86/sparse_product_kernel.hpp"
+
+namespace qjit::jit {
+
+namespace {
+
+using Xbyak::Reg64;
+using Xbyak::Xmm;
+using Xbyak::Ymm;
+namespace regs = Xbyak::util;
+
+constexpr int kMaxRows = 4;
+constexpr int kMaxVectors = 4;
+constexpr int kChunkGroups = 8;
+constexpr int kRegisterBudget = 16;  // the VEX-encodable registers, on every ISA
+constexpr int kUnrolledBlocks = 4;   // groups of up to this many blocks are unrolled
+
+// Scratch: the codes, and one temporary (the pair sums, the 1-bit plane, a factor broadcast).
+constexpr int kScratch = 2;
+
+int constant_registers(const SparseProductSpec& spec) {
+    const int bits = spec.format.bits;
+    int constants = bits == 8 ? 0 : 2;    // shift counts, code mask
+    if (bits == 3) constants += 2;        // the 1-bit plane's shift counts and mask
+    if (!spec.isa.vnni) constants += 1;   // int16 ones for vpmaddwd
+    return constants;
+}
+
+uint32_t float_bits(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    return bits;
+}
+
+class SparseProductEmitter : public JitGenerator {
+public:
+    explicit SparseProductEmitter(const SparseProductSpec& spec)
+        : JitGenerator(kernel_name(spec)),
+          spec_(spec),
+          bits_(spec.format.bits),
+          rows_(spec.rows),
+          x_stride_(spec.x_stride()),
+          score_stride_(spec.padded_groups() * 4),
+          groups_(spec.groups()),
+          group_blocks_(spec.group_blocks()) {
+        // Registers: scratch and constants first, then accumulators and totals.
+        int next = 0;
+        codes_ = Ymm(next++);
+        temp_ = Ymm(next++);
+        if (bits_ != 8) {
+            shifts_ = Ymm(next++);
+            mask_ = Ymm(next++);
+        }
+        if (bits_ == 3) {
+            plane_shifts_ = Ymm(next++);
+            plane_mask_ = Ymm(next++);
+        }
+        if (!spec.isa.vnni) ones_ = Ymm(next++);
+        first_accumulator_ = next;
+        generate();
+    }
+
+private:
+    // General registers.
+    const Reg64 args_ = regs::rdi, slot_index_ = regs::r11, out_ = regs::r15;
+    const Reg64 vector_[kMaxVectors] = {regs::rbx, regs::rcx, regs::rdx, regs::rsi};
+    const Reg64 block_offset_ = regs::r8;   // bytes into each vector's codes
+    const Reg64 x_ = regs::r9;              // the current block's activations of row 0
+    const Reg64 group_offset_ = regs::r10;  // 4 * the group within its chunk
+    const Reg64 block_count_ = regs::r12;
+    const Reg64 x_scale_ = regs::r13, x_sum_ = regs::r14;
+    const Reg64 chunk_group_ = regs::rbp;   // the chunk's first group
+    const Reg64 temp_gpr_ = regs::rax;
+
+    int accumulators_per_vector() const { return rows_; }
+    Ymm acc(int v, int r) const { return Ymm(first_accumulator_ + v * rows_ + r); }
+    Ymm total(int v, int r) const { return Ymm(first_accumulator_ + spec_.tiling.vectors * rows_ + v * rows_ + r); }
+    // The stack slot of factor[v][r][0]: 8 floats.
+    int factor_offset(int v, int r) const { return (v * rows_ + r) * 32; }
+    int stack_bytes() const { return spec_.tiling.vectors * rows_ * 32; }
+
+    Xbyak::Address arg(size_t offset) const { return qword[args_ + int(offset)]; }
+
+    void generate() {
+        preamble();
+        sub(regs::rsp, stack_bytes());
+        load_constants();
+        mov(x_scale_, arg(offsetof(SparseProductArgs, x_scale)));
+        mov(x_sum_, arg(offsetof(SparseProductArgs, x_sum)));
+        mov(out_, arg(offsetof(SparseProductArgs, out)));
+        xor_(slot_index_, slot_index_);
+
+        const int vectors = spec_.tiling.vectors;
+        Xbyak::Label pass_loop, single_loop, done;
+        if (vectors > 1) {
+            L(pass_loop);
+            mov(temp_gpr_, arg(offsetof(SparseProductArgs, count)));
+            sub(temp_gpr_, slot_index_);
+            cmp(temp_gpr_, vectors);
+            jl(single_loop, T_NEAR);
+            emit_pass(vectors);
+            jmp(pass_loop, T_NEAR);
+        }
+        L(single_loop);
+        cmp(slot_index_, arg(offsetof(SparseProductArgs, count)));
+        jge(done, T_NEAR);
+        emit_pass(1);
+        jmp(single_loop, T_NEAR);
+        L(done);
+        add(regs::rsp, stack_bytes());
+        postamble();
+        emit_data();
+        finish();
+    }
+
+    void load_constants() {
+        if (bits_ == 4) load_table(shifts_, shift_table_);      // the high nibbles in the upper half
+        if (bits_ == 2 || bits_ == 3) load_table(shifts_, shift_table_);
+        if (bits_ != 8) broadcast_constant(mask_, (bits_ == 4 ? 0x0fu : 0x03u) * 0x01010101u);
+        if (bits_ == 3) {
+            load_table(plane_shifts_, plane_shift_table_);
+            broadcast_constant(plane_mask_, 0x01010101u);
+        }
+        if (!spec_.isa.vnni) broadcast_constant(ones_, 0x00010001u);
+    }
+
+    void load_table(const Ymm& dst, const Xbyak::Label& table) { vmovdqu(dst, yword[regs::rip + table]); }
+
+    // The constant tables, after the code.
+    void emit_data() {
+        align(32);
+        L(shift_table_);
+        if (bits_ == 4) {
+            for (int i = 0; i < 8; ++i) dd(i < 4 ? 0 : 4);       // vpsrlvd: the upper half's dwords by 4
+        } else {
+            for (int p = 0; p < 4; ++p) dq(uint64_t(2 * p));     // vpsrlvq: qword p by 2p
+        }
+        L(plane_shift_table_);
+        for (int d = 0; d < 8; ++d) dd(uint32_t(4 * (d % 2) + d / 2));
+        L(tail_mask_);
+        const int tail = int(groups_ % kChunkGroups);
+        for (int i = 0; i < 8; ++i) dd(i < tail ? 0xffffffffu : 0u);
+        L(symmetric_zero_);
+        for (int i = 0; i < 8; ++i) dd(float_bits(float(spec_.format.symmetric_zero())));
+    }
+
+    // One pass over `vectors` slots from slot_index_, which it advances with out_.
+    void emit_pass(int vectors) {
+        mov(temp_gpr_, arg(offsetof(SparseProductArgs, slots)));
+        for (int v = 0; v < vectors; ++v) {
+            movsxd(vector_[v], dword[temp_gpr_ + slot_index_ * 4 + v * 4]);
+            imul(vector_[v], vector_[v], int(spec_.vector_bytes));
+            add(vector_[v], arg(offsetof(SparseProductArgs, vectors)));
+        }
+        if (spec_.tiling.prefetch) emit_prefetch(vectors);
+        for (int v = 0; v < vectors; ++v)
+            for (int r = 0; r < rows_; ++r) {
+                vpxor(acc(v, r), acc(v, r), acc(v, r));
+                vpxor(total(v, r), total(v, r), total(v, r));
+            }
+        mov(x_, arg(offsetof(SparseProductArgs, x)));
+        xor_(block_offset_, block_offset_);
+        xor_(chunk_group_, chunk_group_);
+
+        const int64_t full_chunks = groups_ / kChunkGroups;
+        if (full_chunks > 0) {
+            Xbyak::Label chunk_loop;
+            L(chunk_loop);
+            emit_chunk(vectors, kChunkGroups, false);
+            cmp(chunk_group_, int(full_chunks * kChunkGroups));
+            jl(chunk_loop, T_NEAR);
+        }
+        if (groups_ % kChunkGroups) emit_chunk(vectors, int(groups_ % kChunkGroups), true);
+        emit_store(vectors);
+        add(slot_index_, vectors);
+    }
+
+    // The vectors of the next pass's slots (those within the list), into the cache.
+    void emit_prefetch(int vectors) {
+        for (int v = 0; v < vectors; ++v) {
+            Xbyak::Label skip;
+            lea(temp_gpr_, ptr[slot_index_ + vectors + v]);
+            cmp(temp_gpr_, arg(offsetof(SparseProductArgs, count)));
+            jge(skip, T_NEAR);
+            mov(block_count_, arg(offsetof(SparseProductArgs, slots)));
+            movsxd(temp_gpr_, dword[block_count_ + temp_gpr_ * 4]);
+            imul(temp_gpr_, temp_gpr_, int(spec_.vector_bytes));
+            add(temp_gpr_, arg(offsetof(SparseProductArgs, vectors)));
+            for (int64_t at = 0; at < spec_.vector_bytes; at += 64) prefetcht0(ptr[temp_gpr_ + int(at)]);
+            L(skip);
+        }
+    }
+
+    // A chunk of `count` groups from chunk_group_, which it advances by 8.
+    void emit_chunk(int vectors, int count, bool tail) {
+        const WeightFormat& f = spec_.format;
+        const int scale_bytes = f.scale_bytes();
+        const Ymm& scales = codes_;
+        const Ymm& offsets = temp_;
+        for (int v = 0; v < vectors; ++v) {
+            load_meta(scales, vector_[v], spec_.scales_offset(), scale_bytes);
+            if (f.float_offsets) {
+                load_meta(offsets, vector_[v], spec_.zeros_offset(), scale_bytes);
+            } else if (f.symmetric) {
+                vmulps(offsets, scales, yword[regs::rip + symmetric_zero_]);
+            } else {
+                vpmovzxbd(offsets, qword[vector_[v] + chunk_group_ + int(spec_.zeros_offset())]);
+                vcvtdq2ps(offsets, offsets);
+                vmulps(offsets, offsets, scales);
+            }
+            // (past the last group: whatever follows the metadata, masked off before it meets x_sum's zeros)
+            if (tail) vandps(offsets, offsets, yword[regs::rip + tail_mask_]);
+            for (int r = 0; r < rows_; ++r) {
+                // scales * x_scale would be written over its input: the factor goes through acc(v, r),
+                // zero here and reset to zero below.
+                vmulps(acc(v, r), scales, yword[x_scale_ + chunk_group_ * 4 + r * score_stride_]);
+                vmovups(yword[regs::rsp + factor_offset(v, r)], acc(v, r));
+                vpxor(acc(v, r), acc(v, r), acc(v, r));
+                const Xbyak::Address sums = yword[x_sum_ + chunk_group_ * 4 + r * score_stride_];
+                if (f.float_offsets) vfmadd231ps(total(v, r), offsets, sums);
+                else vfnmadd231ps(total(v, r), offsets, sums);  // offsets hold s * zero
+            }
+        }
+
+        Xbyak::Label group_loop;
+        xor_(group_offset_, group_offset_);
+        L(group_loop);
+        emit_group_blocks(vectors);
+        for (int v = 0; v < vectors; ++v)
+            for (int r = 0; r < rows_; ++r) {
+                vcvtdq2ps(acc(v, r), acc(v, r));
+                vbroadcastss(temp_, dword[regs::rsp + group_offset_ + factor_offset(v, r)]);
+                vfmadd231ps(total(v, r), acc(v, r), temp_);
+                vpxor(acc(v, r), acc(v, r), acc(v, r));
+            }
+        add(group_offset_, 4);
+        cmp(group_offset_, 4 * count);
+        jl(group_loop, T_NEAR);
+        add(chunk_group_, kChunkGroups);
+    }
+
+    // The chunk's 8 scales (or float offsets) at `offset` into a vector, as fp32.
+    void load_meta(const Ymm& dst, const Reg64& vector, int64_t offset, int bytes) {
+        if (bytes == 2) vcvtph2ps(dst, xword[vector + chunk_group_ * 2 + int(offset)]);
+        else vmovups(dst, yword[vector + chunk_group_ * 4 + int(offset)]);
+    }
+
+    void emit_group_blocks(int vectors) {
+        if (group_blocks_ <= kUnrolledBlocks) {
+            for (int64_t b = 0; b < group_blocks_; ++b) emit_block(vectors);
+            return;
+        }
+        const int unroll = group_blocks_ % 4 == 0 ? 4 : group_blocks_ % 2 == 0 ? 2 : 1;
+        Xbyak::Label block_loop;
+        mov(block_count_, group_blocks_ / unroll);
+        L(block_loop);
+        for (int u = 0; u < unroll; ++u) emit_block(vectors);
+        dec(block_count_);
+        jnz(block_loop, T_NEAR);
+    }
+
+    // One 32-row block of every vector of the pass, against each row's activations.
+    void emit_block(int vectors) {
+        for (int v = 0; v < vectors; ++v) {
+            unpack_codes(vector_[v]);
+            for (int r = 0; r < rows_; ++r) dot(acc(v, r), yword[x_ + r * int(x_stride_)]);
+        }
+        add(block_offset_, bits_ * 4);
+        add(x_, 32);
+    }
+
+    // codes_ = the block's 32 codes, byte k holding row sparse_block_row(bits, k).
+    void unpack_codes(const Reg64& vector) {
+        const Xbyak::RegExp at = vector + block_offset_;
+        switch (bits_) {
+        case 8: vmovdqu(codes_, yword[at]); return;
+        case 4:
+            vbroadcasti128(codes_, xword[at]);
+            vpsrlvd(codes_, codes_, shifts_);
+            vpand(codes_, codes_, mask_);
+            return;
+        default:  // 2 bits, and the 2-bit plane of 3
+            vpbroadcastq(codes_, qword[at]);
+            vpsrlvq(codes_, codes_, shifts_);
+            vpand(codes_, codes_, mask_);
+            if (bits_ == 3) {
+                vpbroadcastd(temp_, dword[at + 8]);
+                vpsrlvd(temp_, temp_, plane_shifts_);
+                vpand(temp_, temp_, plane_mask_);
+                vpsllw(temp_, temp_, 2);  // bytes of 0 or 1: no bit crosses into the next byte
+                vpor(codes_, codes_, temp_);
+            }
+            return;
+        }
+    }
+
+    void dot(const Ymm& accumulator, const Xbyak::Address& activations) {
+        if (spec_.isa.vnni) {
+            vpdpbusd(accumulator, codes_, activations, spec_.isa.avx512 ? Xbyak::EvexEncoding : Xbyak::VexEncoding);
+            return;
+        }
+        vpmaddubsw(temp_, codes_, activations);
+        vpmaddwd(temp_, temp_, ones_);
+        vpaddd(accumulator, accumulator, temp_);
+    }
+
+    // out[(slot_index_ + v) * out_stride + r] = the sum of total(v, r)'s lanes.
+    void emit_store(int vectors) {
+        mov(temp_gpr_, arg(offsetof(SparseProductArgs, out_stride)));
+        shl(temp_gpr_, 2);  // bytes
+        const Xmm sum(temp_.getIdx());
+        for (int v = 0; v < vectors; ++v) {
+            for (int r = 0; r < rows_; ++r) {
+                vextractf128(sum, total(v, r), 1);
+                vaddps(sum, sum, Xmm(total(v, r).getIdx()));
+                vhaddps(sum, sum, sum);
+                vhaddps(sum, sum, sum);
+                vmovss(dword[out_ + r * 4], sum);
+            }
+            add(out_, temp_gpr_);
+        }
+    }
+
+    const SparseProductSpec spec_;
+    const int bits_, rows_;
+    const int64_t x_stride_, score_stride_, groups_, group_blocks_;
+    Ymm codes_, temp_, shifts_, mask_, plane_shifts_, plane_mask_, ones_;
+    int first_accumulator_ = 0;
+    Xbyak::Label shift_table_, plane_shift_table_, tail_mask_, symmetric_zero_;
+};
+
+}  // namespace
+
+int sparse_block_row(int bits, int k) {
+    switch (bits) {
+    case 8: return k;
+    case 4: {
+        const int i = k % 16, high = k / 16;  // byte i of the block, its low or high nibble
+        return 8 * (i / 4) + i % 4 + 4 * high;
+    }
+    default: {  // 2 bits, and 3 (its 2-bit plane sets the order; the 1-bit plane follows it)
+        const int p = k / 8, i = k % 8;  // qword p shifted by 2p; byte i of the block's two words
+        return 16 * (i / 4) + i % 4 + 4 * p;
+    }
+    }
+}
+
+std::string kernel_name(const SparseProductSpec& spec) {
+    TextStream name;
+    name << spec.format.kernel_name() << "_sparse_i8_" << spec.isa.tag() << "_v" << spec.tiling.vectors << "pf"
+         << spec.tiling.prefetch;
+    if (spec.rows > 1) name << "_m" << spec.rows;
+    return name.str();
+}
+
+std::string sparse_product_unsupported_reason(const WeightFormat& f) {
+    if (!f.uniform_bits() || f.has_codebook() || f.low_rank.present() || f.outliers > 0)
+        return "mixed widths, codebooks, low-rank terms and outliers are not neuron vector formats";
+    if (f.bits != 2 && f.bits != 3 && f.bits != 4 && f.bits != 8)
+        return concat(f.bits, "-bit codes (the kernel unpacks 2, 3, 4 and 8)");
+    if (f.scale_type != ScaleType::F16 && f.scale_type != ScaleType::F32) return "scales that are not fp16 or fp32";
+    if (!f.per_column() && f.group_size % 32 != 0)
+        return concat("groups of ", f.group_size, " rows (a 32-row block must lie in one group)");
+    return "";
+}
+
+int vector_registers_needed(const SparseProductSpec& spec) {
+    return kScratch + constant_registers(spec) + 2 * spec.tiling.vectors * spec.rows;
+}
+
+void check_spec(const SparseProductSpec& spec) {
+    auto refuse = [&](const std::string& why) { fail(QJIT_ERROR_UNSUPPORTED, kernel_name(spec), ": ", why); };
+    auto reject = [&](const std::string& why) { fail(QJIT_ERROR_INVALID_ARGUMENT, kernel_name(spec), ": ", why); };
+    if (const std::string why = sparse_product_unsupported_reason(spec.format); !why.empty()) refuse(why);
+    if (!spec.isa.avx2) refuse("the generated kernels need AVX2");
+    if (spec.format.k < 1) reject(concat("d_model ", spec.format.k));
+    if (spec.rows < 1 || spec.rows > kMaxRows) reject(concat("rows ", spec.rows, " outside 1 .. ", kMaxRows));
+    const SparseProductTiling& t = spec.tiling;
+    if (t.vectors < 1 || t.vectors > kMaxVectors) reject(concat("vectors ", t.vectors, " outside 1 .. ", kMaxVectors));
+    if (t.prefetch != 0 && t.prefetch != 1) reject(concat("prefetch ", t.prefetch, " is neither 0 nor 1"));
+    if (vector_registers_needed(spec) > kRegisterBudget)
+        reject(concat("needs ", vector_registers_needed(spec), " vector registers; 16 are used"));
+    const int64_t metadata_end = spec.zeros_offset() + spec.groups() * spec.format.zero_point_bytes();
+    if (spec.vector_bytes != metadata_end)
+        reject(concat("a vector of ", spec.vector_bytes, " bytes; the format takes ", metadata_end));
+    // What the kernel reads past a vector: the last group's padding blocks, a chunk's metadata.
+    const int64_t codes_end = spec.groups() * spec.group_blocks() * spec.format.bits * 4;
+    const int64_t scales_end = spec.scales_offset() + spec.padded_groups() * spec.format.scale_bytes();
+    const int64_t zeros_end = spec.zeros_offset() + spec.padded_groups() * std::max(1, spec.format.zero_point_bytes());
+    const int64_t overread = std::max({codes_end, scales_end, zeros_end}) - spec.vector_bytes;
+    if (overread > kSparseVectorPadding)
+        refuse(concat("reads ", overread, " bytes past a vector (padding blocks of its last group); ",
+                      kSparseVectorPadding, " are allowed"));
+    if (spec.x_stride() > (int64_t(1) << 28)) refuse("vectors longer than 2^28 rows");
+}
+
+std::unique_ptr<JitGenerator> generate_sparse_product_kernel(const SparseProductSpec& spec) {
+    check_spec(spec);
+    return std::make_unique<SparseProductEmitter>(spec);
+}
+
+}  // namespace qjit::jit

@@ -1,0 +1,55 @@
+// The generated gate and up products of a neuron cache (jit/x86/sparse_product_kernel.hpp): one
+// kernel per count of activation rows (1 .. 4) for the cache's vector format, each with the tiling
+// that ran fastest when timed here on synthetic vectors of that format, and the activations
+// prepared as those kernels read them (int8 per row and group, in their block order).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "jit/x86/sparse_product_kernel.hpp"
+#include "runtime/flash/neuron_cache_data.hpp"
+
+namespace qjit {
+
+// x as the generated kernels read it (SparseProductArgs's x, x_scale and x_sum).
+struct SparseActivations {
+    std::vector<int8_t> values;  // [m][x_stride]
+    std::vector<float> scales;   // [m][padded_groups]
+    std::vector<float> sums;     // [m][padded_groups]
+};
+
+class SparseProductJit {
+public:
+    // The kernels of a cache's vectors for this CPU, generated and timed once per vector format in
+    // a process (thread-safe). Null when no generated kernel computes them: fp16 vectors, 16-row
+    // groups, no AVX2 (jit::sparse_product_unsupported_reason).
+    static const SparseProductJit* for_cache(const NeuronCache::Data& d);
+
+    // The kernels of d's vectors for `isa`, every row count with `tiling` (narrowed to the
+    // registers where more rows need them): how tests reach each variant. Throws check_spec's Error.
+    SparseProductJit(const NeuronCache::Data& d, jit::IsaFeatures isa, jit::SparseProductTiling tiling);
+    ~SparseProductJit();
+
+    // m rows of x (d_model each) quantized and laid out for the kernels.
+    void prepare(const float* x, int64_t m, SparseActivations& out) const;
+    // out[i * m + r] = slots[i]'s vector (in `vectors`, the cache's buffer of one part) . row r of
+    // the prepared x, for i < count and r < m.
+    void products(const uint8_t* vectors, const int32_t* slots, int64_t count, const SparseActivations& x,
+                  int64_t m, float* out) const;
+
+    // The kernels' names, one per row count ("q4g32_asym_sparse_i8_avx2_v2pf0, ..._m2, ...").
+    std::string describe() const;
+
+private:
+    struct Tuned {};
+    SparseProductJit(const NeuronCache::Data& d, jit::IsaFeatures isa, Tuned);
+    void generate(int rows, jit::SparseProductTiling tiling);
+
+    jit::SparseProductSpec spec_;  // rows and tiling vary by kernel
+    std::unique_ptr<jit::JitGenerator> kernels_[4];  // [rows - 1]
+};
+
+}  // namespace qjit
