@@ -115,8 +115,8 @@ double median_seconds(int repeats, Run&& run) {
     return seconds[seconds.size() / 2];
 }
 
-// The up products alone, on one thread: the generated kernels against the hand-written ones, over
-// the up vectors of the layer's weights in a cache of every neuron.
+// The up products alone and the down sums alone, on one thread: the generated kernels against the
+// hand-written ones, over the up vectors of the layer's weights in a cache of every neuron.
 void products_table(const Options& o, double probe_one_thread) {
     qjit::NeuronFileHeader h;
     h.layers = 1;
@@ -132,7 +132,7 @@ void products_table(const Options& o, double probe_one_thread) {
     for (float& v : w) v = normal(rng);
     const qjit::FfnLayerWeights weights = qjit::quantize_ffn_layer(h, w.data(), w.data(), w.data(), nullptr);
     const qjit::PackedCodes packed = qjit::pack_codes(weights.up.codes.data(), 4, o.d_model, o.d_ff, 8);
-    qjit::NeuronCache cache(h, o.d_ff, 0, {qjit::NeuronPart::Up});
+    qjit::NeuronCache cache(h, o.d_ff, 0, {qjit::NeuronPart::Up, qjit::NeuronPart::Down});
     std::vector<int32_t> all(size_t(o.d_ff));
     std::iota(all.begin(), all.end(), 0);
     const std::vector<int32_t> slots = cache.pin(all);
@@ -140,13 +140,14 @@ void products_table(const Options& o, double probe_one_thread) {
     for (int64_t n = 0; n < o.d_ff; ++n) {
         qjit::encode_quantized_vector(h.vector, weights.up, packed, n, vector.data());
         cache.fill(slots[size_t(n)], qjit::NeuronPart::Up, vector.data());
+        cache.fill(slots[size_t(n)], qjit::NeuronPart::Down, vector.data());  // (the same bytes: speed only)
     }
     const qjit::NeuronCache::Data& d = cache.data();
     std::vector<float> x(size_t(o.rows * o.d_model)), out(size_t(o.rows * o.d_ff));
     for (float& v : x) v = normal(rng);
     const double bytes = double(o.d_ff * h.vector.bytes());
 
-    std::printf("up products alone, %s, 1 thread (read probe %.1f GB/s):\n", f.kernel_name().c_str(), probe_one_thread);
+    std::printf("up products and down sums alone, %s, 1 thread (read probe %.1f GB/s):\n", f.kernel_name().c_str(), probe_one_thread);
     if (const qjit::SparseProductJit* jit = qjit::SparseProductJit::for_cache(d)) {
         qjit::SparseActivations prepared;
         const double s = median_seconds(o.repeats, [&] {
@@ -154,8 +155,15 @@ void products_table(const Options& o, double probe_one_thread) {
             jit->products(d.vectors[int(qjit::NeuronPart::Up)].data(), slots.data(), o.d_ff, prepared, o.rows,
                           out.data());
         });
-        std::printf("  %-10s %10.1f us %8.2f GB/s %6.2f of the probe  (%s)\n", "generated", s * 1e6, bytes / s * 1e-9,
-                    bytes / s * 1e-9 / probe_one_thread, jit->describe().c_str());
+        std::printf("  %-10s %10.1f us %8.2f GB/s %6.2f of the probe\n", "generated", s * 1e6, bytes / s * 1e-9,
+                    bytes / s * 1e-9 / probe_one_thread);
+        std::vector<float> a(size_t(o.rows * o.d_ff), 0.01f), y(size_t(o.rows * o.d_model));
+        const double down = median_seconds(o.repeats, [&] {
+            jit->down(d.vectors[int(qjit::NeuronPart::Down)].data(), slots.data(), o.d_ff, a.data(), o.rows, 0, d.blocks,
+                      y.data());
+        });
+        std::printf("  %-10s %10.1f us %8.2f GB/s %6.2f of the probe (down)\n  kernels: %s\n", "generated", down * 1e6,
+                    bytes / down * 1e-9, bytes / down * 1e-9 / probe_one_thread, jit->describe().c_str());
     }
     for (SparseFfnKernels k : {SparseFfnKernels::Avx2, SparseFfnKernels::Baseline}) {
         if (!qjit::sparse_ffn_kernels_supported(k)) continue;
@@ -174,6 +182,12 @@ void products_table(const Options& o, double probe_one_thread) {
         });
         std::printf("  %-10s %10.1f us %8.2f GB/s %6.2f of the probe\n", k == SparseFfnKernels::Avx2 ? "avx2" : "baseline",
                     s * 1e6, bytes / s * 1e-9, bytes / s * 1e-9 / probe_one_thread);
+        std::vector<float> a(size_t(o.rows * o.d_ff), 0.01f), y(size_t(o.rows * o.d_model));
+        const double down = median_seconds(o.repeats, [&] {
+            qjit::down_accumulate(d, slots.data(), o.d_ff, a.data(), o.rows, 0, d.blocks, y.data());
+        });
+        std::printf("  %-10s %10.1f us %8.2f GB/s %6.2f of the probe (down)\n", k == SparseFfnKernels::Avx2 ? "avx2" : "baseline",
+                    down * 1e6, bytes / down * 1e-9, bytes / down * 1e-9 / probe_one_thread);
     }
     qjit::use_sparse_ffn_kernels(SparseFfnKernels::Fastest);
 }

@@ -31,6 +31,7 @@ FlashFfnRunner::FlashFfnRunner(qjit_context* context, const Config& config, cons
     flash.use_sparsity = 1;
     flash.read_ahead = options.read_ahead ? 1 : 0;
     flash.tune_reads = options.tune_reads ? 1 : 0;
+    flash.activations = options.activations;
     qjit_flash_ffn_destroy(ffn_);
     ffn_ = nullptr;
     check(qjit_flash_ffn_create(context, options.path.c_str(), &flash, &ffn_), "opening the neuron file");

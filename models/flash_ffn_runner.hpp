@@ -19,6 +19,7 @@ struct FlashRunOptions {
     float magnitude_threshold = 0;  // what counts as active when the predictor is fitted
     bool read_ahead = false;     // the next layer's neurons read while this one computes
     bool tune_reads = false;     // measure the device's read curve when the tuning database has none
+    qjit_activations activations = QJIT_ACTIVATIONS_AUTO;  // how the gate and up products read x
 };
 
 // Each layer's FFN inputs (rows x dim, row-major) on `sequences`, run densely through `model`, at

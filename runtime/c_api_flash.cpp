@@ -170,6 +170,12 @@ qjit_status qjit_flash_ffn_create(qjit_context* context, const char* path, const
         flash.coalesce_reads = o.coalesce_reads != 0;
         flash.use_sparsity = o.use_sparsity != 0;
         flash.read_ahead = o.read_ahead != 0;
+        require(o.activations == QJIT_ACTIVATIONS_AUTO || o.activations == QJIT_ACTIVATIONS_INT8 ||
+                    o.activations == QJIT_ACTIVATIONS_F32,
+                "options.activations is ", o.activations, "; expected QJIT_ACTIVATIONS_AUTO (", int(QJIT_ACTIVATIONS_AUTO),
+                "), QJIT_ACTIVATIONS_INT8 (", int(QJIT_ACTIVATIONS_INT8), ") or QJIT_ACTIVATIONS_F32 (",
+                int(QJIT_ACTIVATIONS_F32), ")");
+        flash.exact_products = o.activations == QJIT_ACTIVATIONS_F32;
         {
             std::lock_guard<std::mutex> lock(context->tuning.mutex);
             if (TuningDb* db = context->tuning.database())

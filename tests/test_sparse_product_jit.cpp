@@ -1,14 +1,17 @@
-// The generated gate and up products of the flash FFN (jit/x86/sparse_product_kernel.hpp,
-// runtime/flash/sparse_product_jit.hpp) against an oracle in double over the dequantized vectors
-// and the int8 activations the kernels read: every bit width, zero-point kind, scale type, group
-// size (per column included), d_model off the block and the chunk of eight groups, 1 to 6 rows,
-// every tiling and every instruction set the CPU runs.
+// The generated kernels of the flash FFN's sparse passes (jit/x86/sparse_product_kernel.hpp,
+// runtime/flash/sparse_product_jit.hpp) against oracles in double over the dequantized vectors:
+// the gate and up products over the int8 activations they read, the down sums over fp32
+// activations, on every bit width, zero-point kind, scale type, group size (per column included),
+// d_model off the block and the chunk of eight groups, 1 to 6 rows, whole and partial block
+// ranges, every tiling and every instruction set the CPU runs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "base/error.hpp"
@@ -99,6 +102,38 @@ std::vector<double> prepared_in_row_order(const jit::SparseProductSpec& spec, co
     return out;
 }
 
+// The down sums over every block and over the blocks past the first (when there are two or more):
+// y + the oracle inside the range, y unchanged outside.
+void check_down(const Layer& layer, const SparseProductJit& kernels, const std::vector<int32_t>& slots, int64_t m,
+                uint32_t seed) {
+    const int64_t k = layer.header.d_model, n = layer.header.d_ff, count = int64_t(slots.size());
+    const int64_t blocks = (k + 31) / 32;
+    const std::vector<float> a = test::random_floats(size_t(m * count), seed + 50);
+    const std::vector<float> y0 = test::random_floats(size_t(m * k), seed + 51);
+    for (int64_t b0 : {int64_t(0), std::min<int64_t>(1, blocks - 1)}) {
+        std::vector<float> y = y0;
+        kernels.down(layer.cache->data().vectors[int(NeuronPart::Up)].data(), slots.data(), count, a.data(), m, b0,
+                     blocks, y.data());
+        for (int64_t r = 0; r < m; ++r)
+            for (int64_t j = 0; j < k; ++j) {
+                const size_t at = size_t(r * k + j);
+                if (j < b0 * 32) {
+                    ASSERT_EQ(y[at], y0[at]) << "row " << j << " outside the blocks from " << b0;
+                    continue;
+                }
+                double expected = y0[at], magnitude = std::fabs(double(y0[at]));
+                for (int64_t i = 0; i < count; ++i) {
+                    const double term = double(a[size_t(r * count + i)]) *
+                                        layer.dense[size_t(j * n + layer.cache->neuron_at(slots[size_t(i)]))];
+                    expected += term;
+                    magnitude += std::fabs(term);
+                }
+                ASSERT_NEAR(y[at], expected, 2 * (count + 8) * FLT_EPSILON * magnitude)
+                    << "down: row " << j << " of y row " << r << " m " << m << " blocks from " << b0;
+            }
+    }
+}
+
 void run_case(const ProductCase& c, uint32_t seed) {
     SCOPED_TRACE(describe(c));
     const Layer layer = make_layer(c, seed);
@@ -113,9 +148,9 @@ void run_case(const ProductCase& c, uint32_t seed) {
     for (qjit_isa level : {QJIT_ISA_AVX2, QJIT_ISA_AVX2_VNNI, QJIT_ISA_AVX512, QJIT_ISA_AVX512_VNNI}) {
         if (!cpu_supports(level)) continue;
         const jit::IsaFeatures isa = jit::IsaFeatures::of(level);
-        for (int vectors = 1; vectors <= 4; ++vectors)
+        for (const auto& [vectors, blocks] : {std::pair{1, 1}, {2, 2}, {3, 1}, {4, 2}})
             for (int prefetch = 0; prefetch <= 1; ++prefetch) {
-                const SparseProductJit kernels(d, isa, {vectors, prefetch});
+                const SparseProductJit kernels(d, isa, {.vectors = vectors, .blocks = blocks, .prefetch = prefetch});
                 SCOPED_TRACE(kernels.describe());
                 for (int64_t m : {1, 2, 3, 4, 6}) {
                     const std::vector<float> x = test::random_floats(size_t(m * k), seed + uint32_t(m), -2.0f, 2.0f);
@@ -142,6 +177,7 @@ void run_case(const ProductCase& c, uint32_t seed) {
                             ASSERT_NEAR(out[size_t(i * m + r)], expected, 2e-6 * magnitude + 1e-30)
                                 << "slot " << i << " row " << r << " m " << m;
                         }
+                    check_down(layer, kernels, slots, m, seed);
                 }
             }
     }
@@ -200,6 +236,16 @@ TEST(SparseProductJit, RefusesWhatItDoesNotCompute) {
     spec.rows = 4;
     spec.tiling.vectors = 4;  // 4 x 4 accumulators and totals: more than 16 registers
     expect_refused(QJIT_ERROR_INVALID_ARGUMENT, spec);
+    spec.pass = jit::SparsePass::Down;
+    spec.tiling.vectors = 1;
+    spec.rows = 2;
+    spec.tiling.blocks = 2;  // 2 x 2 x 5 sums and offsets: more than 16 registers
+    expect_refused(QJIT_ERROR_INVALID_ARGUMENT, spec);
+    spec.tiling.blocks = 1;
+    EXPECT_NO_THROW(jit::check_spec(spec));
+    spec.rows = 3;
+    expect_refused(QJIT_ERROR_INVALID_ARGUMENT, spec);
+    spec.rows = 1;
     spec.tiling.vectors = 1;
     spec.vector_bytes += 1;
     expect_refused(QJIT_ERROR_INVALID_ARGUMENT, spec);

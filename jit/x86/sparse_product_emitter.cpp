@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "jit/x86/sparse_product_kernel.hpp"
+#include "jit/x86/sparse_vector_emitter.hpp"
 
 namespace qjit::jit {
 
@@ -37,7 +37,9 @@ using Xbyak::Ymm;
 namespace regs = Xbyak::util;
 
 constexpr int kMaxRows = 4;
+constexpr int kMaxDownRows = 2;
 constexpr int kMaxVectors = 4;
+constexpr int kMaxDownBlocks = 2;
 constexpr int kChunkGroups = 8;
 constexpr int kRegisterBudget = 16;  // the VEX-encodable registers, on every ISA
 constexpr int kUnrolledBlocks = 4;   // groups of up to this many blocks are unrolled
@@ -45,26 +47,16 @@ constexpr int kUnrolledBlocks = 4;   // groups of up to this many blocks are unr
 // Scratch: the codes, and one temporary (the pair sums, the 1-bit plane, a factor broadcast).
 constexpr int kScratch = 2;
 
-int constant_registers(const SparseProductSpec& spec) {
-    const int bits = spec.format.bits;
-    int constants = bits == 8 ? 0 : 2;    // shift counts, code mask
-    if (bits == 3) constants += 2;        // the 1-bit plane's shift counts and mask
-    if (!spec.isa.vnni) constants += 1;   // int16 ones for vpmaddwd
-    return constants;
-}
-
 uint32_t float_bits(float value) {
     uint32_t bits;
     std::memcpy(&bits, &value, sizeof bits);
     return bits;
 }
 
-class SparseProductEmitter : public JitGenerator {
+class SparseProductEmitter : public SparseVectorEmitter {
 public:
     explicit SparseProductEmitter(const SparseProductSpec& spec)
-        : JitGenerator(kernel_name(spec)),
-          spec_(spec),
-          bits_(spec.format.bits),
+        : SparseVectorEmitter(spec),
           rows_(spec.rows),
           x_stride_(spec.x_stride()),
           score_stride_(spec.padded_groups() * 4),
@@ -74,14 +66,7 @@ public:
         int next = 0;
         codes_ = Ymm(next++);
         temp_ = Ymm(next++);
-        if (bits_ != 8) {
-            shifts_ = Ymm(next++);
-            mask_ = Ymm(next++);
-        }
-        if (bits_ == 3) {
-            plane_shifts_ = Ymm(next++);
-            plane_mask_ = Ymm(next++);
-        }
+        next = allocate_constants(next);
         if (!spec.isa.vnni) ones_ = Ymm(next++);
         first_accumulator_ = next;
         generate();
@@ -99,7 +84,6 @@ private:
     const Reg64 chunk_group_ = regs::rbp;   // the chunk's first group
     const Reg64 temp_gpr_ = regs::rax;
 
-    int accumulators_per_vector() const { return rows_; }
     Ymm acc(int v, int r) const { return Ymm(first_accumulator_ + v * rows_ + r); }
     Ymm total(int v, int r) const { return Ymm(first_accumulator_ + spec_.tiling.vectors * rows_ + v * rows_ + r); }
     // The stack slot of factor[v][r][0]: 8 floats.
@@ -112,6 +96,7 @@ private:
         preamble();
         sub(regs::rsp, stack_bytes());
         load_constants();
+        if (!spec_.isa.vnni) broadcast_constant(ones_, 0x00010001u);
         mov(x_scale_, arg(offsetof(SparseProductArgs, x_scale)));
         mov(x_sum_, arg(offsetof(SparseProductArgs, x_sum)));
         mov(out_, arg(offsetof(SparseProductArgs, out)));
@@ -140,30 +125,9 @@ private:
         finish();
     }
 
-    void load_constants() {
-        if (bits_ == 4) load_table(shifts_, shift_table_);      // the high nibbles in the upper half
-        if (bits_ == 2 || bits_ == 3) load_table(shifts_, shift_table_);
-        if (bits_ != 8) broadcast_constant(mask_, (bits_ == 4 ? 0x0fu : 0x03u) * 0x01010101u);
-        if (bits_ == 3) {
-            load_table(plane_shifts_, plane_shift_table_);
-            broadcast_constant(plane_mask_, 0x01010101u);
-        }
-        if (!spec_.isa.vnni) broadcast_constant(ones_, 0x00010001u);
-    }
-
-    void load_table(const Ymm& dst, const Xbyak::Label& table) { vmovdqu(dst, yword[regs::rip + table]); }
-
     // The constant tables, after the code.
     void emit_data() {
-        align(32);
-        L(shift_table_);
-        if (bits_ == 4) {
-            for (int i = 0; i < 8; ++i) dd(i < 4 ? 0 : 4);       // vpsrlvd: the upper half's dwords by 4
-        } else {
-            for (int p = 0; p < 4; ++p) dq(uint64_t(2 * p));     // vpsrlvq: qword p by 2p
-        }
-        L(plane_shift_table_);
-        for (int d = 0; d < 8; ++d) dd(uint32_t(4 * (d % 2) + d / 2));
+        emit_unpack_tables();
         L(tail_mask_);
         const int tail = int(groups_ % kChunkGroups);
         for (int i = 0; i < 8; ++i) dd(i < tail ? 0xffffffffu : 0u);
@@ -289,36 +253,11 @@ private:
     // One 32-row block of every vector of the pass, against each row's activations.
     void emit_block(int vectors) {
         for (int v = 0; v < vectors; ++v) {
-            unpack_codes(vector_[v]);
+            unpack_codes(codes_, temp_, vector_[v] + block_offset_);
             for (int r = 0; r < rows_; ++r) dot(acc(v, r), yword[x_ + r * int(x_stride_)]);
         }
         add(block_offset_, bits_ * 4);
         add(x_, 32);
-    }
-
-    // codes_ = the block's 32 codes, byte k holding row sparse_block_row(bits, k).
-    void unpack_codes(const Reg64& vector) {
-        const Xbyak::RegExp at = vector + block_offset_;
-        switch (bits_) {
-        case 8: vmovdqu(codes_, yword[at]); return;
-        case 4:
-            vbroadcasti128(codes_, xword[at]);
-            vpsrlvd(codes_, codes_, shifts_);
-            vpand(codes_, codes_, mask_);
-            return;
-        default:  // 2 bits, and the 2-bit plane of 3
-            vpbroadcastq(codes_, qword[at]);
-            vpsrlvq(codes_, codes_, shifts_);
-            vpand(codes_, codes_, mask_);
-            if (bits_ == 3) {
-                vpbroadcastd(temp_, dword[at + 8]);
-                vpsrlvd(temp_, temp_, plane_shifts_);
-                vpand(temp_, temp_, plane_mask_);
-                vpsllw(temp_, temp_, 2);  // bytes of 0 or 1: no bit crosses into the next byte
-                vpor(codes_, codes_, temp_);
-            }
-            return;
-        }
     }
 
     void dot(const Ymm& accumulator, const Xbyak::Address& activations) {
@@ -348,15 +287,18 @@ private:
         }
     }
 
-    const SparseProductSpec spec_;
-    const int bits_, rows_;
+    const int rows_;
     const int64_t x_stride_, score_stride_, groups_, group_blocks_;
-    Ymm codes_, temp_, shifts_, mask_, plane_shifts_, plane_mask_, ones_;
+    Ymm codes_, temp_, ones_;
     int first_accumulator_ = 0;
-    Xbyak::Label shift_table_, plane_shift_table_, tail_mask_, symmetric_zero_;
+    Xbyak::Label tail_mask_, symmetric_zero_;
 };
 
 }  // namespace
+
+std::unique_ptr<JitGenerator> generate_sparse_products(const SparseProductSpec& spec) {
+    return std::make_unique<SparseProductEmitter>(spec);
+}
 
 int sparse_block_row(int bits, int k) {
     switch (bits) {
@@ -374,8 +316,11 @@ int sparse_block_row(int bits, int k) {
 
 std::string kernel_name(const SparseProductSpec& spec) {
     TextStream name;
-    name << spec.format.kernel_name() << "_sparse_i8_" << spec.isa.tag() << "_v" << spec.tiling.vectors << "pf"
-         << spec.tiling.prefetch;
+    if (spec.pass == SparsePass::Products)
+        name << spec.format.kernel_name() << "_sparse_i8_" << spec.isa.tag() << "_v" << spec.tiling.vectors;
+    else
+        name << spec.format.kernel_name() << "_sparse_down_" << spec.isa.tag() << "_b" << spec.tiling.blocks;
+    name << "pf" << spec.tiling.prefetch;
     if (spec.rows > 1) name << "_m" << spec.rows;
     return name.str();
 }
@@ -392,7 +337,10 @@ std::string sparse_product_unsupported_reason(const WeightFormat& f) {
 }
 
 int vector_registers_needed(const SparseProductSpec& spec) {
-    return kScratch + constant_registers(spec) + 2 * spec.tiling.vectors * spec.rows;
+    const int unpacking = kScratch + SparseVectorEmitter::unpack_constant_registers(spec);
+    if (spec.pass == SparsePass::Down)  // 4 sums and an offset per block and row; a widened octet, scale, factor
+        return unpacking + 5 * spec.tiling.blocks * spec.rows + 2;
+    return unpacking + (spec.isa.vnni ? 0 : 1) + 2 * spec.tiling.vectors * spec.rows;  // int16 ones
 }
 
 void check_spec(const SparseProductSpec& spec) {
@@ -401,9 +349,14 @@ void check_spec(const SparseProductSpec& spec) {
     if (const std::string why = sparse_product_unsupported_reason(spec.format); !why.empty()) refuse(why);
     if (!spec.isa.avx2) refuse("the generated kernels need AVX2");
     if (spec.format.k < 1) reject(concat("d_model ", spec.format.k));
-    if (spec.rows < 1 || spec.rows > kMaxRows) reject(concat("rows ", spec.rows, " outside 1 .. ", kMaxRows));
+    const bool down = spec.pass == SparsePass::Down;
+    const int max_rows = down ? kMaxDownRows : kMaxRows;
+    if (spec.rows < 1 || spec.rows > max_rows) reject(concat("rows ", spec.rows, " outside 1 .. ", max_rows));
     const SparseProductTiling& t = spec.tiling;
-    if (t.vectors < 1 || t.vectors > kMaxVectors) reject(concat("vectors ", t.vectors, " outside 1 .. ", kMaxVectors));
+    if (t.vectors < 1 || t.vectors > (down ? 1 : kMaxVectors))
+        reject(concat("vectors ", t.vectors, " outside 1 .. ", down ? 1 : kMaxVectors));
+    if (t.blocks < 1 || t.blocks > (down ? kMaxDownBlocks : 1))
+        reject(concat("blocks ", t.blocks, " outside 1 .. ", down ? kMaxDownBlocks : 1));
     if (t.prefetch != 0 && t.prefetch != 1) reject(concat("prefetch ", t.prefetch, " is neither 0 nor 1"));
     if (vector_registers_needed(spec) > kRegisterBudget)
         reject(concat("needs ", vector_registers_needed(spec), " vector registers; 16 are used"));
@@ -421,9 +374,9 @@ void check_spec(const SparseProductSpec& spec) {
     if (spec.x_stride() > (int64_t(1) << 28)) refuse("vectors longer than 2^28 rows");
 }
 
-std::unique_ptr<JitGenerator> generate_sparse_product_kernel(const SparseProductSpec& spec) {
+std::unique_ptr<JitGenerator> generate_sparse_kernel(const SparseProductSpec& spec) {
     check_spec(spec);
-    return std::make_unique<SparseProductEmitter>(spec);
+    return spec.pass == SparsePass::Products ? generate_sparse_products(spec) : generate_sparse_down(spec);
 }
 
 }  // namespace qjit::jit

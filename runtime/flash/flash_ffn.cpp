@@ -419,7 +419,8 @@ void FlashFfn::gate_activations(int64_t layer, const float* x, int64_t m, std::s
             for (int64_t r = 0; r < m; ++r)
                 products[i * size_t(m) + size_t(r)] = gate_rows_[size_t(r * header_.d_ff + neurons[i])];
     } else {  // slot i of the gates' cache holds neuron i, so the neuron ids are the slots
-        sparse_ffn_products(gates_[size_t(layer)], NeuronPart::Gate, neurons, x, m, products.data(), pool_);
+        sparse_ffn_products(gates_[size_t(layer)], NeuronPart::Gate, neurons, x, m, products.data(), pool_,
+                            products_path());
     }
     if (activations) activations->resize(size_t(header_.d_ff * m));
     const float threshold = masked ? sparsity_.thresholds[size_t(layer)] : -1.0f;
@@ -547,7 +548,7 @@ void FlashFfn::compute(const NeuronCache& cache, std::span<const int32_t> slots,
             std::copy_n(neuron_gates_.data() + int64_t(cache.neuron_at(slots[i])) * m, m, slot_gates_.data() + i * size_t(m));
         gates = slot_gates_.data();
     }
-    sparse_ffn_accumulate(cache, slots, x, m, y, pool_, SparseFfnPath::Fast, gates);
+    sparse_ffn_accumulate(cache, slots, x, m, y, pool_, products_path(), gates);
     counters_.compute_seconds += seconds_since(start);
 }
 

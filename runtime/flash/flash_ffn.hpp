@@ -35,6 +35,7 @@
 #include "runtime/flash/neuron_cache.hpp"
 #include "runtime/flash/neuron_predictor.hpp"
 #include "runtime/flash/read_planner.hpp"
+#include "runtime/flash/sparse_ffn.hpp"
 #include "runtime/flash/storage.hpp"
 
 namespace qjit {
@@ -53,6 +54,8 @@ struct FlashFfnOptions {
     bool use_sparsity = true;
     // Read the next layer's predicted neurons while this one computes (see above).
     bool read_ahead = false;
+    // Gate and up products with x in fp32 (SparseFfnPath::FastF32) rather than int8.
+    bool exact_products = false;
 };
 
 // What a run did, summed over every token and layer since creation (or reset_counters).
@@ -185,6 +188,7 @@ private:
     void ensure_transient_capacity(int64_t neurons);
 
     std::unique_ptr<Storage> storage_;
+    SparseFfnPath products_path() const { return options_.exact_products ? SparseFfnPath::FastF32 : SparseFfnPath::Fast; }
     FlashFfnOptions options_;
     ThreadPool& pool_;
     NeuronFileHeader header_;

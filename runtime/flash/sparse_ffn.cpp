@@ -26,7 +26,7 @@ void sparse_ffn_accumulate(const NeuronCache& cache, std::span<const int32_t> sl
                         : "sparse ffn: gate activations are given for a cache that holds its gates");
     if (slots.empty() || m == 0) return;
     if (path == SparseFfnPath::Portable) sparse_ffn_portable(d, slots, x, m, y, gate_activations);
-    else sparse_ffn_fast(d, slots, x, m, y, pool, gate_activations);
+    else sparse_ffn_fast(d, slots, x, m, y, pool, gate_activations, path == SparseFfnPath::Fast);
 }
 
 void sparse_ffn_products(const NeuronCache& cache, NeuronPart part, std::span<const int32_t> slots, const float* x,
@@ -36,7 +36,7 @@ void sparse_ffn_products(const NeuronCache& cache, NeuronPart part, std::span<co
     require(part != NeuronPart::Down && d.has(part), "sparse ffn: products of a part the cache does not hold");
     if (slots.empty() || m == 0) return;
     if (path == SparseFfnPath::Portable) sparse_products_portable(d, part, slots, x, m, out);
-    else sparse_products_fast(d, part, slots, x, m, out, pool);
+    else sparse_products_fast(d, part, slots, x, m, out, pool, path == SparseFfnPath::Fast);
 }
 
 }  // namespace qjit

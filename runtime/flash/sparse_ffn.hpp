@@ -13,6 +13,7 @@ namespace qjit {
 
 enum class SparseFfnPath : uint8_t {
     Fast,      // the fastest path for the format on this machine
+    FastF32,   // the fastest whose gate and up products take x in fp32, not int8 (exact)
     Portable,  // plain C++ over the same layout (the reference for tests)
 };
 

@@ -77,19 +77,19 @@ void products(const Data& d, const SparseProductJit* jit, std::span<const Neuron
 }  // namespace
 
 void sparse_products_fast(const Data& d, NeuronPart part, std::span<const int32_t> slots, const float* x, int64_t m,
-                          float* out, ThreadPool& pool) {
+                          float* out, ThreadPool& pool, bool int8_products) {
     Scratch& s = scratch();
-    const SparseProductJit* jit = sparse_product_jit(d);
+    const SparseProductJit* jit = int8_products ? sparse_product_jit(d) : nullptr;
     prepare_x(d, jit, x, m, s);
     const NeuronPart parts[] = {part};
     products(d, jit, parts, &out, slots, x, m, pool, s);
 }
 
 void sparse_ffn_fast(const Data& d, std::span<const int32_t> slots, const float* x, int64_t m, float* y,
-                     ThreadPool& pool, const float* gate_activations) {
+                     ThreadPool& pool, const float* gate_activations, bool int8_products) {
     Scratch& s = scratch();
     const int64_t count = int64_t(slots.size());
-    const SparseProductJit* jit = sparse_product_jit(d);
+    const SparseProductJit* jit = int8_products ? sparse_product_jit(d) : nullptr;
     prepare_x(d, jit, x, m, s);
     s.gate.resize(size_t(count * m));
     s.up.resize(size_t(count * m));
@@ -129,9 +129,13 @@ void sparse_ffn_fast(const Data& d, std::span<const int32_t> slots, const float*
 
     const int64_t blocks = (d.d_model + 31) / 32;
     const int64_t tasks = (blocks + kDownBlocksPerTask - 1) / kDownBlocksPerTask;
+    const SparseProductJit* down_jit = sparse_product_jit(d);  // the down sums are fp32 either way
     auto down = [&](int64_t t) {
         const int64_t b0 = t * kDownBlocksPerTask, b1 = std::min(blocks, b0 + kDownBlocksPerTask);
-        if (d.quantized)
+        if (down_jit != nullptr)
+            down_jit->down(d.vectors[int(NeuronPart::Down)].data(), s.live_slots.data(), live, s.activations.data(), m,
+                           b0, b1, y);
+        else if (d.quantized)
             down_accumulate(d, s.live_slots.data(), live, s.activations.data(), m, b0, b1, y);
         else
             f16_down_accumulate(d, s.live_slots.data(), live, s.activations.data(), m, b0 * 32,

@@ -21,11 +21,13 @@ T ffn_activation(FfnActivation activation, T g, T u, T bias) {
 // gate_activations: null when the cache holds the gates (or the FFN has none).
 void sparse_ffn_portable(const NeuronCache::Data& d, std::span<const int32_t> slots, const float* x, int64_t m,
                          float* y, const float* gate_activations);
+// int8_products: the generated gate and up products (int8 x) where the kernel choice and the
+// format allow them; false: products with x in fp32.
 void sparse_ffn_fast(const NeuronCache::Data& d, std::span<const int32_t> slots, const float* x, int64_t m, float* y,
-                     ThreadPool& pool, const float* gate_activations);
+                     ThreadPool& pool, const float* gate_activations, bool int8_products);
 void sparse_products_portable(const NeuronCache::Data& d, NeuronPart part, std::span<const int32_t> slots,
                               const float* x, int64_t m, float* out);
 void sparse_products_fast(const NeuronCache::Data& d, NeuronPart part, std::span<const int32_t> slots, const float* x,
-                          int64_t m, float* out, ThreadPool& pool);
+                          int64_t m, float* out, ThreadPool& pool, bool int8_products);
 
 }  // namespace qjit

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include "base/error.hpp"
@@ -17,6 +18,10 @@ namespace qjit {
 namespace {
 
 constexpr int kMaxRows = 4;
+constexpr int kMaxDownRows = 2;
+// Slots one call of a down kernel takes: their lines of a task's blocks stay in the cache while
+// the kernel's passes walk the blocks.
+constexpr int64_t kDownSlotsPerCall = 128;
 constexpr int64_t kTimingBytes = int64_t(8) << 20;  // past the caches: products stream their vectors
 constexpr int64_t kTimingSlots = 512;
 constexpr int kTimingRepeats = 5;
@@ -31,12 +36,37 @@ jit::SparseProductSpec spec_of(const NeuronCache::Data& d, jit::IsaFeatures isa)
     return spec;
 }
 
-// The tiling with at most as many vectors a pass as `rows` rows leave registers for.
-jit::SparseProductTiling fitted(jit::SparseProductSpec spec, int rows, jit::SparseProductTiling tiling) {
+// The tiling with at most as many vectors (or blocks) a pass as `rows` rows leave registers for.
+jit::SparseProductTiling fitted(jit::SparseProductSpec spec, jit::SparsePass pass, int rows,
+                                jit::SparseProductTiling tiling) {
+    spec.pass = pass;
     spec.rows = rows;
     spec.tiling = tiling;
+    if (pass == jit::SparsePass::Products) spec.tiling.blocks = 1;
+    else spec.tiling.vectors = 1;
     while (spec.tiling.vectors > 1 && jit::vector_registers_needed(spec) > 16) --spec.tiling.vectors;
+    while (spec.tiling.blocks > 1 && jit::vector_registers_needed(spec) > 16) --spec.tiling.blocks;
     return spec.tiling;
+}
+
+bool fits(jit::SparseProductSpec spec, jit::SparsePass pass, int rows, jit::SparseProductTiling tiling) {
+    spec.pass = pass;
+    spec.rows = rows;
+    spec.tiling = tiling;
+    return jit::vector_registers_needed(spec) <= 16;
+}
+
+template <typename Run>
+double median_seconds(Run&& run) {
+    std::vector<double> seconds;
+    for (int rep = 0; rep <= kTimingRepeats; ++rep) {
+        const auto start = std::chrono::steady_clock::now();
+        run();
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+        if (rep > 0) seconds.push_back(took.count());  // the first warms the code
+    }
+    std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
+    return seconds[seconds.size() / 2];
 }
 
 // Vectors of the spec's format with valid metadata (scales near 1/16, any codes and zero points).
@@ -71,7 +101,12 @@ struct Registry {
 
 SparseProductJit::SparseProductJit(const NeuronCache::Data& d, jit::IsaFeatures isa, jit::SparseProductTiling tiling)
     : spec_(spec_of(d, isa)) {
-    for (int rows = 1; rows <= kMaxRows; ++rows) generate(rows, fitted(spec_, rows, tiling));
+    for (int rows = 1; rows <= kMaxRows; ++rows)
+        generate(jit::SparsePass::Products, rows, fitted(spec_, jit::SparsePass::Products, rows, tiling));
+    for (int rows = 1; rows <= kMaxDownRows; ++rows) {
+        const jit::SparseProductTiling down = fitted(spec_, jit::SparsePass::Down, rows, tiling);
+        if (fits(spec_, jit::SparsePass::Down, rows, down)) generate(jit::SparsePass::Down, rows, down);
+    }
 }
 
 SparseProductJit::SparseProductJit(const NeuronCache::Data& d, jit::IsaFeatures isa, Tuned) : spec_(spec_of(d, isa)) {
@@ -80,35 +115,39 @@ SparseProductJit::SparseProductJit(const NeuronCache::Data& d, jit::IsaFeatures 
     std::mt19937 random(11);
     std::vector<int32_t> slots(size_t(std::min(vectors, kTimingSlots)));
     for (int32_t& s : slots) s = int32_t(random() % uint32_t(vectors));
-    std::vector<float> x(size_t(kMaxRows * spec_.format.k));
+    const int64_t count = int64_t(slots.size()), blocks = (spec_.format.k + 31) / 32;
+    std::vector<float> x(size_t(kMaxRows * spec_.format.k)), y(x.size());
     for (float& v : x) v = float(int(random() % 255) - 127) / 64.0f;
+    const std::vector<float> a(size_t(kMaxRows * count), 0.01f);
     SparseActivations prepared;
     std::vector<float> out(slots.size() * kMaxRows);
 
-    for (int rows = 1; rows <= kMaxRows; ++rows) {
-        double best_seconds = INFINITY;
-        jit::SparseProductTiling best{};
-        for (int v = 1; v <= 4; ++v)
-            for (int prefetch = 0; prefetch <= 1; ++prefetch) {
-                const jit::SparseProductTiling tiling{v, prefetch};
-                if (fitted(spec_, rows, tiling) != tiling) continue;  // needs more registers
-                generate(rows, tiling);
-                prepare(x.data(), rows, prepared);
-                std::vector<double> seconds;
-                for (int rep = 0; rep <= kTimingRepeats; ++rep) {
-                    const auto start = std::chrono::steady_clock::now();
-                    products(buffer.data(), slots.data(), int64_t(slots.size()), prepared, rows, out.data());
-                    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-                    if (rep > 0) seconds.push_back(took.count());  // the first warms the code
+    // Each pass and row count: every tiling its registers allow, timed; the fastest kept.
+    for (jit::SparsePass pass : {jit::SparsePass::Products, jit::SparsePass::Down})
+        for (int rows = 1; rows <= (pass == jit::SparsePass::Products ? kMaxRows : kMaxDownRows); ++rows) {
+            double best_seconds = INFINITY;
+            std::optional<jit::SparseProductTiling> best;
+            for (int width = 1; width <= 4; ++width)
+                for (int prefetch = 0; prefetch <= 1; ++prefetch) {
+                    const jit::SparseProductTiling tiling = pass == jit::SparsePass::Products
+                                                                ? jit::SparseProductTiling{width, 1, prefetch}
+                                                                : jit::SparseProductTiling{1, width, prefetch};
+                    if (width > 2 && pass == jit::SparsePass::Down) continue;
+                    if (!fits(spec_, pass, rows, tiling)) continue;
+                    generate(pass, rows, tiling);
+                    const double seconds = pass == jit::SparsePass::Products ? median_seconds([&] {
+                        prepare(x.data(), rows, prepared);
+                        products(buffer.data(), slots.data(), count, prepared, rows, out.data());
+                    }) : median_seconds([&] {
+                        down(buffer.data(), slots.data(), count, a.data(), rows, 0, blocks, y.data());
+                    });
+                    if (seconds < best_seconds) {
+                        best_seconds = seconds;
+                        best = tiling;
+                    }
                 }
-                std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
-                if (seconds[seconds.size() / 2] < best_seconds) {
-                    best_seconds = seconds[seconds.size() / 2];
-                    best = tiling;
-                }
-            }
-        generate(rows, best);
-    }
+            if (best) generate(pass, rows, *best);
+        }
 }
 
 SparseProductJit::~SparseProductJit() = default;
@@ -132,11 +171,13 @@ const SparseProductJit* SparseProductJit::for_cache(const NeuronCache::Data& d) 
     return entry.get();
 }
 
-void SparseProductJit::generate(int rows, jit::SparseProductTiling tiling) {
+void SparseProductJit::generate(jit::SparsePass pass, int rows, jit::SparseProductTiling tiling) {
     jit::SparseProductSpec spec = spec_;
+    spec.pass = pass;
     spec.rows = rows;
     spec.tiling = tiling;
-    kernels_[rows - 1] = jit::generate_sparse_product_kernel(spec);
+    auto& kernel = pass == jit::SparsePass::Products ? products_[rows - 1] : down_[rows - 1];
+    kernel = jit::generate_sparse_kernel(spec);
 }
 
 void SparseProductJit::prepare(const float* x, int64_t m, SparseActivations& out) const {
@@ -186,13 +227,43 @@ void SparseProductJit::products(const uint8_t* vectors, const int32_t* slots, in
                                           x.sums.data() + r0 * padded_groups,
                                           out + r0,
                                           m};
-        kernels_[rows - 1]->function<jit::SparseProductFn>()(&args);
+        products_[rows - 1]->function<jit::SparseProductFn>()(&args);
     }
+}
+
+void SparseProductJit::down(const uint8_t* vectors, const int32_t* slots, int64_t count, const float* a, int64_t m,
+                            int64_t b0, int64_t b1, float* y) const {
+    const int64_t stride = (b1 - b0) * 32, d_model = spec_.format.k;
+    thread_local std::vector<float> sums;  // [m][stride] in the kernels' row order; grows to its largest once
+    sums.assign(size_t(m * stride), 0.0f);
+    const int widest = down_[1] ? 2 : 1;
+    for (int64_t r0 = 0; r0 < m; r0 += widest) {
+        const int rows = int(std::min<int64_t>(widest, m - r0));
+        for (int64_t i0 = 0; i0 < count; i0 += kDownSlotsPerCall) {
+            const jit::SparseDownArgs args{vectors,     slots + i0, std::min(kDownSlotsPerCall, count - i0),
+                                           a + r0 * count + i0, count, sums.data() + r0 * stride, stride, b0, b1};
+            down_[rows - 1]->function<jit::SparseDownFn>()(&args);
+        }
+    }
+    int row_of[32];
+    for (int k = 0; k < 32; ++k) row_of[k] = jit::sparse_block_row(spec_.format.bits, k);
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t b = b0; b < b1; ++b) {
+            const float* block = sums.data() + r * stride + (b - b0) * 32;
+            float* yr = y + r * d_model + b * 32;
+            const int64_t rows = std::min<int64_t>(32, d_model - b * 32);
+            for (int k = 0; k < 32; ++k)
+                if (row_of[k] < rows) yr[row_of[k]] += block[k];
+        }
 }
 
 std::string SparseProductJit::describe() const {
     std::string names;
-    for (const auto& kernel : kernels_) names += (names.empty() ? "" : ", ") + kernel->name();
+    const auto add = [&](const std::unique_ptr<jit::JitGenerator>& kernel) {
+        if (kernel) names += (names.empty() ? "" : ", ") + kernel->name();
+    };
+    for (const auto& kernel : products_) add(kernel);
+    for (const auto& kernel : down_) add(kernel);
     return names;
 }
 

@@ -1,7 +1,8 @@
-// The generated gate and up products of a neuron cache (jit/x86/sparse_product_kernel.hpp): one
-// kernel per count of activation rows (1 .. 4) for the cache's vector format, each with the tiling
-// that ran fastest when timed here on synthetic vectors of that format, and the activations
-// prepared as those kernels read them (int8 per row and group, in their block order).
+// The generated kernels of a neuron cache's sparse passes (jit/x86/sparse_product_kernel.hpp) for
+// its vector format: the gate and up products, a kernel per count of activation rows (1 .. 4), and
+// the down sums (1 or 2 rows), each with the tiling that ran fastest when timed here on synthetic
+// vectors of that format; and the activations prepared as the products read them (int8 per row and
+// group, in their block order).
 #pragma once
 
 #include <cstdint>
@@ -40,16 +41,23 @@ public:
     void products(const uint8_t* vectors, const int32_t* slots, int64_t count, const SparseActivations& x,
                   int64_t m, float* out) const;
 
-    // The kernels' names, one per row count ("q4g32_asym_sparse_i8_avx2_v2pf0, ..._m2, ...").
+    // y[r][k] += sum over i < count of a[r * count + i] * the down vector of slots[i] at k, for k in
+    // the 32-row blocks [b0, b1) (clipped to d_model), r < m: down_accumulate's contract.
+    void down(const uint8_t* vectors, const int32_t* slots, int64_t count, const float* a, int64_t m, int64_t b0,
+              int64_t b1, float* y) const;
+
+    // The kernels' names, the products' per row count, then the down pass's
+    // ("q4g32_asym_sparse_i8_avx2_v2pf0, ..._m2, ..., q4g32_asym_sparse_down_avx2_b2pf1, ...").
     std::string describe() const;
 
 private:
     struct Tuned {};
     SparseProductJit(const NeuronCache::Data& d, jit::IsaFeatures isa, Tuned);
-    void generate(int rows, jit::SparseProductTiling tiling);
+    void generate(jit::SparsePass pass, int rows, jit::SparseProductTiling tiling);
 
-    jit::SparseProductSpec spec_;  // rows and tiling vary by kernel
-    std::unique_ptr<jit::JitGenerator> kernels_[4];  // [rows - 1]
+    jit::SparseProductSpec spec_;  // pass, rows and tiling vary by kernel
+    std::unique_ptr<jit::JitGenerator> products_[4];  // [rows - 1]
+    std::unique_ptr<jit::JitGenerator> down_[2];      // [rows - 1]; null where the registers do not fit
 };
 
 }  // namespace qjit
