@@ -35,6 +35,7 @@ typedef enum qjit_ffn_activation {
 } qjit_ffn_activation;
 
 typedef struct qjit_ffn qjit_ffn;
+struct qjit_flash_ffn; /* qjit/qjit_flash.h */
 
 /* One FFN's layers: gate (K x H, SwiGLU only; NULL otherwise), up (K x H), down (H x N). */
 typedef struct qjit_ffn_parts {
