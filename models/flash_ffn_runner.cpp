@@ -35,9 +35,17 @@ FlashFfnRunner::FlashFfnRunner(qjit_context* context, const Config& config, cons
     qjit_flash_ffn_destroy(ffn_);
     ffn_ = nullptr;
     check(qjit_flash_ffn_create(context, options.path.c_str(), &flash, &ffn_), "opening the neuron file");
+    for (int l = 0; l < layers_; ++l) {
+        qjit_ffn* layer = nullptr;
+        check(qjit_ffn_create_flash_layer(ffn_, l, &layer), "a flash FFN layer");
+        layer_ffns_.emplace_back(layer);
+    }
 }
 
-FlashFfnRunner::~FlashFfnRunner() { qjit_flash_ffn_destroy(ffn_); }
+FlashFfnRunner::~FlashFfnRunner() {
+    layer_ffns_.clear();  // before the flash FFN they borrow
+    qjit_flash_ffn_destroy(ffn_);
+}
 
 std::vector<std::vector<float>> capture_ffn_inputs(Model& model, const std::vector<std::vector<int>>& sequences,
                                                    int64_t max_rows) {
@@ -75,7 +83,7 @@ void FlashFfnRunner::fit_predictors(Model& model, const std::vector<std::vector<
 }
 
 void FlashFfnRunner::forward(int layer, const float* x, int count, float* y) {
-    check(qjit_flash_ffn_forward(ffn_, layer, x, count, y, nullptr, 0), "a flash FFN forward");
+    check(qjit_ffn_forward(layer_ffns_.at(size_t(layer)).get(), x, count, y), "a flash FFN forward");
 }
 
 qjit_flash_counters FlashFfnRunner::counters() const {

@@ -3,10 +3,12 @@
 // storage under a DRAM budget.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "models/llama_model.hpp"
+#include "qjit/qjit_ffn.h"
 #include "qjit/qjit_flash.h"
 
 namespace qjit_models::llama {
@@ -45,7 +47,11 @@ public:
     void reset_counters();
 
 private:
+    struct FfnDeleter {
+        void operator()(qjit_ffn* ffn) const { qjit_ffn_destroy(ffn); }
+    };
     qjit_flash_ffn* ffn_ = nullptr;
+    std::vector<std::unique_ptr<qjit_ffn, FfnDeleter>> layer_ffns_;  // each layer of ffn_ as an FFN handle
     FlashRunOptions options_;
     int layers_ = 0, dim_ = 0;
 };

@@ -6,8 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "base/activations.hpp"
-#include "base/simd_clones.hpp"
+#include "base/activation_arrays.hpp"
 #include "models/attention.hpp"
 #include "models/fail.hpp"
 #include "models/parallel_loop.hpp"
@@ -56,19 +55,6 @@ void rope(float* vec, int size, int head_size, const float* rotation, Config::Ro
 // Adds `bias` (its size: a row's values) to each of `rows` rows; nothing when it is empty.
 void add_bias(float* x, const std::vector<float>& bias, int rows) {
     for (int r = 0; r < rows; ++r) add_in_place(x + size_t(r) * bias.size(), bias.data(), bias.size());
-}
-
-// gate[i] = silu(gate[i]) * up[i], 16 values at a time; the last few through a padded vector, so
-// every value is computed alike wherever a thread's range starts.
-QJIT_SIMD_CLONES void swiglu(float* gate, const float* up, int64_t count) {
-    int64_t i = 0;
-    for (; i + 16 <= count; i += 16) qjit::store16(gate + i, qjit::silu(qjit::load16(gate + i)) * qjit::load16(up + i));
-    if (i == count) return;
-    float g[16] = {}, u[16] = {};
-    std::copy(gate + i, gate + count, g);
-    std::copy(up + i, up + count, u);
-    qjit::store16(g, qjit::silu(qjit::load16(g)) * qjit::load16(u));
-    std::copy(g, g + (count - i), gate + i);
 }
 
 void check_matrix(const LoadedMatrix& matrix, int64_t n, int64_t k, const std::string& what) {
@@ -170,6 +156,7 @@ Model::Model(std::shared_ptr<const Weights> weights, LayerMaker& maker, LayerMak
             if (ffn_linears || !ffn) *linear = maker.make_linear(matrix);
         }
     classifier_ = (classifier_maker ? *classifier_maker : maker).make_linear(*matrices[next].source);
+    for (Layer& layer : layers_) compose_ffn(layer);
     key_cache_.resize(size_t(config().n_layers));
     value_cache_.resize(size_t(config().n_layers));
 }
@@ -304,6 +291,14 @@ bool Model::run_layer(int l, int pos0, int count) {
         add_delta(rows * dim);
         return true;
     }
+    if (layer.ffn && capture_ == nullptr && ffn_threshold_ == 0) {
+        check_qjit(qjit_ffn_forward(layer.ffn.get(), xb_.data(), count, delta_.data()), "qjit_ffn_forward");
+        add_delta(rows * dim);
+        return true;
+    }
+    // The same steps one by one: layers that are not qjit layers of one context, a capture that
+    // stops at w1 or w2, or a threshold on the activations. hb_ = x w1 (gate), hb2_ = x w3 (up),
+    // then hb2_ = the activations.
     if (capture_ == nullptr) {
         forward_shared_input({layer.w1.get(), layer.w3.get()}, xb_.data(), count, {hb_.data(), hb2_.data()});
     } else {
@@ -311,17 +306,17 @@ bool Model::run_layer(int l, int pos0, int count) {
         layer.w3->forward(xb_.data(), count, hb2_.data());
     }
     parallel_loop(threads_.get(), int64_t(rows * hidden), kParallelGrainWork / 16, [&](int64_t begin, int64_t end) {
-        swiglu(hb_.data() + begin, hb2_.data() + begin, end - begin);
+        qjit::swiglu_in_place(hb2_.data() + begin, hb_.data() + begin, end - begin);
     });
     if (ffn_threshold_ > 0) {
         for (size_t i = 0; i < rows * hidden; ++i)
-            if (std::fabs(hb_[i]) < ffn_threshold_) {
-                hb_[i] = 0.0f;
+            if (std::fabs(hb2_[i]) < ffn_threshold_) {
+                hb2_[i] = 0.0f;
                 ++ffn_sparsity_.zeroed;
             }
         ffn_sparsity_.total += int64_t(rows * hidden);
     }
-    if (!run_linear(l, 5, hb_.data(), count, delta_.data())) return false;
+    if (!run_linear(l, 5, hb2_.data(), count, delta_.data())) return false;
     add_delta(rows * dim);
     return true;
 }
@@ -433,6 +428,20 @@ void Model::replace_linear(InputSite site, std::unique_ptr<Linear> linear) {
         fail("Model::replace_linear: the new matrix's shape differs from layer ", site.layer, " matrix ", site.which,
              "'s");
     slot = std::move(linear);
+    if (site.layer < config().n_layers) compose_ffn(layers_[size_t(site.layer)]);
+}
+
+void Model::compose_ffn(Layer& layer) {
+    layer.ffn.reset();
+    if (!layer.w1) return;
+    qjit_context* context = layer.w1->qjit_layer_context();
+    for (const Linear* linear : {layer.w1.get(), layer.w2.get(), layer.w3.get()})
+        if (!linear->qjit_layer() || linear->qjit_layer_context() != context) return;
+    qjit_ffn* ffn = nullptr;
+    check_qjit(qjit_ffn_create_dense(context, layer.w1->qjit_layer(), layer.w3->qjit_layer(), layer.w2->qjit_layer(),
+                                     QJIT_FFN_SWIGLU, &ffn),
+               "qjit_ffn_create_dense");
+    layer.ffn.reset(ffn);
 }
 
 std::vector<const Linear*> Model::linears() const {

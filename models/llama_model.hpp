@@ -24,6 +24,7 @@
 #include "models/llama_linear.hpp"
 #include "models/loaded_matrix.hpp"
 #include "qjit/qjit.h"
+#include "qjit/qjit_ffn.h"
 
 namespace qjit_models::llama {
 
@@ -181,8 +182,14 @@ public:
     std::vector<const Linear*> linears() const;  // every layer's seven (those built), then the classifier
 
 private:
+    struct FfnDeleter {
+        void operator()(qjit_ffn* ffn) const { qjit_ffn_destroy(ffn); }
+    };
     struct Layer {
         std::unique_ptr<Linear> wq, wk, wv, wo, w1, w2, w3;
+        // w1 (gate), w3 (up) and w2 (down) as one dense FFN, when all three are qjit layers of one
+        // context; null otherwise (the forward then runs them one by one).
+        std::unique_ptr<qjit_ffn, FfnDeleter> ffn;
     };
 
     void ensure_capacity(int tokens);
@@ -194,6 +201,7 @@ private:
     bool run_classifier(int first, int count);  // rows first..first+count-1 of x_, logits from row 0
     void load_stream(const std::vector<float>& stream);  // into x_, the cache sized for it
     std::unique_ptr<Linear>& linear_at(InputSite site);
+    void compose_ffn(Layer& layer);  // (re)makes layer.ffn from its FFN linears
     // Runs matrix `which` of `layer` (layer == n_layers: the classifier) on `count` rows, or, at the
     // capture site, hands x to the capture's sink and returns false: the forward stops there.
     bool run_linear(int layer, int which, const float* x, int count, float* y);

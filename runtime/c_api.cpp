@@ -225,20 +225,8 @@ qjit_status qjit_linear_forward_shared_input(qjit_linear* const* layers, int cou
                 require(!overlaps(ys[i], m * layers[i]->params.n, ys[j], m * layers[j]->params.n), "ys[", j, "] and ys[",
                         i, "] overlap");
         }
-        thread_local std::vector<int32_t> rows;
-        thread_local std::vector<GroupedRows> group;
-        if (int64_t(rows.size()) < m) {
-            rows.resize(size_t(m));
-            std::iota(rows.begin(), rows.end(), 0);
-        }
-        group.clear();
-        for (int i = 0; i < count; ++i) {
-            if (runs_in_jit_group(*layers[i]->cpu))
-                group.push_back({i, layers[i]->cpu.get(), rows.data(), m, ys[i]});
-            else
-                linear_forward(*layers[i], x, m, ys[i]);
-        }
-        if (!group.empty()) group.front().layer->run_grouped(group, x, first.params.k);
+        const qjit_linear* const* readers = layers;
+        linear_forward_shared_input({readers, size_t(count)}, x, m, ys);
     });
 }
 

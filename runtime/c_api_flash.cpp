@@ -12,6 +12,7 @@
 #include "runtime/context.hpp"
 #include "runtime/flash/ffn_sparsity.hpp"
 #include "runtime/flash/flash_ffn.hpp"
+#include "runtime/flash/flash_ffn_handle.hpp"
 #include "runtime/flash/read_tuning.hpp"
 #include "runtime/quant_config.hpp"
 
@@ -27,11 +28,6 @@ struct qjit_flash_writer {
     int64_t layers_added = 0;
 };
 
-struct qjit_flash_ffn {
-    std::unique_ptr<FlashFfn> ffn;
-    std::string format_name;
-};
-
 namespace {
 
 NeuronFileHeader header_of(const qjit_flash_file_options& o) {
@@ -39,7 +35,7 @@ NeuronFileHeader header_of(const qjit_flash_file_options& o) {
     require(o.d_model >= 1 && o.d_model < kMaxDimension, "options->d_model is ", o.d_model, "; out of range");
     require(o.d_ff >= 1 && o.d_ff < kMaxDimension, "options->d_ff is ", o.d_ff, "; out of range");
     require(o.activation == QJIT_FFN_RELU || o.activation == QJIT_FFN_SWIGLU, "options->activation is ",
-            int(o.activation), "; not a qjit_ffn_activation");
+            int(o.activation), "; a neuron file takes QJIT_FFN_RELU (0) or QJIT_FFN_SWIGLU (1)");
     require(!o.has_bias || o.activation == QJIT_FFN_RELU, "options->has_bias: biases go with QJIT_FFN_RELU only");
     NeuronFileHeader h;
     h.layers = o.layers;

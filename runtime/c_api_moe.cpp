@@ -1,7 +1,4 @@
 // The C API of the grouped mixture-of-experts call: argument checks, then runtime/moe_forward.
-#include <algorithm>
-#include <vector>
-
 #include "base/error.hpp"
 #include "qjit/qjit.h"
 #include "runtime/forward_arguments.hpp"
@@ -13,8 +10,8 @@ using namespace qjit;
 
 namespace {
 
-// Every expert's layer, context, shape and row count, against experts[0].
-void check_experts(const qjit_context* context, const qjit_expert_rows* experts, int num_experts, int64_t m) {
+// Every expert's layer, context and shape, against experts[0].
+void check_experts(const qjit_context* context, const qjit_expert_rows* experts, int num_experts) {
     const qjit_linear* first = experts[0].layer;
     for (int e = 0; e < num_experts; ++e) {
         const qjit_expert_rows& expert = experts[e];
@@ -23,25 +20,7 @@ void check_experts(const qjit_context* context, const qjit_expert_rows* experts,
         const QuantParams& p = expert.layer->params;
         require(p.k == first->params.k && p.n == first->params.n, "experts[", e, "].layer is K=", p.k, " N=", p.n,
                 "; experts[0].layer is K=", first->params.k, " N=", first->params.n, " (every expert needs the same)");
-        require(expert.count >= 0 && expert.count <= m, "experts[", e, "].count is ", expert.count,
-                "; expected 0 .. m = ", m, " (a token at most once per expert)");
-        require(expert.count == 0 || expert.rows != nullptr, "experts[", e, "].rows is NULL");
     }
-}
-
-// Every row a token index, none twice within an expert. The calling thread's marks only grow.
-void check_rows(const qjit_expert_rows* experts, int num_experts, int64_t m) {
-    thread_local std::vector<int32_t> last_expert;  // per token: the last expert that took it
-    if (last_expert.size() < size_t(m)) last_expert.resize(size_t(m));
-    std::fill(last_expert.begin(), last_expert.begin() + m, -1);
-    for (int e = 0; e < num_experts; ++e)
-        for (int64_t i = 0; i < experts[e].count; ++i) {
-            const int32_t row = experts[e].rows[i];
-            require(row >= 0 && row < m, "experts[", e, "].rows[", i, "] is ", row, "; expected 0 .. m - 1 = ", m - 1);
-            require(last_expert[size_t(row)] != e, "experts[", e, "].rows[", i, "] is ", row,
-                    ", which the expert already has (a token at most once per expert)");
-            last_expert[size_t(row)] = e;
-        }
 }
 
 }  // namespace
@@ -57,9 +36,9 @@ qjit_status qjit_moe_forward(qjit_context* context, const qjit_expert_rows* expe
         require(x != nullptr, "x is NULL");
         require(y != nullptr, "y is NULL");
         require_row_count(m);
-        check_experts(context, experts, num_experts, m);
+        check_experts(context, experts, num_experts);
         require_activations(x, m, experts[0].layer->params.k, y, experts[0].layer->params.n);
-        check_rows(experts, num_experts, m);
+        require_routes(experts, num_experts, m, "experts");
         moe_forward(experts, num_experts, x, m, y, *context->pool);
     });
 }

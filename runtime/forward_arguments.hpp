@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "base/error.hpp"
 
@@ -33,6 +34,29 @@ inline void require_activations(const float* x, int64_t m, int64_t k, const floa
     require(m <= kMaxActivations / std::max(k, n), "m is ", m, "; m x max(K, N) = ", m, " x ", std::max(k, n),
             " is more than the 2^40 activations a forward may take");
     require(!overlaps(x, m * k, y, m * n), "x and y overlap");
+}
+
+// The token rows routed to each of `count` experts (qjit_expert_rows, qjit_ffn_route: rows and
+// count), messages naming `name`[e]: a count in 0 .. m, rows given for a count, every row a token
+// index and none twice within an expert. The calling thread's marks only grow.
+template <typename Route>
+void require_routes(const Route* routes, int count, int64_t m, const char* name) {
+    for (int e = 0; e < count; ++e) {
+        require(routes[e].count >= 0 && routes[e].count <= m, name, "[", e, "].count is ", routes[e].count,
+                "; expected 0 .. m = ", m, " (a token at most once per expert)");
+        require(routes[e].count == 0 || routes[e].rows != nullptr, name, "[", e, "].rows is NULL");
+    }
+    thread_local std::vector<int32_t> last_expert;  // per token: the last expert that took it
+    if (last_expert.size() < size_t(m)) last_expert.resize(size_t(m));
+    std::fill(last_expert.begin(), last_expert.begin() + m, -1);
+    for (int e = 0; e < count; ++e)
+        for (int64_t i = 0; i < routes[e].count; ++i) {
+            const int32_t row = routes[e].rows[i];
+            require(row >= 0 && row < m, name, "[", e, "].rows[", i, "] is ", row, "; expected 0 .. m - 1 = ", m - 1);
+            require(last_expert[size_t(row)] != e, name, "[", e, "].rows[", i, "] is ", row,
+                    ", which the expert already has (a token at most once per expert)");
+            last_expert[size_t(row)] = e;
+        }
 }
 
 }  // namespace qjit

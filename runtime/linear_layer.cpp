@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -183,6 +184,24 @@ std::unique_ptr<qjit_linear> make_linear(qjit_context* context, QuantParams para
 }
 
 void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y) { layer.cpu->forward(x, m, y); }
+
+void linear_forward_shared_input(std::span<const qjit_linear* const> layers, const float* x, int64_t m,
+                                 float* const* ys) {
+    thread_local std::vector<int32_t> rows;  // 0 .. m - 1: every member takes every row
+    thread_local std::vector<GroupedRows> group;
+    if (int64_t(rows.size()) < m) {
+        rows.resize(size_t(m));
+        std::iota(rows.begin(), rows.end(), 0);
+    }
+    group.clear();
+    for (size_t i = 0; i < layers.size(); ++i) {
+        if (runs_in_jit_group(*layers[i]->cpu))
+            group.push_back({int(i), layers[i]->cpu.get(), rows.data(), m, ys[i]});
+        else
+            linear_forward(*layers[i], x, m, ys[i]);
+    }
+    if (!group.empty()) group.front().layer->run_grouped(group, x, layers[0]->params.k);
+}
 
 const BackendLayer& layer_on(const qjit_linear& layer, int device) {
     require(device == QJIT_DEVICE_CPU || device == QJIT_DEVICE_CUDA, "device is ", device,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "format/packed_codes.hpp"
@@ -77,6 +78,12 @@ qjit::QuantParams layer_params(const qjit_linear& layer);
 
 // y (m x N) = x (m x K, original row order) * W: the layer's CPU backend runs its passes.
 void linear_forward(const qjit_linear& layer, const float* x, int64_t m, float* y);
+
+// ys[i] (m x N_i) = x * W_i for layers of one K that read the same inputs (checked by the caller):
+// the x86 JIT's layers without outliers in one grouped dispatch, the others one by one; each output
+// is what linear_forward computes, bit for bit.
+void linear_forward_shared_input(std::span<const qjit_linear* const> layers, const float* x, int64_t m,
+                                 float* const* ys);
 
 // The layer's copy on `device` (a qjit_device read as an integer): QJIT_ERROR_INVALID_ARGUMENT for
 // no such device, QJIT_ERROR_NO_DEVICE when the layer has no copy there.

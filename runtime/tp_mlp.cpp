@@ -1,23 +1,14 @@
 #include "runtime/tp_mlp.hpp"
 
-#include <chrono>
-#include <cmath>
-#include <limits>
 #include <numeric>
 
-#include "base/activations.hpp"
 #include "base/error.hpp"
 #include "format/tp_shards.hpp"
+#include "runtime/ffn/sharded_ffn.hpp"
 
 namespace qjit {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double microseconds_since(Clock::time_point start) {
-    return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-}
 
 void check_sharding(qjit_mlp_kind kind, qjit_tp_algorithm algorithm, int rank, int world_size) {
     require(kind == QJIT_MLP_SWIGLU || kind == QJIT_MLP_GELU, "kind is ", int(kind),
@@ -51,61 +42,11 @@ std::vector<int32_t> shard_columns(const std::vector<int32_t>& down_rows, int64_
     return columns;
 }
 
-// The caller's collectives, timed, with failures turned into QJIT_ERROR_COMMUNICATION.
-class Collectives {
-public:
-    explicit Collectives(const qjit_communicator& comm) : comm_(comm) {}
-
-    void all_reduce_sum(float* buffer, int64_t count) {
-        const auto start = Clock::now();
-        const int code = comm_.all_reduce_sum_f32(comm_.user, buffer, count);
-        microseconds_ += microseconds_since(start);
-        if (code != 0) failed("all_reduce_sum_f32", code);
-    }
-    void all_gather(const float* send, float* receive, int64_t count) {
-        const auto start = Clock::now();
-        const int code = comm_.all_gather_f32(comm_.user, send, receive, count);
-        microseconds_ += microseconds_since(start);
-        if (code != 0) failed("all_gather_f32", code);
-    }
-    double microseconds() const { return microseconds_; }
-
-private:
-    [[noreturn]] void failed(const char* function, int code) const {
-        const char* text = comm_.error_string ? comm_.error_string(comm_.user, code) : nullptr;
-        fail(QJIT_ERROR_COMMUNICATION, "the communicator's ", function, " failed on rank ", comm_.rank, " of ",
-             comm_.world_size, ": error ", code, text ? concat(" (", text, ")") : std::string());
-    }
-    const qjit_communicator& comm_;
-    double microseconds_ = 0;
-};
-
-// The naive algorithm's middle: every rank's activations gathered, and this rank's chunk of them in
-// W_down's storage order: column j is original column P2[rank * c + j], which rank P2[..] / c
-// computed as its column P2[..] % c.
-std::vector<float> gather_in_down_order(const qjit_tp_mlp& mlp, Collectives& collectives,
-                                        const std::vector<float>& hidden, int64_t m, double* permute_us) {
-    const int64_t c = mlp.shard_n1();
-    std::vector<float> gathered;
-    const float* all = hidden.data();
-    if (mlp.world_size > 1) {
-        gathered.resize(size_t(mlp.world_size * m * c));
-        collectives.all_gather(hidden.data(), gathered.data(), m * c);
-        all = gathered.data();
-    }
-    const auto start = Clock::now();
-    // Where column j of this rank's chunk sits in a row of the gathered blocks: rank o / c's block, column o % c.
-    std::vector<int64_t> source(static_cast<size_t>(c));
-    const int32_t* rows = mlp.down_rows.data() + mlp.rank * c;
-    for (int64_t j = 0; j < c; ++j) source[size_t(j)] = (rows[j] / c) * m * c + rows[j] % c;
-    std::vector<float> chunk(size_t(m * c));
-    for (int64_t i = 0; i < m; ++i) {
-        const float* row = all + i * c;
-        float* out = chunk.data() + i * c;
-        for (int64_t j = 0; j < c; ++j) out[j] = row[source[size_t(j)]];
-    }
-    *permute_us = microseconds_since(start);
-    return chunk;
+// The rank's shards as the Sharded FFN strategy runs them.
+ShardedFfn sharded_parts(const qjit_tp_mlp& mlp) {
+    const qjit_ffn_activation activation = mlp.kind == QJIT_MLP_SWIGLU ? QJIT_FFN_SWIGLU : QJIT_FFN_GELU;
+    return {{activation, mlp.gate.get(), mlp.up.get(), mlp.down.get()}, mlp.rank, mlp.world_size,
+            needs_all_gather(mlp), mlp.down_rows};
 }
 
 }  // namespace
@@ -173,35 +114,7 @@ void tp_mlp_forward(const qjit_tp_mlp& mlp, const qjit_communicator& comm, const
     require(mlp.world_size == 1 || (comm.all_reduce_sum_f32 && (mlp.algorithm == QJIT_TP_AWARE || comm.all_gather_f32)),
             "the communicator lacks the collectives the forward needs (all_reduce_sum_f32",
             mlp.algorithm == QJIT_TP_NAIVE ? ", all_gather_f32)" : ")");
-    const auto start = Clock::now();
-    const int64_t c = mlp.shard_n1();
-    Collectives collectives(comm);
-    double permute_us = 0;
-    try {
-        std::vector<float> hidden(size_t(m * c));
-        linear_forward(*mlp.up, x, m, hidden.data());
-        if (mlp.kind == QJIT_MLP_SWIGLU) {
-            std::vector<float> gate(size_t(m * c));
-            linear_forward(*mlp.gate, x, m, gate.data());
-            for (size_t i = 0; i < hidden.size(); ++i) hidden[i] *= silu(gate[i]);
-        } else {
-            for (float& v : hidden) v = gelu(v);
-        }
-        if (needs_all_gather(mlp))
-            hidden = gather_in_down_order(mlp, collectives, hidden, m, &permute_us);
-        linear_forward(*mlp.down, hidden.data(), m, y);
-        if (mlp.world_size > 1) collectives.all_reduce_sum(y, m * mlp.n2);
-    } catch (const Error& e) {
-        if (e.status() == QJIT_ERROR_COMMUNICATION)
-            std::fill(y, y + m * mlp.n2, std::numeric_limits<float>::quiet_NaN());
-        throw;
-    }
-    if (timing) {
-        timing->total_us = microseconds_since(start);
-        timing->communicate_us = collectives.microseconds();
-        timing->permute_us = permute_us;
-        timing->compute_us = timing->total_us - timing->communicate_us - permute_us;
-    }
+    sharded_ffn_forward(sharded_parts(mlp), comm, x, m, y, timing);
 }
 
 bool needs_all_gather(const qjit_tp_mlp& mlp) {

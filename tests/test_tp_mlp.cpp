@@ -28,18 +28,12 @@ namespace {
 using test::ContextPtr;
 using test::ThreadWorld;
 
+using tp_test::expect_close;
 using tp_test::Expected;
 using tp_test::random_matrix;
 using tp_test::random_mlp;
 using tp_test::Shapes;
 using tp_test::whole_mlp;
-
-// fp32 products, sums and activations along the way: well within 1e-5 of the terms' magnitude
-// (K1 and N1 are a few hundred); a misplaced column or row is off by whole terms.
-void expect_close(const std::vector<float>& y, const Expected& e, const std::string& what) {
-    for (size_t i = 0; i < y.size(); ++i)
-        ASSERT_LE(std::fabs(double(y[i]) - e.y[i]), 1e-5 * e.scale[i] + 1e-7) << what << " output " << i;
-}
 
 ContextPtr rank_context() { return test::make_test_context(1, QJIT_ISA_AUTO, QJIT_ACTIVATIONS_F32); }
 

@@ -2,10 +2,13 @@
 // (test_cuda_device.cpp): random quantized MLPs and the whole MLP by the oracle, in double.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "format/reference.hpp"
@@ -80,6 +83,13 @@ inline Expected whole_mlp(const MlpMatrices& mlp, const std::vector<float>& x, i
             }
     }
     return e;
+}
+
+// fp32 products, sums and activations along the way: well within 1e-5 of the terms' magnitude
+// (K1 and N1 are a few hundred); a misplaced column or row is off by whole terms.
+inline void expect_close(const std::vector<float>& y, const Expected& e, const std::string& what) {
+    for (size_t i = 0; i < y.size(); ++i)
+        ASSERT_LE(std::fabs(double(y[i]) - e.y[i]), 1e-5 * e.scale[i] + 1e-7) << what << " output " << i;
 }
 
 }  // namespace qjit::tp_test

@@ -21,16 +21,11 @@
 #define QJIT_QJIT_FLASH_H
 
 #include "qjit/qjit.h"
+#include "qjit/qjit_ffn.h" /* qjit_ffn_activation: a neuron file takes QJIT_FFN_RELU or QJIT_FFN_SWIGLU */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum qjit_ffn_activation {
-    QJIT_FFN_RELU = 0,   /* parts: up (with an optional bias), down */
-    QJIT_FFN_SWIGLU = 1, /* parts: gate, up, down */
-    QJIT_FFN_ACTIVATION_MAX_ENUM = 0x7fffffff
-} qjit_ffn_activation;
 
 /* How a neuron's gate activation is scored against its layer's threshold (calibrated sparsity). */
 typedef enum qjit_flash_sparsity_score {

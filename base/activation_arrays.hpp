@@ -1,0 +1,18 @@
+// The FFN activations over arrays, written once for every FFN that applies them (the strategies of
+// runtime/ffn/, the Llama model's own loop in models/llama_model.cpp): the hidden values
+// activation(x W_gate, x W_up) computed in place over x W_up. Each value is computed alike wherever
+// a range starts, so a caller may split an array among threads at any index.
+#pragma once
+
+#include <cstdint>
+
+namespace qjit {
+
+// up[i] = silu(gate[i]) * up[i], 16 values at a time with the vector SiLU (base/activations.hpp).
+void swiglu_in_place(float* up, const float* gate, int64_t count);
+// up[i] = gelu(up[i]), GELU's tanh approximation.
+void gelu_in_place(float* up, int64_t count);
+// up[i] = max(0, up[i]).
+void relu_in_place(float* up, int64_t count);
+
+}  // namespace qjit
