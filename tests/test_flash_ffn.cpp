@@ -342,6 +342,13 @@ TEST(FlashFfnCApi, WritesAFileAndRunsItWithAPredictor) {
     EXPECT_STATUS(qjit_flash_ffn_create(context.get(), (dir / "missing.qnf").c_str(), &options, &missing),
                   QJIT_ERROR_IO, "missing.qnf");
     EXPECT_EQ(missing, nullptr);
+    qjit_flash_options bad = options;
+    for (int activations : {-1, 99}) {
+        bad.activations = activations;
+        EXPECT_STATUS(qjit_flash_ffn_create(context.get(), path.c_str(), &bad, &missing), QJIT_ERROR_INVALID_ARGUMENT,
+                      "options.activations");
+        EXPECT_EQ(missing, nullptr);
+    }
 }
 
 TEST(FlashFfnCApi, AFailedWriteLeavesTheExistingFileAlone) {

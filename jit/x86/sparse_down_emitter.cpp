@@ -20,7 +20,6 @@
 // unpacking, one widening and one FMA per row; the caller takes few enough slots a call that
 // their lines of the block range stay in the cache between passes.
 #include <cstddef>
-#include <cstring>
 
 #include "base/error.hpp"
 #include "jit/x86/sparse_vector_emitter.hpp"
@@ -35,12 +34,6 @@ using Xbyak::Ymm;
 namespace regs = Xbyak::util;
 
 constexpr int kPrefetchSlots = 4;  // slots ahead whose lines a pass asks for
-
-uint32_t float_bits(float value) {
-    uint32_t bits;
-    std::memcpy(&bits, &value, sizeof bits);
-    return bits;
-}
 
 class SparseDownEmitter : public SparseVectorEmitter {
 public:
@@ -74,23 +67,8 @@ private:
         mov(vectors_, arg(offsetof(SparseDownArgs, vectors)));
         mov(slots_, arg(offsetof(SparseDownArgs, slots)));
         mov(block_, arg(offsetof(SparseDownArgs, first_block)));
-        const int blocks = spec_.tiling.blocks;
-        Xbyak::Label pass_loop, single_loop, done;
-        if (blocks > 1) {
-            L(pass_loop);
-            mov(regs::rax, arg(offsetof(SparseDownArgs, end_block)));
-            sub(regs::rax, block_);
-            cmp(regs::rax, blocks);
-            jl(single_loop, T_NEAR);
-            emit_pass(blocks);
-            jmp(pass_loop, T_NEAR);
-        }
-        L(single_loop);
-        cmp(block_, arg(offsetof(SparseDownArgs, end_block)));
-        jge(done, T_NEAR);
-        emit_pass(1);
-        jmp(single_loop, T_NEAR);
-        L(done);
+        emit_passes(spec_.tiling.blocks, block_, arg(offsetof(SparseDownArgs, end_block)),
+                    [&](int blocks) { emit_pass(blocks); });
         add(regs::rsp, 16);
         postamble();
         emit_unpack_tables();

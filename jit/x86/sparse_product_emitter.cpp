@@ -21,7 +21,6 @@
 // form of vpdpbusd (they may lack AVX-VNNI's VEX form).
 #include <algorithm>
 #include <cstddef>
-#include <cstring>
 #include <vector>
 
 #include "base/error.hpp"
@@ -46,12 +45,6 @@ constexpr int kUnrolledBlocks = 4;   // groups of up to this many blocks are unr
 
 // Scratch: the codes, and one temporary (the pair sums, the 1-bit plane, a factor broadcast).
 constexpr int kScratch = 2;
-
-uint32_t float_bits(float value) {
-    uint32_t bits;
-    std::memcpy(&bits, &value, sizeof bits);
-    return bits;
-}
 
 class SparseProductEmitter : public SparseVectorEmitter {
 public:
@@ -102,23 +95,8 @@ private:
         mov(out_, arg(offsetof(SparseProductArgs, out)));
         xor_(slot_index_, slot_index_);
 
-        const int vectors = spec_.tiling.vectors;
-        Xbyak::Label pass_loop, single_loop, done;
-        if (vectors > 1) {
-            L(pass_loop);
-            mov(temp_gpr_, arg(offsetof(SparseProductArgs, count)));
-            sub(temp_gpr_, slot_index_);
-            cmp(temp_gpr_, vectors);
-            jl(single_loop, T_NEAR);
-            emit_pass(vectors);
-            jmp(pass_loop, T_NEAR);
-        }
-        L(single_loop);
-        cmp(slot_index_, arg(offsetof(SparseProductArgs, count)));
-        jge(done, T_NEAR);
-        emit_pass(1);
-        jmp(single_loop, T_NEAR);
-        L(done);
+        emit_passes(spec_.tiling.vectors, slot_index_, arg(offsetof(SparseProductArgs, count)),
+                    [&](int vectors) { emit_pass(vectors); });
         add(regs::rsp, stack_bytes());
         postamble();
         emit_data();

@@ -1,5 +1,7 @@
 #include "jit/x86/sparse_vector_emitter.hpp"
 
+#include <cstring>
+
 #include "base/error.hpp"
 
 namespace qjit::jit {
@@ -12,6 +14,32 @@ SparseVectorEmitter::SparseVectorEmitter(const SparseProductSpec& spec)
 int SparseVectorEmitter::unpack_constant_registers(const SparseProductSpec& spec) {
     const int bits = spec.format.bits;
     return (bits == 8 ? 0 : 2) + (bits == 3 ? 2 : 0);  // shift counts and mask; the 1-bit plane's
+}
+
+uint32_t SparseVectorEmitter::float_bits(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    return bits;
+}
+
+void SparseVectorEmitter::emit_passes(int width, const Xbyak::Reg64& cursor, const Xbyak::Address& end,
+                                      const std::function<void(int)>& pass) {
+    Xbyak::Label wide_loop, single_loop, done;
+    if (width > 1) {
+        L(wide_loop);
+        mov(Xbyak::util::rax, end);
+        sub(Xbyak::util::rax, cursor);
+        cmp(Xbyak::util::rax, width);
+        jl(single_loop, T_NEAR);
+        pass(width);
+        jmp(wide_loop, T_NEAR);
+    }
+    L(single_loop);
+    cmp(cursor, end);
+    jge(done, T_NEAR);
+    pass(1);
+    jmp(single_loop, T_NEAR);
+    L(done);
 }
 
 int SparseVectorEmitter::allocate_constants(int next) {

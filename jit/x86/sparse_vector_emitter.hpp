@@ -3,6 +3,8 @@
 // Internal to jit/x86.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "jit/x86/sparse_product_kernel.hpp"
@@ -13,6 +15,7 @@ class SparseVectorEmitter : public JitGenerator {
 public:
     // Vector registers the unpacking constants take.
     static int unpack_constant_registers(const SparseProductSpec& spec);
+    static uint32_t float_bits(float value);
 
 protected:
     explicit SparseVectorEmitter(const SparseProductSpec& spec);
@@ -22,6 +25,12 @@ protected:
     void load_constants();
     // The constant tables the unpacking reads; after the code, before finish().
     void emit_unpack_tables();
+
+    // Passes over the items [cursor, end) (`end` a memory operand): `pass(width)` while at least
+    // `width` remain, then `pass(1)` for the rest; each pass emits its items and advances cursor.
+    // Uses rax.
+    void emit_passes(int width, const Xbyak::Reg64& cursor, const Xbyak::Address& end,
+                     const std::function<void(int)>& pass);
 
     // codes = the block's 32 codes at `at` (bytes), byte k holding row sparse_block_row(bits, k).
     // `temp` is overwritten for 3-bit codes.
