@@ -81,7 +81,7 @@ void print_usage(const char* program) {
         "                     --ffn-threshold, and read only the neurons it names (default: every neuron)\n"
         "  --flash-read-ahead read the next layer's predicted neurons while this layer computes\n"
         "  --flash-f32        the neuron file's gate and up products take x in fp32 (exact; by default int8\n"
-        "                     through generated kernels where the file's format has them)\n"
+        "                     through generated kernels for files of 4 bits or fewer)\n"
         "  --flash-tune-reads measure the disk's read curve once (kept in the tuning database) to plan reads\n"
         "%s"
         "  --json             print one JSON object on stdout\n",
@@ -343,7 +343,7 @@ void print_json(const Options& options, const Report& r) {
         json.text("flash_file", options.flash.path)
             .boolean("model_ffn_linears", r.ffn_linears)
             .text("flash_format", r.flash_info->format)
-            .text("flash_products", options.flash.activations == QJIT_ACTIVATIONS_F32 ? "f32" : "int8 where generated")
+            .text("flash_products", options.flash.activations == QJIT_ACTIVATIONS_F32 ? "f32" : "auto")
             .integer("flash_dram_bytes", r.flash_info->dram_bytes)
             .integer("flash_weight_bytes", r.flash_info->weight_bytes)
             .integer("flash_resident_gate_bytes", r.flash_info->resident_gate_bytes)

@@ -171,7 +171,7 @@ qjit_status qjit_flash_ffn_create(qjit_context* context, const char* path, const
                 "options.activations is ", o.activations, "; expected QJIT_ACTIVATIONS_AUTO (", int(QJIT_ACTIVATIONS_AUTO),
                 "), QJIT_ACTIVATIONS_INT8 (", int(QJIT_ACTIVATIONS_INT8), ") or QJIT_ACTIVATIONS_F32 (",
                 int(QJIT_ACTIVATIONS_F32), ")");
-        flash.exact_products = o.activations == QJIT_ACTIVATIONS_F32;
+        flash.activations = qjit_activations(o.activations);
         {
             std::lock_guard<std::mutex> lock(context->tuning.mutex);
             if (TuningDb* db = context->tuning.database())

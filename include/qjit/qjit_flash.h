@@ -91,11 +91,12 @@ typedef struct qjit_flash_options {
                                   and those not resident read while this layer computes and the caller
                                   runs attention; the next forward reads only what they missed (0 by
                                   default) */
-    int activations;           /* how the products of quantized gate and up vectors read x: QJIT_ACTIVATIONS_AUTO
-                                  (the default) and QJIT_ACTIVATIONS_INT8 quantize each row to int8 per
-                                  group for the generated kernels, where the CPU and the vector format
-                                  have one (docs/flash.md); QJIT_ACTIVATIONS_F32 keeps x in fp32 (exact,
-                                  slower) */
+    int activations;           /* how the products of quantized gate and up vectors read x:
+                                  QJIT_ACTIVATIONS_INT8 quantizes each row to int8 per group for the
+                                  generated kernels, where the CPU and the vector format have one
+                                  (docs/flash.md); QJIT_ACTIVATIONS_F32 keeps x in fp32 (exact, slower);
+                                  QJIT_ACTIVATIONS_AUTO (the default) chooses as for dense layers:
+                                  int8 for vectors of 4 bits or fewer, else fp32 */
 } qjit_flash_options;
 
 QJIT_API void qjit_flash_options_init(qjit_flash_options* options);

@@ -96,6 +96,13 @@ NeuronCache FlashFfn::token_cache(int64_t capacity, int window) const {
 
 FlashFfn::~FlashFfn() = default;
 
+SparseFfnPath FlashFfn::products_path() const {
+    const bool narrow = header_.vector.coding == VectorCoding::Quantized && header_.vector.format.bits <= 4;
+    const bool int8 = options_.activations == QJIT_ACTIVATIONS_INT8 ||
+                      (options_.activations == QJIT_ACTIVATIONS_AUTO && narrow);
+    return int8 ? SparseFfnPath::Fast : SparseFfnPath::FastF32;
+}
+
 // The section after the header, then every layer's gates, neuron i in slot i of its layer's cache
 // (or, with a context, made into a layer of it and the cache emptied). A token then reads the
 // records holding up and down only (gate apart: one a neuron).

@@ -54,8 +54,10 @@ struct FlashFfnOptions {
     bool use_sparsity = true;
     // Read the next layer's predicted neurons while this one computes (see above).
     bool read_ahead = false;
-    // Gate and up products with x in fp32 (SparseFfnPath::FastF32) rather than int8.
-    bool exact_products = false;
+    // How the gate and up products of quantized vectors read x: INT8 through the generated kernels
+    // (SparseFfnPath::Fast), F32 exactly (FastF32); AUTO as the dense layers choose, int8 for
+    // vectors of 4 bits or fewer.
+    qjit_activations activations = QJIT_ACTIVATIONS_AUTO;
 };
 
 // What a run did, summed over every token and layer since creation (or reset_counters).
@@ -188,7 +190,7 @@ private:
     void ensure_transient_capacity(int64_t neurons);
 
     std::unique_ptr<Storage> storage_;
-    SparseFfnPath products_path() const { return options_.exact_products ? SparseFfnPath::FastF32 : SparseFfnPath::Fast; }
+    SparseFfnPath products_path() const;
     FlashFfnOptions options_;
     ThreadPool& pool_;
     NeuronFileHeader header_;
