@@ -1,5 +1,6 @@
 // The C API of FFN handles (include/qjit/qjit_ffn.h): argument checks, then the strategies of
 // runtime/ffn/.
+#include <cstring>
 #include <variant>
 #include <vector>
 
@@ -30,6 +31,15 @@ void require_ffn_activations(const float* x, int64_t m, int64_t k, const float* 
 
 qjit_ffn* make_handle(decltype(qjit_ffn::strategy) strategy) { return new qjit_ffn{std::move(strategy)}; }
 
+// The caller's activation as the int it passed: its bytes, never loaded as the enum, whose
+// out-of-range values (a C caller's -1) are undefined in C++.
+int activation_bits(const qjit_ffn_activation& activation) {
+    static_assert(sizeof(int) == sizeof(qjit_ffn_activation));
+    int bits;
+    std::memcpy(&bits, &activation, sizeof bits);
+    return bits;
+}
+
 }  // namespace
 
 extern "C" {
@@ -40,7 +50,7 @@ qjit_status qjit_ffn_create_dense(qjit_context* context, qjit_linear* gate, qjit
         require(ffn != nullptr, "ffn (the output pointer) is NULL");
         *ffn = nullptr;
         require(context != nullptr, "context is NULL");
-        const FfnParts parts{ffn_activation_of(int(activation), "activation"), gate, up, down};
+        const FfnParts parts{ffn_activation_of(activation_bits(activation), "activation"), gate, up, down};
         check_ffn_parts(parts, context, "");
         *ffn = make_handle(parts);
     });
@@ -54,7 +64,7 @@ qjit_status qjit_ffn_create_experts(qjit_context* context, const qjit_ffn_parts*
         require(context != nullptr, "context is NULL");
         require(experts != nullptr, "experts is NULL");
         require(num_experts >= 1, "num_experts is ", num_experts, "; expected 1 or more");
-        const qjit_ffn_activation checked = ffn_activation_of(int(activation), "activation");
+        const qjit_ffn_activation checked = ffn_activation_of(activation_bits(activation), "activation");
         std::vector<FfnParts> parts;
         for (int e = 0; e < num_experts; ++e) {
             parts.push_back({checked, experts[e].gate, experts[e].up, experts[e].down});
