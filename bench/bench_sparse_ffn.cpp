@@ -65,15 +65,15 @@ Options parse(int argc, char** argv) {
     return o;
 }
 
-// A one-layer SwiGLU neuron file of random weights, as bytes.
-std::string random_layer_file(const Options& o) {
+// The header of the one SwiGLU layer: fp16 vectors, or 4-bit ones in groups of --group rows.
+qjit::NeuronFileHeader layer_header(const Options& o, bool f16) {
     qjit::NeuronFileHeader h;
     h.layers = 1;
     h.d_model = o.d_model;
     h.d_ff = o.d_ff;
     h.activation = qjit::FfnActivation::SwiGlu;
     h.alignment = 512;
-    if (o.f16) {
+    if (f16) {
         h.vector = qjit::f16_vector_layout(o.d_model);
     } else {
         qjit::WeightFormat f = qjit::f16_scaled_format();
@@ -81,6 +81,12 @@ std::string random_layer_file(const Options& o) {
         f.group_size = o.group;
         h.vector = qjit::quantized_vector_layout(f, o.d_model);
     }
+    return h;
+}
+
+// A one-layer SwiGLU neuron file of random weights, as bytes.
+std::string random_layer_file(const Options& o) {
+    const qjit::NeuronFileHeader h = layer_header(o, o.f16);
     std::mt19937 rng(7);
     std::normal_distribution<float> normal(0.0f, 0.02f);
     std::vector<float> up(size_t(o.d_model * o.d_ff)), gate(up.size()), down(up.size());
@@ -118,14 +124,8 @@ double median_seconds(int repeats, Run&& run) {
 // The up products alone and the down sums alone, on one thread: the generated kernels against the
 // hand-written ones, over the up vectors of the layer's weights in a cache of every neuron.
 void products_table(const Options& o, double probe_one_thread) {
-    qjit::NeuronFileHeader h;
-    h.layers = 1;
-    h.d_model = o.d_model;
-    h.d_ff = o.d_ff;
-    qjit::WeightFormat f = qjit::f16_scaled_format();
-    f.bits = 4;
-    f.group_size = o.group;
-    h.vector = qjit::quantized_vector_layout(f, o.d_model);
+    const qjit::NeuronFileHeader h = layer_header(o, false);
+    const qjit::WeightFormat& f = h.vector.format;
     std::mt19937 rng(5);
     std::normal_distribution<float> normal(0.0f, 0.02f);
     std::vector<float> w(size_t(o.d_model * o.d_ff));

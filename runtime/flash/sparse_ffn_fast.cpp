@@ -89,7 +89,10 @@ void sparse_ffn_fast(const Data& d, std::span<const int32_t> slots, const float*
                      ThreadPool& pool, const float* gate_activations, bool int8_products) {
     Scratch& s = scratch();
     const int64_t count = int64_t(slots.size());
-    const SparseProductJit* jit = int8_products ? sparse_product_jit(d) : nullptr;
+    // The generated kernels (one registry lookup a call): the down sums are fp32 either way, the
+    // products only take them with int8 x.
+    const SparseProductJit* generated = sparse_product_jit(d);
+    const SparseProductJit* jit = int8_products ? generated : nullptr;
     prepare_x(d, jit, x, m, s);
     s.gate.resize(size_t(count * m));
     s.up.resize(size_t(count * m));
@@ -129,11 +132,10 @@ void sparse_ffn_fast(const Data& d, std::span<const int32_t> slots, const float*
 
     const int64_t blocks = (d.d_model + 31) / 32;
     const int64_t tasks = (blocks + kDownBlocksPerTask - 1) / kDownBlocksPerTask;
-    const SparseProductJit* down_jit = sparse_product_jit(d);  // the down sums are fp32 either way
     auto down = [&](int64_t t) {
         const int64_t b0 = t * kDownBlocksPerTask, b1 = std::min(blocks, b0 + kDownBlocksPerTask);
-        if (down_jit != nullptr)
-            down_jit->down(d.vectors[int(NeuronPart::Down)].data(), s.live_slots.data(), live, s.activations.data(), m,
+        if (generated != nullptr)
+            generated->down(d.vectors[int(NeuronPart::Down)].data(), s.live_slots.data(), live, s.activations.data(), m,
                            b0, b1, y);
         else if (d.quantized)
             down_accumulate(d, s.live_slots.data(), live, s.activations.data(), m, b0, b1, y);
