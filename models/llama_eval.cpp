@@ -38,6 +38,16 @@ double token_nll(const float* row, int vocab, int target) {
 
 }  // namespace
 
+double sequence_nll(std::span<const float> logits, int vocab, const std::vector<int>& tokens) {
+    if (tokens.size() < 2) return 0.0;
+    if (logits.size() < (tokens.size() - 1) * size_t(vocab))
+        throw std::runtime_error("sequence_nll: logits for " + std::to_string(logits.size() / size_t(vocab)) +
+                                 " positions; a sequence of " + std::to_string(tokens.size()) + " needs one less");
+    double sum = 0.0;
+    for (size_t t = 0; t + 1 < tokens.size(); ++t) sum += token_nll(logits.data() + t * size_t(vocab), vocab, tokens[t + 1]);
+    return sum;
+}
+
 NllResult evaluate_nll(Model& model, const std::vector<std::vector<int>>& sequences, bool token_by_token) {
     const int vocab = model.config().vocab_size;
     NllResult result;
@@ -52,9 +62,7 @@ NllResult evaluate_nll(Model& model, const std::vector<std::vector<int>>& sequen
                 for (size_t t = 0; t < inputs.size(); ++t)
                     sequence_nll += token_nll(model.step(inputs[t]).data(), vocab, sequence[t + 1]);
             } else {
-                const std::span<const float> logits = model.forward_sequence(inputs);
-                for (size_t t = 0; t < inputs.size(); ++t)
-                    sequence_nll += token_nll(logits.data() + t * size_t(vocab), vocab, sequence[t + 1]);
+                sequence_nll += llama::sequence_nll(model.forward_sequence(inputs), vocab, sequence);
             }
             result.tokens += int64_t(inputs.size());
         }

@@ -21,6 +21,10 @@ struct NllResult {
 // t = 0 .. n - 2. A sequence of fewer than 2 tokens predicts nothing.
 // token_by_token: one m = 1 step per position instead (as decoding runs; what a flash FFN's
 // per-token neuron choice needs), the same NLL up to rounding for a dense model.
+// The NLL sum of a sequence from the logits of its positions (T x vocab, T >= its length - 1):
+// positions 0..n-2 predict tokens 1..n-1.
+double sequence_nll(std::span<const float> logits, int vocab, const std::vector<int>& tokens);
+
 NllResult evaluate_nll(Model& model, const std::vector<std::vector<int>>& sequences, bool token_by_token = false);
 
 struct Generation {

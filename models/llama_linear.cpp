@@ -170,20 +170,39 @@ SharedContext make_context(const qjit_context_options* options) {
 QuantizingMaker::QuantizingMaker(const qjit_quant_config& config, const qjit_context_options* options)
     : config_(config), context_(make_context(options)) {}
 
+qjit_quant_config QuantizingMaker::config_with_rank(int rank) const {
+    qjit_quant_config config = config_;
+    config.rank = rank;
+    if (config.method == QJIT_QUANT_MILO && rank == 0) {
+        config.method = qjit_quant_method(config.milo_base);
+        if (config.method == QJIT_QUANT_GPTQ) config.float_offsets = 0;
+    }
+    return config;
+}
+
+int QuantizingMaker::budget_rank(const LoadedMatrix& matrix) const {
+    if (rank_budget_ <= 0) return config_.rank;
+    int rank = 0;
+    check_qjit(qjit_rank_within_budget(&config_, matrix.k(), matrix.n(), rank_budget_, &rank),
+               "qjit_rank_within_budget");
+    return rank;
+}
+
 std::unique_ptr<Linear> QuantizingMaker::make_linear(const LoadedMatrix& matrix) {
-    if (ranks_.empty()) return quantized_linear(context_, config_, matrix, nullptr);
+    if (ranks_.empty()) return quantized_linear(context_, config_with_rank(budget_rank(matrix)), matrix, nullptr);
     if (next_rank_ >= ranks_.size())
         throw std::runtime_error("QuantizingMaker: more matrices than the " + std::to_string(ranks_.size()) +
                                  " ranks set");
-    qjit_quant_config config = config_;
-    config.rank = ranks_[next_rank_++];
-    if (config.rank == 0) config.method = QJIT_QUANT_HQQ;
-    return quantized_linear(context_, config, matrix, nullptr);
+    return quantized_linear(context_, config_with_rank(ranks_[next_rank_++]), matrix, nullptr);
 }
 
 std::unique_ptr<Linear> QuantizingMaker::make_calibrated_linear(const LoadedMatrix& matrix,
                                                             const Calibration* calibration) {
-    return quantized_linear(context_, config_, matrix, calibration ? calibration->get() : nullptr);
+    if (!ranks_.empty())
+        throw std::runtime_error("QuantizingMaker: ranks from a policy follow the model's order, not the "
+                                 "calibrated one (use one rank or a rank budget)");
+    return quantized_linear(context_, config_with_rank(budget_rank(matrix)), matrix,
+                            calibration ? calibration->get() : nullptr);
 }
 
 void QuantizingMaker::set_ranks(std::vector<int> ranks) {
@@ -222,6 +241,9 @@ std::string describe_quant_config(const qjit_quant_config& config) {
     std::ostringstream out;
     const bool mixed = config.method == QJIT_QUANT_MIXED;
     if (config.method == QJIT_QUANT_GPTQ) out << "gptq ";
+    if (config.method == QJIT_QUANT_HQQ) out << "hqq ";
+    if (config.method == QJIT_QUANT_MILO)
+        out << "milo over " << (config.milo_base == QJIT_QUANT_RTN ? "rtn " : config.milo_base == QJIT_QUANT_GPTQ ? "gptq " : "hqq ");
     if (mixed) {
         out << "mixed int2/4 ";
     } else {
@@ -232,11 +254,15 @@ std::string describe_quant_config(const qjit_quant_config& config) {
     } else {
         out << 'g' << config.group_size;
     }
-    if (mixed) {
+    if (mixed && config.mixed_bits_per_weight > 0) {
+        out << " within " << config.mixed_bits_per_weight << " bits per weight, outliers " << config.outlier_fraction
+            << (config.second_order_scales ? " sq4" : " f16");
+    } else if (mixed) {
         out << " alpha " << config.mixed_alpha << " outliers " << config.outlier_fraction
             << (config.second_order_scales ? " sq4" : " f16");
     } else {
-        out << (config.symmetric ? " sym" : " asym") << (config.scale_dtype == QJIT_DTYPE_F16 ? " f16" : " f32");
+        out << (config.symmetric ? " sym" : config.float_offsets ? " offsets" : " asym")
+            << (config.scale_dtype == QJIT_DTYPE_F16 ? " f16" : " f32");
     }
     if ((config.method == QJIT_QUANT_GPTQ || mixed) && config.act_order) out << " act-order";
     return out.str();

@@ -1,6 +1,7 @@
 #include "models/llama_model.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -8,6 +9,7 @@
 
 #include "base/activation_arrays.hpp"
 #include "models/attention.hpp"
+#include "models/llama_eval.hpp"
 #include "models/fail.hpp"
 #include "models/parallel_loop.hpp"
 
@@ -422,13 +424,21 @@ void Model::capture_inputs(const std::vector<float>& stream, InputSite site,
     capture_ = nullptr;
 }
 
-void Model::replace_linear(InputSite site, std::unique_ptr<Linear> linear) {
+std::span<const float> Model::stream_logits(const std::vector<float>& stream) {
+    load_stream(stream);
+    const int count = int(stream.size() / size_t(config().dim));
+    run_classifier(0, count);
+    return {logits_.data(), size_t(count) * size_t(config().vocab_size)};
+}
+
+std::unique_ptr<Linear> Model::replace_linear(InputSite site, std::unique_ptr<Linear> linear) {
     std::unique_ptr<Linear>& slot = linear_at(site);
     if (!linear || linear->in_features() != slot->in_features() || linear->out_features() != slot->out_features())
         fail("Model::replace_linear: the new matrix's shape differs from layer ", site.layer, " matrix ", site.which,
              "'s");
-    slot = std::move(linear);
+    std::swap(slot, linear);
     if (site.layer < config().n_layers) compose_ffn(layers_[size_t(site.layer)]);
+    return linear;
 }
 
 void Model::compose_ffn(Layer& layer) {
@@ -484,8 +494,33 @@ const Linear& Model::layer_linear(int layer, int which) const {
     return **linears[which];
 }
 
-int64_t quantize_with_calibration(Model& model, QuantizingMaker& maker, const std::vector<std::vector<int>>& sequences,
-                                  bool classifier) {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The mean NLL of the first `count` sequences from their streams at the input of layer `from`
+// (n_layers: the final norm's), the model's layers from there on run as they are.
+double score_from_layer(Model& model, const std::vector<std::vector<float>>& streams,
+                        const std::vector<std::vector<int>>& sequences, int from, int count) {
+    double total = 0.0;
+    int64_t tokens = 0;
+    for (size_t i = 0; i < std::min(size_t(count), sequences.size()); ++i) {
+        if (sequences[i].size() < 2) continue;
+        std::vector<float> stream = streams[i];
+        for (int layer = from; layer < model.config().n_layers; ++layer) model.run_layer(layer, stream);
+        total += sequence_nll(model.stream_logits(stream), model.config().vocab_size, sequences[i]);
+        tokens += int64_t(sequences[i].size()) - 1;
+    }
+    return tokens > 0 ? total / double(tokens) : 0.0;
+}
+
+}  // namespace
+
+CalibratedQuantization quantize_with_calibration(Model& model, QuantizingMaker& maker,
+                                                 const std::vector<std::vector<int>>& sequences, bool classifier,
+                                                 const LayerChoice* choice) {
     const Config& c = model.config();
     // The matrices of one calibration each, in the order GPTQ's true-sequential mode quantizes them.
     const std::vector<std::vector<int>> groups = {{0, 1, 2}, {3}, {4, 6}, {5}};
@@ -493,26 +528,49 @@ int64_t quantize_with_calibration(Model& model, QuantizingMaker& maker, const st
     auto source_of = [&](int layer, int which) -> const LoadedMatrix& {  // the classifier follows the layers'
         return *matrices[size_t(layer * kLayerMatrices + (layer == c.n_layers ? 0 : which))].source;
     };
+    CalibratedQuantization result;
     // Each sequence's residual stream at the input of the layer being quantized: a layer runs once
     // per group of its matrices and once more, quantized, to move the streams to the next layer.
     std::vector<std::vector<float>> streams;
     for (const std::vector<int>& tokens : sequences) streams.push_back(model.embed_sequence(tokens));
-    int64_t rows = 0;
-    auto quantize_group = [&](int layer, const std::vector<int>& which) {
-        Calibration calibration(source_of(layer, which[0]).k());
-        for (const std::vector<float>& stream : streams)
-            model.capture_inputs(stream, {layer, which[0]}, [&](const float* x, int64_t m) { calibration.add(x, m); });
-        rows = calibration.rows();
-        for (int w : which)
-            model.replace_linear({layer, w}, maker.make_calibrated_linear(source_of(layer, w), &calibration));
+    if (choice) result.start_nll = result.end_nll = score_from_layer(model, streams, sequences, 0, choice->score_sequences);
+
+    // Quantizes one layer's matrices (or the classifier's, layer == n_layers) group by group; with a
+    // choice, puts the layers it held back when the method scores worse.
+    auto quantize_layer = [&](int layer, const std::vector<std::vector<int>>& layer_groups) {
+        std::vector<std::pair<int, std::unique_ptr<Linear>>> held;
+        for (const std::vector<int>& which : layer_groups) {
+            auto start = std::chrono::steady_clock::now();
+            Calibration calibration(source_of(layer, which[0]).k());
+            for (const std::vector<float>& stream : streams)
+                model.capture_inputs(stream, {layer, which[0]}, [&](const float* x, int64_t m) { calibration.add(x, m); });
+            result.rows = calibration.rows();
+            result.calibration_seconds += seconds_since(start);
+            start = std::chrono::steady_clock::now();
+            for (int w : which)
+                held.emplace_back(w, model.replace_linear({layer, w}, maker.make_calibrated_linear(source_of(layer, w),
+                                                                                                   &calibration)));
+            result.quantization_seconds += seconds_since(start);
+        }
+        if (!choice) return;
+        const auto start = std::chrono::steady_clock::now();
+        const double score = score_from_layer(model, streams, sequences, layer, choice->score_sequences);
+        ++result.layers_tried;
+        if (score <= result.end_nll) {
+            result.end_nll = score;
+            ++result.layers_kept;
+        } else {
+            for (auto& [w, linear] : held) model.replace_linear({layer, w}, std::move(linear));
+        }
+        result.calibration_seconds += seconds_since(start);
     };
     for (int layer = 0; layer < c.n_layers; ++layer) {
-        for (const std::vector<int>& which : groups) quantize_group(layer, which);
+        quantize_layer(layer, groups);
         for (std::vector<float>& stream : streams) model.run_layer(layer, stream);
     }
-    if (classifier) quantize_group(c.n_layers, {0});
+    if (classifier) quantize_layer(c.n_layers, {{0}});
     model.reset();
-    return rows;
+    return result;
 }
 
 QjitStorage qjit_storage(const Model& model) {

@@ -157,9 +157,12 @@ public:
     void run_layer(int layer, std::vector<float>& stream);
     void capture_inputs(const std::vector<float>& stream, InputSite site,
                         const std::function<void(const float* x, int64_t rows)>& sink);
+    // The logits of every position of a stream at the final norm's input (T x vocab), valid until the
+    // next call.
+    std::span<const float> stream_logits(const std::vector<float>& stream);
     // Replaces matrix `which` (0..6) of `layer`, or the classifier at layer == n_layers, by a Linear of
-    // the same shape.
-    void replace_linear(InputSite site, std::unique_ptr<Linear> linear);
+    // the same shape; returns the one it held.
+    std::unique_ptr<Linear> replace_linear(InputSite site, std::unique_ptr<Linear> linear);
 
     // The FFN of every layer from `ffn` (null: the layer's own linear layers again).
     void set_ffn_override(FfnOverride* ffn) { ffn_override_ = ffn; }
@@ -239,16 +242,35 @@ private:
     FfnSparsity ffn_sparsity_;
 };
 
+// A choice per layer between a calibrated method and the layers the model already holds: a layer
+// (or the classifier) keeps the method's matrices only when the model's NLL on the first
+// `score_sequences` calibration sequences is no higher with them, the later layers as they are.
+// Starting from a model built wholly with the fallback (say RTN), the result is never worse than it
+// on those sequences.
+struct LayerChoice {
+    int score_sequences = 64;
+};
+
+struct CalibratedQuantization {
+    int64_t rows = 0;                 // calibration rows each matrix saw (one per token)
+    double calibration_seconds = 0;   // running the sequences and capturing the inputs
+    double quantization_seconds = 0;  // the quantizer itself
+    // With a LayerChoice: layers (the classifier counted as one) that kept the method, of all tried,
+    // and the score NLL of the model as it started and as it ends.
+    int layers_kept = 0, layers_tried = 0;
+    double start_nll = 0, end_nll = 0;
+};
+
 // Sequential calibrated quantization, in GPTQ's order: layer by layer, the inputs of its matrices
 // are captured from `sequences` run through the model as quantized so far (wq wk wv together, then
 // wo, then w1 w3 together, then w2, each group with the ones before it already quantized), and
 // those matrices are quantized with `maker` on that calibration; the classifier last when
 // `classifier` is true. Each sequence's activations are kept between layers, so every layer runs
 // once per group of its matrices, not the whole model up to it. The model may start from any
-// maker (the runners' is fp32 dense). Returns the calibration rows each matrix saw (the same for
-// every matrix: one per token).
-int64_t quantize_with_calibration(Model& model, QuantizingMaker& maker, const std::vector<std::vector<int>>& sequences,
-                                  bool classifier);
+// maker (the runners' is fp32 dense; with `choice`, the fallback's layers).
+CalibratedQuantization quantize_with_calibration(Model& model, QuantizingMaker& maker,
+                                                 const std::vector<std::vector<int>>& sequences, bool classifier,
+                                                 const LayerChoice* choice = nullptr);
 
 // What the model's qjit layers store, summed (dense fp32 layers left out).
 struct QjitStorage {

@@ -1,5 +1,6 @@
 #include "models/method_model.hpp"
 
+#include <chrono>
 #include <stdexcept>
 #include <utility>
 
@@ -43,21 +44,42 @@ MethodModel build_method_model(std::shared_ptr<const Weights> weights, const Met
     }
     QuantizingMaker maker(options.quant_config(), &context_options);
     built.maker_name = maker.name();
+    if (options.rank_budget > 0) maker.set_rank_budget(options.rank_budget);
     if (!options.rank_policy.empty()) {
+        if (options.calibrated())
+            throw std::runtime_error("--rank-policy shares ranks in the model's order; with calibration tokens, "
+                                     "take --rank or --rank-budget");
         built.ranks = policy_ranks(options, *weights, !fp32_classifier);
         maker.set_ranks(built.ranks);
     }
+    const auto start = std::chrono::steady_clock::now();
     if (options.calibrated()) {
         if (!calibration || calibration->empty())
             throw std::runtime_error("--method " + options.method + " needs calibration sequences");
         if (!ffn_linears)
             throw std::runtime_error("--method " + options.method + " quantizes every layer on the model's own "
                                      "activations, which need its FFNs");
-        built.model = std::make_unique<Model>(std::move(weights), dense);  // fp32, quantized layer by layer
-        built.calibration_rows = quantize_with_calibration(*built.model, maker, *calibration, !fp32_classifier);
+        // hqq chooses per layer against round to nearest: the model starts from it. The others start
+        // from fp32 and quantize layer by layer.
+        qjit_quant_config rtn_config = options.quant_config();
+        rtn_config.method = QJIT_QUANT_RTN;
+        rtn_config.float_offsets = 0;
+        QuantizingMaker rtn(rtn_config, &context_options);
+        const bool choose = options.method == "hqq";
+        built.model = choose ? std::make_unique<Model>(std::move(weights), rtn, classifier_maker)
+                             : std::make_unique<Model>(std::move(weights), dense);
+        const LayerChoice choice;
+        const CalibratedQuantization q =
+            quantize_with_calibration(*built.model, maker, *calibration, !fp32_classifier, choose ? &choice : nullptr);
+        built.calibration_rows = q.rows;
+        built.calibration_seconds = q.calibration_seconds;
+        built.quantization_seconds = q.quantization_seconds;
+        if (choose) built.choice = q;
         built.model->share_threads(maker.context());
     } else {
         built.model = std::make_unique<Model>(std::move(weights), maker, classifier_maker, ffn_linears);
+        built.quantization_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     return built;
 }

@@ -2,10 +2,13 @@
 // "exact" (qjit layers with exactly the weights of the GGUF tensors), or qjit layers quantized from
 // the fp32 weights by rtn, hqq, milo (one rank, or ranks from a policy), gptq or mixed; the
 // calibrated methods quantize layer by layer on the model's own activations of a calibration set.
+// hqq with a calibration weighs each row's error by its inputs' second moment and keeps a layer's
+// hqq matrices only where the model's calibration NLL is no higher than with round to nearest's.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,9 @@ struct MethodModel {
     std::string maker_name;     // "fp32 dense", "qjit int3 g64 asym f16", ...
     std::vector<int> ranks;       // milo under a rank policy: each quantized matrix's rank
     int64_t calibration_rows = 0; // rows each calibrated matrix saw (one per calibration token)
+    double quantization_seconds = 0;  // the quantizers themselves
+    double calibration_seconds = 0;   // running the calibration sequences (and scoring layer choices)
+    std::optional<CalibratedQuantization> choice;  // hqq with calibration: its choice against rtn per layer
 };
 
 // `calibration` is needed when options.calibrated(); fp32_classifier keeps the classifier in dense

@@ -69,8 +69,10 @@ void print_usage(const char* program) {
         "  --method M         %s\n"
         "                     (default exact: the file's own weights, imported exactly)\n"
         "%s"
-        "  --calibration-tokens FILE  gptq, mixed: calibration sequences (*.seq.u32; tools/tokenize_text.py)\n"
-        "  --calibration-sequences N  gptq, mixed: how many of them (default 64)\n"
+        "  --calibration-tokens FILE  gptq, mixed, hqq, milo: calibration sequences (*.seq.u32; tools/tokenize_text.py);\n"
+        "                     hqq then weighs rows by their inputs and keeps a layer only where the calibration\n"
+        "                     NLL is no worse than rtn's; milo fits the layers' output error\n"
+        "  --calibration-sequences N  how many of them (default 64)\n"
         "  --fp32-classifier  keep the classifier in dense fp32 loops whatever the method\n"
         "  --token-by-token   score --tokens one m = 1 step per position, as decoding runs\n"
         "  --ffn-threshold T  zero every FFN activation silu(x w1)*(x w3) of magnitude below T (reports the sparsity)\n"
@@ -163,10 +165,13 @@ std::optional<Options> parse_args(int argc, char** argv) {
     if (options.max_sequences > 0 && options.tokens.empty()) return refuse("--max-sequences goes with --tokens");
     if (!options.prompt_tokens.empty() && options.generate == 0) return refuse("--prompt-tokens goes with --generate");
     const bool fits_predictor = !options.flash.path.empty() && options.flash.target_recall > 0;
-    if ((options.method.calibrated() || fits_predictor) && options.calibration_tokens.empty())
-        return refuse("--method gptq, a calibrated --method mixed and --flash-recall need --calibration-tokens FILE.seq.u32");
-    if (!options.method.calibrated() && !fits_predictor && !options.calibration_tokens.empty())
-        return refuse("--calibration-tokens goes with --method gptq, a calibrated --method mixed or --flash-recall");
+    if ((options.method.needs_calibration() || fits_predictor) && options.calibration_tokens.empty())
+        return refuse("--method gptq, a calibrated --method mixed, --milo-base gptq and --flash-recall need "
+                      "--calibration-tokens FILE.seq.u32");
+    if (!options.method.takes_calibration() && !fits_predictor && !options.calibration_tokens.empty())
+        return refuse("--calibration-tokens goes with --method gptq, hqq, milo, a calibrated --method mixed or "
+                      "--flash-recall");
+    options.method.with_calibration = !options.calibration_tokens.empty();
     if (options.flash.target_recall > 0 && options.flash.path.empty()) return refuse("--flash-recall goes with --flash");
     if (!options.pack.empty() && options.method.method != "exact")
         return refuse("--pack holds the exact import's layers: it goes with --method exact (the default)");
@@ -265,6 +270,8 @@ struct Report {
     double load_seconds = 0.0;
     std::string pack;  // with --pack: "mapped", or "written (<why>)"
     int64_t calibration_rows = 0;
+    double quantization_seconds = 0, calibration_seconds = 0;
+    std::optional<llama::CalibratedQuantization> choice;  // hqq's per-layer choice against rtn
     std::optional<llama::NllResult> nll;
     double eval_seconds = 0.0;
     std::optional<Decoding> decoding;
@@ -327,7 +334,14 @@ void print_json(const Options& options, const Report& r) {
         .integer("weights", r.storage.weights)
         .number("load_seconds", r.load_seconds, 3);
     if (!r.pack.empty()) json.text("pack", r.pack);
-    if (options.method.calibrated()) json.integer("calibration_tokens", r.calibration_rows);
+    json.number("quantization_seconds", r.quantization_seconds, 3);
+    if (options.method.calibrated())
+        json.integer("calibration_tokens", r.calibration_rows).number("calibration_seconds", r.calibration_seconds, 3);
+    if (r.choice)
+        json.integer("layers_kept", r.choice->layers_kept)
+            .integer("layers_tried", r.choice->layers_tried)
+            .number("calibration_nll_rtn", r.choice->start_nll)
+            .number("calibration_nll", r.choice->end_nll);
     if (r.nll) {
         json.number("nll", r.nll->mean_nll)
             .integer("tokens", r.nll->tokens)
@@ -474,6 +488,9 @@ int run(const Options& options) {
     report.ffn_linears = ffn_linears;
     report.linears = built.maker_name;
     report.calibration_rows = built.calibration_rows;
+    report.quantization_seconds = built.quantization_seconds;
+    report.calibration_seconds = built.calibration_seconds;
+    report.choice = built.choice;
     report.storage = llama::qjit_storage(model);
     if (report.storage.weights == 0) {  // no qjit layer: every matrix dense fp32
         report.storage.weights = model.linear_weight_count();

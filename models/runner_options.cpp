@@ -135,19 +135,24 @@ const char* const kMethodOptionsUsage =
     "  --rank-policy P --avg-rank R  milo: ranks shared under an average rank (uniform, dense-r, sparse-r,\n"
     "                     kurtosis-r, frequency-r)\n"
     "  --low-rank-bits B  milo: how U and V are stored: 8 (default), 3 or 16 (fp16)\n"
+    "  --rank-budget F    milo: each matrix's rank the largest whose compensator adds at most F of its base's bytes\n"
+    "  --milo-base Q      milo: the quantizer under the compensator: hqq (default), rtn or gptq (calibrated)\n"
+    "  --float-offsets    rtn, hqq, milo: a real-valued offset per group instead of an integer zero point\n"
     "  --act-order        gptq, mixed: quantize rows in decreasing diag(H)\n"
     "  --damp D           gptq, mixed: D * mean(diag(H)) added to H's diagonal (default 0.01)\n"
     "  --alpha A          mixed: fraction of K-groups in 4 bits (default 0.25)\n"
+    "  --bits-per-weight B  mixed: in place of --alpha, as many 4-bit groups as keep each matrix within B bits\n"
+    "                     per weight\n"
     "  --outliers F       mixed: fraction of weights kept as fp16 outliers, 0 .. 0.005 (default 0.002)\n"
     "  --no-second-order  mixed: keep the group scales in fp16 instead of 4-bit second-order codes\n"
     "  --no-calibration   mixed: rank groups by their range and round to nearest (no calibration)\n";
 
 OptionParse parse_method_option(ArgumentReader& args, MethodOptions& options) {
     const std::string& arg = args.option();
-    if (arg == "--method" || arg == "--rank-policy") {
+    if (arg == "--method" || arg == "--rank-policy" || arg == "--milo-base") {
         const char* text = args.value();
         if (!text) return OptionParse::failed;
-        (arg == "--method" ? options.method : options.rank_policy) = text;
+        (arg == "--method" ? options.method : arg == "--milo-base" ? options.milo_base : options.rank_policy) = text;
     } else if (arg == "--bits" || arg == "--group" || arg == "--rank" || arg == "--low-rank-bits") {
         const auto v = args.int_value(-1, 1024);
         if (!v) return OptionParse::failed;
@@ -155,13 +160,21 @@ OptionParse parse_method_option(ArgumentReader& args, MethodOptions& options) {
          : arg == "--group" ? options.group_size
          : arg == "--rank"  ? options.rank
                             : options.low_rank_bits) = *v;
-    } else if (arg == "--avg-rank" || arg == "--damp" || arg == "--alpha" || arg == "--outliers") {
-        const auto v = args.number_value(arg == "--avg-rank" ? 1024.0 : arg == "--outliers" ? 0.005 : 1.0);
+    } else if (arg == "--avg-rank" || arg == "--damp" || arg == "--alpha" || arg == "--outliers" ||
+               arg == "--rank-budget" || arg == "--bits-per-weight") {
+        const auto v = args.number_value(arg == "--avg-rank"          ? 1024.0
+                                         : arg == "--outliers"        ? 0.005
+                                         : arg == "--bits-per-weight" ? 16.0
+                                                                      : 1.0);
         if (!v) return OptionParse::failed;
-        (arg == "--avg-rank" ? options.avg_rank
-         : arg == "--damp"   ? options.damp
-         : arg == "--alpha"  ? options.alpha
-                             : options.outlier_fraction) = *v;
+        (arg == "--avg-rank"          ? options.avg_rank
+         : arg == "--damp"            ? options.damp
+         : arg == "--alpha"           ? options.alpha
+         : arg == "--rank-budget"     ? options.rank_budget
+         : arg == "--bits-per-weight" ? options.bits_per_weight
+                                      : options.outlier_fraction) = *v;
+    } else if (arg == "--float-offsets") {
+        options.float_offsets = true;
     } else if (arg == "--f32-scales") {
         options.scale_dtype = QJIT_DTYPE_F32;
     } else if (arg == "--act-order") {
@@ -191,12 +204,25 @@ bool check_method_options(const MethodOptions& options, std::span<const char* co
         return false;
     }
     const bool milo = method == "milo";
-    if (milo && (options.rank > 0) == !options.rank_policy.empty()) {
-        std::fprintf(stderr, "--method milo takes either --rank R or --rank-policy P with --avg-rank R\n");
+    const int rank_choices = (options.rank > 0) + !options.rank_policy.empty() + (options.rank_budget > 0);
+    if (milo && rank_choices != 1) {
+        std::fprintf(stderr, "--method milo takes one of --rank R, --rank-policy P with --avg-rank R, --rank-budget F\n");
         return false;
     }
-    if (!milo && (options.rank > 0 || !options.rank_policy.empty())) {
-        std::fprintf(stderr, "--rank and --rank-policy go with --method milo\n");
+    if (!milo && rank_choices > 0) {
+        std::fprintf(stderr, "--rank, --rank-policy and --rank-budget go with --method milo\n");
+        return false;
+    }
+    if (options.milo_base != "hqq" && options.milo_base != "rtn" && options.milo_base != "gptq") {
+        std::fprintf(stderr, "--milo-base: '%s' is not hqq, rtn or gptq\n", options.milo_base.c_str());
+        return false;
+    }
+    if (options.float_offsets && method != "rtn" && method != "hqq" && !(milo && options.milo_base != "gptq")) {
+        std::fprintf(stderr, "--float-offsets goes with --method rtn, hqq or milo over rtn or hqq\n");
+        return false;
+    }
+    if (options.bits_per_weight > 0 && method != "mixed") {
+        std::fprintf(stderr, "--bits-per-weight goes with --method mixed\n");
         return false;
     }
     return true;
@@ -219,6 +245,9 @@ qjit_quant_config MethodOptions::quant_config() const {
     config.act_order = act_order ? 1 : 0;
     config.damp = damp;
     config.mixed_alpha = alpha;
+    config.mixed_bits_per_weight = bits_per_weight;
+    config.float_offsets = float_offsets ? 1 : 0;
+    config.milo_base = milo_base == "rtn" ? QJIT_QUANT_RTN : milo_base == "gptq" ? QJIT_QUANT_GPTQ : QJIT_QUANT_HQQ;
     config.outlier_fraction = outlier_fraction;
     config.second_order_scales = second_order_scales ? 1 : 0;
     return config;

@@ -55,15 +55,25 @@ struct MethodOptions {
     std::string rank_policy;   // "uniform", "dense-r", "sparse-r", "kurtosis-r", "frequency-r"
     double avg_rank = 0;
     int low_rank_bits = 8;
+    double rank_budget = 0;    // MiLo: > 0: each matrix's rank the largest within this fraction of its base's bytes
+    std::string milo_base = "hqq";  // MiLo: the quantizer under the compensator: hqq, rtn or gptq
+    bool float_offsets = false;     // rtn, hqq, milo: a real offset per group
     // gptq and mixed
     bool act_order = false;
     double damp = 0.01;
     bool no_calibration = false;  // mixed: rank groups by their range, round to nearest
     double alpha = 0.25;          // mixed: fraction of K-groups in 4 bits
+    double bits_per_weight = 0;   // mixed: > 0: each matrix's 4-bit groups within this budget, in place of alpha
     double outlier_fraction = 0.002;
     bool second_order_scales = true;
+    bool with_calibration = false;  // calibration tokens given: hqq and milo use them too
 
-    bool calibrated() const { return method == "gptq" || (method == "mixed" && !no_calibration); }
+    // Whether the method cannot run without calibration sequences, takes them, runs with them.
+    bool needs_calibration() const {
+        return method == "gptq" || (method == "mixed" && !no_calibration) || (method == "milo" && milo_base == "gptq");
+    }
+    bool takes_calibration() const { return needs_calibration() || method == "hqq" || method == "milo"; }
+    bool calibrated() const { return needs_calibration() || (with_calibration && takes_calibration()); }
     // The qjit config of a quantizing method (rtn when the method is not one of qjit's).
     qjit_quant_config quant_config() const;
 };

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "base/error.hpp"
+#include "base/half.hpp"
 #include "quant/quantize_rtn.hpp"
 
 namespace qjit {
@@ -63,38 +64,63 @@ void shrink(float* x, int64_t rows, float lp, float beta) {
         }
 }
 
+// W = scale * (code - zero) + offset: an integer zero with offset 0, or a float offset with zero 0.
 struct GroupQuantizer {
     float scale;
     int zero;
+    float offset;
 };
 
 // The scratch arrays of one group (sized for the largest group once).
 struct Scratch {
-    Eigen::ArrayXf codes, best_codes, shrunk, target;
+    Eigen::ArrayXf codes, best_codes, shrunk, target, weights;
     explicit Scratch(int64_t rows)
-        : codes(rows), best_codes(rows), shrunk(Eigen::ArrayXf::Zero((rows + kRun - 1) / kRun * kRun)), target(rows) {}
+        : codes(rows),
+          best_codes(rows),
+          shrunk(Eigen::ArrayXf::Zero((rows + kRun - 1) / kRun * kRun)),
+          target(rows),
+          weights(Eigen::ArrayXf::Ones(rows)) {}
 };
+
+// Weighted sums over a group: sum a, sum a x, sum a x^2, sum a y, sum a x y (in double).
+struct WeightedSums {
+    double a, x, xx, y, xy;
+};
+
+WeightedSums weighted_sums(const Eigen::Ref<const Eigen::ArrayXf>& a, const Eigen::Ref<const Eigen::ArrayXf>& x,
+                           const Eigen::Ref<const Eigen::ArrayXf>& y) {
+    return {double(a.sum()), double((a * x).sum()), double((a * x.square()).sum()), double((a * y).sum()),
+            double((a * x * y).sum())};
+}
+
+bool representable_scale(double scale) {
+    return scale >= double(std::numeric_limits<float>::min()) && scale <= double(std::numeric_limits<float>::max());
+}
 
 class GroupOptimizer {
 public:
     GroupOptimizer(const WeightFormat& format, const HqqOptions& options, int64_t max_rows)
         : format_(format), options_(options), max_code_(float(format.max_code())), scratch_(max_rows) {}
 
-    // Optimises one group: w holds its weights, codes its RTN codes on entry and the best codes on
-    // exit; the best quantizer is returned.
-    GroupQuantizer optimise(ConstGroup w, Eigen::Ref<Eigen::ArrayXf> codes, GroupQuantizer start) {
+    // Optimises one group: w holds its weights, row_weights its rows' weights (NULL: all 1), codes
+    // its RTN codes on entry and the best codes on exit; the best quantizer is returned.
+    GroupQuantizer optimise(ConstGroup w, const float* row_weights, Eigen::Ref<Eigen::ArrayXf> codes,
+                            GroupQuantizer start) {
         const Eigen::Index rows = w.size();
         auto q = scratch_.codes.head(rows);
         auto best_q = scratch_.best_codes.head(rows);
+        auto a = scratch_.weights.head(rows);
+        if (row_weights) a = ConstGroup(row_weights, rows);
+        else a.setOnes();
         q = codes;
         best_q = codes;
         GroupQuantizer current = start, best = start;
-        double best_error = l2_error(w, q, current);
+        double best_error = error_of(w, a, q, current);
         float beta = options_.beta;
         for (int it = 0; it < options_.iterations && best_error > 0.0; ++it) {
-            current = refit(w, q, current, beta);
+            current = format_.float_offsets ? refit_offset(w, a, q, current, beta) : refit_zero(w, a, q, current, beta);
             requantize(w, q, current);
-            const double error = l2_error(w, q, current);
+            const double error = error_of(w, a, q, current);
             if (error < best_error) {
                 best_error = error;
                 best = current;
@@ -109,38 +135,61 @@ public:
     }
 
 private:
-    static double l2_error(ConstGroup w, const Eigen::Ref<const Eigen::ArrayXf>& q, GroupQuantizer g) {
-        return double((w - g.scale * (q - float(g.zero))).square().sum());
+    static double error_of(ConstGroup w, const Eigen::Ref<const Eigen::ArrayXf>& a,
+                           const Eigen::Ref<const Eigen::ArrayXf>& q, GroupQuantizer g) {
+        return double((a * (w - (g.scale * (q - float(g.zero)) + g.offset)).square()).sum());
     }
 
-    // The half-quadratic step: set aside the shrunk error W_e, then fit W - W_e = s (q - z) with
-    // the codes fixed: z among the integers around the least-squares zero (and the current one),
-    // each with its least-squares scale, keeping the lowest residual.
-    GroupQuantizer refit(ConstGroup w, const Eigen::Ref<const Eigen::ArrayXf>& q, GroupQuantizer g, float beta) {
+    // The half-quadratic split: the error W - deq in code units, shrunk (W_e / s), set aside; what
+    // is left, W - W_e, is the target the closed-form fit follows.
+    void shrunk_target(ConstGroup w, const Eigen::Ref<const Eigen::ArrayXf>& q, GroupQuantizer g, float beta) {
         const Eigen::Index rows = w.size();
         auto shrunk = scratch_.shrunk.head(rows);
-        auto target = scratch_.target.head(rows);
-        // The error in code units, shrunk: W_e / s.
-        shrunk = w * (1.0f / g.scale) - (q - float(g.zero));
+        shrunk = (w - g.offset) * (1.0f / g.scale) - (q - float(g.zero));
         shrink(scratch_.shrunk.data(), rows, options_.lp, beta);
-        target = w - g.scale * shrunk;
+        scratch_.target.head(rows) = w - g.scale * shrunk;
+    }
 
+    // HQQ's own step with real offsets: the target = s q + o by weighted least squares, the codes fixed.
+    GroupQuantizer refit_offset(ConstGroup w, const Eigen::Ref<const Eigen::ArrayXf>& a,
+                                const Eigen::Ref<const Eigen::ArrayXf>& q, GroupQuantizer g, float beta) {
+        shrunk_target(w, q, g, beta);
+        const WeightedSums s = weighted_sums(a, q, scratch_.target.head(w.size()));
+        const double spread = s.a * s.xx - s.x * s.x;
+        if (!(spread > 0.0) || !(s.a > 0.0)) return g;
+        const double slope = (s.a * s.xy - s.x * s.y) / spread;
+        if (!(slope > 0.0) || !representable_scale(slope)) return g;
+        const float scale = stored_scale(float(slope), format_.scale_type);
+        if (!std::isfinite(scale)) return g;  // beyond fp16's range
+        // The offset refitted to the stored scale, then stored at the scales' type too.
+        const float offset = stored_scale_type_value(float((s.y - double(scale) * s.x) / s.a));
+        if (!std::isfinite(offset)) return g;
+        return {scale, 0, offset};
+    }
+
+    float stored_scale_type_value(float value) const {
+        return format_.f16_scales() ? round_to_half(value) : value;
+    }
+
+    // With integer zeros: the target = s (q - z) with the codes fixed: z among the integers around
+    // the least-squares zero (and the current one), each with its least-squares scale, keeping the
+    // lowest residual.
+    GroupQuantizer refit_zero(ConstGroup w, const Eigen::Ref<const Eigen::ArrayXf>& a,
+                              const Eigen::Ref<const Eigen::ArrayXf>& q, GroupQuantizer g, float beta) {
+        shrunk_target(w, q, g, beta);
         // Codes are centred on the current zero (b = q - z) so the sums do not cancel.
-        const double size = double(rows);
-        const double sum_b = double((q - float(g.zero)).sum());
-        const double sum_bb = double((q - float(g.zero)).square().sum());
-        const double sum_t = double(target.sum());
-        const double sum_bt = double(((q - float(g.zero)) * target).sum());
+        const Eigen::Index rows = w.size();
+        const WeightedSums s = weighted_sums(a, q - float(g.zero), scratch_.target.head(rows));
 
         // Candidates for the zero shift d (z' = z + d): 0, and the two integers around the
         // continuous least-squares shift when there is one.
         double shifts[3] = {0.0, 0.0, 0.0};
         int candidates = 1;
-        const double spread = size * sum_bb - sum_b * sum_b;
+        const double spread = s.a * s.xx - s.x * s.x;
         if (!format_.symmetric && spread > 0.0) {
-            const double slope = (size * sum_bt - sum_b * sum_t) / spread;
+            const double slope = (s.a * s.xy - s.x * s.y) / spread;
             if (slope > 0.0 && std::isfinite(slope)) {
-                const double shift = (sum_b - sum_t / slope) / size;
+                const double shift = (s.x - s.y / slope) / s.a;
                 if (std::isfinite(shift) && std::abs(shift) <= double(max_code_) + 1.0) {
                     shifts[candidates++] = std::floor(shift);
                     shifts[candidates++] = std::floor(shift) + 1.0;
@@ -153,17 +202,15 @@ private:
             const double d = shifts[i];
             const int zero = g.zero + int(d);
             if (zero < 0 || zero > int(max_code_)) continue;
-            const double numerator = sum_bt - d * sum_t;
-            const double denominator = sum_bb - 2.0 * d * sum_b + size * d * d;
+            const double numerator = s.xy - d * s.y;
+            const double denominator = s.xx - 2.0 * d * s.x + s.a * d * d;
             if (!(denominator > 0.0) || !(numerator > 0.0)) continue;
             const double scale = numerator / denominator;
-            const double residual = -numerator * scale;  // the fit's squared residual less sum t^2
+            const double residual = -numerator * scale;  // the fit's squared residual less sum a t^2
             // A scale outside the normal floats would divide codes by 0 or overflow.
-            const bool representable = scale >= double(std::numeric_limits<float>::min()) &&
-                                       scale <= double(std::numeric_limits<float>::max());
-            if (residual < lowest && representable) {
+            if (residual < lowest && representable_scale(scale)) {
                 lowest = residual;
-                fitted = {float(scale), zero};
+                fitted = {float(scale), zero, 0.0f};
             }
         }
         fitted.scale = stored_scale(fitted.scale, format_.scale_type);
@@ -171,10 +218,10 @@ private:
         return fitted;
     }
 
-    // The codes nearest to W for a quantizer: clamp(round(w / s) + z, 0, max).
+    // The codes nearest to W for a quantizer: clamp(round((w - o) / s) + z, 0, max).
     void requantize(ConstGroup w, Eigen::Ref<Eigen::ArrayXf> q, GroupQuantizer g) const {
         const float limit = max_code_ + 1.0f;  // |w / s| beyond it clamps whatever z is
-        q = (w * (1.0f / g.scale)).max(-limit).min(limit);
+        q = ((w - g.offset) * (1.0f / g.scale)).max(-limit).min(limit);
         q = (q + kRoundingShift) - kRoundingShift;
         q = (q + float(g.zero)).max(0.0f).min(max_code_);
     }
@@ -186,8 +233,14 @@ private:
 };
 
 // The format is quantize_rtn's to check.
-void validate_options(const HqqOptions& options, const float* weights) {
+void validate_config(const HqqConfig& config, int64_t k, const float* weights) {
+    const HqqOptions& options = config.options;
     require(weights != nullptr, "weights is NULL");
+    require(config.row_weights.empty() || int64_t(config.row_weights.size()) == k, "row_weights holds ",
+            config.row_weights.size(), " values; expected K = ", k, " (or none)");
+    for (size_t i = 0; i < config.row_weights.size(); ++i)
+        require(config.row_weights[i] >= 0.0f && std::isfinite(config.row_weights[i]), "row_weights[", i, "] is ",
+                config.row_weights[i], "; expected a finite value >= 0");
     require(options.iterations >= 0, "iterations is ", options.iterations, "; expected >= 0");
     require(options.lp > 0.0f && options.lp <= 1.0f, "lp is ", options.lp, "; expected 0 < lp <= 1");
     require(options.beta > 0.0f && std::isfinite(options.beta), "beta is ", options.beta, "; expected > 0");
@@ -198,13 +251,21 @@ void validate_options(const HqqOptions& options, const float* weights) {
 }  // namespace
 
 QuantizedMatrix quantize_hqq(const HqqConfig& config, int64_t k, int64_t n, const float* weights) {
-    validate_options(config.options, weights);
+    validate_config(config, k, weights);
     QuantizedMatrix out = quantize_rtn(config.format, k, n, weights);  // the start; also checks the weights are finite
     if (config.options.iterations == 0) return out;
 
     QuantParams& p = out.params;
     const int64_t group_rows = std::min(k, p.group_size);
     GroupOptimizer optimizer(p, config.options, group_rows);
+    // Row weights scaled to a mean of 1, so the weighted errors stay in float's comfortable range.
+    std::vector<float> row_weights = config.row_weights;
+    if (!row_weights.empty()) {
+        double mean = 0.0;
+        for (float h : row_weights) mean += double(h) / double(k);
+        if (mean > 0.0)  // all 0: every group keeps RTN's quantizer
+            for (float& h : row_weights) h = float(double(h) / mean);
+    }
     // One group's block of up to kPanel columns, transposed so each column's group is contiguous.
     Eigen::ArrayXXf block_w(group_rows, kPanel), block_q(group_rows, kPanel);
     for (int64_t g = 0; g < p.num_groups(); ++g) {
@@ -219,10 +280,13 @@ QuantizedMatrix quantize_hqq(const HqqConfig& config, int64_t k, int64_t n, cons
             for (int64_t c = 0; c < cols; ++c) {
                 const size_t meta = size_t(g * n + c0 + c);
                 const ConstGroup w(&block_w(0, c), rows);
-                const GroupQuantizer best =
-                    optimizer.optimise(w, block_q.col(c).head(rows), {p.scales[meta], int(p.zeros[meta])});
+                const GroupQuantizer start = p.float_offsets ? GroupQuantizer{p.scales[meta], 0, p.offsets[meta]}
+                                                             : GroupQuantizer{p.scales[meta], int(p.zeros[meta]), 0.0f};
+                const GroupQuantizer best = optimizer.optimise(
+                    w, row_weights.empty() ? nullptr : row_weights.data() + r0, block_q.col(c).head(rows), start);
                 p.scales[meta] = best.scale;
-                p.zeros[meta] = uint16_t(best.zero);
+                if (p.float_offsets) p.offsets[meta] = best.offset;
+                else p.zeros[meta] = uint16_t(best.zero);
             }
             for (int64_t r = 0; r < rows; ++r)
                 for (int64_t c = 0; c < cols; ++c)

@@ -1,13 +1,19 @@
 // A calibration-free quantizer that improves on RTN: each group's quantizer is optimised in the
 // spirit of HQQ (half-quadratic quantization): the error W - deq(Wq) is split into a sparse part
 // W_e, found by an lp shrinkage (p < 1, so a few large errors are set aside instead of dragging
-// the fit), and the rest, fitted in closed form. qjit's kernels need integer zero points, so where
-// HQQ moves a continuous zero, this one rounds the zero to a code and refits the scale (least
-// squares), the scale being the continuous freedom left. Each group keeps its best iterate by
-// plain L2 error, starting from RTN's quantizer, so it is never worse than quantize_rtn.
+// the fit), and the rest, fitted in closed form. With float offsets (W = scale * code + offset) the
+// fit is HQQ's own: scale and offset by least squares, both real. With integer zero points the
+// zero HQQ moves is rounded to a code (the best of three) and the scale refitted, the scale being the
+// continuous freedom left. Each group keeps its best iterate by its error, starting from RTN's
+// quantizer, so it is never worse than quantize_rtn by that error.
+//
+// The error is the plain L2 of the weights, or, given row weights (a calibration's diag(H), the
+// inputs' second moments), sum_k h_k (w_k - deq_k)^2: the layer's output error when the inputs are
+// uncorrelated, which is what the model feels, not the weights.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "format/quantized_matrix.hpp"
 
@@ -26,9 +32,12 @@ struct HqqOptions {
 
 struct HqqConfig {
     // What quantize_rtn makes (HQQ starts from it); symmetric: the zero stays 2^(bits-1), only the
-    // scale is refitted.
+    // scale is refitted; float_offsets: scale and offset are both refitted.
     WeightFormat format{.bits = 3, .group_size = 64, .scale_type = ScaleType::F16};
     HqqOptions options;
+    // K weights >= 0 of each row's squared error (empty: all 1). A group whose rows all weigh 0 keeps
+    // RTN's quantizer.
+    std::vector<float> row_weights;
 };
 
 // weights: the dense K x N matrix, row-major (W[k][n] at weights[k * n + n]), as quantize_rtn.

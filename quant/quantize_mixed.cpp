@@ -103,6 +103,47 @@ std::vector<uint8_t> assign_group_widths(const std::vector<double>& sensitivity,
     return widths;
 }
 
+std::vector<uint8_t> group_widths_within_budget(const MixedConfig& config, const std::vector<double>& sensitivity,
+                                                int64_t k, int64_t n) {
+    const double budget = config.bits_per_weight;
+    require(std::isfinite(budget) && budget > 0, "bits_per_weight is ", budget, "; expected a budget > 0");
+    QuantParams p;
+    static_cast<WeightFormat&>(p) = with_shape(config.format, k, n);
+    const int64_t groups = p.num_groups();
+    require(int64_t(sensitivity.size()) == groups, "sensitivity holds ", sensitivity.size(), " groups; expected ",
+            groups);
+    if (p.act_order) p.row_order.resize(size_t(k));
+    const int64_t wanted_outliers = std::min(int64_t(std::floor(config.outlier_fraction * double(k) * double(n))),
+                                             max_outliers(k, n));
+    auto rows_of = [&](int64_t g) { return std::min(k, (g + 1) * p.group_size) - g * p.group_size; };
+    // The stored bits at p.group_bits, with the outliers GPTQ takes from the 2-bit groups.
+    auto stored_bits = [&] {
+        int64_t narrow_rows = 0;
+        for (int64_t g = 0; g < groups; ++g)
+            if (p.group_bits[size_t(g)] == 2) narrow_rows += rows_of(g);
+        p.outliers = std::min(wanted_outliers, narrow_rows * n);
+        return double(stored_bytes(p)) * 8.0;
+    };
+    const double allowed = budget * double(k) * double(n);
+    p.group_bits.assign(size_t(groups), 2);
+    if (stored_bits() > allowed)
+        fail(QJIT_ERROR_INVALID_ARGUMENT, "bits_per_weight ", budget, " is below this ", k, " x ", n,
+             " layer's smallest 2/4/16 storage, ", stored_bits() / (double(k) * double(n)),
+             " bits per weight with every group in 2 bits");
+    // The most sensitive first, each widened while the total stays within the budget (a shorter last
+    // group may still fit after a full one did not).
+    std::vector<int64_t> by_sensitivity(static_cast<size_t>(groups));
+    std::iota(by_sensitivity.begin(), by_sensitivity.end(), 0);
+    std::stable_sort(by_sensitivity.begin(), by_sensitivity.end(), [&](int64_t a, int64_t b) {
+        return sensitivity[size_t(a)] > sensitivity[size_t(b)];
+    });
+    for (int64_t g : by_sensitivity) {
+        p.group_bits[size_t(g)] = 4;
+        if (stored_bits() > allowed) p.group_bits[size_t(g)] = 2;
+    }
+    return p.group_bits;
+}
+
 QuantizedMatrix quantize_mixed(const MixedConfig& config, const Hessian* hessian, int64_t k, int64_t n,
                                const float* weights) {
     const WeightFormat format = with_shape(config.format, k, n);
@@ -118,6 +159,8 @@ QuantizedMatrix quantize_mixed(const MixedConfig& config, const Hessian* hessian
                 config.outlier_fraction <= kMaxOutlierFraction,
             "outlier_fraction is ", config.outlier_fraction, "; expected 0 .. ", kMaxOutlierFraction);
     require(std::isfinite(config.damp) && config.damp >= 0, "damp is ", config.damp, "; expected 0 or more");
+    require(std::isfinite(config.bits_per_weight) && config.bits_per_weight >= 0, "bits_per_weight is ",
+            config.bits_per_weight, "; expected 0 (alpha decides) or a budget > 0");
     require(hessian != nullptr || !format.act_order, "act_order needs a Hessian (its diagonal orders the rows)");
     if (hessian != nullptr) {
         require(!hessian->empty(), "the Hessian is empty: add calibration rows or set it");
@@ -135,7 +178,9 @@ QuantizedMatrix quantize_mixed(const MixedConfig& config, const Hessian* hessian
     } else {
         sensitivity = group_sensitivity(GroupSensitivity::Range, nullptr, k, n, weights, format.group_size);
     }
-    const std::vector<uint8_t> widths = assign_group_widths(sensitivity, config.alpha);
+    const std::vector<uint8_t> widths = config.bits_per_weight > 0
+                                            ? group_widths_within_budget(config, sensitivity, k, n)
+                                            : assign_group_widths(sensitivity, config.alpha);
 
     GptqConfig gptq;
     gptq.format = format;

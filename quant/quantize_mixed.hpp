@@ -24,7 +24,9 @@ struct MixedConfig {
     // scales, act_order with a Hessian only. Each group's width is the quantizer's to choose: bits is
     // the widest, 4, and group_bits is left empty.
     WeightFormat format{.bits = 4, .group_size = 32, .scale_type = ScaleType::SecondOrder};
-    double alpha = 0.25;              // fraction of groups in 4 bits (0 .. 1)
+    double alpha = 0.25;              // fraction of groups in 4 bits (0 .. 1), unless bits_per_weight is set
+    double bits_per_weight = 0;       // > 0: as many 4-bit groups as keep stored_bytes * 8 <= this * K N (the
+                                      // sensitive first); a budget below every group in 2 bits is refused
     double outlier_fraction = 0.002;  // of the weights, as fp16 outliers (0 .. 0.005)
     double damp = 0.01;
 };
@@ -39,6 +41,12 @@ std::vector<double> group_sensitivity(GroupSensitivity kind, const Hessian* hess
 // The widths: the ceil(alpha * groups) most sensitive groups 4 bits, the others 2 (ties: lower index
 // first).
 std::vector<uint8_t> assign_group_widths(const std::vector<double>& sensitivity, double alpha);
+
+// The widths within config.bits_per_weight: groups in decreasing sensitivity, each made 4 bits while the
+// stored bits (codes, scales, zero points, act-order rows, the outliers GPTQ takes from 2-bit groups)
+// stay within bits_per_weight * K * N. Throws when every group in 2 bits is already over.
+std::vector<uint8_t> group_widths_within_budget(const MixedConfig& config, const std::vector<double>& sensitivity,
+                                                int64_t k, int64_t n);
 
 // Quantizes with GPTQ (hessian given, Hessian sensitivity) or round-to-nearest (hessian null:
 // Range sensitivity) at the assigned widths. Throws an invalid-argument Error naming the field.

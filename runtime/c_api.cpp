@@ -159,6 +159,8 @@ void qjit_quant_config_init(qjit_quant_config* config) {
     config->outlier_fraction = 0.002;
     config->second_order_scales = 1;
     config->float_offsets = 0;
+    config->mixed_bits_per_weight = 0.0;
+    config->milo_base = QJIT_QUANT_HQQ;
 }
 
 qjit_status qjit_linear_create_from_f32(qjit_context* context, const qjit_quant_config* config, int64_t k,

@@ -1,11 +1,15 @@
 // The C API of low-rank compensators: importing a layer with one, and sharing a rank budget over
 // a set of layers (the quantizing side is qjit_linear_create_from_f32 with QJIT_QUANT_MILO).
+#include <algorithm>
+#include <cmath>
+#include <variant>
 #include <vector>
 
 #include "base/error.hpp"
 #include "quant/rank_policy.hpp"
 #include "qjit/qjit.h"
 #include "runtime/gptq_layer.hpp"
+#include "runtime/quant_config.hpp"
 #include "quant/quantize_low_rank.hpp"
 
 using namespace qjit;
@@ -67,6 +71,29 @@ qjit_status qjit_assign_ranks(qjit_rank_policy policy, double average_rank, cons
         }
         const std::vector<int> assigned = assign_ranks(rank_policy(policy), average_rank, candidates);
         for (int64_t i = 0; i < count; ++i) ranks[i] = assigned[size_t(i)];
+    });
+}
+
+qjit_status qjit_rank_within_budget(const qjit_quant_config* config, int64_t k, int64_t n, double fraction,
+                                    int* rank) {
+    return guarded([&] {
+        require(rank != nullptr, "rank (the output pointer) is NULL");
+        *rank = 0;
+        require(config != nullptr, "config is NULL");
+        require(std::isfinite(fraction) && fraction > 0, "fraction is ", fraction, "; expected a budget > 0");
+        validate_shape(k, n);
+        validate_low_rank_bits(config->low_rank_bits);
+        qjit_quant_config base = *config;
+        base.method = QJIT_QUANT_RTN;  // the base's bytes depend on its format only
+        base.rank = 0;
+        base.milo_base = QJIT_QUANT_HQQ;
+        const WeightFormat format = std::get<WeightFormat>(quantizer_config(base, k, n));
+        QuantParams params;
+        static_cast<WeightFormat&>(params) = format;
+        const double allowed = fraction * double(stored_bytes(params));
+        const int most = int(std::min<int64_t>({k, n, kMaxLowRank}));
+        while (*rank < most && double(low_rank_stored_bytes(*rank + 1, config->low_rank_bits, k, n)) <= allowed)
+            ++*rank;
     });
 }
 

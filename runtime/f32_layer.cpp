@@ -25,11 +25,20 @@ struct QuantizedLayerMaker {
     std::unique_ptr<qjit_linear> operator()(const WeightFormat& rtn) const {
         return make_linear(context, quantize_rtn(rtn, k, n, weights));
     }
-    std::unique_ptr<qjit_linear> operator()(const HqqConfig& hqq) const {
+    std::unique_ptr<qjit_linear> operator()(HqqConfig hqq) const {
+        if (hessian) {  // each row's error weighed by its input's second moment
+            require_filled(*hessian);
+            const std::vector<double> diagonal = hessian->diagonal();
+            hqq.row_weights.assign(diagonal.begin(), diagonal.end());
+        }
         return make_linear(context, quantize_hqq(hqq, k, n, weights));
     }
     std::unique_ptr<qjit_linear> operator()(const MiloConfig& milo) const {
-        MiloResult result = quantize_milo(milo, k, n, weights);
+        if (hessian) require_filled(*hessian);
+        require(hessian != nullptr || milo.base != BaseQuantizer::Gptq,
+                "config->milo_base is QJIT_QUANT_GPTQ: the GPTQ base needs a calibration of the layer's inputs "
+                "(qjit_linear_create_calibrated with a calibration)");
+        MiloResult result = quantize_milo(milo, k, n, weights, hessian);
         return make_linear(context, std::move(result.weights), std::move(result.compensator));
     }
     std::unique_ptr<qjit_linear> operator()(const GptqConfig& gptq) const {

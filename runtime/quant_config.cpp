@@ -1,6 +1,7 @@
 #include "runtime/quant_config.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "base/error.hpp"
@@ -23,6 +24,20 @@ qjit_quant_method checked_method(const qjit_quant_config& config) {
     require(method >= QJIT_QUANT_RTN && method <= QJIT_QUANT_MIXED, "config->method is ", method,
             "; expected QJIT_QUANT_RTN, QJIT_QUANT_HQQ, QJIT_QUANT_MILO, QJIT_QUANT_GPTQ or QJIT_QUANT_MIXED");
     return qjit_quant_method(method);
+}
+
+// The MiLo base, read as an int like the method.
+BaseQuantizer checked_milo_base(const qjit_quant_config& config) {
+    int base = 0;
+    std::memcpy(&base, &config.milo_base, sizeof base);
+    switch (base) {
+        case QJIT_QUANT_RTN: return BaseQuantizer::Rtn;
+        case QJIT_QUANT_HQQ: return BaseQuantizer::Hqq;
+        case QJIT_QUANT_GPTQ: return BaseQuantizer::Gptq;
+        default:
+            fail(QJIT_ERROR_INVALID_ARGUMENT, "config->milo_base is ", base,
+                 "; expected QJIT_QUANT_HQQ, QJIT_QUANT_RTN or QJIT_QUANT_GPTQ");
+    }
 }
 
 void check_rank(const qjit_quant_config& config, qjit_quant_method method, int64_t k, int64_t n) {
@@ -60,8 +75,12 @@ QuantizerConfig quantizer_config(const qjit_quant_config& config, int64_t k, int
     require(config.scale_dtype == QJIT_DTYPE_F32 || config.scale_dtype == QJIT_DTYPE_F16, "config->scale_dtype is ",
             int(config.scale_dtype), "; expected QJIT_DTYPE_F32 or QJIT_DTYPE_F16");
     format.scale_type = scale_type_of(config.scale_dtype);
+    const BaseQuantizer milo_base = method == QJIT_QUANT_MILO ? checked_milo_base(config) : BaseQuantizer::Hqq;
     if (config.float_offsets != 0) {
-        require(method == QJIT_QUANT_RTN, "config->float_offsets is for QJIT_QUANT_RTN; method is ", int(method));
+        require(method == QJIT_QUANT_RTN || method == QJIT_QUANT_HQQ ||
+                    (method == QJIT_QUANT_MILO && milo_base != BaseQuantizer::Gptq),
+                "config->float_offsets is for QJIT_QUANT_RTN, QJIT_QUANT_HQQ or QJIT_QUANT_MILO over RTN or HQQ; "
+                "method is ", int(method), (method == QJIT_QUANT_MILO ? " with the GPTQ base" : ""));
         require(!format.symmetric, "config->float_offsets and config->symmetric exclude each other");
         format.float_offsets = true;
     }
@@ -81,6 +100,9 @@ QuantizerConfig quantizer_config(const qjit_quant_config& config, int64_t k, int
             MiloConfig milo;
             milo.format = format;
             milo.format.low_rank = {config.rank, config.low_rank_bits};
+            milo.base = milo_base;
+            require_within(config.damp, 0.0, 1.0, "damp");
+            milo.damp = config.damp;
             return milo;
         }
         case QJIT_QUANT_GPTQ: {
@@ -95,6 +117,10 @@ QuantizerConfig quantizer_config(const qjit_quant_config& config, int64_t k, int
             mixed.format.bits = 4;  // the widest; the quantizer picks 2 or 4 bits per group
             mixed.format.scale_type = config.second_order_scales != 0 ? ScaleType::SecondOrder : ScaleType::F16;
             mixed.alpha = config.mixed_alpha;
+            require(std::isfinite(config.mixed_bits_per_weight) && config.mixed_bits_per_weight >= 0,
+                    "config->mixed_bits_per_weight is ", config.mixed_bits_per_weight,
+                    "; expected 0 (mixed_alpha decides) or a budget > 0");
+            mixed.bits_per_weight = config.mixed_bits_per_weight;
             mixed.outlier_fraction = config.outlier_fraction;
             mixed.damp = config.damp;
             return mixed;

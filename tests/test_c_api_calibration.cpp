@@ -555,7 +555,7 @@ TEST(CApiCalibrationRealModel, GptqBeatsRtnOnStories260K) {
     llama::QuantizingMaker gptq_backend(config, &options);
     llama::DenseMaker dense;
     llama::Model gptq(checkpoint, dense);  // fp32, quantized layer by layer
-    const int64_t rows = llama::quantize_with_calibration(gptq, gptq_backend, calibration, true);
+    const int64_t rows = llama::quantize_with_calibration(gptq, gptq_backend, calibration, true).rows;
     EXPECT_GT(rows, 1000);
     for (const llama::Linear* linear : gptq.linears()) {
         qjit_linear_info info{};

@@ -197,9 +197,16 @@ typedef struct qjit_quant_config {
     double outlier_fraction;/* MIXED: fraction of weights kept as fp16 outliers, 0 .. 0.005 (0.002) */
     int second_order_scales;/* MIXED: nonzero (the default): group scales quantized to 4 bits in groups of 16
                                columns with an fp16 scale and zero each */
-    int float_offsets;      /* RTN: nonzero: a real-valued offset per group instead of an integer zero point,
-                               W = scale * code + offset, over each group's own min..max (as llama.cpp's
-                               Q4_1); stored at scale_dtype. Not with symmetric (0 by default) */
+    int float_offsets;      /* RTN, HQQ, MILO (RTN or HQQ base): nonzero: a real-valued offset per group instead
+                               of an integer zero point, W = scale * code + offset (RTN: over each group's own
+                               min..max, as llama.cpp's Q4_1; HQQ: fitted); stored at scale_dtype. Not with
+                               symmetric (0 by default) */
+    double mixed_bits_per_weight; /* MIXED: > 0: as many 4-bit groups (the most sensitive) as keep the layer's
+                               stored bits per weight (qjit_linear_info) at or below this budget, in place of
+                               mixed_alpha; 0 (the default): mixed_alpha decides */
+    int milo_base;          /* MILO: the quantizer of the base, QJIT_QUANT_HQQ (the default), QJIT_QUANT_RTN or
+                               QJIT_QUANT_GPTQ (needs a calibration). With a calibration every MILO step
+                               minimises the layer's output error on it instead of the weights' error */
 } qjit_quant_config;
 
 /* GPTQ tensors exactly as AutoGPTQ / GPTQModel store them (int32 words, little-endian bit order). */
@@ -324,7 +331,8 @@ QJIT_API qjit_status qjit_calibration_set_hessian(qjit_calibration* calibration,
 QJIT_API qjit_status qjit_calibration_set_diagonal(qjit_calibration* calibration, const float* diagonal);
 QJIT_API qjit_status qjit_calibration_rows(const qjit_calibration* calibration, int64_t* rows);
 /* As qjit_linear_create_from_f32, with the calibration of the layer's inputs (K must match). GPTQ needs
- * one; MIXED without one (NULL) ranks groups by their range instead; other methods ignore it. */
+ * one; MIXED without one (NULL) ranks groups by their range instead; HQQ weighs each row's error by
+ * diag(H); MILO fits its compensator to the output error (and GPTQ as its base needs one); RTN ignores it. */
 QJIT_API qjit_status qjit_linear_create_calibrated(qjit_context* context, const qjit_quant_config* config,
                                                    const qjit_calibration* calibration, int64_t k, int64_t n,
                                                    const float* weights, qjit_weight_layout layout,
@@ -384,6 +392,11 @@ typedef struct qjit_rank_matrix {
  * sum_i (K_i + N_i), each at most min(K_i, N_i, 1024): pass them as qjit_quant_config.rank. */
 QJIT_API qjit_status qjit_assign_ranks(qjit_rank_policy policy, double average_rank,
                                        const qjit_rank_matrix* matrices, int64_t count, int* ranks);
+/* The largest rank (0 when none fits) whose compensator, stored at config->low_rank_bits, adds at most
+ * `fraction` (> 0) of the stored bytes of the K x N layer config makes without one: the rank that keeps a
+ * MILO layer within +fraction of its base's bytes. config->method is not read. */
+QJIT_API qjit_status qjit_rank_within_budget(const qjit_quant_config* config, int64_t k, int64_t n, double fraction,
+                                             int* rank);
 QJIT_API qjit_status qjit_linear_destroy(qjit_linear* layer); /* NULL is a no-op */
 
 /* y (m x N) = x (m x K) * W. m >= 1. x and y must not overlap. Safe to call from several threads. */

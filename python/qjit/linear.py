@@ -24,7 +24,8 @@ CUDA_DTYPES = {"f16": 1, "bf16": 2}
 
 # The options of Linear.quantize beyond bits, group size and symmetry (qjit_quant_config's fields).
 METHOD_OPTIONS = ("rank", "low_rank_bits", "act_order", "damp", "mixed_alpha", "outlier_fraction",
-                  "second_order_scales", "float_offsets")
+                  "second_order_scales", "float_offsets", "milo_base",
+                  "mixed_bits_per_weight")
 
 
 def quant_config(caller: str, bits: int, group_size: int, symmetric: bool, method: str, scale_dtype: str,
@@ -35,6 +36,8 @@ def quant_config(caller: str, bits: int, group_size: int, symmetric: bool, metho
     if unknown:
         raise TypeError(f"{caller}() got unknown option(s) {', '.join(unknown)}; "
                         f"the method options are {', '.join(METHOD_OPTIONS)}")
+    if "milo_base" in options:
+        options = dict(options, milo_base=choice(METHODS, options["milo_base"], "milo_base"))
     config = _native.default_quant_config()
     config.update(bits=bits, group_size=group_size, symmetric=bool(symmetric),
                   method=choice(METHODS, method, "method"),
@@ -156,8 +159,12 @@ class Linear:
             calibration: a :class:`Calibration`, or an array of sample inputs (..., K).
             scale_dtype: "f16" (scales rounded to half precision, as stored) or "f32".
             options: the method's options: rank and low_rank_bits (milo), act_order and damp
-                (gptq, mixed), mixed_alpha, outlier_fraction and second_order_scales (mixed),
-                float_offsets (rtn: a real offset per group over its own min..max, W = s * q + m).
+                (gptq, mixed), mixed_alpha, mixed_bits_per_weight (a budget in place of alpha),
+                outlier_fraction and second_order_scales (mixed),
+                float_offsets (rtn, hqq, milo: a real offset per group, W = s * q + m; rtn takes each
+                group's min), milo_base ("hqq", "rtn" or "gptq": the quantizer under the compensator).
+                With a calibration, hqq weighs each row's error by its inputs' second moment and milo
+                fits the layer's output error.
         """
         config = quant_config("Linear.quantize", bits, group_size, symmetric, method, scale_dtype, options)
         layout_value = choice(LAYOUTS, layout, "layout")

@@ -20,6 +20,8 @@ qjit_quant_config quant_config(const nb::dict& fields) {
     c.outlier_fraction = nb::cast<double>(fields["outlier_fraction"]);
     c.second_order_scales = nb::cast<bool>(fields["second_order_scales"]);
     c.float_offsets = nb::cast<bool>(fields["float_offsets"]);
+    c.milo_base = nb::cast<int>(fields["milo_base"]);
+    c.mixed_bits_per_weight = nb::cast<double>(fields["mixed_bits_per_weight"]);
     return c;
 }
 
@@ -40,6 +42,8 @@ nb::dict default_quant_config() {
     d["outlier_fraction"] = c.outlier_fraction;
     d["second_order_scales"] = bool(c.second_order_scales);
     d["float_offsets"] = bool(c.float_offsets);
+    d["milo_base"] = c.milo_base;
+    d["mixed_bits_per_weight"] = c.mixed_bits_per_weight;
     return d;
 }
 
