@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -311,6 +312,121 @@ TEST(CApiCalibration, BadLayerArgumentsAreNamed) {
 
 // H accumulated over batches of any size is H of all rows at once, and set_hessian(X^T X) is
 // add(X): the layers quantized with each dequantize alike (bit for bit).
+// MiLo's base and the 2/4/16 budget through the C API: defaults, refusals, and what a layer stores.
+TEST(CApiCalibration, MiloBaseAndMixedBudget) {
+    qjit_quant_config defaults;
+    std::memset(&defaults, 0x5a, sizeof defaults);
+    qjit_quant_config_init(&defaults);
+    EXPECT_EQ(defaults.milo_base, QJIT_QUANT_HQQ);
+    EXPECT_EQ(defaults.mixed_bits_per_weight, 0.0);
+    EXPECT_EQ(defaults.float_offsets, 0);
+
+    const ContextPtr context = qjit::test::make_test_context();
+    const std::vector<float> w = normal_weights(kK, kN, 23);
+    const std::vector<float> x = correlated_inputs(300, kK, 24);
+    const CalibrationPtr calibration = make_calibration(kK);
+    ASSERT_EQ(qjit_calibration_add(calibration.get(), x.data(), 300), QJIT_OK) << qjit_last_error();
+    qjit_linear* layer = reinterpret_cast<qjit_linear*>(&layer);
+    auto create = [&](const qjit_quant_config& config, const qjit_calibration* cal) {
+        const qjit_status status =
+            qjit_linear_create_calibrated(context.get(), &config, cal, kK, kN, w.data(), QJIT_LAYOUT_K_BY_N, &layer);
+        if (status == QJIT_OK) qjit_linear_destroy(layer);
+        else EXPECT_EQ(layer, nullptr);
+        return status;
+    };
+    qjit_quant_config milo = config_of(QJIT_QUANT_MILO);
+    milo.rank = 4;
+    for (int bad : {-1, 2, 4, 99}) {
+        qjit_quant_config config = milo;
+        std::memcpy(&config.milo_base, &bad, sizeof bad);
+        EXPECT_STATUS(create(config, calibration.get()), QJIT_ERROR_INVALID_ARGUMENT, "milo_base");
+    }
+    milo.milo_base = QJIT_QUANT_GPTQ;
+    EXPECT_STATUS(create(milo, nullptr), QJIT_ERROR_INVALID_ARGUMENT, "GPTQ base needs a calibration");
+    qjit_quant_config offsets = milo;
+    offsets.float_offsets = 1;
+    EXPECT_STATUS(create(offsets, calibration.get()), QJIT_ERROR_INVALID_ARGUMENT, "float_offsets");
+    qjit_quant_config gptq_offsets = config_of(QJIT_QUANT_GPTQ);
+    gptq_offsets.float_offsets = 1;
+    EXPECT_STATUS(create(gptq_offsets, calibration.get()), QJIT_ERROR_INVALID_ARGUMENT, "float_offsets");
+
+    // A GPTQ base under the compensator; HQQ with offsets, calibrated.
+    {
+        const LinearPtr made = create_calibrated(context.get(), milo, calibration.get(), w);
+        qjit_linear_info info{};
+        ASSERT_EQ(qjit_linear_get_info(made.get(), &info), QJIT_OK);
+        EXPECT_EQ(info.low_rank, 4);
+        EXPECT_EQ(info.bits, 3);
+        qjit_quant_config hqq = config_of(QJIT_QUANT_HQQ);
+        hqq.float_offsets = 1;
+        const LinearPtr with_offsets = create_calibrated(context.get(), hqq, calibration.get(), w);
+        ASSERT_EQ(qjit_linear_get_info(with_offsets.get(), &info), QJIT_OK);
+        EXPECT_EQ(info.float_offsets, 1);
+    }
+
+    // The budget: refused when not a number or negative, or below every group in 2 bits; met otherwise.
+    qjit_quant_config mixed = config_of(QJIT_QUANT_MIXED, 4, 32);
+    for (double bad : {-1.0, double(NAN), double(INFINITY)}) {
+        mixed.mixed_bits_per_weight = bad;
+        EXPECT_STATUS(create(mixed, calibration.get()), QJIT_ERROR_INVALID_ARGUMENT, "mixed_bits_per_weight");
+    }
+    mixed.mixed_bits_per_weight = 1.5;
+    EXPECT_STATUS(create(mixed, calibration.get()), QJIT_ERROR_INVALID_ARGUMENT, "below");
+    int64_t last_wide = -1;
+    for (double budget : {2.9, 3.3, 3.7}) {
+        mixed.mixed_bits_per_weight = budget;
+        const LinearPtr made = create_calibrated(context.get(), mixed, calibration.get(), w);
+        qjit_linear_info info{};
+        ASSERT_EQ(qjit_linear_get_info(made.get(), &info), QJIT_OK);
+        EXPECT_LE(double(info.stored_bytes) * 8.0 / double(kK * kN), budget);
+        EXPECT_GT(info.wide_groups, last_wide);
+        last_wide = info.wide_groups;
+    }
+}
+
+// The rank a byte budget allows: its compensator within the fraction of the base's bytes, one more over.
+TEST(CApiCalibration, RankWithinBudget) {
+    qjit_quant_config config = config_of(QJIT_QUANT_MILO, 3, 32);
+    for (int bits : {8, 3, 16})
+        for (double fraction : {0.02, 0.1, 0.25}) {
+            SCOPED_TRACE(testing::Message() << bits << "-bit factors, fraction " << fraction);
+            config.low_rank_bits = bits;
+            int rank = -1;
+            ASSERT_EQ(qjit_rank_within_budget(&config, kK, kN, fraction, &rank), QJIT_OK) << qjit_last_error();
+            // RTN at the same format: its stored bytes are the base's.
+            qjit_quant_config base = config_of(QJIT_QUANT_RTN, 3, 32);
+            const ContextPtr context = qjit::test::make_test_context();
+            const std::vector<float> w = normal_weights(kK, kN, 2);
+            const LinearPtr made = create_calibrated(context.get(), base, nullptr, w);
+            qjit_linear_info info{};
+            ASSERT_EQ(qjit_linear_get_info(made.get(), &info), QJIT_OK);
+            const double allowed = fraction * double(info.stored_bytes);
+            if (rank > 0) {
+                qjit_quant_config milo = config;
+                milo.rank = rank;
+                const LinearPtr with_rank = create_calibrated(context.get(), milo, nullptr, w);
+                qjit_linear_info milo_info{};
+                ASSERT_EQ(qjit_linear_get_info(with_rank.get(), &milo_info), QJIT_OK);
+                EXPECT_LE(double(milo_info.low_rank_bytes), allowed);
+                EXPECT_EQ(milo_info.stored_bytes - milo_info.low_rank_bytes, info.stored_bytes);
+            }
+            qjit_quant_config more = config;
+            more.rank = rank + 1;
+            const LinearPtr over = create_calibrated(context.get(), more, nullptr, w);
+            qjit_linear_info over_info{};
+            ASSERT_EQ(qjit_linear_get_info(over.get(), &over_info), QJIT_OK);
+            EXPECT_GT(double(over_info.low_rank_bytes), allowed);
+        }
+    int rank = 0;
+    EXPECT_STATUS(qjit_rank_within_budget(nullptr, kK, kN, 0.1, &rank), QJIT_ERROR_INVALID_ARGUMENT, "config is NULL");
+    EXPECT_STATUS(qjit_rank_within_budget(&config, kK, kN, 0.1, nullptr), QJIT_ERROR_INVALID_ARGUMENT, "rank");
+    EXPECT_STATUS(qjit_rank_within_budget(&config, kK, kN, 0.0, &rank), QJIT_ERROR_INVALID_ARGUMENT, "fraction");
+    EXPECT_STATUS(qjit_rank_within_budget(&config, kK, kN, NAN, &rank), QJIT_ERROR_INVALID_ARGUMENT, "fraction");
+    EXPECT_STATUS(qjit_rank_within_budget(&config, 0, kN, 0.1, &rank), QJIT_ERROR_INVALID_ARGUMENT, "k is 0");
+    config.low_rank_bits = 5;
+    EXPECT_STATUS(qjit_rank_within_budget(&config, kK, kN, 0.1, &rank), QJIT_ERROR_INVALID_ARGUMENT, "bits");
+}
+
 TEST(CApiCalibration, BatchesAndAGivenHessianEqualOneAdd) {
     const ContextPtr context = qjit::test::make_test_context(2, QJIT_ISA_AUTO, QJIT_ACTIVATIONS_F32);
     const std::vector<float> w = normal_weights(kK, kN, 6);
@@ -502,24 +618,33 @@ TEST(CApiCalibration, GptqLayerSaveLoadRoundTrip) {
     std::filesystem::remove_all(dir);
 }
 
-// The real model, quantized layer by layer on its own activations (llama::quantize_with_calibration,
-// what stories_runner --method gptq runs): the calibration text is tokenized as the reference
-// tokens were, and GPTQ beats RTN at 3 bits on the first 30 evaluation sequences.
-TEST(CApiCalibrationRealModel, GptqBeatsRtnOnStories260K) {
+// stories260K with its tokenizer: the first 30 evaluation sequences (reference tokens) and 32
+// calibration paragraphs from 400 on, tokenized by run.c's encoder (checked against the reference).
+struct Stories {
+    std::shared_ptr<const qjit_models::llama::Weights> checkpoint;
+    std::vector<std::vector<int>> calibration;
+    std::vector<uint16_t> tokens;  // the first 30 evaluation sequences
+    qjit_context_options options;
+};
+
+std::optional<Stories> load_stories(std::string* missing) {
+    namespace llama2 = qjit_models::llama2;
     const std::string models = QJIT_SHARED_MODELS_DIR;
     const std::string checkpoint_path = models + "/stories260K/stories260K.bin";
     const std::string tokens_path = models + "/reference/tinystories_val_first200para.tok512.u16";
     const std::string text_path = models + "/text/tinystories_val.txt";
     for (const std::string& path : {checkpoint_path, tokens_path, text_path})
-        if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is missing";
-    namespace llama = qjit_models::llama;
-    namespace llama2 = qjit_models::llama2;
-    const auto checkpoint = llama2::load_checkpoint(checkpoint_path);
-    const llama2::Tokenizer tokenizer(models + "/stories260K/tok512.bin", checkpoint->config.vocab_size);
+        if (!std::filesystem::exists(path)) {
+            *missing = path;
+            return std::nullopt;
+        }
+    Stories s;
+    s.checkpoint = llama2::load_checkpoint(checkpoint_path);
+    const llama2::Tokenizer tokenizer(models + "/stories260K/tok512.bin", s.checkpoint->config.vocab_size);
     std::ifstream in(text_path, std::ios::binary);
     const std::vector<std::string> paragraphs =
         llama2::split_paragraphs({std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()});
-    ASSERT_GT(paragraphs.size(), 432u);
+    EXPECT_GT(paragraphs.size(), 432u);
 
     // The encoder reproduces the reference tokens of all 200 evaluation paragraphs.
     const std::vector<uint16_t> reference = qjit_models::read_array_file<uint16_t>(tokens_path);
@@ -530,43 +655,83 @@ TEST(CApiCalibrationRealModel, GptqBeatsRtnOnStories260K) {
     }
     EXPECT_EQ(encoded, reference);
 
-    std::vector<std::vector<int>> calibration;
-    for (size_t p = 400; p < 432; ++p) {
-        calibration.push_back({llama2::kBosToken});
-        for (int token : tokenizer.encode(paragraphs[p])) calibration.back().push_back(token);
+    for (size_t p = 400; p < std::min<size_t>(432, paragraphs.size()); ++p) {
+        s.calibration.push_back({llama2::kBosToken});
+        for (int token : tokenizer.encode(paragraphs[p])) s.calibration.back().push_back(token);
     }
-    std::vector<uint16_t> tokens = reference;
+    s.tokens = reference;
     int bos_seen = 0;
-    for (size_t i = 0; i < tokens.size(); ++i)
-        if (tokens[i] == llama2::kBosToken && ++bos_seen > 30) {
-            tokens.resize(i);
+    for (size_t i = 0; i < s.tokens.size(); ++i)
+        if (s.tokens[i] == llama2::kBosToken && ++bos_seen > 30) {
+            s.tokens.resize(i);
             break;
         }
+    qjit_context_options_init(&s.options);
+    s.options.num_threads = 2;
+    s.options.tuning_db_path = "";
+    s.options.tuning_budget_ms = 0;
+    return s;
+}
 
-    qjit_context_options options;
-    qjit_context_options_init(&options);
-    options.num_threads = 2;
-    options.tuning_db_path = "";
-    options.tuning_budget_ms = 0;
-    llama::QuantizingMaker rtn_backend(llama::make_quant_config(3, 32, false), &options);
-    llama::Model rtn(checkpoint, rtn_backend);
+// The real model, quantized layer by layer on its own activations (llama::quantize_with_calibration,
+// what stories_runner --method gptq runs): GPTQ beats RTN at 3 bits on the first 30 evaluation
+// sequences.
+TEST(CApiCalibrationRealModel, GptqBeatsRtnOnStories260K) {
+    namespace llama = qjit_models::llama;
+    namespace llama2 = qjit_models::llama2;
+    std::string missing;
+    const std::optional<Stories> stories = load_stories(&missing);
+    if (!stories) GTEST_SKIP() << missing << " is missing";
+    llama::QuantizingMaker rtn_backend(llama::make_quant_config(3, 32, false), &stories->options);
+    llama::Model rtn(stories->checkpoint, rtn_backend);
     qjit_quant_config config = llama::make_quant_config(3, 32, false);
     config.method = QJIT_QUANT_GPTQ;
-    llama::QuantizingMaker gptq_backend(config, &options);
+    llama::QuantizingMaker gptq_backend(config, &stories->options);
     llama::DenseMaker dense;
-    llama::Model gptq(checkpoint, dense);  // fp32, quantized layer by layer
-    const int64_t rows = llama::quantize_with_calibration(gptq, gptq_backend, calibration, true).rows;
+    llama::Model gptq(stories->checkpoint, dense);  // fp32, quantized layer by layer
+    const int64_t rows = llama::quantize_with_calibration(gptq, gptq_backend, stories->calibration, true).rows;
     EXPECT_GT(rows, 1000);
     for (const llama::Linear* linear : gptq.linears()) {
         qjit_linear_info info{};
         EXPECT_TRUE(linear->qjit_info(&info)) << "every matrix, the classifier too, is quantized";
         EXPECT_EQ(info.bits, 3);
     }
-    const double rtn_nll = llama::evaluate_nll(rtn, llama2::split_at_bos(tokens)).mean_nll;
-    const double gptq_nll = llama::evaluate_nll(gptq, llama2::split_at_bos(tokens)).mean_nll;
+    const double rtn_nll = llama::evaluate_nll(rtn, llama2::split_at_bos(stories->tokens)).mean_nll;
+    const double gptq_nll = llama::evaluate_nll(gptq, llama2::split_at_bos(stories->tokens)).mean_nll;
     std::printf("stories260K INT3 g32, 30 sequences, 32 calibration paragraphs (%lld tokens): NLL RTN %.4f, GPTQ %.4f\n",
                 static_cast<long long>(rows), rtn_nll, gptq_nll);
     EXPECT_LT(gptq_nll, rtn_nll - 0.1);
+}
+
+// HQQ with a calibration, chosen per layer against the RTN layers the model starts from: the score
+// (the model's NLL on the first calibration sequences) never rises, and it is the NLL evaluate_nll
+// measures on those sequences, before and after.
+TEST(CApiCalibrationRealModel, HqqChosenPerLayerIsNeverWorseThanRtn) {
+    namespace llama = qjit_models::llama;
+    std::string missing;
+    const std::optional<Stories> stories = load_stories(&missing);
+    if (!stories) GTEST_SKIP() << missing << " is missing";
+    for (int bits : {2, 3}) {
+        SCOPED_TRACE(testing::Message() << bits << " bits");
+        llama::QuantizingMaker rtn_backend(llama::make_quant_config(bits, 32, false), &stories->options);
+        llama::Model rtn(stories->checkpoint, rtn_backend);
+        llama::Model chosen(stories->checkpoint, rtn_backend);
+        qjit_quant_config config = llama::make_quant_config(bits, 32, false);
+        config.method = QJIT_QUANT_HQQ;
+        llama::QuantizingMaker hqq_backend(config, &stories->options);
+        const llama::LayerChoice choice{.score_sequences = 12};
+        const llama::CalibratedQuantization q =
+            llama::quantize_with_calibration(chosen, hqq_backend, stories->calibration, true, &choice);
+        EXPECT_EQ(q.layers_tried, stories->checkpoint->config.n_layers + 1);
+        EXPECT_GE(q.layers_kept, 0);
+        EXPECT_LE(q.layers_kept, q.layers_tried);
+        EXPECT_LE(q.end_nll, q.start_nll);
+        const std::vector<std::vector<int>> scored(stories->calibration.begin(), stories->calibration.begin() + 12);
+        EXPECT_NEAR(llama::evaluate_nll(rtn, scored).mean_nll, q.start_nll, 1e-4);
+        EXPECT_NEAR(llama::evaluate_nll(chosen, scored).mean_nll, q.end_nll, 1e-4);
+        std::printf("stories260K INT%d g32: HQQ kept in %d of %d layers; score NLL %.4f -> %.4f\n", bits,
+                    q.layers_kept, q.layers_tried, q.start_nll, q.end_nll);
+    }
 }
 
 }  // namespace

@@ -176,6 +176,24 @@ def test_gptq_with_a_calibration(exact_context, rng, act_order):
     np.testing.assert_allclose(same.dequantize(), gptq.dequantize(), atol=1e-6)
 
 
+def test_milo_over_gptq_and_mixed_within_a_budget(exact_context, rng):
+    k, n = 128, 48
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    samples = rng.standard_normal((512, k), dtype=np.float32) * np.linspace(0.1, 3.0, k, dtype=np.float32)
+    gptq = qjit.Linear.quantize(exact_context, w, bits=3, group_size=32, method="gptq", calibration=samples)
+    milo = qjit.Linear.quantize(exact_context, w, bits=3, group_size=32, method="milo", calibration=samples,
+                                rank=8, milo_base="gptq")
+    assert milo.info.low_rank == 8
+    output_error = {name: np.linalg.norm(samples @ (layer.dequantize() - w.T)) for name, layer in
+                    (("gptq", gptq), ("milo", milo))}
+    assert output_error["milo"] < output_error["gptq"]
+    with pytest.raises(qjit.InvalidArgumentError, match="milo_base is 'awq'"):
+        qjit.Linear.quantize(exact_context, w, method="milo", rank=4, milo_base="awq")
+    mixed = qjit.Linear.quantize(exact_context, w, group_size=32, method="mixed", calibration=samples,
+                                 mixed_bits_per_weight=3.0)
+    assert mixed.info.bits_per_weight <= 3.0 and mixed.info.wide_groups > 0
+
+
 def test_gptq_without_a_calibration_is_refused(exact_context, rng):
     with pytest.raises(qjit.InvalidArgumentError, match="calibration"):
         qjit.Linear.quantize(exact_context, rng.standard_normal((8, 64), dtype=np.float32), group_size=32,
