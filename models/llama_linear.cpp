@@ -170,44 +170,32 @@ SharedContext make_context(const qjit_context_options* options) {
 QuantizingMaker::QuantizingMaker(const qjit_quant_config& config, const qjit_context_options* options)
     : config_(config), context_(make_context(options)) {}
 
-qjit_quant_config QuantizingMaker::config_with_rank(int rank) const {
+qjit_quant_config QuantizingMaker::config_for(const LoadedMatrix& matrix) const {
     qjit_quant_config config = config_;
-    config.rank = rank;
-    if (config.method == QJIT_QUANT_MILO && rank == 0) {
+    if (!ranks_.empty()) {
+        const auto found = ranks_.find(&matrix);
+        if (found == ranks_.end())
+            throw std::runtime_error("QuantizingMaker: no rank was set for a " + std::to_string(matrix.k()) + " x " +
+                                     std::to_string(matrix.n()) + " matrix");
+        config.rank = found->second;
+    } else if (rank_budget_ > 0) {
+        check_qjit(qjit_rank_within_budget(&config_, matrix.k(), matrix.n(), rank_budget_, &config.rank),
+                   "qjit_rank_within_budget");
+    }
+    if (config.method == QJIT_QUANT_MILO && config.rank == 0) {
         config.method = qjit_quant_method(config.milo_base);
         if (config.method == QJIT_QUANT_GPTQ) config.float_offsets = 0;
     }
     return config;
 }
 
-int QuantizingMaker::budget_rank(const LoadedMatrix& matrix) const {
-    if (rank_budget_ <= 0) return config_.rank;
-    int rank = 0;
-    check_qjit(qjit_rank_within_budget(&config_, matrix.k(), matrix.n(), rank_budget_, &rank),
-               "qjit_rank_within_budget");
-    return rank;
-}
-
 std::unique_ptr<Linear> QuantizingMaker::make_linear(const LoadedMatrix& matrix) {
-    if (ranks_.empty()) return quantized_linear(context_, config_with_rank(budget_rank(matrix)), matrix, nullptr);
-    if (next_rank_ >= ranks_.size())
-        throw std::runtime_error("QuantizingMaker: more matrices than the " + std::to_string(ranks_.size()) +
-                                 " ranks set");
-    return quantized_linear(context_, config_with_rank(ranks_[next_rank_++]), matrix, nullptr);
+    return quantized_linear(context_, config_for(matrix), matrix, nullptr);
 }
 
 std::unique_ptr<Linear> QuantizingMaker::make_calibrated_linear(const LoadedMatrix& matrix,
                                                             const Calibration* calibration) {
-    if (!ranks_.empty())
-        throw std::runtime_error("QuantizingMaker: ranks from a policy follow the model's order, not the "
-                                 "calibrated one (use one rank or a rank budget)");
-    return quantized_linear(context_, config_with_rank(budget_rank(matrix)), matrix,
-                            calibration ? calibration->get() : nullptr);
-}
-
-void QuantizingMaker::set_ranks(std::vector<int> ranks) {
-    ranks_ = std::move(ranks);
-    next_rank_ = 0;
+    return quantized_linear(context_, config_for(matrix), matrix, calibration ? calibration->get() : nullptr);
 }
 
 std::string QuantizingMaker::name() const { return "qjit " + describe_quant_config(config_); }

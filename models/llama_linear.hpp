@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "models/loaded_matrix.hpp"
@@ -92,24 +93,21 @@ public:
     std::string name() const override;
     std::shared_ptr<qjit_context> context() const override { return context_; }
     const qjit_quant_config& config() const { return config_; }
-    // MiLo ranks per matrix, in the order the model makes them (model_matrices): each make_linear
-    // takes the next as config.rank (a rank of 0 makes that matrix its base alone). Not with
-    // make_calibrated_linear, which meets the matrices in another order.
-    void set_ranks(std::vector<int> ranks);
+    // MiLo ranks per matrix (a rank of 0 makes that matrix its base alone), in place of config.rank;
+    // a matrix left out is refused.
+    void set_ranks(std::unordered_map<const LoadedMatrix*, int> ranks) { ranks_ = std::move(ranks); }
     // MiLo: each matrix's rank the largest whose compensator adds at most `fraction` of its base's
     // bytes (qjit_rank_within_budget), in place of config.rank.
     void set_rank_budget(double fraction) { rank_budget_ = fraction; }
 
 private:
-    // config_ with this rank; 0: the MiLo base's method alone.
-    qjit_quant_config config_with_rank(int rank) const;
-    // The rank of a matrix by the budget, when one is set (else config_.rank).
-    int budget_rank(const LoadedMatrix& matrix) const;
+    // config_ with the matrix's rank (set, by the budget, or config_.rank); rank 0: the MiLo base's
+    // method alone.
+    qjit_quant_config config_for(const LoadedMatrix& matrix) const;
 
     qjit_quant_config config_;
     double rank_budget_ = 0;
-    std::vector<int> ranks_;
-    size_t next_rank_ = 0;
+    std::unordered_map<const LoadedMatrix*, int> ranks_;
     SharedContext context_;
 };
 

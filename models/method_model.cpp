@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <stdexcept>
+#include <unordered_map>
 #include <utility>
 
 #include "models/gguf_import_maker.hpp"
@@ -46,11 +47,11 @@ MethodModel build_method_model(std::shared_ptr<const Weights> weights, const Met
     built.maker_name = maker.name();
     if (options.rank_budget > 0) maker.set_rank_budget(options.rank_budget);
     if (!options.rank_policy.empty()) {
-        if (options.calibrated())
-            throw std::runtime_error("--rank-policy shares ranks in the model's order; with calibration tokens, "
-                                     "take --rank or --rank-budget");
         built.ranks = policy_ranks(options, *weights, !fp32_classifier);
-        maker.set_ranks(built.ranks);
+        const std::vector<ModelMatrix> matrices = model_matrices(*weights, !fp32_classifier);
+        std::unordered_map<const LoadedMatrix*, int> rank_of;
+        for (size_t i = 0; i < matrices.size(); ++i) rank_of[matrices[i].source] = built.ranks[i];
+        maker.set_ranks(std::move(rank_of));
     }
     const auto start = std::chrono::steady_clock::now();
     if (options.calibrated()) {

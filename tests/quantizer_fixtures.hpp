@@ -1,18 +1,34 @@
-// Inputs, weights and errors the quantizer tests share: correlated calibration inputs, weights
+// Inputs, weights, errors and checks the quantizer tests share: correlated calibration inputs, weights
 // with heavy tails, and a layer's output error on inputs of Hessian H.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "base/error.hpp"
 #include "format/quantized_matrix.hpp"
 #include "format/reference.hpp"
 #include "quant/hessian.hpp"
 
 namespace qjit {
+
+// Runs body, expecting an invalid-argument Error whose message contains `word`.
+template <typename Body>
+void expect_invalid(Body&& body, const std::string& word) {
+    try {
+        body();
+        ADD_FAILURE() << "no error; expected one mentioning '" << word << "'";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.status(), QJIT_ERROR_INVALID_ARGUMENT) << e.what();
+        EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << "'" << e.what() << "' lacks '" << word << "'";
+    }
+}
 
 // m x k calibration inputs with correlated features of unequal size: X = Z A diag(s), Z Gaussian,
 // A = 0.5 I + a random mixing, s in [0.25, 2].

@@ -21,17 +21,6 @@
 namespace qjit {
 namespace {
 
-template <typename Body>
-void expect_invalid(Body&& body, const std::string& word) {
-    try {
-        body();
-        ADD_FAILURE() << "no error; expected one mentioning '" << word << "'";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.status(), QJIT_ERROR_INVALID_ARGUMENT) << e.what();
-        EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << "'" << e.what() << "' lacks '" << word << "'";
-    }
-}
-
 WeightFormat uniform_format(int bits, int64_t group, bool float_offsets, qjit_dtype scales = QJIT_DTYPE_F16) {
     return {.bits = bits, .group_size = group, .float_offsets = float_offsets, .scale_type = scale_type_of(scales)};
 }

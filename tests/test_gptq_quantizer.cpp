@@ -24,17 +24,6 @@
 namespace qjit {
 namespace {
 
-template <typename Body>
-void expect_invalid(Body&& body, const std::string& word) {
-    try {
-        body();
-        ADD_FAILURE() << "no error; expected one mentioning '" << word << "'";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.status(), QJIT_ERROR_INVALID_ARGUMENT) << e.what();
-        EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << "'" << e.what() << "' lacks '" << word << "'";
-    }
-}
-
 double squared_error(const std::vector<float>& a, const std::vector<float>& b) {
     double sum = 0.0;
     for (size_t i = 0; i < a.size(); ++i) sum += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);

@@ -18,6 +18,7 @@
 #include "quant/rank_policy.hpp"
 #include "format/reference.hpp"
 #include "quant/truncated_svd.hpp"
+#include "quantizer_fixtures.hpp"
 
 namespace qjit {
 namespace {
@@ -54,18 +55,6 @@ std::vector<float> product(int64_t k, int64_t n, int64_t r, const std::vector<fl
         for (int64_t j = 0; j < r; ++j)
             for (int64_t c = 0; c < n; ++c) out[size_t(i * n + c)] += a[size_t(i * r + j)] * b[size_t(j * n + c)];
     return out;
-}
-
-// Runs body, expecting an invalid-argument Error whose message contains `word`.
-template <typename Body>
-void expect_invalid(Body&& body, const std::string& word) {
-    try {
-        body();
-        ADD_FAILURE() << "no error; expected one mentioning '" << word << "'";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.status(), QJIT_ERROR_INVALID_ARGUMENT) << e.what();
-        EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << "'" << e.what() << "' lacks '" << word << "'";
-    }
 }
 
 // ---- HQQ ----
