@@ -182,6 +182,13 @@ qjit_quant_config QuantizingMaker::config_for(const LoadedMatrix& matrix) const 
         check_qjit(qjit_rank_within_budget(&config_, matrix.k(), matrix.n(), rank_budget_, &config.rank),
                    "qjit_rank_within_budget");
     }
+    if (!budgets_.empty()) {
+        const auto found = budgets_.find(&matrix);
+        if (found == budgets_.end())
+            throw std::runtime_error("QuantizingMaker: no bits-per-weight budget was set for a " +
+                                     std::to_string(matrix.k()) + " x " + std::to_string(matrix.n()) + " matrix");
+        config.mixed_bits_per_weight = found->second;
+    }
     if (config.method == QJIT_QUANT_MILO && config.rank == 0) {
         config.method = qjit_quant_method(config.milo_base);
         if (config.method == QJIT_QUANT_GPTQ) config.float_offsets = 0;

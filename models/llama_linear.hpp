@@ -99,6 +99,8 @@ public:
     // MiLo: each matrix's rank the largest whose compensator adds at most `fraction` of its base's
     // bytes (qjit_rank_within_budget), in place of config.rank.
     void set_rank_budget(double fraction) { rank_budget_ = fraction; }
+    // 2/4/16: each matrix's own bits-per-weight budget (share_mixed_budget), in place of the config's.
+    void set_bits_per_weight(std::unordered_map<const LoadedMatrix*, double> budgets) { budgets_ = std::move(budgets); }
 
 private:
     // config_ with the matrix's rank (set, by the budget, or config_.rank); rank 0: the MiLo base's
@@ -108,6 +110,7 @@ private:
     qjit_quant_config config_;
     double rank_budget_ = 0;
     std::unordered_map<const LoadedMatrix*, int> ranks_;
+    std::unordered_map<const LoadedMatrix*, double> budgets_;
     SharedContext context_;
 };
 

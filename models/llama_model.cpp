@@ -140,6 +140,12 @@ std::vector<ModelMatrix> model_matrices(const Weights& weights, bool with_classi
     return matrices;
 }
 
+const LoadedMatrix& site_matrix(const std::vector<ModelMatrix>& matrices, InputSite site, int n_layers) {
+    const size_t at = size_t(site.layer * kLayerMatrices + (site.layer == n_layers ? 0 : site.which));
+    if (at >= matrices.size()) fail("site_matrix: no matrix ", site.which, " of layer ", site.layer);
+    return *matrices[at].source;
+}
+
 // ---- model ----
 
 Model::Model(std::shared_ptr<const Weights> weights, LayerMaker& maker, LayerMaker* classifier_maker, bool ffn_linears)
@@ -522,11 +528,9 @@ CalibratedQuantization quantize_with_calibration(Model& model, QuantizingMaker& 
                                                  const std::vector<std::vector<int>>& sequences, bool classifier,
                                                  const LayerChoice* choice) {
     const Config& c = model.config();
-    // The matrices of one calibration each, in the order GPTQ's true-sequential mode quantizes them.
-    const std::vector<std::vector<int>> groups = {{0, 1, 2}, {3}, {4, 6}, {5}};
     const std::vector<ModelMatrix> matrices = model_matrices(model.weights(), true);
-    auto source_of = [&](int layer, int which) -> const LoadedMatrix& {  // the classifier follows the layers'
-        return *matrices[size_t(layer * kLayerMatrices + (layer == c.n_layers ? 0 : which))].source;
+    auto source_of = [&](int layer, int which) -> const LoadedMatrix& {
+        return site_matrix(matrices, {layer, which}, c.n_layers);
     };
     CalibratedQuantization result;
     // Each sequence's residual stream at the input of the layer being quantized: a layer runs once
@@ -565,7 +569,7 @@ CalibratedQuantization quantize_with_calibration(Model& model, QuantizingMaker& 
         result.calibration_seconds += seconds_since(start);
     };
     for (int layer = 0; layer < c.n_layers; ++layer) {
-        quantize_layer(layer, groups);
+        quantize_layer(layer, kSequentialGroups);
         for (std::vector<float>& stream : streams) model.run_layer(layer, stream);
     }
     if (classifier) quantize_layer(c.n_layers, {{0}});

@@ -88,6 +88,9 @@ struct ModelMatrix {
     qjit_matrix_role role;  // attention for wq..wo; dense for the FFN and the classifier
 };
 std::vector<ModelMatrix> model_matrices(const Weights& weights, bool with_classifier);
+// The matrices of one calibration each, in the order GPTQ's true-sequential mode quantizes them:
+// wq wk wv (one input), wo, w1 w3 (one input), w2.
+inline const std::vector<std::vector<int>> kSequentialGroups = {{0, 1, 2}, {3}, {4, 6}, {5}};
 
 // Where a model's matrix reads its inputs: matrix `which` (0..6 = wq wk wv wo w1 w2 w3) of `layer`,
 // or the classifier's when layer == n_layers. wq, wk and wv read the same inputs, as do w1 and w3.
@@ -95,6 +98,8 @@ struct InputSite {
     int layer = 0;
     int which = 0;
 };
+// The matrix at `site` (the classifier at layer == n_layers) among model_matrices(weights, true).
+const LoadedMatrix& site_matrix(const std::vector<ModelMatrix>& matrices, InputSite site, int n_layers);
 
 // A layer's SwiGLU FFN run by something else than its three linear layers (a flash FFN served from
 // a neuron file): y (count x dim) = FFN(x), x the FFN's normed inputs (count x dim).

@@ -5,7 +5,9 @@
 #include <numeric>
 
 #include "base/error.hpp"
+#include "format/reference.hpp"
 #include "quant/quantize_gptq.hpp"
+#include "quant/quantize_rtn.hpp"
 
 namespace qjit {
 
@@ -103,33 +105,87 @@ std::vector<uint8_t> assign_group_widths(const std::vector<double>& sensitivity,
     return widths;
 }
 
+std::vector<double> group_widening_gains(const MixedConfig& config, const Hessian& hessian, int64_t k, int64_t n,
+                                         const float* weights) {
+    validate_shape(k, n);
+    require(weights != nullptr, "weights is NULL");
+    require(!hessian.empty() && hessian.k() == k, "the Hessian is ", hessian.k(), " x ", hessian.k(),
+            (hessian.empty() ? " and empty" : ""), "; expected K x K = ", k, " x ", k);
+    const int64_t group = std::min(config.format.group_size, k);
+    require(group >= 1, "group_size is ", config.format.group_size, "; expected 1 or more");
+    const std::vector<double> diagonal = hessian.diagonal();
+    const std::vector<double> d = gptq_error_divisors(hessian, config.damp, identity_rows(k));
+    WeightFormat format{.group_size = group, .scale_type = ScaleType::F16};
+    format.bits = 2;
+    const std::vector<float> narrow = dequantize(quantize_rtn(format, k, n, weights));
+    format.bits = 4;
+    const std::vector<float> wide = dequantize(quantize_rtn(format, k, n, weights));
+    std::vector<double> gains(size_t((k + group - 1) / group), 0.0);
+    for (int64_t r = 0; r < k; ++r) {
+        if (diagonal[size_t(r)] == 0.0) continue;  // a dead input: GPTQ stores 0 either way
+        double sum = 0.0;
+        for (int64_t c = 0; c < n; ++c) {
+            const size_t i = size_t(r * n + c);
+            const double e2 = double(weights[i]) - narrow[i], e4 = double(weights[i]) - wide[i];
+            sum += e2 * e2 - e4 * e4;
+        }
+        gains[size_t(r / group)] += sum / (d[size_t(r)] * d[size_t(r)]);
+    }
+    return gains;
+}
+
+namespace {
+
+// The stored bits of a K x N 2/4/16 matrix at p.group_bits, with the outliers GPTQ takes from its
+// 2-bit groups (p's shape and format set; p.outliers is overwritten).
+double stored_bits_at_widths(QuantParams& p, int64_t wanted_outliers) {
+    int64_t narrow_rows = 0;
+    for (int64_t g = 0; g < p.num_groups(); ++g)
+        if (p.group_bits[size_t(g)] == 2) narrow_rows += std::min(p.k, (g + 1) * p.group_size) - g * p.group_size;
+    p.outliers = std::min(wanted_outliers, narrow_rows * p.n);
+    return double(stored_bytes(p)) * 8.0;
+}
+
+QuantParams mixed_params(const MixedConfig& config, int64_t k, int64_t n) {
+    QuantParams p;
+    static_cast<WeightFormat&>(p) = with_shape(config.format, k, n);
+    if (p.act_order) p.row_order.resize(size_t(k));
+    p.group_bits.assign(size_t(p.num_groups()), 2);
+    return p;
+}
+
+int64_t wanted_outliers(const MixedConfig& config, int64_t k, int64_t n) {
+    return std::min(int64_t(std::floor(config.outlier_fraction * double(k) * double(n))), max_outliers(k, n));
+}
+
+}  // namespace
+
+double mixed_stored_bits(const MixedConfig& config, int64_t k, int64_t n, int64_t wide_groups) {
+    QuantParams p = mixed_params(config, k, n);
+    require(wide_groups >= 0 && wide_groups <= p.num_groups(), "wide_groups is ", wide_groups, "; expected 0 .. ",
+            p.num_groups());
+    for (int64_t g = 0; g < wide_groups; ++g) p.group_bits[size_t(g)] = 4;
+    return stored_bits_at_widths(p, wanted_outliers(config, k, n));
+}
+
 std::vector<uint8_t> group_widths_within_budget(const MixedConfig& config, const std::vector<double>& sensitivity,
                                                 int64_t k, int64_t n) {
     const double budget = config.bits_per_weight;
     require(std::isfinite(budget) && budget > 0, "bits_per_weight is ", budget, "; expected a budget > 0");
-    QuantParams p;
-    static_cast<WeightFormat&>(p) = with_shape(config.format, k, n);
+    QuantParams p = mixed_params(config, k, n);
     const int64_t groups = p.num_groups();
     require(int64_t(sensitivity.size()) == groups, "sensitivity holds ", sensitivity.size(), " groups; expected ",
             groups);
-    if (p.act_order) p.row_order.resize(size_t(k));
-    const int64_t wanted_outliers = std::min(int64_t(std::floor(config.outlier_fraction * double(k) * double(n))),
-                                             max_outliers(k, n));
-    auto rows_of = [&](int64_t g) { return std::min(k, (g + 1) * p.group_size) - g * p.group_size; };
-    // The stored bits at p.group_bits, with the outliers GPTQ takes from the 2-bit groups.
-    auto stored_bits = [&] {
-        int64_t narrow_rows = 0;
-        for (int64_t g = 0; g < groups; ++g)
-            if (p.group_bits[size_t(g)] == 2) narrow_rows += rows_of(g);
-        p.outliers = std::min(wanted_outliers, narrow_rows * n);
-        return double(stored_bytes(p)) * 8.0;
-    };
+    const int64_t outliers = wanted_outliers(config, k, n);
     const double allowed = budget * double(k) * double(n);
-    p.group_bits.assign(size_t(groups), 2);
-    if (stored_bits() > allowed)
+    if (stored_bits_at_widths(p, outliers) > allowed)
         fail(QJIT_ERROR_INVALID_ARGUMENT, "bits_per_weight ", budget, " is below this ", k, " x ", n,
-             " layer's smallest 2/4/16 storage, ", stored_bits() / (double(k) * double(n)),
+             " layer's smallest 2/4/16 storage, ", stored_bits_at_widths(p, outliers) / (double(k) * double(n)),
              " bits per weight with every group in 2 bits");
+    // Every group in 4 bits stores no outliers, so it can fit where fewer 4-bit groups do not.
+    std::fill(p.group_bits.begin(), p.group_bits.end(), uint8_t(4));
+    if (stored_bits_at_widths(p, outliers) <= allowed) return p.group_bits;
+    std::fill(p.group_bits.begin(), p.group_bits.end(), uint8_t(2));
     // The most sensitive first, each widened while the total stays within the budget (a shorter last
     // group may still fit after a full one did not).
     std::vector<int64_t> by_sensitivity(static_cast<size_t>(groups));
@@ -139,7 +195,7 @@ std::vector<uint8_t> group_widths_within_budget(const MixedConfig& config, const
     });
     for (int64_t g : by_sensitivity) {
         p.group_bits[size_t(g)] = 4;
-        if (stored_bits() > allowed) p.group_bits[size_t(g)] = 2;
+        if (stored_bits_at_widths(p, outliers) > allowed) p.group_bits[size_t(g)] = 2;
     }
     return p.group_bits;
 }

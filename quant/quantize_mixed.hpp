@@ -48,6 +48,15 @@ std::vector<uint8_t> assign_group_widths(const std::vector<double>& sensitivity,
 std::vector<uint8_t> group_widths_within_budget(const MixedConfig& config, const std::vector<double>& sensitivity,
                                                 int64_t k, int64_t n);
 
+// For a budget shared by many matrices (a model's): what widening each K-group to 4 bits gains, the
+// estimated output error of its 2-bit round-to-nearest codes less that of its 4-bit ones, each row's
+// error weighed by 1 / [H^-1]_kk^2 as hessian sensitivity weighs it (rows in their original order;
+// no act-order). And the stored bits of the matrix at a given number of 4-bit groups, the full groups
+// counted first (an upper bound for any choice of that many), outliers as GPTQ takes them.
+std::vector<double> group_widening_gains(const MixedConfig& config, const Hessian& hessian, int64_t k, int64_t n,
+                                         const float* weights);
+double mixed_stored_bits(const MixedConfig& config, int64_t k, int64_t n, int64_t wide_groups);
+
 // Quantizes with GPTQ (hessian given, Hessian sensitivity) or round-to-nearest (hessian null:
 // Range sensitivity) at the assigned widths. Throws an invalid-argument Error naming the field.
 QuantizedMatrix quantize_mixed(const MixedConfig& config, const Hessian* hessian, int64_t k, int64_t n,

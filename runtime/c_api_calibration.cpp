@@ -1,5 +1,7 @@
 // The C API of calibration: a handle that keeps H = sum of x^T x over a layer's inputs
 // (quant/hessian.hpp), and the layers quantized with it (GPTQ, the 2/4/16 mixed format).
+#include <algorithm>
+#include <variant>
 #include <vector>
 
 #include "base/error.hpp"
@@ -93,6 +95,42 @@ qjit_status qjit_linear_create_calibrated(qjit_context* context, const qjit_quan
             const std::vector<float> k_by_n = k_by_n_from_n_by_k(weights, k, n);
             *layer = make_linear_from_f32(context, quantizer, k, n, k_by_n.data(), hessian).release();
         }
+    });
+}
+
+qjit_status qjit_mixed_widening_gains(const qjit_quant_config* config, const qjit_calibration* calibration, int64_t k,
+                                      int64_t n, const float* weights, qjit_weight_layout layout, double* gains) {
+    return guarded([&] {
+        require(config != nullptr, "config is NULL");
+        require(calibration != nullptr, "calibration is NULL");
+        require(weights != nullptr, "weights is NULL");
+        require(gains != nullptr, "gains is NULL");
+        validate_shape(k, n);
+        const QuantizerConfig quantizer = quantizer_config(*config, k, n);
+        const MixedConfig* mixed = std::get_if<MixedConfig>(&quantizer);
+        require(mixed != nullptr, "config->method is ", int(config->method), "; expected QJIT_QUANT_MIXED");
+        require(layout == QJIT_LAYOUT_K_BY_N || layout == QJIT_LAYOUT_N_BY_K, "layout is ", int(layout),
+                "; expected QJIT_LAYOUT_K_BY_N or QJIT_LAYOUT_N_BY_K");
+        require(calibration->hessian.k() == k, "calibration has K = ", calibration->hessian.k(),
+                " inputs but the layer has K = ", k);
+        std::vector<float> k_by_n;
+        if (layout == QJIT_LAYOUT_N_BY_K) k_by_n = k_by_n_from_n_by_k(weights, k, n);
+        const std::vector<double> found = group_widening_gains(
+            *mixed, calibration->hessian, k, n, layout == QJIT_LAYOUT_N_BY_K ? k_by_n.data() : weights);
+        std::copy(found.begin(), found.end(), gains);
+    });
+}
+
+qjit_status qjit_mixed_stored_bits(const qjit_quant_config* config, int64_t k, int64_t n, int64_t wide_groups,
+                                   double* bits) {
+    return guarded([&] {
+        require(config != nullptr, "config is NULL");
+        require(bits != nullptr, "bits is NULL");
+        validate_shape(k, n);
+        const QuantizerConfig quantizer = quantizer_config(*config, k, n);
+        const MixedConfig* mixed = std::get_if<MixedConfig>(&quantizer);
+        require(mixed != nullptr, "config->method is ", int(config->method), "; expected QJIT_QUANT_MIXED");
+        *bits = mixed_stored_bits(*mixed, k, n, wide_groups);
     });
 }
 

@@ -384,6 +384,59 @@ TEST(CApiCalibration, MiloBaseAndMixedBudget) {
     }
 }
 
+// The pieces of a budget shared by many matrices: each group's gain from 4 bits, and the stored bits at a
+// count of 4-bit groups, which the layers quantized at that share then store at most.
+TEST(CApiCalibration, MixedGainsAndStoredBits) {
+    const ContextPtr context = qjit::test::make_test_context();
+    const std::vector<float> w = normal_weights(kK, kN, 31);
+    const std::vector<float> x = correlated_inputs(300, kK, 32);
+    const CalibrationPtr calibration = make_calibration(kK);
+    ASSERT_EQ(qjit_calibration_add(calibration.get(), x.data(), 300), QJIT_OK) << qjit_last_error();
+    qjit_quant_config mixed = config_of(QJIT_QUANT_MIXED, 4, 32);
+    const int64_t groups = (kK + 31) / 32;  // 7: the last of 8 rows
+    std::vector<double> gains(static_cast<size_t>(groups), -1.0);
+    ASSERT_EQ(qjit_mixed_widening_gains(&mixed, calibration.get(), kK, kN, w.data(), QJIT_LAYOUT_K_BY_N, gains.data()),
+              QJIT_OK)
+        << qjit_last_error();
+    for (double g : gains) EXPECT_GT(g, 0.0);  // 4 bits err less than 2 on every group of these weights
+    // Both layouts give the same gains.
+    const std::vector<float> w_n_by_k = qjit::transposed(w.data(), kK, kN);
+    std::vector<double> again(static_cast<size_t>(groups));
+    ASSERT_EQ(qjit_mixed_widening_gains(&mixed, calibration.get(), kK, kN, w_n_by_k.data(), QJIT_LAYOUT_N_BY_K,
+                                        again.data()),
+              QJIT_OK);
+    EXPECT_EQ(gains, again);
+
+    double previous = 0.0;
+    for (int64_t wide = 0; wide <= groups; ++wide) {
+        double bits = 0.0;
+        ASSERT_EQ(qjit_mixed_stored_bits(&mixed, kK, kN, wide, &bits), QJIT_OK) << qjit_last_error();
+        // Each group widened stores more, but the last: with no 2-bit group left there are no outliers.
+        if (wide < groups) EXPECT_GT(bits, previous);
+        previous = bits;
+        // A layer given exactly that share stores no more, with at least that many groups in 4 bits
+        // (all of them: an ordinary 4-bit layer).
+        mixed.mixed_bits_per_weight = (bits + 0.5) / double(kK * kN);
+        const LinearPtr made = create_calibrated(context.get(), mixed, calibration.get(), w);
+        qjit_linear_info info{};
+        ASSERT_EQ(qjit_linear_get_info(made.get(), &info), QJIT_OK);
+        EXPECT_LE(double(info.stored_bytes) * 8.0, bits + 8.0) << wide << " groups";  // bytes round up
+        EXPECT_TRUE(info.wide_groups >= wide || (info.bits == 4 && info.wide_groups == 0))
+            << wide << " groups; the layer has " << info.wide_groups;
+    }
+    double bits = 0.0;
+    EXPECT_STATUS(qjit_mixed_stored_bits(&mixed, kK, kN, groups + 1, &bits), QJIT_ERROR_INVALID_ARGUMENT, "wide_groups");
+    const qjit_quant_config gptq = config_of(QJIT_QUANT_GPTQ);
+    EXPECT_STATUS(qjit_mixed_stored_bits(&gptq, kK, kN, 0, &bits), QJIT_ERROR_INVALID_ARGUMENT, "QJIT_QUANT_MIXED");
+    EXPECT_STATUS(qjit_mixed_widening_gains(&mixed, nullptr, kK, kN, w.data(), QJIT_LAYOUT_K_BY_N, gains.data()),
+                  QJIT_ERROR_INVALID_ARGUMENT, "calibration is NULL");
+    EXPECT_STATUS(qjit_mixed_widening_gains(&mixed, calibration.get(), 96, kN, w.data(), QJIT_LAYOUT_K_BY_N,
+                                            gains.data()),
+                  QJIT_ERROR_INVALID_ARGUMENT, "K = 200");
+    EXPECT_STATUS(qjit_mixed_widening_gains(&mixed, calibration.get(), kK, kN, w.data(), QJIT_LAYOUT_K_BY_N, nullptr),
+                  QJIT_ERROR_INVALID_ARGUMENT, "gains is NULL");
+}
+
 // The rank a byte budget allows: its compensator within the fraction of the base's bytes, one more over.
 TEST(CApiCalibration, RankWithinBudget) {
     qjit_quant_config config = config_of(QJIT_QUANT_MILO, 3, 32);

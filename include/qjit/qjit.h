@@ -338,6 +338,18 @@ QJIT_API qjit_status qjit_linear_create_calibrated(qjit_context* context, const 
                                                    const float* weights, qjit_weight_layout layout,
                                                    qjit_linear** layer);
 
+/* For a 2/4/16 budget shared by many matrices (a model's): what widening each of a matrix's
+ * ceil(K / group_size) K-groups to 4 bits gains, in estimated output error on the calibration's inputs
+ * (its 2-bit rounding error less its 4-bit one, each row weighed as GPTQ weighs it), into gains[]; and
+ * the bits a QJIT_QUANT_MIXED layer of config stores with `wide_groups` groups in 4 bits (full groups
+ * counted first: at least what any choice of that many stores). Pass each matrix's share back as
+ * config->mixed_bits_per_weight. */
+QJIT_API qjit_status qjit_mixed_widening_gains(const qjit_quant_config* config, const qjit_calibration* calibration,
+                                               int64_t k, int64_t n, const float* weights,
+                                               qjit_weight_layout layout, double* gains);
+QJIT_API qjit_status qjit_mixed_stored_bits(const qjit_quant_config* config, int64_t k, int64_t n,
+                                            int64_t wide_groups, double* bits);
+
 /* Import a GPTQ layer of K inputs and N outputs. The tensors are copied. With act-order (a g_idx that is
  * not k / group_size) rows are sorted by group and activations are gathered by that order at run time. */
 QJIT_API qjit_status qjit_linear_create_from_gptq(qjit_context* context, int64_t k, int64_t n,
