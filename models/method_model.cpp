@@ -70,8 +70,8 @@ MethodModel build_method_model(std::shared_ptr<const Weights> weights, const Met
         const bool choose = options.method == "hqq";
         built.model = choose ? std::make_unique<Model>(std::move(weights), rtn, classifier_maker)
                              : std::make_unique<Model>(std::move(weights), dense);
-        // A 2/4/16 budget is the model's: shared among the matrices by their gains first.
-        if (options.method == "mixed" && options.bits_per_weight > 0)
+        // A 2/4/16 budget shared among the matrices by their gains first, when asked.
+        if (options.method == "mixed" && options.share_budget)
             maker.set_bits_per_weight(share_mixed_budget(*built.model, *calibration, options.quant_config(),
                                                          options.bits_per_weight, !fp32_classifier));
         const LayerChoice choice;

@@ -64,6 +64,7 @@ struct MethodOptions {
     bool no_calibration = false;  // mixed: rank groups by their range, round to nearest
     double alpha = 0.25;          // mixed: fraction of K-groups in 4 bits
     double bits_per_weight = 0;   // mixed: > 0: each matrix's 4-bit groups within this budget, in place of alpha
+    bool share_budget = false;    // mixed: the budget shared among the matrices by their gains (share_mixed_budget)
     double outlier_fraction = 0.002;
     bool second_order_scales = true;
     bool with_calibration = false;  // calibration tokens given: hqq and milo use them too

@@ -60,6 +60,9 @@ TEST(RunnerOptions, OptionsThatDoNotGoTogetherAreRefused) {
     EXPECT_FALSE(parse({"--method", "gptq", "--bits-per-weight", "3"}));
     EXPECT_FALSE(parse({"--method", "mixed", "--bits-per-weight", "-1"}));
     EXPECT_FALSE(parse({"--method", "mixed", "--bits-per-weight", "17"}));
+    EXPECT_FALSE(parse({"--method", "mixed", "--share-budget"}));  // no budget to share
+    EXPECT_FALSE(parse({"--method", "mixed", "--no-calibration", "--bits-per-weight", "3", "--share-budget"}));
+    EXPECT_TRUE(parse({"--method", "mixed", "--bits-per-weight", "3", "--share-budget"}));
     EXPECT_TRUE(parse({"--method", "milo", "--rank", "4", "--milo-base", "rtn", "--float-offsets"}));
 }
 
