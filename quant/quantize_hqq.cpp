@@ -250,6 +250,11 @@ void validate_config(const HqqConfig& config, int64_t k, const float* weights) {
 
 }  // namespace
 
+std::vector<float> calibration_row_weights(const Hessian& hessian) {
+    const std::vector<double> diagonal = hessian.diagonal();
+    return {diagonal.begin(), diagonal.end()};
+}
+
 QuantizedMatrix quantize_hqq(const HqqConfig& config, int64_t k, int64_t n, const float* weights) {
     validate_config(config, k, weights);
     QuantizedMatrix out = quantize_rtn(config.format, k, n, weights);  // the start; also checks the weights are finite

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "format/quantized_matrix.hpp"
+#include "quant/hessian.hpp"
 
 namespace qjit {
 
@@ -39,6 +40,9 @@ struct HqqConfig {
     // RTN's quantizer.
     std::vector<float> row_weights;
 };
+
+// The row weights of a calibration: its diag(H), each input's second moment.
+std::vector<float> calibration_row_weights(const Hessian& hessian);
 
 // weights: the dense K x N matrix, row-major (W[k][n] at weights[k * n + n]), as quantize_rtn.
 QuantizedMatrix quantize_hqq(const HqqConfig& config, int64_t k, int64_t n, const float* weights);

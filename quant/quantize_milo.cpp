@@ -101,12 +101,8 @@ QuantizedMatrix quantize_base(const MiloConfig& config, const WeightFormat& base
         }
         case BaseQuantizer::Hqq: break;
     }
-    HqqConfig hqq{base_format, config.hqq, {}};
-    if (hessian != nullptr) {
-        const std::vector<double> diagonal = hessian->diagonal();
-        hqq.row_weights.assign(diagonal.begin(), diagonal.end());
-    }
-    return quantize_hqq(hqq, k, n, weights);
+    return quantize_hqq({base_format, config.hqq, hessian ? calibration_row_weights(*hessian) : std::vector<float>{}},
+                        k, n, weights);
 }
 
 // U V as a dense K x N matrix (u: K x rank, v: rank x N, row-major).

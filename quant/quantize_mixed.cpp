@@ -33,6 +33,15 @@ std::vector<double> hessian_sensitivity(const Hessian& hessian, double damp, int
     return sensitivity;
 }
 
+// Group indices, most sensitive first (ties: lower index first).
+std::vector<int64_t> groups_by_sensitivity(const std::vector<double>& sensitivity) {
+    std::vector<int64_t> order(sensitivity.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return sensitivity[size_t(a)] > sensitivity[size_t(b)]; });
+    return order;
+}
+
 std::vector<int32_t> identity_rows(int64_t k) {
     std::vector<int32_t> rows(static_cast<size_t>(k));
     std::iota(rows.begin(), rows.end(), 0);
@@ -95,11 +104,7 @@ std::vector<uint8_t> assign_group_widths(const std::vector<double>& sensitivity,
     const int64_t groups = int64_t(sensitivity.size());
     // ceil(alpha * groups), the product's rounding error (0.3 * 10 = 3.0000000000000004) forgiven.
     const int64_t wide = std::clamp<int64_t>(int64_t(std::ceil(alpha * double(groups) - 1e-9)), 0, groups);
-    std::vector<int64_t> by_sensitivity(static_cast<size_t>(groups));
-    std::iota(by_sensitivity.begin(), by_sensitivity.end(), 0);
-    std::stable_sort(by_sensitivity.begin(), by_sensitivity.end(), [&](int64_t a, int64_t b) {
-        return sensitivity[size_t(a)] > sensitivity[size_t(b)];
-    });
+    const std::vector<int64_t> by_sensitivity = groups_by_sensitivity(sensitivity);
     std::vector<uint8_t> widths(size_t(groups), 2);
     for (int64_t i = 0; i < wide; ++i) widths[size_t(by_sensitivity[size_t(i)])] = 4;
     return widths;
@@ -188,12 +193,7 @@ std::vector<uint8_t> group_widths_within_budget(const MixedConfig& config, const
     std::fill(p.group_bits.begin(), p.group_bits.end(), uint8_t(2));
     // The most sensitive first, each widened while the total stays within the budget (a shorter last
     // group may still fit after a full one did not).
-    std::vector<int64_t> by_sensitivity(static_cast<size_t>(groups));
-    std::iota(by_sensitivity.begin(), by_sensitivity.end(), 0);
-    std::stable_sort(by_sensitivity.begin(), by_sensitivity.end(), [&](int64_t a, int64_t b) {
-        return sensitivity[size_t(a)] > sensitivity[size_t(b)];
-    });
-    for (int64_t g : by_sensitivity) {
+    for (int64_t g : groups_by_sensitivity(sensitivity)) {
         p.group_bits[size_t(g)] = 4;
         if (stored_bits_at_widths(p, outliers) > allowed) p.group_bits[size_t(g)] = 2;
     }

@@ -28,8 +28,7 @@ struct QuantizedLayerMaker {
     std::unique_ptr<qjit_linear> operator()(HqqConfig hqq) const {
         if (hessian) {  // each row's error weighed by its input's second moment
             require_filled(*hessian);
-            const std::vector<double> diagonal = hessian->diagonal();
-            hqq.row_weights.assign(diagonal.begin(), diagonal.end());
+            hqq.row_weights = calibration_row_weights(*hessian);
         }
         return make_linear(context, quantize_hqq(hqq, k, n, weights));
     }
