@@ -15,6 +15,7 @@ from .errors import (CommunicationError, CorruptDataError, Error, FileIOError, I
                      NoDeviceError, OutOfMemoryError, StaleError, UnsupportedError)
 from .flash import FlashCounters, FlashFfn, FlashFfnInfo, NeuronFileWriter
 from .linear import Calibration, Linear, LinearInfo, Tuning
+from .model import Model, ModelInfo, Score
 from .tp import TpMlp, TpMlpInfo, moe_forward
 from .tune import TuneResult, TuneRow, tune
 
@@ -34,7 +35,7 @@ def cuda_device_info(ordinal: int = 0) -> dict:
 __all__ = [
     "Calibration", "Checkpoint", "CheckpointLayer", "CommunicationError", "Context", "CorruptDataError", "Error",
     "FileIOError", "FlashCounters", "FlashFfn", "FlashFfnInfo", "InternalError", "InvalidArgumentError", "Linear",
-    "LinearInfo", "NeuronFileWriter", "NoDeviceError", "OutOfMemoryError", "StaleError", "TpMlp", "TpMlpInfo",
+    "LinearInfo", "Model", "ModelInfo", "NeuronFileWriter", "NoDeviceError", "OutOfMemoryError", "Score", "StaleError", "TpMlp", "TpMlpInfo",
     "TuneResult", "TuneRow", "Tuning", "UnsupportedError", "cuda_device_count", "cuda_device_info", "moe_forward",
     "tune",
 ]

@@ -244,6 +244,15 @@ public:
         return result;
     }
 
+    // The CPU forward on host pointers (as integers): m C-contiguous float32 rows of K in, of N out.
+    // For PyTorch's operator (qjit/torch/ops.py), whose tensors are checked there: no array
+    // conversion on the way, so a call costs what the C call costs.
+    void forward_pointers(uintptr_t x, uintptr_t y, int64_t m) {
+        call_unlocked([&] {
+            return qjit_linear_forward(layer_.get(), reinterpret_cast<const float*>(x), m, reinterpret_cast<float*>(y));
+        });
+    }
+
     // The CUDA forward on device pointers (as integers), for PyTorch CUDA tensors.
     void forward_cuda(uintptr_t x, uintptr_t y, int64_t m, int dtype, uintptr_t stream) {
         call_unlocked([&] {
@@ -516,6 +525,7 @@ NB_MODULE(_native, m) {
         .def_static("load", &Linear::load, "context"_a, "path"_a)
         .def("save", &Linear::save, "path"_a)
         .def("forward", &Linear::forward, "x"_a, "out"_a.none())
+        .def("forward_pointers", &Linear::forward_pointers, "x"_a, "y"_a, "m"_a)
         .def("forward_cuda", &Linear::forward_cuda, "x"_a, "y"_a, "m"_a, "dtype"_a, "stream"_a)
         .def("dequantize", &Linear::dequantize)
         .def("info", &Linear::info)
@@ -535,4 +545,5 @@ NB_MODULE(_native, m) {
 
     register_flash(m);
     register_tp_mlp(m);
+    register_model(m);
 }

@@ -1,0 +1,185 @@
+"""qjit.Model: a Llama-architecture GGUF model (llama.cpp's model files) scored and decoded by qjit.
+
+    import qjit
+    model = qjit.Model.from_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")
+    model.score([tokens]).mean_nll            # nats per predicted token
+    model.generate([1, 504, 3156], 32)        # greedy: the 32 tokens that follow
+
+The model code is qjit-run's (docs/models.md): the same loader, layers, forward and scoring, so the
+numbers equal qjit-run's for the same options. The GIL is released while the model computes; calls
+on one model run one at a time (it holds one KV cache).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from . import _native
+from .context import ACTIVATIONS, ISAS, choice
+from .errors import InvalidArgumentError
+
+METHODS = ("exact", "fp32", "rtn", "hqq", "milo", "gptq", "mixed")
+MILO_BASES = ("hqq", "rtn", "gptq")
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+    """The negative log-likelihood of token sequences, each scored from an empty KV cache."""
+
+    mean_nll: float  #: nats per predicted token (every token but each sequence's first)
+    tokens: int  #: predicted tokens
+    sequence_nll: list  #: each sequence's NLL sum
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(self.mean_nll)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+    """What a model is and how its linear layers are held."""
+
+    dim: int
+    hidden_dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    vocab_size: int
+    context_length: int
+    bos: Optional[int]  #: the file's BOS token, if it names one
+    linears: str  #: how the linear layers were made, e.g. "qjit exact GGUF import"
+    linear_weights: int  #: weights of every linear layer, the classifier's included
+    stored_bytes: int  #: the bytes those layers store
+    qjit_bits_per_weight: Optional[float]  #: of the qjit layers; None where all are dense fp32
+    quantization_seconds: float
+    calibration_seconds: float
+
+
+class Model:
+    """A Llama-architecture model ("llama", "qwen2", "qwen3") from a GGUF file; see :meth:`from_gguf`."""
+
+    __slots__ = ("_native", "path")
+
+    def __init__(self, native: Any, path: str) -> None:
+        """Internal: models come from :meth:`from_gguf`."""
+        self._native = native
+        self.path = path
+
+    @classmethod
+    def from_gguf(cls, path: str | os.PathLike, method: str = "exact", *, bits: int = 4, group_size: int = 64,
+                  calibration: Optional[Sequence[Sequence[int]]] = None, rank: int = 0, milo_base: str = "hqq",
+                  float_offsets: bool = False, act_order: bool = False, bits_per_weight: float = 0.0,
+                  fp32_classifier: bool = False, threads: int = 0, activations: str = "auto",
+                  max_isa: str = "auto") -> "Model":
+        """Loads a GGUF model and makes its linear layers, as ``qjit-run --method METHOD`` does.
+
+        Args:
+            method: "exact" (the file's own quantized weights imported bit for bit), "fp32" (dense
+                fp32 loops over the dequantized weights), or a qjit quantizer requantizing the
+                dequantized weights: "rtn", "hqq", "milo", "gptq" or "mixed".
+            bits, group_size: the quantizers' width (2, 3, 4 or 8) and rows per group.
+            calibration: token sequences the calibrated methods run the model on (gptq needs them;
+                hqq, milo and mixed use them when given), layer by layer.
+            rank: milo's compensator rank (required by milo). milo_base: its base quantizer.
+            float_offsets: rtn, hqq, milo: a real offset per group. act_order: gptq, mixed.
+            bits_per_weight: mixed: the 4-bit groups of each matrix within this budget.
+            fp32_classifier: keep the classifier in dense fp32 loops whatever the method.
+            threads: 0 for one per core. activations: "auto", "f32" (exact) or "int8".
+            max_isa: cap on the instruction set, as qjit.Context takes it.
+
+        Raises:
+            FileIOError, CorruptDataError: the file cannot be read, or is damaged or truncated.
+            InvalidArgumentError: a bad option, or a model the code does not run (the message says what).
+        """
+        if method not in METHODS:
+            raise InvalidArgumentError(f"method is {method!r}; expected one of {', '.join(map(repr, METHODS))}")
+        if milo_base not in MILO_BASES:
+            raise InvalidArgumentError(f"milo_base is {milo_base!r}; expected one of {', '.join(map(repr, MILO_BASES))}")
+        if (method == "milo") != (rank > 0):
+            raise InvalidArgumentError(f"rank is {rank}: method 'milo' needs a rank > 0, and only milo takes one")
+        if method == "gptq" or (method == "milo" and milo_base == "gptq"):
+            if not calibration:
+                raise InvalidArgumentError(f"method {method!r} (gptq) needs calibration token sequences")
+        if float_offsets and not (method in ("rtn", "hqq") or (method == "milo" and milo_base != "gptq")):
+            raise InvalidArgumentError("float_offsets goes with method 'rtn', 'hqq', or 'milo' over rtn or hqq")
+        if act_order and method not in ("gptq", "mixed"):
+            raise InvalidArgumentError("act_order goes with method 'gptq' or 'mixed'")
+        if bits_per_weight and method != "mixed":
+            raise InvalidArgumentError("bits_per_weight goes with method 'mixed'")
+        if calibration and method in ("exact", "fp32", "rtn"):
+            raise InvalidArgumentError(f"method {method!r} takes no calibration")
+        options = _native.ModelOptions()
+        options.method = method
+        options.bits, options.group_size, options.rank = int(bits), int(group_size), int(rank)
+        options.milo_base, options.float_offsets, options.act_order = milo_base, bool(float_offsets), bool(act_order)
+        options.bits_per_weight, options.fp32_classifier = float(bits_per_weight), bool(fp32_classifier)
+        options.threads = int(threads)
+        options.activations = choice(ACTIVATIONS, activations, "activations")
+        options.max_isa = choice(ISAS, max_isa, "max_isa")
+        sequences = [_tokens(s, "calibration") for s in (calibration or [])]
+        path = os.fspath(path)
+        return cls(_native.Model(path, options, sequences), path)
+
+    def score(self, sequences: Any) -> Score:
+        """The NLL of token sequences, each from an empty KV cache in one batched forward, as
+        qjit-run and llama.cpp's perplexity tools score them. ``sequences``: one sequence (a list
+        or 1-D array of token ids) or a list of them; together they must predict a token."""
+        if _is_sequence_of_ints(sequences):
+            sequences = [sequences]
+        token_lists = [_tokens(s, "tokens") for s in sequences]
+        if sum(max(len(s) - 1, 0) for s in token_lists) == 0:
+            raise InvalidArgumentError("tokens: nothing to predict; a sequence needs at least 2 tokens")
+        mean_nll, tokens, sequence_nll = self._native.score(token_lists)
+        return Score(mean_nll=mean_nll, tokens=tokens, sequence_nll=list(sequence_nll))
+
+    def logits(self, tokens: Any) -> np.ndarray:
+        """The logits of every position of one sequence, from an empty KV cache: (T, vocab) float32."""
+        return self._native.logits(_tokens(tokens, "tokens"))
+
+    def generate(self, prompt: Any, steps: int) -> list[int]:
+        """Greedy decoding from an empty KV cache: the ``steps`` tokens that follow ``prompt``."""
+        return list(self._native.generate(_tokens(prompt, "prompt"), int(steps)))
+
+    def decode(self, tokens: Any) -> str:
+        """The text of tokens, as llama.cpp prints them (control tokens print as nothing)."""
+        return self._native.decode(_tokens(tokens, "tokens")).decode("utf-8", errors="replace")
+
+    @property
+    def info(self) -> ModelInfo:
+        return ModelInfo(**self._native.info())
+
+    def __repr__(self) -> str:
+        info = self.info
+        return (f"qjit.Model({self.path!r}: {info.n_layers} layers, dim {info.dim}, vocabulary {info.vocab_size}, "
+                f"{info.linears})")
+
+
+def _is_sequence_of_ints(value: Any) -> bool:
+    if isinstance(value, np.ndarray):
+        return value.ndim == 1
+    if hasattr(value, "dim") and callable(value.dim):  # a PyTorch tensor
+        return value.dim() == 1
+    return isinstance(value, (list, tuple)) and all(isinstance(v, (int, np.integer)) for v in value)
+
+
+def _tokens(value: Any, what: str) -> list[int]:
+    """Token ids as a list of Python ints, from a list, a 1-D integer array or a 1-D tensor."""
+    if hasattr(value, "tolist") and not isinstance(value, (list, tuple)):
+        array = np.asarray(value.cpu() if hasattr(value, "cpu") else value)
+        if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
+            raise InvalidArgumentError(f"{what}: expected a 1-D integer array of token ids, "
+                                       f"got shape {array.shape} of {array.dtype}")
+        tokens = array.tolist()
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, (int, np.integer)) for v in value):
+        tokens = [int(v) for v in value]
+    else:
+        raise InvalidArgumentError(f"{what}: expected a list of token ids (ints), got {type(value).__name__}")
+    outside = next((t for t in tokens if not 0 <= t < 2**31), None)
+    if outside is not None:
+        raise InvalidArgumentError(f"{what}: token {outside} is not a token id (0 <= id < vocabulary size)")
+    return tokens
