@@ -1,62 +1,21 @@
-"""qjit.torch: qjit layers as PyTorch modules, and GPTQ checkpoints loaded into PyTorch models.
-
-    import qjit, qjit.torch
-    from torch import nn
-    ctx = qjit.Context()
-    layer = qjit.torch.QuantLinear.from_linear(ctx, nn.Linear(4096, 4096), bits=4, group_size=128)
-    model = qjit.torch.from_gptq_model(model, "path/to/gptq-checkpoint")
-
-Importing this module imports PyTorch; ``import qjit`` alone never does.
-"""
+"""QuantLinear, qjit's layer as a PyTorch module, and GPTQ checkpoints loaded into PyTorch models."""
 
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any, Optional
 
 import torch
 from torch import nn
 
-from .checkpoint import Checkpoint
-from .context import CUDA_DTYPES, Context
-from .errors import InvalidArgumentError
-from .linear import Linear
+from ..checkpoint import Checkpoint
+from ..context import Context
+from ..errors import InvalidArgumentError
+from ..linear import Linear
+from . import ops
 
-__all__ = ["QuantLinear", "from_gptq_model"]
-
-_CUDA_DTYPE_CODES = {torch.float16: CUDA_DTYPES["f16"], torch.bfloat16: CUDA_DTYPES["bf16"]}
-
-
-class _QuantLinearFunction(torch.autograd.Function):
-    """y = x W through qjit; the gradient flows to x only (the quantized weights are frozen)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, layer: Linear) -> torch.Tensor:
-        ctx.layer = layer
-        return _forward(layer, x)
-
-    @staticmethod
-    def backward(ctx: Any, grad_y: torch.Tensor) -> tuple:
-        w = torch.from_numpy(ctx.layer.dequantize()).to(device=grad_y.device, dtype=grad_y.dtype)  # K x N
-        return grad_y @ w.T, None
-
-
-def _forward(layer: Linear, x: torch.Tensor) -> torch.Tensor:
-    y = torch.empty(*x.shape[:-1], layer.out_features, dtype=x.dtype, device=x.device)
-    if x.is_cuda:
-        _forward_cuda(layer, x, y)
-    else:
-        layer.forward(x.detach(), out=y)  # DLPack (for strided tensors) refuses tensors that require grad
-    return y
-
-
-def _forward_cuda(layer: Linear, x: torch.Tensor, y: torch.Tensor) -> None:
-    # Untested in CI (no GPU there): qjit's CUDA forward on the tensors' device pointers.
-    x = x.detach().contiguous()
-    if y.numel() > 0:
-        with torch.cuda.device(x.device):
-            layer._native.forward_cuda(x.data_ptr(), y.data_ptr(), x.numel() // x.shape[-1],
-                                       _CUDA_DTYPE_CODES[x.dtype], torch.cuda.current_stream().cuda_stream)
+_CUDA_DTYPES = (torch.float16, torch.bfloat16)
 
 
 class QuantLinear(nn.Module):
@@ -76,6 +35,11 @@ class QuantLinear(nn.Module):
         if not isinstance(layer, Linear):
             raise TypeError(f"QuantLinear wraps a qjit.Linear, got {type(layer).__name__}")
         self.layer = layer
+        # Plain attributes, read by forward: torch.compile traces Python, not the extension's properties.
+        self.in_features, self.out_features = layer.in_features, layer.out_features
+        self._cuda_device = layer.context.cuda_device
+        self._number = ops.register(layer)  # what the operators know the layer by (a graph constant)
+        weakref.finalize(self, ops.release, self._number)
         if bias is not None:
             bias = bias.detach().to(torch.float32).reshape(-1).clone()
             if bias.numel() != layer.out_features:
@@ -96,25 +60,20 @@ class QuantLinear(nn.Module):
         """A GPTQ layer from its tensors, as ``qjit.Linear.from_gptq`` takes them, plus a bias."""
         return cls(Linear.from_gptq(context, qweight, qzeros, scales, g_idx, **options), bias)
 
-    @property
-    def in_features(self) -> int:
-        return self.layer.in_features
-
-    @property
-    def out_features(self) -> int:
-        return self.layer.out_features
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """y = x W + bias for x of shape (..., in_features); y has shape (..., out_features)."""
         self._check_input(x)
-        y = _QuantLinearFunction.apply(x, self.layer)
+        if x.requires_grad and torch.is_grad_enabled():
+            y = ops.LinearFunction.apply(x, self._number, self.out_features)
+        else:
+            y = ops.linear(x, self._number, self.out_features)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
     def _check_input(self, x: torch.Tensor) -> None:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"QuantLinear takes a torch.Tensor, got {type(x).__name__}")
-        if x.is_cuda and x.device.index == self.layer.context.cuda_device:
-            if x.dtype not in _CUDA_DTYPE_CODES:
+        if x.is_cuda and x.device.index == self._cuda_device:
+            if x.dtype not in _CUDA_DTYPES:
                 raise InvalidArgumentError(f"x: dtype {x.dtype} on CUDA; qjit's CUDA layers take float16 or bfloat16")
         elif x.device.type != "cpu":
             raise InvalidArgumentError(f"x is on {x.device}; this layer runs on CPU tensors, and on CUDA "
