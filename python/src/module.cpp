@@ -248,6 +248,7 @@ public:
     // For PyTorch's operator (qjit/torch/ops.py), whose tensors are checked there: no array
     // conversion on the way, so a call costs what the C call costs.
     void forward_pointers(uintptr_t x, uintptr_t y, int64_t m) {
+        if (m == 0) return;  // an empty batch: nothing to compute
         call_unlocked([&] {
             return qjit_linear_forward(layer_.get(), reinterpret_cast<const float*>(x), m, reinterpret_cast<float*>(y));
         });

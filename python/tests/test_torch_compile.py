@@ -38,6 +38,16 @@ def test_compiled_forward_has_no_graph_break_and_equals_eager(exact_context, bat
         torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=0)
 
 
+def test_one_compiled_model_takes_every_batch(exact_context):
+    model = small_model(exact_context)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    with torch.no_grad():
+        for rows in (1, 7, 100, 3):
+            x = torch.randn(rows, 200)
+            torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=0)
+
+
 def test_compiled_gradient_equals_eager(exact_context):
     model = small_model(exact_context)
     x = torch.randn(3, 200, requires_grad=True)

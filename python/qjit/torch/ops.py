@@ -11,7 +11,7 @@ which costs more than the call of a small layer.
 
 Layers are registered by number because an operator takes tensors and scalars, not Python objects:
 the number is a constant in a compiled graph. Eager calls do not go through the dispatcher at all
-(:func:`linear` calls the implementation directly), so eager costs the C call plus an allocation.
+(:func:`linear` calls the extension directly).
 """
 
 from __future__ import annotations
@@ -48,18 +48,17 @@ def _layer(number: int) -> Linear:
         raise RuntimeError(f"qjit: no layer is registered as {number} (its QuantLinear was deleted)") from None
 
 
-def _linear_out(x: torch.Tensor, layer: int, y: torch.Tensor) -> None:
-    """y = x W, for C-contiguous x (..., K) and y (..., N) of one device and dtype."""
-    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if rows == 0:
-        return
-    native = _layer(layer)._native
-    if x.is_cuda:
+def _linear_out_cpu(x: torch.Tensor, layer: int, y: torch.Tensor) -> None:
+    # The fewest Python steps: this is most of what a layer costs in a compiled graph beyond the C call.
+    _layer(layer)._native.forward_pointers(x.data_ptr(), y.data_ptr(), x.numel() // x.shape[-1])
+
+
+def _linear_out_cuda(x: torch.Tensor, layer: int, y: torch.Tensor) -> None:
+    rows = x.numel() // x.shape[-1]
+    if rows > 0:
         with torch.cuda.device(x.device):
-            native.forward_cuda(x.data_ptr(), y.data_ptr(), rows, _CUDA_DTYPE_CODES[x.dtype],
-                                torch.cuda.current_stream().cuda_stream)
-    else:
-        native.forward_pointers(x.data_ptr(), y.data_ptr(), rows)
+            _layer(layer)._native.forward_cuda(x.data_ptr(), y.data_ptr(), rows, _CUDA_DTYPE_CODES[x.dtype],
+                                               torch.cuda.current_stream().cuda_stream)
 
 
 def _linear_input_grad(grad_y: torch.Tensor, layer: int) -> torch.Tensor:
@@ -74,8 +73,9 @@ def _linear_input_grad_fake(grad_y: torch.Tensor, layer: int) -> torch.Tensor:
 _library = torch.library.Library("qjit", "DEF")
 _library.define("linear_out(Tensor x, int layer, Tensor(a!) y) -> ()")
 _library.define("linear_input_grad(Tensor grad_y, int layer) -> Tensor")
+_library.impl("linear_out", _linear_out_cpu, "CPU")
+_library.impl("linear_out", _linear_out_cuda, "CUDA")
 for _device in ("CPU", "CUDA"):
-    _library.impl("linear_out", _linear_out, _device)
     _library.impl("linear_input_grad", _linear_input_grad, _device)
 torch.library.register_fake("qjit::linear_out", lambda x, layer, y: None, lib=_library)
 torch.library.register_fake("qjit::linear_input_grad", _linear_input_grad_fake, lib=_library)
@@ -83,14 +83,17 @@ torch.library.register_fake("qjit::linear_input_grad", _linear_input_grad_fake, 
 
 def linear(x: torch.Tensor, layer: int, out_features: int) -> torch.Tensor:
     """y = x W of registered layer ``layer`` (no gradient): through the operator while
-    torch.compile traces, straight to its implementation otherwise."""
-    x = x.contiguous()
-    y = x.new_empty(x.shape[:-1] + (out_features,))
-    if torch.compiler.is_compiling():
-        torch.ops.qjit.linear_out(x, layer, y)
-    else:
-        _linear_out(x.detach(), layer, y)
-    return y
+    torch.compile traces; eagerly, CPU tensors go straight to the extension, which makes the output
+    tensor itself (the cheapest call), and CUDA tensors to the operator's implementation."""
+    if torch.compiler.is_compiling() or x.is_cuda:
+        x = x.contiguous()
+        y = x.new_empty(x.shape[:-1] + (out_features,))
+        if torch.compiler.is_compiling():
+            torch.ops.qjit.linear_out(x, layer, y)
+        else:
+            _linear_out_cuda(x, layer, y)
+        return y
+    return _layer(layer)._native.forward(x.detach() if x.requires_grad else x, None)
 
 
 class LinearFunction(torch.autograd.Function):
