@@ -36,6 +36,11 @@ def _(x: torch.Tensor, layer: int, out_features: int) -> torch.Tensor:
     return x.new_empty(x.shape[:-1] + (out_features,))
 
 
+_floor = torch.library.Library("qjit_bench", "FRAGMENT")
+_floor.define("identity(Tensor x) -> Tensor")
+_floor.impl("identity", lambda x: x, "CPU")  # what reaching any Python implementation costs
+
+
 class CustomOpLinear(nn.Module):
     """QuantLinear's forward through the custom_op route instead."""
 
@@ -70,8 +75,10 @@ def main() -> None:
         "custom_op": {n: nn.Sequential(*map(CustomOpLinear, modules[:n])) for n in (1, 9)},
     }
     x = torch.randn(1, 256)
-    timings = {"C call": lambda: layer.benchmark(m=1, repeats=args.calls), "eager QuantLinear":
-               lambda: per_call_us(lambda: modules[0](x), args.calls)}
+    identity = torch.ops.qjit_bench.identity.default
+    timings = {"C call": lambda: layer.benchmark(m=1, repeats=args.calls),
+               "eager QuantLinear": lambda: per_call_us(lambda: modules[0](x), args.calls),
+               "identity operator": lambda: per_call_us(lambda: identity(x), args.calls)}
     with torch.no_grad():
         for route, by_length in chains.items():
             compiled = {n: torch.compile(chain, fullgraph=True) for n, chain in by_length.items()}
@@ -90,6 +97,8 @@ def main() -> None:
     print("|---|---|---|")
     print(f"| C call (qjit_linear_benchmark) | {c:.2f} | - |")
     print(f"| eager QuantLinear, no grad | {us['eager QuantLinear']:.2f} | {us['eager QuantLinear'] - c:+.2f} us |")
+    print(f"| an operator whose Python implementation returns its input, called eagerly | "
+          f"{us['identity operator']:.2f} | (the dispatcher's floor) |")
     for route in chains:
         one, nine = us[f"{route}, compiled chain of 1"], us[f"{route}, compiled chain of 9"]
         per_layer = (nine - one) / 8
