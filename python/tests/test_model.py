@@ -21,7 +21,6 @@ from gguf_llama_writer import write_llama_gguf
 
 SMOLLM2 = Path(os.environ.get("QJIT_MODEL_DIR", Path.home() / ".cache" / "qjit" / "models")) / \
     "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "smollm2"
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +71,16 @@ def test_requantized_model_reports_its_layers(stories_gguf, stories_fp32):
 def test_smollm2_exact_import_scores_as_the_fp32_reference():
     if not SMOLLM2.is_file():
         pytest.skip(f"{SMOLLM2} is missing (scripts/fetch_model.sh fetches it)")
+    data = shared_models.models_dir().parent / "smollm2"  # shared/smollm2, beside shared/models
+    if not (data / "eval.seq.u32").is_file():
+        pytest.skip(f"{data} is missing")
     import json
 
-    raw = np.fromfile(SMOLLM2_DATA / "eval.seq.u32", dtype="<u4")
+    raw = np.fromfile(data / "eval.seq.u32", dtype="<u4")
     count = int(raw[0])
     lengths = raw[1:1 + count]
     sequences = np.split(raw[1 + count:].astype(np.int64), np.cumsum(lengths)[:-1])[:6]
-    reference = json.loads((SMOLLM2_DATA / "eval_fp32_reference.json").read_text())["per_sequence_nll_sum"][:6]
+    reference = json.loads((data / "eval_fp32_reference.json").read_text())["per_sequence_nll_sum"][:6]
     model = qjit.Model.from_gguf(SMOLLM2, activations="f32")
     assert model.info.linears == "qjit exact GGUF import"
     score = model.score(sequences)
