@@ -7,8 +7,22 @@
 
 #include "models/gguf_import_maker.hpp"
 #include "models/mixed_budget.hpp"
+#include "models/packed_gguf_maker.hpp"
 
 namespace qjit_models::llama {
+
+MethodModel build_packed_model(std::shared_ptr<const Weights> weights, const std::string& pack_path,
+                               const std::string& gguf_path, const qjit_context_options& context_options,
+                               bool fp32_classifier) {
+    PackedGgufMaker maker(pack_path, gguf_path, &context_options);
+    DenseMaker dense;
+    MethodModel built;
+    built.model = std::make_unique<Model>(std::move(weights), maker, fp32_classifier ? &dense : nullptr);
+    built.maker_name = maker.name();
+    maker.finish();
+    built.pack = maker.mapped() ? "mapped" : "written (" + maker.rebuild_reason() + ")";
+    return built;
+}
 
 std::vector<int> policy_ranks(const MethodOptions& options, const Weights& weights, bool with_classifier) {
     const std::vector<ModelMatrix> matrices = model_matrices(weights, with_classifier);

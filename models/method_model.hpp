@@ -26,6 +26,7 @@ struct MethodModel {
     double quantization_seconds = 0;  // the quantizers themselves
     double calibration_seconds = 0;   // running the calibration sequences (and scoring layer choices)
     std::optional<CalibratedQuantization> choice;  // hqq with calibration: its choice against rtn per layer
+    std::string pack;             // built through a pack file: "mapped", or "written (<why>)"
 };
 
 // `calibration` is needed when options.calibrated(); fp32_classifier keeps the classifier in dense
@@ -35,6 +36,13 @@ MethodModel build_method_model(std::shared_ptr<const Weights> weights, const Met
                                const qjit_context_options& context_options,
                                const std::vector<std::vector<int>>* calibration, bool fp32_classifier,
                                bool ffn_linears = true);
+
+// The exact import (method "exact") through the pack file at pack_path, made from the GGUF file at
+// gguf_path: mapped from it when it is fresh, else imported and written to it (MethodModel::pack
+// says which, and why).
+MethodModel build_packed_model(std::shared_ptr<const Weights> weights, const std::string& pack_path,
+                               const std::string& gguf_path, const qjit_context_options& context_options,
+                               bool fp32_classifier);
 
 // The ranks a policy gives the model's matrices (the classifier's last when with_classifier), in the
 // order the model makes them.

@@ -22,7 +22,6 @@
 #include "models/llama_eval.hpp"
 #include "models/llama_model.hpp"
 #include "models/method_model.hpp"
-#include "models/packed_gguf_maker.hpp"
 #include "models/runner_options.hpp"
 #include "models/token_sequences.hpp"
 
@@ -448,20 +447,6 @@ void print_text(const Options& options, const Report& r) {
     std::printf("peak resident memory: %.1f MB\n", double(r.peak_resident_bytes) * 1e-6);
 }
 
-// The exact import through the pack file --pack names: mapped from it when it is fresh, else
-// imported and written to it (report.pack says which, and why).
-llama::MethodModel build_packed_model(const Options& options, Report& report) {
-    const qjit_context_options context_options = options.context.context_options();
-    llama::PackedGgufMaker maker(options.pack, options.model, &context_options);
-    llama::DenseMaker dense;
-    llama::MethodModel built;
-    built.model = std::make_unique<llama::Model>(report.weights, maker, options.fp32_classifier ? &dense : nullptr);
-    built.maker_name = maker.name();
-    maker.finish();
-    report.pack = maker.mapped() ? "mapped" : "written (" + maker.rebuild_reason() + ")";
-    return built;
-}
-
 int run(const Options& options) {
     Report report;
     const auto load_start = std::chrono::steady_clock::now();
@@ -482,7 +467,9 @@ int run(const Options& options) {
                                          ? llama::build_method_model(report.weights, options.method,
                                                                      options.context.context_options(), &calibration,
                                                                      options.fp32_classifier, ffn_linears)
-                                         : build_packed_model(options, report);
+                                         : llama::build_packed_model(report.weights, options.pack, options.model,
+                                                                     options.context.context_options(),
+                                                                     options.fp32_classifier);
     llama::Model& model = *built.model;
     report.load_seconds = seconds_since(load_start);
     report.ffn_linears = ffn_linears;
@@ -491,6 +478,7 @@ int run(const Options& options) {
     report.quantization_seconds = built.quantization_seconds;
     report.calibration_seconds = built.calibration_seconds;
     report.choice = built.choice;
+    report.pack = built.pack;
     report.storage = llama::qjit_storage(model);
     if (report.storage.weights == 0) {  // no qjit layer: every matrix dense fp32
         report.storage.weights = model.linear_weight_count();

@@ -58,6 +58,7 @@ class ModelInfo:
     qjit_bits_per_weight: Optional[float]  #: of the qjit layers; None where all are dense fp32
     quantization_seconds: float
     calibration_seconds: float
+    pack: Optional[str]  #: loaded through a pack file: "mapped", or "written (<why>)"; else None
 
 
 class Model:
@@ -74,8 +75,8 @@ class Model:
     def from_gguf(cls, path: str | os.PathLike, method: str = "exact", *, bits: int = 4, group_size: int = 64,
                   calibration: Optional[Sequence[Sequence[int]]] = None, rank: int = 0, milo_base: str = "hqq",
                   float_offsets: bool = False, act_order: bool = False, bits_per_weight: float = 0.0,
-                  fp32_classifier: bool = False, threads: int = 0, activations: str = "auto",
-                  max_isa: str = "auto") -> "Model":
+                  fp32_classifier: bool = False, pack: Optional[str | os.PathLike] = None, threads: int = 0,
+                  activations: str = "auto", max_isa: str = "auto") -> "Model":
         """Loads a GGUF model and makes its linear layers, as ``qjit-run --method METHOD`` does.
 
         Args:
@@ -89,6 +90,10 @@ class Model:
             float_offsets: rtn, hqq, milo: a real offset per group. act_order: gptq, mixed.
             bits_per_weight: mixed: the 4-bit groups of each matrix within this budget.
             fp32_classifier: keep the classifier in dense fp32 loops whatever the method.
+            pack: method "exact": a pack file (docs/formats.md) the layers are mapped from when it
+                was made from this file for this machine's kernels, else imported and written to
+                (``info.pack`` says which), as ``qjit-run --pack``: a large model loads in a
+                fraction of a second the second time.
             threads: 0 for one per core. activations: "auto", "f32" (exact) or "int8".
             max_isa: cap on the instruction set, as qjit.Context takes it.
 
@@ -111,6 +116,8 @@ class Model:
             raise InvalidArgumentError("act_order goes with method 'gptq' or 'mixed'")
         if bits_per_weight and method != "mixed":
             raise InvalidArgumentError("bits_per_weight goes with method 'mixed'")
+        if pack is not None and method != "exact":
+            raise InvalidArgumentError("pack holds the exact import's layers: it goes with method 'exact'")
         if calibration and method in ("exact", "fp32", "rtn"):
             raise InvalidArgumentError(f"method {method!r} takes no calibration")
         options = _native.ModelOptions()
@@ -118,6 +125,7 @@ class Model:
         options.bits, options.group_size, options.rank = int(bits), int(group_size), int(rank)
         options.milo_base, options.float_offsets, options.act_order = milo_base, bool(float_offsets), bool(act_order)
         options.bits_per_weight, options.fp32_classifier = float(bits_per_weight), bool(fp32_classifier)
+        options.pack = "" if pack is None else os.fspath(pack)
         options.threads = int(threads)
         options.activations = choice(ACTIVATIONS, activations, "activations")
         options.max_isa = choice(ISAS, max_isa, "max_isa")

@@ -1,6 +1,7 @@
 // qjit._native's Model: a Llama-architecture GGUF model run by the models/ room, the code qjit-run
 // runs (models/run_gguf.hpp): the file read by load_gguf_llama, its linear layers made by
-// build_method_model (the file's own weights imported exactly, dense fp32, or requantized), scored
+// build_method_model (the file's own weights imported exactly, dense fp32, or requantized) or
+// build_packed_model (the exact import mapped from a pack file, or written to it), scored
 // by evaluate_nll and decoded by greedy_decode. The GIL is released while the model computes; one
 // call runs at a time (the model holds one KV cache).
 #include <nanobind/ndarray.h>
@@ -58,6 +59,7 @@ struct ModelOptions {
     bool act_order = false;
     double bits_per_weight = 0;
     bool fp32_classifier = false;
+    std::string pack;  // exact: the pack file the layers are mapped from, or written to
     int threads = 0;
     int activations = QJIT_ACTIVATIONS_AUTO;
     int max_isa = QJIT_ISA_AUTO;
@@ -91,8 +93,11 @@ public:
             context.threads = options.threads;
             context.activations = qjit_activations(options.activations);
             context.max_isa = qjit_isa(options.max_isa);
-            built_ = llama::build_method_model(weights_, method_options(options, !calibration.empty()),
-                                               context.context_options(), &calibration, options.fp32_classifier);
+            built_ = options.pack.empty()
+                         ? llama::build_method_model(weights_, method_options(options, !calibration.empty()),
+                                                     context.context_options(), &calibration, options.fp32_classifier)
+                         : llama::build_packed_model(weights_, options.pack, path, context.context_options(),
+                                                     options.fp32_classifier);
             return 0;
         });
     }
@@ -171,6 +176,7 @@ public:
         d["qjit_bits_per_weight"] = storage.weights > 0 ? nb::cast(storage.bits_per_weight()) : nb::none();
         d["quantization_seconds"] = built_.quantization_seconds;
         d["calibration_seconds"] = built_.calibration_seconds;
+        d["pack"] = built_.pack.empty() ? nb::none() : nb::cast(built_.pack);
         return d;
     }
 
@@ -208,6 +214,7 @@ void register_model(nb::module_& m) {
         .def_rw("act_order", &ModelOptions::act_order)
         .def_rw("bits_per_weight", &ModelOptions::bits_per_weight)
         .def_rw("fp32_classifier", &ModelOptions::fp32_classifier)
+        .def_rw("pack", &ModelOptions::pack)
         .def_rw("threads", &ModelOptions::threads)
         .def_rw("activations", &ModelOptions::activations)
         .def_rw("max_isa", &ModelOptions::max_isa);

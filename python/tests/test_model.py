@@ -1,6 +1,7 @@
 """qjit.Model: GGUF models run by the models/ code qjit-run runs. stories260K as an fp32 GGUF file
 gives the llama2.c reference's logits, greedy tokens and NLL; SmolLM2's Q4_1 file (when
-scripts/fetch_model.sh has fetched it) scores as the independent fp32 forward of its weights; bad
+scripts/fetch_model.sh has fetched it) scores as the independent fp32 forward of its weights and
+loads through a pack file; bad
 files, options and tokens raise qjit errors; the GIL is released while the model computes."""
 
 from __future__ import annotations
@@ -89,6 +90,20 @@ def test_smollm2_exact_import_scores_as_the_fp32_reference():
     generated = model.generate([1], 8)
     assert len(generated) == 8 and all(0 <= t < model.info.vocab_size for t in generated)
     assert isinstance(model.decode(generated), str)
+
+
+def test_smollm2_through_a_pack_file(tmp_path):
+    if not SMOLLM2.is_file():
+        pytest.skip(f"{SMOLLM2} is missing (scripts/fetch_model.sh fetches it)")
+    pack = tmp_path / "smollm2.qjitpack"
+    tokens = list(range(100, 140))
+    written = qjit.Model.from_gguf(SMOLLM2, pack=pack, activations="f32")
+    assert written.info.pack == "written (no pack file yet)" and pack.is_file()
+    mapped = qjit.Model.from_gguf(SMOLLM2, pack=pack, activations="f32")
+    assert mapped.info.pack == "mapped"
+    np.testing.assert_array_equal(mapped.logits(tokens), written.logits(tokens))
+    with pytest.raises(qjit.InvalidArgumentError, match="pack"):
+        qjit.Model.from_gguf(SMOLLM2, "rtn", pack=pack)
 
 
 def test_the_gil_is_released_while_the_model_computes(stories_gguf):
