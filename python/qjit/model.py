@@ -120,18 +120,17 @@ class Model:
             raise InvalidArgumentError("pack holds the exact import's layers: it goes with method 'exact'")
         if calibration and method in ("exact", "fp32", "rtn"):
             raise InvalidArgumentError(f"method {method!r} takes no calibration")
-        options = _native.ModelOptions()
+        options = _native.MethodOptions()
         options.method = method
         options.bits, options.group_size, options.rank = int(bits), int(group_size), int(rank)
         options.milo_base, options.float_offsets, options.act_order = milo_base, bool(float_offsets), bool(act_order)
-        options.bits_per_weight, options.fp32_classifier = float(bits_per_weight), bool(fp32_classifier)
-        options.pack = "" if pack is None else os.fspath(pack)
-        options.threads = int(threads)
-        options.activations = choice(ACTIVATIONS, activations, "activations")
-        options.max_isa = choice(ISAS, max_isa, "max_isa")
+        options.bits_per_weight = float(bits_per_weight)
         sequences = [_tokens(s, "calibration") for s in (calibration or [])]
         path = os.fspath(path)
-        return cls(_native.Model(path, options, sequences), path)
+        native = _native.Model(path, options, bool(fp32_classifier), "" if pack is None else os.fspath(pack),
+                               int(threads), choice(ACTIVATIONS, activations, "activations"),
+                               choice(ISAS, max_isa, "max_isa"), sequences)
+        return cls(native, path)
 
     def score(self, sequences: Any) -> Score:
         """The NLL of token sequences, each from an empty KV cache in one batched forward, as

@@ -48,41 +48,14 @@ auto translated(Body&& body) {
     }
 }
 
-// What Model.from_gguf takes beyond the path: how the layers are made and the context they run on.
-struct ModelOptions {
-    std::string method;
-    int bits = 4;
-    int group_size = 64;
-    int rank = 0;
-    std::string milo_base = "hqq";
-    bool float_offsets = false;
-    bool act_order = false;
-    double bits_per_weight = 0;
-    bool fp32_classifier = false;
-    std::string pack;  // exact: the pack file the layers are mapped from, or written to
-    int threads = 0;
-    int activations = QJIT_ACTIVATIONS_AUTO;
-    int max_isa = QJIT_ISA_AUTO;
-};
-
-qjit_models::MethodOptions method_options(const ModelOptions& o, bool calibrated) {
-    qjit_models::MethodOptions m;
-    m.method = o.method;
-    m.bits = o.bits;
-    m.group_size = o.group_size;
-    m.rank = o.rank;
-    m.milo_base = o.milo_base;
-    m.float_offsets = o.float_offsets;
-    m.act_order = o.act_order;
-    m.bits_per_weight = o.bits_per_weight;
-    m.with_calibration = calibrated;
-    m.no_calibration = o.method == "mixed" && !calibrated;
-    return m;
-}
-
 class Model {
 public:
-    Model(const std::string& path, const ModelOptions& options, const std::vector<std::vector<int>>& calibration) {
+    // `method` as qjit-run's --method options give it; with_calibration and no_calibration follow
+    // from whether calibration sequences are given.
+    Model(const std::string& path, qjit_models::MethodOptions method, bool fp32_classifier, const std::string& pack,
+          int threads, int activations, int max_isa, const std::vector<std::vector<int>>& calibration) {
+        method.with_calibration = !calibration.empty();
+        method.no_calibration = method.method == "mixed" && calibration.empty();
         nb::gil_scoped_release unlocked;
         translated([&] {
             const std::shared_ptr<const qjit::GgufFile> file = qjit::GgufFile::open(path);
@@ -90,14 +63,13 @@ public:
             vocabulary_ = std::make_unique<qjit_models::GgufVocabulary>(*file);
             for (const std::vector<int>& sequence : calibration) check_tokens(sequence, "calibration");
             qjit_models::ContextOptions context;
-            context.threads = options.threads;
-            context.activations = qjit_activations(options.activations);
-            context.max_isa = qjit_isa(options.max_isa);
-            built_ = options.pack.empty()
-                         ? llama::build_method_model(weights_, method_options(options, !calibration.empty()),
-                                                     context.context_options(), &calibration, options.fp32_classifier)
-                         : llama::build_packed_model(weights_, options.pack, path, context.context_options(),
-                                                     options.fp32_classifier);
+            context.threads = threads;
+            context.activations = qjit_activations(activations);
+            context.max_isa = qjit_isa(max_isa);
+            built_ = pack.empty() ? llama::build_method_model(weights_, method, context.context_options(), &calibration,
+                                                              fp32_classifier)
+                                  : llama::build_packed_model(weights_, pack, path, context.context_options(),
+                                                              fp32_classifier);
             return 0;
         });
     }
@@ -203,25 +175,24 @@ private:
 }  // namespace
 
 void register_model(nb::module_& m) {
-    nb::class_<ModelOptions>(m, "ModelOptions")
+    // The runners' method options (models/runner_options.hpp), those qjit.Model.from_gguf takes.
+    using MethodOptions = qjit_models::MethodOptions;
+    nb::class_<MethodOptions>(m, "MethodOptions")
         .def(nb::init<>())
-        .def_rw("method", &ModelOptions::method)
-        .def_rw("bits", &ModelOptions::bits)
-        .def_rw("group_size", &ModelOptions::group_size)
-        .def_rw("rank", &ModelOptions::rank)
-        .def_rw("milo_base", &ModelOptions::milo_base)
-        .def_rw("float_offsets", &ModelOptions::float_offsets)
-        .def_rw("act_order", &ModelOptions::act_order)
-        .def_rw("bits_per_weight", &ModelOptions::bits_per_weight)
-        .def_rw("fp32_classifier", &ModelOptions::fp32_classifier)
-        .def_rw("pack", &ModelOptions::pack)
-        .def_rw("threads", &ModelOptions::threads)
-        .def_rw("activations", &ModelOptions::activations)
-        .def_rw("max_isa", &ModelOptions::max_isa);
+        .def_rw("method", &MethodOptions::method)
+        .def_rw("bits", &MethodOptions::bits)
+        .def_rw("group_size", &MethodOptions::group_size)
+        .def_rw("rank", &MethodOptions::rank)
+        .def_rw("milo_base", &MethodOptions::milo_base)
+        .def_rw("float_offsets", &MethodOptions::float_offsets)
+        .def_rw("act_order", &MethodOptions::act_order)
+        .def_rw("bits_per_weight", &MethodOptions::bits_per_weight);
 
     nb::class_<Model>(m, "Model")
-        .def(nb::init<const std::string&, const ModelOptions&, const std::vector<std::vector<int>>&>(), "path"_a,
-             "options"_a, "calibration"_a)
+        .def(nb::init<const std::string&, MethodOptions, bool, const std::string&, int, int, int,
+                      const std::vector<std::vector<int>>&>(),
+             "path"_a, "method"_a, "fp32_classifier"_a, "pack"_a, "threads"_a, "activations"_a, "max_isa"_a,
+             "calibration"_a)
         .def("score", &Model::score, "sequences"_a)
         .def("logits", &Model::logits, "tokens"_a)
         .def("generate", &Model::generate, "prompt"_a, "steps"_a)
