@@ -50,12 +50,8 @@ Frame read_framed(const FileKind& kind, std::string_view image) {
     const uint32_t header_bytes = read_u32(image, kMagicBytes + sizeof(uint32_t));
     if (header_bytes > frame.body_end - kPreambleBytes)
         fail(QJIT_ERROR_CORRUPT_DATA, "header length runs past the end of the file");
-    try {
-        frame.header = nlohmann::json::parse(image.substr(kPreambleBytes, header_bytes));
-    } catch (const nlohmann::json::exception& e) {
-        fail(QJIT_ERROR_CORRUPT_DATA, "header is not valid JSON: ", e.what());
-    }
-    if (!frame.header.is_object()) fail(QJIT_ERROR_CORRUPT_DATA, "header is not a JSON object");
+    frame.header = JsonDocument(image.substr(kPreambleBytes, header_bytes), "header");
+    if (!frame.header.root().is_object()) fail(QJIT_ERROR_CORRUPT_DATA, "header is not a JSON object");
     frame.body_begin = kPreambleBytes + header_bytes;
     return frame;
 }

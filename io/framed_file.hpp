@@ -18,6 +18,7 @@
 
 #include "base/error.hpp"
 #include "base/mapped_file.hpp"
+#include "io/json_document.hpp"
 
 namespace qjit {
 
@@ -33,7 +34,7 @@ std::string write_framed(const FileKind& kind, uint32_t version, const nlohmann:
 
 struct Frame {
     uint32_t version = 0;
-    nlohmann::json header;  // an object
+    JsonDocument header;  // an object
     size_t body_begin = 0, body_end = 0;  // the body's bytes in the image
 };
 

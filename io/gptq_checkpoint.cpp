@@ -10,6 +10,7 @@
 
 #include "base/directory.hpp"
 #include "base/error.hpp"
+#include "io/json_document.hpp"
 #include "io/json_integer.hpp"
 #include "io/natural_order.hpp"
 #include "format/weight_format.hpp"
@@ -26,32 +27,28 @@ template <typename... Parts>
     fail(QJIT_ERROR_CORRUPT_DATA, std::forward<Parts>(parts)...);
 }
 
-json read_json_file(const std::string& path) {
+JsonDocument read_json_file(const std::string& path) {
     const MappedFile file(path);
-    try {
-        return json::parse(file.data(), file.data() + file.size());
-    } catch (const json::exception& e) {
-        corrupt("'", path, "' is not valid JSON: ", e.what());
-    }
+    return JsonDocument(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), "'" + path + "'");
 }
 
 
 // ---- the quantization config ----
 
-const json* find_quantization_config(const std::string& directory, json* storage, std::string* file) {
+const json* find_quantization_config(const std::string& directory, JsonDocument* storage, std::string* file) {
     const std::string config_json = directory + "/config.json";
     if (fs::exists(config_json)) {
         *storage = read_json_file(config_json);
-        if (storage->is_object() && storage->contains("quantization_config")) {
+        if (storage->root().is_object() && storage->root().contains("quantization_config")) {
             *file = config_json;
-            return &(*storage)["quantization_config"];
+            return &storage->root().at("quantization_config");
         }
     }
     const std::string quantize_config = directory + "/quantize_config.json";
     if (fs::exists(quantize_config)) {
         *storage = read_json_file(quantize_config);
         *file = quantize_config;
-        return storage;
+        return &storage->root();
     }
     fail(QJIT_ERROR_IO, "checkpoint '", directory,
          "' has neither a config.json with \"quantization_config\" nor a quantize_config.json");
@@ -210,7 +207,7 @@ const void* aligned_data(const SafetensorsTensor& tensor, std::vector<std::vecto
 }  // namespace
 
 CheckpointConfig read_gptq_config(const std::string& directory) {
-    json storage;
+    JsonDocument storage;
     CheckpointConfig config;
     const json* fields = find_quantization_config(directory, &storage, &config.file);
     const std::string& file = config.file;
@@ -261,7 +258,8 @@ void GptqCheckpoint::map_tensor_files() {
     };
     const std::string index_path = directory_ + "/model.safetensors.index.json";
     if (fs::exists(index_path)) {
-        const json index = read_json_file(index_path);
+        const JsonDocument document = read_json_file(index_path);
+        const json& index = document.root();
         if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
             corrupt("'", index_path, "' has no \"weight_map\" object");
         std::set<std::string> shards;

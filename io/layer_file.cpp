@@ -86,9 +86,9 @@ std::string serialize_layer(const QuantParams& params, const PackedCodes& codes,
 LayerImage deserialize_layer(std::string_view image) {
     const Frame frame = read_framed(kLayerFile, image);
     return reading_contents([&] {
-        LayerReading reading{frame.version, frame.header, {}, 0, {}};
+        LayerReading reading{frame.version, frame.header.root(), {}, 0, {}};
         read_features(reading);
-        const nlohmann::json& sections = frame.header.at("sections");
+        const nlohmann::json& sections = frame.header.root().at("sections");
         check_section_names(reading, sections);
         SectionReader in(image, frame.body_begin, frame.body_end, sections);
         for (const FeatureCodec* feature : reading.features) feature->read(in, reading);

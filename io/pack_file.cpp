@@ -121,12 +121,9 @@ std::shared_ptr<const PackFile> PackFile::parse(const uint8_t* data, size_t size
                  ") does not fit the file's ", size, " bytes (truncated?)");
         if (read_value<uint32_t>(place + 16) != *crc)
             fail(QJIT_ERROR_CORRUPT_DATA, "the table's checksum does not match: the file is corrupt");
-        nlohmann::json table;
-        try {
-            table = nlohmann::json::parse(data + table_offset, data + table_offset + table_bytes);
-        } catch (const nlohmann::json::exception& e) {
-            fail(QJIT_ERROR_CORRUPT_DATA, "the table is not valid JSON: ", e.what());
-        }
+        pack->table_ = JsonDocument(std::string_view(reinterpret_cast<const char*>(data) + table_offset, table_bytes),
+                                    "the table");
+        const nlohmann::json& table = pack->table_.root();
         reading_contents([&] {
             pack->source_ = table.at("source").get<std::string>();
             const nlohmann::json& entries = table.at("entries");
@@ -135,8 +132,8 @@ std::shared_ptr<const PackFile> PackFile::parse(const uint8_t* data, size_t size
             std::vector<PackSection> all;
             std::vector<std::string> names;
             for (const nlohmann::json& e : entries) {
-                PackEntry entry{e.at("name").get<std::string>(), e.at("fields"), {}};
-                require(entry.fields.is_object(), "the fields of entry '", entry.name, "' are not an object");
+                PackEntry entry{e.at("name").get<std::string>(), &e.at("fields"), {}};
+                require(entry.fields->is_object(), "the fields of entry '", entry.name, "' are not an object");
                 const nlohmann::json& sections = e.at("sections");
                 require(sections.is_array(), "the sections of entry '", entry.name, "' are not an array");
                 for (const nlohmann::json& s : sections) entry.sections.push_back(read_section(s, table_offset));

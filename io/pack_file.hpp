@@ -27,6 +27,7 @@
 
 #include "base/mapped_file.hpp"
 #include "base/replace_file.hpp"
+#include "io/json_document.hpp"
 
 namespace qjit {
 
@@ -42,7 +43,7 @@ struct PackSection {
 
 struct PackEntry {
     std::string name;
-    nlohmann::json fields;  // an object: the entry's own description
+    const nlohmann::json* fields = nullptr;  // an object: the entry's own description, in the pack's table
     std::vector<PackSection> sections;
 };
 
@@ -96,7 +97,8 @@ private:
     std::string path_, source_;
     const uint8_t* data_ = nullptr;
     std::shared_ptr<const void> keeper_;
-    std::vector<PackEntry> entries_;  // in file order
+    JsonDocument table_;
+    std::vector<PackEntry> entries_;  // in file order; their fields lie in table_
 };
 
 }  // namespace qjit

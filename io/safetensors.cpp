@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "base/error.hpp"
+#include "io/json_document.hpp"
 #include "io/json_integer.hpp"
 
 namespace qjit {
@@ -94,12 +95,9 @@ std::map<std::string, SafetensorsTensor> parse_safetensors(const uint8_t* file, 
     if (header_bytes > kMaxHeaderBytes)
         corrupt(file_name, "the header is ", header_bytes, " bytes; more than ", kMaxHeaderBytes, " is not a header");
 
-    nlohmann::json header;
-    try {
-        header = nlohmann::json::parse(file + 8, file + 8 + header_bytes);
-    } catch (const nlohmann::json::exception& e) {
-        corrupt(file_name, "the header is not JSON: ", e.what());
-    }
+    const JsonDocument document(std::string_view(reinterpret_cast<const char*>(file) + 8, header_bytes),
+                                "safetensors file '" + file_name + "': the header");
+    const nlohmann::json& header = document.root();
     if (!header.is_object()) corrupt(file_name, "the header is not a JSON object");
 
     const uint8_t* data = file + 8 + header_bytes;

@@ -79,9 +79,9 @@ PageBuffer<T> borrowed(const PackFile& pack, const PackSection& section, size_t 
 
 std::unique_ptr<qjit_linear> layer_from_panels(qjit_context* context, const PackFile& pack, const PackEntry& entry) {
     const auto start = std::chrono::steady_clock::now();
-    QuantParams params = panel_params(entry.fields);
-    const jit::CpuKernelSpec spec = panel_kernel(*context, params, entry.fields);
-    require(entry.fields.at("layout").get<std::string>() == PackedCodes::kLayoutName, "layout is not ",
+    QuantParams params = panel_params(*entry.fields);
+    const jit::CpuKernelSpec spec = panel_kernel(*context, params, *entry.fields);
+    require(entry.fields->at("layout").get<std::string>() == PackedCodes::kLayoutName, "layout is not ",
             PackedCodes::kLayoutName);
     require(entry.sections.size() == 3, "a panels entry has 3 sections, not ", entry.sections.size());
     PackedCodes codes;
@@ -97,10 +97,10 @@ std::unique_ptr<qjit_linear> layer_from_panels(qjit_context* context, const Pack
                            borrowed<uint8_t>(pack, entry.sections[2], sizes.zero_bytes, "zero points")};
     TilingChoice choice;
     choice.spec = spec;
-    choice.tiling = entry.fields.at("tiling").get<std::string>();
+    choice.tiling = entry.fields->at("tiling").get<std::string>();
     choice.source = QJIT_TILING_PACK;
-    choice.kernel_key = entry.fields.at("kernel_key").get<std::string>();
-    choice.measured_us = entry.fields.at("measured_us").get<double>();
+    choice.kernel_key = entry.fields->at("kernel_key").get<std::string>();
+    choice.measured_us = entry.fields->at("measured_us").get<double>();
     auto layer = assemble_prepared_linear(context, std::move(params), std::move(codes), std::move(metadata),
                                           std::move(choice), start);
     layer->description += concat(" source=\"pack ", pack.path(), "\"");
@@ -161,9 +161,9 @@ std::shared_ptr<const PackFile> open_pack(qjit_context& context, const std::stri
         fail(QJIT_ERROR_STALE, "'", path, "' was made from ", pack->source(), ", not from ", source);
     reading_pack(*pack, [&] {
         for (const PackEntry& entry : pack->entries()) {
-            const std::string kind = entry.fields.at("kind").get<std::string>();
+            const std::string kind = entry.fields->at("kind").get<std::string>();
             require(kind == kPanelsKind || kind == kLayerKind, "entry '", entry.name, "' is of kind '", kind, "'");
-            if (kind == kPanelsKind) panel_kernel(context, panel_params(entry.fields), entry.fields);
+            if (kind == kPanelsKind) panel_kernel(context, panel_params(*entry.fields), *entry.fields);
         }
     });
     std::vector<const PackSection*> sections;
@@ -180,7 +180,7 @@ std::shared_ptr<const PackFile> open_pack(qjit_context& context, const std::stri
 
 std::unique_ptr<qjit_linear> layer_from_pack(qjit_context* context, const PackFile& pack, const PackEntry& entry) {
     return reading_pack(pack, [&] {
-        const std::string kind = entry.fields.at("kind").get<std::string>();
+        const std::string kind = entry.fields->at("kind").get<std::string>();
         if (kind == kPanelsKind) return layer_from_panels(context, pack, entry);
         require(kind == kLayerKind && entry.sections.size() == 1, "entry '", entry.name,
                 "' is not a layer file's image");

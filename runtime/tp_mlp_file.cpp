@@ -6,6 +6,7 @@
 #include "base/error.hpp"
 #include "base/replace_file.hpp"
 #include "io/framed_file.hpp"
+#include "io/json_integer.hpp"
 #include "runtime/layer_file.hpp"
 #include "io/layer_sections.hpp"
 
@@ -51,7 +52,7 @@ std::string serialize_tp_mlp(const qjit_tp_mlp& mlp) {
 std::unique_ptr<qjit_tp_mlp> deserialize_tp_mlp(qjit_context* context, std::string_view image) {
     const Frame frame = read_framed(kTpMlpFile, image);
     return reading_contents([&] {
-        const nlohmann::json& header = frame.header;
+        const nlohmann::json& header = frame.header.root();
         auto mlp = std::make_unique<qjit_tp_mlp>();
         mlp->context = context;
         const std::string kind = header.at("kind"), algorithm = header.at("algorithm");
@@ -60,22 +61,24 @@ std::unique_ptr<qjit_tp_mlp> deserialize_tp_mlp(qjit_context* context, std::stri
             corrupt(concat("algorithm is '", algorithm, "'; expected tp_aware or naive"));
         mlp->kind = kind == "swiglu" ? QJIT_MLP_SWIGLU : QJIT_MLP_GELU;
         mlp->algorithm = algorithm == "tp_aware" ? QJIT_TP_AWARE : QJIT_TP_NAIVE;
-        mlp->rank = header.at("rank");
-        mlp->world_size = header.at("world_size");
-        mlp->k1 = header.at("k1");
-        mlp->n1 = header.at("n1");
-        mlp->n2 = header.at("n2");
+        // Integers in range, never a float converted unchecked; check_tp_mlp checks how they fit together.
+        mlp->rank = int(json_integer_field(header, "rank", 0, INT32_MAX));
+        mlp->world_size = int(json_integer_field(header, "world_size", 1, INT32_MAX));
+        mlp->k1 = json_integer_field(header, "k1", 1, INT64_MAX);
+        mlp->n1 = json_integer_field(header, "n1", 1, INT64_MAX);
+        mlp->n2 = json_integer_field(header, "n2", 1, INT64_MAX);
         const nlohmann::json& sections = header.at("sections");
         size_t offset = frame.body_begin;
         const size_t end = frame.body_end;
-        const uint64_t rows = sections.at("down_rows");
+        const auto section_bytes = [&](const char* name) { return uint64_t(json_integer_field(sections, name, 0, INT64_MAX)); };
+        const uint64_t rows = section_bytes("down_rows");
         if (rows > (end - offset) / sizeof(int32_t)) corrupt("the down_rows section runs past the end of the file");
         const std::string_view rows_bytes = take(image, offset, end, rows * sizeof(int32_t), "down_rows");
         mlp->down_rows.resize(size_t(rows));
         std::memcpy(mlp->down_rows.data(), rows_bytes.data(), rows_bytes.size());
-        const std::string_view up = take(image, offset, end, sections.at("up"), "up");
-        const std::string_view gate = take(image, offset, end, sections.at("gate"), "gate");
-        const std::string_view down = take(image, offset, end, sections.at("down"), "down");
+        const std::string_view up = take(image, offset, end, section_bytes("up"), "up");
+        const std::string_view gate = take(image, offset, end, section_bytes("gate"), "gate");
+        const std::string_view down = take(image, offset, end, section_bytes("down"), "down");
         if (offset != end) corrupt(concat(end - offset, " unexpected bytes after the last section"));
         if ((mlp->kind == QJIT_MLP_SWIGLU) == gate.empty())
             corrupt(mlp->kind == QJIT_MLP_SWIGLU ? "a SwiGLU MLP without its gate" : "a GELU MLP with a gate");

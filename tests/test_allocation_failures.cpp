@@ -1,5 +1,6 @@
 // Allocation failure at each allocation of a call (context creation, layer creation from GPTQ
-// tensors, fp32 weights and a checkpoint, forward): the call returns QJIT_ERROR_OUT_OF_MEMORY and
+// tensors, fp32 weights and a checkpoint, forward, loading a layer file, opening a GPTQ checkpoint
+// and a GGUF file): the call returns QJIT_ERROR_OUT_OF_MEMORY and
 // leaves nothing behind (no half-made handle; the sanitizer build's leak checker sees every
 // allocation freed), and the same call succeeds once allocations do.
 //
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "gguf_writer.hpp"
 #include "qjit/qjit.h"
 #include "tools/checkpoint_writer.hpp"
 #include "tools/random_gptq.hpp"
@@ -134,16 +136,64 @@ TEST(AllocationFailures, CheckpointLayerCreation) {
     qjit_tools::write_gptq_checkpoint(dir, {{"model.layers.0.a", 128, 24, tensors.view}, {"model.layers.1.b", 128, 24, tensors.view}},
                                       options);
     qjit_context* context = make_context(2);
-    // Opening is not failed allocation by allocation: nlohmann-json's value destructor (noexcept)
-    // reserves a vector, so a failure there terminates whatever qjit does (docs/reliability.md).
+    // Opening reads config.json, the shard index and each shard's header: JSON that is freed while
+    // the failure unwinds (io/json_document.hpp).
     qjit_checkpoint* checkpoint = nullptr;
-    ASSERT_EQ(qjit_checkpoint_open(context, dir.c_str(), &checkpoint), QJIT_OK);
+    EXPECT_GT(fail_each_allocation([&] { return qjit_checkpoint_open(context, dir.c_str(), &checkpoint); }), 10);
+    ASSERT_NE(checkpoint, nullptr);
     qjit_linear* layer = nullptr;
     EXPECT_GT(fail_each_allocation([&] { return qjit_checkpoint_create_layer(checkpoint, "model.layers.1.b", &layer); }), 10);
     qjit_linear_destroy(layer);
     qjit_checkpoint_close(checkpoint);
     qjit_context_destroy(context);
     std::filesystem::remove_all(dir);
+}
+
+TEST(AllocationFailures, LayerFileLoad) {
+    const std::string path = "/tmp/qjit_allocation_failures_" + std::to_string(getpid()) + ".qjit";
+    qjit_context* context = make_context(2);
+    qjit_tools::GptqTensors tensors;
+    qjit_tools::random_gptq(192, 40, 3, 64, 11, &tensors);
+    qjit_linear* layer = nullptr;
+    ASSERT_EQ(qjit_linear_create_from_gptq(context, 192, 40, &tensors.view, &layer), QJIT_OK) << qjit_last_error();
+    ASSERT_EQ(qjit_linear_save(layer, path.c_str()), QJIT_OK) << qjit_last_error();
+    qjit_linear_destroy(layer);
+    layer = nullptr;
+    EXPECT_GT(fail_each_allocation([&] { return qjit_linear_load(context, path.c_str(), &layer); }), 10);
+    qjit_linear_destroy(layer);
+    qjit_context_destroy(context);
+    std::filesystem::remove(path);
+}
+
+TEST(AllocationFailures, GgufOpen) {
+    // Metadata of each kind the reader keeps (a string, an array of strings, numbers) and two
+    // quantized tensors; Q4_0 blocks whose fp16 scales are 1.0.
+    std::string q4_0;
+    for (int block = 0; block < 2 * 6; ++block) q4_0 += std::string("\x00\x3c", 2) + std::string(16, char(0x5a + block));
+    qjit::test::GgufWriter writer;
+    writer.value("general.architecture", std::string("llama"))
+        .value("llama.block_count", uint32_t(1))
+        .array("tokenizer.ggml.tokens", std::vector<std::string>{"<s>", "a", "b"})
+        .tensor({"blk.0.ffn_up.weight", QJIT_GGML_Q4_0, {64, 6}, q4_0, std::nullopt})
+        .tensor({"blk.0.ffn_down.weight", QJIT_GGML_Q4_0, {64, 6}, q4_0, std::nullopt});
+    const std::string path = "/tmp/qjit_allocation_failures_" + std::to_string(getpid()) + ".gguf";
+    {
+        const std::string bytes = writer.bytes();
+        FILE* file = std::fopen(path.c_str(), "wb");
+        ASSERT_NE(file, nullptr);
+        ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), file), bytes.size());
+        std::fclose(file);
+    }
+    qjit_context* context = make_context(2);
+    qjit_checkpoint* checkpoint = nullptr;
+    EXPECT_GT(fail_each_allocation([&] { return qjit_checkpoint_open(context, path.c_str(), &checkpoint); }), 5);
+    ASSERT_NE(checkpoint, nullptr) << qjit_last_error();
+    qjit_linear* layer = nullptr;
+    EXPECT_GT(fail_each_allocation([&] { return qjit_checkpoint_create_layer(checkpoint, "blk.0.ffn_down.weight", &layer); }), 5);
+    qjit_linear_destroy(layer);
+    qjit_checkpoint_close(checkpoint);
+    qjit_context_destroy(context);
+    std::filesystem::remove(path);
 }
 
 }  // namespace
