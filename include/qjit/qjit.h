@@ -53,11 +53,13 @@ typedef enum qjit_status {
     QJIT_ERROR_INTERNAL = 7,
     QJIT_ERROR_COMMUNICATION = 8,    /* a collective of the caller's communicator failed (qjit_tp.h) */
     QJIT_ERROR_STALE = 9,            /* a pack file made from another source, or for other kernels (qjit_pack_open) */
-    QJIT_STATUS_MAX_ENUM = 0x7fffffff /* keeps the enum 32-bit; not a status */
+    QJIT_STATUS_MIN_ENUM = -0x7fffffff - 1, /* these two make the enum a 32-bit int; not statuses */
+    QJIT_STATUS_MAX_ENUM = 0x7fffffff
 } qjit_status;
 
-/* Each enum ends in a *_MAX_ENUM member so that it is 32-bit wide and any non-negative int a
- * caller passes is a valid value of it (and is rejected with a message if it names nothing). */
+/* Each enum ends in *_MIN_ENUM and *_MAX_ENUM members, INT32_MIN and INT32_MAX, so that it is a
+ * 32-bit int and every int a caller passes, -1 included, is a valid value of it in C and in C++.
+ * The library checks each value it is given and rejects one that names nothing with a message. */
 
 /* Names of the instruction sets a context may use, in increasing order. */
 typedef enum qjit_isa {
@@ -67,6 +69,7 @@ typedef enum qjit_isa {
     QJIT_ISA_AVX2_VNNI = 3,   /* AVX2 + AVX-VNNI (VEX-encoded vpdpbusd) */
     QJIT_ISA_AVX512 = 4,      /* AVX-512 F/BW/VL */
     QJIT_ISA_AVX512_VNNI = 5, /* AVX-512 + AVX512-VNNI */
+    QJIT_ISA_MIN_ENUM = -0x7fffffff - 1,
     QJIT_ISA_MAX_ENUM = 0x7fffffff
 } qjit_isa;
 
@@ -74,6 +77,7 @@ typedef enum qjit_dtype {
     QJIT_DTYPE_F32 = 0,
     QJIT_DTYPE_F16 = 1,
     QJIT_DTYPE_BF16 = 2,
+    QJIT_DTYPE_MIN_ENUM = -0x7fffffff - 1,
     QJIT_DTYPE_MAX_ENUM = 0x7fffffff
 } qjit_dtype;
 
@@ -82,6 +86,7 @@ typedef enum qjit_activations {
     QJIT_ACTIVATIONS_AUTO = 0, /* the default: docs/cpu-kernels.md says which path and why */
     QJIT_ACTIVATIONS_F32 = 1,  /* exact: weights unpacked to fp32 and multiplied in fp32 */
     QJIT_ACTIVATIONS_INT8 = 2, /* activations quantized to int8 per group on the fly; integer dot products */
+    QJIT_ACTIVATIONS_MIN_ENUM = -0x7fffffff - 1,
     QJIT_ACTIVATIONS_MAX_ENUM = 0x7fffffff
 } qjit_activations;
 
@@ -90,6 +95,7 @@ typedef enum qjit_tuning_mode {
     QJIT_TUNING_DEFAULT = 0,    /* this machine's database record, else a timed search within the budget (stored) */
     QJIT_TUNING_RETUNE = 1,     /* search within the budget even when the database has a record; store the result */
     QJIT_TUNING_EXHAUSTIVE = 2, /* time every tiling the registers allow, no pruning, no budget; store the result */
+    QJIT_TUNING_MODE_MIN_ENUM = -0x7fffffff - 1,
     QJIT_TUNING_MODE_MAX_ENUM = 0x7fffffff
 } qjit_tuning_mode;
 
@@ -102,6 +108,7 @@ typedef enum qjit_tiling_source {
     QJIT_TILING_SEARCHED = 4, /* timed now, then stored */
     QJIT_TILING_MODEL = 5,    /* the performance model's first pick, untimed (budget 0); not stored */
     QJIT_TILING_PACK = 6,     /* read from a pack file with the layer's panels (qjit_linear_create_from_pack) */
+    QJIT_TILING_SOURCE_MIN_ENUM = -0x7fffffff - 1,
     QJIT_TILING_SOURCE_MAX_ENUM = 0x7fffffff
 } qjit_tiling_source;
 
@@ -109,6 +116,7 @@ typedef enum qjit_tiling_source {
 typedef enum qjit_weight_layout {
     QJIT_LAYOUT_K_BY_N = 0, /* W[k][n]: row k holds the N weights that input k feeds */
     QJIT_LAYOUT_N_BY_K = 1, /* W[n][k]: PyTorch nn.Linear.weight, llama2.c matrices */
+    QJIT_LAYOUT_MIN_ENUM = -0x7fffffff - 1,
     QJIT_LAYOUT_MAX_ENUM = 0x7fffffff
 } qjit_weight_layout;
 
@@ -118,6 +126,7 @@ typedef enum qjit_gptq_format {
                          with borrows; per field for 3 bits), as AutoGPTQ and GPTQModel write it */
     QJIT_GPTQ_V2 = 2, /* "gptq_v2": qzeros hold the zero point as is */
     QJIT_GGUF_BLOCKS = 3, /* not GPTQ: a GGUF file's tensor in ggml's blocks (qjit_checkpoint_layer.ggml_type) */
+    QJIT_GPTQ_MIN_ENUM = -0x7fffffff - 1,
     QJIT_GPTQ_MAX_ENUM = 0x7fffffff
 } qjit_gptq_format;
 
@@ -136,6 +145,7 @@ typedef enum qjit_ggml_type {
     QJIT_GGML_Q6_K = 14,
     QJIT_GGML_IQ4_NL = 20,
     QJIT_GGML_IQ4_XS = 23,
+    QJIT_GGML_TYPE_MIN_ENUM = -0x7fffffff - 1,
     QJIT_GGML_TYPE_MAX_ENUM = 0x7fffffff
 } qjit_ggml_type;
 
@@ -178,6 +188,7 @@ typedef enum qjit_quant_method {
     QJIT_QUANT_MIXED = 4, /* 2/4/16: K-groups in 4 or 2 bits by sensitivity (the mixed_alpha most sensitive in 4),
                              second-order scales, fp16 outliers from the 2-bit groups; GPTQ with a calibration,
                              round to nearest with a range-based sensitivity without one; `bits` is ignored */
+    QJIT_QUANT_METHOD_MIN_ENUM = -0x7fffffff - 1,
     QJIT_QUANT_METHOD_MAX_ENUM = 0x7fffffff
 } qjit_quant_method;
 
@@ -386,12 +397,14 @@ typedef enum qjit_rank_policy {
     QJIT_RANK_SPARSE = 2,    /* sparse-r: the opposite */
     QJIT_RANK_KURTOSIS = 3,  /* kurtosis-r: in proportion to each matrix's weight kurtosis (heavy tails) */
     QJIT_RANK_FREQUENCY = 4, /* frequency-r: routed experts by the activation counts given */
+    QJIT_RANK_POLICY_MIN_ENUM = -0x7fffffff - 1,
     QJIT_RANK_POLICY_MAX_ENUM = 0x7fffffff
 } qjit_rank_policy;
 typedef enum qjit_matrix_role {
     QJIT_ROLE_ATTENTION = 0,
     QJIT_ROLE_DENSE = 1,     /* a dense FFN matrix or a shared expert's */
     QJIT_ROLE_EXPERT = 2,    /* a routed expert's */
+    QJIT_ROLE_MIN_ENUM = -0x7fffffff - 1,
     QJIT_ROLE_MAX_ENUM = 0x7fffffff
 } qjit_matrix_role;
 typedef struct qjit_rank_matrix {
@@ -426,6 +439,7 @@ QJIT_API qjit_status qjit_linear_forward_shared_input(qjit_linear* const* layers
 typedef enum qjit_device {
     QJIT_DEVICE_CPU = 0,
     QJIT_DEVICE_CUDA = 1,
+    QJIT_DEVICE_MIN_ENUM = -0x7fffffff - 1,
     QJIT_DEVICE_MAX_ENUM = 0x7fffffff
 } qjit_device;
 /* y (m x N) = x (m x K) * W on `device`, the device-neutral form of qjit_linear_forward and

@@ -31,6 +31,7 @@ typedef enum qjit_ffn_activation {
     QJIT_FFN_RELU = 0,   /* parts: up (a flash FFN: with an optional bias), down */
     QJIT_FFN_SWIGLU = 1, /* parts: gate, up, down */
     QJIT_FFN_GELU = 2,   /* parts: up, down (not in neuron files) */
+    QJIT_FFN_ACTIVATION_MIN_ENUM = -0x7fffffff - 1,
     QJIT_FFN_ACTIVATION_MAX_ENUM = 0x7fffffff
 } qjit_ffn_activation;
 

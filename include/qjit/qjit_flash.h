@@ -31,6 +31,7 @@ extern "C" {
 typedef enum qjit_flash_sparsity_score {
     QJIT_SPARSITY_GATE = 0,          /* |silu(x . gate_i)| (CATS) */
     QJIT_SPARSITY_GATE_WEIGHTED = 1, /* |silu(x . gate_i)| * rms(x . up_i) * |down_i| over the calibration */
+    QJIT_SPARSITY_SCORE_MIN_ENUM = -0x7fffffff - 1,
     QJIT_SPARSITY_SCORE_MAX_ENUM = 0x7fffffff
 } qjit_flash_sparsity_score;
 

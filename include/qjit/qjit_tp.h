@@ -39,12 +39,14 @@ extern "C" {
 typedef enum qjit_mlp_kind {
     QJIT_MLP_SWIGLU = 0, /* y = (silu(x W_gate) * (x W_up)) W_down */
     QJIT_MLP_GELU = 1,   /* y = gelu(x W_up) W_down, gelu's tanh approximation */
+    QJIT_MLP_KIND_MIN_ENUM = -0x7fffffff - 1,
     QJIT_MLP_KIND_MAX_ENUM = 0x7fffffff
 } qjit_mlp_kind;
 
 typedef enum qjit_tp_algorithm {
     QJIT_TP_NAIVE = 0, /* all-gather, permute, re-chunk, then the all-reduce */
     QJIT_TP_AWARE = 1, /* W_up/W_gate columns permuted offline: the all-reduce only */
+    QJIT_TP_ALGORITHM_MIN_ENUM = -0x7fffffff - 1,
     QJIT_TP_ALGORITHM_MAX_ENUM = 0x7fffffff
 } qjit_tp_algorithm;
 
@@ -94,6 +96,7 @@ typedef enum qjit_mlp_part {
     QJIT_MLP_UP = 0,
     QJIT_MLP_GATE = 1,
     QJIT_MLP_DOWN = 2,
+    QJIT_MLP_PART_MIN_ENUM = -0x7fffffff - 1,
     QJIT_MLP_PART_MAX_ENUM = 0x7fffffff
 } qjit_mlp_part;
 

@@ -50,6 +50,7 @@ void activate(qjit_ffn_activation activation, float* up, const float* gate, int6
         case QJIT_FFN_SWIGLU: swiglu_in_place(up + begin, gate + begin, n); break;
         case QJIT_FFN_GELU: gelu_in_place(up + begin, n); break;
         case QJIT_FFN_RELU: relu_in_place(up + begin, n); break;
+        case QJIT_FFN_ACTIVATION_MIN_ENUM:
         case QJIT_FFN_ACTIVATION_MAX_ENUM: fail(QJIT_ERROR_INVALID_ARGUMENT, "activation is not a qjit_ffn_activation");
         }
     };
