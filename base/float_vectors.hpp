@@ -1,5 +1,5 @@
-// Sixteen floats as one GCC vector (one AVX-512 register, two AVX2 ones), the unaligned view of
-// any float array as such vectors, and exp over a vector: the pieces the vectorised loops of
+// Sixteen floats as one GCC vector (one AVX-512 register, two AVX2 ones), their loads and stores
+// at any float address, and exp over a vector: the pieces the vectorised loops of
 // the library and the Llama forward share. Functions using them are compiled per instruction set
 // (base/simd_clones.hpp).
 #pragma once
@@ -14,11 +14,15 @@ namespace qjit {
 
 using Floats16 = float __attribute__((vector_size(64)));
 using Ints16 = int32_t __attribute__((vector_size(64)));
-// The same vector read from and written to any float address (unaligned, aliasing floats).
-using UnalignedFloats16 = float __attribute__((vector_size(64), aligned(4), may_alias));
-
-[[gnu::always_inline]] inline Floats16 load16(const float* p) { return *reinterpret_cast<const UnalignedFloats16*>(p); }
-[[gnu::always_inline]] inline void store16(float* p, Floats16 v) { *reinterpret_cast<UnalignedFloats16*>(p) = v; }
+// The vector read from and written to any float address. Through memcpy, which compiles to one
+// unaligned load or store: a vector type with its alignment lowered to 4 is honoured by GCC but not
+// everywhere by clang, which may emit an aligned access that faults.
+[[gnu::always_inline]] inline Floats16 load16(const float* p) {
+    Floats16 v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+}
+[[gnu::always_inline]] inline void store16(float* p, Floats16 v) { __builtin_memcpy(p, &v, sizeof v); }
 
 [[gnu::always_inline]] inline Floats16 splat16(float v) { return Floats16{} + v; }
 

@@ -22,8 +22,8 @@ int main(void) {
     const char* description = NULL;
     int i;
 
-    for (i = 0; i < K * N; ++i) w[i] = (float)rand() / RAND_MAX - 0.5f;
-    for (i = 0; i < K; ++i) x[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (i = 0; i < K * N; ++i) w[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+    for (i = 0; i < K; ++i) x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
 
     CHECK(qjit_context_create(NULL, &context));  /* default options: all cores */
     qjit_quant_config_init(&config);            /* 4-bit, group 128, asymmetric, fp16 scales */

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
 
         x = malloc(sizeof(float) * (size_t)(rows * info.k));
         y = malloc(sizeof(float) * (size_t)(rows * info.n));
-        for (j = 0; j < rows * info.k; ++j) x[j] = (float)rand() / RAND_MAX - 0.5f;
+        for (j = 0; j < rows * info.k; ++j) x[j] = (float)rand() / (float)RAND_MAX - 0.5f;
         start = now_ms();
         CHECK(qjit_linear_forward(layer, x, rows, y));
         forward_ms = now_ms() - start;

@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang (in build-fuzz/, the library instrumented with ASan and
-# UBSan) and runs each for SECONDS (default 30) on a scratch copy of its seed corpus
-# (tests/fuzz/corpus/<target>), then prints each target's executions and rate.
+# Builds the libFuzzer targets with clang (in build-sanitize/, scripts/build_sanitized.sh: the
+# library instrumented with ASan and UBSan, the build QJIT_SANITIZE=1 scripts/test.sh shares) and
+# runs each for SECONDS (default 30) on a scratch copy of its corpus (tests/fuzz/corpus/<target>),
+# then prints each target's executions and rate.
 # A finding (crash, sanitizer report, leak, uncaught exception) stops the run with the input saved
-# as build-fuzz/findings/<target>/crash-*; reproduce with build-fuzz/tests/fuzz/<target> FILE.
-# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]        long runs: scripts/fuzz.sh 3600 fuzz_checkpoint
+# as build-sanitize/findings/<target>/crash-*; reproduce with build-sanitize/tests/fuzz/<target> FILE.
+# With --merge, what the run found is merged into the target's corpus in the repository (libFuzzer's
+# -merge=1: the smallest set of inputs that keeps every feature either covered), so that later runs
+# and CI start from it.
+# Usage: scripts/fuzz.sh [--merge] [SECONDS] [TARGET...]     long runs: scripts/fuzz.sh --merge 3600 fuzz_checkpoint
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+merge=0
+if [ "${1:-}" = --merge ]; then merge=1; shift; fi
 seconds="${1:-30}"
 shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_layer_file fuzz_layer_file_checksummed fuzz_tuning_db fuzz_model_config
                                      fuzz_safetensors fuzz_gguf fuzz_checkpoint fuzz_gptq_tensors fuzz_tp_mlp_file
-                                     fuzz_neuron_file fuzz_neuron_file_checksummed fuzz_pack_file)
-build="$root/build-fuzz"
-"$root/scripts/setup.sh"
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-      -DQJIT_FUZZ=ON -DQJIT_BUILD_TESTS=OFF -DQJIT_BUILD_BENCH=OFF -DQJIT_WITH_CUDA=OFF >/dev/null
-cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >/dev/null
+                                     fuzz_neuron_file fuzz_neuron_file_checksummed fuzz_pack_file fuzz_json_document)
+build="$root/build-sanitize"
+target_flags=()
+for target in "${targets[@]}"; do target_flags+=(--target "$target"); done
+"$root/scripts/build_sanitized.sh" "${target_flags[@]}"
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 for target in "${targets[@]}"; do
   corpus="$(mktemp -d)"
@@ -25,14 +30,31 @@ for target in "${targets[@]}"; do
   mkdir -p "$findings"
   cp "$root/tests/fuzz/corpus/$target/"* "$corpus/"
   log="$build/findings/$target.log"
+  # The target's dictionary (tests/fuzz/dict/: field names, tokens), shared by a checksummed twin.
+  dict="$root/tests/fuzz/dict/${target#fuzz_}"
+  dict="${dict%_checksummed}.dict"
+  dict_flag=()
+  [ -f "$dict" ] && dict_flag=(-dict="$dict")
   if ! "$build/tests/fuzz/$target" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
-       -artifact_prefix="$findings/" "$corpus" >"$log" 2>&1; then
+       "${dict_flag[@]}" -artifact_prefix="$findings/" "$corpus" >"$log" 2>&1; then
     tail -n 40 "$log" >&2
     echo "fuzz: $target found a problem; the input is in $findings" >&2
     rm -rf "$corpus"
     exit 1
   fi
   runs="$(awk '/stat::number_of_executed_units/ {print $2}' "$log")"
-  echo "fuzz: $target: $runs executions in ${seconds} s ($((runs / seconds))/s), corpus $(ls "$corpus" | wc -l) inputs"
+  # Coverage growth: the edges covered once the corpus has run, and at the end.
+  first="$(awk '/INITED/ {for (i = 1; i < NF; ++i) if ($i == "cov:") print $(i + 1)}' "$log" | head -n1)"
+  last="$(awk '/ cov: / {for (i = 1; i < NF; ++i) if ($i == "cov:") c = $(i + 1)} END {print c}' "$log")"
+  echo "fuzz: $target: $runs executions in ${seconds} s ($((runs / seconds))/s), coverage ${first:-?} -> ${last:-?} edges," \
+       "corpus $(ls "$corpus" | wc -l) inputs"
+  if [ "$merge" -eq 1 ]; then
+    merged="$(mktemp -d)"
+    "$build/tests/fuzz/$target" -merge=1 -rss_limit_mb=2048 -timeout=10 "$merged" "$root/tests/fuzz/corpus/$target" \
+      "$corpus" >"$log.merge" 2>&1
+    rm -rf "$root/tests/fuzz/corpus/$target"
+    mv "$merged" "$root/tests/fuzz/corpus/$target"
+    echo "fuzz: $target: corpus in the repository now $(ls "$root/tests/fuzz/corpus/$target" | wc -l) inputs"
+  fi
   rm -rf "$corpus"
 done

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds qjit and runs the whole test suite. QJIT_SANITIZE=1 builds and runs it under
-# AddressSanitizer + UndefinedBehaviorSanitizer instead (in build-sanitize/); QJIT_SANITIZE=thread
+# Builds qjit and runs the whole test suite. QJIT_SANITIZE=1 builds and runs it under clang's
+# AddressSanitizer + UndefinedBehaviorSanitizer instead (in build-sanitize/, scripts/build_sanitized.sh:
+# the build the fuzz targets share), QJIT_SANITIZE=gcc under GCC's (in build-sanitize-gcc/); QJIT_SANITIZE=thread
 # under ThreadSanitizer (in build-tsan/), with the suites whose code runs on more than one thread
 # only (-DQJIT_TESTS=threaded, tests/CMakeLists.txt), less those that repeat one check per ISA
 # (Isa/: minutes under TSan, and nothing the rest does not already run on the thread pool), and the
 # model-scale numerics in those suites (NLL on the real models, the tune-then-create round trip of a
 # checkpoint, tuning a whole GGUF file): minutes under TSan, on the same pool the layer suites run.
-# The ASan build compiles the suites' own code without the sanitizers (tests/CMakeLists.txt).
+# The ASan builds compile the suites' own code without the sanitizers (tests/CMakeLists.txt).
 # Under ASan + UBSan the AVX2 twins of the AVX-512 format variants (AllFormats/*_avx2_*), the JIT
 # runs of the per-ISA model checks (Isa/*/avx*, Isa/*/Jit: their portable runs stay) and the NVRTC
 # compile sweep (BitsAndArch/) are left out too: generated machine code and NVRTC are not
@@ -23,9 +24,14 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 exclude=()
 labels_out='cuda_sweep'
 case "${QJIT_SANITIZE:-0}" in
-  1)
-    build_dir="$root/build-sanitize"
-    "$root/scripts/build.sh" --quiet "$build_dir" -DQJIT_SANITIZE=ON -DQJIT_BUILD_BENCH=OFF
+  1|gcc)
+    if [ "$QJIT_SANITIZE" = gcc ]; then
+      build_dir="$root/build-sanitize-gcc"
+      "$root/scripts/build.sh" --quiet "$build_dir" -DQJIT_SANITIZE=ON -DQJIT_BUILD_BENCH=OFF
+    else
+      build_dir="$root/build-sanitize"
+      "$root/scripts/build_sanitized.sh"
+    fi
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     labels_out='cuda_sweep|mpi'
     exclude=(-E '^BitsAndArch/|^AllFormats/.*_avx2_|^Isa/.*/(avx|Jit)|CudaEmulated')
