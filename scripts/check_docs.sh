@@ -15,7 +15,7 @@ problems=0
 problem() { echo "check_docs: $*" >&2; problems=$((problems + 1)); }
 
 # Paths: a name starting with one of the four folders, not part of a longer word or path
-# (build-fuzz/ and $build/ are not build/). Trailing sentence punctuation is not part of it.
+# (build-sanitize/ and $build/ are not build/). Trailing sentence punctuation is not part of it.
 while IFS=: read -r page line path; do
   path="${path%%[.,;:]}"
   [ -e "$path" ] || problem "$page:$line names $path, which does not exist"
