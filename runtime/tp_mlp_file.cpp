@@ -75,7 +75,8 @@ std::unique_ptr<qjit_tp_mlp> deserialize_tp_mlp(qjit_context* context, std::stri
         if (rows > (end - offset) / sizeof(int32_t)) corrupt("the down_rows section runs past the end of the file");
         const std::string_view rows_bytes = take(image, offset, end, rows * sizeof(int32_t), "down_rows");
         mlp->down_rows.resize(size_t(rows));
-        std::memcpy(mlp->down_rows.data(), rows_bytes.data(), rows_bytes.size());
+        // No memcpy for no rows: an empty vector's data() may be null, which memcpy may not take.
+        if (rows != 0) std::memcpy(mlp->down_rows.data(), rows_bytes.data(), rows_bytes.size());
         const std::string_view up = take(image, offset, end, section_bytes("up"), "up");
         const std::string_view gate = take(image, offset, end, section_bytes("gate"), "gate");
         const std::string_view down = take(image, offset, end, section_bytes("down"), "down");
