@@ -198,7 +198,8 @@ CheckpointLayer describe_layer(const std::string& name, const std::map<std::stri
 // The tensor's bytes where int32 or fp32 reads of them are aligned: in place when the file has
 // them aligned, else copied into `copies`.
 const void* aligned_data(const SafetensorsTensor& tensor, std::vector<std::vector<uint32_t>>* copies) {
-    if (reinterpret_cast<uintptr_t>(tensor.data) % alignof(uint32_t) == 0) return tensor.data;
+    // An empty tensor is returned as it is: an empty copy's data() may be null, which memcpy may not take.
+    if (tensor.bytes == 0 || reinterpret_cast<uintptr_t>(tensor.data) % alignof(uint32_t) == 0) return tensor.data;
     copies->emplace_back((tensor.bytes + 3) / 4);
     std::memcpy(copies->back().data(), tensor.data, tensor.bytes);
     return copies->back().data();
