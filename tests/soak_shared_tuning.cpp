@@ -102,6 +102,19 @@ int64_t shape_index_of_draw(int64_t draw) {
     return int64_t((uint64_t(draw) * 0x9E3779B97F4A7C15ull >> 17) % uint64_t(fresh));
 }
 
+// A layer quantized by RTN in `shape`'s format from random fp32 weights, the same for the same seed.
+qjit_status create_f32_layer(qjit_context* context, const Shape& shape, uint64_t seed, qjit_linear** layer) {
+    qjit_tools::Rng rng(seed);
+    std::vector<float> weights(size_t(shape.k * shape.n));
+    for (float& w : weights) w = rng.uniform(-1.0f, 1.0f);
+    qjit_quant_config config;
+    qjit_quant_config_init(&config);
+    config.bits = shape.format.bits;
+    config.group_size = shape.format.group;
+    config.symmetric = shape.format.symmetric;
+    return qjit_linear_create_from_f32(context, &config, shape.k, shape.n, weights.data(), QJIT_LAYOUT_K_BY_N, layer);
+}
+
 // ---- one process's run ----
 
 struct StoredRecord {
@@ -175,16 +188,7 @@ private:
                                     shape.format.symmetric);
             status = qjit_linear_create_from_gptq(context, shape.k, shape.n, &tensors.view, &layer);
         } else {
-            qjit_tools::Rng rng(seed);
-            std::vector<float> weights(size_t(shape.k * shape.n));
-            for (float& w : weights) w = rng.uniform(-1.0f, 1.0f);
-            qjit_quant_config config;
-            qjit_quant_config_init(&config);
-            config.bits = shape.format.bits;
-            config.group_size = shape.format.group;
-            config.symmetric = shape.format.symmetric;
-            status = qjit_linear_create_from_f32(context, &config, shape.k, shape.n, weights.data(), QJIT_LAYOUT_K_BY_N,
-                                                 &layer);
+            status = create_f32_layer(context, shape, seed, &layer);
         }
         if (status != QJIT_OK) {
             fail(name + ": creation failed: " + qjit_status_string(status) + ": " + qjit_last_error());
@@ -417,18 +421,9 @@ DbCheck check_database(const std::string& path, const ProcessResult (&processes)
         for (const auto& [key, record] : stored) {
             if (i++ % step != 0) continue;
             const Shape shape = shape_of(process, record.shape_index);
-            qjit_tools::Rng rng(uint64_t(record.shape_index));
-            std::vector<float> weights(size_t(shape.k * shape.n));
-            for (float& w : weights) w = rng.uniform(-1.0f, 1.0f);
-            qjit_quant_config config;
-            qjit_quant_config_init(&config);
-            config.bits = shape.format.bits;
-            config.group_size = shape.format.group;
-            config.symmetric = shape.format.symmetric;
             qjit_linear* layer = nullptr;
             qjit_linear_tuning tuning{};
-            if (qjit_linear_create_from_f32(context, &config, shape.k, shape.n, weights.data(), QJIT_LAYOUT_K_BY_N,
-                                            &layer) != QJIT_OK ||
+            if (create_f32_layer(context, shape, uint64_t(record.shape_index), &layer) != QJIT_OK ||
                 qjit_linear_get_tuning(layer, &tuning) != QJIT_OK) {
                 check.failures.push_back("made again: '" + key + "': " + qjit_last_error());
             } else if (tuning.source != QJIT_TILING_DATABASE || key != tuning.kernel_key ||
