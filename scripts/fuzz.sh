@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (in build-sanitize/, scripts/build_sanitized.sh: the
 # library instrumented with ASan and UBSan, the build QJIT_SANITIZE=1 scripts/test.sh shares) and
-# runs each for SECONDS (default 30) on a scratch copy of its corpus (tests/fuzz/corpus/<target>),
+# runs each for SECONDS (default 30) on a scratch copy of its seeds (tests/fuzz/seeds/<target>: valid
+# files and named regressions, which tests also read) and its grown corpus (tests/fuzz/corpus/<target>),
 # then prints each target's executions and rate.
 # A finding (crash, sanitizer report, leak, uncaught exception) stops the run with the input saved
 # as build-sanitize/findings/<target>/crash-*; reproduce with build-sanitize/tests/fuzz/<target> FILE.
-# With --merge, what the run found is merged into the target's corpus in the repository (libFuzzer's
-# -merge=1: the smallest set of inputs that keeps every feature either covered), so that later runs
-# and CI start from it.
+# With --merge, what the run found is merged into the target's grown corpus in the repository
+# (libFuzzer's -merge=1: the fewest inputs that cover every feature the seeds do not), so that later
+# runs and CI start from it; the seeds stay as they are.
 # Usage: scripts/fuzz.sh [--merge] [SECONDS] [TARGET...]     long runs: scripts/fuzz.sh --merge 3600 fuzz_checkpoint
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,7 +29,10 @@ for target in "${targets[@]}"; do
   corpus="$(mktemp -d)"
   findings="$build/findings/$target"
   mkdir -p "$findings"
-  cp "$root/tests/fuzz/corpus/$target/"* "$corpus/"
+  seeds="$root/tests/fuzz/seeds/$target"
+  grown="$root/tests/fuzz/corpus/$target"
+  cp -r "$seeds/." "$corpus/"
+  [ ! -d "$grown" ] || cp -r "$grown/." "$corpus/"
   log="$build/findings/$target.log"
   # The target's dictionary (tests/fuzz/dict/: field names, tokens), shared by a checksummed twin.
   dict="$root/tests/fuzz/dict/${target#fuzz_}"
@@ -49,12 +53,15 @@ for target in "${targets[@]}"; do
   echo "fuzz: $target: $runs executions in ${seconds} s ($((runs / seconds))/s), coverage ${first:-?} -> ${last:-?} edges," \
        "corpus $(ls "$corpus" | wc -l) inputs"
   if [ "$merge" -eq 1 ]; then
+    # The merge keeps what the first folder already covers, so it starts from the seeds, which then
+    # leave: the grown corpus holds only what they miss.
     merged="$(mktemp -d)"
-    "$build/tests/fuzz/$target" -merge=1 -rss_limit_mb=2048 -timeout=10 "$merged" "$root/tests/fuzz/corpus/$target" \
-      "$corpus" >"$log.merge" 2>&1
-    rm -rf "$root/tests/fuzz/corpus/$target"
-    mv "$merged" "$root/tests/fuzz/corpus/$target"
-    echo "fuzz: $target: corpus in the repository now $(ls "$root/tests/fuzz/corpus/$target" | wc -l) inputs"
+    cp -r "$seeds/." "$merged/"
+    "$build/tests/fuzz/$target" -merge=1 -rss_limit_mb=2048 -timeout=10 "$merged" "$corpus" >"$log.merge" 2>&1
+    for seed in "$seeds/"*; do rm -f "$merged/$(basename "$seed")"; done
+    rm -rf "$grown"
+    mv "$merged" "$grown"
+    echo "fuzz: $target: grown corpus in the repository now $(ls "$grown" | wc -l) inputs"
   fi
   rm -rf "$corpus"
 done

@@ -403,7 +403,7 @@ TEST(GgufFile, KnowsGgmlTypesByNumber) {
 
 // The fuzz corpus's seeds parse: the fuzzer starts from valid files.
 TEST(GgufFile, FuzzSeedsParse) {
-    const std::filesystem::path corpus = std::filesystem::path(QJIT_SOURCE_DIR) / "tests/fuzz/corpus/fuzz_gguf";
+    const std::filesystem::path corpus = std::filesystem::path(QJIT_SOURCE_DIR) / "tests/fuzz/seeds/fuzz_gguf";
     int seeds = 0;
     for (const auto& entry : std::filesystem::directory_iterator(corpus)) {
         SCOPED_TRACE(entry.path().filename().string());
@@ -417,7 +417,7 @@ TEST(GgufFile, FuzzSeedsParse) {
 
 // Writes the seeds of tests/fuzz/fuzz_gguf.cpp: the small file in versions 2 and 3, and a version
 // 3 file with a 64-byte alignment, every value type and a tensor of each dequantized type.
-//   QJIT_FUZZ_SEED_DIR=tests/fuzz/corpus qjit_tests --gtest_also_run_disabled_tests --gtest_filter='*GgufFuzzSeeds'
+//   QJIT_FUZZ_SEED_DIR=tests/fuzz/seeds qjit_tests --gtest_also_run_disabled_tests --gtest_filter='*GgufFuzzSeeds'
 TEST(GgufFile, DISABLED_WritesGgufFuzzSeeds) {
     const char* dir = std::getenv("QJIT_FUZZ_SEED_DIR");
     if (!dir) GTEST_SKIP() << "set QJIT_FUZZ_SEED_DIR to the corpus folder";

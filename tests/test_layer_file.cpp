@@ -742,7 +742,7 @@ TEST_F(FeatureLayerFileTest, VersionAndFeaturesMustAgree) {
 // The fuzz corpus's layer files (versions 1 to 3, as earlier qjit wrote them) load, and the
 // layers they hold are written back byte for byte, in the panels they were saved in.
 TEST_F(FeatureLayerFileTest, CorpusFilesAreWrittenBackByteForByte) {
-    const std::filesystem::path corpus = std::filesystem::path(QJIT_SOURCE_DIR) / "tests/fuzz/corpus/fuzz_layer_file";
+    const std::filesystem::path corpus = std::filesystem::path(QJIT_SOURCE_DIR) / "tests/fuzz/seeds/fuzz_layer_file";
     std::set<uint32_t> versions;
     for (const auto& entry : std::filesystem::directory_iterator(corpus)) {
         SCOPED_TRACE(entry.path().filename().string());
@@ -765,7 +765,7 @@ TEST_F(FeatureLayerFileTest, CorpusFilesAreWrittenBackByteForByte) {
 // Writes the fuzz corpus's version 3 seeds: layer6 (mixed widths, second-order scales, outliers,
 // act-order) and layer7 (the same without act-order, with an 8-bit compensator), small layers in
 // panels of 8 columns; the checksummed target's copies lack the CRC its fuzzer appends.
-//   QJIT_FUZZ_SEED_DIR=tests/fuzz/corpus qjit_tests --gtest_also_run_disabled_tests --gtest_filter='*WritesFuzzSeeds'
+//   QJIT_FUZZ_SEED_DIR=tests/fuzz/seeds qjit_tests --gtest_also_run_disabled_tests --gtest_filter='*WritesFuzzSeeds'
 TEST_F(FeatureLayerFileTest, DISABLED_WritesFuzzSeeds) {
     const char* dir = std::getenv("QJIT_FUZZ_SEED_DIR");
     if (!dir) GTEST_SKIP() << "set QJIT_FUZZ_SEED_DIR to the corpus folder";

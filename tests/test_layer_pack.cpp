@@ -250,7 +250,7 @@ TEST_F(LayerPackTest, BadCallsAreRefusedWithAMessage) {
 // Writes the fuzz corpus's seeds (tests/fuzz/fuzz_pack_file.cpp) without the CRC its fuzzer appends:
 // packs made on an AVX2-capped context, the fuzzer's, with a panels entry of each zero-point kind,
 // an act-order layer's image, and the layers of GGUF blocks (super-block scales, 5- and 6-bit codes).
-//   QJIT_FUZZ_SEED_DIR=tests/fuzz/corpus qjit_tests --gtest_also_run_disabled_tests --gtest_filter='*WritesPackFuzzSeeds'
+//   QJIT_FUZZ_SEED_DIR=tests/fuzz/seeds qjit_tests --gtest_also_run_disabled_tests --gtest_filter='*WritesPackFuzzSeeds'
 TEST_F(LayerPackTest, DISABLED_WritesPackFuzzSeeds) {
     const char* dir = std::getenv("QJIT_FUZZ_SEED_DIR");
     if (!dir) GTEST_SKIP() << "set QJIT_FUZZ_SEED_DIR to the corpus folder";

@@ -405,7 +405,7 @@ TEST(NeuronFile, AWriterWithASparsitySectionFinishesOnlyOnceItIsSet) {
 // The fuzz corpus's seeds are valid files, versions 1 to 3, with a sparsity section and its
 // gates apart: the fuzzer starts from them.
 TEST(NeuronFile, FuzzSeedsParse) {
-    const fs::path corpus = fs::path(QJIT_SOURCE_DIR) / "tests/fuzz/corpus/fuzz_neuron_file";
+    const fs::path corpus = fs::path(QJIT_SOURCE_DIR) / "tests/fuzz/seeds/fuzz_neuron_file";
     int seeds = 0, with_sparsity = 0;
     for (const auto& entry : fs::directory_iterator(corpus)) {
         SCOPED_TRACE(entry.path().filename().string());
@@ -795,7 +795,7 @@ TEST(NeuronFile, ConvertsGptqCheckpoints) {
 }
 
 // Writes the fuzz corpus's seeds: one-layer files of two neurons, small enough to mutate quickly.
-//   QJIT_FUZZ_SEED_DIR=tests/fuzz/corpus qjit_tests --gtest_also_run_disabled_tests \
+//   QJIT_FUZZ_SEED_DIR=tests/fuzz/seeds qjit_tests --gtest_also_run_disabled_tests \
 //       --gtest_filter='*WritesNeuronFuzzSeeds'
 TEST(NeuronFile, DISABLED_WritesNeuronFuzzSeeds) {
     const char* dir = std::getenv("QJIT_FUZZ_SEED_DIR");

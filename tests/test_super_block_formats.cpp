@@ -267,7 +267,7 @@ TEST(SuperBlockScales, ADamagedLayerFileIsRefused) {
 // Writes the fuzz corpus's version 6 seeds: layer8 (Q4_K's format: 4-bit codes, 6-bit scale and min
 // codes) and layer9 (Q6_K's: 6-bit codes, signed 8-bit scale codes), small layers in panels of 8
 // columns; the checksummed target's copies lack the CRC its fuzzer appends.
-//   QJIT_FUZZ_SEED_DIR=tests/fuzz/corpus qjit_tests --gtest_also_run_disabled_tests --gtest_filter='*WritesSuperBlockFuzzSeeds'
+//   QJIT_FUZZ_SEED_DIR=tests/fuzz/seeds qjit_tests --gtest_also_run_disabled_tests --gtest_filter='*WritesSuperBlockFuzzSeeds'
 TEST(SuperBlockScales, DISABLED_WritesSuperBlockFuzzSeeds) {
     const char* dir = std::getenv("QJIT_FUZZ_SEED_DIR");
     if (!dir) GTEST_SKIP() << "set QJIT_FUZZ_SEED_DIR to the corpus folder";

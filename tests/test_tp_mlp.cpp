@@ -174,7 +174,7 @@ TEST(TpMlp, DamagedShardFilesAreRefused) {
 
 // Writes the fuzz corpus's seeds of tests/fuzz/fuzz_tp_mlp_file.cpp (which appends the checksum
 // itself): a SwiGLU rank of two, TP-aware and act-order, and a GELU world of one, naive.
-//   QJIT_FUZZ_SEED_DIR=tests/fuzz/corpus qjit_tests --gtest_also_run_disabled_tests --gtest_filter='*TpMlpFuzzSeeds'
+//   QJIT_FUZZ_SEED_DIR=tests/fuzz/seeds qjit_tests --gtest_also_run_disabled_tests --gtest_filter='*TpMlpFuzzSeeds'
 TEST(TpMlp, DISABLED_WritesTpMlpFuzzSeeds) {
     const char* dir = std::getenv("QJIT_FUZZ_SEED_DIR");
     if (!dir) GTEST_SKIP() << "set QJIT_FUZZ_SEED_DIR to the corpus folder";
