@@ -32,28 +32,57 @@ int run_command(const std::string& command, std::string& output) {
     return pclose(pipe);
 }
 
-// The library for `source`: built into the cache on a miss (a temporary name, then a rename, so
-// that concurrent test processes never load a half-written file).
+// Runs `command` + a temporary name for `path`'s output, then renames it to `path`, so that
+// concurrent test processes never load a half-written file.
+void build_into(const std::filesystem::path& path, const std::string& command) {
+    const std::string temporary = path.string() + "." + std::to_string(getpid());
+    std::string output;
+    if (run_command(command + temporary, output) != 0)
+        throw std::runtime_error("the host emulation of a CUDA source does not compile:\n" + output);
+    std::filesystem::rename(temporary, path);
+}
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    if (!out.flush()) throw std::runtime_error("cannot write " + path.string());
+}
+
+// The shim, copied into the cache with its precompiled form beside it (<name>.gch, which g++ and
+// clang++ both take in place of an -include'd header): its standard headers are most of a kernel's
+// compile time. Named by the compiler flags and the text it is made of.
+std::filesystem::path precompiled_shim(const std::filesystem::path& folder, const std::string& flags) {
+    const std::string text = read_text(std::string(QJIT_SOURCE_DIR) + "/tests/cuda_host/cuda_host_shim.hpp");
+    const std::string half = read_text(std::string(QJIT_SOURCE_DIR) + "/base/half.hpp");
+    const std::filesystem::path shim =
+        folder / ("shim-" + std::to_string(std::hash<std::string>{}(flags + text + half)) + ".hpp");
+    const std::filesystem::path precompiled = shim.string() + ".gch";
+    if (std::filesystem::exists(precompiled)) return shim;
+    const std::filesystem::path copy = shim.string() + "." + std::to_string(getpid());
+    write_text(copy, text);
+    std::filesystem::rename(copy, shim);
+    build_into(precompiled, flags + " -x c++-header " + shim.string() + " -o ");
+    return shim;
+}
+
+// The library for `source`: built into the cache on a miss.
 std::string library_for(const std::string& source) {
-    const std::string shim = std::string(QJIT_SOURCE_DIR) + "/tests/cuda_host/cuda_host_shim.hpp";
-    const std::string command_prefix = std::string(QJIT_HOST_CXX) +
-                                       " -std=c++20 -O1 -fPIC -shared -w -pthread -include " + shim + " -I" +
-                                       QJIT_SOURCE_DIR + " -x c++ ";
-    const size_t key = std::hash<std::string>{}(command_prefix + read_text(shim) + source);
     const std::filesystem::path folder = QJIT_HOST_KERNEL_CACHE;
     std::filesystem::create_directories(folder);
-    const std::filesystem::path library = folder / (std::to_string(key) + ".so");
+    const std::string flags = std::string(QJIT_HOST_CXX) + " -std=c++20 -O1 -fPIC -w -pthread -I" + QJIT_SOURCE_DIR;
+    const std::filesystem::path shim = precompiled_shim(folder, flags);
+    const std::filesystem::path library =
+        folder / (std::to_string(std::hash<std::string>{}(shim.string() + source)) + ".so");
     if (std::filesystem::exists(library)) return library;
-    const std::string stem = (folder / (std::to_string(key) + "." + std::to_string(getpid()))).string();
-    {
-        std::ofstream out(stem + ".cu", std::ios::binary);
-        out << source;
+    const std::filesystem::path kernel = library.string() + "." + std::to_string(getpid()) + ".cu";
+    write_text(kernel, source);
+    try {
+        build_into(library, flags + " -shared -include " + shim.string() + " -x c++ " + kernel.string() + " -o ");
+    } catch (...) {
+        std::filesystem::remove(kernel);
+        throw;
     }
-    std::string output;
-    const int status = run_command(command_prefix + stem + ".cu -o " + stem + ".so", output);
-    std::filesystem::remove(stem + ".cu");
-    if (status != 0) throw std::runtime_error("the host emulation of a CUDA source does not compile:\n" + output);
-    std::filesystem::rename(stem + ".so", library);
+    std::filesystem::remove(kernel);
     return library;
 }
 
