@@ -68,9 +68,12 @@ std::filesystem::path precompiled_shim(const std::filesystem::path& folder, cons
 // The library for `source`: built into the cache on a miss.
 std::string library_for(const std::string& source) {
     const std::filesystem::path folder = QJIT_HOST_KERNEL_CACHE;
-    std::filesystem::create_directories(folder);
     const std::string flags = std::string(QJIT_HOST_CXX) + " -std=c++20 -O1 -fPIC -w -pthread -I" + QJIT_SOURCE_DIR;
-    const std::filesystem::path shim = precompiled_shim(folder, flags);
+    // Once per process: the folder, and the shim read, hashed and looked up (or built).
+    static const std::filesystem::path shim = [&] {
+        std::filesystem::create_directories(folder);
+        return precompiled_shim(folder, flags);
+    }();
     const std::filesystem::path library =
         folder / (std::to_string(std::hash<std::string>{}(shim.string() + source)) + ".so");
     if (std::filesystem::exists(library)) return library;
