@@ -3,21 +3,42 @@
 #include <algorithm>
 
 #include "base/activations.hpp"
-#include "base/simd_clones.hpp"
 
 namespace qjit {
 
+namespace {
+
 // The last few values go through a padded vector, so that each is computed as the full vectors
-// compute theirs.
-QJIT_SIMD_CLONES void swiglu_in_place(float* up, const float* gate, int64_t count) {
+// compute theirs: every lane runs the same operations, so a value's result depends on neither its
+// index nor the family's width.
+template <typename V>
+[[gnu::always_inline]] inline void swiglu_lanes(float* up, const float* gate, int64_t count) {
+    constexpr int kWidth = kLanes<V>;
     int64_t i = 0;
-    for (; i + 16 <= count; i += 16) store16(up + i, silu(load16(gate + i)) * load16(up + i));
+    for (; i + kWidth <= count; i += kWidth)
+        store_lanes(up + i, silu(load_lanes<V>(gate + i)) * load_lanes<V>(up + i));
     if (i == count) return;
-    float g[16] = {}, u[16] = {};
+    float g[kWidth] = {}, u[kWidth] = {};
     std::copy(gate + i, gate + count, g);
     std::copy(up + i, up + count, u);
-    store16(u, silu(load16(g)) * load16(u));
+    store_lanes(u, silu(load_lanes<V>(g)) * load_lanes<V>(u));
     std::copy(u, u + (count - i), up + i);
+}
+
+void swiglu_portable(float* up, const float* gate, int64_t count) { swiglu_lanes<Floats4>(up, gate, count); }
+QJIT_TARGET_AVX2 void swiglu_avx2(float* up, const float* gate, int64_t count) {
+    swiglu_lanes<Floats8>(up, gate, count);
+}
+QJIT_TARGET_AVX512 void swiglu_avx512(float* up, const float* gate, int64_t count) {
+    swiglu_lanes<Floats16>(up, gate, count);
+}
+
+constexpr PerFamily<void (*)(float*, const float*, int64_t)> kSwiglu{swiglu_portable, swiglu_avx2, swiglu_avx512};
+
+}  // namespace
+
+void swiglu_in_place(qjit_isa isa, float* up, const float* gate, int64_t count) {
+    kSwiglu[simd_family(isa)](up, gate, count);
 }
 
 void gelu_in_place(float* up, int64_t count) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
 #include "base/float_vectors.hpp"
 
@@ -16,9 +17,13 @@ inline T silu(T v) {
     return v * (T(1) / (T(1) + std::exp(-v)));
 }
 
-// The same on 16 lanes, with exp16 (within 2.5 ulp of std::exp): for loops compiled per
-// instruction set (base/simd_clones.hpp).
-[[gnu::always_inline]] inline Floats16 silu(Floats16 v) { return v * (1.0f / (1.0f + exp16(-v))); }
+// The same on a float vector, with exp_lanes (within 2.5 ulp of std::exp): for loops compiled per
+// instruction-set family (base/simd_family.hpp).
+template <typename V>
+    requires(!std::is_arithmetic_v<V>)
+[[gnu::always_inline]] inline V silu(V v) {
+    return v * (1.0f / (1.0f + exp_lanes(-v)));
+}
 
 // GELU, the tanh approximation: 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))).
 inline float gelu(float v) {

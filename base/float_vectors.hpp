@@ -1,7 +1,8 @@
-// Sixteen floats as one GCC vector (one AVX-512 register, two AVX2 ones), their loads and stores
-// at any float address, and exp over a vector: the pieces the vectorised loops of
-// the library and the Llama forward share. Functions using them are compiled per instruction set
-// (base/simd_clones.hpp).
+// Float vectors as GCC vector types (Floats16: one AVX-512 register, two AVX2 ones; Floats8 and
+// Floats4 for the narrower instruction sets), their loads and stores at any float address, lane
+// reductions, and exp over a vector: the pieces the vectorised loops of the library and the Llama
+// forward share. Everything here is always inlined, so it compiles for the instruction set of the
+// function it lands in (a target attribute, base/simd_clones.hpp, or a file's flags).
 #pragma once
 
 #include <cstdint>
@@ -26,18 +27,60 @@ using Ints16 = int32_t __attribute__((vector_size(64)));
 
 [[gnu::always_inline]] inline Floats16 splat16(float v) { return Floats16{} + v; }
 
+using Floats8 = float __attribute__((vector_size(32)));
+using Floats4 = float __attribute__((vector_size(16)));
+
+// The lane count of a float vector type, and its integer twin (what a comparison of two yields).
+template <typename V>
+inline constexpr int kLanes = int(sizeof(V) / sizeof(float));
+template <typename V>
+using IntsOf = decltype(V{} < V{});
+
+template <typename V>
+[[gnu::always_inline]] inline V load_lanes(const float* p) {
+    V v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+}
+template <typename V>
+[[gnu::always_inline]] inline void store_lanes(float* p, V v) {
+    __builtin_memcpy(p, &v, sizeof v);
+}
+template <typename V>
+[[gnu::always_inline]] inline V splat(float v) {
+    return V{} + v;
+}
+template <typename V>
+[[gnu::always_inline]] inline V lane_max(V a, V b) {
+    return a > b ? a : b;
+}
+// The lanes' largest value and their sum, lane 0 first (the same order on every call).
+template <typename V>
+[[gnu::always_inline]] inline float max_of_lanes(V v) {
+    float most = v[0];
+    for (int i = 1; i < kLanes<V>; ++i) most = most > v[i] ? most : v[i];
+    return most;
+}
+template <typename V>
+[[gnu::always_inline]] inline float sum_of_lanes(V v) {
+    float sum = 0.0f;
+    for (int i = 0; i < kLanes<V>; ++i) sum += v[i];
+    return sum;
+}
+
 // e^x for each lane, within 2 ulp of std::exp over [-87.3, 88.7]; 0 below (so e^-inf is 0), +inf
 // above. x = n ln 2 + r with |r| <= ln 2 / 2; e^r by its degree-7 Taylor polynomial (truncation
 // error below 2^-27 there); 2^n added to the exponent bits.
-[[gnu::always_inline]] inline Floats16 exp16(Floats16 x) {
-    const Floats16 below = splat16(-87.3f), above = splat16(88.7f);
-    const Floats16 clamped = x < below ? below : (x > above ? above : x);
-    const Floats16 n = __builtin_convertvector(
-        __builtin_convertvector(clamped * 1.44269504f + (clamped < 0 ? splat16(-0.5f) : splat16(0.5f)), Ints16),
-        Floats16);
+template <typename V>
+[[gnu::always_inline]] inline V exp_lanes(V x) {
+    using Ints = IntsOf<V>;
+    const V below = splat<V>(-87.3f), above = splat<V>(88.7f);
+    const V clamped = x < below ? below : (x > above ? above : x);
+    const V n = __builtin_convertvector(
+        __builtin_convertvector(clamped * 1.44269504f + (clamped < 0 ? splat<V>(-0.5f) : splat<V>(0.5f)), Ints), V);
     // ln 2 in two parts, so that n * ln2_high is exact for |n| <= 128.
-    const Floats16 r = (clamped - n * 0.693145752f) - n * 1.42860677e-6f;
-    Floats16 p = splat16(1.0f / 5040);
+    const V r = (clamped - n * 0.693145752f) - n * 1.42860677e-6f;
+    V p = splat<V>(1.0f / 5040);
     p = p * r + 1.0f / 720;
     p = p * r + 1.0f / 120;
     p = p * r + 1.0f / 24;
@@ -45,10 +88,11 @@ using Ints16 = int32_t __attribute__((vector_size(64)));
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    const Ints16 bits = __builtin_bit_cast(Ints16, p) + (__builtin_convertvector(n, Ints16) << 23);
-    const Floats16 result = __builtin_bit_cast(Floats16, bits);
-    const Floats16 zero = {}, infinity = splat16(__builtin_inff());
+    const Ints bits = __builtin_bit_cast(Ints, p) + (__builtin_convertvector(n, Ints) << 23);
+    const V result = __builtin_bit_cast(V, bits);
+    const V zero = {}, infinity = splat<V>(__builtin_inff());
     return x < below ? zero : (x > above ? infinity : result);
 }
+[[gnu::always_inline]] inline Floats16 exp16(Floats16 x) { return exp_lanes(x); }
 
 }  // namespace qjit

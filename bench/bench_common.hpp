@@ -18,7 +18,7 @@
 
 #include "models/model_config.hpp"
 #include "tools/bandwidth_probe.hpp"
-#include "tools/int8_peak_probe.hpp"
+#include "tools/peak_probe.hpp"
 #include "tools/random_gptq.hpp"
 
 namespace qjit_bench {
@@ -146,12 +146,12 @@ inline std::map<int, double> print_floors(const qjit_tools::BandwidthProbe& prob
     std::map<int, double> peak_macs;
     std::printf("qjit %s; read probe: %s loads, best of %d sweeps; int8 peak: ", qjit_version(), probe.load_width(),
                 qjit_tools::BandwidthProbe::kPeakSweeps);
-    if (!qjit_tools::Int8PeakProbe::available()) {
+    if (!qjit_tools::PeakProbe::available()) {
         std::printf("none (no AVX2)\n");
         return peak_macs;
     }
-    qjit_tools::Int8PeakProbe int8_peak;
-    std::printf("%s, best of %d runs\n", int8_peak.instruction(), qjit_tools::Int8PeakProbe::kPeakRuns);
+    qjit_tools::PeakProbe int8_peak;
+    std::printf("%s, best of %d runs\n", int8_peak.instruction(), qjit_tools::PeakProbe::kPeakRuns);
     for (int t : threads) {
         peak_macs[t] = int8_peak.peak(t);
         std::printf("int8 peak, %d thread(s): %.3f T MAC/s\n", t, peak_macs[t] * 1e-12);

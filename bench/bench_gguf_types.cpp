@@ -21,7 +21,7 @@
 #include "bench_common.hpp"
 #include "qjit/qjit.h"
 #include "tools/bandwidth_probe.hpp"
-#include "tools/int8_peak_probe.hpp"
+#include "tools/peak_probe.hpp"
 #include "tools/random_gguf.hpp"
 #include "tools/random_gptq.hpp"
 

@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "tools/bandwidth_probe.hpp"
-#include "tools/int8_peak_probe.hpp"
+#include "tools/peak_probe.hpp"
 #include "tools/random_gptq.hpp"
 #include "bench_common.hpp"
 #include "qjit/qjit.h"
@@ -544,11 +544,11 @@ public:
         for (int threads : {1, hardware_threads()})
             std::printf("read probe (%s loads, best of %d sweeps), %d thread(s): %.1f GB/s\n", probe_.load_width(),
                         BandwidthProbe::kPeakSweeps, threads, probe_.peak(threads));
-        if (Int8PeakProbe::available()) {
-            Int8PeakProbe int8_peak;
+        if (PeakProbe::available()) {
+            PeakProbe int8_peak;
             for (int threads : {1, hardware_threads()})
                 std::printf("int8 dot-product peak (%s, best of %d runs), %d thread(s): %.3f T MAC/s\n",
-                            int8_peak.instruction(), Int8PeakProbe::kPeakRuns, threads, int8_peak.peak(threads) * 1e-12);
+                            int8_peak.instruction(), PeakProbe::kPeakRuns, threads, int8_peak.peak(threads) * 1e-12);
         }
         std::fflush(stdout);
         return true;

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "base/simd_clones.hpp"
+#include "base/simd_family.hpp"
 
 namespace qjit_models::llama {
 
@@ -19,10 +19,10 @@ namespace {
 
 // y[r][j] = sum over i of x[r][i] * w_t[i][j], each sum taken in input order i = 0, 1, ... as run.c's
 // matmul takes it, so every output equals the plain loop's bit for bit (this file is compiled without
-// contraction into FMA). The loops run across outputs, which the compiler vectorizes at each width.
-QJIT_SIMD_CLONES void dense_product(const float* w_t, int64_t n,
-                                                                                 int64_t k, const float* x,
-                                                                                 int64_t m, float* y) {
+// contraction into FMA). The loops run across outputs, which the compiler vectorizes at each
+// family's width (base/simd_family.hpp).
+[[gnu::always_inline]] inline void dense_product_loops(const float* w_t, int64_t n, int64_t k, const float* x,
+                                                       int64_t m, float* y) {
     constexpr int64_t kRows = 4, kOutputs = 64;  // a tile of rows x outputs held in the accumulators
     float acc[kRows][kOutputs];
     for (int64_t r0 = 0; r0 < m; r0 += kRows) {
@@ -42,10 +42,25 @@ QJIT_SIMD_CLONES void dense_product(const float* w_t, int64_t n,
     }
 }
 
+using DenseProduct = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*);
+void dense_product_portable(const float* w_t, int64_t n, int64_t k, const float* x, int64_t m, float* y) {
+    dense_product_loops(w_t, n, k, x, m, y);
+}
+QJIT_TARGET_AVX2 void dense_product_avx2(const float* w_t, int64_t n, int64_t k, const float* x, int64_t m, float* y) {
+    dense_product_loops(w_t, n, k, x, m, y);
+}
+QJIT_TARGET_AVX512 void dense_product_avx512(const float* w_t, int64_t n, int64_t k, const float* x, int64_t m,
+                                             float* y) {
+    dense_product_loops(w_t, n, k, x, m, y);
+}
+constexpr qjit::PerFamily<DenseProduct> kDenseProduct{dense_product_portable, dense_product_avx2,
+                                                       dense_product_avx512};
+
 class DenseLinear final : public Linear {
 public:
-    explicit DenseLinear(const LoadedMatrix& matrix)
-        : n_(matrix.n()), k_(matrix.k()), weights_t_(size_t(n_) * size_t(k_)) {
+    DenseLinear(const LoadedMatrix& matrix, qjit_isa isa)
+        : n_(matrix.n()), k_(matrix.k()), product_(kDenseProduct[qjit::simd_family(isa)]),
+          weights_t_(size_t(n_) * size_t(k_)) {
         std::vector<float> scratch;
         const std::span<const float> w = matrix.dense_values(scratch);
         for (int64_t out = 0; out < n_; ++out)
@@ -53,7 +68,7 @@ public:
     }
 
     void forward(const float* x, int64_t m, float* y) const override {
-        dense_product(weights_t_.data(), n_, k_, x, m, y);
+        product_(weights_t_.data(), n_, k_, x, m, y);
     }
     int64_t in_features() const override { return k_; }
     int64_t out_features() const override { return n_; }
@@ -63,6 +78,7 @@ public:
 
 private:
     int64_t n_, k_;
+    DenseProduct product_;
     std::vector<float> weights_t_;  // [k][n]
 };
 
@@ -157,8 +173,17 @@ std::unique_ptr<Linear> own_qjit_layer(SharedContext context, qjit_linear* layer
     return std::make_unique<QjitLinear>(std::move(context), layer, n, k);
 }
 
+DenseMaker::DenseMaker() {
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.num_threads = 1;
+    context_ = make_context(&options);
+}
+
 std::unique_ptr<Linear> DenseMaker::make_linear(const LoadedMatrix& matrix) {
-    return std::make_unique<DenseLinear>(matrix);
+    qjit_isa isa = QJIT_ISA_PORTABLE;
+    check_qjit(qjit_context_isa(context_.get(), &isa), "qjit_context_isa");
+    return std::make_unique<DenseLinear>(matrix, isa);
 }
 
 SharedContext make_context(const qjit_context_options* options) {

@@ -69,16 +69,22 @@ public:
     virtual std::shared_ptr<qjit_context> context() const { return nullptr; }
 };
 
-// Plain fp32 loops with fp32 accumulation in input order, as in llama2.c's run.c: the baseline.
-class DenseMaker final : public LayerMaker {
-public:
-    std::unique_ptr<Linear> make_linear(const LoadedMatrix& matrix) override;
-    std::string name() const override { return "fp32 dense"; }
-};
-
 // A qjit context that the layers made in it keep alive, so layers may outlive their maker.
 using SharedContext = std::shared_ptr<qjit_context>;
 SharedContext make_context(const qjit_context_options* options);  // options NULL: the library defaults
+
+// Plain fp32 loops with fp32 accumulation in input order, as in llama2.c's run.c: the baseline. Its
+// context (one thread) runs the model's other ops and picks the loops' instruction set.
+class DenseMaker final : public LayerMaker {
+public:
+    DenseMaker();
+    std::unique_ptr<Linear> make_linear(const LoadedMatrix& matrix) override;
+    std::string name() const override { return "fp32 dense"; }
+    std::shared_ptr<qjit_context> context() const override { return context_; }
+
+private:
+    SharedContext context_;
+};
 // A Linear that owns `layer`, a qjit layer made in `context` (of n outputs and k inputs).
 std::unique_ptr<Linear> own_qjit_layer(SharedContext context, qjit_linear* layer, int64_t n, int64_t k);
 

@@ -7,51 +7,19 @@
 #include <stdexcept>
 #include <utility>
 
-#include "base/activation_arrays.hpp"
-#include "models/attention.hpp"
 #include "models/llama_eval.hpp"
 #include "models/fail.hpp"
 #include "models/parallel_loop.hpp"
+#include "qjit/qjit_ops.h"
 
 namespace qjit_models::llama {
 
 namespace {
 
-// ---- building blocks of the forward pass (run.c semantics, fp32 arithmetic) ----
-
-// out[t] = weight * x[t] / rms(x[t]) for each of `rows` rows of `size` values.
-void rmsnorm(float* out, const float* x, const float* weight, int rows, int size, float eps) {
-    for (int r = 0; r < rows; ++r) {
-        const float* xr = x + size_t(r) * size;
-        float* outr = out + size_t(r) * size;
-        float ss = 0.0f;
-        for (int j = 0; j < size; ++j) ss += xr[j] * xr[j];
-        ss /= float(size);
-        ss += eps;
-        ss = 1.0f / std::sqrt(ss);
-        for (int j = 0; j < size; ++j) outr[j] = weight[j] * (ss * xr[j]);
-    }
-}
+// ---- building blocks of the forward pass: the library's ops (qjit/qjit_ops.h), plain loops here ----
 
 void add_in_place(float* x, const float* delta, size_t count) {
     for (size_t i = 0; i < count; ++i) x[i] += delta[i];
-}
-
-// Rotates pair i of every head in `vec` (`size` values) by the angles of one position:
-// rotation[2i], rotation[2i + 1] = cos, sin of pair i of a head. Pair i is (2i, 2i + 1) with
-// Adjacent pairs, (i, i + head_size / 2) with Halves.
-void rope(float* vec, int size, int head_size, const float* rotation, Config::RopePairs pairs) {
-    const int half = head_size / 2;
-    for (int head = 0; head < size; head += head_size)
-        for (int i = 0; i < half; ++i) {
-            const int first = pairs == Config::RopePairs::Adjacent ? head + 2 * i : head + i;
-            const int second = pairs == Config::RopePairs::Adjacent ? first + 1 : first + half;
-            const float* cos_sin = rotation + 2 * i;
-            const float v0 = vec[first];
-            const float v1 = vec[second];
-            vec[first] = v0 * cos_sin[0] - v1 * cos_sin[1];
-            vec[second] = v0 * cos_sin[1] + v1 * cos_sin[0];
-        }
 }
 
 // Adds `bias` (its size: a row's values) to each of `rows` rows; nothing when it is empty.
@@ -72,14 +40,6 @@ void check_norm(const std::vector<float>& norm, int dim, const std::string& what
 }
 
 }  // namespace
-
-template <typename Row>
-void Model::for_rows(int rows, int64_t row_work, const Row& row) {
-    parallel_loop(threads_.get(), rows, std::max<int64_t>(1, kParallelGrainWork / std::max<int64_t>(1, row_work)),
-                  [&](int64_t begin, int64_t end) {
-                      for (int64_t t = begin; t < end; ++t) row(size_t(t));
-                  });
-}
 
 // ---- config and weights ----
 
@@ -151,6 +111,7 @@ const LoadedMatrix& site_matrix(const std::vector<ModelMatrix>& matrices, InputS
 Model::Model(std::shared_ptr<const Weights> weights, LayerMaker& maker, LayerMaker* classifier_maker, bool ffn_linears)
     : weights_(std::move(weights)), threads_(maker.context()) {
     if (!weights_) fail("Model: weights are NULL");
+    if (!threads_) fail("Model: the layer maker has no qjit context for the forward's ops");
     weights_->validate();
 
     // model_matrices lists them in this order: each layer's wq wk wv wo w1 w2 w3, the classifier.
@@ -177,6 +138,7 @@ void Model::ensure_capacity(int tokens) {
     xb_.resize(t * size_t(c.dim));
     q_.resize(t * size_t(c.q_dim()));
     k_.resize(t * size_t(c.kv_dim()));
+    v_.resize(t * size_t(c.kv_dim()));
     att_out_.resize(t * size_t(c.q_dim()));
     delta_.resize(t * size_t(c.dim));
     hb_.resize(t * size_t(c.hidden_dim));
@@ -189,16 +151,12 @@ void Model::ensure_cache(int positions) {
     const Config& c = config();
     // Grows geometrically, so a decode loop reallocates O(log n) times; never past seq_len rounded up
     // to whole key blocks (the attention reads keys a block at a time).
-    const int most = (c.seq_len + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
-    const int grown = std::min(most, (std::max({positions, 2 * cache_positions_, 64}) + kKeyBlock - 1) / kKeyBlock * kKeyBlock);
-    const size_t kv_dim = size_t(c.kv_dim()), old_positions = size_t(cache_positions_);
-    for (std::vector<float>& cache : key_cache_) {  // [kv_dim][positions]: each feature's row widens
-        std::vector<float> wider(kv_dim * size_t(grown));
-        for (size_t i = 0; i < kv_dim && old_positions > 0; ++i)
-            std::copy_n(cache.data() + i * old_positions, old_positions, wider.data() + i * size_t(grown));
-        cache = std::move(wider);
-    }
-    for (std::vector<float>& cache : value_cache_) cache.resize(size_t(grown) * kv_dim);
+    constexpr int kBlock = QJIT_ATTENTION_KEY_BLOCK;
+    const int most = (c.seq_len + kBlock - 1) / kBlock * kBlock;
+    const int grown = std::min(most, (std::max({positions, 2 * cache_positions_, 64}) + kBlock - 1) / kBlock * kBlock);
+    // Whole blocks of positions, each head's block one run (qjit_kv_cache): growing appends blocks.
+    for (std::vector<float>& cache : key_cache_) cache.resize(size_t(grown) * size_t(c.kv_dim()));
+    for (std::vector<float>& cache : value_cache_) cache.resize(size_t(grown) * size_t(c.kv_dim()));
     // The rotation angles of each position, computed as run.c computes them.
     rotations_.resize(size_t(grown) * size_t(c.head_size));
     for (int pos = cache_positions_; pos < grown; ++pos) {
@@ -213,14 +171,17 @@ void Model::ensure_cache(int positions) {
     cache_positions_ = grown;
 }
 
-// Causal multi-head attention of `count` queries (positions pos0..) over the cached keys and values
-// (models/attention.hpp).
+qjit_kv_cache Model::layer_cache(int layer) {
+    return {key_cache_[size_t(layer)].data(), value_cache_[size_t(layer)].data(), cache_positions_};
+}
+
+// Causal multi-head attention of `count` queries (positions pos0..) over the cached keys and values.
 void Model::attention(int layer, int pos0, int count) {
     const Config& c = config();
-    const KeyValueCache cache{key_cache_[size_t(layer)].data(), size_t(cache_positions_),
-                              value_cache_[size_t(layer)].data()};
-    causal_attention(threads_.get(), {c.head_size, c.n_heads, c.n_kv_heads}, cache, q_.data(), pos0, count,
-                     att_out_.data());
+    const qjit_attention_shape shape{c.head_size, c.n_heads, c.n_kv_heads};
+    const qjit_kv_cache cache = layer_cache(layer);
+    check_qjit(qjit_attention_causal(threads_.get(), &shape, &cache, q_.data(), pos0, count, att_out_.data()),
+               "qjit_attention_causal");
 }
 
 std::span<const float> Model::forward(std::span<const int> tokens, int pos0, Logits logits) {
@@ -257,10 +218,10 @@ bool Model::run_layer(int l, int pos0, int count) {
     const Config& c = config();
     const Layer& layer = layers_[size_t(l)];
     const LayerWeights& lw = weights_->layers[size_t(l)];
-    const size_t dim = size_t(c.dim), q_dim = size_t(c.q_dim()), kv_dim = size_t(c.kv_dim());
+    const size_t dim = size_t(c.dim);
     const size_t hidden = size_t(c.hidden_dim), rows = size_t(count);
-    float* k = k_.data();  // rotated, then stored transposed in the cache
-    float* v = value_cache_[size_t(l)].data() + size_t(pos0) * kv_dim;  // straight into the cache
+    float* k = k_.data();  // rotated, then stored in the cache with v
+    float* v = v_.data();
 
     // attention block
     normalize(lw.attention_norm, count);
@@ -274,18 +235,17 @@ bool Model::run_layer(int l, int pos0, int count) {
     add_bias(q_.data(), lw.q_bias, count);
     add_bias(k, lw.k_bias, count);
     add_bias(v, lw.v_bias, count);
-    float* key_cache = key_cache_[size_t(l)].data();
-    for_rows(count, q_dim + kv_dim, [&](size_t t) {
-        if (!lw.q_norm.empty()) {
-            float* q = q_.data() + t * q_dim;
-            rmsnorm(q, q, lw.q_norm.data(), c.n_heads, c.head_size, c.rms_eps);
-            rmsnorm(k + t * kv_dim, k + t * kv_dim, lw.k_norm.data(), c.n_kv_heads, c.head_size, c.rms_eps);
-        }
-        const float* rotation = rotations_.data() + (size_t(pos0) + t) * size_t(c.head_size);
-        rope(q_.data() + t * q_dim, c.q_dim(), c.head_size, rotation, c.rope_pairs);
-        rope(k + t * kv_dim, c.kv_dim(), c.head_size, rotation, c.rope_pairs);
-        for (size_t i = 0; i < kv_dim; ++i) key_cache[i * size_t(cache_positions_) + size_t(pos0) + t] = k[t * kv_dim + i];
-    });
+    if (!lw.q_norm.empty()) {  // per head
+        rms_norm(q_.data(), lw.q_norm, count * c.n_heads, c.head_size, q_.data());
+        rms_norm(k, lw.k_norm, count * c.n_kv_heads, c.head_size, k);
+    }
+    const float* rotation = rotations_.data() + size_t(pos0) * size_t(c.head_size);
+    const qjit_rope_pairs pairs = c.rope_pairs == Config::RopePairs::Adjacent ? QJIT_ROPE_ADJACENT : QJIT_ROPE_HALVES;
+    check_qjit(qjit_rope(threads_.get(), q_.data(), count, c.q_dim(), c.head_size, rotation, pairs), "qjit_rope");
+    check_qjit(qjit_rope(threads_.get(), k, count, c.kv_dim(), c.head_size, rotation, pairs), "qjit_rope");
+    const qjit_attention_shape shape{c.head_size, c.n_heads, c.n_kv_heads};
+    const qjit_kv_cache cache = layer_cache(l);
+    check_qjit(qjit_kv_cache_store(&shape, &cache, k, v, pos0, count), "qjit_kv_cache_store");
     attention(l, pos0, count);
     if (!run_linear(l, 3, att_out_.data(), count, delta_.data())) return false;
     add_delta(rows * dim);
@@ -313,9 +273,7 @@ bool Model::run_layer(int l, int pos0, int count) {
         if (!run_linear(l, 4, xb_.data(), count, hb_.data())) return false;
         layer.w3->forward(xb_.data(), count, hb2_.data());
     }
-    parallel_loop(threads_.get(), int64_t(rows * hidden), kParallelGrainWork / 16, [&](int64_t begin, int64_t end) {
-        qjit::swiglu_in_place(hb2_.data() + begin, hb_.data() + begin, end - begin);
-    });
+    check_qjit(qjit_swiglu(threads_.get(), hb2_.data(), hb_.data(), int64_t(rows * hidden)), "qjit_swiglu");
     if (ffn_threshold_ > 0) {
         for (size_t i = 0; i < rows * hidden; ++i)
             if (std::fabs(hb2_[i]) < ffn_threshold_) {
@@ -330,10 +288,11 @@ bool Model::run_layer(int l, int pos0, int count) {
 }
 
 void Model::normalize(const std::vector<float>& weight, int count) {
-    const Config& c = config();
-    for_rows(count, c.dim, [&](size_t t) {
-        rmsnorm(xb_.data() + t * size_t(c.dim), x_.data() + t * size_t(c.dim), weight.data(), 1, c.dim, c.rms_eps);
-    });
+    rms_norm(x_.data(), weight, count, config().dim, xb_.data());
+}
+
+void Model::rms_norm(const float* x, const std::vector<float>& weight, int rows, int size, float* out) {
+    check_qjit(qjit_rms_norm(threads_.get(), x, weight.data(), rows, size, config().rms_eps, out), "qjit_rms_norm");
 }
 
 void Model::add_delta(size_t count) {
@@ -346,8 +305,7 @@ bool Model::run_classifier(int first, int count) {
     const Config& c = config();
     // Sized for the rows asked for: a prompt's last row needs one row of logits, not the prompt's.
     if (logits_.size() < size_t(count) * size_t(c.vocab_size)) logits_.resize(size_t(count) * size_t(c.vocab_size));
-    rmsnorm(xb_.data(), x_.data() + size_t(first) * size_t(c.dim), weights_->final_norm.data(), count, c.dim,
-            c.rms_eps);
+    rms_norm(x_.data() + size_t(first) * size_t(c.dim), weights_->final_norm, count, c.dim, xb_.data());
     return run_linear(c.n_layers, 0, xb_.data(), count, logits_.data());
 }
 

@@ -25,6 +25,7 @@
 #include "models/loaded_matrix.hpp"
 #include "qjit/qjit.h"
 #include "qjit/qjit_ffn.h"
+#include "qjit/qjit_ops.h"
 
 namespace qjit_models::llama {
 
@@ -215,13 +216,13 @@ private:
     bool run_linear(int layer, int which, const float* x, int count, float* y);
     int64_t sum_over_linears(int64_t (*count)(const Linear&)) const;
     void attention(int layer, int pos0, int count);
+    qjit_kv_cache layer_cache(int layer);
     // The loops between the layers, on the context's threads: xb_ = RMSNorm(x_) with `weight`
-    // (count rows), x_ += delta_ (count values), and row(t) for t in [0, rows) where a row costs
-    // about `row_work` operations.
-    void normalize(const std::vector<float>& weight, int count);
+    // (count rows), x_ += delta_ (count values).
+    void normalize(const std::vector<float>& weight, int count);  // xb_ = the norm of x_'s rows
+    // out = RMSNorm of `rows` rows of `size` values of x with `weight` (qjit_rms_norm); out may be x.
+    void rms_norm(const float* x, const std::vector<float>& weight, int rows, int size, float* out);
     void add_delta(size_t count);
-    template <typename Row>
-    void for_rows(int rows, int64_t row_work, const Row& row);
 
     std::shared_ptr<const Weights> weights_;
     std::shared_ptr<qjit_context> threads_;
@@ -229,14 +230,13 @@ private:
     std::unique_ptr<Linear> classifier_;
     int cached_positions_ = 0;
 
-    // KV cache per layer, grown as positions are added: keys [kv_dim][cache_positions_] (transposed, so
-    // a head's scores run across positions), values [cache_positions_][kv_dim].
+    // KV cache per layer in qjit_kv_cache's blocked layout, grown as positions are added.
     int cache_positions_ = 0;
     std::vector<std::vector<float>> key_cache_, value_cache_;
     std::vector<float> rotations_;  // [position][head_size]: cos, sin of each pair's RoPE angle
     // Activations for up to `capacity_` tokens, row-major [token][features].
     int capacity_ = 0;
-    std::vector<float> x_, xb_, q_, k_, att_out_, delta_, hb_, hb2_, logits_;
+    std::vector<float> x_, xb_, q_, k_, v_, att_out_, delta_, hb_, hb2_, logits_;
     struct Capture {
         InputSite site;
         const std::function<void(const float*, int64_t)>* sink;

@@ -17,7 +17,7 @@
 
 #include "models/model_config.hpp"
 #include "tools/bandwidth_probe.hpp"
-#include "tools/int8_peak_probe.hpp"
+#include "tools/peak_probe.hpp"
 #include "tools/random_gptq.hpp"
 
 namespace qjit_models {
@@ -380,11 +380,11 @@ double print_peaks(const TuneIo& io, int threads) {
                        probe.load_width(), qjit_tools::BandwidthProbe::kPeakSweeps,
                        threads > 1 ? probe.peak(1) : probe_gbps, probe_gbps, threads));
     }
-    if (qjit_tools::Int8PeakProbe::available()) {
-        qjit_tools::Int8PeakProbe int8_peak;
+    if (qjit_tools::PeakProbe::available()) {
+        qjit_tools::PeakProbe int8_peak;
         const double all = int8_peak.peak(threads);
         io.out(printed("int8 dot-product peak (%s, best of %d runs): %.3f T MAC/s on 1 thread, %.3f T MAC/s on %d\n",
-                       int8_peak.instruction(), qjit_tools::Int8PeakProbe::kPeakRuns,
+                       int8_peak.instruction(), qjit_tools::PeakProbe::kPeakRuns,
                        (threads > 1 ? int8_peak.peak(1) : all) * 1e-12, all * 1e-12, threads));
     }
     return probe_gbps;

@@ -14,6 +14,7 @@
 #include "runtime/layer_file.hpp"
 #include "runtime/linear_layer.hpp"
 #include "runtime/cpu/jit_layer.hpp"
+#include "runtime/ops/op_loops.hpp"
 #include "format/reference.hpp"
 #include "runtime/layer_benchmark.hpp"
 #include "tuner/cpu_isa.hpp"
@@ -97,14 +98,15 @@ qjit_status qjit_parallel_for(qjit_context* context, int64_t count, int64_t grai
         require(fn != nullptr, "fn is NULL");
         require(count >= 0, "count is ", count, "; expected 0 or more");
         require(grain >= 1, "grain is ", grain, "; expected 1 or more");
-        // A few ranges per thread, so that a thread delayed by the OS leaves its share to the others.
-        const int64_t most = int64_t(context->num_threads) * 4;
-        if (count == 0) return;
-        // Whole grains per range: count / ranges >= grain.
-        const int64_t ranges = std::clamp<int64_t>(count / grain, 1, most);
-        const int64_t size = (count + ranges - 1) / ranges;
-        auto range = [&](int64_t i) { fn(user, i * size, std::min(count, (i + 1) * size)); };
-        context->pool->parallel_for((count + size - 1) / size, range, ranges > 1);
+        qjit::ops::parallel_ranges(*context, count, grain, [&](int64_t begin, int64_t end) { fn(user, begin, end); });
+    });
+}
+
+qjit_status qjit_context_isa(const qjit_context* context, qjit_isa* isa) {
+    return guarded([&] {
+        require(context != nullptr, "context is NULL");
+        require(isa != nullptr, "isa is NULL");
+        *isa = context->isa;
     });
 }
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "tools/bandwidth_probe.hpp"
-#include "tools/int8_peak_probe.hpp"
+#include "tools/peak_probe.hpp"
 #include "tools/probe_loops.hpp"
 
 namespace qjit_tools {
@@ -82,11 +82,11 @@ TEST(Probes, BandwidthProbeGivesFinitePositiveFiguresWithEveryReadLoop) {
     }
 }
 
-TEST(Probes, Int8PeakProbeGivesFinitePositiveFiguresWithEveryDotLoop) {
+TEST(Probes, PeakProbeGivesFinitePositiveFiguresWithEveryDotLoop) {
     const std::vector<DotLoop> loops = supported_dot_loops();
-    EXPECT_EQ(Int8PeakProbe::available(), !loops.empty());
+    EXPECT_EQ(PeakProbe::available(), !loops.empty());
     for (const DotLoop& loop : loops) {
-        Int8PeakProbe probe(loop);
+        PeakProbe probe(loop);
         EXPECT_STREQ(probe.instruction(), loop.name);
         for (int threads : {1, 2}) {
             const double macs_per_second = probe.peak(threads, 1);
@@ -95,7 +95,7 @@ TEST(Probes, Int8PeakProbeGivesFinitePositiveFiguresWithEveryDotLoop) {
         }
         EXPECT_NE(probe.checksum(), 0) << loop.name;  // the runs' sums were kept
     }
-    if (!loops.empty()) EXPECT_STREQ(Int8PeakProbe().instruction(), loops.front().name);
+    if (!loops.empty()) EXPECT_STREQ(PeakProbe().instruction(), loops.front().name);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include "base/float_vectors.hpp"
+
 namespace qjit_tools {
 
 namespace {
@@ -158,6 +160,35 @@ __attribute__((target("avx2"))) int64_t dot_avx2(int64_t iterations, uint32_t a,
     return lane_sum(acc);
 }
 
+// Float multiply-adds, the attention's and the other ops' instruction: independent chains of
+// a = a * b + c (one FMA: this file compiles with -ffp-contract=fast), enough to cover the FMA
+// latency (4 cycles) on two ports. The result is the accumulators' sum as the int64 a DotLoop returns.
+constexpr int kFmaChains = 12;
+template <typename Vector>
+[[gnu::always_inline]] inline int64_t fma_chains(int64_t iterations) {
+    const Vector b = qjit::splat<Vector>(0.5f), c = qjit::splat<Vector>(1.0f);
+    Vector acc[kFmaChains];
+#pragma GCC unroll 16
+    for (int j = 0; j < kFmaChains; ++j) {
+        acc[j] = c;
+        asm volatile("" : "+v"(acc[j]));
+    }
+    for (int64_t i = 0; i < iterations; ++i)
+#pragma GCC unroll 16
+        for (int j = 0; j < kFmaChains; ++j) acc[j] = acc[j] * b + c;
+    float total = 0.0f;
+    for (int j = 0; j < kFmaChains; ++j) total += qjit::sum_of_lanes(acc[j]);
+    return int64_t(total);
+}
+
+__attribute__((target("avx512f,fma"))) int64_t fma_avx512(int64_t iterations, uint32_t, uint32_t) {
+    return fma_chains<qjit::Floats16>(iterations);
+}
+__attribute__((target("avx2,fma"))) int64_t fma_avx2(int64_t iterations, uint32_t, uint32_t) {
+    return fma_chains<qjit::Floats8>(iterations);
+}
+int64_t mul_add_sse2(int64_t iterations, uint32_t, uint32_t) { return fma_chains<qjit::Floats4>(iterations); }
+
 // AVX-VNNI (CPUID leaf 7, subleaf 1, EAX bit 4), which clang 14's __builtin_cpu_supports does not
 // name; the OS's support of the registers is AVX2's.
 bool has_avx_vnni() {
@@ -185,6 +216,15 @@ std::vector<DotLoop> supported_dot_loops() {
         loops.push_back({"vpdpbusd ymm (AVX-VNNI)", kYmmChains * 32, dot_avx_vnni});
     if (__builtin_cpu_supports("avx2"))
         loops.push_back({"vpmaddubsw+vpmaddwd+vpaddd ymm (AVX2)", kAvx2Chains * 32, dot_avx2});
+    return loops;
+}
+
+std::vector<DotLoop> supported_fma_loops() {
+    std::vector<DotLoop> loops;
+    if (__builtin_cpu_supports("avx512f")) loops.push_back({"vfmadd231ps zmm (AVX-512)", kFmaChains * 16, fma_avx512});
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        loops.push_back({"vfmadd231ps ymm (FMA)", kFmaChains * 8, fma_avx2});
+    loops.push_back({"mulps+addps xmm (SSE2)", kFmaChains * 4, mul_add_sse2});
     return loops;
 }
 

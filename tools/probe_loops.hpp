@@ -1,4 +1,4 @@
-// The inner loops of the probes (bandwidth_probe.hpp, int8_peak_probe.hpp), one per instruction
+// The inner loops of the probes (bandwidth_probe.hpp, peak_probe.hpp), one per instruction
 // set. The tools are built for baseline x86-64 like the library, so each loop is compiled for its
 // own target and picked at run time, as the kernels are: a probe that reads with SSE2 while the
 // kernels read with AVX-512 measures the loop, not the machine. Exposed so tests can check every
@@ -35,5 +35,8 @@ struct DotLoop {
 
 // The dot-product loops this CPU runs, fastest first (none without AVX2).
 std::vector<DotLoop> supported_dot_loops();
+// Loops of fp32 multiply-adds in the same form (macs_per_iteration: lanes times chains; a and b
+// unused), widest first; the SSE2 one (a multiply and an add) is always there.
+std::vector<DotLoop> supported_fma_loops();
 
 }  // namespace qjit_tools

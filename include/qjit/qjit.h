@@ -299,6 +299,8 @@ QJIT_API void qjit_context_options_init(qjit_context_options* options);
 QJIT_API qjit_status qjit_context_create(const qjit_context_options* options, qjit_context** context);
 QJIT_API qjit_status qjit_context_destroy(qjit_context* context);   /* NULL is a no-op */
 QJIT_API qjit_status qjit_context_num_threads(const qjit_context* context, int* num_threads);
+/* The instruction set every kernel of the context uses: the CPU's best at or below its cap. */
+QJIT_API qjit_status qjit_context_isa(const qjit_context* context, qjit_isa* isa);
 /* One line: CPU, instruction set in use, caches, hardware fingerprint, tuning database path. Owned by the context. */
 QJIT_API qjit_status qjit_context_describe(const qjit_context* context, const char** description);
 

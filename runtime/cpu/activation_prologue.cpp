@@ -8,7 +8,7 @@
 
 #include "base/float_vectors.hpp"
 #include "base/scratch.hpp"
-#include "base/simd_clones.hpp"
+#include "base/simd_family.hpp"
 #include "runtime/layer_passes.hpp"
 
 namespace qjit {
@@ -39,9 +39,11 @@ using Int8s16 = int8_t __attribute__((vector_size(16)));
 
 // One activation row: gathered and padded into `row` (f32 path: the output row itself), then
 // per group its sum and, on the int8 path, its step and int8 values. Groups are 16 rows or a
-// multiple of 32, so each is whole vectors of 16.
-QJIT_SIMD_CLONES void prepare_row(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* src,
-                                  float* row, int8_t* int8_row, float* row_scales, float* row_sums) {
+// multiple of 32, so each is whole vectors of 16. 16-lane vectors in every family (two registers
+// with AVX2, four with SSE2): the result is the same in each.
+[[gnu::always_inline]] inline void prepare_row_lanes(const jit::CpuKernelSpec& spec, const int32_t* row_order,
+                                                     const float* src, float* row, int8_t* int8_row, float* row_scales,
+                                                     float* row_sums) {
     const int64_t k = spec.format.k, padded_k = spec.padded_k(), gs = spec.group_rows();
     if (row_order)
         gather_row(row_order, k, src, row);
@@ -83,6 +85,27 @@ QJIT_SIMD_CLONES void prepare_row(const jit::CpuKernelSpec& spec, const int32_t*
         row_scales[g] = amax / qmax;
         row_sums[g] = float(total);
     }
+}
+
+using PrepareRow = void (*)(const jit::CpuKernelSpec&, const int32_t*, const float*, float*, int8_t*, float*, float*);
+void prepare_row_portable(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* src, float* row,
+                          int8_t* int8_row, float* row_scales, float* row_sums) {
+    prepare_row_lanes(spec, row_order, src, row, int8_row, row_scales, row_sums);
+}
+QJIT_TARGET_AVX2 void prepare_row_avx2(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* src,
+                                       float* row, int8_t* int8_row, float* row_scales, float* row_sums) {
+    prepare_row_lanes(spec, row_order, src, row, int8_row, row_scales, row_sums);
+}
+QJIT_TARGET_AVX512 void prepare_row_avx512(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* src,
+                                           float* row, int8_t* int8_row, float* row_scales, float* row_sums) {
+    prepare_row_lanes(spec, row_order, src, row, int8_row, row_scales, row_sums);
+}
+constexpr PerFamily<PrepareRow> kPrepareRow{prepare_row_portable, prepare_row_avx2, prepare_row_avx512};
+
+// The family of the kernel the rows feed: the spec's ISA, under the context's cap.
+void prepare_row(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* src, float* row,
+                 int8_t* int8_row, float* row_scales, float* row_sums) {
+    kPrepareRow[simd_family(spec.isa.level())](spec, row_order, src, row, int8_row, row_scales, row_sums);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ void ffn_hidden(const FfnParts& parts, const float* x, int64_t m, float* hidden,
     } else {
         linear_forward(*parts.up, x, m, hidden);
     }
-    activate(parts.activation, hidden, gate, m * parts.hidden(), parts.pool());
+    activate(parts, hidden, gate, m * parts.hidden());
 }
 
 void dense_ffn_forward(const FfnParts& parts, const float* x, int64_t m, float* y) {

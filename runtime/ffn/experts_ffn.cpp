@@ -45,7 +45,7 @@ void experts_ffn_forward(std::span<const FfnParts> experts, const qjit_ffn_route
         s.products.add(int(e), *experts[e].up, route.rows, route.count, hidden + first * h);
     }
     s.products.run(x, k);
-    activate(shape.activation, hidden, gate, total * h, shape.pool());
+    activate(shape, hidden, gate, total * h);
 
     // Down of every expert on its hidden rows: one grouped call.
     s.products.clear();

@@ -43,11 +43,12 @@ void check_ffn_parts(const FfnParts& parts, const qjit_context* context, const s
             " outputs: they must be equal");
 }
 
-void activate(qjit_ffn_activation activation, float* up, const float* gate, int64_t count, ThreadPool& pool) {
+void activate(const FfnParts& parts, float* up, const float* gate, int64_t count) {
+    const qjit_isa isa = parts.up->context->isa;
     auto range = [&](int64_t chunk) {
         const int64_t begin = chunk * kActivationChunk, n = std::min(kActivationChunk, count - begin);
-        switch (activation) {
-        case QJIT_FFN_SWIGLU: swiglu_in_place(up + begin, gate + begin, n); break;
+        switch (parts.activation) {
+        case QJIT_FFN_SWIGLU: swiglu_in_place(isa, up + begin, gate + begin, n); break;
         case QJIT_FFN_GELU: gelu_in_place(up + begin, n); break;
         case QJIT_FFN_RELU: relu_in_place(up + begin, n); break;
         case QJIT_FFN_ACTIVATION_MIN_ENUM:
@@ -55,7 +56,7 @@ void activate(qjit_ffn_activation activation, float* up, const float* gate, int6
         }
     };
     const int64_t chunks = (count + kActivationChunk - 1) / kActivationChunk;
-    pool.parallel_for(chunks, range, chunks > 1);
+    parts.pool().parallel_for(chunks, range, chunks > 1);
 }
 
 }  // namespace qjit

@@ -37,7 +37,8 @@ qjit_ffn_activation ffn_activation_of(int value, const char* name);
 // do not chain (gate and up K x H, down H x N).
 void check_ffn_parts(const FfnParts& parts, const qjit_context* context, const std::string& name);
 
-// up (count values) = the parts' activation of gate and up, in place, on `pool`'s threads when long.
-void activate(qjit_ffn_activation activation, float* up, const float* gate, int64_t count, ThreadPool& pool);
+// up (count values) = the parts' activation of gate and up, in place, on the up layer's context's
+// threads when long, in its context's instruction-set family.
+void activate(const FfnParts& parts, float* up, const float* gate, int64_t count);
 
 }  // namespace qjit

@@ -1,4 +1,4 @@
-#include "tools/int8_peak_probe.hpp"
+#include "tools/peak_probe.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -21,12 +21,12 @@ constexpr uint32_t kA = 0x04030201, kB = 0xfe01ff02;  // b's bytes: 2, -1, 1, -2
 
 }  // namespace
 
-Int8PeakProbe::Int8PeakProbe() : Int8PeakProbe(best_dot_loop()) {}
+PeakProbe::PeakProbe() : PeakProbe(best_dot_loop()) {}
 
-Int8PeakProbe::Int8PeakProbe(DotLoop loop)
+PeakProbe::PeakProbe(DotLoop loop)
     : loop_(loop), iterations_(std::max<int64_t>(1, kMacsPerRun / loop.macs_per_iteration)) {}
 
-double Int8PeakProbe::measure(int threads) {
+double PeakProbe::measure(int threads) {
     threads = std::max(1, threads);
     std::vector<int64_t> sums(size_t(threads), 0);
     const double seconds =
@@ -35,7 +35,7 @@ double Int8PeakProbe::measure(int threads) {
     return double(threads) * double(iterations_) * double(loop_.macs_per_iteration) / seconds;
 }
 
-double Int8PeakProbe::peak(int threads, int runs) {
+double PeakProbe::peak(int threads, int runs) {
     double best = 0;
     for (int i = 0; i < std::max(1, runs); ++i) best = std::max(best, measure(threads));
     return best;

@@ -1,6 +1,7 @@
-// The machine's int8 dot-product peak: T threads each running a register-resident loop of
-// independent u8 x s8 dot products (probe_loops.hpp), with the widest such instruction the CPU
-// has. Measured in the same run as the kernels it is held against, not taken from a data sheet:
+// A peak of the machine's arithmetic: T threads each running a register-resident loop of
+// independent multiply-adds (probe_loops.hpp): by default the u8 x s8 dot products of the int8
+// kernels with the widest such instruction the CPU has; given a loop of fp32 multiply-adds
+// (supported_fma_loops), the FMA peak. Measured in the same run as the kernels it is held against, not taken from a data sheet:
 // a VM's cores, clocks and neighbours are not the data sheet's.
 #pragma once
 
@@ -10,7 +11,7 @@
 
 namespace qjit_tools {
 
-class Int8PeakProbe {
+class PeakProbe {
 public:
     static constexpr int kPeakRuns = 5;
     // Multiply-adds per thread and run: about 20 ms for one core at 64 x 2 per cycle.
@@ -20,12 +21,12 @@ public:
     static bool available() { return !supported_dot_loops().empty(); }
 
     // Throws std::runtime_error unless available(). `loop` is for comparisons and tests.
-    Int8PeakProbe();
-    explicit Int8PeakProbe(DotLoop loop);
+    PeakProbe();
+    explicit PeakProbe(DotLoop loop);
 
     const char* instruction() const { return loop_.name; }
 
-    // One run on `threads` threads: int8 multiply-adds per second (MAC/s), timed from the release
+    // One run on `threads` threads: multiply-adds per second (MAC/s), timed from the release
     // of all threads until the last one finishes.
     double measure(int threads);
 

@@ -1,0 +1,235 @@
+// The forward's ops (qjit/qjit_ops.h) per instruction-set family this CPU runs, each under a
+// context capped to it, beside the same run's fp32 multiply-add peak of the family's widest loop
+// (tools/probe_loops.hpp) and the portable family (the reference twin every family is tested
+// against). Attention: a prompt of P positions from an empty cache (causal) and one decode step
+// after P positions, for SmolLM2-135M's heads (64 x 9, 3 key/value heads) and Llama-2-7B's (128 x
+// 32, 32) and Llama-3-8B's (128 x 32, 8). Row ops: RMSNorm, RoPE and SwiGLU over a 512-token
+// prompt's rows of a 4096-wide model. Medians of --repeats calls after a warm-up; Markdown out.
+//
+// Usage: bench_ops [--threads 1,2] [--positions 512] [--repeats 9]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench_common.hpp"
+#include "qjit/qjit.h"
+#include "qjit/qjit_ops.h"
+#include "tools/peak_probe.hpp"
+#include "tools/probe_loops.hpp"
+
+namespace {
+
+using qjit_bench::median;
+
+struct Options {
+    std::vector<int> threads{1, 2};
+    int positions = 512;
+    int repeats = 9;
+};
+
+struct Family {
+    const char* name;
+    qjit_isa cap;
+    const char* fma_loop;  // the probe loop of the same width
+};
+
+qjit_context* capped_context(qjit_isa cap, int threads) {
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.num_threads = threads;
+    options.max_isa = cap;
+    options.tuning_db_path = "";
+    qjit_context* context = nullptr;
+    if (qjit_context_create(&options, &context) != QJIT_OK) {
+        std::fprintf(stderr, "bench_ops: %s\n", qjit_last_error());
+        std::exit(1);
+    }
+    return context;
+}
+
+// The families this CPU runs: the context's own ISA tells (a cap above the CPU is lowered).
+std::vector<Family> families() {
+    std::vector<Family> all;
+    const std::vector<qjit_tools::DotLoop> loops = qjit_tools::supported_fma_loops();
+    auto loop_named = [&](const char* part) -> const char* {
+        for (const auto& loop : loops)
+            if (std::strstr(loop.name, part)) return loop.name;
+        return nullptr;
+    };
+    for (const Family& f : {Family{"avx512", QJIT_ISA_AVX512, loop_named("zmm")},
+                            Family{"avx2", QJIT_ISA_AVX2, loop_named("ymm")},
+                            Family{"portable", QJIT_ISA_PORTABLE, loop_named("xmm")}}) {
+        qjit_context* context = capped_context(f.cap, 1);
+        qjit_isa isa = QJIT_ISA_PORTABLE;
+        qjit_context_isa(context, &isa);
+        qjit_context_destroy(context);
+        if ((f.cap == QJIT_ISA_PORTABLE || isa >= f.cap) && f.fma_loop) all.push_back(f);
+    }
+    return all;
+}
+
+double fma_peak_flops(const char* loop_name, int threads) {
+    for (const auto& loop : qjit_tools::supported_fma_loops())
+        if (std::strcmp(loop.name, loop_name) == 0) return 2.0 * qjit_tools::PeakProbe(loop).peak(threads);
+    return 0.0;
+}
+
+// Median seconds of `repeats` calls after one warm-up.
+double time_median(int repeats, const std::function<void()>& call) {
+    call();
+    std::vector<double> seconds;
+    for (int i = 0; i < repeats; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        call();
+        seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return median(seconds);
+}
+
+void check(qjit_status status, const char* call) {
+    if (status != QJIT_OK) {
+        std::fprintf(stderr, "bench_ops: %s: %s\n", call, qjit_last_error());
+        std::exit(1);
+    }
+}
+
+struct Heads {
+    const char* model;
+    qjit_attention_shape shape;
+};
+
+// A cache of `positions` + 1 random keys and values and as many queries.
+struct AttentionData {
+    qjit_attention_shape shape;
+    int64_t capacity;
+    std::vector<float> keys, values, q, out;
+    AttentionData(qjit_attention_shape s, int positions) : shape(s) {
+        capacity = (positions + 1 + QJIT_ATTENTION_KEY_BLOCK - 1) / QJIT_ATTENTION_KEY_BLOCK * QJIT_ATTENTION_KEY_BLOCK;
+        const size_t kv_dim = size_t(s.n_kv_heads * s.head_size), q_dim = size_t(s.n_heads * s.head_size);
+        std::mt19937 rng(1);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        keys.resize(kv_dim * size_t(capacity));
+        values.resize(keys.size());
+        q.resize(q_dim * size_t(positions + 1));
+        out.resize(q.size());
+        for (auto* v : {&keys, &values, &q})
+            for (float& x : *v) x = normal(rng);
+    }
+    void run(qjit_context* context, int pos0, int count) {
+        const qjit_kv_cache cache{keys.data(), values.data(), capacity};
+        check(qjit_attention_causal(context, &shape, &cache, q.data(), pos0, count, out.data()), "qjit_attention_causal");
+    }
+};
+
+// Multiply-adds x 2 of causal attention for queries at positions pos0 .. pos0 + count - 1: each
+// attends to pos + 1 positions, twice (scores, then the weighted values) per query head.
+double attention_flops(const qjit_attention_shape& s, int pos0, int count) {
+    double positions = 0;
+    for (int t = pos0; t < pos0 + count; ++t) positions += t + 1;
+    return 2.0 * 2.0 * double(s.head_size) * double(s.n_heads) * positions;
+}
+
+void attention_table(const Options& options, const std::vector<Family>& families) {
+    const Heads heads[] = {{"SmolLM2-135M", {64, 9, 3}}, {"Llama-2-7B", {128, 32, 32}}, {"Llama-3-8B", {128, 32, 8}}};
+    std::printf("\n## Attention, %d positions\n\n", options.positions);
+    std::printf("| heads | test | threads | family | kernel | ms | GFLOP/s | of the FMA peak | x portable |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    for (const Heads& h : heads) {
+        AttentionData data(h.shape, options.positions);
+        for (int threads : options.threads) {
+            double portable_prompt = 0, portable_decode = 0;
+            for (auto f = families.rbegin(); f != families.rend(); ++f) {  // portable first
+                qjit_context* context = capped_context(f->cap, threads);
+                const char* kernel = nullptr;
+                qjit_op_kernel_name(context, QJIT_OP_ATTENTION, &kernel);
+                const double peak = fma_peak_flops(f->fma_loop, threads);
+                const double prompt = time_median(options.repeats, [&] { data.run(context, 0, options.positions); });
+                const double decode =
+                    time_median(options.repeats * 10, [&] { data.run(context, options.positions, 1); });
+                if (f->cap == QJIT_ISA_PORTABLE) portable_prompt = prompt, portable_decode = decode;
+                const double prompt_rate = attention_flops(h.shape, 0, options.positions) / prompt;
+                const double decode_rate = attention_flops(h.shape, options.positions, 1) / decode;
+                std::printf("| %s %dx%d/%d | prompt | %d | %s | %s | %.2f | %.1f | %.2f | %.1f |\n", h.model,
+                            h.shape.head_size, h.shape.n_heads, h.shape.n_kv_heads, threads, f->name, kernel,
+                            prompt * 1e3, prompt_rate / 1e9, prompt_rate / peak, portable_prompt / prompt);
+                std::printf("| %s %dx%d/%d | decode | %d | %s | %s | %.3f | %.1f | %.2f | %.1f |\n", h.model,
+                            h.shape.head_size, h.shape.n_heads, h.shape.n_kv_heads, threads, f->name, kernel,
+                            decode * 1e3, decode_rate / 1e9, decode_rate / peak, portable_decode / decode);
+                std::fflush(stdout);
+                qjit_context_destroy(context);
+            }
+        }
+    }
+}
+
+void row_ops_table(const Options& options, const std::vector<Family>& families) {
+    const int rows = options.positions, dim = 4096, head_size = 128, hidden = 11008;
+    std::vector<float> x(size_t(rows) * dim, 0.5f), weight(dim, 1.1f), out(x.size());
+    std::vector<float> rotations(size_t(rows) * head_size, 0.7f), gate(size_t(rows) * hidden, 0.3f),
+        up(gate.size(), 0.2f);
+    std::printf("\n## Row ops, %d rows\n\n", rows);
+    std::printf("| op | threads | family | kernel | us | x portable |\n|---|---|---|---|---|---|\n");
+    struct RowOp {
+        const char* name;
+        qjit_op op;
+        std::function<void(qjit_context*)> run;
+    };
+    const RowOp ops[] = {
+        {"RMSNorm 4096", QJIT_OP_RMS_NORM,
+         [&](qjit_context* c) { check(qjit_rms_norm(c, x.data(), weight.data(), rows, dim, 1e-5f, out.data()), "rms_norm"); }},
+        {"RoPE 4096 (heads of 128)", QJIT_OP_ROPE,
+         [&](qjit_context* c) {
+             check(qjit_rope(c, x.data(), rows, dim, head_size, rotations.data(), QJIT_ROPE_ADJACENT), "rope");
+         }},
+        {"SwiGLU 11008", QJIT_OP_SWIGLU,
+         [&](qjit_context* c) { check(qjit_swiglu(c, up.data(), gate.data(), int64_t(rows) * hidden), "swiglu"); }}};
+    for (const RowOp& op : ops)
+        for (int threads : options.threads) {
+            double portable = 0;
+            for (auto f = families.rbegin(); f != families.rend(); ++f) {
+                qjit_context* context = capped_context(f->cap, threads);
+                const char* kernel = nullptr;
+                qjit_op_kernel_name(context, op.op, &kernel);
+                const double seconds = time_median(options.repeats, [&] { op.run(context); });
+                if (f->cap == QJIT_ISA_PORTABLE) portable = seconds;
+                std::printf("| %s | %d | %s | %s | %.1f | %.2f |\n", op.name, threads, f->name, kernel, seconds * 1e6,
+                            portable / seconds);
+                std::fflush(stdout);
+                qjit_context_destroy(context);
+            }
+        }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options options;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string flag = argv[i];
+        if (flag == "--threads") options.threads = qjit_bench::parse_list<int>("bench_ops", argv[i + 1]);
+        else if (flag == "--positions") options.positions = std::max(1, std::atoi(argv[i + 1]));
+        else if (flag == "--repeats") options.repeats = std::max(1, std::atoi(argv[i + 1]));
+        else {
+            std::fprintf(stderr, "usage: bench_ops [--threads 1,2] [--positions 512] [--repeats 9]\n");
+            return 2;
+        }
+    }
+    const char* description = nullptr;
+    qjit_context* context = capped_context(QJIT_ISA_AUTO, 1);
+    qjit_context_describe(context, &description);
+    std::printf("# bench_ops\n\n%s\n", description);
+    qjit_context_destroy(context);
+    const std::vector<Family> all = families();
+    std::printf("\nFMA peak per family (GFLOP/s, 1 thread):");
+    for (const Family& f : all) std::printf(" %s %.1f (%s);", f.name, fma_peak_flops(f.fma_loop, 1) / 1e9, f.fma_loop);
+    std::printf("\n");
+    attention_table(options, all);
+    row_ops_table(options, all);
+    return 0;
+}

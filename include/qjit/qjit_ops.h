@@ -1,0 +1,102 @@
+/*
+ * qjit ops: the steps of a transformer forward between its linear layers, run on a context's
+ * threads with kernels chosen under its instruction-set cap (qjit_context_options.max_isa,
+ * $QJIT_MAX_ISA), like the layers' kernels.
+ *
+ *   attention   causal multi-head attention over a key/value cache, grouped-query heads included;
+ *               an online softmax over blocks of positions, each key and value read once for up
+ *               to four queries that share a key/value head
+ *   RMSNorm     out = weight * x / sqrt(mean(x^2) + eps), row by row
+ *   RoPE        rotates pairs of each head's values by a position's angles
+ *   SwiGLU      silu(gate) * up, element by element
+ *
+ * Every op's result for a row depends on that row and its inputs only, not on how many rows one
+ * call takes or on the threads: a prompt and the same tokens one by one agree bit for bit.
+ * qjit_op_kernel_name names the kernel a context runs for an op (its ISA family in the name).
+ * Threads: as qjit.h (a context serves several threads; one call uses its pool).
+ */
+#ifndef QJIT_QJIT_OPS_H
+#define QJIT_QJIT_OPS_H
+
+#include "qjit/qjit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Positions of one block of the key/value cache; a cache holds whole blocks. */
+#define QJIT_ATTENTION_KEY_BLOCK 32
+/* The largest head size qjit_attention_causal takes. */
+#define QJIT_ATTENTION_MAX_HEAD_SIZE 256
+
+typedef struct qjit_attention_shape {
+    int32_t head_size;  /* values per head, 1 .. QJIT_ATTENTION_MAX_HEAD_SIZE */
+    int32_t n_heads;    /* query heads */
+    int32_t n_kv_heads; /* key/value heads; n_heads is a multiple of it */
+} qjit_attention_shape;
+
+/* An fp32 key/value cache of `capacity` positions (a multiple of QJIT_ATTENTION_KEY_BLOCK), both
+ * arrays of capacity * n_kv_heads * head_size floats, laid out in blocks of B =
+ * QJIT_ATTENTION_KEY_BLOCK positions, then key/value heads, so that one head's block is one
+ * contiguous run (a cache grows by appending blocks). For position s, head h, feature i, with
+ * block = s / B and j = s % B:
+ *   keys[((block * n_kv_heads + h) * head_size + i) * B + j]     a feature across the block's positions
+ *   values[((block * n_kv_heads + h) * B + j) * head_size + i]   a position's values together
+ * qjit_kv_cache_store writes rows into it. Attention reads the last block in full: its positions
+ * past the stored ones must hold finite values (a zero-filled cache does). */
+typedef struct qjit_kv_cache {
+    float* keys;
+    float* values;
+    int64_t capacity;
+} qjit_kv_cache;
+
+/* Stores k and v (count rows of n_kv_heads * head_size values, positions pos0 ..) in the cache. */
+QJIT_API qjit_status qjit_kv_cache_store(const qjit_attention_shape* shape, const qjit_kv_cache* cache,
+                                         const float* k, const float* v, int32_t pos0, int32_t count);
+
+/* out[t][h * head_size + i] = softmax over positions s <= pos0 + t of
+ * (q[t][h] . key[s][h / (n_heads / n_kv_heads)]) / sqrt(head_size), applied to the values, for
+ * t < count. q and out: count x (n_heads * head_size); the cache holds positions 0 .. pos0+count-1. */
+QJIT_API qjit_status qjit_attention_causal(qjit_context* context, const qjit_attention_shape* shape,
+                                           const qjit_kv_cache* cache, const float* q, int32_t pos0,
+                                           int32_t count, float* out);
+
+/* out[r] = weight * x[r] / sqrt(mean(x[r]^2) + eps) for rows r < rows of `size` values; out may be x. */
+QJIT_API qjit_status qjit_rms_norm(qjit_context* context, const float* x, const float* weight, int64_t rows,
+                                   int64_t size, float eps, float* out);
+
+typedef enum qjit_rope_pairs {
+    QJIT_ROPE_ADJACENT = 0, /* pair i of a head is (2i, 2i + 1): Llama (llama.cpp's "normal") */
+    QJIT_ROPE_HALVES = 1,   /* pair i is (i, i + head_size / 2): NeoX, Qwen2 */
+    QJIT_ROPE_MIN_ENUM = -0x7fffffff - 1,
+    QJIT_ROPE_MAX_ENUM = 0x7fffffff
+} qjit_rope_pairs;
+
+/* Rotates every head of rows r < rows of x (row_size values, a multiple of head_size) by row r's
+ * angles: rotations + r * head_size holds cos, sin of pair 0, then of pair 1, ... (head_size / 2
+ * pairs). Pair i becomes (v0 cos - v1 sin, v0 sin + v1 cos). */
+QJIT_API qjit_status qjit_rope(qjit_context* context, float* x, int64_t rows, int64_t row_size, int32_t head_size,
+                               const float* rotations, qjit_rope_pairs pairs);
+
+/* up[i] = silu(gate[i]) * up[i] for i < count (SiLU: v / (1 + e^-v)), the SwiGLU FFN's activation;
+ * the same result in every ISA family. */
+QJIT_API qjit_status qjit_swiglu(qjit_context* context, float* up, const float* gate, int64_t count);
+
+typedef enum qjit_op {
+    QJIT_OP_ATTENTION = 0,
+    QJIT_OP_RMS_NORM = 1,
+    QJIT_OP_ROPE = 2,
+    QJIT_OP_SWIGLU = 3, /* the FFN's activation step (qjit/qjit_ffn.h) */
+    QJIT_OP_MIN_ENUM = -0x7fffffff - 1,
+    QJIT_OP_MAX_ENUM = 0x7fffffff
+} qjit_op;
+
+/* The name of the kernel `context` runs for `op` (e.g. "attention_avx2_r4", "rms_norm_avx512"):
+ * its ISA family is at or below the context's cap. Static storage. */
+QJIT_API qjit_status qjit_op_kernel_name(const qjit_context* context, qjit_op op, const char** name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QJIT_QJIT_OPS_H */

@@ -1,0 +1,169 @@
+#include "runtime/ops/attention_kernels.hpp"
+
+#include <cmath>
+
+#include "base/error.hpp"
+#include "base/float_vectors.hpp"
+
+namespace qjit::ops {
+
+namespace {
+
+// The kernel body, written once over the vector type V (kLanes<V> floats) and always inlined into
+// the per-family entry points below, whose target attributes decide the instructions: a * b + c
+// is one FMA where the family has it (this file compiles with -ffp-contract=fast). Every row's
+// arithmetic is its own and the same whatever the other rows are, so a query's result depends on
+// the query and the cache alone (not on the rows beside it, the prompt length or the threads).
+//
+// R: queries; B: score vectors per row of a position block (the block is B * kLanes<V> positions);
+// J: value vectors per row in the weighted sum. R * B and R * J accumulators stay in registers.
+template <typename V, int R, int B, int J>
+struct Attend {
+    static constexpr int kLanesV = kLanes<V>;
+    static constexpr int kBlock = B * kLanesV;
+    static_assert(kKeyBlock % kBlock == 0, "a position block lies within one cache block");
+
+    // acc[r][j .. j + J * lanes) += sum over the block's `valid` positions s of p[r][s] * values[s][j ..].
+    template <int Vectors>
+    [[gnu::always_inline]] static void add_weighted_values(float (*acc)[kMaxHeadSize], const float (*p)[kBlock],
+                                                           const float* values, size_t value_row, int valid, int j) {
+        V sum[R][Vectors];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+            for (int v = 0; v < Vectors; ++v) sum[r][v] = load_lanes<V>(acc[r] + j + kLanesV * v);
+        for (int s = 0; s < valid; ++s) {
+            const float* row = values + size_t(s) * value_row + size_t(j);
+            V value[Vectors];
+#pragma GCC unroll 4
+            for (int v = 0; v < Vectors; ++v) value[v] = load_lanes<V>(row + kLanesV * v);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const V weight = splat<V>(p[r][s]);
+#pragma GCC unroll 4
+                for (int v = 0; v < Vectors; ++v) sum[r][v] += weight * value[v];
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+            for (int v = 0; v < Vectors; ++v) store_lanes(acc[r] + j + kLanesV * v, sum[r][v]);
+    }
+
+    [[gnu::always_inline]] static void run(const AttentionTask& task) {
+        const int head_size = task.head_size;
+        alignas(64) float q[R][kMaxHeadSize];  // scaled
+        alignas(64) float acc[R][kMaxHeadSize] = {};
+        alignas(64) float p[R][kBlock];
+        float running_max[R], running_sum[R];
+        int pos[R], last = 0;
+        for (int r = 0; r < R; ++r) {
+            const int from = r < task.count ? r : 0;  // missing rows repeat the first; never stored
+            for (int i = 0; i < head_size; ++i) q[r][i] = task.q[from][i] * task.scale;
+            pos[r] = task.pos[from];
+            last = pos[r] > last ? pos[r] : last;
+            running_max[r] = -__builtin_inff();
+            running_sum[r] = 0.0f;
+        }
+        V lane_offsets;
+        for (int i = 0; i < kLanesV; ++i) lane_offsets[i] = float(i);
+        const V minus_infinity = splat<V>(-__builtin_inff());
+
+        for (int s0 = 0; s0 <= last; s0 += kBlock) {
+            const size_t block = size_t(s0 / kKeyBlock) * task.block_stride;
+            const int within = s0 % kKeyBlock;  // the position block's first position in its cache block
+            V score[R][B] = {};
+            for (int i = 0; i < head_size; ++i) {
+                const float* key = task.keys + block + size_t(i) * kKeyBlock + size_t(within);
+                V k[B];
+#pragma GCC unroll 4
+                for (int b = 0; b < B; ++b) k[b] = load_lanes<V>(key + kLanesV * b);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) {
+                    const V qi = splat<V>(q[r][i]);
+#pragma GCC unroll 4
+                    for (int b = 0; b < B; ++b) score[r][b] += qi * k[b];
+                }
+            }
+            for (int r = 0; r < R; ++r) {
+                const V row_pos = splat<V>(float(pos[r]));
+                V most = minus_infinity;
+#pragma GCC unroll 4
+                for (int b = 0; b < B; ++b) {
+                    const V at = lane_offsets + float(s0 + kLanesV * b);
+                    score[r][b] = at <= row_pos ? score[r][b] : minus_infinity;
+                    most = lane_max(most, score[r][b]);
+                }
+                const float block_max = max_of_lanes(most);
+                const float new_max = block_max > running_max[r] ? block_max : running_max[r];
+                const float rescale = std::exp(running_max[r] - new_max);  // 0 for the first block
+                V sum = {};
+#pragma GCC unroll 4
+                for (int b = 0; b < B; ++b) {
+                    const V e = exp_lanes(score[r][b] - new_max);
+                    store_lanes(p[r] + kLanesV * b, e);
+                    sum += e;
+                }
+                running_sum[r] = running_sum[r] * rescale + sum_of_lanes(sum);
+                running_max[r] = new_max;
+                if (rescale != 1.0f)
+                    for (int i = 0; i < head_size; ++i) acc[r][i] *= rescale;
+            }
+            const int valid = last - s0 + 1 < kBlock ? last - s0 + 1 : kBlock;
+            const size_t value_row = size_t(head_size);
+            const float* block_values = task.values + block + size_t(within) * value_row;
+            int j = 0;
+            for (; j + J * kLanesV <= head_size; j += J * kLanesV)
+                add_weighted_values<J>(acc, p, block_values, value_row, valid, j);
+            for (; j + kLanesV <= head_size; j += kLanesV)
+                add_weighted_values<1>(acc, p, block_values, value_row, valid, j);
+            // The last head_size % lanes features, position by position as the vectors go.
+            for (int s = 0; s < valid && j < head_size; ++s) {
+                const float* row = block_values + size_t(s) * value_row;
+                for (int r = 0; r < R; ++r)
+                    for (int i = j; i < head_size; ++i) acc[r][i] += p[r][s] * row[i];
+            }
+        }
+        for (int r = 0; r < task.count; ++r) {
+            const float inverse = 1.0f / running_sum[r];
+            for (int i = 0; i < head_size; ++i) task.out[r][i] = acc[r][i] * inverse;
+        }
+    }
+};
+
+// One entry point per family and row count. The blocks and value widths fill each family's
+// registers: 16 xmm (SSE2) and 16 ymm (AVX2) hold 4 x 2 accumulators beside their operands, 32 zmm
+// (AVX-512) hold 4 x 4 in the weighted sum.
+template <int R>
+void attend_portable(const AttentionTask& task) {
+    Attend<Floats4, R, 2, 2>::run(task);
+}
+template <int R>
+__attribute__((target("avx2,fma"))) void attend_avx2(const AttentionTask& task) {
+    Attend<Floats8, R, 2, 2>::run(task);
+}
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void attend_avx512(const AttentionTask& task) {
+    Attend<Floats16, R, 2, 4>::run(task);
+}
+
+}  // namespace
+
+AttentionKernel attention_kernel(qjit_isa isa, int rows) {
+    require(rows >= 1 && rows <= kMaxAttentionRows, "attention kernel: ", rows, " rows; expected 1 to ",
+            kMaxAttentionRows);
+    using Run = void (*)(const AttentionTask&);
+    static constexpr Run portable[] = {attend_portable<1>, attend_portable<2>, attend_portable<3>, attend_portable<4>};
+    static constexpr Run avx2[] = {attend_avx2<1>, attend_avx2<2>, attend_avx2<3>, attend_avx2<4>};
+    static constexpr Run avx512[] = {attend_avx512<1>, attend_avx512<2>, attend_avx512<3>, attend_avx512<4>};
+    static constexpr const char* names[3][kMaxAttentionRows] = {
+        {"attention_portable_r1", "attention_portable_r2", "attention_portable_r3", "attention_portable_r4"},
+        {"attention_avx2_r1", "attention_avx2_r2", "attention_avx2_r3", "attention_avx2_r4"},
+        {"attention_avx512_r1", "attention_avx512_r2", "attention_avx512_r3", "attention_avx512_r4"}};
+    const int at = rows - 1;
+    if (isa >= QJIT_ISA_AVX512) return {names[2][at], QJIT_ISA_AVX512, rows, avx512[at]};
+    if (isa >= QJIT_ISA_AVX2) return {names[1][at], QJIT_ISA_AVX2, rows, avx2[at]};
+    return {names[0][at], QJIT_ISA_PORTABLE, rows, portable[at]};
+}
+
+}  // namespace qjit::ops

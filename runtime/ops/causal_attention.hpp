@@ -1,0 +1,17 @@
+// Causal multi-head attention over an fp32 key/value cache on a context's threads, with the
+// attention kernel of the context's ISA family (runtime/ops/attention_kernels.hpp), and the
+// cache's store.
+#pragma once
+
+#include "qjit/qjit_ops.h"
+
+namespace qjit::ops {
+
+// As qjit_kv_cache_store and qjit_attention_causal (qjit/qjit_ops.h); throw qjit::Error naming a
+// bad argument.
+void store_keys_and_values(const qjit_attention_shape& shape, const qjit_kv_cache& cache, const float* k,
+                           const float* v, int pos0, int count);
+void causal_attention(qjit_context& context, const qjit_attention_shape& shape, const qjit_kv_cache& cache,
+                      const float* q, int pos0, int count, float* out);
+
+}  // namespace qjit::ops

@@ -1,0 +1,327 @@
+// The forward's ops (qjit/qjit_ops.h) in every instruction-set family this CPU runs, each under a
+// context capped to it: attention, RMSNorm, RoPE and SwiGLU against double-precision references on
+// odd sizes, the promises of attention (a prompt, its tokens one by one and two threads agree bit
+// for bit), the kernel names within the cap, and bad input refused by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/float_vectors.hpp"
+#include "qjit/qjit_ops.h"
+#include "tests/test_support.hpp"
+#include "tuner/cpu_isa.hpp"
+
+namespace {
+
+using qjit::test::make_test_context;
+
+// The caps whose family differs: portable, AVX2 and AVX-512, those this CPU runs.
+std::vector<qjit_isa> family_caps() {
+    std::vector<qjit_isa> caps{QJIT_ISA_PORTABLE};
+    for (qjit_isa isa : {QJIT_ISA_AVX2, QJIT_ISA_AVX512})
+        if (qjit::cpu_supports(isa)) caps.push_back(isa);
+    return caps;
+}
+
+std::string family_of(qjit_isa cap) { return cap >= QJIT_ISA_AVX512 ? "avx512" : cap >= QJIT_ISA_AVX2 ? "avx2" : "portable"; }
+
+struct Problem {
+    qjit_attention_shape shape;
+    int positions = 0;  // filled cache positions
+    int64_t capacity = 0;
+    std::vector<float> k, v, q;        // rows of keys and values, one query row per position
+    std::vector<float> keys, values;   // the cache, stored by qjit_kv_cache_store
+
+    Problem(qjit_attention_shape s, int filled, uint32_t seed) : shape(s), positions(filled) {
+        capacity = (filled + QJIT_ATTENTION_KEY_BLOCK - 1) / QJIT_ATTENTION_KEY_BLOCK * QJIT_ATTENTION_KEY_BLOCK;
+        std::mt19937 rng(seed);
+        std::normal_distribution<float> normal(0.0f, 1.5f);
+        for (auto* rows : {&k, &v}) {
+            rows->resize(size_t(filled) * kv_dim());
+            for (float& x : *rows) x = normal(rng);
+        }
+        q.resize(size_t(filled) * q_dim());
+        for (float& x : q) x = normal(rng);
+        keys.assign(size_t(capacity) * kv_dim(), 0.0f);
+        values.assign(keys.size(), 0.0f);
+        const qjit_kv_cache view = cache();
+        EXPECT_EQ(qjit_kv_cache_store(&shape, &view, k.data(), v.data(), 0, filled), QJIT_OK) << qjit_last_error();
+    }
+    qjit_kv_cache cache() const {
+        return {const_cast<float*>(keys.data()), const_cast<float*>(values.data()), capacity};
+    }
+    size_t q_dim() const { return size_t(shape.n_heads * shape.head_size); }
+    size_t kv_dim() const { return size_t(shape.n_kv_heads * shape.head_size); }
+
+    // Attention of the query at `t` (position t) in doubles, the textbook way.
+    std::vector<double> reference(int t) const {
+        const int hs = shape.head_size, kv_mul = shape.n_heads / shape.n_kv_heads;
+        const size_t kv_dim = size_t(shape.n_kv_heads * hs);
+        std::vector<double> out(q_dim());
+        for (int h = 0; h < shape.n_heads; ++h) {
+            const size_t kv = size_t(h / kv_mul) * size_t(hs);
+            std::vector<double> score(size_t(t) + 1);
+            double most = -1e300, sum = 0.0;
+            for (int s = 0; s <= t; ++s) {
+                double dot = 0.0;
+                for (int i = 0; i < hs; ++i)
+                    dot += double(q[size_t(t) * q_dim() + size_t(h * hs + i)]) * k[size_t(s) * kv_dim + kv + size_t(i)];
+                score[size_t(s)] = dot / std::sqrt(double(hs));
+                most = std::max(most, score[size_t(s)]);
+            }
+            for (double& v : score) sum += (v = std::exp(v - most));
+            for (int i = 0; i < hs; ++i) {
+                double o = 0.0;
+                for (int s = 0; s <= t; ++s) o += score[size_t(s)] * v[size_t(s) * kv_dim + kv + size_t(i)];
+                out[size_t(h * hs + i)] = o / sum;
+            }
+        }
+        return out;
+    }
+
+    std::vector<float> attend(qjit_context* context, int pos0, int count) const {
+        std::vector<float> out(size_t(count) * q_dim(), std::numeric_limits<float>::quiet_NaN());
+        const qjit_kv_cache view = cache();
+        EXPECT_EQ(qjit_attention_causal(context, &shape, &view, q.data() + size_t(pos0) * q_dim(), pos0, count,
+                                        out.data()),
+                  QJIT_OK)
+            << qjit_last_error();
+        return out;
+    }
+};
+
+struct Shape {
+    int head_size, n_heads, n_kv_heads, positions;
+};
+
+class Attention : public ::testing::TestWithParam<Shape> {};
+
+// Head sizes 64, 80 and 128 (the models'), and odd ones through every tail of the value sums;
+// grouped queries 1, 3 and 8 heads a key/value head (and 4); prompts that end inside a key block,
+// on its edge, a single position, and 600 positions.
+INSTANTIATE_TEST_SUITE_P(Shapes, Attention,
+                         ::testing::Values(Shape{8, 8, 8, 45}, Shape{64, 9, 3, 70}, Shape{100, 4, 1, 33},
+                                           Shape{80, 8, 2, 64}, Shape{128, 2, 2, 1}, Shape{17, 3, 3, 96},
+                                           Shape{128, 8, 1, 41}, Shape{64, 3, 1, 600}, Shape{6, 2, 1, 5}));
+
+TEST_P(Attention, MatchesTheTextbookFormulaInEveryFamily) {
+    const Shape shape = GetParam();
+    const Problem p({shape.head_size, shape.n_heads, shape.n_kv_heads}, shape.positions, 7);
+    std::vector<std::vector<double>> expected;
+    for (int t = 0; t < shape.positions; ++t) expected.push_back(p.reference(t));
+    for (qjit_isa cap : family_caps()) {
+        const auto context = make_test_context(1, cap);
+        const std::vector<float> out = p.attend(context.get(), 0, shape.positions);
+        double worst = 0.0;
+        for (int t = 0; t < shape.positions; ++t)
+            for (size_t i = 0; i < expected[size_t(t)].size(); ++i)
+                worst = std::max(worst, std::fabs(double(out[size_t(t) * p.q_dim() + i]) - expected[size_t(t)][i]));
+        EXPECT_LT(worst, 2e-5) << family_of(cap) << ": head " << shape.head_size << ", " << shape.positions
+                               << " positions";
+    }
+}
+
+// A prompt in one call, the same queries one position at a time (as decoding makes them), the
+// prompt in two uneven pieces and on two threads give the same outputs bit for bit.
+TEST_P(Attention, BatchingAndThreadsChangeNoBit) {
+    const Shape shape = GetParam();
+    const Problem p({shape.head_size, shape.n_heads, shape.n_kv_heads}, shape.positions, 11);
+    for (qjit_isa cap : family_caps()) {
+        const auto one = make_test_context(1, cap), two = make_test_context(2, cap);
+        const std::vector<float> whole = p.attend(one.get(), 0, shape.positions);
+        std::vector<float> stepped, pieces;
+        for (int t = 0; t < shape.positions; ++t) {
+            const std::vector<float> step = p.attend(one.get(), t, 1);
+            stepped.insert(stepped.end(), step.begin(), step.end());
+        }
+        const int cut = shape.positions / 3;
+        for (const auto& [pos0, count] : {std::pair{0, cut}, {cut, shape.positions - cut}}) {
+            if (count == 0) continue;
+            const std::vector<float> piece = p.attend(two.get(), pos0, count);
+            pieces.insert(pieces.end(), piece.begin(), piece.end());
+        }
+        const std::vector<float> threaded = p.attend(two.get(), 0, shape.positions);
+        const size_t bytes = whole.size() * sizeof(float);
+        EXPECT_EQ(std::memcmp(whole.data(), stepped.data(), bytes), 0) << family_of(cap);
+        EXPECT_EQ(std::memcmp(whole.data(), pieces.data(), bytes), 0) << family_of(cap);
+        EXPECT_EQ(std::memcmp(whole.data(), threaded.data(), bytes), 0) << family_of(cap);
+    }
+}
+
+TEST(AttentionInput, ShapesItCannotRunAreRefusedByName) {
+    const auto context = make_test_context(1);
+    const Problem p({8, 4, 4}, 10, 1);
+    std::vector<float> out(p.q.size());
+    const qjit_kv_cache cache = p.cache();
+    auto status = [&](qjit_attention_shape shape, qjit_kv_cache view, int pos0, int count) {
+        return qjit_attention_causal(context.get(), &shape, &view, p.q.data(), pos0, count, out.data());
+    };
+    EXPECT_EQ(status({8, 4, 3}, cache, 0, 1), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qjit_last_error()).find("key/value heads"), std::string::npos) << qjit_last_error();
+    EXPECT_EQ(status({300, 1, 1}, cache, 0, 1), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qjit_last_error()).find("heads of 300"), std::string::npos) << qjit_last_error();
+    EXPECT_EQ(status(p.shape, {cache.keys, cache.values, 31}, 0, 1), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qjit_last_error()).find("cache of 31"), std::string::npos) << qjit_last_error();
+    EXPECT_EQ(status(p.shape, cache, 30, 5), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(status(p.shape, cache, -1, 1), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(status(p.shape, {nullptr, cache.values, 32}, 0, 1), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(qjit_attention_causal(nullptr, &p.shape, &cache, p.q.data(), 0, 1, out.data()),
+              QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(qjit_kv_cache_store(&p.shape, &cache, p.k.data(), nullptr, 0, 1), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(qjit_kv_cache_store(&p.shape, &cache, p.k.data(), p.v.data(), 20, 13), QJIT_ERROR_INVALID_ARGUMENT);
+}
+
+// rows x size values, every row its own scale.
+std::vector<float> random_rows(int64_t rows, int64_t size, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> v(size_t(rows * size));
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < size; ++i) v[size_t(r * size + i)] = normal(rng) * float(r + 1);
+    return v;
+}
+
+TEST(RmsNorm, MatchesDoublesInEveryFamilyOnOddSizes) {
+    for (const int64_t size : {1, 7, 64, 100, 576, 1003}) {
+        const int64_t rows = 5;
+        const std::vector<float> x = random_rows(rows, size, 3), weight = random_rows(1, size, 4);
+        for (qjit_isa cap : family_caps()) {
+            const auto context = make_test_context(2, cap);
+            std::vector<float> out(x.size()), in_place = x;
+            ASSERT_EQ(qjit_rms_norm(context.get(), x.data(), weight.data(), rows, size, 1e-5f, out.data()), QJIT_OK);
+            ASSERT_EQ(qjit_rms_norm(context.get(), in_place.data(), weight.data(), rows, size, 1e-5f, in_place.data()),
+                      QJIT_OK);
+            EXPECT_EQ(out, in_place);
+            for (int64_t r = 0; r < rows; ++r) {
+                double squares = 0.0;
+                for (int64_t i = 0; i < size; ++i) squares += double(x[size_t(r * size + i)]) * x[size_t(r * size + i)];
+                const double inverse = 1.0 / std::sqrt(squares / double(size) + 1e-5);
+                for (int64_t i = 0; i < size; ++i) {
+                    const double expected = double(weight[size_t(i)]) * x[size_t(r * size + i)] * inverse;
+                    EXPECT_NEAR(out[size_t(r * size + i)], expected, 1e-5 * (std::fabs(expected) + 1e-3))
+                        << family_of(cap) << " size " << size << " row " << r << " value " << i;
+                }
+            }
+        }
+    }
+}
+
+TEST(Rope, MatchesDoublesInEveryFamilyForBothPairings) {
+    for (const int head_size : {2, 6, 64, 80, 128}) {
+        const int heads = 3, rows = 4;
+        const int64_t row_size = int64_t(heads) * head_size;
+        const std::vector<float> x = random_rows(rows, row_size, 5);
+        std::vector<float> rotations(size_t(rows * head_size));
+        for (int r = 0; r < rows; ++r)
+            for (int i = 0; i < head_size / 2; ++i) {
+                const double angle = (r + 3) * std::pow(10000.0, -2.0 * i / head_size);
+                rotations[size_t(r * head_size + 2 * i)] = float(std::cos(angle));
+                rotations[size_t(r * head_size + 2 * i + 1)] = float(std::sin(angle));
+            }
+        for (qjit_rope_pairs pairs : {QJIT_ROPE_ADJACENT, QJIT_ROPE_HALVES})
+            for (qjit_isa cap : family_caps()) {
+                const auto context = make_test_context(2, cap);
+                std::vector<float> out = x;
+                ASSERT_EQ(qjit_rope(context.get(), out.data(), rows, row_size, head_size, rotations.data(), pairs),
+                          QJIT_OK);
+                for (int r = 0; r < rows; ++r)
+                    for (int h = 0; h < heads; ++h)
+                        for (int i = 0; i < head_size / 2; ++i) {
+                            const size_t base = size_t(r * row_size + h * head_size);
+                            const size_t a = base + size_t(pairs == QJIT_ROPE_ADJACENT ? 2 * i : i);
+                            const size_t b = a + size_t(pairs == QJIT_ROPE_ADJACENT ? 1 : head_size / 2);
+                            const double c = rotations[size_t(r * head_size + 2 * i)];
+                            const double s = rotations[size_t(r * head_size + 2 * i + 1)];
+                            EXPECT_NEAR(out[a], x[a] * c - x[b] * s, 2e-6 * (r + 1) * 4) << family_of(cap);
+                            EXPECT_NEAR(out[b], x[a] * s + x[b] * c, 2e-6 * (r + 1) * 4) << family_of(cap);
+                        }
+            }
+    }
+}
+
+TEST(Swiglu, MatchesDoublesAndIsTheSameInEveryFamily) {
+    for (const int64_t count : {1, 15, 16, 17, 1000, 40000}) {
+        const std::vector<float> gate = random_rows(1, count, 6), up = random_rows(1, count, 7);
+        std::vector<float> first;
+        for (qjit_isa cap : family_caps()) {
+            const auto context = make_test_context(2, cap);
+            std::vector<float> out = up;
+            ASSERT_EQ(qjit_swiglu(context.get(), out.data(), gate.data(), count), QJIT_OK);
+            for (int64_t i = 0; i < count; ++i) {
+                const double g = gate[size_t(i)], expected = g / (1.0 + std::exp(-g)) * up[size_t(i)];
+                ASSERT_NEAR(out[size_t(i)], expected, 1e-6 * (std::fabs(expected) + 1e-6)) << family_of(cap) << " " << i;
+            }
+            if (first.empty()) first = out;
+            EXPECT_EQ(out, first) << family_of(cap) << " differs from the portable family";
+        }
+    }
+}
+
+TEST(OpKernels, NamesAreOfTheCappedFamily) {
+    for (qjit_isa cap : family_caps()) {
+        const auto context = make_test_context(1, cap);
+        for (qjit_op op : {QJIT_OP_ATTENTION, QJIT_OP_RMS_NORM, QJIT_OP_ROPE, QJIT_OP_SWIGLU}) {
+            const char* name = nullptr;
+            ASSERT_EQ(qjit_op_kernel_name(context.get(), op, &name), QJIT_OK);
+            const std::string text(name);
+            EXPECT_EQ(text.substr(text.rfind('_') + 1), family_of(cap)) << text;
+        }
+    }
+    const auto context = make_test_context(1);
+    const char* name = nullptr;
+    EXPECT_EQ(qjit_op_kernel_name(context.get(), qjit_op(9), &name), QJIT_ERROR_INVALID_ARGUMENT);
+}
+
+TEST(RowOpsInput, BadArgumentsAreRefusedByName) {
+    const auto context = make_test_context(1);
+    std::vector<float> x(64, 1.0f), w(64, 1.0f), rot(64, 0.5f);
+    EXPECT_EQ(qjit_rms_norm(context.get(), x.data(), w.data(), 1, 0, 1e-5f, x.data()), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(qjit_rms_norm(context.get(), x.data(), w.data(), 1, 64, -1.0f, x.data()), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qjit_last_error()).find("eps"), std::string::npos) << qjit_last_error();
+    EXPECT_EQ(qjit_rms_norm(context.get(), nullptr, w.data(), 1, 64, 1e-5f, x.data()), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(qjit_rope(context.get(), x.data(), 1, 64, 5, rot.data(), QJIT_ROPE_HALVES), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(qjit_rope(context.get(), x.data(), 1, 60, 16, rot.data(), QJIT_ROPE_HALVES), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(qjit_rope(context.get(), x.data(), 1, 64, 16, rot.data(), qjit_rope_pairs(7)), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qjit_last_error()).find("pairs"), std::string::npos) << qjit_last_error();
+    EXPECT_EQ(qjit_swiglu(context.get(), x.data(), nullptr, 4), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(qjit_swiglu(context.get(), x.data(), w.data(), -1), QJIT_ERROR_INVALID_ARGUMENT);
+}
+
+template <typename V>
+void check_exp_lanes() {
+    constexpr int kWidth = qjit::kLanes<V>;
+    double worst = 0.0;
+    for (float x0 = -87.0f; x0 < 88.0f; x0 += 0.37f) {
+        V x;
+        for (int i = 0; i < kWidth; ++i) x[i] = x0 + 0.0213f * float(i);
+        const V y = qjit::exp_lanes(x);
+        for (int i = 0; i < kWidth; ++i) {
+            const double expected = std::exp(double(x[i]));
+            worst = std::max(worst, std::fabs(double(y[i]) - expected) / expected);
+        }
+    }
+    EXPECT_LT(worst, 3e-7);  // within 2.5 ulp
+    V limits = {};
+    limits[0] = -std::numeric_limits<float>::infinity();
+    limits[1] = -100.0f;
+    limits[2] = 100.0f;
+    limits[3] = 0.0f;
+    const V y = qjit::exp_lanes(limits);
+    EXPECT_EQ(y[0], 0.0f);
+    EXPECT_EQ(y[1], 0.0f);
+    EXPECT_EQ(y[2], std::numeric_limits<float>::infinity());
+    EXPECT_EQ(y[3], 1.0f);
+}
+
+TEST(ExpLanes, MatchesStdExpAndItsLimitsAtEveryWidth) {
+    check_exp_lanes<qjit::Floats4>();
+    check_exp_lanes<qjit::Floats8>();
+    check_exp_lanes<qjit::Floats16>();
+}
+
+}  // namespace
