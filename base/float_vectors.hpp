@@ -25,7 +25,6 @@ using Ints16 = int32_t __attribute__((vector_size(64)));
 }
 [[gnu::always_inline]] inline void store16(float* p, Floats16 v) { __builtin_memcpy(p, &v, sizeof v); }
 
-[[gnu::always_inline]] inline Floats16 splat16(float v) { return Floats16{} + v; }
 
 using Floats8 = float __attribute__((vector_size(32)));
 using Floats4 = float __attribute__((vector_size(16)));
@@ -46,10 +45,14 @@ template <typename V>
 [[gnu::always_inline]] inline void store_lanes(float* p, V v) {
     __builtin_memcpy(p, &v, sizeof v);
 }
+// x - (+0) is x for every x, -0 included, so the subtraction folds away; 0 + x does not (0 + -0 is
+// +0) and would cost an add before each broadcast.
 template <typename V>
 [[gnu::always_inline]] inline V splat(float v) {
-    return V{} + v;
+    return v - V{};
 }
+[[gnu::always_inline]] inline Floats16 splat16(float v) { return splat<Floats16>(v); }
+
 template <typename V>
 [[gnu::always_inline]] inline V lane_max(V a, V b) {
     return a > b ? a : b;

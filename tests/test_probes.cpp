@@ -68,6 +68,24 @@ TEST(Probes, EveryDotLoopMultipliesUnsignedBySignedBytes) {
     }
 }
 
+// Chain j starts at seed % 2 + j and steps a = a / 2 + 1: after one step each of its lanes holds
+// 1 + (seed % 2 + j) / 2, exactly, so the loops' sums are known; the SSE2 loop is always there.
+TEST(Probes, EveryFmaLoopRunsItsChains) {
+    const std::vector<DotLoop> loops = supported_fma_loops();
+    ASSERT_FALSE(loops.empty());
+    EXPECT_NE(std::string(loops.back().name).find("SSE2"), std::string::npos) << loops.back().name;
+    for (const DotLoop& loop : loops) {
+        const int64_t chains = 12, lanes = loop.macs_per_iteration / chains;
+        EXPECT_EQ(loop.macs_per_iteration % chains, 0) << loop.name;
+        for (uint32_t seed : {0u, 1u}) {
+            double per_lane = 0;
+            for (int64_t j = 0; j < chains; ++j) per_lane += 1.0 + double(seed % 2 + j) / 2.0;
+            EXPECT_EQ(loop.run(1, seed, 0), int64_t(per_lane * double(lanes))) << loop.name << ", seed " << seed;
+            EXPECT_EQ(loop.run(0, seed, 0), int64_t(double(lanes) * (chains * (seed % 2) + 66))) << loop.name;
+        }
+    }
+}
+
 TEST(Probes, BandwidthProbeGivesFinitePositiveFiguresWithEveryReadLoop) {
     for (const ReadLoop& loop : supported_read_loops()) {
         BandwidthProbe probe(size_t(32) << 20, loop);  // small: this checks the arithmetic, not the machine

@@ -164,15 +164,14 @@ __attribute__((target("avx2"))) int64_t dot_avx2(int64_t iterations, uint32_t a,
 // a = a * b + c (one FMA: this file compiles with -ffp-contract=fast), enough to cover the FMA
 // latency (4 cycles) on two ports. The result is the accumulators' sum as the int64 a DotLoop returns.
 constexpr int kFmaChains = 12;
+// The chains start from values the compiler cannot know (`seed`) and that differ, so it can neither
+// fold a chain nor merge two.
 template <typename Vector>
-[[gnu::always_inline]] inline int64_t fma_chains(int64_t iterations) {
+[[gnu::always_inline]] inline int64_t fma_chains(int64_t iterations, uint32_t seed) {
     const Vector b = qjit::splat<Vector>(0.5f), c = qjit::splat<Vector>(1.0f);
     Vector acc[kFmaChains];
 #pragma GCC unroll 16
-    for (int j = 0; j < kFmaChains; ++j) {
-        acc[j] = c;
-        asm volatile("" : "+v"(acc[j]));
-    }
+    for (int j = 0; j < kFmaChains; ++j) acc[j] = qjit::splat<Vector>(float(seed % 2) + float(j));
     for (int64_t i = 0; i < iterations; ++i)
 #pragma GCC unroll 16
         for (int j = 0; j < kFmaChains; ++j) acc[j] = acc[j] * b + c;
@@ -181,13 +180,13 @@ template <typename Vector>
     return int64_t(total);
 }
 
-__attribute__((target("avx512f,fma"))) int64_t fma_avx512(int64_t iterations, uint32_t, uint32_t) {
-    return fma_chains<qjit::Floats16>(iterations);
+__attribute__((target("avx512f,fma"))) int64_t fma_avx512(int64_t iterations, uint32_t a, uint32_t) {
+    return fma_chains<qjit::Floats16>(iterations, a);
 }
-__attribute__((target("avx2,fma"))) int64_t fma_avx2(int64_t iterations, uint32_t, uint32_t) {
-    return fma_chains<qjit::Floats8>(iterations);
+__attribute__((target("avx2,fma"))) int64_t fma_avx2(int64_t iterations, uint32_t a, uint32_t) {
+    return fma_chains<qjit::Floats8>(iterations, a);
 }
-int64_t mul_add_sse2(int64_t iterations, uint32_t, uint32_t) { return fma_chains<qjit::Floats4>(iterations); }
+int64_t mul_add_sse2(int64_t iterations, uint32_t a, uint32_t) { return fma_chains<qjit::Floats4>(iterations, a); }
 
 // AVX-VNNI (CPUID leaf 7, subleaf 1, EAX bit 4), which clang 14's __builtin_cpu_supports does not
 // name; the OS's support of the registers is AVX2's.
