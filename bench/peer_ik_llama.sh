@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Builds ik_llama.cpp's llama-bench (a benchmark-only peer: nothing of it is linked into qjit) with
-# its best CPU settings (Release, -march=native, OpenMP, its iqk matrix-multiplication and
-# flash-attention kernels) and runs its decode benchmark on a GGUF model with -rtr 1 (the weights
-# repacked at load into its row-interleaved layouts: ik_llama's fastest CPU path).
+# its best CPU settings (Release, -march=native or an ISA class's flags, OpenMP, its iqk
+# matrix-multiplication and flash-attention kernels) and runs its decode benchmark on a GGUF model
+# with -rtr 1 (the weights repacked at load into its row-interleaved layouts: ik_llama's fastest CPU
+# path).
 #
-# Usage: bench/peer_ik_llama.sh [--source DIR | --git-dir GITDIR] [--model FILE.gguf] [--threads 1,2]
-#                               [--build-only] [--rebuild]
+# Usage: bench/peer_ik_llama.sh [--source DIR | --git-dir GITDIR] [--isa-class C] [--model FILE.gguf]
+#                               [--threads 1,2] [--jobs N] [--build-only] [--rebuild]
 #   --source DIR     an ik_llama.cpp checkout to build from
 #   --git-dir GITDIR a (bare) ik_llama.cpp repository: its HEAD is exported with git archive
 #   neither          git clone --depth 1 https://github.com/ikawrakow/ik_llama.cpp
-#   The source goes to build/peers/ik_llama.cpp-src, the build to build/peers/ik_llama.cpp (both kept
-#   between runs; --rebuild builds again). --build-only prints llama-bench's path; otherwise prints
-#   llama-bench's JSON (tg128, 5 repetitions) for the model (default: scripts/fetch_model.sh's).
+#   --isa-class C    native (default: -DGGML_NATIVE=ON, built into build/peers/ik_llama.cpp) or avx2,
+#                    avx2_vnni, avx512, avx512_vnni (GGML_NATIVE=OFF and that class's GGML_* flags,
+#                    built into build/peers/C/ik_llama.cpp); the benchmark refuses a class this CPU lacks
+#   --jobs N         parallel compile jobs (default: nproc)
+#   The source goes to build/peers/ik_llama.cpp-src (shared by the classes), the builds as above (all
+#   kept between runs; --rebuild builds this class again). --build-only prints llama-bench's path;
+#   otherwise prints llama-bench's JSON (tg128, 5 repetitions) for the model (default:
+#   scripts/fetch_model.sh's).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 url=https://github.com/ikawrakow/ik_llama.cpp
@@ -21,21 +27,47 @@ model=""
 threads=1,2
 build_only=0
 rebuild=0
+isa_class=native
+jobs="$(nproc)"
 while [ $# -gt 0 ]; do
   case "$1" in
     --source) source_dir="$(cd "$2" && pwd)"; shift 2 ;;
     --git-dir) git_dir="$2"; shift 2 ;;
+    --isa-class) isa_class="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
+    --jobs) jobs="$2"; shift 2 ;;
     --build-only) build_only=1; shift ;;
     --rebuild) rebuild=1; shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "peer_ik_llama.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+# The x86 flags of each class (ik_llama.cpp's ggml/CMakeLists.txt: AVX-VNNI is GGML_AVXVNNI there,
+# and it has no SSE4.2, BMI2 or AMX options); what a class leaves out is switched off explicitly.
+avx2_cpu="avx avx2 fma f16c"
+avx512_cpu="$avx2_cpu avx512f avx512bw"
+avx_vnni=OFF avx512=OFF avx512_vnni=OFF
+case "$isa_class" in
+  native) cpu_flags="" ;;
+  avx2) cpu_flags="$avx2_cpu" ;;
+  avx2_vnni) cpu_flags="$avx2_cpu avx_vnni" avx_vnni=ON ;;
+  avx512) cpu_flags="$avx512_cpu" avx512=ON ;;
+  avx512_vnni) cpu_flags="$avx512_cpu avx512_vnni" avx512=ON avx512_vnni=ON ;;
+  *) echo "peer_ik_llama.sh: --isa-class $isa_class is not native, avx2, avx2_vnni, avx512 or avx512_vnni" >&2
+     exit 2 ;;
+esac
+if [ "$isa_class" = native ]; then
+  isa_flags="-DGGML_NATIVE=ON"
+else
+  isa_flags="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+    -DGGML_AVXVNNI=$avx_vnni -DGGML_AVX512=$avx512 -DGGML_AVX512_VNNI=$avx512_vnni
+    -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_BF16=OFF"
+fi
 peers="$root/build/peers"
-build="$peers/ik_llama.cpp"
-log="$peers/ik_llama.cpp-build.log"
+if [ "$isa_class" = native ]; then out="$peers"; else out="$peers/$isa_class"; fi
+build="$out/ik_llama.cpp"
+log="$out/ik_llama.cpp-build.log"
 if [ -z "$source_dir" ]; then
   source_dir="$peers/ik_llama.cpp-src"
   if [ ! -f "$source_dir/.peer-commit" ] || { [ "$rebuild" = 1 ] && [ -n "$git_dir" ]; }; then
@@ -67,17 +99,24 @@ if [ -z "$source_dir" ]; then
 fi
 bench="$build/bin/llama-bench"
 if [ ! -x "$bench" ] || [ "$rebuild" = 1 ]; then
-  mkdir -p "$peers"
+  mkdir -p "$out"
   # Examples must be configured (llama-bench is one of them), but only llama-bench is built.
   # GGML_IQK_FA_ALL_QUANTS (flash-attention kernels for quantized KV caches) is off: llama-bench
   # uses an f16 cache, and those kernels only lengthen the build.
-  { echo "source: $source_dir (commit $(cat "$source_dir/.peer-commit" 2>/dev/null || echo unknown))"
-    cmake -S "$source_dir" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_OPENMP=ON \
+  commit="$(cat "$source_dir/.peer-commit" 2>/dev/null || echo unknown)"
+  # shellcheck disable=SC2086  # $isa_flags is a list of words
+  { echo "source: $source_dir (commit $commit), ISA class $isa_class:" $isa_flags
+    cmake -S "$source_dir" -B "$build" -DCMAKE_BUILD_TYPE=Release $isa_flags -DGGML_OPENMP=ON \
           -DGGML_IQK_MUL_MAT=ON -DGGML_IQK_FLASH_ATTENTION=ON -DGGML_IQK_FA_ALL_QUANTS=OFF \
           -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=OFF &&
-    cmake --build "$build" -j "$(nproc)" --target llama-bench; } >"$log" 2>&1 ||
+    cmake --build "$build" -j "$jobs" --target llama-bench; } >"$log" 2>&1 ||
     { tail -n 40 "$log" >&2; echo "peer_ik_llama.sh: the ik_llama.cpp build failed; its log is $log" >&2; exit 1; }
+  echo "$commit" >"$build/.peer-commit"  # this build's commit: the shared source may be re-exported later
 fi
 [ "$build_only" = 1 ] && { echo "$bench"; exit 0; }
+for flag in $cpu_flags; do
+  grep -m1 '^flags' /proc/cpuinfo | grep -qw -- "$flag" ||
+    { echo "peer_ik_llama.sh: this CPU lacks $flag, which ISA class $isa_class needs" >&2; exit 1; }
+done
 [ -n "$model" ] || model="$("$root/scripts/fetch_model.sh")"
 "$bench" -m "$model" -t "$threads" -p 0 -n 128 -r 5 -rtr 1 -o json

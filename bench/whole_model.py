@@ -17,9 +17,20 @@ Peers: bench/peer_llama_cpp.sh and bench/peer_ik_llama.sh build them into build/
 qjit-run maps its layers from a pack file per model and thread count (qjit-run --pack), which an
 untimed run writes first.
 
+ISA classes: --isa-class native (the default) lets each engine use all the CPU has (qjit-run with no
+cap, the peers built with GGML_NATIVE=ON into build/peers/llama.cpp and build/peers/ik_llama.cpp).
+avx2, avx2_vnni, avx512 or avx512_vnni holds all three to that class, so that a CPU with AVX-512 also
+measures the AVX2 class: qjit-run --isa avx2|avx2-vnni|avx512|avx512-vnni (a cap), the peers built
+with GGML_NATIVE=OFF and the class's GGML_AVX*/FMA/F16C flags (AVX-512, VNNI and AMX off where the
+class lacks them) into build/peers/CLASS/llama.cpp and build/peers/CLASS/ik_llama.cpp, and a --pack
+file per class (MODEL.t2.avx2.qjitpack beside native's MODEL.t2.qjitpack). A class the CPU cannot
+run (a flag it needs missing from /proc/cpuinfo) is refused. The read and int8 probes (qjit-tune)
+take no cap: they measure the machine with its widest loads whatever the class. The model files
+are shared by the classes. The class is in the report's title and the JSON's "isa_class".
+
 Usage: bench/whole_model.py [--rounds 3] [--threads 1,2] [--models smollm2-q4_1,1b-q4_0]
-                            [--tests decode,prompt] [--skip-build] [--pack] [--json OUT] [--qjit BIN]
-                            [--ik-git-dir GITDIR | --ik-source DIR]
+                            [--tests decode,prompt] [--isa-class native] [--skip-build] [--pack]
+                            [--json OUT] [--qjit BIN] [--ik-git-dir GITDIR | --ik-source DIR]
 """
 import argparse
 import datetime
@@ -46,10 +57,49 @@ ENGINES = ["llama.cpp", "ik_llama.cpp", "qjit-run"]
 MODELS = ["smollm2-q4_0", "smollm2-q4_1", "1b-q4_0", "1b-q4_k_m", "7b-q4_0", "qwen2_0.5b-q4_0", "qwen2_7b-q4_k_m"]
 DEFAULT_MODELS = MODELS[:5]
 TIMEOUT_S = 3600
+# ISA class -> (qjit-run --isa value, /proc/cpuinfo flags the class needs: qjit's and the peers' builds).
+ISA_CLASSES = {
+    "native": (None, ()),
+    "avx2": ("avx2", ("avx", "avx2", "fma", "f16c", "bmi2")),
+    "avx2_vnni": ("avx2-vnni", ("avx", "avx2", "fma", "f16c", "bmi2", "avx_vnni")),
+    "avx512": ("avx512", ("avx", "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512cd", "avx512vl", "avx512dq",
+                          "avx512bw")),
+    "avx512_vnni": ("avx512-vnni", ("avx", "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512cd", "avx512vl",
+                                    "avx512dq", "avx512bw", "avx512_vnni")),
+}
 
 
 def note(*args):
     print("whole_model:", *args, file=sys.stderr, flush=True)
+
+
+def cpu_flags():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def check_isa_class(isa_class):
+    """Exits with a message when this CPU lacks a flag the class needs."""
+    needed = ISA_CLASSES[isa_class][1]
+    if not needed:
+        return
+    flags = cpu_flags()
+    if flags is None:
+        sys.exit(f"whole_model: --isa-class {isa_class}: cannot read the CPU's flags from /proc/cpuinfo")
+    missing = [f for f in needed if f not in flags]
+    if missing:
+        sys.exit(f"whole_model: this CPU cannot run ISA class {isa_class}: /proc/cpuinfo lacks "
+                 f"{', '.join(missing)} (it needs {', '.join(needed)})")
+
+
+def peer_dir(isa_class):
+    """Where bench/peer_*.sh build a class: build/peers for native (as before classes), else build/peers/CLASS."""
+    return PEERS if isa_class == "native" else PEERS / isa_class
 
 
 def model_path(name):
@@ -147,17 +197,20 @@ def probes(qjit_tune, threads_list):
     return best
 
 
-def pack_path(path, threads):
+def pack_path(path, threads, isa_class="native"):
     """The pack file qjit-run maps a model's layers from with --pack (one per thread count: each holds
-    the tilings tuned for its threads)."""
-    return path.with_name(f"{path.stem}.t{threads}.qjitpack")
+    the tilings tuned for its threads; and one per ISA class, whose kernels differ)."""
+    suffix = "" if isa_class == "native" else f".{isa_class}"
+    return path.with_name(f"{path.stem}.t{threads}{suffix}.qjitpack")
 
 
-def engine_command(engine, bins, path, threads, test, n_gen, n_prompt, pack=False):
+def engine_command(engine, bins, path, threads, test, n_gen, n_prompt, pack=False, isa_class="native"):
     if engine == "qjit-run":
         command = [str(bins[engine]), "--model", str(path), "--threads", str(threads), "--json"]
+        if ISA_CLASSES[isa_class][0]:
+            command += ["--isa", ISA_CLASSES[isa_class][0]]
         if pack:
-            command += ["--pack", str(pack_path(path, threads))]
+            command += ["--pack", str(pack_path(path, threads, isa_class))]
         if test == "decode":
             return command + ["--generate", str(n_gen), "--prompt-tokens", PROMPT]
         return command + ["--prompt-bench", str(n_prompt), "--bench-repeats", "1"]
@@ -168,9 +221,9 @@ def engine_command(engine, bins, path, threads, test, n_gen, n_prompt, pack=Fals
     return command
 
 
-def measure(engine, bins, path, threads, test, n_gen, n_prompt, pack=False):
+def measure(engine, bins, path, threads, test, n_gen, n_prompt, pack=False, isa_class="native"):
     """{"tps": tokens/s, ...details} or {"error": message}."""
-    out, error = run(engine_command(engine, bins, path, threads, test, n_gen, n_prompt, pack))
+    out, error = run(engine_command(engine, bins, path, threads, test, n_gen, n_prompt, pack, isa_class))
     if error:
         return {"error": error}
     try:
@@ -192,13 +245,18 @@ def measure(engine, bins, path, threads, test, n_gen, n_prompt, pack=False):
 def engine_version(engine, binary):
     """What is known of a peer's source: the ik_llama.cpp commit bench/peer_ik_llama.sh recorded, the
     llama-cpp-python sdist bench/peer_llama_cpp.sh unpacked (their llama-bench's own build_commit
-    names whatever git repository encloses the build, i.e. qjit's)."""
+    names whatever git repository encloses the build, i.e. qjit's). The scripts record them in the
+    build folder (bin/..); builds from before that are looked up in build/peers."""
+    build = binary.parent.parent
     if engine == "ik_llama.cpp":
-        for commit in (binary.parent.parent.parent / "ik_llama.cpp-src" / ".peer-commit",):
+        for commit in (build / ".peer-commit", build.parent / "ik_llama.cpp-src" / ".peer-commit"):
             if commit.exists():
                 return f" (commit {commit.read_text().strip()[:12]})"
     if engine == "llama.cpp":
-        sdists = sorted(p.name for p in binary.parent.parent.parent.glob("llama_cpp_python-*") if p.is_dir())
+        source = build / ".peer-source"
+        if source.exists():
+            return f" (from the {source.read_text().strip()})"
+        sdists = sorted(p.name for p in build.parent.glob("llama_cpp_python-*") if p.is_dir())
         if sdists:
             return f" (from the {sdists[-1]} sdist)"
     return ""
@@ -224,6 +282,9 @@ def main():
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS), help=f"subset of {','.join(MODELS)}")
     parser.add_argument("--tests", default="decode,prompt")
+    parser.add_argument("--isa-class", default="native", choices=list(ISA_CLASSES),
+                        help="the instruction sets all engines are held to (default native: all the CPU has; "
+                             "else qjit-run --isa and peers built for the class into build/peers/CLASS)")
     parser.add_argument("--n-gen", type=int, default=128, help="decode tokens (128)")
     parser.add_argument("--n-prompt", type=int, default=512, help="prompt tokens (512)")
     parser.add_argument("--skip-build", action="store_true",
@@ -234,8 +295,10 @@ def main():
                              "by an untimed run first (qjit-run --pack)")
     parser.add_argument("--qjit", default=str(ROOT / "build" / "tools" / "qjit-run"), help="the qjit-run binary")
     parser.add_argument("--qjit-tune", help="qjit-tune, whose probes give the floors (default: beside --qjit)")
-    parser.add_argument("--llama-bench", default=str(PEERS / "llama.cpp" / "bin" / "llama-bench"))
-    parser.add_argument("--ik-bench", default=str(PEERS / "ik_llama.cpp" / "bin" / "llama-bench"))
+    parser.add_argument("--llama-bench", help="llama.cpp's llama-bench (default: build/peers/[CLASS/]llama.cpp/bin/"
+                                              "llama-bench, which bench/peer_llama_cpp.sh builds)")
+    parser.add_argument("--ik-bench", help="ik_llama.cpp's llama-bench (default: build/peers/[CLASS/]ik_llama.cpp/bin/"
+                                           "llama-bench, which bench/peer_ik_llama.sh builds)")
     parser.add_argument("--ik-git-dir", help="passed to bench/peer_ik_llama.sh --git-dir")
     parser.add_argument("--ik-source", help="passed to bench/peer_ik_llama.sh --source")
     args = parser.parse_args()
@@ -244,11 +307,16 @@ def main():
     names = [m for m in args.models.split(",") if m]
     for bad in [m for m in names if m not in MODELS] + [t for t in tests if t not in ("decode", "prompt")]:
         sys.exit(f"whole_model: unknown model or test {bad!r} (models: {', '.join(MODELS)}; tests: decode, prompt)")
+    isa_class = args.isa_class
+    check_isa_class(isa_class)
 
-    bins = {"qjit-run": Path(args.qjit), "llama.cpp": Path(args.llama_bench), "ik_llama.cpp": Path(args.ik_bench)}
+    peers = peer_dir(isa_class)
+    bins = {"qjit-run": Path(args.qjit),
+            "llama.cpp": Path(args.llama_bench or peers / "llama.cpp" / "bin" / "llama-bench"),
+            "ik_llama.cpp": Path(args.ik_bench or peers / "ik_llama.cpp" / "bin" / "llama-bench")}
     if not args.skip_build:
-        builds = {"llama.cpp": [str(ROOT / "bench" / "peer_llama_cpp.sh"), "--build-only"],
-                  "ik_llama.cpp": [str(ROOT / "bench" / "peer_ik_llama.sh"), "--build-only"]}
+        builds = {"llama.cpp": [str(ROOT / "bench" / "peer_llama_cpp.sh"), "--build-only", "--isa-class", isa_class],
+                  "ik_llama.cpp": [str(ROOT / "bench" / "peer_ik_llama.sh"), "--build-only", "--isa-class", isa_class]}
         if args.ik_git_dir:
             builds["ik_llama.cpp"] += ["--git-dir", args.ik_git_dir]
         if args.ik_source:
@@ -288,8 +356,9 @@ def main():
     if args.pack and "qjit-run" in engines:
         for name, path in models.items():
             for t in threads_list:
-                _, error = run(engine_command("qjit-run", bins, path, t, "decode", 1, args.n_prompt, pack=True))
-                note(f"pack {pack_path(path, t)}: " + (f"error: {error}" if error else "written or fresh"))
+                _, error = run(engine_command("qjit-run", bins, path, t, "decode", 1, args.n_prompt, pack=True,
+                                              isa_class=isa_class))
+                note(f"pack {pack_path(path, t, isa_class)}: " + (f"error: {error}" if error else "written or fresh"))
 
     rows = {}  # (model, test, threads) -> engine -> [round results]
     for round_index in range(args.rounds):
@@ -298,7 +367,8 @@ def main():
                 for t in threads_list:
                     row = rows.setdefault((name, test, t), {e: [] for e in engines})
                     for engine in engines:
-                        result = measure(engine, bins, path, t, test, args.n_gen, args.n_prompt, args.pack)
+                        result = measure(engine, bins, path, t, test, args.n_gen, args.n_prompt, args.pack,
+                                         isa_class)
                         row[engine].append(result)
                         shown = fmt(result.get("tps")) if "error" not in result else "error: " + result["error"]
                         note(f"round {round_index + 1}/{args.rounds} {name} {test} t={t} {engine}: {shown}")
@@ -310,7 +380,16 @@ def main():
     token_bytes = {name: bytes_per_token(path) for name, path in models.items()}
 
     # The report.
-    lines = [f"# Whole-model speed, {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}", "",
+    if isa_class == "native":
+        isa_text = "ISA class native: qjit-run uncapped, the peers built with GGML_NATIVE=ON (-march=native)"
+    else:
+        isa_text = (f"ISA class {isa_class}: qjit-run --isa {ISA_CLASSES[isa_class][0]}, the peers built with "
+                    f"GGML_NATIVE=OFF and the {isa_class} flags (bench/peer_*.sh --isa-class {isa_class}); "
+                    "the probes measure with the CPU's widest loads")
+    if args.llama_bench or args.ik_bench:
+        isa_text += " (peers given by --llama-bench/--ik-bench: as they were built)"
+    lines = [f"# Whole-model speed, ISA class {isa_class}, {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}", "",
+             f"{isa_text}.", "",
              f"{cpu_name()}, {os.cpu_count()} logical CPUs; {args.rounds} round(s), engines alternated within "
              f"each round; medians in tokens/s. decode: {args.n_gen} tokens after a 9-token prompt (qjit-run) "
              f"or from an empty cache (llama-bench tg{args.n_gen}); prompt: {args.n_prompt} tokens "
@@ -407,7 +486,8 @@ def main():
     print(report)
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"cpu": cpu_name(), "rounds": args.rounds, "threads": threads_list, "engines": engines,
+            json.dump({"cpu": cpu_name(), "isa_class": isa_class, "qjit_isa": ISA_CLASSES[isa_class][0],
+                       "rounds": args.rounds, "threads": threads_list, "engines": engines,
                        "binaries": {e: str(bins[e]) for e in engines}, "probes": probe_runs,
                        "read_floor_gbps": floor_gbps, "int8_peak_tmacs": peak_tmacs,
                        "bytes_per_token": token_bytes, "rows": summary, "markdown": report}, out, indent=1)
