@@ -21,6 +21,7 @@
 #include "models/llama2_tokenizer.hpp"
 #include "models/llama_eval.hpp"
 #include "models/llama_model.hpp"
+#include "qjit/qjit_ops.h"
 #include "tuner/cpu_isa.hpp"
 
 namespace {
@@ -162,6 +163,61 @@ std::vector<qjit_isa> isas_to_test() {
 
 INSTANTIATE_TEST_SUITE_P(Isa, RealModelExact, ::testing::ValuesIn(isas_to_test()),
                          [](const auto& info) { return std::string(qjit::isa_name(info.param)); });
+
+// The instruction set a kernel name says it uses: its family tag (the ops' "attention_avx2", the
+// layers' "q4g32_asym_gemm_i8_avx2vnni_tu4mb6pf4").
+qjit_isa isa_in_kernel_name(const std::string& name) {
+    const std::pair<const char*, qjit_isa> tags[] = {{"_avx512vnni", QJIT_ISA_AVX512_VNNI}, {"_avx512", QJIT_ISA_AVX512},
+                                                     {"_avx2vnni", QJIT_ISA_AVX2_VNNI},     {"_avx2", QJIT_ISA_AVX2},
+                                                     {"_portable", QJIT_ISA_PORTABLE}};
+    for (const auto& [tag, isa] : tags)
+        if (name.find(tag) != std::string::npos) return isa;
+    ADD_FAILURE() << "no ISA tag in kernel name " << name;
+    return QJIT_ISA_MAX_ENUM;
+}
+
+// Under each cap this CPU runs, a forward (prompt and decode steps, int8 and f32 activations) uses
+// no kernel above the cap: every linear's kernel and every op's. Uncapped, the best is used.
+TEST_F(RealModel, EveryKernelTheModelUsesIsWithinTheIsaCap) {
+    std::vector<qjit_isa> caps = {QJIT_ISA_PORTABLE};
+    for (qjit_isa isa : {QJIT_ISA_AVX2, QJIT_ISA_AVX2_VNNI, QJIT_ISA_AVX512, QJIT_ISA_AVX512_VNNI})
+        if (qjit::cpu_supports(isa)) caps.push_back(isa);
+    const std::vector<int> sequence = first_nll_sequence();
+    for (qjit_isa cap : caps)
+        for (qjit_activations activations : {QJIT_ACTIVATIONS_INT8, QJIT_ACTIVATIONS_F32}) {
+            SCOPED_TRACE(std::string("cap ") + qjit::isa_name(cap) + (activations == QJIT_ACTIVATIONS_INT8 ? ", int8" : ", f32"));
+            qjit_context_options options;
+            qjit_context_options_init(&options);
+            options.max_isa = cap;
+            options.activations = activations;
+            options.tuning_db_path = "";
+            options.tuning_budget_ms = 0;
+            llama::QuantizingMaker maker(llama::make_quant_config(4, 32, false), &options);
+            llama::Model model(stories260k(), maker);
+            model.forward_sequence(std::span(sequence).first(20));
+            for (int t = 20; t < 24; ++t) model.step(sequence[size_t(t)]);
+            std::vector<std::string> names;
+            for (int layer = 0; layer < model.config().n_layers; ++layer)
+                for (int which = 0; which < llama::kLayerMatrices; ++which) {
+                    const std::string text = model.layer_linear(layer, which).describe();
+                    names.push_back(text.substr(0, text.find(' ')));
+                }
+            for (qjit_op op : {QJIT_OP_ATTENTION, QJIT_OP_RMS_NORM, QJIT_OP_ROPE, QJIT_OP_SWIGLU}) {
+                const char* name = nullptr;
+                ASSERT_EQ(qjit_op_kernel_name(maker.context().get(), op, &name), QJIT_OK);
+                names.push_back(name);
+            }
+            qjit_isa most = QJIT_ISA_PORTABLE;
+            for (const std::string& name : names) {
+                const qjit_isa used = isa_in_kernel_name(name);
+                EXPECT_LE(int(used), int(cap)) << name;
+                most = std::max(most, used);
+            }
+            // The cap is reached where a kernel of that level exists: the f32 path has no VNNI
+            // kernels, and the ops' families stop at AVX-512.
+            if (cap >= QJIT_ISA_AVX2) EXPECT_GE(int(most), int(QJIT_ISA_AVX2));
+        }
+}
 
 // (iii) One m = T call per layer and T calls with m = 1 (KV cache) compute the same logits.
 TEST_F(RealModel, QjitBatchedForwardMatchesKvCacheSteps) {
