@@ -172,6 +172,7 @@ qjit_status qjit_flash_ffn_create(qjit_context* context, const char* path, const
                 "), QJIT_ACTIVATIONS_INT8 (", int(QJIT_ACTIVATIONS_INT8), ") or QJIT_ACTIVATIONS_F32 (",
                 int(QJIT_ACTIVATIONS_F32), ")");
         flash.activations = qjit_activations(o.activations);
+        flash.isa = context->isa;
         {
             std::lock_guard<std::mutex> lock(context->tuning.mutex);
             if (TuningDb* db = context->tuning.database())

@@ -91,7 +91,7 @@ FlashFfn::FlashFfn(std::unique_ptr<Storage> storage, const FlashFfnOptions& opti
 }
 
 NeuronCache FlashFfn::token_cache(int64_t capacity, int window) const {
-    return NeuronCache(header_, capacity, window, token_parts_);
+    return NeuronCache(header_, capacity, window, token_parts_, options_.isa);
 }
 
 FlashFfn::~FlashFfn() = default;
@@ -123,7 +123,7 @@ void FlashFfn::load_sparsity(qjit_context* gate_context) {
     const NeuronPart gate_record[] = {header_.record_first_part(NeuronPart::Gate)};
     gates_.reserve(size_t(header_.layers));
     for (int64_t l = 0; l < header_.layers; ++l) {
-        gates_.emplace_back(header_, header_.d_ff, 0, std::vector<NeuronPart>{NeuronPart::Gate});
+        gates_.emplace_back(header_, header_.d_ff, 0, std::vector<NeuronPart>{NeuronPart::Gate}, options_.isa);
         NeuronCache& gates = gates_.back();
         const std::vector<int32_t> slots = gates.pin(all_neurons_);  // in order: slot i holds neuron i
         read_records(l, all_neurons_, gate_record, [&](size_t i, NeuronPart first, const uint8_t* record) {
@@ -136,7 +136,7 @@ void FlashFfn::load_sparsity(qjit_context* gate_context) {
             validate(gate.params);  // the codes fit their width by construction; scales read from the file may not
             gate_layers_.push_back(make_linear(gate_context, std::move(gate.params), std::move(gate.codes), {},
                                                QJIT_ACTIVATIONS_F32));
-            gates = NeuronCache(header_, 0, 0, std::vector<NeuronPart>{NeuronPart::Gate});  // the layer holds them
+            gates = NeuronCache(header_, 0, 0, std::vector<NeuronPart>{NeuronPart::Gate}, options_.isa);  // the layer holds them
         }
     }
     counters_ = {};  // the gates' reads belong to creating the FFN, not to any token
@@ -189,6 +189,7 @@ void FlashFfn::pin(int64_t layer, std::span<const int32_t> neurons) {
 
 void FlashFfn::set_predictor(int64_t layer, NeuronPredictor predictor) {
     require(layer >= 0 && layer < header_.layers, "flash FFN: layer ", layer, " out of range");
+    predictor.use_isa(options_.isa);
     predictors_[size_t(layer)] = std::move(predictor);
     has_predictor_[size_t(layer)] = 1;
 }

@@ -58,6 +58,9 @@ struct FlashFfnOptions {
     // (SparseFfnPath::Fast), F32 exactly (FastF32); AUTO as the dense layers choose, int8 for
     // vectors of 4 bits or fewer.
     qjit_activations activations = QJIT_ACTIVATIONS_AUTO;
+    // The cap of every kernel the FFN runs (sparse products, predictors): the context's ISA
+    // (qjit_flash_ffn_create sets it); AUTO, for tests: the CPU's best.
+    qjit_isa isa = QJIT_ISA_AUTO;
 };
 
 // What a run did, summed over every token and layer since creation (or reset_counters).

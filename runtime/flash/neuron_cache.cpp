@@ -6,6 +6,7 @@
 #include "base/error.hpp"
 #include "jit/x86/sparse_product_kernel.hpp"
 #include "runtime/flash/neuron_cache_data.hpp"
+#include "tuner/cpu_isa.hpp"
 
 namespace qjit {
 
@@ -104,7 +105,8 @@ std::vector<NeuronPart> held_parts(const NeuronFileHeader& header, std::span<con
 
 }  // namespace
 
-NeuronCache::NeuronCache(const NeuronFileHeader& header, int64_t capacity, int window, std::vector<NeuronPart> parts)
+NeuronCache::NeuronCache(const NeuronFileHeader& header, int64_t capacity, int window, std::vector<NeuronPart> parts,
+                         qjit_isa isa)
     : data_(new Data) {
     check_header(header);
     require(capacity >= 0 && capacity <= header.d_ff, "neuron cache: capacity ", capacity, " outside [0, d_ff ",
@@ -116,6 +118,7 @@ NeuronCache::NeuronCache(const NeuronFileHeader& header, int64_t capacity, int w
     d.window = window;
     d.parts = held_parts(header, parts);
     d.quantized = header.vector.coding == VectorCoding::Quantized;
+    d.isa = isa == QJIT_ISA_AUTO ? best_isa_up_to(QJIT_ISA_AVX512_VNNI) : isa;
     d.d_model = header.d_model;
     d.vector_bytes = header.vector.bytes();
     if (d.quantized) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "io/neuron_file.hpp"
+#include "qjit/qjit.h"
 
 namespace qjit {
 
@@ -23,7 +24,9 @@ public:
     // t - last_active <= window (0: only while active; 1: also when active at the previous token).
     // parts: the parts the cache holds (empty: all the file's; a FlashFfn with resident gates keeps
     // them in a cache of their own and up and down in another).
-    NeuronCache(const NeuronFileHeader& header, int64_t capacity, int window, std::vector<NeuronPart> parts = {});
+    // isa: the cap of the kernels that read it, the context's ISA (AUTO: the CPU's best, for tests).
+    NeuronCache(const NeuronFileHeader& header, int64_t capacity, int window, std::vector<NeuronPart> parts = {},
+                qjit_isa isa = QJIT_ISA_AUTO);
 
     // Bytes one slot takes (the parts held, bias, bookkeeping): a DRAM budget divided by it is a
     // capacity.

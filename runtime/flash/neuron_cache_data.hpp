@@ -25,6 +25,7 @@ struct NeuronCache::Data {
     int window = 0;
     std::vector<NeuronPart> parts;  // the parts held, in file order
     bool quantized = true;
+    qjit_isa isa = QJIT_ISA_PORTABLE;  // the cap of the kernels that read the cache (its context's ISA)
 
     // The vector format (quantized) and its derived sizes.
     int bits = 0;

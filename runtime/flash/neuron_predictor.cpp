@@ -6,7 +6,9 @@
 
 #include "base/activations.hpp"
 #include "base/error.hpp"
+#include "base/simd_family.hpp"
 #include "quant/truncated_svd.hpp"
+#include "tuner/cpu_isa.hpp"
 
 namespace qjit {
 
@@ -96,24 +98,25 @@ std::vector<float> channel_rms(const float* x, int64_t n, int64_t d_model) {
 
 using AccumulateRows = void (*)(const float*, const int8_t*, int64_t, int64_t, float*);
 
-__attribute__((target("avx512f,avx512bw,fma"))) void accumulate_rows_avx512(const float* coef, const int8_t* rows,
-                                                                           int64_t count, int64_t width, float* out) {
+QJIT_TARGET_AVX512 void accumulate_rows_avx512(const float* coef, const int8_t* rows, int64_t count, int64_t width,
+                                               float* out) {
     accumulate_rows(coef, rows, count, width, out);
 }
-__attribute__((target("avx2,fma"))) void accumulate_rows_avx2(const float* coef, const int8_t* rows, int64_t count,
-                                                             int64_t width, float* out) {
+QJIT_TARGET_AVX2 void accumulate_rows_avx2(const float* coef, const int8_t* rows, int64_t count, int64_t width,
+                                           float* out) {
     accumulate_rows(coef, rows, count, width, out);
 }
 void accumulate_rows_baseline(const float* coef, const int8_t* rows, int64_t count, int64_t width, float* out) {
     accumulate_rows(coef, rows, count, width, out);
 }
 
-// Chosen on first use, not by an ifunc resolver (those run before the sanitizers' runtimes are up).
-// The library is built for baseline x86-64; the copies above vectorize with what their target allows.
-AccumulateRows best_accumulate_rows() {
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return accumulate_rows_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return accumulate_rows_avx2;
-    return accumulate_rows_baseline;
+// The copy of the family `isa` names (base/simd_family.hpp); AUTO: the CPU's best. The library is
+// built for baseline x86-64; the copies above vectorize with what their target allows.
+AccumulateRows accumulate_rows_for(qjit_isa isa) {
+    if (isa == QJIT_ISA_AUTO) isa = best_isa_up_to(QJIT_ISA_AVX512_VNNI);
+    constexpr PerFamily<AccumulateRows> kAccumulate{accumulate_rows_baseline, accumulate_rows_avx2,
+                                                    accumulate_rows_avx512};
+    return kAccumulate[simd_family(isa)];
 }
 
 // Per-thread scratch of predict and evaluate: grows to the largest layer, then stays.
@@ -127,8 +130,10 @@ Scratch& scratch() {
 
 }  // namespace
 
+void NeuronPredictor::use_isa(qjit_isa isa) { isa_ = isa; }
+
 void NeuronPredictor::score_row(const float* x, float* t, float* s) const {
-    static const AccumulateRows accumulate = best_accumulate_rows();
+    const AccumulateRows accumulate = accumulate_rows_for(isa_);
     // t = x A, then s = t B; each factor's column scales applied once, after its product.
     std::fill(t, t + rank_, 0.0f);
     accumulate(x, u_.data(), d_model_, rank_, t);

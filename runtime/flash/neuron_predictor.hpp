@@ -15,6 +15,8 @@
 #include <span>
 #include <vector>
 
+#include "qjit/qjit.h"
+
 namespace qjit {
 
 enum class PredictorScore : uint8_t {
@@ -59,12 +61,16 @@ public:
     // Recall, precision and predicted fraction on n rows with their true activity, as fit measures them.
     PredictorQuality evaluate(const float* x, const uint8_t* active, int64_t n) const;
 
+    // The cap of its scoring loops (a context's ISA); until set, the CPU's best.
+    void use_isa(qjit_isa isa);
+
     int rank() const { return rank_; }
     float threshold() const { return threshold_; }
     int64_t memory_bytes() const;  // int8 factors, their fp32 column scales and the bias
     const PredictorQuality& calibration_quality() const { return quality_; }
 
 private:
+    qjit_isa isa_ = QJIT_ISA_AUTO;
     // One row's scores (after PredictorScore) into s [d_ff], with t [rank] as scratch.
     void score_row(const float* x, float* t, float* s) const;
     // Calls row(i, scores) for each of the m rows of x.

@@ -55,7 +55,7 @@ void products(const Data& d, const SparseProductJit* jit, std::span<const Neuron
     const int64_t count = int64_t(slots.size());
     const auto product = [&](NeuronPart part, int64_t i, float* out) {
         if (d.quantized) column_products(d, part, slots[i], s.x_padded.data(), s.x_sums.data(), m, out);
-        else f16_products(d.f16_row(part, slots[i]), x, m, d.d_model, out);
+        else f16_products(d.isa, d.f16_row(part, slots[i]), x, m, d.d_model, out);
     };
     auto task = [&](int64_t t) {
         if (jit != nullptr) {  // the kernel prefetches the next slots' vectors itself

@@ -14,29 +14,28 @@ using Data = NeuronCache::Data;
 
 std::atomic<SparseFfnKernels> chosen{SparseFfnKernels::Fastest};
 
-// The fastest hand-written variant the CPU runs, picked at run time (not by ifunc clones, so that
-// sanitizer builds and any x86-64 take the same route).
+// The fastest hand-written variant the CPU runs.
 SparseFfnKernels fastest_hand_written() {
     static const SparseFfnKernels best =
         sparse_ffn_kernels_supported(SparseFfnKernels::Avx2) ? SparseFfnKernels::Avx2 : SparseFfnKernels::Baseline;
     return best;
 }
 
-const SparseFfnKernelTable& table(SparseFfnKernels which) {
-    switch (which) {
-    case SparseFfnKernels::Avx2: return sparse_ffn_kernels_avx2();
-    case SparseFfnKernels::Baseline: return sparse_ffn_kernels_baseline();
-    default: return table(fastest_hand_written());
-    }
+// The table of the variant in use, within the cap `isa` (the context's): a variant above it runs
+// as the baseline.
+const SparseFfnKernelTable& kernels(qjit_isa isa) {
+    const SparseFfnKernels which = chosen.load(std::memory_order_relaxed);
+    const bool avx2 = which == SparseFfnKernels::Avx2 ||
+                      ((which == SparseFfnKernels::Fastest || which == SparseFfnKernels::Jit) &&
+                       fastest_hand_written() == SparseFfnKernels::Avx2);
+    return avx2 && isa >= QJIT_ISA_AVX2 ? sparse_ffn_kernels_avx2() : sparse_ffn_kernels_baseline();
 }
-
-const SparseFfnKernelTable& kernels() { return table(chosen.load(std::memory_order_relaxed)); }
 
 }  // namespace
 
 bool sparse_ffn_kernels_supported(SparseFfnKernels which) {
     switch (which) {
-    case SparseFfnKernels::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case SparseFfnKernels::Avx2:
     case SparseFfnKernels::Jit: return cpu_supports(QJIT_ISA_AVX2);
     default: return true;
     }
@@ -57,21 +56,21 @@ const SparseProductJit* sparse_product_jit(const Data& d) {
 
 void column_products(const Data& d, NeuronPart part, int64_t slot, const float* x_padded, const float* x_sums,
                      int64_t m, float* out) {
-    kernels().column_products(d, part, slot, x_padded, x_sums, m, out);
+    kernels(d.isa).column_products(d, part, slot, x_padded, x_sums, m, out);
 }
 
 void down_accumulate(const Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m, int64_t b0,
                      int64_t b1, float* y) {
-    kernels().down_accumulate(d, slots, count, a, m, b0, b1, y);
+    kernels(d.isa).down_accumulate(d, slots, count, a, m, b0, b1, y);
 }
 
-void f16_products(const uint16_t* row, const float* x, int64_t m, int64_t n, float* out) {
-    kernels().f16_products(row, x, m, n, out);
+void f16_products(qjit_isa isa, const uint16_t* row, const float* x, int64_t m, int64_t n, float* out) {
+    kernels(isa).f16_products(row, x, m, n, out);
 }
 
 void f16_down_accumulate(const Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m, int64_t k0,
                          int64_t k1, float* y) {
-    kernels().f16_down_accumulate(d, slots, count, a, m, k0, k1, y);
+    kernels(d.isa).f16_down_accumulate(d, slots, count, a, m, k0, k1, y);
 }
 
 }  // namespace qjit

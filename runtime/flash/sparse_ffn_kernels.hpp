@@ -1,5 +1,5 @@
 // The SIMD kernels of the sparse FFN's fast path, each compiled for AVX2 with FMA and for baseline
-// x86-64, picked at run time by what the CPU supports: GCC vector types of 8 lanes, one lane per
+// x86-64, picked by the cache's ISA cap (its context's) and the variant in use: GCC vector types of 8 lanes, one lane per
 // row of a vector (8 rows of a 32-row block), so the same arithmetic runs on every ISA (two SSE
 // halves on the baseline). (Compiled for AVX-512 with 16 lanes they ran no faster than AVX2's:
 // decoding codes to fp32, not the vector width, bounds them; bench_sparse_ffn measures them.) Codes are unpacked with shifts and masks to fp32 and multiplied in fp32;
@@ -48,8 +48,9 @@ void column_products(const NeuronCache::Data& d, NeuronPart part, int64_t slot, 
 void down_accumulate(const NeuronCache::Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m,
                      int64_t b0, int64_t b1, float* y);
 
-// F16 caches: out[r] = x[r] . row over n values (m rows of x, n apart) ...
-void f16_products(const uint16_t* row, const float* x, int64_t m, int64_t n, float* out);
+// F16 caches: out[r] = x[r] . row over n values (m rows of x, n apart), in the kernels of `isa`'s
+// cap (the cache's) ...
+void f16_products(qjit_isa isa, const uint16_t* row, const float* x, int64_t m, int64_t n, float* out);
 // ... and the down accumulation over k in [k0, k1), as down_accumulate.
 void f16_down_accumulate(const NeuronCache::Data& d, const int32_t* slots, int64_t count, const float* a, int64_t m,
                          int64_t k0, int64_t k1, float* y);
@@ -59,7 +60,7 @@ void f16_down_accumulate(const NeuronCache::Data& d, const int32_t* slots, int64
 struct SparseFfnKernelTable {
     decltype(&qjit::column_products) column_products;
     decltype(&qjit::down_accumulate) down_accumulate;
-    decltype(&qjit::f16_products) f16_products;
+    void (*f16_products)(const uint16_t* row, const float* x, int64_t m, int64_t n, float* out);
     decltype(&qjit::f16_down_accumulate) f16_down_accumulate;
 };
 const SparseFfnKernelTable& sparse_ffn_kernels_avx2();      // AVX2 with FMA

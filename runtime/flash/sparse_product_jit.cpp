@@ -159,8 +159,7 @@ SparseProductJit::~SparseProductJit() = default;
 
 const SparseProductJit* SparseProductJit::for_cache(const NeuronCache::Data& d) {
     if (!d.quantized) return nullptr;
-    const qjit_isa level = best_isa_up_to(QJIT_ISA_AVX512_VNNI);
-    const jit::IsaFeatures isa = jit::IsaFeatures::of(level);
+    const jit::IsaFeatures isa = jit::IsaFeatures::of(d.isa);  // the context's cap
     jit::SparseProductSpec spec = spec_of(d, isa);
     if (!isa.avx2 || !jit::sparse_product_unsupported_reason(spec.format).empty()) return nullptr;
     try {
