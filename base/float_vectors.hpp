@@ -45,11 +45,12 @@ template <typename V>
 [[gnu::always_inline]] inline void store_lanes(float* p, V v) {
     __builtin_memcpy(p, &v, sizeof v);
 }
-// x - (+0) is x for every x, -0 included, so the subtraction folds away; 0 + x does not (0 + -0 is
-// +0) and would cost an add before each broadcast.
+// Every lane v, as one broadcast: through v's bits, since an integer 0 + x folds away where a float
+// 0 + v costs an add before each broadcast (0 + -0 is +0) and GCC 12 builds float vectors written
+// lane by lane, or v - 0, a lane at a time on AVX-512.
 template <typename V>
 [[gnu::always_inline]] inline V splat(float v) {
-    return v - V{};
+    return __builtin_bit_cast(V, IntsOf<V>{} + __builtin_bit_cast(int32_t, v));
 }
 [[gnu::always_inline]] inline Floats16 splat16(float v) { return splat<Floats16>(v); }
 

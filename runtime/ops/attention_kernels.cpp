@@ -1,7 +1,5 @@
 #include "runtime/ops/attention_kernels.hpp"
 
-#include <cmath>
-
 #include "base/error.hpp"
 #include "base/float_vectors.hpp"
 
@@ -53,13 +51,14 @@ struct Attend {
     [[gnu::always_inline]] static void run(const AttentionTask& task) {
         const int head_size = task.head_size;
         alignas(64) float q[R][kMaxHeadSize];  // scaled
-        alignas(64) float acc[R][kMaxHeadSize] = {};
+        alignas(64) float acc[R][kMaxHeadSize];
         alignas(64) float p[R][kBlock];
         float running_max[R], running_sum[R];
         int pos[R], last = 0;
         for (int r = 0; r < R; ++r) {
             const int from = r < task.count ? r : 0;  // missing rows repeat the first; never stored
             for (int i = 0; i < head_size; ++i) q[r][i] = task.q[from][i] * task.scale;
+            for (int i = 0; i < head_size; ++i) acc[r][i] = 0.0f;
             pos[r] = task.pos[from];
             last = pos[r] > last ? pos[r] : last;
             running_max[r] = -__builtin_inff();
@@ -96,7 +95,11 @@ struct Attend {
                 }
                 const float block_max = max_of_lanes(most);
                 const float new_max = block_max > running_max[r] ? block_max : running_max[r];
-                const float rescale = std::exp(running_max[r] - new_max);  // 0 for the first block
+                // 0 for the first block, exactly 1 while the maximum holds. The vector exp rather
+                // than a libm call, and on every block: a branch around it lets GCC fuse the
+                // update below into an FMA in some row counts' kernels and not in others, and a
+                // query's result would then depend on the rows beside it.
+                const float rescale = exp_lanes(splat<V>(running_max[r] - new_max))[0];
                 V sum = {};
 #pragma GCC unroll 4
                 for (int b = 0; b < B; ++b) {
