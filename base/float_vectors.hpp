@@ -2,7 +2,7 @@
 // Floats4 for the narrower instruction sets), their loads and stores at any float address, lane
 // reductions, and exp over a vector: the pieces the vectorised loops of the library and the Llama
 // forward share. Everything here is always inlined, so it compiles for the instruction set of the
-// function it lands in (a target attribute, base/simd_clones.hpp, or a file's flags).
+// function it lands in (a family's target attribute, base/simd_family.hpp, or a file's flags).
 #pragma once
 
 #include <cstdint>
@@ -15,17 +15,6 @@ namespace qjit {
 
 using Floats16 = float __attribute__((vector_size(64)));
 using Ints16 = int32_t __attribute__((vector_size(64)));
-// The vector read from and written to any float address. Through memcpy, which compiles to one
-// unaligned load or store: a vector type with its alignment lowered to 4 is honoured by GCC but not
-// everywhere by clang, which may emit an aligned access that faults.
-[[gnu::always_inline]] inline Floats16 load16(const float* p) {
-    Floats16 v;
-    __builtin_memcpy(&v, p, sizeof v);
-    return v;
-}
-[[gnu::always_inline]] inline void store16(float* p, Floats16 v) { __builtin_memcpy(p, &v, sizeof v); }
-
-
 using Floats8 = float __attribute__((vector_size(32)));
 using Floats4 = float __attribute__((vector_size(16)));
 
@@ -35,6 +24,9 @@ inline constexpr int kLanes = int(sizeof(V) / sizeof(float));
 template <typename V>
 using IntsOf = decltype(V{} < V{});
 
+// The vector read from and written to any float address. Through memcpy, which compiles to one
+// unaligned load or store: a vector type with its alignment lowered to 4 is honoured by GCC but not
+// everywhere by clang, which may emit an aligned access that faults.
 template <typename V>
 [[gnu::always_inline]] inline V load_lanes(const float* p) {
     V v;
@@ -52,7 +44,6 @@ template <typename V>
 [[gnu::always_inline]] inline V splat(float v) {
     return __builtin_bit_cast(V, IntsOf<V>{} + __builtin_bit_cast(int32_t, v));
 }
-[[gnu::always_inline]] inline Floats16 splat16(float v) { return splat<Floats16>(v); }
 
 template <typename V>
 [[gnu::always_inline]] inline V lane_max(V a, V b) {
@@ -97,6 +88,5 @@ template <typename V>
     const V zero = {}, infinity = splat<V>(__builtin_inff());
     return x < below ? zero : (x > above ? infinity : result);
 }
-[[gnu::always_inline]] inline Floats16 exp16(Floats16 x) { return exp_lanes(x); }
 
 }  // namespace qjit

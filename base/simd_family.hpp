@@ -4,14 +4,14 @@
 // and instantiated per family in functions marked with the family's target attribute:
 //   portable  SSE2 (baseline x86-64), Floats4, no FMA
 //   avx2      AVX2 + FMA + F16C, Floats8
-//   avx512    AVX-512 F/BW/VL/DQ + FMA, Floats16
+//   avx512    AVX-512 F/BW/VL + FMA, Floats16 (what tuner/cpu_isa.cpp checks for the level)
 // The VNNI levels add integer dot products only: their float loops are their base family's.
 #pragma once
 
 #include "qjit/qjit.h"
 
 #define QJIT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define QJIT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define QJIT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
 
 namespace qjit {
 

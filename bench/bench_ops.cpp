@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,7 +37,8 @@ struct Options {
 struct Family {
     const char* name;
     qjit_isa cap;
-    const char* fma_loop;  // the probe loop of the same width
+    qjit_tools::DotLoop fma_loop;     // the probe loop of the same width
+    std::map<int, double> peak_flops;  // by thread count, measured once
 };
 
 qjit_context* capped_context(qjit_isa cap, int threads) {
@@ -53,31 +55,23 @@ qjit_context* capped_context(qjit_isa cap, int threads) {
     return context;
 }
 
-// The families this CPU runs: the context's own ISA tells (a cap above the CPU is lowered).
-std::vector<Family> families() {
+// The families this CPU runs (the context's own ISA tells: a cap above the CPU is lowered), each
+// with its FMA peak on every thread count, measured once for the whole run.
+std::vector<Family> families(const std::vector<int>& threads) {
     std::vector<Family> all;
-    const std::vector<qjit_tools::DotLoop> loops = qjit_tools::supported_fma_loops();
-    auto loop_named = [&](const char* part) -> const char* {
-        for (const auto& loop : loops)
-            if (std::strstr(loop.name, part)) return loop.name;
-        return nullptr;
-    };
-    for (const Family& f : {Family{"avx512", QJIT_ISA_AVX512, loop_named("zmm")},
-                            Family{"avx2", QJIT_ISA_AVX2, loop_named("ymm")},
-                            Family{"portable", QJIT_ISA_PORTABLE, loop_named("xmm")}}) {
+    for (const qjit_tools::DotLoop& loop : qjit_tools::supported_fma_loops()) {
+        const bool zmm = std::strstr(loop.name, "zmm") != nullptr, ymm = std::strstr(loop.name, "ymm") != nullptr;
+        Family f{zmm ? "avx512" : ymm ? "avx2" : "portable", zmm ? QJIT_ISA_AVX512 : ymm ? QJIT_ISA_AVX2 : QJIT_ISA_PORTABLE,
+                 loop, {}};
         qjit_context* context = capped_context(f.cap, 1);
         qjit_isa isa = QJIT_ISA_PORTABLE;
         qjit_context_isa(context, &isa);
         qjit_context_destroy(context);
-        if ((f.cap == QJIT_ISA_PORTABLE || isa >= f.cap) && f.fma_loop) all.push_back(f);
+        if (isa < f.cap) continue;
+        for (int t : threads) f.peak_flops[t] = 2.0 * qjit_tools::PeakProbe(loop).peak(t);
+        all.push_back(f);
     }
-    return all;
-}
-
-double fma_peak_flops(const char* loop_name, int threads) {
-    for (const auto& loop : qjit_tools::supported_fma_loops())
-        if (std::strcmp(loop.name, loop_name) == 0) return 2.0 * qjit_tools::PeakProbe(loop).peak(threads);
-    return 0.0;
+    return all;  // widest first
 }
 
 // Median seconds of `repeats` calls after one warm-up.
@@ -148,7 +142,7 @@ void attention_table(const Options& options, const std::vector<Family>& families
                 qjit_context* context = capped_context(f->cap, threads);
                 const char* kernel = nullptr;
                 qjit_op_kernel_name(context, QJIT_OP_ATTENTION, &kernel);
-                const double peak = fma_peak_flops(f->fma_loop, threads);
+                const double peak = f->peak_flops.at(threads);
                 const double prompt = time_median(options.repeats, [&] { data.run(context, 0, options.positions); });
                 const double decode =
                     time_median(options.repeats * 10, [&] { data.run(context, options.positions, 1); });
@@ -225,9 +219,11 @@ int main(int argc, char** argv) {
     qjit_context_describe(context, &description);
     std::printf("# bench_ops\n\n%s\n", description);
     qjit_context_destroy(context);
-    const std::vector<Family> all = families();
-    std::printf("\nFMA peak per family (GFLOP/s, 1 thread):");
-    for (const Family& f : all) std::printf(" %s %.1f (%s);", f.name, fma_peak_flops(f.fma_loop, 1) / 1e9, f.fma_loop);
+    const std::vector<Family> all = families(options.threads);
+    std::printf("\nFMA peak per family (GFLOP/s, best of %d runs):", qjit_tools::PeakProbe::kPeakRuns);
+    for (const Family& f : all)
+        for (const auto& [threads, flops] : f.peak_flops)
+            std::printf(" %s %d thread(s) %.1f (%s);", f.name, threads, flops / 1e9, f.fma_loop.name);
     std::printf("\n");
     attention_table(options, all);
     row_ops_table(options, all);

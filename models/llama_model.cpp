@@ -177,8 +177,7 @@ qjit_kv_cache Model::layer_cache(int layer) {
 
 // Causal multi-head attention of `count` queries (positions pos0..) over the cached keys and values.
 void Model::attention(int layer, int pos0, int count) {
-    const Config& c = config();
-    const qjit_attention_shape shape{c.head_size, c.n_heads, c.n_kv_heads};
+    const qjit_attention_shape shape = config().attention_shape();
     const qjit_kv_cache cache = layer_cache(layer);
     check_qjit(qjit_attention_causal(threads_.get(), &shape, &cache, q_.data(), pos0, count, att_out_.data()),
                "qjit_attention_causal");
@@ -243,7 +242,7 @@ bool Model::run_layer(int l, int pos0, int count) {
     const qjit_rope_pairs pairs = c.rope_pairs == Config::RopePairs::Adjacent ? QJIT_ROPE_ADJACENT : QJIT_ROPE_HALVES;
     check_qjit(qjit_rope(threads_.get(), q_.data(), count, c.q_dim(), c.head_size, rotation, pairs), "qjit_rope");
     check_qjit(qjit_rope(threads_.get(), k, count, c.kv_dim(), c.head_size, rotation, pairs), "qjit_rope");
-    const qjit_attention_shape shape{c.head_size, c.n_heads, c.n_kv_heads};
+    const qjit_attention_shape shape = c.attention_shape();
     const qjit_kv_cache cache = layer_cache(l);
     check_qjit(qjit_kv_cache_store(&shape, &cache, k, v, pos0, count), "qjit_kv_cache_store");
     attention(l, pos0, count);

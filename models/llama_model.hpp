@@ -46,6 +46,7 @@ struct Config {
 
     int q_dim() const { return n_heads * head_size; }
     int kv_dim() const { return n_kv_heads * head_size; }
+    qjit_attention_shape attention_shape() const { return {head_size, n_heads, n_kv_heads}; }
     // Throws naming the first field that is out of range or does not fit the others.
     void validate() const;
 };

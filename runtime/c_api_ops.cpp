@@ -8,7 +8,6 @@
 #include "base/activation_arrays.hpp"
 #include "base/error.hpp"
 #include "runtime/context.hpp"
-#include "runtime/ops/attention_kernels.hpp"
 #include "runtime/ops/causal_attention.hpp"
 #include "runtime/ops/op_loops.hpp"
 #include "runtime/ops/row_kernels.hpp"

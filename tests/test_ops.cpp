@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/float_vectors.hpp"
+#include "base/simd_family.hpp"
 #include "qjit/qjit_ops.h"
 #include "tests/test_support.hpp"
 #include "tuner/cpu_isa.hpp"
@@ -28,7 +29,7 @@ std::vector<qjit_isa> family_caps() {
     return caps;
 }
 
-std::string family_of(qjit_isa cap) { return cap >= QJIT_ISA_AVX512 ? "avx512" : cap >= QJIT_ISA_AVX2 ? "avx2" : "portable"; }
+std::string family_of(qjit_isa cap) { return qjit::simd_family_name(qjit::simd_family(cap)); }
 
 struct Problem {
     qjit_attention_shape shape;

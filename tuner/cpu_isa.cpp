@@ -21,6 +21,7 @@ bool cpu_supports(qjit_isa isa) {
 }
 
 qjit_isa best_isa_up_to(qjit_isa cap) {
+    if (cap == QJIT_ISA_AUTO) cap = QJIT_ISA_AVX512_VNNI;
     for (int isa = int(cap); isa > int(QJIT_ISA_PORTABLE); --isa)
         if (cpu_supports(qjit_isa(isa))) return qjit_isa(isa);
     return QJIT_ISA_PORTABLE;

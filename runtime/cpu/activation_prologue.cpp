@@ -23,7 +23,7 @@ using Int8s16 = int8_t __attribute__((vector_size(16)));
     Floats16 most = {};
     Ints16 bad = {};
     for (int64_t r = 0; r < n; r += 16) {
-        const Floats16 x = load16(v + r);
+        const Floats16 x = load_lanes<Floats16>(v + r);
         const Floats16 magnitude = x < 0 ? -x : x;
         most = magnitude > most ? magnitude : most;
         bad |= (x - x) != 0;  // NaN for a NaN or an infinity
@@ -75,7 +75,7 @@ using Int8s16 = int8_t __attribute__((vector_size(16)));
         const float inverse = amax > 0.0f ? qmax / amax : 0.0f;
         Ints16 sum = {};
         for (int64_t r = r0; r < r1; r += 16) {
-            const Ints16 q = __builtin_convertvector((load16(row + r) * inverse + kShift) - kShift, Ints16);
+            const Ints16 q = __builtin_convertvector((load_lanes<Floats16>(row + r) * inverse + kShift) - kShift, Ints16);
             const Int8s16 narrow = __builtin_convertvector(q, Int8s16);
             std::memcpy(int8_row + r, &narrow, sizeof narrow);
             sum += q;

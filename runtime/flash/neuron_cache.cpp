@@ -118,7 +118,7 @@ NeuronCache::NeuronCache(const NeuronFileHeader& header, int64_t capacity, int w
     d.window = window;
     d.parts = held_parts(header, parts);
     d.quantized = header.vector.coding == VectorCoding::Quantized;
-    d.isa = isa == QJIT_ISA_AUTO ? best_isa_up_to(QJIT_ISA_AVX512_VNNI) : isa;
+    d.isa = best_isa_up_to(isa);
     d.d_model = header.d_model;
     d.vector_bytes = header.vector.bytes();
     if (d.quantized) {

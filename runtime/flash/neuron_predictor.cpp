@@ -8,7 +8,6 @@
 #include "base/error.hpp"
 #include "base/simd_family.hpp"
 #include "quant/truncated_svd.hpp"
-#include "tuner/cpu_isa.hpp"
 
 namespace qjit {
 
@@ -110,14 +109,10 @@ void accumulate_rows_baseline(const float* coef, const int8_t* rows, int64_t cou
     accumulate_rows(coef, rows, count, width, out);
 }
 
-// The copy of the family `isa` names (base/simd_family.hpp); AUTO: the CPU's best. The library is
-// built for baseline x86-64; the copies above vectorize with what their target allows.
-AccumulateRows accumulate_rows_for(qjit_isa isa) {
-    if (isa == QJIT_ISA_AUTO) isa = best_isa_up_to(QJIT_ISA_AVX512_VNNI);
-    constexpr PerFamily<AccumulateRows> kAccumulate{accumulate_rows_baseline, accumulate_rows_avx2,
+// One copy per family (base/simd_family.hpp). The library is built for baseline x86-64; the copies
+// above vectorize with what their target allows.
+constexpr PerFamily<AccumulateRows> kAccumulateRows{accumulate_rows_baseline, accumulate_rows_avx2,
                                                     accumulate_rows_avx512};
-    return kAccumulate[simd_family(isa)];
-}
 
 // Per-thread scratch of predict and evaluate: grows to the largest layer, then stays.
 struct Scratch {
@@ -130,10 +125,10 @@ Scratch& scratch() {
 
 }  // namespace
 
-void NeuronPredictor::use_isa(qjit_isa isa) { isa_ = isa; }
+void NeuronPredictor::use_isa(qjit_isa isa) { isa_ = best_isa_up_to(isa); }
 
 void NeuronPredictor::score_row(const float* x, float* t, float* s) const {
-    const AccumulateRows accumulate = accumulate_rows_for(isa_);
+    const AccumulateRows accumulate = kAccumulateRows[simd_family(isa_)];
     // t = x A, then s = t B; each factor's column scales applied once, after its product.
     std::fill(t, t + rank_, 0.0f);
     accumulate(x, u_.data(), d_model_, rank_, t);

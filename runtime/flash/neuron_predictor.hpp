@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "qjit/qjit.h"
+#include "tuner/cpu_isa.hpp"
 
 namespace qjit {
 
@@ -61,7 +62,7 @@ public:
     // Recall, precision and predicted fraction on n rows with their true activity, as fit measures them.
     PredictorQuality evaluate(const float* x, const uint8_t* active, int64_t n) const;
 
-    // The cap of its scoring loops (a context's ISA); until set, the CPU's best.
+    // The cap of its scoring loops (a context's ISA; AUTO: none); until set, the CPU's best.
     void use_isa(qjit_isa isa);
 
     int rank() const { return rank_; }
@@ -70,7 +71,7 @@ public:
     const PredictorQuality& calibration_quality() const { return quality_; }
 
 private:
-    qjit_isa isa_ = QJIT_ISA_AUTO;
+    qjit_isa isa_ = best_isa_up_to(QJIT_ISA_AUTO);
     // One row's scores (after PredictorScore) into s [d_ff], with t [rank] as scratch.
     void score_row(const float* x, float* t, float* s) const;
     // Calls row(i, scores) for each of the m rows of x.

@@ -2,6 +2,7 @@
 
 #include "base/error.hpp"
 #include "base/float_vectors.hpp"
+#include "base/simd_family.hpp"
 
 namespace qjit::ops {
 
@@ -142,31 +143,25 @@ void attend_portable(const AttentionTask& task) {
     Attend<Floats4, R, 2, 2>::run(task);
 }
 template <int R>
-__attribute__((target("avx2,fma"))) void attend_avx2(const AttentionTask& task) {
+QJIT_TARGET_AVX2 void attend_avx2(const AttentionTask& task) {
     Attend<Floats8, R, 2, 2>::run(task);
 }
 template <int R>
-__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void attend_avx512(const AttentionTask& task) {
+QJIT_TARGET_AVX512 void attend_avx512(const AttentionTask& task) {
     Attend<Floats16, R, 2, 4>::run(task);
 }
+
+template <int R>
+constexpr PerFamily<AttentionKernel> kAttend{attend_portable<R>, attend_avx2<R>, attend_avx512<R>};
 
 }  // namespace
 
 AttentionKernel attention_kernel(qjit_isa isa, int rows) {
     require(rows >= 1 && rows <= kMaxAttentionRows, "attention kernel: ", rows, " rows; expected 1 to ",
             kMaxAttentionRows);
-    using Run = void (*)(const AttentionTask&);
-    static constexpr Run portable[] = {attend_portable<1>, attend_portable<2>, attend_portable<3>, attend_portable<4>};
-    static constexpr Run avx2[] = {attend_avx2<1>, attend_avx2<2>, attend_avx2<3>, attend_avx2<4>};
-    static constexpr Run avx512[] = {attend_avx512<1>, attend_avx512<2>, attend_avx512<3>, attend_avx512<4>};
-    static constexpr const char* names[3][kMaxAttentionRows] = {
-        {"attention_portable_r1", "attention_portable_r2", "attention_portable_r3", "attention_portable_r4"},
-        {"attention_avx2_r1", "attention_avx2_r2", "attention_avx2_r3", "attention_avx2_r4"},
-        {"attention_avx512_r1", "attention_avx512_r2", "attention_avx512_r3", "attention_avx512_r4"}};
-    const int at = rows - 1;
-    if (isa >= QJIT_ISA_AVX512) return {names[2][at], QJIT_ISA_AVX512, rows, avx512[at]};
-    if (isa >= QJIT_ISA_AVX2) return {names[1][at], QJIT_ISA_AVX2, rows, avx2[at]};
-    return {names[0][at], QJIT_ISA_PORTABLE, rows, portable[at]};
+    static constexpr PerFamily<AttentionKernel> by_rows[kMaxAttentionRows] = {kAttend<1>, kAttend<2>, kAttend<3>,
+                                                                              kAttend<4>};
+    return by_rows[rows - 1][simd_family(isa)];
 }
 
 }  // namespace qjit::ops

@@ -6,14 +6,14 @@
 
 #include <cstddef>
 
-#include "qjit/qjit.h"
+#include "qjit/qjit_ops.h"
 
 namespace qjit::ops {
 
 inline constexpr int kMaxAttentionRows = 4;
-// Positions the key cache's rows are a multiple of: every kernel reads keys in blocks of up to it.
-inline constexpr int kKeyBlock = 32;
-inline constexpr int kMaxHeadSize = 256;
+// Positions of one cache block: every kernel reads keys in position blocks within one.
+inline constexpr int kKeyBlock = QJIT_ATTENTION_KEY_BLOCK;
+inline constexpr int kMaxHeadSize = QJIT_ATTENTION_MAX_HEAD_SIZE;
 
 // One kernel call: queries q[r] (head_size values, unscaled) at positions pos[r] over the cache
 // positions 0 .. max(pos) of one key/value head, in the cache's blocks (qjit_kv_cache): keys and
@@ -31,14 +31,9 @@ struct AttentionTask {
     float scale = 1.0f;
 };
 
-struct AttentionKernel {
-    const char* name = nullptr;  // "attention_<isa>_r<rows>", e.g. attention_avx2_r4
-    qjit_isa isa = QJIT_ISA_PORTABLE;
-    int rows = 0;  // queries per call
-    void (*run)(const AttentionTask&) = nullptr;
-};
+using AttentionKernel = void (*)(const AttentionTask&);
 
-// The kernel of `rows` (1 .. kMaxAttentionRows) queries for the best family at or below `isa`.
+// The kernel of `rows` (1 .. kMaxAttentionRows) queries in the family of `isa` (base/simd_family.hpp).
 AttentionKernel attention_kernel(qjit_isa isa, int rows);
 
 }  // namespace qjit::ops

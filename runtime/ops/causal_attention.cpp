@@ -59,8 +59,9 @@ void causal_attention(qjit_context& context, const qjit_attention_shape& shape, 
     // A task: up to `rows` queries of one key/value head (its heads of one position, then the
     // next positions'). Fewer rows than the most only when there are fewer queries.
     const int64_t queries = int64_t(count) * kv_mul;  // of one key/value head
-    const AttentionKernel kernel = attention_kernel(context.isa, int(std::min<int64_t>(kMaxAttentionRows, queries)));
-    const int64_t groups = (queries + kernel.rows - 1) / kernel.rows;
+    const int rows = int(std::min<int64_t>(kMaxAttentionRows, queries));
+    const AttentionKernel kernel = attention_kernel(context.isa, rows);
+    const int64_t groups = (queries + rows - 1) / rows;
     const float scale = 1.0f / std::sqrt(float(head_size));
 
     // Task t: key/value head t / groups, so that a thread's contiguous range of tasks reuses one
@@ -68,7 +69,7 @@ void causal_attention(qjit_context& context, const qjit_attention_shape& shape, 
     // ends in turn (0, last, 1, last - 1, ...), so that ranges cost about the same although later
     // positions attend to more of the cache.
     const int64_t tasks = groups * shape.n_kv_heads;
-    const int64_t task_work = int64_t(kernel.rows) * (pos0 + count) * head_size * 2;
+    const int64_t task_work = int64_t(rows) * (pos0 + count) * head_size * 2;
     parallel_ranges(context, tasks, std::max<int64_t>(1, kOpGrainWork / task_work), [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
             const int kv_head = int(t / groups);
@@ -81,7 +82,7 @@ void causal_attention(qjit_context& context, const qjit_attention_shape& shape, 
             task.block_stride = block_stride(shape);
             task.head_size = head_size;
             task.scale = scale;
-            for (int64_t query = group * kernel.rows; query < std::min(queries, (group + 1) * kernel.rows); ++query) {
+            for (int64_t query = group * rows; query < std::min(queries, (group + 1) * rows); ++query) {
                 const int64_t position = query / kv_mul, q_head = int64_t(kv_head) * kv_mul + query % kv_mul;
                 const size_t at = size_t(position) * q_dim + size_t(q_head) * size_t(head_size);
                 task.q[task.count] = q + at;
@@ -89,7 +90,7 @@ void causal_attention(qjit_context& context, const qjit_attention_shape& shape, 
                 task.pos[task.count] = pos0 + int(position);
                 ++task.count;
             }
-            kernel.run(task);
+            kernel(task);
         }
     });
 }
