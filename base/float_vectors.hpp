@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 // Helpers that take and return these vectors are always inlined into functions compiled for the
 // instruction set, so the ABI note about passing them without AVX-512 does not apply.
@@ -36,6 +37,27 @@ template <typename V>
 template <typename V>
 [[gnu::always_inline]] inline void store_lanes(float* p, V v) {
     __builtin_memcpy(p, &v, sizeof v);
+}
+// The vector of kLanes<V> IEEE binary16 values at any address, converted exactly (signed zeros,
+// subnormals, infinities and NaNs included). In vector arithmetic rather than F16C, so that it
+// compiles in every family and inlines into kernels written over V: the 15 magnitude bits moved
+// under a float's exponent and scaled by 2^112 (exact for normals and subnormals alike), then the
+// exponent of infinities and NaNs and the sign set. (Under denormals-are-zero, halves below 2^-14
+// read as zero.)
+using Halves4 = uint16_t __attribute__((vector_size(8)));
+using Halves8 = uint16_t __attribute__((vector_size(16)));
+using Halves16 = uint16_t __attribute__((vector_size(32)));
+template <typename V>
+[[gnu::always_inline]] inline V load_halves(const uint16_t* p) {
+    using Ints = IntsOf<V>;
+    using Halves = std::conditional_t<kLanes<V> == 4, Halves4, std::conditional_t<kLanes<V> == 8, Halves8, Halves16>>;
+    Halves h;
+    __builtin_memcpy(&h, p, sizeof h);
+    const Ints bits = __builtin_convertvector(h, Ints);
+    const Ints magnitude = (bits & 0x7fff) << 13;
+    const Ints finite = __builtin_bit_cast(Ints, __builtin_bit_cast(V, magnitude) * 0x1p112f);
+    const Ints value = (bits & 0x7c00) == 0x7c00 ? (magnitude | 0x7f800000) : finite;
+    return __builtin_bit_cast(V, value | ((bits & 0x8000) << 16));
 }
 // Every lane v, as one broadcast: through v's bits, since an integer 0 + x folds away where a float
 // 0 + v costs an add before each broadcast (0 + -0 is +0) and GCC 12 builds float vectors written

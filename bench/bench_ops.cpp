@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "base/half.hpp"
 #include "bench/bench_common.hpp"
 #include "qjit/qjit.h"
 #include "qjit/qjit_ops.h"
@@ -103,6 +104,7 @@ struct AttentionData {
     qjit_attention_shape shape;
     int64_t capacity;
     std::vector<float> keys, values, q, out;
+    std::vector<uint16_t> half_keys, half_values;  // the same cache in fp16
     AttentionData(qjit_attention_shape s, int positions) : shape(s) {
         capacity = (positions + 1 + QJIT_ATTENTION_KEY_BLOCK - 1) / QJIT_ATTENTION_KEY_BLOCK * QJIT_ATTENTION_KEY_BLOCK;
         const size_t kv_dim = size_t(s.n_kv_heads * s.head_size), q_dim = size_t(s.n_heads * s.head_size);
@@ -114,9 +116,13 @@ struct AttentionData {
         out.resize(q.size());
         for (auto* v : {&keys, &values, &q})
             for (float& x : *v) x = normal(rng);
+        for (float x : keys) half_keys.push_back(qjit::float_to_half(x));
+        for (float x : values) half_values.push_back(qjit::float_to_half(x));
     }
-    void run(qjit_context* context, int pos0, int count) {
-        const qjit_kv_cache cache{keys.data(), values.data(), capacity};
+    void run(qjit_context* context, qjit_kv_type type, int pos0, int count) {
+        const qjit_kv_cache cache = type == QJIT_KV_F16
+                                        ? qjit_kv_cache{half_keys.data(), half_values.data(), capacity, type}
+                                        : qjit_kv_cache{keys.data(), values.data(), capacity, type};
         check(qjit_attention_causal(context, &shape, &cache, q.data(), pos0, count, out.data()), "qjit_attention_causal");
     }
 };
@@ -132,33 +138,36 @@ double attention_flops(const qjit_attention_shape& s, int pos0, int count) {
 void attention_table(const Options& options, const std::vector<Family>& families) {
     const Heads heads[] = {{"SmolLM2-135M", {64, 9, 3}}, {"Llama-2-7B", {128, 32, 32}}, {"Llama-3-8B", {128, 32, 8}}};
     std::printf("\n## Attention, %d positions\n\n", options.positions);
-    std::printf("| heads | test | threads | family | kernel | ms | GFLOP/s | of the FMA peak | x portable |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| heads | test | cache | threads | family | kernel | ms | GFLOP/s | of the FMA peak | x portable |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Heads& h : heads) {
         AttentionData data(h.shape, options.positions);
-        for (int threads : options.threads) {
-            double portable_prompt = 0, portable_decode = 0;
-            for (auto f = families.rbegin(); f != families.rend(); ++f) {  // portable first
-                qjit_context* context = capped_context(f->cap, threads);
-                const char* kernel = nullptr;
-                qjit_op_kernel_name(context, QJIT_OP_ATTENTION, &kernel);
-                const double peak = f->peak_flops.at(threads);
-                const double prompt = time_median(options.repeats, [&] { data.run(context, 0, options.positions); });
-                const double decode =
-                    time_median(options.repeats * 10, [&] { data.run(context, options.positions, 1); });
-                if (f->cap == QJIT_ISA_PORTABLE) portable_prompt = prompt, portable_decode = decode;
-                const double prompt_rate = attention_flops(h.shape, 0, options.positions) / prompt;
-                const double decode_rate = attention_flops(h.shape, options.positions, 1) / decode;
-                std::printf("| %s %dx%d/%d | prompt | %d | %s | %s | %.2f | %.1f | %.2f | %.1f |\n", h.model,
-                            h.shape.head_size, h.shape.n_heads, h.shape.n_kv_heads, threads, f->name, kernel,
-                            prompt * 1e3, prompt_rate / 1e9, prompt_rate / peak, portable_prompt / prompt);
-                std::printf("| %s %dx%d/%d | decode | %d | %s | %s | %.3f | %.1f | %.2f | %.1f |\n", h.model,
-                            h.shape.head_size, h.shape.n_heads, h.shape.n_kv_heads, threads, f->name, kernel,
-                            decode * 1e3, decode_rate / 1e9, decode_rate / peak, portable_decode / decode);
-                std::fflush(stdout);
-                qjit_context_destroy(context);
+        for (const qjit_kv_type type : {QJIT_KV_F32, QJIT_KV_F16})
+            for (int threads : options.threads) {
+                const char* cache = type == QJIT_KV_F16 ? "f16" : "f32";
+                double portable_prompt = 0, portable_decode = 0;
+                for (auto f = families.rbegin(); f != families.rend(); ++f) {  // portable first
+                    qjit_context* context = capped_context(f->cap, threads);
+                    const char* kernel = nullptr;
+                    qjit_op_kernel_name(context, QJIT_OP_ATTENTION, &kernel);
+                    const double peak = f->peak_flops.at(threads);
+                    const double prompt =
+                        time_median(options.repeats, [&] { data.run(context, type, 0, options.positions); });
+                    const double decode =
+                        time_median(options.repeats * 10, [&] { data.run(context, type, options.positions, 1); });
+                    if (f->cap == QJIT_ISA_PORTABLE) portable_prompt = prompt, portable_decode = decode;
+                    const double prompt_rate = attention_flops(h.shape, 0, options.positions) / prompt;
+                    const double decode_rate = attention_flops(h.shape, options.positions, 1) / decode;
+                    std::printf("| %s %dx%d/%d | prompt | %s | %d | %s | %s | %.2f | %.1f | %.2f | %.1f |\n", h.model,
+                                h.shape.head_size, h.shape.n_heads, h.shape.n_kv_heads, cache, threads, f->name,
+                                kernel, prompt * 1e3, prompt_rate / 1e9, prompt_rate / peak, portable_prompt / prompt);
+                    std::printf("| %s %dx%d/%d | decode | %s | %d | %s | %s | %.3f | %.1f | %.2f | %.1f |\n", h.model,
+                                h.shape.head_size, h.shape.n_heads, h.shape.n_kv_heads, cache, threads, f->name,
+                                kernel, decode * 1e3, decode_rate / 1e9, decode_rate / peak, portable_decode / decode);
+                    std::fflush(stdout);
+                    qjit_context_destroy(context);
+                }
             }
-        }
     }
 }
 

@@ -155,8 +155,9 @@ void Model::ensure_cache(int positions) {
     const int most = (c.seq_len + kBlock - 1) / kBlock * kBlock;
     const int grown = std::min(most, (std::max({positions, 2 * cache_positions_, 64}) + kBlock - 1) / kBlock * kBlock);
     // Whole blocks of positions, each head's block one run (qjit_kv_cache): growing appends blocks.
-    for (std::vector<float>& cache : key_cache_) cache.resize(size_t(grown) * size_t(c.kv_dim()));
-    for (std::vector<float>& cache : value_cache_) cache.resize(size_t(grown) * size_t(c.kv_dim()));
+    const size_t bytes = size_t(grown) * size_t(c.kv_dim()) * qjit_kv_element_bytes(kv_type_);
+    for (std::vector<std::byte>& cache : key_cache_) cache.resize(bytes);
+    for (std::vector<std::byte>& cache : value_cache_) cache.resize(bytes);
     // The rotation angles of each position, computed as run.c computes them.
     rotations_.resize(size_t(grown) * size_t(c.head_size));
     for (int pos = cache_positions_; pos < grown; ++pos) {
@@ -172,7 +173,17 @@ void Model::ensure_cache(int positions) {
 }
 
 qjit_kv_cache Model::layer_cache(int layer) {
-    return {key_cache_[size_t(layer)].data(), value_cache_[size_t(layer)].data(), cache_positions_};
+    return {key_cache_[size_t(layer)].data(), value_cache_[size_t(layer)].data(), cache_positions_, kv_type_};
+}
+
+void Model::set_kv_type(qjit_kv_type type) {
+    if (qjit_kv_element_bytes(type) == 0) fail("Model::set_kv_type: ", int(type), " is not a qjit_kv_type");
+    kv_type_ = type;
+    for (auto* caches : {&key_cache_, &value_cache_})
+        for (std::vector<std::byte>& cache : *caches) cache = {};
+    cache_positions_ = 0;
+    cached_positions_ = 0;
+    rotations_.clear();
 }
 
 // Causal multi-head attention of `count` queries (positions pos0..) over the cached keys and values.

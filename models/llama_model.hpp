@@ -14,6 +14,7 @@
 // Errors (bad arguments, failing qjit calls) are reported by throwing std::runtime_error.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -181,6 +182,11 @@ public:
     }
     const FfnSparsity& ffn_sparsity() const { return ffn_sparsity_; }
 
+    // How the key/value cache stores keys and values (qjit_kv_type; QJIT_KV_F32 unless set). The
+    // positions already cached are dropped, as by reset().
+    void set_kv_type(qjit_kv_type type);
+    qjit_kv_type kv_type() const { return kv_type_; }
+
     // Total bytes of the weights the linear layers stream per forward (classifier included).
     int64_t linear_weight_bytes() const;
     // Their stored bytes (Linear::stored_bytes), the compensators' share, and their weights (K N).
@@ -233,7 +239,8 @@ private:
 
     // KV cache per layer in qjit_kv_cache's blocked layout, grown as positions are added.
     int cache_positions_ = 0;
-    std::vector<std::vector<float>> key_cache_, value_cache_;
+    qjit_kv_type kv_type_ = QJIT_KV_F32;
+    std::vector<std::vector<std::byte>> key_cache_, value_cache_;
     std::vector<float> rotations_;  // [position][head_size]: cos, sin of each pair's RoPE angle
     // Activations for up to `capacity_` tokens, row-major [token][features].
     int capacity_ = 0;

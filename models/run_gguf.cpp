@@ -47,6 +47,7 @@ struct Options {
     bool help = false;                // --help: the usage, nothing run
     bool token_by_token = false;      // NLL with one m = 1 step per position
     float ffn_threshold = 0;          // zero FFN activations below this magnitude
+    qjit_kv_type kv_cache = QJIT_KV_F32;
     llama::FlashRunOptions flash;     // path empty: the model's own FFNs
     ContextOptions context;
     MethodOptions method;
@@ -74,6 +75,8 @@ void print_usage(const char* program) {
         "  --calibration-sequences N  how many of them (default 64)\n"
         "  --fp32-classifier  keep the classifier in dense fp32 loops whatever the method\n"
         "  --token-by-token   score --tokens one m = 1 step per position, as decoding runs\n"
+        "  --kv-cache T       how the key/value cache stores keys and values: f32 (default) or f16 (half\n"
+        "                     the bytes decoding reads per position; each rounded to fp16)\n"
         "  --ffn-threshold T  zero every FFN activation silu(x w1)*(x w3) of magnitude below T (reports the sparsity)\n"
         "  --flash FILE       the FFNs from a neuron file (qjit-flash-convert), read neuron by neuron (docs/flash.md)\n"
         "  --flash-budget F   the DRAM budget as a share of what every neuron resident takes (0.5)\n"
@@ -119,6 +122,15 @@ std::optional<Options> parse_args(int argc, char** argv) {
              : arg == "--prompt-bench"          ? options.prompt_bench
              : arg == "--bench-repeats"         ? options.bench_repeats
                                                 : options.generate) = *v;
+        } else if (arg == "--kv-cache") {
+            const char* text = args.value();
+            if (!text) return std::nullopt;
+            const std::string type = text;
+            if (type != "f32" && type != "f16") {
+                std::fprintf(stderr, "--kv-cache: '%s' is not f32 or f16\n", text);
+                return std::nullopt;
+            }
+            options.kv_cache = type == "f16" ? QJIT_KV_F16 : QJIT_KV_F32;
         } else if (arg == "--flash") {
             const char* text = args.value();
             if (!text) return std::nullopt;
@@ -328,6 +340,7 @@ void print_json(const Options& options, const Report& r) {
         .text("linears", r.linears)
         .integer("threads", options.context.threads)
         .text("activations", activations_name(options.context.activations))
+        .text("kv_cache", options.kv_cache == QJIT_KV_F16 ? "f16" : "f32")
         .number("bits_per_weight", r.storage.bits_per_weight(), 4)
         .integer("stored_bytes", r.storage.stored_bytes)
         .integer("weights", r.storage.weights)
@@ -486,6 +499,7 @@ int run(const Options& options) {
     }
 
     model.set_ffn_threshold(options.ffn_threshold);
+    model.set_kv_type(options.kv_cache);
     std::unique_ptr<qjit_context, qjit_status (*)(qjit_context*)> flash_context(nullptr, qjit_context_destroy);
     std::unique_ptr<llama::FlashFfnRunner> flash;
     if (!options.flash.path.empty()) {

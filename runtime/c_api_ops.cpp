@@ -15,6 +15,8 @@
 using qjit::guarded;
 using qjit::require;
 
+size_t qjit_kv_element_bytes(qjit_kv_type type) { return qjit::ops::kv_element_bytes(type); }
+
 qjit_status qjit_kv_cache_store(const qjit_attention_shape* shape, const qjit_kv_cache* cache, const float* k,
                                 const float* v, int32_t pos0, int32_t count) {
     return guarded([&] {

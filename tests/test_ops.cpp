@@ -4,7 +4,9 @@
 // for bit), the kernel names within the cap, and bad input refused by name.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "base/float_vectors.hpp"
+#include "base/half.hpp"
 #include "base/simd_family.hpp"
 #include "qjit/qjit_ops.h"
 #include "tests/test_support.hpp"
@@ -35,10 +38,12 @@ struct Problem {
     qjit_attention_shape shape;
     int positions = 0;  // filled cache positions
     int64_t capacity = 0;
-    std::vector<float> k, v, q;        // rows of keys and values, one query row per position
-    std::vector<float> keys, values;   // the cache, stored by qjit_kv_cache_store
+    qjit_kv_type type = QJIT_KV_F32;
+    std::vector<float> k, v, q;           // rows of keys and values, one query row per position
+    std::vector<std::byte> keys, values;  // the cache, stored by qjit_kv_cache_store
 
-    Problem(qjit_attention_shape s, int filled, uint32_t seed) : shape(s), positions(filled) {
+    Problem(qjit_attention_shape s, int filled, uint32_t seed, qjit_kv_type kv_type = QJIT_KV_F32)
+        : shape(s), positions(filled), type(kv_type) {
         capacity = (filled + QJIT_ATTENTION_KEY_BLOCK - 1) / QJIT_ATTENTION_KEY_BLOCK * QJIT_ATTENTION_KEY_BLOCK;
         std::mt19937 rng(seed);
         std::normal_distribution<float> normal(0.0f, 1.5f);
@@ -48,19 +53,24 @@ struct Problem {
         }
         q.resize(size_t(filled) * q_dim());
         for (float& x : q) x = normal(rng);
-        keys.assign(size_t(capacity) * kv_dim(), 0.0f);
-        values.assign(keys.size(), 0.0f);
+        keys.assign(size_t(capacity) * kv_dim() * qjit_kv_element_bytes(type), std::byte{0});
+        values.assign(keys.size(), std::byte{0});
         const qjit_kv_cache view = cache();
         EXPECT_EQ(qjit_kv_cache_store(&shape, &view, k.data(), v.data(), 0, filled), QJIT_OK) << qjit_last_error();
     }
     qjit_kv_cache cache() const {
-        return {const_cast<float*>(keys.data()), const_cast<float*>(values.data()), capacity};
+        return {const_cast<std::byte*>(keys.data()), const_cast<std::byte*>(values.data()), capacity, type};
     }
+    // A key or value as the cache holds it.
+    double stored(float x) const { return type == QJIT_KV_F16 ? qjit::round_to_half(x) : x; }
     size_t q_dim() const { return size_t(shape.n_heads * shape.head_size); }
     size_t kv_dim() const { return size_t(shape.n_kv_heads * shape.head_size); }
 
-    // Attention of the query at `t` (position t) in doubles, the textbook way.
-    std::vector<double> reference(int t) const {
+    // Attention of the query at `t` (position t) in doubles, the textbook way, over the keys and
+    // values as the cache holds them (rounded = true) or as they were given.
+    std::vector<double> reference(int t, bool rounded = true) const {
+        auto key = [&](size_t at) { return rounded ? stored(k[at]) : double(k[at]); };
+        auto value = [&](size_t at) { return rounded ? stored(v[at]) : double(v[at]); };
         const int hs = shape.head_size, kv_mul = shape.n_heads / shape.n_kv_heads;
         const size_t kv_dim = size_t(shape.n_kv_heads * hs);
         std::vector<double> out(q_dim());
@@ -71,14 +81,14 @@ struct Problem {
             for (int s = 0; s <= t; ++s) {
                 double dot = 0.0;
                 for (int i = 0; i < hs; ++i)
-                    dot += double(q[size_t(t) * q_dim() + size_t(h * hs + i)]) * k[size_t(s) * kv_dim + kv + size_t(i)];
+                    dot += double(q[size_t(t) * q_dim() + size_t(h * hs + i)]) * key(size_t(s) * kv_dim + kv + size_t(i));
                 score[size_t(s)] = dot / std::sqrt(double(hs));
                 most = std::max(most, score[size_t(s)]);
             }
             for (double& v : score) sum += (v = std::exp(v - most));
             for (int i = 0; i < hs; ++i) {
                 double o = 0.0;
-                for (int s = 0; s <= t; ++s) o += score[size_t(s)] * v[size_t(s) * kv_dim + kv + size_t(i)];
+                for (int s = 0; s <= t; ++s) o += score[size_t(s)] * value(size_t(s) * kv_dim + kv + size_t(i));
                 out[size_t(h * hs + i)] = o / sum;
             }
         }
@@ -110,20 +120,35 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Attention,
                                            Shape{80, 8, 2, 64}, Shape{128, 2, 2, 1}, Shape{17, 3, 3, 96},
                                            Shape{128, 8, 1, 41}, Shape{64, 3, 1, 600}, Shape{6, 2, 1, 5}));
 
+const qjit_kv_type kCacheTypes[] = {QJIT_KV_F32, QJIT_KV_F16};
+const char* type_name(qjit_kv_type type) { return type == QJIT_KV_F16 ? "f16 cache" : "f32 cache"; }
+
+// Against the formula over the cache's own keys and values, in every family and cache type. The
+// fp16 cache's rounding is its stated error: within 2^-11 relative per key and value, which moves
+// these outputs (values ~1.5) by well under 1e-2.
 TEST_P(Attention, MatchesTheTextbookFormulaInEveryFamily) {
     const Shape shape = GetParam();
-    const Problem p({shape.head_size, shape.n_heads, shape.n_kv_heads}, shape.positions, 7);
-    std::vector<std::vector<double>> expected;
-    for (int t = 0; t < shape.positions; ++t) expected.push_back(p.reference(t));
-    for (qjit_isa cap : family_caps()) {
-        const auto context = make_test_context(1, cap);
-        const std::vector<float> out = p.attend(context.get(), 0, shape.positions);
-        double worst = 0.0;
-        for (int t = 0; t < shape.positions; ++t)
-            for (size_t i = 0; i < expected[size_t(t)].size(); ++i)
-                worst = std::max(worst, std::fabs(double(out[size_t(t) * p.q_dim() + i]) - expected[size_t(t)][i]));
-        EXPECT_LT(worst, 2e-5) << family_of(cap) << ": head " << shape.head_size << ", " << shape.positions
-                               << " positions";
+    for (const qjit_kv_type type : kCacheTypes) {
+        const Problem p({shape.head_size, shape.n_heads, shape.n_kv_heads}, shape.positions, 7, type);
+        std::vector<std::vector<double>> expected, given;
+        for (int t = 0; t < shape.positions; ++t) {
+            expected.push_back(p.reference(t));
+            given.push_back(p.reference(t, false));
+        }
+        for (qjit_isa cap : family_caps()) {
+            const auto context = make_test_context(1, cap);
+            const std::vector<float> out = p.attend(context.get(), 0, shape.positions);
+            double worst = 0.0, worst_given = 0.0;
+            for (int t = 0; t < shape.positions; ++t)
+                for (size_t i = 0; i < expected[size_t(t)].size(); ++i) {
+                    const double o = out[size_t(t) * p.q_dim() + i];
+                    worst = std::max(worst, std::fabs(o - expected[size_t(t)][i]));
+                    worst_given = std::max(worst_given, std::fabs(o - given[size_t(t)][i]));
+                }
+            EXPECT_LT(worst, 2e-5) << family_of(cap) << ", " << type_name(type) << ": head " << shape.head_size
+                                   << ", " << shape.positions << " positions";
+            EXPECT_LT(worst_given, type == QJIT_KV_F16 ? 1e-2 : 2e-5) << family_of(cap) << ", " << type_name(type);
+        }
     }
 }
 
@@ -131,26 +156,47 @@ TEST_P(Attention, MatchesTheTextbookFormulaInEveryFamily) {
 // prompt in two uneven pieces and on two threads give the same outputs bit for bit.
 TEST_P(Attention, BatchingAndThreadsChangeNoBit) {
     const Shape shape = GetParam();
-    const Problem p({shape.head_size, shape.n_heads, shape.n_kv_heads}, shape.positions, 11);
-    for (qjit_isa cap : family_caps()) {
-        const auto one = make_test_context(1, cap), two = make_test_context(2, cap);
-        const std::vector<float> whole = p.attend(one.get(), 0, shape.positions);
-        std::vector<float> stepped, pieces;
-        for (int t = 0; t < shape.positions; ++t) {
-            const std::vector<float> step = p.attend(one.get(), t, 1);
-            stepped.insert(stepped.end(), step.begin(), step.end());
+    for (const qjit_kv_type type : kCacheTypes) {
+        const Problem p({shape.head_size, shape.n_heads, shape.n_kv_heads}, shape.positions, 11, type);
+        for (qjit_isa cap : family_caps()) {
+            const auto one = make_test_context(1, cap), two = make_test_context(2, cap);
+            const std::vector<float> whole = p.attend(one.get(), 0, shape.positions);
+            std::vector<float> stepped, pieces;
+            for (int t = 0; t < shape.positions; ++t) {
+                const std::vector<float> step = p.attend(one.get(), t, 1);
+                stepped.insert(stepped.end(), step.begin(), step.end());
+            }
+            const int cut = shape.positions / 3;
+            for (const auto& [pos0, count] : {std::pair{0, cut}, {cut, shape.positions - cut}}) {
+                if (count == 0) continue;
+                const std::vector<float> piece = p.attend(two.get(), pos0, count);
+                pieces.insert(pieces.end(), piece.begin(), piece.end());
+            }
+            const std::vector<float> threaded = p.attend(two.get(), 0, shape.positions);
+            const size_t bytes = whole.size() * sizeof(float);
+            EXPECT_EQ(std::memcmp(whole.data(), stepped.data(), bytes), 0) << family_of(cap) << ", " << type_name(type);
+            EXPECT_EQ(std::memcmp(whole.data(), pieces.data(), bytes), 0) << family_of(cap) << ", " << type_name(type);
+            EXPECT_EQ(std::memcmp(whole.data(), threaded.data(), bytes), 0) << family_of(cap) << ", " << type_name(type);
         }
-        const int cut = shape.positions / 3;
-        for (const auto& [pos0, count] : {std::pair{0, cut}, {cut, shape.positions - cut}}) {
-            if (count == 0) continue;
-            const std::vector<float> piece = p.attend(two.get(), pos0, count);
-            pieces.insert(pieces.end(), piece.begin(), piece.end());
+    }
+}
+
+// The fp16 cache's store rounds to nearest even, and its loads convert all 65536 halves exactly
+// (zeros, subnormals, infinities and NaNs) at every vector width.
+TEST(HalfLoads, EveryHalfConvertsExactlyAtEveryWidth) {
+    std::vector<uint16_t> halves(65536 + 16);
+    for (size_t i = 0; i < halves.size(); ++i) halves[i] = uint16_t(i);
+    auto bits = [](float f) { return std::bit_cast<uint32_t>(f); };
+    for (size_t i = 0; i < 65536; i += 16) {
+        const qjit::Floats4 four = qjit::load_halves<qjit::Floats4>(halves.data() + i);
+        const qjit::Floats8 eight = qjit::load_halves<qjit::Floats8>(halves.data() + i);
+        const qjit::Floats16 sixteen = qjit::load_halves<qjit::Floats16>(halves.data() + i);
+        for (size_t j = 0; j < 16; ++j) {
+            const uint32_t expected = bits(qjit::half_to_float(halves[i + j]));
+            ASSERT_EQ(bits(sixteen[j]), expected) << "half 0x" << std::hex << i + j;
+            if (j < 8) ASSERT_EQ(bits(eight[j]), expected) << "half 0x" << std::hex << i + j;
+            if (j < 4) ASSERT_EQ(bits(four[j]), expected) << "half 0x" << std::hex << i + j;
         }
-        const std::vector<float> threaded = p.attend(two.get(), 0, shape.positions);
-        const size_t bytes = whole.size() * sizeof(float);
-        EXPECT_EQ(std::memcmp(whole.data(), stepped.data(), bytes), 0) << family_of(cap);
-        EXPECT_EQ(std::memcmp(whole.data(), pieces.data(), bytes), 0) << family_of(cap);
-        EXPECT_EQ(std::memcmp(whole.data(), threaded.data(), bytes), 0) << family_of(cap);
     }
 }
 
@@ -171,6 +217,9 @@ TEST(AttentionInput, ShapesItCannotRunAreRefusedByName) {
     EXPECT_EQ(status(p.shape, cache, 30, 5), QJIT_ERROR_INVALID_ARGUMENT);
     EXPECT_EQ(status(p.shape, cache, -1, 1), QJIT_ERROR_INVALID_ARGUMENT);
     EXPECT_EQ(status(p.shape, {nullptr, cache.values, 32}, 0, 1), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(status(p.shape, {cache.keys, cache.values, 32, qjit_kv_type(7)}, 0, 1), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qjit_last_error()).find("cache's type is 7"), std::string::npos) << qjit_last_error();
+    EXPECT_EQ(qjit_kv_element_bytes(qjit_kv_type(7)), 0u);
     EXPECT_EQ(qjit_attention_causal(nullptr, &p.shape, &cache, p.q.data(), 0, 1, out.data()),
               QJIT_ERROR_INVALID_ARGUMENT);
     EXPECT_EQ(qjit_kv_cache_store(&p.shape, &cache, p.k.data(), nullptr, 0, 1), QJIT_ERROR_INVALID_ARGUMENT);

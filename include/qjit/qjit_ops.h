@@ -35,22 +35,39 @@ typedef struct qjit_attention_shape {
     int32_t n_kv_heads; /* key/value heads; n_heads is a multiple of it */
 } qjit_attention_shape;
 
-/* An fp32 key/value cache of `capacity` positions (a multiple of QJIT_ATTENTION_KEY_BLOCK), both
- * arrays of capacity * n_kv_heads * head_size floats, laid out in blocks of B =
+/* How a key/value cache stores its values. fp16 halves the bytes attention reads per position
+ * (decoding a long context reads the whole cache for every token) at the cost of rounding each
+ * key and value to 11 significant bits (a relative error of at most 2^-11, 4.9e-4); values beyond
+ * fp16's range (65504) become infinities. */
+typedef enum qjit_kv_type {
+    QJIT_KV_F32 = 0, /* float */
+    QJIT_KV_F16 = 1, /* IEEE binary16 (uint16_t), rounded to nearest even when stored */
+    QJIT_KV_MIN_ENUM = -0x7fffffff - 1,
+    QJIT_KV_MAX_ENUM = 0x7fffffff
+} qjit_kv_type;
+
+/* A key/value cache of `capacity` positions (a multiple of QJIT_ATTENTION_KEY_BLOCK), both arrays
+ * of capacity * n_kv_heads * head_size elements of `type`, laid out in blocks of B =
  * QJIT_ATTENTION_KEY_BLOCK positions, then key/value heads, so that one head's block is one
  * contiguous run (a cache grows by appending blocks). For position s, head h, feature i, with
  * block = s / B and j = s % B:
  *   keys[((block * n_kv_heads + h) * head_size + i) * B + j]     a feature across the block's positions
  *   values[((block * n_kv_heads + h) * B + j) * head_size + i]   a position's values together
  * qjit_kv_cache_store writes rows into it. Attention reads the last block in full: its positions
- * past the stored ones must hold finite values (a zero-filled cache does). */
+ * past the stored ones must hold finite values (a zero-filled cache does). A zero-initialised
+ * struct's type is QJIT_KV_F32. */
 typedef struct qjit_kv_cache {
-    float* keys;
-    float* values;
+    void* keys;
+    void* values;
     int64_t capacity;
+    qjit_kv_type type;
 } qjit_kv_cache;
 
-/* Stores k and v (count rows of n_kv_heads * head_size values, positions pos0 ..) in the cache. */
+/* Bytes of one element of a cache of `type` (4 or 2); 0 for a type that is none of the above. */
+QJIT_API size_t qjit_kv_element_bytes(qjit_kv_type type);
+
+/* Stores k and v (count rows of n_kv_heads * head_size values, positions pos0 ..) in the cache,
+ * converted to its type. */
 QJIT_API qjit_status qjit_kv_cache_store(const qjit_attention_shape* shape, const qjit_kv_cache* cache,
                                          const float* k, const float* v, int32_t pos0, int32_t count);
 

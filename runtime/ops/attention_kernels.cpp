@@ -1,7 +1,10 @@
 #include "runtime/ops/attention_kernels.hpp"
 
+#include <type_traits>
+
 #include "base/error.hpp"
 #include "base/float_vectors.hpp"
+#include "base/half.hpp"
 #include "base/simd_family.hpp"
 
 namespace qjit::ops {
@@ -16,7 +19,8 @@ namespace {
 //
 // R: queries; B: score vectors per row of a position block (the block is B * kLanes<V> positions);
 // J: value vectors per row in the weighted sum. R * B and R * J accumulators stay in registers.
-template <typename V, int R, int B, int J, bool kFma>
+// Element: the cache's, float or uint16_t (binary16, converted exactly as it is loaded).
+template <typename V, int R, int B, int J, bool kFma, typename Element>
 struct Attend {
     // a * b + c for the scalar steps, fused exactly where the family has FMA: left to the compiler,
     // contraction differs between the row counts' kernels (clang fused the tail in some, not all).
@@ -26,23 +30,33 @@ struct Attend {
     }
 
     static constexpr int kLanesV = kLanes<V>;
+
+    [[gnu::always_inline]] static V load(const Element* p) {
+        if constexpr (std::is_same_v<Element, float>) return load_lanes<V>(p);
+        else return load_halves<V>(p);
+    }
+    // The last features of a value row past the whole vectors: one at a time.
+    [[gnu::always_inline]] static float element(const Element* p) {
+        if constexpr (std::is_same_v<Element, float>) return *p;
+        else return half_to_float(*p);
+    }
     static constexpr int kBlock = B * kLanesV;
     static_assert(kKeyBlock % kBlock == 0, "a position block lies within one cache block");
 
     // acc[r][j .. j + J * lanes) += sum over the block's `valid` positions s of p[r][s] * values[s][j ..].
     template <int Vectors>
     [[gnu::always_inline]] static void add_weighted_values(float (*acc)[kMaxHeadSize], const float (*p)[kBlock],
-                                                           const float* values, size_t value_row, int valid, int j) {
+                                                           const Element* values, size_t value_row, int valid, int j) {
         V sum[R][Vectors];
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
             for (int v = 0; v < Vectors; ++v) sum[r][v] = load_lanes<V>(acc[r] + j + kLanesV * v);
         for (int s = 0; s < valid; ++s) {
-            const float* row = values + size_t(s) * value_row + size_t(j);
+            const Element* row = values + size_t(s) * value_row + size_t(j);
             V value[Vectors];
 #pragma GCC unroll 4
-            for (int v = 0; v < Vectors; ++v) value[v] = load_lanes<V>(row + kLanesV * v);
+            for (int v = 0; v < Vectors; ++v) value[v] = load(row + kLanesV * v);
 #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
                 const V weight = splat<V>(p[r][s]);
@@ -58,6 +72,8 @@ struct Attend {
 
     [[gnu::always_inline]] static void run(const AttentionTask& task) {
         const int head_size = task.head_size;
+        const Element* const keys = static_cast<const Element*>(task.keys);
+        const Element* const values = static_cast<const Element*>(task.values);
         alignas(64) float q[R][kMaxHeadSize];  // scaled
         alignas(64) float acc[R][kMaxHeadSize];
         alignas(64) float p[R][kBlock];
@@ -81,10 +97,10 @@ struct Attend {
             const int within = s0 % kKeyBlock;  // the position block's first position in its cache block
             V score[R][B] = {};
             for (int i = 0; i < head_size; ++i) {
-                const float* key = task.keys + block + size_t(i) * kKeyBlock + size_t(within);
+                const Element* key = keys + block + size_t(i) * kKeyBlock + size_t(within);
                 V k[B];
 #pragma GCC unroll 4
-                for (int b = 0; b < B; ++b) k[b] = load_lanes<V>(key + kLanesV * b);
+                for (int b = 0; b < B; ++b) k[b] = load(key + kLanesV * b);
 #pragma GCC unroll 4
                 for (int r = 0; r < R; ++r) {
                     const V qi = splat<V>(q[r][i]);
@@ -122,7 +138,7 @@ struct Attend {
             }
             const int valid = last - s0 + 1 < kBlock ? last - s0 + 1 : kBlock;
             const size_t value_row = size_t(head_size);
-            const float* block_values = task.values + block + size_t(within) * value_row;
+            const Element* block_values = values + block + size_t(within) * value_row;
             int j = 0;
             for (; j + J * kLanesV <= head_size; j += J * kLanesV)
                 add_weighted_values<J>(acc, p, block_values, value_row, valid, j);
@@ -130,9 +146,9 @@ struct Attend {
                 add_weighted_values<1>(acc, p, block_values, value_row, valid, j);
             // The last head_size % lanes features, position by position as the vectors go.
             for (int s = 0; s < valid && j < head_size; ++s) {
-                const float* row = block_values + size_t(s) * value_row;
+                const Element* row = block_values + size_t(s) * value_row;
                 for (int r = 0; r < R; ++r)
-                    for (int i = j; i < head_size; ++i) acc[r][i] = multiply_add(p[r][s], row[i], acc[r][i]);
+                    for (int i = j; i < head_size; ++i) acc[r][i] = multiply_add(p[r][s], element(row + i), acc[r][i]);
             }
         }
         for (int r = 0; r < task.count; ++r) {
@@ -142,32 +158,37 @@ struct Attend {
     }
 };
 
-// One entry point per family and row count. The blocks and value widths fill each family's
-// registers: 16 xmm (SSE2) and 16 ymm (AVX2) hold 4 x 2 accumulators beside their operands, 32 zmm
-// (AVX-512) hold 4 x 4 in the weighted sum.
-template <int R>
+// One entry point per family, element type and row count. The blocks and value widths fill each
+// family's registers: 16 xmm (SSE2) and 16 ymm (AVX2) hold 4 x 2 accumulators beside their
+// operands, 32 zmm (AVX-512) hold 4 x 4 in the weighted sum.
+template <int R, typename Element>
 void attend_portable(const AttentionTask& task) {
-    Attend<Floats4, R, 2, 2, false>::run(task);
+    Attend<Floats4, R, 2, 2, false, Element>::run(task);
 }
-template <int R>
+template <int R, typename Element>
 QJIT_TARGET_AVX2 void attend_avx2(const AttentionTask& task) {
-    Attend<Floats8, R, 2, 2, true>::run(task);
+    Attend<Floats8, R, 2, 2, true, Element>::run(task);
 }
-template <int R>
+template <int R, typename Element>
 QJIT_TARGET_AVX512 void attend_avx512(const AttentionTask& task) {
-    Attend<Floats16, R, 2, 4, true>::run(task);
+    Attend<Floats16, R, 2, 4, true, Element>::run(task);
 }
 
-template <int R>
-constexpr PerFamily<AttentionKernel> kAttend{attend_portable<R>, attend_avx2<R>, attend_avx512<R>};
+template <int R, typename Element>
+constexpr PerFamily<AttentionKernel> kAttend{attend_portable<R, Element>, attend_avx2<R, Element>,
+                                             attend_avx512<R, Element>};
+
+template <typename Element>
+constexpr PerFamily<AttentionKernel> kByRows[kMaxAttentionRows] = {kAttend<1, Element>, kAttend<2, Element>,
+                                                                   kAttend<3, Element>, kAttend<4, Element>};
 
 }  // namespace
 
-AttentionKernel attention_kernel(qjit_isa isa, int rows) {
+AttentionKernel attention_kernel(qjit_isa isa, qjit_kv_type type, int rows) {
     require(rows >= 1 && rows <= kMaxAttentionRows, "attention kernel: ", rows, " rows; expected 1 to ",
             kMaxAttentionRows);
-    static constexpr PerFamily<AttentionKernel> by_rows[kMaxAttentionRows] = {kAttend<1>, kAttend<2>, kAttend<3>,
-                                                                              kAttend<4>};
+    require(type == QJIT_KV_F32 || type == QJIT_KV_F16, "attention kernel: cache type ", int(type));
+    const auto& by_rows = type == QJIT_KV_F32 ? kByRows<float> : kByRows<uint16_t>;
     return by_rows[rows - 1][simd_family(isa)];
 }
 

@@ -17,15 +17,15 @@ inline constexpr int kMaxHeadSize = QJIT_ATTENTION_MAX_HEAD_SIZE;
 
 // One kernel call: queries q[r] (head_size values, unscaled) at positions pos[r] over the cache
 // positions 0 .. max(pos) of one key/value head, in the cache's blocks (qjit_kv_cache): keys and
-// values point at the head's first block, the next block block_stride floats further. Rows past
-// `count` are not read or written.
+// values point at the head's first block, the next block block_stride elements further; elements
+// are floats or halves as the kernel was picked for. Rows past `count` are not read or written.
 struct AttentionTask {
     const float* q[kMaxAttentionRows] = {};
     float* out[kMaxAttentionRows] = {};
     int pos[kMaxAttentionRows] = {};
     int count = 0;
-    const float* keys = nullptr;    // [head_size][kKeyBlock] per block
-    const float* values = nullptr;  // [kKeyBlock][head_size] per block
+    const void* keys = nullptr;    // [head_size][kKeyBlock] per block
+    const void* values = nullptr;  // [kKeyBlock][head_size] per block
     size_t block_stride = 0;
     int head_size = 0;
     float scale = 1.0f;
@@ -33,7 +33,8 @@ struct AttentionTask {
 
 using AttentionKernel = void (*)(const AttentionTask&);
 
-// The kernel of `rows` (1 .. kMaxAttentionRows) queries in the family of `isa` (base/simd_family.hpp).
-AttentionKernel attention_kernel(qjit_isa isa, int rows);
+// The kernel of `rows` (1 .. kMaxAttentionRows) queries over a cache of `type` in the family of
+// `isa` (base/simd_family.hpp); `type` must be QJIT_KV_F32 or QJIT_KV_F16.
+AttentionKernel attention_kernel(qjit_isa isa, qjit_kv_type type, int rows);
 
 }  // namespace qjit::ops

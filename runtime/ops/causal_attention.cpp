@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "base/error.hpp"
+#include "base/half.hpp"
 #include "runtime/context.hpp"
 #include "runtime/ops/attention_kernels.hpp"
 #include "runtime/ops/op_loops.hpp"
@@ -21,19 +23,25 @@ void check(const qjit_attention_shape& shape, const qjit_kv_cache& cache, int po
     require(cache.capacity % kKeyBlock == 0 && cache.capacity >= int64_t(pos0) + count, "attention: a cache of ",
             cache.capacity, " positions for ", int64_t(pos0) + count, " (it must be a multiple of ", kKeyBlock, ")");
     require(count == 0 || (cache.keys && cache.values), "attention: the cache's keys or values are NULL");
+    require(cache.type == QJIT_KV_F32 || cache.type == QJIT_KV_F16, "attention: the cache's type is ", int(cache.type),
+            "; expected QJIT_KV_F32 (0) or QJIT_KV_F16 (1)");
 }
 
-// Floats from one block of the cache to the next (keys and values alike).
+// Elements from one block of the cache to the next (keys and values alike).
 size_t block_stride(const qjit_attention_shape& shape) {
     return size_t(shape.n_kv_heads) * size_t(shape.head_size) * kKeyBlock;
 }
 
-}  // namespace
-
-void store_keys_and_values(const qjit_attention_shape& shape, const qjit_kv_cache& cache, const float* k,
-                           const float* v, int pos0, int count) {
-    check(shape, cache, pos0, count);
-    require(count == 0 || (k && v), "kv_cache_store: k or v is NULL");
+// Writes rows of keys and values into a cache of Element (float, or uint16_t for binary16).
+template <typename Element>
+void store_rows(const qjit_attention_shape& shape, const qjit_kv_cache& cache, const float* k, const float* v,
+                int pos0, int count) {
+    auto convert = [](float x) {
+        if constexpr (std::is_same_v<Element, float>) return x;
+        else return float_to_half(x);
+    };
+    Element* const keys = static_cast<Element*>(cache.keys);
+    Element* const values = static_cast<Element*>(cache.values);
     const size_t head_size = size_t(shape.head_size), kv_dim = size_t(shape.n_kv_heads) * head_size;
     for (int t = 0; t < count; ++t) {
         const int s = pos0 + t;
@@ -42,10 +50,28 @@ void store_keys_and_values(const qjit_attention_shape& shape, const qjit_kv_cach
             const size_t head = block + size_t(h) * head_size * kKeyBlock;
             const float* k_row = k + size_t(t) * kv_dim + size_t(h) * head_size;
             const float* v_row = v + size_t(t) * kv_dim + size_t(h) * head_size;
-            for (size_t i = 0; i < head_size; ++i) cache.keys[head + i * kKeyBlock + j] = k_row[i];
-            std::copy(v_row, v_row + head_size, cache.values + head + j * head_size);
+            for (size_t i = 0; i < head_size; ++i) keys[head + i * kKeyBlock + j] = convert(k_row[i]);
+            for (size_t i = 0; i < head_size; ++i) values[head + j * head_size + i] = convert(v_row[i]);
         }
     }
+}
+
+}  // namespace
+
+size_t kv_element_bytes(qjit_kv_type type) {
+    switch (type) {
+        case QJIT_KV_F32: return sizeof(float);
+        case QJIT_KV_F16: return sizeof(uint16_t);
+        default: return 0;
+    }
+}
+
+void store_keys_and_values(const qjit_attention_shape& shape, const qjit_kv_cache& cache, const float* k,
+                           const float* v, int pos0, int count) {
+    check(shape, cache, pos0, count);
+    require(count == 0 || (k && v), "kv_cache_store: k or v is NULL");
+    if (cache.type == QJIT_KV_F32) store_rows<float>(shape, cache, k, v, pos0, count);
+    else store_rows<uint16_t>(shape, cache, k, v, pos0, count);
 }
 
 void causal_attention(qjit_context& context, const qjit_attention_shape& shape, const qjit_kv_cache& cache,
@@ -60,9 +86,10 @@ void causal_attention(qjit_context& context, const qjit_attention_shape& shape, 
     // next positions'). Fewer rows than the most only when there are fewer queries.
     const int64_t queries = int64_t(count) * kv_mul;  // of one key/value head
     const int rows = int(std::min<int64_t>(kMaxAttentionRows, queries));
-    const AttentionKernel kernel = attention_kernel(context.isa, rows);
+    const AttentionKernel kernel = attention_kernel(context.isa, cache.type, rows);
     const int64_t groups = (queries + rows - 1) / rows;
     const float scale = 1.0f / std::sqrt(float(head_size));
+    const size_t element_bytes = kv_element_bytes(cache.type);
 
     // Task t: key/value head t / groups, so that a thread's contiguous range of tasks reuses one
     // head's keys and values from its cache; within a head the query groups are taken from both
@@ -75,10 +102,10 @@ void causal_attention(qjit_context& context, const qjit_attention_shape& shape, 
             const int kv_head = int(t / groups);
             const int64_t k = t % groups;
             const int64_t group = k % 2 == 0 ? k / 2 : groups - 1 - k / 2;
-            const size_t head = size_t(kv_head) * size_t(head_size) * kKeyBlock;
+            const size_t head = size_t(kv_head) * size_t(head_size) * kKeyBlock * element_bytes;
             AttentionTask task;
-            task.keys = cache.keys + head;
-            task.values = cache.values + head;
+            task.keys = static_cast<const char*>(cache.keys) + head;
+            task.values = static_cast<const char*>(cache.values) + head;
             task.block_stride = block_stride(shape);
             task.head_size = head_size;
             task.scale = scale;

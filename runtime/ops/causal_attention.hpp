@@ -1,4 +1,4 @@
-// Causal multi-head attention over an fp32 key/value cache on a context's threads, with the
+// Causal multi-head attention over a key/value cache of floats or halves on a context's threads, with the
 // attention kernel of the context's ISA family (runtime/ops/attention_kernels.hpp), and the
 // cache's store.
 #pragma once
@@ -6,6 +6,9 @@
 #include "qjit/qjit_ops.h"
 
 namespace qjit::ops {
+
+// As qjit_kv_element_bytes (qjit/qjit_ops.h).
+size_t kv_element_bytes(qjit_kv_type type);
 
 // As qjit_kv_cache_store and qjit_attention_causal (qjit/qjit_ops.h); throw qjit::Error naming a
 // bad argument.
