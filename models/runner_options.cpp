@@ -75,6 +75,12 @@ const char* isa_name(qjit_isa isa) {
     return "?";
 }
 
+qjit_isa parse_isa(const std::string& name) {
+    for (const IsaName& entry : kIsaNames)
+        if (name == entry.name) return entry.isa;
+    throw std::invalid_argument("'" + name + "' is not auto, portable, avx2, avx2-vnni, avx512 or avx512-vnni");
+}
+
 qjit_context_options ContextOptions::context_options() const {
     qjit_context_options options;
     qjit_context_options_init(&options);
@@ -111,14 +117,12 @@ OptionParse parse_context_option(ArgumentReader& args, ContextOptions& options) 
     } else if (arg == "--isa") {
         const char* text = args.value();
         if (!text) return OptionParse::failed;
-        const IsaName* found = nullptr;
-        for (const IsaName& entry : kIsaNames)
-            if (std::strcmp(entry.name, text) == 0) found = &entry;
-        if (!found) {
-            std::fprintf(stderr, "--isa: '%s' is not auto, portable, avx2, avx2-vnni, avx512 or avx512-vnni\n", text);
+        try {
+            options.max_isa = parse_isa(text);
+        } catch (const std::invalid_argument& e) {
+            std::fprintf(stderr, "--isa: %s\n", e.what());
             return OptionParse::failed;
         }
-        options.max_isa = found->isa;
     } else {
         return OptionParse::not_mine;
     }

@@ -43,6 +43,7 @@ struct ContextOptions {
 };
 OptionParse parse_context_option(ArgumentReader& args, ContextOptions& options);
 const char* isa_name(qjit_isa isa);  // "auto", "avx2", ...
+qjit_isa parse_isa(const std::string& name);  // isa_name's inverse; throws std::invalid_argument
 // The usage lines of these options, one per option, each ending in a newline.
 extern const char* const kContextOptionsUsage;
 

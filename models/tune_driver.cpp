@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/model_config.hpp"
+#include "models/runner_options.hpp"
 #include "tools/bandwidth_probe.hpp"
 #include "tools/peak_probe.hpp"
 #include "tools/random_gptq.hpp"
@@ -42,6 +43,7 @@ struct Options {
     bool compare = true;
     int repeats = 15;
     std::string activations = "auto";
+    std::string isa = "auto";  // the cap on the instruction set, as qjit-run --isa
     std::string db;  // empty: the library's default path
     bool list = false;
     std::string export_path, import_path;
@@ -405,8 +407,8 @@ Contexts make_contexts(const Options& o) {
     c.portable = make_context(o, 1, 0, QJIT_TUNING_DEFAULT, QJIT_ISA_PORTABLE, false);
     check(qjit_context_num_threads(c.portable.get(), &c.threads), "qjit_context_num_threads");
     for (int64_t batch : o.batches) {
-        c.tuned.push_back(make_context(o, batch, o.budget_ms, mode, QJIT_ISA_AUTO, true));
-        c.untuned.push_back(make_context(o, batch, 0, QJIT_TUNING_DEFAULT, QJIT_ISA_AUTO, false));
+        c.tuned.push_back(make_context(o, batch, o.budget_ms, mode, parse_isa(o.isa), true));
+        c.untuned.push_back(make_context(o, batch, 0, QJIT_TUNING_DEFAULT, parse_isa(o.isa), false));
     }
     check(qjit_context_describe(c.tuned.front().get(), &c.machine), "qjit_context_describe");
     return c;
@@ -543,6 +545,10 @@ void add_options(CLI::App& app, Options& o) {
         ->check(CLI::Range(1, 100000));
     app.add_option("--activations", o.activations, "activation path: auto, f32 (exact) or int8")
         ->check(CLI::IsMember({"auto", "f32", "int8"}));
+    app.add_option("--isa", o.isa,
+                   "cap on the CPU instruction set, as $QJIT_MAX_ISA: auto, portable, avx2, avx2-vnni, avx512 or "
+                   "avx512-vnni")
+        ->check(CLI::IsMember({"auto", "portable", "avx2", "avx2-vnni", "avx512", "avx512-vnni"}));
     app.add_option("--db", o.db, "tuning database (default: $QJIT_TUNING_DB, else $XDG_CACHE_HOME/qjit/tuning.yaml)");
     app.add_option("--cuda-device", o.cuda_device, "also tune the CUDA kernels of this device (ordinal)")
         ->check(CLI::NonNegativeNumber);

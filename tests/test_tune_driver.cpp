@@ -131,6 +131,24 @@ TEST_F(TuneDriver, GgufNeedsAReaderAndExcludesAModel) {
     EXPECT_NE(err_.find("excludes"), std::string::npos) << err_;
 }
 
+// --isa caps the tuned kernels as $QJIT_MAX_ISA does: under portable every layer runs the portable
+// path, no generated kernel; an unknown level is refused by name.
+TEST_F(TuneDriver, IsaCapsTheTunedKernels) {
+    const std::string model = write("tiny.gguf", tiny_q8_llama());
+    const std::string report = (dir_ / "run.json").string();
+    const TuneOutcome outcome = run({"--gguf", model, "--isa", "portable", "--json", report});
+    ASSERT_EQ(outcome.status, QJIT_OK) << failure_text(outcome) << err_;
+    const nlohmann::json json = nlohmann::json::parse(std::ifstream(report));
+    ASSERT_FALSE(json["rows"].empty());
+    for (const auto& row : json["rows"]) {
+        EXPECT_EQ(row["source"].get<std::string>(), "portable") << row.dump();
+        EXPECT_EQ(row["kernel"].get<std::string>().find("avx"), std::string::npos) << row.dump();
+    }
+    const TuneOutcome bad = run({"--gguf", model, "--isa", "avx9000"});
+    EXPECT_EQ(bad.status, QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(err_.find("--isa"), std::string::npos) << err_;
+}
+
 TEST_F(TuneDriver, HelpIsNoFailure) {
     const TuneOutcome outcome = run({"--help"});
     EXPECT_EQ(outcome.status, QJIT_OK);
