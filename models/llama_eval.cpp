@@ -73,7 +73,7 @@ NllResult evaluate_nll(Model& model, const std::vector<std::vector<int>>& sequen
     return result;
 }
 
-Generation greedy_decode(Model& model, std::span<const int> prompt, int steps) {
+Generation greedy_decode(Model& model, std::span<const int> prompt, int steps, StepProfile* profile) {
     const int seq_len = model.config().seq_len;
     if (prompt.empty()) throw std::runtime_error("greedy_decode: the prompt is empty");
     // The positions fed: the prompt's and every generated token's but the last.
@@ -90,12 +90,14 @@ Generation greedy_decode(Model& model, std::span<const int> prompt, int steps) {
         model.forward(prompt.first(prompt.size() - 1), 0, Model::Logits::Last);
         generation.prompt_seconds = seconds_since(start);
     }
+    model.set_step_profile(profile);
     for (int i = 0; i < steps; ++i) {
         const auto start = std::chrono::steady_clock::now();
         const int next = argmax(model.step(generation.tokens.back()));
         generation.step_seconds.push_back(seconds_since(start));
         generation.tokens.push_back(next);
     }
+    model.set_step_profile(nullptr);
     return generation;
 }
 

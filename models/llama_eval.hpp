@@ -35,8 +35,9 @@ struct Generation {
 
 // Greedy decoding of `steps` tokens after `prompt` (at least one token), from an empty KV cache: the
 // prompt but its last token runs in one batched forward, then each step feeds the last token and
-// appends the argmax of its logits. Every generated token costs one step.
-Generation greedy_decode(Model& model, std::span<const int> prompt, int steps);
+// appends the argmax of its logits. Every generated token costs one step. With a `profile`, the
+// steps' forwards (not the prompt's) add their time per forward step to it.
+Generation greedy_decode(Model& model, std::span<const int> prompt, int steps, StepProfile* profile = nullptr);
 
 // The seconds of `repeats` forwards of the whole prompt from an empty cache, each computing the last
 // position's logits only, after an untimed warm-up of up to 32 tokens and with the cache allocated

@@ -188,6 +188,7 @@ void Model::set_kv_type(qjit_kv_type type) {
 
 // Causal multi-head attention of `count` queries (positions pos0..) over the cached keys and values.
 void Model::attention(int layer, int pos0, int count) {
+    const StepTimer timer(profile_, Step::Attention);
     const qjit_attention_shape shape = config().attention_shape();
     const qjit_kv_cache cache = layer_cache(layer);
     check_qjit(qjit_attention_causal(threads_.get(), &shape, &cache, q_.data(), pos0, count, att_out_.data()),
@@ -200,7 +201,10 @@ std::span<const float> Model::forward(std::span<const int> tokens, int pos0, Log
     if (pos0 != cached_positions_) {
         fail("Model::forward: pos0 ", pos0, " does not follow the ", cached_positions_, " cached positions");
     }
-    embed(tokens, pos0);
+    {
+        const StepTimer timer(profile_, Step::Embed);
+        embed(tokens, pos0);
+    }
     for (int l = 0; l < c.n_layers; ++l) run_layer(l, pos0, count);
     const int rows = logits == Logits::Last ? 1 : count;
     run_classifier(count - rows, rows);
@@ -236,6 +240,7 @@ bool Model::run_layer(int l, int pos0, int count) {
     // attention block
     normalize(lw.attention_norm, count);
     if (capture_ == nullptr) {
+        const StepTimer timer(profile_, Step::QkvProjections);
         forward_shared_input({layer.wq.get(), layer.wk.get(), layer.wv.get()}, xb_.data(), count, {q_.data(), k, v});
     } else {
         if (!run_linear(l, 0, xb_.data(), count, q_.data())) return false;
@@ -249,15 +254,25 @@ bool Model::run_layer(int l, int pos0, int count) {
         rms_norm(q_.data(), lw.q_norm, count * c.n_heads, c.head_size, q_.data());
         rms_norm(k, lw.k_norm, count * c.n_kv_heads, c.head_size, k);
     }
-    const float* rotation = rotations_.data() + size_t(pos0) * size_t(c.head_size);
-    const qjit_rope_pairs pairs = c.rope_pairs == Config::RopePairs::Adjacent ? QJIT_ROPE_ADJACENT : QJIT_ROPE_HALVES;
-    check_qjit(qjit_rope(threads_.get(), q_.data(), count, c.q_dim(), c.head_size, rotation, pairs), "qjit_rope");
-    check_qjit(qjit_rope(threads_.get(), k, count, c.kv_dim(), c.head_size, rotation, pairs), "qjit_rope");
-    const qjit_attention_shape shape = c.attention_shape();
-    const qjit_kv_cache cache = layer_cache(l);
-    check_qjit(qjit_kv_cache_store(&shape, &cache, k, v, pos0, count), "qjit_kv_cache_store");
+    {
+        const StepTimer timer(profile_, Step::Rope);
+        const float* rotation = rotations_.data() + size_t(pos0) * size_t(c.head_size);
+        const qjit_rope_pairs pairs =
+            c.rope_pairs == Config::RopePairs::Adjacent ? QJIT_ROPE_ADJACENT : QJIT_ROPE_HALVES;
+        check_qjit(qjit_rope(threads_.get(), q_.data(), count, c.q_dim(), c.head_size, rotation, pairs), "qjit_rope");
+        check_qjit(qjit_rope(threads_.get(), k, count, c.kv_dim(), c.head_size, rotation, pairs), "qjit_rope");
+    }
+    {
+        const StepTimer timer(profile_, Step::KvStore);
+        const qjit_attention_shape shape = c.attention_shape();
+        const qjit_kv_cache cache = layer_cache(l);
+        check_qjit(qjit_kv_cache_store(&shape, &cache, k, v, pos0, count), "qjit_kv_cache_store");
+    }
     attention(l, pos0, count);
-    if (!run_linear(l, 3, att_out_.data(), count, delta_.data())) return false;
+    {
+        const StepTimer timer(profile_, Step::OutputProjection);
+        if (!run_linear(l, 3, att_out_.data(), count, delta_.data())) return false;
+    }
     add_delta(rows * dim);
 
     // SwiGLU feed-forward block
@@ -265,11 +280,15 @@ bool Model::run_layer(int l, int pos0, int count) {
     if (!layer.w1 && ffn_override_ == nullptr)
         fail("Model: layer ", l, "'s FFN linears were not built and no FFN override is set");
     if (ffn_override_ != nullptr && capture_ == nullptr) {
-        ffn_override_->forward(l, xb_.data(), count, delta_.data());
+        {
+            const StepTimer timer(profile_, Step::Ffn);
+            ffn_override_->forward(l, xb_.data(), count, delta_.data());
+        }
         add_delta(rows * dim);
         return true;
     }
     if (layer.ffn && capture_ == nullptr && ffn_threshold_ == 0) {
+        const StepTimer timer(profile_, Step::Ffn);
         check_qjit(qjit_ffn_forward(layer.ffn.get(), xb_.data(), count, delta_.data()), "qjit_ffn_forward");
         add_delta(rows * dim);
         return true;
@@ -302,10 +321,12 @@ void Model::normalize(const std::vector<float>& weight, int count) {
 }
 
 void Model::rms_norm(const float* x, const std::vector<float>& weight, int rows, int size, float* out) {
+    const StepTimer timer(profile_, Step::Norms);
     check_qjit(qjit_rms_norm(threads_.get(), x, weight.data(), rows, size, config().rms_eps, out), "qjit_rms_norm");
 }
 
 void Model::add_delta(size_t count) {
+    const StepTimer timer(profile_, Step::Residuals);
     parallel_loop(threads_.get(), int64_t(count), kParallelGrainWork, [&](int64_t begin, int64_t end) {
         add_in_place(x_.data() + begin, delta_.data() + begin, size_t(end - begin));
     });
@@ -316,6 +337,7 @@ bool Model::run_classifier(int first, int count) {
     // Sized for the rows asked for: a prompt's last row needs one row of logits, not the prompt's.
     if (logits_.size() < size_t(count) * size_t(c.vocab_size)) logits_.resize(size_t(count) * size_t(c.vocab_size));
     rms_norm(x_.data() + size_t(first) * size_t(c.dim), weights_->final_norm, count, c.dim, xb_.data());
+    const StepTimer timer(profile_, Step::Classifier);
     return run_linear(c.n_layers, 0, xb_.data(), count, logits_.data());
 }
 

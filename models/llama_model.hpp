@@ -24,6 +24,7 @@
 
 #include "models/llama_linear.hpp"
 #include "models/loaded_matrix.hpp"
+#include "models/step_profile.hpp"
 #include "qjit/qjit.h"
 #include "qjit/qjit_ffn.h"
 #include "qjit/qjit_ops.h"
@@ -187,6 +188,9 @@ public:
     void set_kv_type(qjit_kv_type type);
     qjit_kv_type kv_type() const { return kv_type_; }
 
+    // Adds each forward step's wall time to `profile` from now on (null: none, the default).
+    void set_step_profile(StepProfile* profile) { profile_ = profile; }
+
     // Total bytes of the weights the linear layers stream per forward (classifier included).
     int64_t linear_weight_bytes() const;
     // Their stored bytes (Linear::stored_bytes), the compensators' share, and their weights (K N).
@@ -252,6 +256,7 @@ private:
     const Capture* capture_ = nullptr;  // during capture_inputs only
     FfnOverride* ffn_override_ = nullptr;
     float ffn_threshold_ = 0;
+    StepProfile* profile_ = nullptr;
     FfnSparsity ffn_sparsity_;
 };
 

@@ -48,6 +48,7 @@ struct Options {
     bool token_by_token = false;      // NLL with one m = 1 step per position
     float ffn_threshold = 0;          // zero FFN activations below this magnitude
     qjit_kv_type kv_cache = QJIT_KV_F32;
+    bool profile = false;             // --generate: the decode steps' time by forward step
     llama::FlashRunOptions flash;     // path empty: the model's own FFNs
     ContextOptions context;
     MethodOptions method;
@@ -75,6 +76,7 @@ void print_usage(const char* program) {
         "  --calibration-sequences N  how many of them (default 64)\n"
         "  --fp32-classifier  keep the classifier in dense fp32 loops whatever the method\n"
         "  --token-by-token   score --tokens one m = 1 step per position, as decoding runs\n"
+        "  --profile          with --generate: the decode steps' time per token, by step of the forward\n"
         "  --kv-cache T       how the key/value cache stores keys and values: f32 (default) or f16 (half\n"
         "                     the bytes decoding reads per position; each rounded to fp16)\n"
         "  --ffn-threshold T  zero every FFN activation silu(x w1)*(x w3) of magnitude below T (reports the sparsity)\n"
@@ -155,6 +157,8 @@ std::optional<Options> parse_args(int argc, char** argv) {
             options.token_by_token = true;
         } else if (arg == "--fp32-classifier") {
             options.fp32_classifier = true;
+        } else if (arg == "--profile") {
+            options.profile = true;
         } else if (arg == "--json") {
             options.json = true;
         } else if (arg == "--help" || arg == "-h") {
@@ -255,18 +259,23 @@ struct Decoding {
     std::vector<int> prompt, generated;
     std::string text;
     double prompt_seconds = 0.0, tokens_per_second = 0.0, p50_ms = 0.0, p99_ms = 0.0;
+    double step_seconds = 0.0;                  // all steps, argmax included
+    std::optional<llama::StepProfile> profile;  // with --profile
 };
 
-Decoding decode(llama::Model& model, const std::vector<int>& prompt, int steps,
-                const GgufVocabulary& vocabulary) {
-    const llama::Generation generation = llama::greedy_decode(model, prompt, steps);
+Decoding decode(llama::Model& model, const std::vector<int>& prompt, int steps, const GgufVocabulary& vocabulary,
+                bool profile) {
     Decoding d;
+    if (profile) d.profile.emplace();
+    const llama::Generation generation =
+        llama::greedy_decode(model, prompt, steps, d.profile ? &*d.profile : nullptr);
     d.prompt = prompt;
     d.generated.assign(generation.tokens.begin() + std::ptrdiff_t(prompt.size()), generation.tokens.end());
     d.text = vocabulary.decode(d.generated);
     d.prompt_seconds = generation.prompt_seconds;
     double seconds = 0.0;
     for (const double step : generation.step_seconds) seconds += step;
+    d.step_seconds = seconds;
     d.tokens_per_second = seconds > 0 ? double(d.generated.size()) / seconds : 0.0;
     d.p50_ms = 1e3 * percentile(generation.step_seconds, 0.50);
     d.p99_ms = 1e3 * percentile(generation.step_seconds, 0.99);
@@ -314,6 +323,18 @@ double flash_weight_fraction(const qjit_flash_counters& f, const qjit_flash_ffn_
 }
 
 // The median prompt benchmark's tokens per second.
+// The decode steps' time per token by forward step, and what no step holds (argmax, the calls
+// between steps).
+void print_profile(const Decoding& d) {
+    const double tokens = double(std::max<size_t>(1, d.generated.size())), total = std::max(d.step_seconds, 1e-12);
+    std::printf("\n| step of a decoded token | ms | share |\n|---|---|---|\n");
+    for (int i = 0; i < llama::kStepCount; ++i)
+        std::printf("| %s | %.3f | %.1f %% |\n", llama::kStepNames[i], 1e3 * d.profile->seconds[size_t(i)] / tokens,
+                    100 * d.profile->seconds[size_t(i)] / total);
+    const double rest = d.step_seconds - d.profile->total();
+    std::printf("| the rest (argmax, between steps) | %.3f | %.1f %% |\n\n", 1e3 * rest / tokens, 100 * rest / total);
+}
+
 double prompt_tokens_per_second(const Options& options, const Report& r) {
     const double median = percentile(r.prompt_bench_seconds, 0.5);
     return median > 0 ? double(options.prompt_bench) / median : 0.0;
@@ -400,6 +421,13 @@ void print_json(const Options& options, const Report& r) {
             .number("tokens_per_second", r.decoding->tokens_per_second, 2)
             .number("p50_ms", r.decoding->p50_ms, 3)
             .number("p99_ms", r.decoding->p99_ms, 3);
+        if (const auto& profile = r.decoding->profile) {
+            const double tokens = double(std::max<size_t>(1, r.decoding->generated.size()));
+            for (int i = 0; i < llama::kStepCount; ++i)
+                json.number(("step_ms_" + std::string(llama::kStepKeys[i])).c_str(),
+                            1e3 * profile->seconds[size_t(i)] / tokens, 4);
+            json.number("step_ms_rest", 1e3 * (r.decoding->step_seconds - profile->total()) / tokens, 4);
+        }
     }
     if (!r.prompt_bench_seconds.empty()) {
         json.integer("prompt_bench_tokens", options.prompt_bench)
@@ -453,6 +481,7 @@ void print_text(const Options& options, const Report& r) {
         std::printf("decode: %zu tokens, %.1f tokens/s, p50 %.2f ms, p99 %.2f ms per token (prompt of %zu tokens: "
                     "%.3f s)\n",
                     d.generated.size(), d.tokens_per_second, d.p50_ms, d.p99_ms, d.prompt.size(), d.prompt_seconds);
+        if (d.profile) print_profile(d);
     }
     if (!r.prompt_bench_seconds.empty())
         std::printf("prompt: %d tokens, %.1f tokens/s (the median of %zu forwards from an empty cache)\n",
@@ -523,7 +552,7 @@ int run(const Options& options) {
         report.nll = llama::evaluate_nll(model, sequences, options.token_by_token);
         report.eval_seconds = seconds_since(start);
     }
-    if (options.generate > 0) report.decoding = decode(model, prompt, options.generate, vocabulary);
+    if (options.generate > 0) report.decoding = decode(model, prompt, options.generate, vocabulary, options.profile);
     if (options.prompt_bench > 0) {
         if (options.prompt_bench > c.seq_len)
             throw std::runtime_error("--prompt-bench " + std::to_string(options.prompt_bench) +

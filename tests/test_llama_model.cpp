@@ -378,6 +378,55 @@ TEST(LlamaGguf, TinyModelLoadsAndRuns) {
     EXPECT_EQ(generation.step_seconds.size(), 4u);
 }
 
+// With a profile, greedy decoding adds each decode step's forward steps to it: every step the dense
+// model runs is timed, and no more time than the steps took in all.
+TEST(LlamaModel, StepProfileTimesTheDecodeStepsForwards) {
+    const LoadedGguf gguf = load(llama_gguf(tiny_weights()));
+    llama::DenseMaker dense;
+    llama::Model model(gguf.weights, dense);
+    llama::StepProfile profile;
+    const llama::Generation generation = llama::greedy_decode(model, std::vector<int>{0, 5, 2}, 3, &profile);
+    for (const llama::Step step : {llama::Step::Embed, llama::Step::Norms, llama::Step::QkvProjections,
+                                   llama::Step::Rope, llama::Step::KvStore, llama::Step::Attention,
+                                   llama::Step::OutputProjection, llama::Step::Residuals, llama::Step::Classifier})
+        EXPECT_GT(profile.seconds[size_t(step)], 0.0) << llama::kStepNames[int(step)];
+    double steps = 0;
+    for (const double seconds : generation.step_seconds) steps += seconds;
+    EXPECT_LE(profile.total(), steps);
+    const llama::StepProfile after = profile;
+    model.forward_sequence(std::vector<int>{1, 2});  // the profile is detached after decoding
+    EXPECT_EQ(profile.seconds, after.seconds);
+}
+
+// An fp16 KV cache: logits within fp16's rounding of the fp32 cache's, and a prompt and its tokens
+// one by one still agree bit for bit.
+TEST(LlamaModel, Fp16CacheKeepsTheLogitsAndTheirPromise) {
+    const LoadedGguf gguf = load(llama_gguf(tiny_weights()));
+    llama::DenseMaker dense;
+    llama::Model model(gguf.weights, dense);
+    const std::vector<int> tokens = {0, 5, 2, 3, 4, 1};
+    const std::span<const float> f32_logits = model.forward_sequence(tokens);
+    const std::vector<float> f32(f32_logits.begin(), f32_logits.end());
+    model.set_kv_type(QJIT_KV_F16);
+    EXPECT_EQ(model.kv_type(), QJIT_KV_F16);
+    const std::span<const float> f16_logits = model.forward_sequence(tokens);
+    const std::vector<float> f16(f16_logits.begin(), f16_logits.end());
+    ASSERT_EQ(f16.size(), f32.size());
+    float worst = 0, largest = 0;
+    for (size_t i = 0; i < f32.size(); ++i) {
+        worst = std::max(worst, std::fabs(f16[i] - f32[i]));
+        largest = std::max(largest, std::fabs(f32[i]));
+    }
+    EXPECT_LT(worst, 1e-2f * std::max(1.0f, largest));
+    model.reset();
+    const size_t vocab = size_t(gguf.weights->config.vocab_size);
+    for (size_t t = 0; t < tokens.size(); ++t) {
+        const std::span<const float> step = model.step(tokens[t]);
+        EXPECT_EQ(std::memcmp(step.data(), f16.data() + t * vocab, vocab * sizeof(float)), 0) << "position " << t;
+    }
+    expect_refused([&] { model.set_kv_type(qjit_kv_type(9)); }, "not a qjit_kv_type");
+}
+
 // A model built without its FFN linears runs its FFNs through an override (a flash FFN in qjit-run):
 // here one computing them with another model's linears, which gives that model's logits; without an
 // override, or asked for the missing matrices, it refuses by name.
