@@ -1,7 +1,8 @@
 // qjit_linear_forward_shared_input: layers that read the same inputs in one call. Each output equals
 // the layer's own forward, bit for bit, whatever runs it: x86 JIT layers in one dispatch, with
-// act-order and a K split, portable layers and layers with outliers one after another; f32 and int8
-// activations; one row and many. Bad arguments are named.
+// act-order and a K split (layers of one format sharing one activation prologue), portable layers
+// and layers with outliers one after another; f32 and int8 activations; one row and many. Bad
+// arguments are named.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -75,11 +76,14 @@ TEST(SharedInput, EveryOutputIsTheLayersOwnForward) {
             LinearPtr kv = make_layer(context.get(), QJIT_QUANT_RTN, 3, 128, k, 72, 2);
             LinearPtr v = make_act_order_layer(context.get(), k, 72, 3);
             LinearPtr outliers = make_layer(context.get(), QJIT_QUANT_MIXED, 4, 64, k, 40, 4);
+            // q's format at another width: one activation prologue serves both (after kv's own).
+            LinearPtr q_twin = make_layer(context.get(), QJIT_QUANT_RTN, 4, 32, k, 56, 5);
             const std::string what = std::string(isa == QJIT_ISA_AUTO ? "auto" : "portable") + " ISA, " +
                                      (activations == QJIT_ACTIVATIONS_F32 ? "f32" : "int8") + " activations";
             for (int64_t m : {1, 5, 33}) {
                 expect_same_as_separate_calls({q.get(), kv.get(), v.get()}, m, what);
                 expect_same_as_separate_calls({outliers.get(), q.get()}, m, what + ", outliers first");
+                expect_same_as_separate_calls({q.get(), kv.get(), q_twin.get()}, m, what + ", a shared prologue");
             }
         }
 }

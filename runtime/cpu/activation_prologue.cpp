@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "base/float_vectors.hpp"
@@ -15,35 +16,73 @@ namespace qjit {
 
 namespace {
 
-using Int8s16 = int8_t __attribute__((vector_size(16)));
+// The lanes of a float or int vector of 4, 8 or 16 lanes folded pairwise with `op` (halves,
+// quarters, ...) down to one: a few shuffles where a loop over the lanes extracts each. For max,
+// or and integer sums, whose result does not depend on the order.
+template <typename V, typename Op>
+[[gnu::always_inline]] inline auto fold_lanes(V v, Op op) {
+    constexpr int kCount = int(sizeof(V) / sizeof(v[0]));
+    if constexpr (kCount == 16) {
+        return fold_lanes(op(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7),
+                             __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)),
+                          op);
+    } else if constexpr (kCount == 8) {
+        return fold_lanes(op(__builtin_shufflevector(v, v, 0, 1, 2, 3), __builtin_shufflevector(v, v, 4, 5, 6, 7)), op);
+    } else {
+        static_assert(kCount == 4);
+        const auto two = op(__builtin_shufflevector(v, v, 0, 1), __builtin_shufflevector(v, v, 2, 3));
+        return op(two, __builtin_shufflevector(two, two, 1, 0))[0];
+    }
+}
+
+// The low byte of each lane (the lane itself for values in [-128, 127]), stored at `out`: one byte
+// shuffle (__builtin_convertvector to int8 went through the stack a lane at a time without AVX-512).
+using Bytes16 = int8_t __attribute__((vector_size(16)));
+using Bytes32 = int8_t __attribute__((vector_size(32)));
+using Bytes64 = int8_t __attribute__((vector_size(64)));
+template <typename Ints>
+[[gnu::always_inline]] inline void store_low_bytes(int8_t* out, Ints v) {
+    using Bytes = std::conditional_t<sizeof(Ints) == 64, Bytes64, std::conditional_t<sizeof(Ints) == 32, Bytes32, Bytes16>>;
+    const Bytes bytes = __builtin_bit_cast(Bytes, v);
+    if constexpr (sizeof(Ints) == 64) {
+        const auto low = __builtin_shufflevector(bytes, bytes, 0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60);
+        std::memcpy(out, &low, sizeof low);
+    } else if constexpr (sizeof(Ints) == 32) {
+        const auto low = __builtin_shufflevector(bytes, bytes, 0, 4, 8, 12, 16, 20, 24, 28);
+        std::memcpy(out, &low, sizeof low);
+    } else {
+        const auto low = __builtin_shufflevector(bytes, bytes, 0, 4, 8, 12);
+        std::memcpy(out, &low, sizeof low);
+    }
+}
 
 // A group's largest magnitude, or NaN when it holds a NaN or an infinity (which have no int8 step).
-// n is a multiple of 16.
+// n is a multiple of V's lanes.
+template <typename V>
 [[gnu::always_inline]] inline float group_amax(const float* v, int64_t n) {
-    Floats16 most = {};
-    Ints16 bad = {};
-    for (int64_t r = 0; r < n; r += 16) {
-        const Floats16 x = load_lanes<Floats16>(v + r);
-        const Floats16 magnitude = x < 0 ? -x : x;
+    using Ints = IntsOf<V>;
+    V most = {}, non_finite = {};
+    for (int64_t r = 0; r < n; r += kLanes<V>) {
+        const V x = load_lanes<V>(v + r);
+        const V magnitude = __builtin_bit_cast(V, __builtin_bit_cast(Ints, x) & 0x7fffffff);
         most = magnitude > most ? magnitude : most;
-        bad |= (x - x) != 0;  // NaN for a NaN or an infinity
+        non_finite += x - x;  // 0, or NaN for a NaN or an infinity
     }
-    float amax = 0.0f;
-    bool finite = true;
-    for (int i = 0; i < 16; ++i) {
-        amax = std::max(amax, most[i]);
-        finite = finite && bad[i] == 0;
-    }
-    return finite ? amax : std::numeric_limits<float>::quiet_NaN();
+    const float amax = fold_lanes(most, [](auto a, auto b) { return a > b ? a : b; });
+    const float check = fold_lanes(non_finite, [](auto a, auto b) { return a + b; });
+    return check == 0.0f ? amax : std::numeric_limits<float>::quiet_NaN();
 }
 
 // One activation row: gathered and padded into `row` (f32 path: the output row itself), then
 // per group its sum and, on the int8 path, its step and int8 values. Groups are 16 rows or a
-// multiple of 32, so each is whole vectors of 16. 16-lane vectors in every family (two registers
-// with AVX2, four with SSE2): the result is the same in each.
+// multiple of 32, so each is whole vectors of V (4, 8 or 16 lanes). Every step is exact or
+// elementwise (maxima, integer sums, one rounding per value), so the lanes do not change the
+// result: each family writes the same values.
+template <typename V>
 [[gnu::always_inline]] inline void prepare_row_lanes(const jit::CpuKernelSpec& spec, const int32_t* row_order,
                                                      const float* src, float* row, int8_t* int8_row, float* row_scales,
                                                      float* row_sums) {
+    using Ints = IntsOf<V>;
     const int64_t k = spec.format.k, padded_k = spec.padded_k(), gs = spec.group_rows();
     if (row_order)
         gather_row(row_order, k, src, row);
@@ -59,7 +98,7 @@ using Int8s16 = int8_t __attribute__((vector_size(16)));
             row_sums[g] = sum;
             continue;
         }
-        const float amax = group_amax(row + r0, r1 - r0);
+        const float amax = group_amax<V>(row + r0, r1 - r0);
         if (std::isnan(amax)) {
             // The group's step becomes NaN, so every output the group feeds is NaN (the kernels
             // multiply each group's integer dot product by its step, a zero dot included); its int8
@@ -73,32 +112,29 @@ using Int8s16 = int8_t __attribute__((vector_size(16)));
         // fraction bits out of the mantissa.
         constexpr float kShift = 12582912.0f;
         const float inverse = amax > 0.0f ? qmax / amax : 0.0f;
-        Ints16 sum = {};
-        for (int64_t r = r0; r < r1; r += 16) {
-            const Ints16 q = __builtin_convertvector((load_lanes<Floats16>(row + r) * inverse + kShift) - kShift, Ints16);
-            const Int8s16 narrow = __builtin_convertvector(q, Int8s16);
-            std::memcpy(int8_row + r, &narrow, sizeof narrow);
+        Ints sum = {};
+        for (int64_t r = r0; r < r1; r += kLanes<V>) {
+            const Ints q = __builtin_convertvector((load_lanes<V>(row + r) * inverse + kShift) - kShift, Ints);
+            store_low_bytes(int8_row + r, q);
             sum += q;
         }
-        int32_t total = 0;
-        for (int i = 0; i < 16; ++i) total += sum[i];
         row_scales[g] = amax / qmax;
-        row_sums[g] = float(total);
+        row_sums[g] = float(fold_lanes(sum, [](auto a, auto b) { return a + b; }));
     }
 }
 
 using PrepareRow = void (*)(const jit::CpuKernelSpec&, const int32_t*, const float*, float*, int8_t*, float*, float*);
 void prepare_row_portable(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* src, float* row,
                           int8_t* int8_row, float* row_scales, float* row_sums) {
-    prepare_row_lanes(spec, row_order, src, row, int8_row, row_scales, row_sums);
+    prepare_row_lanes<Floats4>(spec, row_order, src, row, int8_row, row_scales, row_sums);
 }
 QJIT_TARGET_AVX2 void prepare_row_avx2(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* src,
                                        float* row, int8_t* int8_row, float* row_scales, float* row_sums) {
-    prepare_row_lanes(spec, row_order, src, row, int8_row, row_scales, row_sums);
+    prepare_row_lanes<Floats8>(spec, row_order, src, row, int8_row, row_scales, row_sums);
 }
 QJIT_TARGET_AVX512 void prepare_row_avx512(const jit::CpuKernelSpec& spec, const int32_t* row_order, const float* src,
                                            float* row, int8_t* int8_row, float* row_scales, float* row_sums) {
-    prepare_row_lanes(spec, row_order, src, row, int8_row, row_scales, row_sums);
+    prepare_row_lanes<Floats16>(spec, row_order, src, row, int8_row, row_scales, row_sums);
 }
 constexpr PerFamily<PrepareRow> kPrepareRow{prepare_row_portable, prepare_row_avx2, prepare_row_avx512};
 

@@ -149,17 +149,8 @@ void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const 
     if (partial_buffer.size() < partial_floats) partial_buffer.resize(partial_floats);
     float* const partials = partial_buffer.data();
 
-    // Tasks go to the threads in runs of consecutive panels, each run about kGrainBytes of codes
-    // times rows: a claim per panel cost more than a one-row panel product on a 2-core VM (the
-    // classifier ran slower on 2 threads than on 1). Below kMinParallelWork multiply-adds nothing
-    // is dispatched.
-    constexpr int64_t kMinParallelWork = int64_t(1) << 18, kGrainBytes = int64_t(1) << 16, kRunsPerThread = 8;
-    const int64_t task_cost = std::max<int64_t>(1, codes.panel_words() * 4 / k_parts() * m);
-    const int64_t grain = p.k * p.n * m >= kMinParallelWork ? (kGrainBytes + task_cost - 1) / task_cost
-                                                             : product_tasks();
-    pool.parallel_ranges(product_tasks(), grain, kRunsPerThread, [&](int64_t begin, int64_t end) {
-        for (int64_t t = begin; t < end; ++t) run_product_task(p, codes, act, m, y, partials, t);
-    });
+    run_product_tasks(pool, product_tasks(), code_bytes(codes) * m, p.k * p.n * m,
+                      [&](int64_t t) { run_product_task(p, codes, act, m, y, partials, t); });
     add_partials(y, partials, m, p.n);
 }
 

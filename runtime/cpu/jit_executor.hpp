@@ -6,6 +6,7 @@
 // jit/x86/cpu_kernel.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,6 +26,22 @@ namespace qjit {
 // The plan of a layer of `format` on the kernels of `spec`: its gather, then its products split
 // as the tiling's K-split asks (groups of 16 rows split in pairs: they share a 32-row block).
 std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightFormat& format);
+
+// Runs `tasks` product tasks of one dispatch (of one layer or of several, consecutive tasks
+// consecutive panels) on the pool: in runs of consecutive tasks, each about 64 KB of codes times
+// rows (`cost` is all tasks' codes bytes times rows), at most 8 runs a thread; on the calling
+// thread alone below 2^18 multiply-adds in all. A claim passes a cache line between cores, which
+// on a 2-core VM cost more than a one-row panel product: with a claim per task every AVX2 layer
+// ran slower on 2 threads than on 1.
+template <typename RunTask>
+void run_product_tasks(ThreadPool& pool, int64_t tasks, int64_t cost, int64_t multiply_adds, const RunTask& run_task) {
+    constexpr int64_t kMinParallelWork = int64_t(1) << 18, kRunCost = int64_t(1) << 16, kRunsPerThread = 8;
+    const int64_t task_cost = std::max<int64_t>(1, cost / std::max<int64_t>(1, tasks));
+    const int64_t grain = multiply_adds >= kMinParallelWork ? (kRunCost + task_cost - 1) / task_cost : tasks;
+    pool.parallel_ranges(tasks, grain, kRunsPerThread, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) run_task(t);
+    });
+}
 
 class JitExecutor {
 public:
@@ -57,6 +74,8 @@ public:
     }
     // Tasks of one forward's product dispatch: column panels x K parts.
     int64_t product_tasks() const { return panels_ * k_parts(); }
+    // Bytes of codes one forward's products read (each row tile reads them again from cache).
+    int64_t code_bytes(const PackedCodes& codes) const { return codes.panel_words() * 4 * panels_; }
     int64_t k_parts() const { return int64_t(group_ranges_.size()); }
     // Product task `task` over m prepared rows: part 0 writes y, part i > 0 writes its own
     // partial outputs at partials + (i - 1) * m * N (summed into y by add_partials).

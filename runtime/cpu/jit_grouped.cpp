@@ -6,6 +6,7 @@
 
 #include "base/error.hpp"
 #include "base/scratch.hpp"
+#include "base/simd_family.hpp"
 #include "runtime/cpu/activation_prologue.hpp"
 #include "runtime/cpu/jit_layer.hpp"
 
@@ -13,9 +14,8 @@ namespace qjit {
 
 namespace {
 
-// Below these sizes a dispatch to the pool costs more than the work (as in a layer's forward).
+// Below this many activations a dispatch to the pool costs more than the work (as in a layer's forward).
 constexpr int64_t kMinParallelActivations = int64_t(1) << 14;
-constexpr int64_t kMinParallelWork = int64_t(1) << 18;
 
 // A layer of the group, and where its data lives in the scratch.
 struct Slot {
@@ -26,12 +26,14 @@ struct Slot {
     size_t x_offset = 0;             // bytes into the prepared activations: count x padded K
     size_t meta_offset = 0;          // floats into the prepared steps and sums: count x groups
     size_t partial_offset = 0;       // floats into the K parts' partials: (parts - 1) x count x N
+    bool prepares = true;  // false: an earlier slot's prepared rows are this one's too (same_prologue)
 };
 
 // The calling thread's scratch. It only grows, so steady-state calls do not allocate; the tasks
 // run on other threads too and reach it through the pointers they are given.
 struct GroupScratch {
     std::vector<Slot> slots;
+    std::vector<Slot> preparing;  // the slots that prepare rows, in order of their prepared rows
     std::vector<uint8_t> prepared_x;  // rows of int8 or fp32 activations (offsets are multiples of 32)
     std::vector<float> steps, sums, partials;
     std::vector<float> gathered;  // a layer's rows, for its compensator
@@ -53,6 +55,22 @@ void require_grouped_passes(const GroupedRows& member) {
              passes_text(member.layer->passes()), "; the grouped MoE call runs gathers, products and compensators");
 }
 
+// Whether the activation prologue makes the same prepared rows for two kernels from the same rows
+// of x: everything it reads of the spec agrees (a shared-input call's q, k and v, or gate and up, of
+// one format). Then one prologue serves both.
+bool same_prologue(const JitExecutor& a, const JitExecutor& b, const QuantParams& pa, const QuantParams& pb) {
+    const jit::CpuKernelSpec &x = a.spec(), &y = b.spec();
+    return x.format.k == y.format.k && x.padded_k() == y.padded_k() && x.group_rows() == y.group_rows() &&
+           x.num_groups() == y.num_groups() && x.path == y.path &&
+           x.int8_activation_max() == y.int8_activation_max() &&
+           simd_family(x.isa.level()) == simd_family(y.isa.level()) && a.activation_row_order(pa) == nullptr &&
+           b.activation_row_order(pb) == nullptr;
+}
+
+bool same_rows(const GroupedRows& a, const GroupedRows& b) {
+    return a.count == b.count && (a.rows == b.rows || std::equal(a.rows, a.rows + a.count, b.rows));
+}
+
 // Lays out each layer's share of the scratch.
 void plan_slots(std::span<const GroupedRows> group, GroupScratch& s) {
     s.slots.clear();
@@ -64,16 +82,27 @@ void plan_slots(std::span<const GroupedRows> group, GroupScratch& s) {
         const JitExecutor& jit = slot.layer->executor();
         const jit::CpuKernelSpec& spec = jit.spec();
         const int64_t value_bytes = spec.path == jit::ActivationPath::Int8 ? 1 : 4;
-        slot.first_prepared_row = prepared_rows;
         slot.first_task = tasks;
-        slot.x_offset = x_bytes;
-        slot.meta_offset = meta;
         slot.partial_offset = partials;
-        prepared_rows += member.count;
         tasks += jit.product_tasks();
-        x_bytes += size_t(member.count * spec.padded_k() * value_bytes);
-        meta += size_t(member.count * spec.num_groups());
         partials += size_t((jit.k_parts() - 1) * member.count * slot.layer->params().n);
+        const auto source = std::find_if(s.slots.begin(), s.slots.end(), [&](const Slot& earlier) {
+            return earlier.prepares && same_rows(*earlier.member, member) &&
+                   same_prologue(earlier.layer->executor(), jit, earlier.layer->params(), slot.layer->params());
+        });
+        if (source != s.slots.end()) {
+            slot.prepares = false;
+            slot.first_prepared_row = source->first_prepared_row;
+            slot.x_offset = source->x_offset;
+            slot.meta_offset = source->meta_offset;
+        } else {
+            slot.first_prepared_row = prepared_rows;
+            slot.x_offset = x_bytes;
+            slot.meta_offset = meta;
+            prepared_rows += member.count;
+            x_bytes += size_t(member.count * spec.padded_k() * value_bytes);
+            meta += size_t(member.count * spec.num_groups());
+        }
         s.slots.push_back(slot);
     }
     grow(s.prepared_x, x_bytes);
@@ -86,11 +115,15 @@ PreparedActivations prepared_of(const Slot& slot, GroupScratch& s) {
     return {s.prepared_x.data() + slot.x_offset, s.steps.data() + slot.meta_offset, s.sums.data() + slot.meta_offset};
 }
 
-// Every layer's rows through the activation prologue, as one dispatch over all rows.
+// Every layer's rows through the activation prologue, as one dispatch over all rows; a layer whose
+// rows another's prologue already makes (Slot::prepares) adds none.
 void prepare_rows(const float* x, int64_t k, GroupScratch& s, ThreadPool& pool) {
-    const int64_t rows = s.slots.back().first_prepared_row + s.slots.back().member->count;
+    s.preparing.clear();
+    for (const Slot& slot : s.slots)
+        if (slot.prepares) s.preparing.push_back(slot);
+    const int64_t rows = s.preparing.back().first_prepared_row + s.preparing.back().member->count;
     auto prepare = [&](int64_t r) {
-        const Slot& slot = slot_holding(s.slots, r, [](const Slot& e) { return e.first_prepared_row; });
+        const Slot& slot = slot_holding(s.preparing, r, [](const Slot& e) { return e.first_prepared_row; });
         const JitExecutor& jit = slot.layer->executor();
         const jit::CpuKernelSpec& spec = jit.spec();
         const int64_t i = r - slot.first_prepared_row, groups = spec.num_groups();
@@ -108,15 +141,17 @@ void prepare_rows(const float* x, int64_t k, GroupScratch& s, ThreadPool& pool) 
 void run_products(int64_t k, GroupScratch& s, ThreadPool& pool) {
     const Slot& last = s.slots.back();
     const int64_t tasks = last.first_task + last.layer->executor().product_tasks();
-    int64_t work = 0;
-    for (const Slot& slot : s.slots) work += k * slot.layer->params().n * slot.member->count;
-    auto product = [&](int64_t t) {
+    int64_t work = 0, cost = 0;
+    for (const Slot& slot : s.slots) {
+        work += k * slot.layer->params().n * slot.member->count;
+        cost += slot.layer->executor().code_bytes(slot.layer->codes()) * slot.member->count;
+    }
+    run_product_tasks(pool, tasks, cost, work, [&](int64_t t) {
         const Slot& slot = slot_holding(s.slots, t, [](const Slot& e) { return e.first_task; });
         slot.layer->executor().run_product_task(slot.layer->params(), slot.layer->codes(), prepared_of(slot, s),
                                                 slot.member->count, slot.member->out,
                                                 s.partials.data() + slot.partial_offset, t - slot.first_task);
-    };
-    pool.parallel_for(tasks, product, work >= kMinParallelWork);
+    });
 }
 
 }  // namespace
