@@ -1,8 +1,9 @@
 // An allocator for large buffers that a parallel writer fills: elements are left uninitialized
 // (default-initialized), so no serial zero-fill runs before the writers, whose first touch of
-// each page then happens on their own threads; buffers of 2 MiB and more are aligned to 2 MiB and
+// each page then happens on their own threads. Buffers of 2 MiB and more are aligned to 2 MiB and
 // offered to the kernel as transparent huge pages (512 times fewer page faults, fewer TLB misses
-// for the kernels that stream them).
+// for the kernels that stream them); from 64 KiB they share huge pages in the arena
+// (base/huge_page_arena.hpp); smaller ones come from malloc.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +14,8 @@
 
 #include <sys/mman.h>
 
+#include "base/huge_page_arena.hpp"
+
 namespace qjit {
 
 template <typename T>
@@ -20,7 +23,6 @@ class PageAllocator {
 public:
     static_assert(std::is_trivially_default_constructible_v<T>, "elements are left uninitialized");
     using value_type = T;
-    static constexpr size_t kHugePageBytes = size_t(2) << 20;
 
     PageAllocator() = default;
     template <typename U>
@@ -28,17 +30,21 @@ public:
 
     T* allocate(size_t count) {
         const size_t bytes = count * sizeof(T);
-        if (bytes < kHugePageBytes) {
+        if (bytes < kArenaMinBytes) {
             if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return static_cast<T*>(p);
             throw std::bad_alloc();
         }
+        if (in_arena(bytes)) return static_cast<T*>(arena_allocate(bytes));
         const size_t rounded = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
         void* p = std::aligned_alloc(kHugePageBytes, rounded);
         if (p == nullptr) throw std::bad_alloc();
         madvise(p, rounded, MADV_HUGEPAGE);  // a hint: where huge pages are off this does nothing
         return static_cast<T*>(p);
     }
-    void deallocate(T* p, size_t) { std::free(p); }
+    void deallocate(T* p, size_t count) {
+        if (in_arena(count * sizeof(T))) arena_free(p);
+        else std::free(p);
+    }
 
     // Default-initialization: a trivial T is left as the memory holds it.
     template <typename U>
@@ -52,6 +58,9 @@ public:
 
     template <typename U>
     bool operator==(const PageAllocator<U>&) const { return true; }
+
+private:
+    static bool in_arena(size_t bytes) { return bytes >= kArenaMinBytes && bytes < kHugePageBytes - 64; }
 };
 
 }  // namespace qjit
