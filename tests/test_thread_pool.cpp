@@ -1,8 +1,10 @@
 // The thread pool: every task runs exactly once, through the spinning path (jobs back to back),
 // the sleeping path (gaps longer than the spin time) and concurrent callers (one runs inline); a
-// caller never waits for a worker that has not started (one that shares its core cannot).
+// caller never waits for a worker that has not started (one that shares its core cannot); ranges
+// cover every item once in few contiguous runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -82,6 +84,33 @@ TEST(ThreadPool, SmallJobsRunInlineOnTheCaller) {
     auto task = [&](int64_t) { all_on_caller = all_on_caller && std::this_thread::get_id() == caller; };
     pool.parallel_for(100, task, /*worth_dispatching=*/false);
     EXPECT_TRUE(all_on_caller);
+}
+
+// parallel_ranges covers [0, count) exactly once in contiguous ranges of at least `grain` items
+// (the last may be shorter), no more than ranges_per_thread per thread; a count of one grain or
+// less is one range on the caller.
+TEST(ThreadPool, RangesCoverEveryItemOnceInFewContiguousRuns) {
+    ThreadPool pool(3);
+    for (const int64_t count : {int64_t(1), int64_t(7), int64_t(100), int64_t(1000), int64_t(12345)})
+        for (const int64_t grain : {int64_t(1), int64_t(5), int64_t(64), int64_t(5000)})
+            for (const int64_t per_thread : {int64_t(1), int64_t(4), int64_t(8)}) {
+                std::vector<std::atomic<int>> runs(static_cast<size_t>(count));
+                std::mutex mutex;
+                std::vector<std::pair<int64_t, int64_t>> ranges;
+                pool.parallel_ranges(count, grain, per_thread, [&](int64_t begin, int64_t end) {
+                    for (int64_t i = begin; i < end; ++i) runs[size_t(i)].fetch_add(1);
+                    std::lock_guard<std::mutex> lock(mutex);
+                    ranges.push_back({begin, end});
+                });
+                const std::string what = std::to_string(count) + " items, grain " + std::to_string(grain) + ", " +
+                                         std::to_string(per_thread) + " a thread";
+                for (int64_t i = 0; i < count; ++i) ASSERT_EQ(runs[size_t(i)].load(), 1) << what << ": item " << i;
+                EXPECT_LE(int64_t(ranges.size()), 3 * per_thread) << what;
+                std::sort(ranges.begin(), ranges.end());
+                for (size_t r = 0; r + 1 < ranges.size(); ++r)
+                    EXPECT_GE(ranges[r].second - ranges[r].first, std::min(grain, count)) << what;
+                if (count <= grain) EXPECT_EQ(ranges.size(), 1u) << what;
+            }
 }
 
 // Workers held back before they claim anything (as a worker is that shares the caller's core):
