@@ -16,8 +16,8 @@ struct ChunkHeader {
     size_t used;  // bytes from the chunk's start handed out (the header included)
     size_t live;  // buffers not yet freed
 };
-constexpr size_t kHeaderBytes = 64;  // keeps the buffers 64-byte aligned
-static_assert(sizeof(ChunkHeader) <= kHeaderBytes);
+constexpr size_t kHeaderBytes = kHugePageBytes - kArenaEndBytes;  // keeps the buffers 64-byte aligned
+static_assert(sizeof(ChunkHeader) <= kHeaderBytes && kHeaderBytes % 64 == 0);
 
 struct Arena {
     std::mutex mutex;
@@ -36,15 +36,21 @@ ChunkHeader* chunk_of(void* buffer) {
 
 }  // namespace
 
+void* allocate_huge_pages(size_t bytes) {
+    const size_t rounded = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+    void* memory = std::aligned_alloc(kHugePageBytes, rounded);
+    if (memory == nullptr) throw std::bad_alloc();
+    madvise(memory, rounded, MADV_HUGEPAGE);
+    return memory;
+}
+
 void* arena_allocate(size_t bytes) {
-    if (bytes < kArenaMinBytes || bytes >= kHugePageBytes - kHeaderBytes) throw std::bad_alloc();
+    if (!in_arena(bytes)) throw std::bad_alloc();
     const size_t rounded = (bytes + 63) / 64 * 64;
     Arena& a = arena();
     std::lock_guard<std::mutex> lock(a.mutex);
     if (a.current == nullptr || a.current->used + rounded > kHugePageBytes) {
-        void* memory = std::aligned_alloc(kHugePageBytes, kHugePageBytes);
-        if (memory == nullptr) throw std::bad_alloc();
-        madvise(memory, kHugePageBytes, MADV_HUGEPAGE);  // a hint: where huge pages are off this does nothing
+        void* memory = allocate_huge_pages(kHugePageBytes);
         // The chunk being left holds a buffer (an empty one takes any): its last one frees it.
         a.current = ::new (memory) ChunkHeader{kHeaderBytes, 0};
         ++a.chunks;

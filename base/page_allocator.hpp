@@ -12,8 +12,6 @@
 #include <type_traits>
 #include <utility>
 
-#include <sys/mman.h>
-
 #include "base/huge_page_arena.hpp"
 
 namespace qjit {
@@ -35,11 +33,7 @@ public:
             throw std::bad_alloc();
         }
         if (in_arena(bytes)) return static_cast<T*>(arena_allocate(bytes));
-        const size_t rounded = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-        void* p = std::aligned_alloc(kHugePageBytes, rounded);
-        if (p == nullptr) throw std::bad_alloc();
-        madvise(p, rounded, MADV_HUGEPAGE);  // a hint: where huge pages are off this does nothing
-        return static_cast<T*>(p);
+        return static_cast<T*>(allocate_huge_pages(bytes));
     }
     void deallocate(T* p, size_t count) {
         if (in_arena(count * sizeof(T))) arena_free(p);
@@ -58,9 +52,6 @@ public:
 
     template <typename U>
     bool operator==(const PageAllocator<U>&) const { return true; }
-
-private:
-    static bool in_arena(size_t bytes) { return bytes >= kArenaMinBytes && bytes < kHugePageBytes - 64; }
 };
 
 }  // namespace qjit
