@@ -26,14 +26,15 @@ struct Slot {
     size_t x_offset = 0;             // bytes into the prepared activations: count x padded K
     size_t meta_offset = 0;          // floats into the prepared steps and sums: count x groups
     size_t partial_offset = 0;       // floats into the K parts' partials: (parts - 1) x count x N
-    bool prepares = true;  // false: an earlier slot's prepared rows are this one's too (same_prologue)
 };
 
 // The calling thread's scratch. It only grows, so steady-state calls do not allocate; the tasks
 // run on other threads too and reach it through the pointers they are given.
 struct GroupScratch {
     std::vector<Slot> slots;
-    std::vector<Slot> preparing;  // the slots that prepare rows, in order of their prepared rows
+    // The slots whose prologue runs, in order of their prepared rows; another slot reads the rows of
+    // one of these (same_prologue).
+    std::vector<Slot> preparing;
     std::vector<uint8_t> prepared_x;  // rows of int8 or fp32 activations (offsets are multiples of 32)
     std::vector<float> steps, sums, partials;
     std::vector<float> gathered;  // a layer's rows, for its compensator
@@ -74,6 +75,7 @@ bool same_rows(const GroupedRows& a, const GroupedRows& b) {
 // Lays out each layer's share of the scratch.
 void plan_slots(std::span<const GroupedRows> group, GroupScratch& s) {
     s.slots.clear();
+    s.preparing.clear();
     int64_t prepared_rows = 0, tasks = 0;
     size_t x_bytes = 0, meta = 0, partials = 0;
     for (const GroupedRows& member : group) {
@@ -86,12 +88,11 @@ void plan_slots(std::span<const GroupedRows> group, GroupScratch& s) {
         slot.partial_offset = partials;
         tasks += jit.product_tasks();
         partials += size_t((jit.k_parts() - 1) * member.count * slot.layer->params().n);
-        const auto source = std::find_if(s.slots.begin(), s.slots.end(), [&](const Slot& earlier) {
-            return earlier.prepares && same_rows(*earlier.member, member) &&
+        const auto source = std::find_if(s.preparing.begin(), s.preparing.end(), [&](const Slot& earlier) {
+            return same_rows(*earlier.member, member) &&
                    same_prologue(earlier.layer->executor(), jit, earlier.layer->params(), slot.layer->params());
         });
-        if (source != s.slots.end()) {
-            slot.prepares = false;
+        if (source != s.preparing.end()) {
             slot.first_prepared_row = source->first_prepared_row;
             slot.x_offset = source->x_offset;
             slot.meta_offset = source->meta_offset;
@@ -102,6 +103,7 @@ void plan_slots(std::span<const GroupedRows> group, GroupScratch& s) {
             prepared_rows += member.count;
             x_bytes += size_t(member.count * spec.padded_k() * value_bytes);
             meta += size_t(member.count * spec.num_groups());
+            s.preparing.push_back(slot);
         }
         s.slots.push_back(slot);
     }
@@ -116,11 +118,8 @@ PreparedActivations prepared_of(const Slot& slot, GroupScratch& s) {
 }
 
 // Every layer's rows through the activation prologue, as one dispatch over all rows; a layer whose
-// rows another's prologue already makes (Slot::prepares) adds none.
+// rows another's prologue already makes (not in s.preparing) adds none.
 void prepare_rows(const float* x, int64_t k, GroupScratch& s, ThreadPool& pool) {
-    s.preparing.clear();
-    for (const Slot& slot : s.slots)
-        if (slot.prepares) s.preparing.push_back(slot);
     const int64_t rows = s.preparing.back().first_prepared_row + s.preparing.back().member->count;
     auto prepare = [&](int64_t r) {
         const Slot& slot = slot_holding(s.preparing, r, [](const Slot& e) { return e.first_prepared_row; });
