@@ -182,8 +182,8 @@ void Model::set_kv_type(qjit_kv_type type) {
     for (auto* caches : {&key_cache_, &value_cache_})
         for (std::vector<std::byte>& cache : *caches) cache = {};
     cache_positions_ = 0;
-    cached_positions_ = 0;
     rotations_.clear();
+    reset();
 }
 
 // Causal multi-head attention of `count` queries (positions pos0..) over the cached keys and values.

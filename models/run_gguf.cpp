@@ -322,19 +322,28 @@ double flash_weight_fraction(const qjit_flash_counters& f, const qjit_flash_ffn_
     return info.resident_gate_bytes > 0 ? (1.0 + 2.0 * active) / 3.0 : active;
 }
 
-// The median prompt benchmark's tokens per second.
-// The decode steps' time per token by forward step, and what no step holds (argmax, the calls
-// between steps).
-void print_profile(const Decoding& d) {
-    const double tokens = double(std::max<size_t>(1, d.generated.size())), total = std::max(d.step_seconds, 1e-12);
-    std::printf("\n| step of a decoded token | ms | share |\n|---|---|---|\n");
-    for (int i = 0; i < llama::kStepCount; ++i)
-        std::printf("| %s | %.3f | %.1f %% |\n", llama::kStepNames[i], 1e3 * d.profile->seconds[size_t(i)] / tokens,
-                    100 * d.profile->seconds[size_t(i)] / total);
-    const double rest = d.step_seconds - d.profile->total();
-    std::printf("| the rest (argmax, between steps) | %.3f | %.1f %% |\n\n", 1e3 * rest / tokens, 100 * rest / total);
+// Milliseconds per decoded token in each forward step (llama::kStepNames' order), then in what no
+// step holds (argmax, the calls between steps): --profile's figures.
+std::vector<double> profile_ms_per_token(const Decoding& d) {
+    const double tokens = double(std::max<size_t>(1, d.generated.size()));
+    std::vector<double> ms;
+    for (const double seconds : d.profile->seconds) ms.push_back(1e3 * seconds / tokens);
+    ms.push_back(1e3 * (d.step_seconds - d.profile->total()) / tokens);
+    return ms;
 }
 
+void print_profile(const Decoding& d) {
+    const std::vector<double> ms = profile_ms_per_token(d);
+    const double total_ms = std::max(1e3 * d.step_seconds / double(std::max<size_t>(1, d.generated.size())), 1e-9);
+    std::printf("\n| step of a decoded token | ms | share |\n|---|---|---|\n");
+    for (size_t i = 0; i < ms.size(); ++i)
+        std::printf("| %s | %.3f | %.1f %% |\n",
+                    i < size_t(llama::kStepCount) ? llama::kStepNames[i] : "the rest (argmax, between steps)", ms[i],
+                    100 * ms[i] / total_ms);
+    std::printf("\n");
+}
+
+// The median prompt benchmark's tokens per second.
 double prompt_tokens_per_second(const Options& options, const Report& r) {
     const double median = percentile(r.prompt_bench_seconds, 0.5);
     return median > 0 ? double(options.prompt_bench) / median : 0.0;
@@ -421,12 +430,11 @@ void print_json(const Options& options, const Report& r) {
             .number("tokens_per_second", r.decoding->tokens_per_second, 2)
             .number("p50_ms", r.decoding->p50_ms, 3)
             .number("p99_ms", r.decoding->p99_ms, 3);
-        if (const auto& profile = r.decoding->profile) {
-            const double tokens = double(std::max<size_t>(1, r.decoding->generated.size()));
-            for (int i = 0; i < llama::kStepCount; ++i)
-                json.number(("step_ms_" + std::string(llama::kStepKeys[i])).c_str(),
-                            1e3 * profile->seconds[size_t(i)] / tokens, 4);
-            json.number("step_ms_rest", 1e3 * (r.decoding->step_seconds - profile->total()) / tokens, 4);
+        if (r.decoding->profile) {
+            const std::vector<double> ms = profile_ms_per_token(*r.decoding);
+            for (size_t i = 0; i < ms.size(); ++i)
+                json.number(("step_ms_" + std::string(i < size_t(llama::kStepCount) ? llama::kStepKeys[i] : "rest")).c_str(),
+                            ms[i], 4);
         }
     }
     if (!r.prompt_bench_seconds.empty()) {

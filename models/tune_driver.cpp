@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -548,7 +549,16 @@ void add_options(CLI::App& app, Options& o) {
     app.add_option("--isa", o.isa,
                    "cap on the CPU instruction set, as $QJIT_MAX_ISA: auto, portable, avx2, avx2-vnni, avx512 or "
                    "avx512-vnni")
-        ->check(CLI::IsMember({"auto", "portable", "avx2", "avx2-vnni", "avx512", "avx512-vnni"}));
+        ->check(CLI::Validator(
+            [](std::string& name) {
+                try {
+                    parse_isa(name);  // the names qjit-run --isa takes
+                    return std::string();
+                } catch (const std::invalid_argument& e) {
+                    return std::string(e.what());
+                }
+            },
+            "ISA"));
     app.add_option("--db", o.db, "tuning database (default: $QJIT_TUNING_DB, else $XDG_CACHE_HOME/qjit/tuning.yaml)");
     app.add_option("--cuda-device", o.cuda_device, "also tune the CUDA kernels of this device (ordinal)")
         ->check(CLI::NonNegativeNumber);

@@ -187,8 +187,7 @@ constexpr PerFamily<AttentionKernel> kByRows[kMaxAttentionRows] = {kAttend<1, El
 AttentionKernel attention_kernel(qjit_isa isa, qjit_kv_type type, int rows) {
     require(rows >= 1 && rows <= kMaxAttentionRows, "attention kernel: ", rows, " rows; expected 1 to ",
             kMaxAttentionRows);
-    require(type == QJIT_KV_F32 || type == QJIT_KV_F16, "attention kernel: cache type ", int(type));
-    const auto& by_rows = type == QJIT_KV_F32 ? kByRows<float> : kByRows<uint16_t>;
+    const auto& by_rows = type == QJIT_KV_F16 ? kByRows<uint16_t> : kByRows<float>;
     return by_rows[rows - 1][simd_family(isa)];
 }
 

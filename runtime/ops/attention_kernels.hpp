@@ -34,7 +34,7 @@ struct AttentionTask {
 using AttentionKernel = void (*)(const AttentionTask&);
 
 // The kernel of `rows` (1 .. kMaxAttentionRows) queries over a cache of `type` in the family of
-// `isa` (base/simd_family.hpp); `type` must be QJIT_KV_F32 or QJIT_KV_F16.
+// `isa` (base/simd_family.hpp); `type` is one causal_attention checked (QJIT_KV_F32 or QJIT_KV_F16).
 AttentionKernel attention_kernel(qjit_isa isa, qjit_kv_type type, int rows);
 
 }  // namespace qjit::ops

@@ -12,6 +12,14 @@
 
 namespace qjit::ops {
 
+size_t kv_element_bytes(qjit_kv_type type) {
+    switch (type) {
+        case QJIT_KV_F32: return sizeof(float);
+        case QJIT_KV_F16: return sizeof(uint16_t);
+        default: return 0;
+    }
+}
+
 namespace {
 
 void check(const qjit_attention_shape& shape, const qjit_kv_cache& cache, int pos0, int count) {
@@ -23,7 +31,7 @@ void check(const qjit_attention_shape& shape, const qjit_kv_cache& cache, int po
     require(cache.capacity % kKeyBlock == 0 && cache.capacity >= int64_t(pos0) + count, "attention: a cache of ",
             cache.capacity, " positions for ", int64_t(pos0) + count, " (it must be a multiple of ", kKeyBlock, ")");
     require(count == 0 || (cache.keys && cache.values), "attention: the cache's keys or values are NULL");
-    require(cache.type == QJIT_KV_F32 || cache.type == QJIT_KV_F16, "attention: the cache's type is ", int(cache.type),
+    require(kv_element_bytes(cache.type) != 0, "attention: the cache's type is ", int(cache.type),
             "; expected QJIT_KV_F32 (0) or QJIT_KV_F16 (1)");
 }
 
@@ -57,14 +65,6 @@ void store_rows(const qjit_attention_shape& shape, const qjit_kv_cache& cache, c
 }
 
 }  // namespace
-
-size_t kv_element_bytes(qjit_kv_type type) {
-    switch (type) {
-        case QJIT_KV_F32: return sizeof(float);
-        case QJIT_KV_F16: return sizeof(uint16_t);
-        default: return 0;
-    }
-}
 
 void store_keys_and_values(const qjit_attention_shape& shape, const qjit_kv_cache& cache, const float* k,
                            const float* v, int pos0, int count) {
