@@ -237,6 +237,22 @@ TEST_P(GgufImport, ForwardsWithinTheOracleBound) {
     }
 }
 
+// The default activation path (docs/cpu-kernels.md): int8 for codes of up to 6 bits, as the
+// K-quants' own CPU kernels run them; exact fp32 for 8-bit codes.
+TEST_P(GgufImport, DefaultPathIsInt8UpToSixBits) {
+    const ImportedType& t = GetParam();
+    if (!cpu_supports(QJIT_ISA_AVX2)) GTEST_SKIP() << "no generated kernels without AVX2";
+    const ContextPtr context = test::make_test_context(1, QJIT_ISA_AVX2, QJIT_ACTIVATIONS_AUTO);
+    const int64_t k = 2 * block_of(t.type).values, n = 8;
+    const LinearPtr layer = create_from_gguf(context.get(), t.type, random_tensor(t, k, n, 7), k, n);
+    ASSERT_TRUE(layer);
+    const JitExecutor* jit = test::jit_of(*layer);
+    ASSERT_NE(jit, nullptr) << layer->description;
+    const int bits = gguf_import_format(t.type).bits;
+    EXPECT_EQ(jit->spec().path, bits <= 6 ? jit::ActivationPath::Int8 : jit::ActivationPath::F32)
+        << bits << "-bit codes, " << layer->description;
+}
+
 TEST_P(GgufImport, SavedLayerLoadsIdentical) {
     const ImportedType& t = GetParam();
     const ContextPtr context = test::make_test_context();

@@ -97,7 +97,7 @@ typedef struct qjit_flash_options {
                                   generated kernels, where the CPU and the vector format have one
                                   (docs/flash.md); QJIT_ACTIVATIONS_F32 keeps x in fp32 (exact, slower);
                                   QJIT_ACTIVATIONS_AUTO (the default) chooses as for dense layers:
-                                  int8 for vectors of 4 bits or fewer, else fp32 */
+                                  int8 for vectors of 6 bits or fewer, else fp32 */
 } qjit_flash_options;
 
 QJIT_API void qjit_flash_options_init(qjit_flash_options* options);

@@ -16,7 +16,7 @@ def exact_context() -> qjit.Context:
 
 @pytest.fixture(scope="session")
 def default_context() -> qjit.Context:
-    """The default activation path (int8 for 2- to 4-bit weights), no database, untimed tiling."""
+    """The default activation path (int8 for 2- to 6-bit weights), no database, untimed tiling."""
     return qjit.Context(tuning_db="", tuning_budget_ms=0)
 
 

@@ -8,6 +8,7 @@
 #include "base/activations.hpp"
 #include "base/error.hpp"
 #include "format/neuron_record.hpp"
+#include "jit/x86/cpu_tiling.hpp"
 #include "runtime/flash/dense_product.hpp"
 #include "runtime/flash/ffn_sparsity.hpp"
 #include "runtime/flash/neuron_cache_data.hpp"
@@ -97,9 +98,10 @@ NeuronCache FlashFfn::token_cache(int64_t capacity, int window) const {
 FlashFfn::~FlashFfn() = default;
 
 SparseFfnPath FlashFfn::products_path() const {
-    const bool narrow = header_.vector.coding == VectorCoding::Quantized && header_.vector.format.bits <= 4;
+    const bool int8_by_default = header_.vector.coding == VectorCoding::Quantized &&
+                                 jit::default_activation_path(header_.vector.format.bits) == jit::ActivationPath::Int8;
     const bool int8 = options_.activations == QJIT_ACTIVATIONS_INT8 ||
-                      (options_.activations == QJIT_ACTIVATIONS_AUTO && narrow);
+                      (options_.activations == QJIT_ACTIVATIONS_AUTO && int8_by_default);
     return int8 ? SparseFfnPath::Fast : SparseFfnPath::FastF32;
 }
 

@@ -56,7 +56,7 @@ struct FlashFfnOptions {
     bool read_ahead = false;
     // How the gate and up products of quantized vectors read x: INT8 through the generated kernels
     // (SparseFfnPath::Fast), F32 exactly (FastF32); AUTO as the dense layers choose, int8 for
-    // vectors of 4 bits or fewer.
+    // vectors of 6 bits or fewer.
     qjit_activations activations = QJIT_ACTIVATIONS_AUTO;
     // The cap of every kernel the FFN runs (sparse products, predictors): the context's ISA
     // (qjit_flash_ffn_create sets it); AUTO, for tests: the CPU's best.
