@@ -132,7 +132,8 @@ void products_table(const Options& o, double probe_one_thread) {
     for (float& v : w) v = normal(rng);
     const qjit::FfnLayerWeights weights = qjit::quantize_ffn_layer(h, w.data(), w.data(), w.data(), nullptr);
     const qjit::PackedCodes packed = qjit::pack_codes(weights.up.codes.data(), 4, o.d_model, o.d_ff, 8);
-    qjit::NeuronCache cache(h, o.d_ff, 0, {qjit::NeuronPart::Up, qjit::NeuronPart::Down});
+    qjit::TuningMemory tuning;  // no database: the generated kernels' tilings timed here, as on a miss
+    qjit::NeuronCache cache(h, o.d_ff, 0, {qjit::NeuronPart::Up, qjit::NeuronPart::Down}, QJIT_ISA_AUTO, {&tuning, {}});
     std::vector<int32_t> all(size_t(o.d_ff));
     std::iota(all.begin(), all.end(), 0);
     const std::vector<int32_t> slots = cache.pin(all);
@@ -148,7 +149,7 @@ void products_table(const Options& o, double probe_one_thread) {
     const double bytes = double(o.d_ff * h.vector.bytes());
 
     std::printf("up products and down sums alone, %s, 1 thread (read probe %.1f GB/s):\n", f.kernel_name().c_str(), probe_one_thread);
-    if (const qjit::SparseProductJit* jit = qjit::SparseProductJit::for_cache(d)) {
+    if (const qjit::SparseProductJit* jit = d.generated) {
         qjit::SparseActivations prepared;
         const double s = median_seconds(o.repeats, [&] {
             jit->prepare(x.data(), o.rows, prepared);

@@ -11,7 +11,8 @@ but the token embedding, which is gathered; with a tied classifier the embedding
 Markdown (medians in tokens/s, raw rounds); --json OUT also writes everything as JSON.
 
 Models: smollm2-q4_1 (scripts/fetch_model.sh), smollm2-q4_0 (requantized from it by llama-quantize:
-less precise, same speed), 1b-q4_0, 1b-q4_k_m, 7b-q4_0, qwen2_0.5b-q4_0, qwen2_7b-q4_k_m (random weights,
+less precise, same speed), smollm2-q4_k_m (requantized the same way; 576-wide rows are no multiple of
+256, so llama-quantize falls back to Q5_0 there and keeps Q4_K/Q6_K for ffn_down), 1b-q4_0, 1b-q4_k_m, 7b-q4_0, qwen2_0.5b-q4_0, qwen2_7b-q4_k_m (random weights,
 bench/make_llama_gguf.py; the qwen2 files are not in the default set).
 Peers: bench/peer_llama_cpp.sh and bench/peer_ik_llama.sh build them into build/peers. With --pack,
 qjit-run maps its layers from a pack file per model and thread count (qjit-run --pack), which an
@@ -54,8 +55,8 @@ PEERS = ROOT / "build" / "peers"
 MODEL_DIR = PEERS / "models"
 PROMPT = "6403,1980,253,655,28,665,436,253,1838"  # SmolLM2: "Once upon a time, there was a little"
 ENGINES = ["llama.cpp", "ik_llama.cpp", "qjit-run"]
-MODELS = ["smollm2-q4_0", "smollm2-q4_1", "1b-q4_0", "1b-q4_k_m", "7b-q4_0", "qwen2_0.5b-q4_0", "qwen2_7b-q4_k_m"]
-DEFAULT_MODELS = MODELS[:5]
+MODELS = ["smollm2-q4_0", "smollm2-q4_1", "smollm2-q4_k_m", "1b-q4_0", "1b-q4_k_m", "7b-q4_0", "qwen2_0.5b-q4_0", "qwen2_7b-q4_k_m"]
+DEFAULT_MODELS = MODELS[:6]
 TIMEOUT_S = 3600
 # ISA class -> (qjit-run --isa value, /proc/cpuinfo flags the class needs: qjit's and the peers' builds).
 ISA_CLASSES = {
@@ -106,17 +107,18 @@ def model_path(name):
     if name == "smollm2-q4_1":
         return Path(subprocess.run([str(ROOT / "scripts" / "fetch_model.sh")], check=True, capture_output=True,
                                    text=True).stdout.strip())
-    if name == "smollm2-q4_0":
-        return MODEL_DIR / "SmolLM2-135M-Instruct.Q4_0.requantized.gguf"
+    if name in ("smollm2-q4_0", "smollm2-q4_k_m"):
+        return MODEL_DIR / f"SmolLM2-135M-Instruct.{name.split('-', 1)[1].upper()}.requantized.gguf"
     shape, type_name = name.split("-", 1)
     return MODEL_DIR / f"{make_llama_gguf.file_stem(shape)}.{type_name.upper()}.gguf"
 
 
 def make_model(name, path):
-    if name == "smollm2-q4_0":
+    if name in ("smollm2-q4_0", "smollm2-q4_k_m"):
+        type_name = name.split("-", 1)[1].upper()
         note(f"making {path} by llama-quantize --allow-requantize from the Q4_1 file")
         path.parent.mkdir(parents=True, exist_ok=True)
-        make_llama_gguf.quantize(model_path("smollm2-q4_1"), path, "Q4_0", allow_requantize=True)
+        make_llama_gguf.quantize(model_path("smollm2-q4_1"), path, type_name, allow_requantize=True)
     else:
         shape, type_name = name.split("-", 1)
         note(f"making {path} with bench/make_llama_gguf.py (the 7B takes minutes and ~14 GB of free disk)")
@@ -407,9 +409,13 @@ def main():
         lines.append("")
     for name, path in models.items():
         lines.append(f"- {name}: {path} ({token_bytes[name] / 1e6:.1f} MB read per decoded token)")
-    if "smollm2-q4_0" in models:
-        lines.append("- smollm2-q4_0 is requantized from the Q4_1 file (llama-quantize --allow-requantize): "
-                     "less precise than a Q4_0 made from the original weights, but the same speed")
+    for name in ("smollm2-q4_0", "smollm2-q4_k_m"):
+        if name in models:
+            lines.append(f"- {name} is requantized from the Q4_1 file (llama-quantize --allow-requantize): "
+                         "less precise than one made from the original weights, but the same speed")
+    if "smollm2-q4_k_m" in models:
+        lines.append("- smollm2-q4_k_m holds Q5_0 tensors where rows of 576 are no multiple of 256 (llama-quantize's "
+                     "fallback), Q4_K and Q6_K ffn_down, Q8_0 attn_v and embedding")
     if any(n[:2] in ("1b", "7b") for n in models):
         lines.append("- the 1b/7b/qwen2 files hold random weights (bench/make_llama_gguf.py): speed only")
     lines += ["", "| file | test | threads | " + " | ".join(ENGINES) +

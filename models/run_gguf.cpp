@@ -399,6 +399,7 @@ void print_json(const Options& options, const Report& r) {
         json.text("flash_file", options.flash.path)
             .boolean("model_ffn_linears", r.ffn_linears)
             .text("flash_format", r.flash_info->format)
+            .text("flash_kernels", r.flash_info->kernels)
             .text("flash_products", options.flash.activations == QJIT_ACTIVATIONS_F32 ? "f32" : "auto")
             .integer("flash_dram_bytes", r.flash_info->dram_bytes)
             .integer("flash_weight_bytes", r.flash_info->weight_bytes)

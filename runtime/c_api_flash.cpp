@@ -173,6 +173,8 @@ qjit_status qjit_flash_ffn_create(qjit_context* context, const char* path, const
                 int(QJIT_ACTIVATIONS_F32), ")");
         flash.activations = qjit_activations(o.activations);
         flash.isa = context->isa;
+        flash.kernel_tuning = {&context->tuning, TuningPolicy{.mode = context->tuning_mode,
+                                                              .budget_ms = context->tuning_budget_ms}};
         {
             std::lock_guard<std::mutex> lock(context->tuning.mutex);
             if (TuningDb* db = context->tuning.database())
@@ -209,6 +211,7 @@ qjit_status qjit_flash_ffn_get_info(const qjit_flash_ffn* ffn, qjit_flash_ffn_in
         info->all_resident_bytes = f.all_resident_bytes();
         std::strncpy(info->format, ffn->format_name.c_str(), sizeof info->format - 1);
         std::strncpy(info->storage, f.storage().describe().c_str(), sizeof info->storage - 1);
+        std::strncpy(info->kernels, f.generated_kernels().c_str(), sizeof info->kernels - 1);
     });
 }
 

@@ -20,6 +20,9 @@
 #include "format/reference.hpp"
 #include "qjit/qjit_flash.h"
 #include "runtime/flash/flash_ffn.hpp"
+#include "jit/x86/sparse_product_kernel.hpp"
+#include "tuner/cpu_isa.hpp"
+#include "tuner/tuning_db.hpp"
 #include "faulty_storage.hpp"
 #include "flash_test_files.hpp"
 #include "test_support.hpp"
@@ -270,9 +273,9 @@ struct FlashFfnDeleter {
 };
 using FlashFfnPtr = std::unique_ptr<qjit_flash_ffn, FlashFfnDeleter>;
 
-TEST(FlashFfnCApi, WritesAFileAndRunsItWithAPredictor) {
-    const fs::path dir = scratch_dir("c-api");
-    const std::string path = (dir / "ffn.qnf").string();
+// A two-layer ReLU file of q4g32 vectors (96 x 200) through the C API's writer; its biases of -2
+// leave a few neurons active per token.
+void write_relu_file(const std::string& path) {
     qjit_flash_file_options file;
     qjit_flash_file_options_init(&file);
     file.layers = 2;
@@ -285,13 +288,19 @@ TEST(FlashFfnCApi, WritesAFileAndRunsItWithAPredictor) {
     qjit_flash_writer* writer = nullptr;
     ASSERT_EQ(qjit_flash_writer_create(path.c_str(), &file, &writer), QJIT_OK) << qjit_last_error();
     const auto up = test::random_floats(size_t(96 * 200), 1), down = test::random_floats(size_t(200 * 96), 2);
-    std::vector<float> bias(200, -2.0f);  // a few active neurons per token
+    std::vector<float> bias(200, -2.0f);
     for (int l = 0; l < 2; ++l)
         ASSERT_EQ(qjit_flash_writer_add_layer(writer, up.data(), nullptr, down.data(), bias.data()), QJIT_OK)
             << qjit_last_error();
     EXPECT_FALSE(fs::exists(path)) << "nothing is at the path before finish";
     ASSERT_EQ(qjit_flash_writer_finish(writer), QJIT_OK) << qjit_last_error();
     qjit_flash_writer_destroy(writer);
+}
+
+TEST(FlashFfnCApi, WritesAFileAndRunsItWithAPredictor) {
+    const fs::path dir = scratch_dir("c-api");
+    const std::string path = (dir / "ffn.qnf").string();
+    ASSERT_NO_FATAL_FAILURE(write_relu_file(path));
 
     auto context = test::make_test_context(2);
     qjit_flash_options options;
@@ -349,6 +358,65 @@ TEST(FlashFfnCApi, WritesAFileAndRunsItWithAPredictor) {
                       "options.activations");
         EXPECT_EQ(missing, nullptr);
     }
+}
+
+// The generated sparse kernels take their tilings through the one tuning sequence: a context with
+// a tuning database times them and stores a record per pass and row count, under the context's ISA
+// cap; a later context makes its kernels from what the database holds.
+TEST(FlashFfnCApi, SparseKernelTilingsGoThroughTheTuningDatabase) {
+    if (!cpu_supports(QJIT_ISA_AVX2)) GTEST_SKIP() << "the generated sparse kernels need AVX2";
+    const fs::path dir = scratch_dir("c-api-tuning");
+    const std::string path = (dir / "ffn.qnf").string(), db_path = (dir / "tuning.yaml").string();
+    ASSERT_NO_FATAL_FAILURE(write_relu_file(path));
+    const auto kernels_of_a_new_context = [&]() -> std::string {
+        qjit_context_options o;
+        qjit_context_options_init(&o);
+        o.num_threads = 1;
+        o.max_isa = QJIT_ISA_AVX2;
+        o.tuning_db_path = db_path.c_str();
+        o.tuning_budget_ms = 20;
+        qjit_context* raw_context = nullptr;
+        EXPECT_EQ(qjit_context_create(&o, &raw_context), QJIT_OK) << qjit_last_error();
+        const test::ContextPtr context(raw_context);
+        qjit_flash_options options;
+        qjit_flash_options_init(&options);
+        options.direct_io = 0;
+        qjit_flash_ffn* raw = nullptr;
+        EXPECT_EQ(qjit_flash_ffn_create(context.get(), path.c_str(), &options, &raw), QJIT_OK) << qjit_last_error();
+        const FlashFfnPtr ffn(raw);
+        qjit_flash_ffn_info info{};
+        EXPECT_EQ(qjit_flash_ffn_get_info(ffn.get(), &info), QJIT_OK);
+        return info.kernels;
+    };
+
+    const std::string timed = kernels_of_a_new_context();
+    EXPECT_NE(timed.find("q4g32_asym_sparse_i8_avx2_v"), std::string::npos) << timed;
+    EXPECT_NE(timed.find("q4g32_asym_sparse_down_avx2_b"), std::string::npos) << timed;
+    TuningDb db(db_path);
+    std::vector<TuningRecord> sparse;
+    for (TuningRecord r : db.records())
+        if (r.kernel_key.find("_sparse_") != std::string::npos) sparse.push_back(r);
+    std::set<std::string> keys;
+    for (const TuningRecord& r : sparse) {
+        keys.insert(r.kernel_key);
+        EXPECT_GT(r.time_us, 0) << r.kernel_key;
+        EXPECT_NO_THROW(jit::parse_sparse_tiling(r.tiling)) << r.tiling;
+    }
+    for (int m = 1; m <= 4; ++m)
+        EXPECT_EQ(keys.count(concat("q4g32_asym_sparse_i8_avx2 K=96 m=", m, " threads=1")), 1u) << m;
+    EXPECT_EQ(keys.count("q4g32_asym_sparse_down_avx2 K=96 m=1 threads=1"), 1u);
+
+    // Every record set to one chain and no prefetch: the next context's kernels are those.
+    for (TuningRecord& r : sparse) r.tiling = "vectors=1,blocks=1,prefetch=0";
+    db.store(sparse);
+    const std::string stored = kernels_of_a_new_context();
+    size_t named = 0;
+    for (size_t at = 0; (at = stored.find("_sparse_", at)) != std::string::npos; ++at) {
+        const std::string name = stored.substr(at, stored.find(',', at) - at);
+        EXPECT_TRUE(name.find("_v1pf0") != std::string::npos || name.find("_b1pf0") != std::string::npos) << name;
+        ++named;
+    }
+    EXPECT_EQ(named, sparse.size()) << stored;
 }
 
 TEST(FlashFfnCApi, AFailedWriteLeavesTheExistingFileAlone) {

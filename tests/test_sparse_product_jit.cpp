@@ -214,6 +214,27 @@ TEST(SparseProductJit, MatchesTheOracleOnEveryFormat) {
                              seed++);
 }
 
+// The tuning database's text of a tiling: every knob round-trips, and a malformed item is refused
+// by name (the database's records are read through it).
+TEST(SparseProductJit, TilingTextRoundTripsAndRefusesMalformedItems) {
+    for (int vectors = 1; vectors <= 4; ++vectors)
+        for (int blocks = 1; blocks <= 2; ++blocks)
+            for (int prefetch = 0; prefetch <= 1; ++prefetch) {
+                const jit::SparseProductTiling t{vectors, blocks, prefetch};
+                EXPECT_EQ(jit::parse_sparse_tiling(jit::tiling_text(t)), t) << jit::tiling_text(t);
+            }
+    EXPECT_EQ(jit::parse_sparse_tiling("prefetch=1"), (jit::SparseProductTiling{1, 1, 1}));
+    for (const char* bad : {"", "vectors", "vectors=", "vectors=12", "vectors=x", "width=2", "vectors=2,,prefetch=1"}) {
+        try {
+            jit::parse_sparse_tiling(bad);
+            ADD_FAILURE() << "'" << bad << "' was accepted";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.status(), QJIT_ERROR_INVALID_ARGUMENT) << bad;
+            EXPECT_NE(std::string(e.what()).find("sparse tiling"), std::string::npos) << e.what();
+        }
+    }
+}
+
 TEST(SparseProductJit, RefusesWhatItDoesNotCompute) {
     WeightFormat f;
     f.bits = 4;

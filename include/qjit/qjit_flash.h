@@ -121,6 +121,9 @@ typedef struct qjit_flash_ffn_info {
     int64_t all_resident_bytes; /* the dram_budget_bytes that keeps every neuron resident (gates included) */
     char format[64];           /* the vectors' format name ("q4g128_asym", "f16") */
     char storage[256];         /* "file PATH (io_uring, O_DIRECT, block 4096)" */
+    char kernels[512];         /* the generated sparse kernels, their tilings chosen through the
+                                  context's tuning ("q4g32_asym_sparse_i8_avx2_v2pf1, ..."); "" where
+                                  hand-written ones run (fp16 vectors, 16-row groups, no AVX2) */
 } qjit_flash_ffn_info;
 QJIT_API qjit_status qjit_flash_ffn_get_info(const qjit_flash_ffn* ffn, qjit_flash_ffn_info* info);
 

@@ -303,6 +303,29 @@ std::string kernel_name(const SparseProductSpec& spec) {
     return name.str();
 }
 
+std::string tiling_text(const SparseProductTiling& t) {
+    return concat("vectors=", t.vectors, ",blocks=", t.blocks, ",prefetch=", t.prefetch);
+}
+
+SparseProductTiling parse_sparse_tiling(const std::string& text) {
+    SparseProductTiling t;
+    size_t start = 0;
+    while (start <= text.size()) {
+        const size_t end = std::min(text.find(',', start), text.size());
+        const std::string item = text.substr(start, end - start);
+        const size_t eq = item.find('=');
+        require(eq != std::string::npos, "sparse tiling '", text, "': item '", item, "' is not key=value");
+        const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+        int* knob = key == "vectors" ? &t.vectors : key == "blocks" ? &t.blocks : key == "prefetch" ? &t.prefetch : nullptr;
+        require(knob != nullptr, "sparse tiling '", text, "': unknown knob '", key, "' (vectors, blocks, prefetch)");
+        require(value.size() == 1 && value[0] >= '0' && value[0] <= '9', "sparse tiling '", text, "': '", value,
+                "' is not a digit");
+        *knob = value[0] - '0';
+        start = end + 1;
+    }
+    return t;
+}
+
 std::string sparse_product_unsupported_reason(const WeightFormat& f) {
     if (!f.uniform_bits() || f.has_codebook() || f.low_rank.present() || f.outliers > 0)
         return "mixed widths, codebooks, low-rank terms and outliers are not neuron vector formats";

@@ -36,6 +36,12 @@ struct SparseProductTiling {
     bool operator==(const SparseProductTiling&) const = default;
 };
 
+// The tuning database's form: "vectors=2,blocks=1,prefetch=1".
+std::string tiling_text(const SparseProductTiling& tiling);
+// Parses tiling_text's form; knobs left out keep their defaults. Throws an invalid-argument Error
+// naming the bad item (the ranges are check_spec's).
+SparseProductTiling parse_sparse_tiling(const std::string& text);
+
 // Bytes past a slot's vector that a kernel may read (the last group's padding blocks and a whole
 // chunk of eight groups' scales and zero points): what a buffer of vectors must add at its end.
 inline constexpr int64_t kSparseVectorPadding = 256;

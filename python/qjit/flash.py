@@ -102,6 +102,7 @@ class FlashFfnInfo:
     all_resident_bytes: int  #: the dram_budget_bytes that keeps every neuron resident (gates included)
     format: str  #: the vectors' format ("q4g128_asym", "f16")
     storage: str  #: how the file is read
+    kernels: str  #: the generated sparse kernels with their tuned tilings; "" where hand-written ones run
 
 
 @dataclasses.dataclass(frozen=True)

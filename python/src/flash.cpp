@@ -145,6 +145,7 @@ public:
         d["all_resident_bytes"] = i.all_resident_bytes;
         d["format"] = std::string(i.format);
         d["storage"] = std::string(i.storage);
+        d["kernels"] = std::string(i.kernels);
         return d;
     }
 

@@ -13,6 +13,7 @@
 #include "runtime/flash/ffn_sparsity.hpp"
 #include "runtime/flash/neuron_cache_data.hpp"
 #include "runtime/flash/sparse_ffn.hpp"
+#include "runtime/flash/sparse_product_jit.hpp"
 #include "runtime/linear_layer.hpp"
 
 namespace qjit {
@@ -92,10 +93,15 @@ FlashFfn::FlashFfn(std::unique_ptr<Storage> storage, const FlashFfnOptions& opti
 }
 
 NeuronCache FlashFfn::token_cache(int64_t capacity, int window) const {
-    return NeuronCache(header_, capacity, window, token_parts_, options_.isa);
+    return NeuronCache(header_, capacity, window, token_parts_, options_.isa, options_.kernel_tuning);
 }
 
 FlashFfn::~FlashFfn() = default;
+
+std::string FlashFfn::generated_kernels() const {
+    const SparseProductJit* kernels = resident_.empty() ? nullptr : resident_.front().data().generated;
+    return kernels ? kernels->describe() : "";
+}
 
 SparseFfnPath FlashFfn::products_path() const {
     const bool int8_by_default = header_.vector.coding == VectorCoding::Quantized &&
@@ -138,7 +144,8 @@ void FlashFfn::load_sparsity(qjit_context* gate_context) {
             validate(gate.params);  // the codes fit their width by construction; scales read from the file may not
             gate_layers_.push_back(make_linear(gate_context, std::move(gate.params), std::move(gate.codes), {},
                                                QJIT_ACTIVATIONS_F32));
-            gates = NeuronCache(header_, 0, 0, std::vector<NeuronPart>{NeuronPart::Gate}, options_.isa);  // the layer holds them
+            gates = NeuronCache(header_, 0, 0, std::vector<NeuronPart>{NeuronPart::Gate}, options_.isa,
+                                options_.kernel_tuning);  // the layer holds them
         }
     }
     counters_ = {};  // the gates' reads belong to creating the FFN, not to any token

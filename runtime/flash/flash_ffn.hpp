@@ -61,6 +61,9 @@ struct FlashFfnOptions {
     // The cap of every kernel the FFN runs (sparse products, predictors): the context's ISA
     // (qjit_flash_ffn_create sets it); AUTO, for tests: the CPU's best.
     qjit_isa isa = QJIT_ISA_AUTO;
+    // How the generated sparse kernels get their tilings: the context's tuning memory and policy
+    // (qjit_flash_ffn_create sets them); none, for tests: the model's picks, untimed.
+    SparseKernelTuning kernel_tuning;
 };
 
 // What a run did, summed over every token and layer since creation (or reset_counters).
@@ -129,6 +132,8 @@ public:
     void reset_counters() { counters_ = {}; }
     const Storage& storage() const { return *storage_; }
     const ReadCurve& read_curve() const { return options_.read_curve; }  // empty: the planner's defaults
+    // The generated sparse kernels the caches use (SparseProductJit::describe), or "" for none.
+    std::string generated_kernels() const;
 
 private:
     using Clock = std::chrono::steady_clock;

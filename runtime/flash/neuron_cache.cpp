@@ -6,6 +6,7 @@
 #include "base/error.hpp"
 #include "jit/x86/sparse_product_kernel.hpp"
 #include "runtime/flash/neuron_cache_data.hpp"
+#include "runtime/flash/sparse_product_jit.hpp"
 #include "tuner/cpu_isa.hpp"
 
 namespace qjit {
@@ -106,7 +107,7 @@ std::vector<NeuronPart> held_parts(const NeuronFileHeader& header, std::span<con
 }  // namespace
 
 NeuronCache::NeuronCache(const NeuronFileHeader& header, int64_t capacity, int window, std::vector<NeuronPart> parts,
-                         qjit_isa isa)
+                         qjit_isa isa, const SparseKernelTuning& tuning)
     : data_(new Data) {
     check_header(header);
     require(capacity >= 0 && capacity <= header.d_ff, "neuron cache: capacity ", capacity, " outside [0, d_ff ",
@@ -144,6 +145,7 @@ NeuronCache::NeuronCache(const NeuronFileHeader& header, int64_t capacity, int w
     d.pinned.assign(size_t(capacity), 0);
     d.active_token.assign(size_t(header.d_ff), -1);
     d.victims.assign(size_t(capacity), 0);
+    d.generated = SparseProductJit::for_cache(d, tuning);
 }
 
 NeuronCache::~NeuronCache() = default;

@@ -15,8 +15,17 @@
 
 #include "io/neuron_file.hpp"
 #include "qjit/qjit.h"
+#include "tuner/tuning_sequence.hpp"
 
 namespace qjit {
+
+// How the generated kernels that read a cache get their tilings (runtime/flash/sparse_product_jit.hpp):
+// the one tuning sequence over a context's memory and tuning database, under its policy; without
+// a memory, the model's pick, untimed and remembered nowhere.
+struct SparseKernelTuning {
+    TuningMemory* memory = nullptr;
+    TuningPolicy policy;
+};
 
 class NeuronCache {
 public:
@@ -25,8 +34,9 @@ public:
     // parts: the parts the cache holds (empty: all the file's; a FlashFfn with resident gates keeps
     // them in a cache of their own and up and down in another).
     // isa: the cap of the kernels that read it, the context's ISA (AUTO: the CPU's best, for tests).
+    // tuning: how the generated kernels that read it get their tilings.
     NeuronCache(const NeuronFileHeader& header, int64_t capacity, int window, std::vector<NeuronPart> parts = {},
-                qjit_isa isa = QJIT_ISA_AUTO);
+                qjit_isa isa = QJIT_ISA_AUTO, const SparseKernelTuning& tuning = {});
 
     // Bytes one slot takes (the parts held, bias, bookkeeping): a DRAM budget divided by it is a
     // capacity.

@@ -17,6 +17,8 @@
 
 namespace qjit {
 
+class SparseProductJit;
+
 struct NeuronCache::Data {
     static constexpr int kParts = 3;  // indexed by NeuronPart
 
@@ -26,6 +28,7 @@ struct NeuronCache::Data {
     std::vector<NeuronPart> parts;  // the parts held, in file order
     bool quantized = true;
     qjit_isa isa = QJIT_ISA_PORTABLE;  // the cap of the kernels that read the cache (its context's ISA)
+    const SparseProductJit* generated = nullptr;  // its generated kernels (a process's, shared); null: none fit
 
     // The vector format (quantized) and its derived sizes.
     int bits = 0;

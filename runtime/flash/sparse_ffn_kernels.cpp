@@ -3,7 +3,6 @@
 #include <atomic>
 
 #include "base/error.hpp"
-#include "runtime/flash/sparse_product_jit.hpp"
 #include "tuner/cpu_isa.hpp"
 
 namespace qjit {
@@ -51,7 +50,7 @@ void use_sparse_ffn_kernels(SparseFfnKernels which) {
 const SparseProductJit* sparse_product_jit(const Data& d) {
     const SparseFfnKernels which = chosen.load(std::memory_order_relaxed);
     if (which != SparseFfnKernels::Fastest && which != SparseFfnKernels::Jit) return nullptr;
-    return SparseProductJit::for_cache(d);
+    return d.generated;
 }
 
 void column_products(const Data& d, NeuronPart part, int64_t slot, const float* x_padded, const float* x_sums,

@@ -1,17 +1,15 @@
 #include "runtime/flash/sparse_product_jit.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <random>
 
 #include "base/error.hpp"
 #include "base/half.hpp"
-#include "tuner/cpu_isa.hpp"
+#include "tuner/hardware_probe.hpp"
 
 namespace qjit {
 
@@ -24,7 +22,6 @@ constexpr int kMaxDownRows = 2;
 constexpr int64_t kDownSlotsPerCall = 128;
 constexpr int64_t kTimingBytes = int64_t(8) << 20;  // past the caches: products stream their vectors
 constexpr int64_t kTimingSlots = 512;
-constexpr int kTimingRepeats = 5;
 
 jit::SparseProductSpec spec_of(const NeuronCache::Data& d, jit::IsaFeatures isa) {
     jit::SparseProductSpec spec;
@@ -36,38 +33,29 @@ jit::SparseProductSpec spec_of(const NeuronCache::Data& d, jit::IsaFeatures isa)
     return spec;
 }
 
+jit::SparseProductSpec kernel_spec(jit::SparseProductSpec spec, jit::SparsePass pass, int rows,
+                                   jit::SparseProductTiling tiling) {
+    spec.pass = pass;
+    spec.rows = rows;
+    spec.tiling = tiling;
+    return spec;
+}
+
+bool fits(const jit::SparseProductSpec& spec, jit::SparsePass pass, int rows, jit::SparseProductTiling tiling) {
+    return jit::vector_registers_needed(kernel_spec(spec, pass, rows, tiling)) <= 16;
+}
+
 // The tiling with at most as many vectors (or blocks) a pass as `rows` rows leave registers for.
-jit::SparseProductTiling fitted(jit::SparseProductSpec spec, jit::SparsePass pass, int rows,
+jit::SparseProductTiling fitted(const jit::SparseProductSpec& spec, jit::SparsePass pass, int rows,
                                 jit::SparseProductTiling tiling) {
-    spec.pass = pass;
-    spec.rows = rows;
-    spec.tiling = tiling;
-    if (pass == jit::SparsePass::Products) spec.tiling.blocks = 1;
-    else spec.tiling.vectors = 1;
-    while (spec.tiling.vectors > 1 && jit::vector_registers_needed(spec) > 16) --spec.tiling.vectors;
-    while (spec.tiling.blocks > 1 && jit::vector_registers_needed(spec) > 16) --spec.tiling.blocks;
-    return spec.tiling;
+    if (pass == jit::SparsePass::Products) tiling.blocks = 1;
+    else tiling.vectors = 1;
+    while (tiling.vectors > 1 && !fits(spec, pass, rows, tiling)) --tiling.vectors;
+    while (tiling.blocks > 1 && !fits(spec, pass, rows, tiling)) --tiling.blocks;
+    return tiling;
 }
 
-bool fits(jit::SparseProductSpec spec, jit::SparsePass pass, int rows, jit::SparseProductTiling tiling) {
-    spec.pass = pass;
-    spec.rows = rows;
-    spec.tiling = tiling;
-    return jit::vector_registers_needed(spec) <= 16;
-}
-
-template <typename Run>
-double median_seconds(Run&& run) {
-    std::vector<double> seconds;
-    for (int rep = 0; rep <= kTimingRepeats; ++rep) {
-        const auto start = std::chrono::steady_clock::now();
-        run();
-        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-        if (rep > 0) seconds.push_back(took.count());  // the first warms the code
-    }
-    std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
-    return seconds[seconds.size() / 2];
-}
+int max_rows(jit::SparsePass pass) { return pass == jit::SparsePass::Products ? kMaxRows : kMaxDownRows; }
 
 // Vectors of the spec's format with valid metadata (scales near 1/16, any codes and zero points).
 std::vector<uint8_t> synthetic_vectors(const jit::SparseProductSpec& spec, int64_t count) {
@@ -96,7 +84,98 @@ std::vector<uint8_t> synthetic_vectors(const jit::SparseProductSpec& spec, int64
     return bytes;
 }
 
-// Registry of the tuned kernels, one per vector format and ISA.
+// What candidates run on: kernels to swap tilings in, 8 MB of synthetic vectors, 512 slots
+// scattered over them, and rows of x. Made when the first candidate is timed.
+struct SparseTimingRig {
+    SparseTimingRig(const NeuronCache::Data& d, const jit::SparseProductSpec& spec)
+        : kernels(d, spec.isa, jit::SparseProductTiling{}),
+          vectors(std::clamp<int64_t>(kTimingBytes / spec.vector_bytes, 64, 1 << 16)),
+          buffer(synthetic_vectors(spec, vectors)),
+          slots(size_t(std::min(vectors, kTimingSlots))),
+          x(size_t(kMaxRows * spec.format.k)),
+          y(x.size()),
+          a(size_t(kMaxRows * kTimingSlots), 0.01f),
+          out(slots.size() * kMaxRows) {
+        std::mt19937 random(11);
+        for (int32_t& s : slots) s = int32_t(random() % uint32_t(vectors));
+        for (float& v : x) v = float(int(random() % 255) - 127) / 64.0f;
+    }
+    SparseProductJit kernels;
+    int64_t vectors;
+    std::vector<uint8_t> buffer;
+    std::vector<int32_t> slots;
+    std::vector<float> x, y, a;
+    SparseActivations prepared;
+    std::vector<float> out;
+};
+
+// One kernel of the set (a pass and a row count) as the tuner sees it: the tilings its registers
+// allow, ranked by a fixed preference (two or more independent chains, then prefetch), each timed
+// on the rig's synthetic vectors.
+class SparseKernelTarget final : public TuningTarget {
+public:
+    SparseKernelTarget(const NeuronCache::Data& d, const jit::SparseProductSpec& spec, jit::SparsePass pass, int rows,
+                       std::unique_ptr<SparseTimingRig>& rig)
+        : d_(d), spec_(spec), pass_(pass), rows_(rows), rig_(rig) {}
+
+    // "q4g32_asym_sparse_i8_avx2 K=576 m=2 threads=1": the kernel name less its tiling.
+    std::string kernel_key() const override {
+        const bool products = pass_ == jit::SparsePass::Products;
+        return concat(spec_.format.kernel_name(), products ? "_sparse_i8_" : "_sparse_down_", spec_.isa.tag(),
+                      " K=", spec_.format.k, " m=", rows_, " threads=1");
+    }
+    std::string fingerprint() const override { return probe_cpu().fingerprint; }
+
+    std::vector<RankedTiling> rank(bool) override {
+        const bool products = pass_ == jit::SparsePass::Products;
+        std::vector<RankedTiling> ranked;
+        for (const int width : products ? std::vector<int>{2, 3, 4, 1} : std::vector<int>{2, 1})
+            for (const int prefetch : {1, 0}) {
+                const jit::SparseProductTiling t{products ? width : 1, products ? 1 : width, prefetch};
+                if (fits(spec_, pass_, rows_, t)) ranked.push_back({jit::tiling_text(t), concat(products ? "v" : "b", width)});
+            }
+        require(!ranked.empty(), "no sparse tiling fits the registers for ", kernel_key());
+        return ranked;
+    }
+
+    std::string accept(const std::string& text) override {
+        const jit::SparseProductTiling t = jit::parse_sparse_tiling(text);
+        jit::check_spec(kernel_spec(spec_, pass_, rows_, t));
+        return jit::tiling_text(t);
+    }
+    std::string complete_forced(const std::string& text) override { return accept(text); }
+
+    TimedCall timed_call(const RankedTiling& candidate) override {
+        if (!rig_) rig_ = std::make_unique<SparseTimingRig>(d_, spec_);
+        SparseTimingRig& b = *rig_;
+        b.kernels.use_tiling(pass_, rows_, jit::parse_sparse_tiling(candidate.text));
+        const int64_t count = int64_t(b.slots.size()), blocks = (spec_.format.k + 31) / 32;
+        const int rows = rows_;
+        const SparseProductJit& kernels = b.kernels;
+        if (pass_ == jit::SparsePass::Products)
+            return timed_on_host({nullptr, [&b, &kernels, rows, count] {
+                                      kernels.prepare(b.x.data(), rows, b.prepared);
+                                      kernels.products(b.buffer.data(), b.slots.data(), count, b.prepared, rows,
+                                                       b.out.data());
+                                  }});
+        return timed_on_host({nullptr, [&b, &kernels, rows, count, blocks] {
+                                  kernels.down(b.buffer.data(), b.slots.data(), count, b.a.data(), rows, 0, blocks,
+                                               b.y.data());
+                              }});
+    }
+
+    double weight_bytes(const std::string&) override { return double(kTimingSlots * spec_.vector_bytes); }
+
+private:
+    const NeuronCache::Data& d_;
+    jit::SparseProductSpec spec_;
+    jit::SparsePass pass_;
+    int rows_;
+    std::unique_ptr<SparseTimingRig>& rig_;
+};
+
+// The generated kernel sets of this process, one per format, ISA and set of tilings: every cache of
+// a file (one a layer) shares one.
 struct Registry {
     std::mutex mutex;
     std::map<std::string, std::unique_ptr<SparseProductJit>> kernels;
@@ -106,76 +185,53 @@ struct Registry {
 
 SparseProductJit::SparseProductJit(const NeuronCache::Data& d, jit::IsaFeatures isa, jit::SparseProductTiling tiling)
     : spec_(spec_of(d, isa)) {
-    for (int rows = 1; rows <= kMaxRows; ++rows)
-        generate(jit::SparsePass::Products, rows, fitted(spec_, jit::SparsePass::Products, rows, tiling));
-    for (int rows = 1; rows <= kMaxDownRows; ++rows) {
-        const jit::SparseProductTiling down = fitted(spec_, jit::SparsePass::Down, rows, tiling);
-        if (fits(spec_, jit::SparsePass::Down, rows, down)) generate(jit::SparsePass::Down, rows, down);
-    }
-}
-
-SparseProductJit::SparseProductJit(const NeuronCache::Data& d, jit::IsaFeatures isa, Tuned) : spec_(spec_of(d, isa)) {
-    const int64_t vectors = std::clamp<int64_t>(kTimingBytes / spec_.vector_bytes, 64, 1 << 16);
-    const std::vector<uint8_t> buffer = synthetic_vectors(spec_, vectors);
-    std::mt19937 random(11);
-    std::vector<int32_t> slots(size_t(std::min(vectors, kTimingSlots)));
-    for (int32_t& s : slots) s = int32_t(random() % uint32_t(vectors));
-    const int64_t count = int64_t(slots.size()), blocks = (spec_.format.k + 31) / 32;
-    std::vector<float> x(size_t(kMaxRows * spec_.format.k)), y(x.size());
-    for (float& v : x) v = float(int(random() % 255) - 127) / 64.0f;
-    const std::vector<float> a(size_t(kMaxRows * count), 0.01f);
-    SparseActivations prepared;
-    std::vector<float> out(slots.size() * kMaxRows);
-
-    // Each pass and row count: every tiling its registers allow, timed; the fastest kept.
     for (jit::SparsePass pass : {jit::SparsePass::Products, jit::SparsePass::Down})
-        for (int rows = 1; rows <= (pass == jit::SparsePass::Products ? kMaxRows : kMaxDownRows); ++rows) {
-            double best_seconds = INFINITY;
-            std::optional<jit::SparseProductTiling> best;
-            for (int width = 1; width <= 4; ++width)
-                for (int prefetch = 0; prefetch <= 1; ++prefetch) {
-                    const jit::SparseProductTiling tiling = pass == jit::SparsePass::Products
-                                                                ? jit::SparseProductTiling{width, 1, prefetch}
-                                                                : jit::SparseProductTiling{1, width, prefetch};
-                    if (width > 2 && pass == jit::SparsePass::Down) continue;
-                    if (!fits(spec_, pass, rows, tiling)) continue;
-                    generate(pass, rows, tiling);
-                    const double seconds = pass == jit::SparsePass::Products ? median_seconds([&] {
-                        prepare(x.data(), rows, prepared);
-                        products(buffer.data(), slots.data(), count, prepared, rows, out.data());
-                    }) : median_seconds([&] {
-                        down(buffer.data(), slots.data(), count, a.data(), rows, 0, blocks, y.data());
-                    });
-                    if (seconds < best_seconds) {
-                        best_seconds = seconds;
-                        best = tiling;
-                    }
-                }
-            if (best) generate(pass, rows, *best);
+        for (int rows = 1; rows <= max_rows(pass); ++rows) {
+            const jit::SparseProductTiling t = fitted(spec_, pass, rows, tiling);
+            if (fits(spec_, pass, rows, t)) use_tiling(pass, rows, t);
         }
 }
 
 SparseProductJit::~SparseProductJit() = default;
 
-const SparseProductJit* SparseProductJit::for_cache(const NeuronCache::Data& d) {
+const SparseProductJit* SparseProductJit::for_cache(const NeuronCache::Data& d, const SparseKernelTuning& tuning) {
     if (!d.quantized) return nullptr;
     const jit::IsaFeatures isa = jit::IsaFeatures::of(d.isa);  // the context's cap
-    jit::SparseProductSpec spec = spec_of(d, isa);
+    const jit::SparseProductSpec spec = spec_of(d, isa);
     if (!isa.avx2 || !jit::sparse_product_unsupported_reason(spec.format).empty()) return nullptr;
     try {
-        jit::check_spec(spec);
+        jit::check_spec(kernel_spec(spec, jit::SparsePass::Products, 1, {}));
     } catch (const Error&) {
         return nullptr;  // a geometry the kernels refuse (it reads too far past a vector): the hand-written path
     }
+    // Each pass and row count through the one tuning sequence; the kernels of the chosen tilings name the set.
+    TuningMemory untimed;  // no context: the model's picks, remembered nowhere
+    TuningMemory& memory = tuning.memory ? *tuning.memory : untimed;
+    const TuningPolicy policy = tuning.memory ? tuning.policy : TuningPolicy{.budget_ms = 0};
+    std::unique_ptr<SparseTimingRig> rig;
+    std::map<std::pair<jit::SparsePass, int>, jit::SparseProductTiling> chosen;
+    std::string key;
+    for (jit::SparsePass pass : {jit::SparsePass::Products, jit::SparsePass::Down})
+        for (int rows = 1; rows <= max_rows(pass); ++rows) {
+            if (!fits(spec, pass, rows, fitted(spec, pass, rows, {}))) continue;
+            SparseKernelTarget target(d, spec, pass, rows, rig);
+            const jit::SparseProductTiling t = jit::parse_sparse_tiling(tune(target, policy, memory).tiling);
+            chosen[{pass, rows}] = t;
+            key += jit::kernel_name(kernel_spec(spec, pass, rows, t)) + " ";
+        }
+    key += concat("K=", spec.format.k);
+
     static Registry registry;
-    const std::string key = concat(jit::kernel_name(spec), "_k", spec.format.k);
     std::lock_guard lock(registry.mutex);
     auto& entry = registry.kernels[key];
-    if (!entry) entry.reset(new SparseProductJit(d, isa, Tuned{}));
+    if (!entry) {
+        entry.reset(new SparseProductJit(d, isa, jit::SparseProductTiling{}));
+        for (const auto& [which, t] : chosen) entry->use_tiling(which.first, which.second, t);
+    }
     return entry.get();
 }
 
-void SparseProductJit::generate(jit::SparsePass pass, int rows, jit::SparseProductTiling tiling) {
+void SparseProductJit::use_tiling(jit::SparsePass pass, int rows, jit::SparseProductTiling tiling) {
     jit::SparseProductSpec spec = spec_;
     spec.pass = pass;
     spec.rows = rows;

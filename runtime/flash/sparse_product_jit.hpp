@@ -1,7 +1,8 @@
 // The generated kernels of a neuron cache's sparse passes (jit/x86/sparse_product_kernel.hpp) for
 // its vector format: the gate and up products, a kernel per count of activation rows (1 .. 4), and
-// the down sums (1 or 2 rows), each with the tiling that ran fastest when timed here on synthetic
-// vectors of that format; and the activations prepared as the products read them (int8 per row and
+// the down sums (1 or 2 rows), each with the tiling the one tuning sequence chose for it
+// (tuner/tuning_sequence.hpp: the context's choices, its tuning database, else timed on synthetic
+// vectors of that format); and the activations prepared as the products read them (int8 per row and
 // group, in their block order).
 #pragma once
 
@@ -24,10 +25,11 @@ struct SparseActivations {
 
 class SparseProductJit {
 public:
-    // The kernels of a cache's vectors for this CPU, generated and timed once per vector format in
-    // a process (thread-safe). Null when no generated kernel computes them: fp16 vectors, 16-row
-    // groups, no AVX2 (jit::sparse_product_unsupported_reason).
-    static const SparseProductJit* for_cache(const NeuronCache::Data& d);
+    // The kernels of a cache's vectors under its ISA cap, each pass's and row count's tiling chosen
+    // through `tuning` (records keyed "q4g32_asym_sparse_i8_avx2 K=576 m=2 threads=1"), generated
+    // once per set of tilings in a process (thread-safe). Null when no generated kernel computes
+    // them: fp16 vectors, 16-row groups, no AVX2 (jit::sparse_product_unsupported_reason).
+    static const SparseProductJit* for_cache(const NeuronCache::Data& d, const SparseKernelTuning& tuning);
 
     // The kernels of d's vectors for `isa`, every row count with `tiling` (narrowed to the
     // registers where more rows need them): how tests reach each variant. Throws check_spec's Error.
@@ -50,10 +52,10 @@ public:
     // ("q4g32_asym_sparse_i8_avx2_v2pf0, ..._m2, ..., q4g32_asym_sparse_down_avx2_b2pf1, ...").
     std::string describe() const;
 
+    // Replaces the kernel of one pass and row count by one generated with `tiling`.
+    void use_tiling(jit::SparsePass pass, int rows, jit::SparseProductTiling tiling);
+
 private:
-    struct Tuned {};
-    SparseProductJit(const NeuronCache::Data& d, jit::IsaFeatures isa, Tuned);
-    void generate(jit::SparsePass pass, int rows, jit::SparseProductTiling tiling);
 
     jit::SparseProductSpec spec_;  // pass, rows and tiling vary by kernel
     std::unique_ptr<jit::JitGenerator> products_[4];  // [rows - 1]
