@@ -45,8 +45,12 @@ while [ $# -gt 0 ]; do
 done
 # The x86 flags of each class (ik_llama.cpp's ggml/CMakeLists.txt: AVX-VNNI is GGML_AVXVNNI there,
 # and it has no SSE4.2, BMI2 or AMX options); what a class leaves out is switched off explicitly.
+# GGML_AVX512 adds -mavx512f and -mavx512bw only, but ik_llama.cpp's AVX-512 code also takes DQ and
+# VL for granted (iqk_fa_templates.h calls an __m512 v_tanh that iqk_utils.h defines under
+# __AVX512DQ__), so the AVX-512 classes add the rest of the Skylake-X set themselves.
 avx2_cpu="avx avx2 fma f16c"
-avx512_cpu="$avx2_cpu avx512f avx512bw"
+avx512_cpu="$avx2_cpu avx512f avx512bw avx512cd avx512dq avx512vl"
+avx512_cflags="-mavx512cd -mavx512dq -mavx512vl"
 avx_vnni=OFF avx512=OFF avx512_vnni=OFF
 case "$isa_class" in
   native) cpu_flags="" ;;
@@ -64,6 +68,8 @@ else
     -DGGML_AVXVNNI=$avx_vnni -DGGML_AVX512=$avx512 -DGGML_AVX512_VNNI=$avx512_vnni
     -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_BF16=OFF"
 fi
+extra_cflags=""  # CFLAGS and CXXFLAGS of the first configure
+[ "$avx512" = ON ] && extra_cflags="$avx512_cflags"
 peers="$root/build/peers"
 if [ "$isa_class" = native ]; then out="$peers"; else out="$peers/$isa_class"; fi
 build="$out/ik_llama.cpp"
@@ -105,7 +111,8 @@ if [ ! -x "$bench" ] || [ "$rebuild" = 1 ]; then
   # uses an f16 cache, and those kernels only lengthen the build.
   commit="$(cat "$source_dir/.peer-commit" 2>/dev/null || echo unknown)"
   # shellcheck disable=SC2086  # $isa_flags is a list of words
-  { echo "source: $source_dir (commit $commit), ISA class $isa_class:" $isa_flags
+  { echo "source: $source_dir (commit $commit), ISA class $isa_class:" $isa_flags ${extra_cflags:+CFLAGS=\"$extra_cflags\"}
+    CFLAGS="$extra_cflags" CXXFLAGS="$extra_cflags" \
     cmake -S "$source_dir" -B "$build" -DCMAKE_BUILD_TYPE=Release $isa_flags -DGGML_OPENMP=ON \
           -DGGML_IQK_MUL_MAT=ON -DGGML_IQK_FLASH_ATTENTION=ON -DGGML_IQK_FA_ALL_QUANTS=OFF \
           -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=OFF &&
