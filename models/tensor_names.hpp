@@ -30,11 +30,14 @@ struct BlockMatrixNames {
 };
 const BlockMatrixNames& names_of(BlockMatrix matrix);
 
-// A block's norms, GGUF names; the per-head norms of q and k (Qwen3).
+// A block's norms, GGUF names; the per-head norms of q and k (Qwen3, Gemma 3); the norms of the
+// attention's and the FFN's outputs before their residual adds (Gemma 3).
 inline constexpr const char* kGgufAttentionNorm = "attn_norm";
 inline constexpr const char* kGgufFfnNorm = "ffn_norm";
 inline constexpr const char* kGgufQNorm = "attn_q_norm";
 inline constexpr const char* kGgufKNorm = "attn_k_norm";
+inline constexpr const char* kGgufPostAttentionNorm = "post_attention_norm";
+inline constexpr const char* kGgufPostFfnNorm = "post_ffw_norm";
 
 // GGUF: "blk.3.attn_q.weight" for (3, "attn_q"); the model-wide tensors.
 std::string gguf_block_tensor(int layer, const char* part);
