@@ -445,6 +445,15 @@ double GgufFile::get_float(const std::string& key) const {
          held_type_name(value), ", not a float32 or float64");
 }
 
+bool GgufFile::get_bool(const std::string& key) const {
+    const GgufValue& value = value_of(key);
+    const bool* flag = std::get_if<bool>(&value.value);
+    if (flag == nullptr)
+        fail(QJIT_ERROR_CORRUPT_DATA, "GGUF file '", file_name_, "': metadata key '", key, "' is of type ",
+             held_type_name(value), ", not a bool");
+    return *flag;
+}
+
 const std::string& GgufFile::get_string(const std::string& key) const {
     const GgufValue& value = value_of(key);
     const std::string* text = std::get_if<std::string>(&value.value);

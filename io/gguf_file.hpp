@@ -121,6 +121,7 @@ public:
     uint64_t get_uint(const std::string& key) const;
     double get_float(const std::string& key) const;
     const std::string& get_string(const std::string& key) const;
+    bool get_bool(const std::string& key) const;
     // Arrays, under the same rules: of strings (a vocabulary), of float32 (token scores),
     // of integers (token types; get_int_array accepts any integer type whose values fit int64).
     std::vector<std::string> get_string_array(const std::string& key) const;
