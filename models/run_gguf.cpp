@@ -23,6 +23,8 @@
 #include "models/llama_model.hpp"
 #include "models/method_model.hpp"
 #include "models/runner_options.hpp"
+#include "models/text_generation.hpp"
+#include "models/text_runner.hpp"
 #include "models/token_sequences.hpp"
 
 namespace qjit_models {
@@ -52,16 +54,19 @@ struct Options {
     llama::FlashRunOptions flash;     // path empty: the model's own FFNs
     ContextOptions context;
     MethodOptions method;
+    TextOptions text;                 // --prompt, --chat and sampling
 };
 
 void print_usage(const char* program) {
     std::printf(
         "usage: %s --model FILE.gguf [--tokens FILE.seq.u32 [--max-sequences N]]\n"
-        "          [--generate N [--prompt-tokens 1,2,3]] [--method M ...] [--threads N] [--json]\n"
+        "          [--prompt TEXT | --chat] [--generate N [--prompt-tokens 1,2,3]] [--method M ...] [--json]\n"
         "  --model FILE       a GGUF file of a llama, qwen2 or qwen3 model\n"
         "  --tokens FILE      token sequences to score (*.seq.u32: count, lengths, tokens; little-endian uint32)\n"
         "  --max-sequences N  score only the first N of them\n"
-        "  --generate N       decode N tokens greedily after the prompt, timing each\n"
+        "%s"
+        "  --generate N       with --prompt or --chat: at most N tokens (default 128); else decode N tokens\n"
+        "                     greedily after --prompt-tokens, timing each (ends of text do not stop it)\n"
         "  --prompt-tokens L  the prompt as comma-separated token ids (default: the model's BOS token)\n"
         "  --pack FILE        map the layers from FILE, a pack written by an earlier run from this model\n"
         "                     file for this machine's kernels; else import them and write FILE (docs/models.md)\n"
@@ -91,7 +96,7 @@ void print_usage(const char* program) {
         "  --flash-tune-reads measure the disk's read curve once (kept in the tuning database) to plan reads\n"
         "%s"
         "  --json             print one JSON object on stdout\n",
-        program, list_of(kMethods).c_str(), kMethodOptionsUsage,
+        program, kTextOptionsUsage, list_of(kMethods).c_str(), kMethodOptionsUsage,
         kContextOptionsUsage);
 }
 
@@ -104,6 +109,7 @@ std::optional<Options> parse_args(int argc, char** argv) {
         const std::string& arg = args.option();
         OptionParse parsed = parse_context_option(args, options.context);
         if (parsed == OptionParse::not_mine) parsed = parse_method_option(args, options.method);
+        if (parsed == OptionParse::not_mine) parsed = parse_text_option(args, options.text);
         if (parsed == OptionParse::failed) return std::nullopt;
         if (parsed == OptionParse::taken) continue;
         if (arg == "--model" || arg == "--tokens" || arg == "--calibration-tokens" || arg == "--prompt-tokens" ||
@@ -171,7 +177,7 @@ std::optional<Options> parse_args(int argc, char** argv) {
             return std::nullopt;
         }
     }
-    if (!check_method_options(options.method, kMethods)) return std::nullopt;
+    if (!check_method_options(options.method, kMethods) || !check_text_options(options.text)) return std::nullopt;
     auto refuse = [](const char* message) -> std::optional<Options> {
         std::fprintf(stderr, "%s\n", message);
         return std::nullopt;
@@ -179,6 +185,12 @@ std::optional<Options> parse_args(int argc, char** argv) {
     if (options.model.empty()) return refuse("--model FILE.gguf is required");
     if (options.max_sequences > 0 && options.tokens.empty()) return refuse("--max-sequences goes with --tokens");
     if (!options.prompt_tokens.empty() && options.generate == 0) return refuse("--prompt-tokens goes with --generate");
+    if (!options.prompt_tokens.empty() && (options.text.has_prompt() || options.text.chat))
+        return refuse("give the prompt as text (--prompt, --chat) or as tokens (--prompt-tokens), not both");
+    if ((options.text.has_prompt() || options.text.chat) && options.generate == 0) options.generate = 128;
+    if (options.text.chat && options.json) return refuse("--chat is a conversation on the terminal: no --json");
+    if (options.profile && (options.text.has_prompt() || options.text.chat))
+        return refuse("--profile goes with --prompt-tokens (a fixed number of greedy steps)");
     const bool fits_predictor = !options.flash.path.empty() && options.flash.target_recall > 0;
     if ((options.method.needs_calibration() || fits_predictor) && options.calibration_tokens.empty())
         return refuse("--method gptq, a calibrated --method mixed, --milo-base gptq and --flash-recall need "
@@ -260,6 +272,7 @@ struct Decoding {
     std::string text;
     double prompt_seconds = 0.0, tokens_per_second = 0.0, p50_ms = 0.0, p99_ms = 0.0;
     double step_seconds = 0.0;                  // all steps, argmax included
+    std::string stop_reason;                    // --prompt: what ended generation
     std::optional<llama::StepProfile> profile;  // with --profile
 };
 
@@ -279,6 +292,41 @@ Decoding decode(llama::Model& model, const std::vector<int>& prompt, int steps, 
     d.tokens_per_second = seconds > 0 ? double(d.generated.size()) / seconds : 0.0;
     d.p50_ms = 1e3 * percentile(generation.step_seconds, 0.50);
     d.p99_ms = 1e3 * percentile(generation.step_seconds, 0.99);
+    return d;
+}
+
+// --prompt: the prompt's text tokenized and continued by the sampler, the text streamed to stdout
+// (the prompt first) unless the report is JSON.
+Decoding generate_text(llama::Model& model, const GgufVocabulary& vocabulary, const Options& options) {
+    Decoding d;
+    d.prompt = tokenize_prompt(vocabulary, options.text.prompt);
+    if (d.prompt.size() >= size_t(model.config().seq_len))
+        throw std::runtime_error("the prompt's " + std::to_string(d.prompt.size()) +
+                                 " tokens leave no room in the model's context of " +
+                                 std::to_string(model.config().seq_len));
+    GenerationLimits limits;
+    limits.max_tokens = options.generate;
+    limits.stop_strings = options.text.stop_strings;
+    Sampler sampler(options.text.sampling);
+    TextSession session(model, vocabulary);
+    TextCallback print;
+    if (!options.json) {
+        std::fwrite(options.text.prompt.data(), 1, options.text.prompt.size(), stdout);
+        print = [](std::string_view piece) {
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
+        };
+    }
+    const GeneratedText generated = session.generate(d.prompt, limits, sampler, print);
+    if (!options.json) std::printf("\n");
+    d.generated = generated.tokens;
+    d.text = generated.text;
+    d.stop_reason = stop_reason_name(generated.reason);
+    d.prompt_seconds = generated.prompt_seconds;
+    for (const double step : generated.step_seconds) d.step_seconds += step;
+    d.tokens_per_second = d.step_seconds > 0 ? double(generated.step_seconds.size()) / d.step_seconds : 0.0;
+    d.p50_ms = 1e3 * percentile(generated.step_seconds, 0.50);
+    d.p99_ms = 1e3 * percentile(generated.step_seconds, 0.99);
     return d;
 }
 
@@ -431,6 +479,7 @@ void print_json(const Options& options, const Report& r) {
             .number("tokens_per_second", r.decoding->tokens_per_second, 2)
             .number("p50_ms", r.decoding->p50_ms, 3)
             .number("p99_ms", r.decoding->p99_ms, 3);
+        if (!r.decoding->stop_reason.empty()) json.text("stop_reason", r.decoding->stop_reason);
         if (r.decoding->profile) {
             const std::vector<double> ms = profile_ms_per_token(*r.decoding);
             for (size_t i = 0; i < ms.size(); ++i)
@@ -447,26 +496,27 @@ void print_json(const Options& options, const Report& r) {
     std::printf("%s\n", json.str().c_str());
 }
 
-void print_text(const Options& options, const Report& r) {
+// The report as text on `out`: stdout, or stderr when the generated text went to stdout.
+void print_text(const Options& options, const Report& r, FILE* out) {
     const llama::Config& c = r.weights->config;
-    std::printf("model: %s: llama, %d layers, dim %d, FFN %d, %d heads (%d KV) of %d, vocab %d, context %d, "
+    std::fprintf(out, "model: %s: llama, %d layers, dim %d, FFN %d, %d heads (%d KV) of %d, vocab %d, context %d, "
                 "RoPE base %g, RMSNorm eps %g, classifier %s\n",
                 options.model.c_str(), c.n_layers, c.dim, c.hidden_dim, c.n_heads, c.n_kv_heads, c.head_size,
                 c.vocab_size, c.seq_len, double(c.rope_base), double(c.rms_eps),
                 r.weights->tied_classifier ? "tied to the embedding" : "separate");
-    std::printf("linears: %s, %.3f bits per weight as stored, loaded in %.2f s%s\n", r.linears.c_str(),
+    std::fprintf(out, "linears: %s, %.3f bits per weight as stored, loaded in %.2f s%s\n", r.linears.c_str(),
                 r.storage.bits_per_weight(), r.load_seconds, r.ffn_linears ? "" : " (not the FFNs: --flash serves them)");
-    if (!r.pack.empty()) std::printf("pack %s: %s\n", options.pack.c_str(), r.pack.c_str());
+    if (!r.pack.empty()) std::fprintf(out, "pack %s: %s\n", options.pack.c_str(), r.pack.c_str());
     if (r.nll)
-        std::printf("NLL %.6f nats per token over %lld tokens of %zu sequences (%.2f s)\n", r.nll->mean_nll,
+        std::fprintf(out, "NLL %.6f nats per token over %lld tokens of %zu sequences (%.2f s)\n", r.nll->mean_nll,
                     static_cast<long long>(r.nll->tokens), r.nll->sequence_nll.size(), r.eval_seconds);
     if (options.ffn_threshold > 0)
-        std::printf("FFN activations below %g zeroed: %.2f%% of them\n", double(options.ffn_threshold),
+        std::fprintf(out, "FFN activations below %g zeroed: %.2f%% of them\n", double(options.ffn_threshold),
                     100.0 * r.sparsity.fraction());
     if (r.flash) {
         const qjit_flash_counters& f = *r.flash;
         const double calls = double(std::max<int64_t>(1, f.tokens));
-        std::printf("flash FFNs: %s (%s), %.1f MB resident (%.1f MB of gates) of %.1f MB; per layer call: %.2f%% of "
+        std::fprintf(out, "flash FFNs: %s (%s), %.1f MB resident (%.1f MB of gates) of %.1f MB; per layer call: %.2f%% of "
                     "neurons active, %.1f%% of the weight bytes touched, %.1f%% of the active resident, %.1f KB read; "
                     "I/O %.2f s, cache %.2f s, compute %.2f s, predictors %.2f s\n",
                     options.flash.path.c_str(), r.flash_info->format, r.flash_info->dram_bytes * 1e-6,
@@ -478,7 +528,7 @@ void print_text(const Options& options, const Report& r) {
                     f.predict_seconds);
         char curve[48] = "not measured, see --flash-tune-reads";
         if (r.flash_curve_gbps > 0) std::snprintf(curve, sizeof curve, "%.3f GB/s", r.flash_curve_gbps);
-        std::printf("flash reads: %lld of %.1f KB on average at %.3f GB/s (the disk's curve: %s); %.2f s of waiting "
+        std::fprintf(out, "flash reads: %lld of %.1f KB on average at %.3f GB/s (the disk's curve: %s); %.2f s of waiting "
                     "for them; %lld neurons read ahead, %lld of them used\n",
                     static_cast<long long>(f.reads), flash_mean_read_bytes(f) * 1e-3, flash_read_gbps(f), curve,
                     f.io_wait_seconds, static_cast<long long>(f.read_ahead_neurons),
@@ -486,16 +536,17 @@ void print_text(const Options& options, const Report& r) {
     }
     if (r.decoding) {
         const Decoding& d = *r.decoding;
-        std::printf("----\n%s\n----\n", d.text.c_str());
-        std::printf("decode: %zu tokens, %.1f tokens/s, p50 %.2f ms, p99 %.2f ms per token (prompt of %zu tokens: "
-                    "%.3f s)\n",
-                    d.generated.size(), d.tokens_per_second, d.p50_ms, d.p99_ms, d.prompt.size(), d.prompt_seconds);
+        if (d.stop_reason.empty()) std::fprintf(out, "----\n%s\n----\n", d.text.c_str());
+        std::fprintf(out, "decode: %zu tokens, %.1f tokens/s, p50 %.2f ms, p99 %.2f ms per token (prompt of %zu tokens: "
+                    "%.3f s)%s%s\n",
+                    d.generated.size(), d.tokens_per_second, d.p50_ms, d.p99_ms, d.prompt.size(), d.prompt_seconds,
+                    d.stop_reason.empty() ? "" : "; stopped by ", d.stop_reason.c_str());
         if (d.profile) print_profile(d);
     }
     if (!r.prompt_bench_seconds.empty())
-        std::printf("prompt: %d tokens, %.1f tokens/s (the median of %zu forwards from an empty cache)\n",
+        std::fprintf(out, "prompt: %d tokens, %.1f tokens/s (the median of %zu forwards from an empty cache)\n",
                     options.prompt_bench, prompt_tokens_per_second(options, r), r.prompt_bench_seconds.size());
-    std::printf("peak resident memory: %.1f MB\n", double(r.peak_resident_bytes) * 1e-6);
+    std::fprintf(out, "peak resident memory: %.1f MB\n", double(r.peak_resident_bytes) * 1e-6);
 }
 
 int run(const Options& options) {
@@ -508,7 +559,9 @@ int run(const Options& options) {
     const TokenSequences sequences = read_sequences(options.tokens, options.max_sequences, c, "--tokens");
     const TokenSequences calibration =
         read_sequences(options.calibration_tokens, options.calibration_sequences, c, "--calibration-tokens");
-    const std::vector<int> prompt = options.generate > 0 ? read_prompt(options, vocabulary, c) : std::vector<int>{};
+    const bool text_mode = options.text.has_prompt() || options.text.chat;
+    const std::vector<int> prompt =
+        options.generate > 0 && !text_mode ? read_prompt(options, vocabulary, c) : std::vector<int>{};
 
     // FFNs served from a neuron file need no linears of their own, unless the model runs densely
     // first: to fit predictors, or to quantize its later layers on its own activations.
@@ -561,7 +614,9 @@ int run(const Options& options) {
         report.nll = llama::evaluate_nll(model, sequences, options.token_by_token);
         report.eval_seconds = seconds_since(start);
     }
-    if (options.generate > 0) report.decoding = decode(model, prompt, options.generate, vocabulary, options.profile);
+    if (options.text.chat) return run_chat(model, *file, vocabulary, options.text, options.generate);
+    if (options.text.has_prompt()) report.decoding = generate_text(model, vocabulary, options);
+    else if (options.generate > 0) report.decoding = decode(model, prompt, options.generate, vocabulary, options.profile);
     if (options.prompt_bench > 0) {
         if (options.prompt_bench > c.seq_len)
             throw std::runtime_error("--prompt-bench " + std::to_string(options.prompt_bench) +
@@ -578,7 +633,7 @@ int run(const Options& options) {
             report.flash_curve_gbps = flash->curve_gbps(int64_t(flash_mean_read_bytes(*report.flash)));
     }
     if (options.json) print_json(options, report);
-    else print_text(options, report);
+    else print_text(options, report, options.text.has_prompt() ? stderr : stdout);
     return 0;
 }
 

@@ -2,8 +2,10 @@
 
     import qjit
     model = qjit.Model.from_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")
+    model.generate("Once upon a time", 32)    # text in, text out (greedy; temperature=... samples)
+    model.chat([{"role": "user", "content": "Hi!"}])  # the file's chat template
+    model.tokenize("Once upon a time")        # the file's own tokenizer, as llama.cpp's
     model.score([tokens]).mean_nll            # nats per predicted token
-    model.generate([1, 504, 3156], 32)        # greedy: the 32 tokens that follow
 
 The model code is qjit-run's (docs/models.md): the same loader, layers, forward and scoring, so the
 numbers equal qjit-run's for the same options. The GIL is released while the model computes; calls
@@ -15,7 +17,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any, Optional, Sequence
+import queue
+import threading
+from typing import Any, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -52,6 +56,7 @@ class ModelInfo:
     vocab_size: int
     context_length: int
     bos: Optional[int]  #: the file's BOS token, if it names one
+    eos: Optional[int]  #: the file's EOS token, if it names one
     linears: str  #: how the linear layers were made, e.g. "qjit exact GGUF import"
     linear_weights: int  #: weights of every linear layer, the classifier's included
     stored_bytes: int  #: the bytes those layers store
@@ -148,13 +153,87 @@ class Model:
         """The logits of every position of one sequence, from an empty KV cache: (T, vocab) float32."""
         return self._native.logits(_tokens(tokens, "tokens"))
 
-    def generate(self, prompt: Any, steps: int) -> list[int]:
-        """Greedy decoding from an empty KV cache: the ``steps`` tokens that follow ``prompt``."""
-        return list(self._native.generate(_tokens(prompt, "prompt"), int(steps)))
+    def tokenize(self, text: str, bos: bool = True, special: bool = False) -> list[int]:
+        """The tokens of ``text`` by the file's own tokenizer, as llama.cpp's ``llama_tokenize``:
+        ``bos`` adds BOS (and EOS) where the file says its model takes them; ``special`` reads
+        control tokens written in the text (``"<|im_start|>"``) as those tokens."""
+        if not isinstance(text, str):
+            raise InvalidArgumentError(f"text: expected a str, got {type(text).__name__}")
+        return list(self._native.tokenize(_utf8(text, "text"), bool(bos), bool(special)))
 
-    def decode(self, tokens: Any) -> str:
+    def detokenize(self, tokens: Any) -> str:
         """The text of tokens, as llama.cpp prints them (control tokens print as nothing)."""
         return self._native.decode(_tokens(tokens, "tokens")).decode("utf-8", errors="replace")
+
+    decode = detokenize
+
+    def generate(self, prompt: Union[str, Sequence[int]], max_tokens: int = 128, *, temperature: float = 0.0,
+                 top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repeat_penalty: float = 1.0,
+                 repeat_last_n: int = 64, seed: int = 0, stop: Sequence[str] = (),
+                 stream: bool = False) -> Union[str, Iterator[str]]:
+        """The text that follows ``prompt`` (text, tokenized with BOS as the file says, or token
+        ids), up to ``max_tokens`` tokens, an end-of-text token or one of the ``stop`` strings.
+
+        ``temperature`` 0 is greedy (the default); above 0 tokens are drawn after llama.cpp's
+        chain: repetition penalty, top-k, top-p, min-p, temperature (docs/models.md). The same
+        ``seed`` and options repeat the same text on any machine. With ``stream`` an iterator yields
+        the text as it comes, whole characters at a time. The KV cache keeps what it holds between
+        calls: a prompt that continues the last one runs only its new tokens.
+        """
+        context = self._context(prompt)
+        run = lambda on_text: self._native.generate_text(  # noqa: E731
+            context, _count(max_tokens, "max_tokens"), _sampling(temperature, top_k, top_p, min_p, repeat_penalty,
+                                                                 repeat_last_n, seed),
+            _stops(stop), True, on_text)
+        return _stream_text(run) if stream else run(None)[1]
+
+    def generate_tokens(self, prompt: Union[str, Sequence[int]], max_tokens: int = 128, *,
+                        stop_at_end: bool = True, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                        min_p: float = 0.0, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
+                        seed: int = 0) -> list[int]:
+        """As :meth:`generate`, the token ids picked (an end-of-text token included when it ends
+        generation; with ``stop_at_end=False`` exactly ``max_tokens`` of them)."""
+        context = self._context(prompt)
+        sampling = _sampling(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
+        tokens, _, _ = self._native.generate_text(context, _count(max_tokens, "max_tokens"), sampling, [],
+                                                  bool(stop_at_end), None)
+        return list(tokens)
+
+    def chat(self, messages: Sequence[dict], max_tokens: int = 256, *, template: Optional[str] = None,
+             temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
+             repeat_penalty: float = 1.0, repeat_last_n: int = 64, seed: int = 0, stop: Sequence[str] = (),
+             stream: bool = False) -> Union[str, Iterator[str]]:
+        """The assistant's reply to a conversation: ``messages`` as ``{"role": "system" | "user" |
+        "assistant", "content": text}`` in order, written in the file's chat template (or the family
+        ``template`` names: "chatml", "llama3", "gemma", ...; a template qjit does not know is
+        refused by name). Sampling and ``stream`` as :meth:`generate`; the reply ends at the
+        template's end of turn. A conversation continued call after call reuses the KV cache."""
+        if isinstance(messages, dict) or not all(isinstance(m, dict) for m in messages):
+            raise InvalidArgumentError("messages: expected a list of {'role': ..., 'content': ...} dicts")
+        pairs = []
+        for i, message in enumerate(messages):
+            if set(message) != {"role", "content"} or not all(isinstance(v, str) for v in message.values()):
+                raise InvalidArgumentError(f"messages[{i}]: expected {{'role': str, 'content': str}}, got {message!r}")
+            pairs.append((message["role"], _utf8(message["content"], f"messages[{i}]")))
+        if not pairs:
+            raise InvalidArgumentError("messages: empty; a conversation needs at least one message")
+        text, template_stops = self._native.format_chat(pairs, "" if template is None else str(template))
+        context = list(self._native.tokenize(text, True, True))
+        run = lambda on_text: self._native.generate_text(  # noqa: E731
+            context, _count(max_tokens, "max_tokens"), _sampling(temperature, top_k, top_p, min_p, repeat_penalty,
+                                                                 repeat_last_n, seed),
+            list(template_stops) + _stops(stop), True, on_text)
+        return _stream_text(run) if stream else run(None)[1]
+
+    def _context(self, prompt: Any) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InvalidArgumentError("prompt: empty; generation starts after at least one token")
+            return self.tokenize(prompt)
+        tokens = _tokens(prompt, "prompt")
+        if not tokens:
+            raise InvalidArgumentError("prompt: empty; generation starts after at least one token")
+        return tokens
 
     @property
     def info(self) -> ModelInfo:
@@ -164,6 +243,83 @@ class Model:
         info = self.info
         return (f"qjit.Model({self.path!r}: {info.n_layers} layers, dim {info.dim}, vocabulary {info.vocab_size}, "
                 f"{info.linears})")
+
+
+def _utf8(text: str, what: str) -> str:
+    """``text`` when it encodes to UTF-8 (lone surrogates do not), else InvalidArgumentError."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidArgumentError(f"{what}: not valid text at character {error.start}: {error.reason}") from None
+    return text
+
+
+def _count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise InvalidArgumentError(f"{what} is {value!r}; expected an integer >= 0")
+    return int(value)
+
+
+def _stops(stop: Any) -> list[str]:
+    if isinstance(stop, str):
+        stop = [stop]
+    stops = list(stop)
+    if not all(isinstance(s, str) and s for s in stops):
+        raise InvalidArgumentError(f"stop: expected non-empty strings, got {stops!r}")
+    return [_utf8(s, "stop") for s in stops]
+
+
+def _sampling(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed) -> Any:
+    """The native sampling options; their ranges are checked natively (the message names the option)."""
+    options = _native.SamplingOptions()
+    try:
+        options.temperature, options.top_p, options.min_p = float(temperature), float(top_p), float(min_p)
+        options.repeat_penalty = float(repeat_penalty)
+        options.top_k, options.repeat_last_n = _count(top_k, "top_k"), _count(repeat_last_n, "repeat_last_n")
+        options.seed = _count(seed, "seed")
+    except (TypeError, ValueError, OverflowError) as error:
+        raise InvalidArgumentError(f"a sampling option is not a number in range: {error}") from None
+    return options
+
+
+class _Cancelled(Exception):
+    """Raised into the native generation when a stream is closed early."""
+
+
+def _stream_text(run) -> Iterator[str]:
+    """Runs ``run(on_text)`` on a thread, yielding its text as it comes; closing the iterator stops it."""
+    pieces: queue.Queue = queue.Queue()
+    cancelled = threading.Event()
+    finished = object()
+
+    def on_text(piece: str) -> None:
+        if cancelled.is_set():
+            raise _Cancelled()
+        pieces.put(piece)
+
+    def work() -> None:
+        try:
+            run(on_text)
+        except _Cancelled:
+            pass
+        except BaseException as error:  # handed to the consumer
+            pieces.put(error)
+        finally:
+            pieces.put(finished)
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = pieces.get()
+            if item is finished:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        cancelled.set()
+        worker.join()
 
 
 def _is_sequence_of_ints(value: Any) -> bool:

@@ -44,8 +44,8 @@ def reference_sequences() -> list:
 def test_fp32_logits_and_greedy_tokens_equal_the_reference(stories_fp32):
     tokens = shared_models.greedy_tokens()
     np.testing.assert_allclose(stories_fp32.logits(tokens[:64]), shared_models.greedy_logits(), rtol=0, atol=1e-4)
-    assert stories_fp32.generate(tokens[:1], 64) == tokens[1:65].tolist()
-    assert stories_fp32.generate(tokens[:10], 0) == []
+    assert stories_fp32.generate_tokens(tokens[:1], 64, stop_at_end=False) == tokens[1:65].tolist()
+    assert stories_fp32.generate_tokens(tokens[:10], 0) == []
 
 
 def test_fp32_nll_equals_the_reference(stories_fp32):
@@ -87,7 +87,7 @@ def test_smollm2_exact_import_scores_as_the_fp32_reference():
     score = model.score(sequences)
     per_token = (np.array(score.sequence_nll) - reference) / (lengths[:6] - 1)
     assert np.all(np.abs(per_token) < 2e-3), per_token
-    generated = model.generate([1], 8)
+    generated = model.generate_tokens([1], 8, stop_at_end=False)
     assert len(generated) == 8 and all(0 <= t < model.info.vocab_size for t in generated)
     assert isinstance(model.decode(generated), str)
 
@@ -141,7 +141,7 @@ def test_bad_files_options_and_tokens_raise(stories_gguf, stories_fp32, tmp_path
     with pytest.raises(qjit.InvalidArgumentError, match="nothing to predict"):
         stories_fp32.score([[1]])
     with pytest.raises(qjit.InvalidArgumentError, match="context of 512"):
-        stories_fp32.generate([1], 600)
+        stories_fp32.generate_tokens([1] * 600, 1)
 
 
 def test_the_extension_defines_no_c_api_function():
