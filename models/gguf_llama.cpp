@@ -27,11 +27,20 @@ struct Architecture {
     Config::RopePairs rope_pairs;
     bool qkv_bias;  // blk.N.attn_{q,k,v}.bias
     bool qk_norm;   // blk.N.attn_{q,k}_norm.weight
+    // Gemma 3's: the embedding times sqrt(dim); blk.N.{post_attention_norm, post_ffw_norm}.weight;
+    // GELU-gated FFNs.
+    bool scaled_embedding = false;
+    bool post_norms = false;
+    Config::FfnActivation ffn_activation = Config::FfnActivation::SwiGlu;
+    // With ARCH.attention.sliding_window: the default of ARCH.attention.sliding_window_pattern (every
+    // swa_pattern-th layer global, the others local); 0: the architecture has no sliding window.
+    int swa_pattern = 0;
 };
 constexpr Architecture kArchitectures[] = {
     {"llama", Config::RopePairs::Adjacent, false, false},
     {"qwen2", Config::RopePairs::Halves, true, false},
     {"qwen3", Config::RopePairs::Halves, false, true},
+    {"gemma3", Config::RopePairs::Halves, false, true, true, true, Config::FfnActivation::GeGlu, 6},
 };
 
 std::string architecture_names() {
@@ -130,6 +139,32 @@ const Architecture& read_architecture(const LlamaGgufReader& reader) {
     reader.fail("general.architecture is '", architecture, "'; qjit-run runs ", architecture_names(), " models");
 }
 
+// Gemma 3's variations, as llama.cpp's gemma3 model reads them (src/models/gemma3.cpp).
+void read_gemma_config(const LlamaGgufReader& reader, const Architecture& architecture, Config& c) {
+    const qjit::GgufFile& file = reader.file();
+    const std::string arch = std::string(architecture.name) + ".";
+    if (architecture.scaled_embedding) c.embedding_scale = std::sqrt(float(c.dim));
+    c.ffn_activation = architecture.ffn_activation;
+    const std::string window = arch + "attention.sliding_window";
+    if (architecture.swa_pattern > 0 && file.has(window) && file.get_uint(window) > 0) {
+        c.sliding_window = reader.count(window);
+        const std::string pattern = arch + "attention.sliding_window_pattern";
+        if (file.has(pattern)) {
+            try {
+                c.swa_pattern = int(std::min<uint64_t>(file.get_uint(pattern), kLimit));
+            } catch (const std::exception&) {
+                reader.fail(pattern, " is not one number: per-layer sliding-window flags are not supported");
+            }
+        } else {
+            c.swa_pattern = architecture.swa_pattern;
+        }
+        c.local_rope_base = reader.number(arch + "rope.freq_base_swa", 10000.0);
+    }
+    // llama.cpp scales Gemma 3 27B's (62 layers') scores by its width per head, not its head size
+    // (query_pre_attn_scalar in Google's config).
+    if (architecture.scaled_embedding && c.n_layers == 62) c.attention_scale = 1.0f / std::sqrt(float(c.dim / c.n_heads));
+}
+
 Config read_config(const LlamaGgufReader& reader, const Architecture& architecture) {
     const qjit::GgufFile& file = reader.file();
     const std::string arch = std::string(architecture.name) + ".";
@@ -139,6 +174,9 @@ Config read_config(const LlamaGgufReader& reader, const Architecture& architectu
     if (file.has(arch + "rope.scaling.type") && file.get_string(arch + "rope.scaling.type") != "none")
         reader.fail(arch, "rope.scaling.type is '", file.get_string(arch + "rope.scaling.type"),
                     "': RoPE scaling is not supported");
+    for (const char* capping : {"final_logit_softcapping", "attn_logit_softcapping"})
+        if (file.has(arch + capping) && reader.number(arch + capping) != 0.0f)
+            reader.fail(arch, capping, " is ", reader.number(arch + capping), ": soft-capping is not supported");
 
     Config c;
     c.rope_pairs = architecture.rope_pairs;
@@ -150,6 +188,7 @@ Config read_config(const LlamaGgufReader& reader, const Architecture& architectu
     c.seq_len = reader.count(arch + "context_length");
     c.rope_base = reader.number(arch + "rope.freq_base", 10000.0);
     c.rms_eps = reader.number(arch + "attention.layer_norm_rms_epsilon");
+    read_gemma_config(reader, architecture, c);
     if (!file.has(arch + "attention.key_length") && c.dim % c.n_heads != 0)
         reader.fail(arch, "embedding_length ", c.dim, " does not split into ", c.n_heads, " heads");
     c.head_size = reader.count(arch + "attention.key_length", c.dim / c.n_heads);
@@ -187,6 +226,8 @@ void check_no_other_tensors(const LlamaGgufReader& reader, const Architecture& a
                 known.insert(gguf_block_bias(l, matrix));
         if (architecture.qk_norm)
             for (const char* norm : {kGgufQNorm, kGgufKNorm}) known.insert(gguf_block_tensor(l, norm));
+        if (architecture.post_norms)
+            for (const char* norm : {kGgufPostAttentionNorm, kGgufPostFfnNorm}) known.insert(gguf_block_tensor(l, norm));
     }
     for (const qjit::GgufTensor& tensor : reader.file().tensors())
         if (!known.count(tensor.name))
@@ -250,6 +291,10 @@ std::shared_ptr<const Weights> load_gguf_llama(std::shared_ptr<const qjit::GgufF
         if (architecture.qk_norm) {
             layer.q_norm = reader.norm(gguf_block_tensor(l, kGgufQNorm), c.head_size);
             layer.k_norm = reader.norm(gguf_block_tensor(l, kGgufKNorm), c.head_size);
+        }
+        if (architecture.post_norms) {
+            layer.post_attention_norm = reader.norm(gguf_block_tensor(l, kGgufPostAttentionNorm), c.dim);
+            layer.post_ffn_norm = reader.norm(gguf_block_tensor(l, kGgufPostFfnNorm), c.dim);
         }
     }
     weights->final_norm = reader.norm(kGgufOutputNorm, c.dim);

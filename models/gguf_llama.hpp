@@ -2,7 +2,11 @@
 // weights (models/llama_model.hpp). general.architecture names one of the architectures the forward
 // runs: "llama"; "qwen2" (biases on q, k and v: blk.N.attn_{q,k,v}.bias) and "qwen3" (per-head
 // RMSNorms of q and k: blk.N.attn_{q,k}_norm.weight), both rotating the halves' pairs in RoPE as
-// llama.cpp does for them. The architecture's table is in gguf_llama.cpp.
+// llama.cpp does for them; "gemma3" (Qwen3's q and k norms, the embedding times sqrt(dim), norms of
+// the attention's and FFN's outputs: blk.N.{post_attention_norm, post_ffw_norm}, GELU-gated FFNs,
+// and with attention.sliding_window local layers: every sliding_window_pattern-th layer (default 6)
+// global, the others within the window and rotated with rope.freq_base_swa (default 10000)). The
+// architecture's table is in gguf_llama.cpp.
 //
 // The config comes from the <architecture>.* metadata: block_count, embedding_length,
 // feed_forward_length, attention.head_count, attention.head_count_kv (default: head_count),

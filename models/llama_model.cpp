@@ -10,6 +10,7 @@
 #include "models/llama_eval.hpp"
 #include "models/fail.hpp"
 #include "models/parallel_loop.hpp"
+#include "base/activations.hpp"
 #include "qjit/qjit_ops.h"
 
 namespace qjit_models::llama {
@@ -31,6 +32,21 @@ void check_matrix(const LoadedMatrix& matrix, int64_t n, int64_t k, const std::s
     if (matrix.n() != n || matrix.k() != k)
         fail("weights: ", what, " (", matrix.name(), ") is ", matrix.n(), " x ", matrix.k(), " (out x in), expected ",
              n, " x ", k);
+}
+
+// The cos, sin of each pair's RoPE angle at positions from..to-1 into table ([position][head_size]),
+// computed as run.c computes them.
+void fill_rotations(std::vector<float>& table, float base, int head_size, int from, int to) {
+    table.resize(size_t(to) * size_t(head_size));
+    for (int pos = from; pos < to; ++pos) {
+        float* rotation = table.data() + size_t(pos) * size_t(head_size);
+        for (int i = 0; i < head_size; i += 2) {
+            const float freq = 1.0f / std::pow(base, float(i) / float(head_size));
+            const float angle = float(pos) * freq;
+            rotation[i] = std::cos(angle);
+            rotation[i + 1] = std::sin(angle);
+        }
+    }
 }
 
 void check_norm(const std::vector<float>& norm, int dim, const std::string& what) {
@@ -56,6 +72,14 @@ void Config::validate() const {
         fail("model config: n_heads ", n_heads, " is not a multiple of n_kv_heads ", n_kv_heads);
     if (!(rope_base > 0.0f) || !std::isfinite(rope_base)) fail("model config: rope_base ", rope_base, " is not > 0");
     if (!(rms_eps >= 0.0f) || !std::isfinite(rms_eps)) fail("model config: rms_eps ", rms_eps, " is not >= 0");
+    if (!(embedding_scale > 0.0f) || !std::isfinite(embedding_scale))
+        fail("model config: embedding_scale ", embedding_scale, " is not > 0");
+    if (sliding_window < 0 || swa_pattern < 0)
+        fail("model config: sliding_window ", sliding_window, " or swa_pattern ", swa_pattern, " is negative");
+    if (!(local_rope_base > 0.0f) || !std::isfinite(local_rope_base))
+        fail("model config: local_rope_base ", local_rope_base, " is not > 0");
+    if (!(attention_scale >= 0.0f) || !std::isfinite(attention_scale))
+        fail("model config: attention_scale ", attention_scale, " is not >= 0");
 }
 
 void Weights::validate() const {
@@ -85,6 +109,8 @@ void Weights::validate() const {
             check_norm(w.q_norm, c.head_size, layer + "q norm");
             check_norm(w.k_norm, c.head_size, layer + "k norm");
         }
+        if (!w.post_attention_norm.empty()) check_norm(w.post_attention_norm, c.dim, layer + "post-attention norm");
+        if (!w.post_ffn_norm.empty()) check_norm(w.post_ffn_norm, c.dim, layer + "post-FFN norm");
     }
     check_norm(final_norm, c.dim, "the final norm");
     check_matrix(classifier, c.vocab_size, c.dim, "the classifier");
@@ -158,17 +184,8 @@ void Model::ensure_cache(int positions) {
     const size_t bytes = size_t(grown) * size_t(c.kv_dim()) * qjit_kv_element_bytes(kv_type_);
     for (std::vector<std::byte>& cache : key_cache_) cache.resize(bytes);
     for (std::vector<std::byte>& cache : value_cache_) cache.resize(bytes);
-    // The rotation angles of each position, computed as run.c computes them.
-    rotations_.resize(size_t(grown) * size_t(c.head_size));
-    for (int pos = cache_positions_; pos < grown; ++pos) {
-        float* rotation = rotations_.data() + size_t(pos) * size_t(c.head_size);
-        for (int i = 0; i < c.head_size; i += 2) {
-            const float freq = 1.0f / std::pow(c.rope_base, float(i) / float(c.head_size));
-            const float angle = float(pos) * freq;
-            rotation[i] = std::cos(angle);
-            rotation[i + 1] = std::sin(angle);
-        }
-    }
+    fill_rotations(rotations_, c.rope_base, c.head_size, cache_positions_, grown);
+    if (c.sliding_window > 0) fill_rotations(local_rotations_, c.local_rope_base, c.head_size, cache_positions_, grown);
     cache_positions_ = grown;
 }
 
@@ -183,16 +200,27 @@ void Model::set_kv_type(qjit_kv_type type) {
         for (std::vector<std::byte>& cache : *caches) cache = {};
     cache_positions_ = 0;
     rotations_.clear();
+    local_rotations_.clear();
     reset();
 }
 
-// Causal multi-head attention of `count` queries (positions pos0..) over the cached keys and values.
+// Causal multi-head attention of `count` queries (positions pos0..) over the cached keys and values,
+// within the sliding window on a local layer.
 void Model::attention(int layer, int pos0, int count) {
     const StepTimer timer(profile_, Step::Attention);
-    const qjit_attention_shape shape = config().attention_shape();
+    const Config& c = config();
+    const qjit_attention_shape shape = c.attention_shape();
     const qjit_kv_cache cache = layer_cache(layer);
-    check_qjit(qjit_attention_causal(threads_.get(), &shape, &cache, q_.data(), pos0, count, att_out_.data()),
-               "qjit_attention_causal");
+    const int window = c.local_layer(layer) ? c.sliding_window : 0;
+    check_qjit(qjit_attention_causal_window(threads_.get(), &shape, &cache, q_.data(), pos0, count, window,
+                                            att_out_.data()),
+               "qjit_attention_causal_window");
+}
+
+void Model::set_ffn_override(FfnOverride* ffn) {
+    if (ffn != nullptr && config().ffn_activation != Config::FfnActivation::SwiGlu)
+        fail("Model: an FFN override (a flash FFN) runs SwiGLU FFNs, but this model's FFNs are GELU-gated");
+    ffn_override_ = ffn;
 }
 
 std::span<const float> Model::forward(std::span<const int> tokens, int pos0, Logits logits) {
@@ -224,15 +252,18 @@ void Model::embed(std::span<const int> tokens, int pos0) {
     }
     ensure_capacity(count);
     ensure_cache(pos0 + count);
-    for (size_t t = 0; t < size_t(count); ++t)
-        weights_->token_embedding.read_row(tokens[t], x_.data() + t * size_t(c.dim));
+    for (size_t t = 0; t < size_t(count); ++t) {
+        float* row = x_.data() + t * size_t(c.dim);
+        weights_->token_embedding.read_row(tokens[t], row);
+        if (c.embedding_scale != 1.0f)
+            for (int i = 0; i < c.dim; ++i) row[i] *= c.embedding_scale;
+    }
 }
 
 bool Model::run_layer(int l, int pos0, int count) {
     const Config& c = config();
     const Layer& layer = layers_[size_t(l)];
     const LayerWeights& lw = weights_->layers[size_t(l)];
-    const size_t dim = size_t(c.dim);
     const size_t hidden = size_t(c.hidden_dim), rows = size_t(count);
     float* k = k_.data();  // rotated, then stored in the cache with v
     float* v = v_.data();
@@ -256,11 +287,17 @@ bool Model::run_layer(int l, int pos0, int count) {
     }
     {
         const StepTimer timer(profile_, Step::Rope);
-        const float* rotation = rotations_.data() + size_t(pos0) * size_t(c.head_size);
+        const std::vector<float>& table = c.local_layer(l) ? local_rotations_ : rotations_;
+        const float* rotation = table.data() + size_t(pos0) * size_t(c.head_size);
         const qjit_rope_pairs pairs =
             c.rope_pairs == Config::RopePairs::Adjacent ? QJIT_ROPE_ADJACENT : QJIT_ROPE_HALVES;
         check_qjit(qjit_rope(threads_.get(), q_.data(), count, c.q_dim(), c.head_size, rotation, pairs), "qjit_rope");
         check_qjit(qjit_rope(threads_.get(), k, count, c.kv_dim(), c.head_size, rotation, pairs), "qjit_rope");
+        // The attention divides scores by sqrt(head_size); another scale goes into q.
+        if (c.attention_scale != 0.0f) {
+            const float factor = c.attention_scale * std::sqrt(float(c.head_size));
+            for (size_t i = 0; i < rows * size_t(c.q_dim()); ++i) q_[i] *= factor;
+        }
     }
     {
         const StepTimer timer(profile_, Step::KvStore);
@@ -273,9 +310,9 @@ bool Model::run_layer(int l, int pos0, int count) {
         const StepTimer timer(profile_, Step::OutputProjection);
         if (!run_linear(l, 3, att_out_.data(), count, delta_.data())) return false;
     }
-    add_delta(rows * dim);
+    add_block_output(lw.post_attention_norm, count);
 
-    // SwiGLU feed-forward block
+    // feed-forward block
     normalize(lw.ffn_norm, count);
     if (!layer.w1 && ffn_override_ == nullptr)
         fail("Model: layer ", l, "'s FFN linears were not built and no FFN override is set");
@@ -284,13 +321,15 @@ bool Model::run_layer(int l, int pos0, int count) {
             const StepTimer timer(profile_, Step::Ffn);
             ffn_override_->forward(l, xb_.data(), count, delta_.data());
         }
-        add_delta(rows * dim);
+        add_block_output(lw.post_ffn_norm, count);
         return true;
     }
     if (layer.ffn && capture_ == nullptr && ffn_threshold_ == 0) {
-        const StepTimer timer(profile_, Step::Ffn);
-        check_qjit(qjit_ffn_forward(layer.ffn.get(), xb_.data(), count, delta_.data()), "qjit_ffn_forward");
-        add_delta(rows * dim);
+        {
+            const StepTimer timer(profile_, Step::Ffn);
+            check_qjit(qjit_ffn_forward(layer.ffn.get(), xb_.data(), count, delta_.data()), "qjit_ffn_forward");
+        }
+        add_block_output(lw.post_ffn_norm, count);
         return true;
     }
     // The same steps one by one: layers that are not qjit layers of one context, a capture that
@@ -302,7 +341,7 @@ bool Model::run_layer(int l, int pos0, int count) {
         if (!run_linear(l, 4, xb_.data(), count, hb_.data())) return false;
         layer.w3->forward(xb_.data(), count, hb2_.data());
     }
-    check_qjit(qjit_swiglu(threads_.get(), hb2_.data(), hb_.data(), int64_t(rows * hidden)), "qjit_swiglu");
+    ffn_activation(rows * hidden);
     if (ffn_threshold_ > 0) {
         for (size_t i = 0; i < rows * hidden; ++i)
             if (std::fabs(hb2_[i]) < ffn_threshold_) {
@@ -312,8 +351,25 @@ bool Model::run_layer(int l, int pos0, int count) {
         ffn_sparsity_.total += int64_t(rows * hidden);
     }
     if (!run_linear(l, 5, hb2_.data(), count, delta_.data())) return false;
-    add_delta(rows * dim);
+    add_block_output(lw.post_ffn_norm, count);
     return true;
+}
+
+void Model::ffn_activation(size_t count) {
+    if (config().ffn_activation == Config::FfnActivation::SwiGlu) {
+        check_qjit(qjit_swiglu(threads_.get(), hb2_.data(), hb_.data(), int64_t(count)), "qjit_swiglu");
+        return;
+    }
+    const float* gate = hb_.data();
+    float* up = hb2_.data();
+    parallel_loop(threads_.get(), int64_t(count), kParallelGrainWork, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) up[i] = qjit::gelu(gate[i]) * up[i];
+    });
+}
+
+void Model::add_block_output(const std::vector<float>& post_norm, int count) {
+    if (!post_norm.empty()) rms_norm(delta_.data(), post_norm, count, config().dim, delta_.data());
+    add_delta(size_t(count) * size_t(config().dim));
 }
 
 void Model::normalize(const std::vector<float>& weight, int count) {
@@ -439,7 +495,8 @@ std::unique_ptr<Linear> Model::replace_linear(InputSite site, std::unique_ptr<Li
 
 void Model::compose_ffn(Layer& layer) {
     layer.ffn.reset();
-    if (!layer.w1) return;
+    // qjit_ffn's gated FFN is SwiGLU; a GELU-gated one runs its layers one by one.
+    if (!layer.w1 || config().ffn_activation != Config::FfnActivation::SwiGlu) return;
     qjit_context* context = layer.w1->qjit_layer_context();
     for (const Linear* linear : {layer.w1.get(), layer.w2.get(), layer.w3.get()})
         if (!linear->qjit_layer() || linear->qjit_layer_context() != context) return;

@@ -5,7 +5,9 @@
 // llama.cpp's "llama" models, or the halves' pairs (i, i + head_size / 2) as its NeoX-style
 // models), grouped-query attention, SwiGLU FFN, and a classifier that is the token embedding (tied)
 // or a matrix of its own. Two variations of the attention block are weights of their own: biases
-// added to q, k and v (Qwen2), and an RMSNorm of each head of q and k before RoPE (Qwen3).
+// added to q, k and v (Qwen2), and an RMSNorm of each head of q and k before RoPE (Qwen3). Gemma 3
+// adds the config's variations (a scaled embedding, GELU-gated FFNs, sliding-window layers with a
+// RoPE base of their own) and RMSNorms of the attention's and the FFN's outputs.
 //
 // The model's weights come from a loader: llama2.c checkpoints (models/llama2_checkpoint.hpp) or GGUF
 // files (models/gguf_llama.hpp). Each matrix is a LoadedMatrix, and each maker takes from it what it
@@ -46,9 +48,27 @@ struct Config {
     enum class RopePairs { Adjacent, Halves };
     RopePairs rope_pairs = RopePairs::Adjacent;
 
+    // Gemma 3's variations (llama.cpp's gemma3 graph); the defaults are Llama's.
+    float embedding_scale = 1.0f;  // each token's embedding row is multiplied by it (Gemma: sqrt(dim))
+    // The FFN's activation of gate and up: silu(gate) * up, or gelu(gate) * up (GELU's tanh form).
+    enum class FfnActivation { SwiGlu, GeGlu };
+    FfnActivation ffn_activation = FfnActivation::SwiGlu;
+    // Sliding-window attention (0: none): a local layer's query at position p sees positions
+    // p - sliding_window < s <= p, and RoPE rotates it with local_rope_base. Layer l is local unless
+    // it is the last of each swa_pattern layers (l % swa_pattern == swa_pattern - 1; 0: all local),
+    // as llama.cpp's set_swa_pattern.
+    int sliding_window = 0;
+    int swa_pattern = 0;
+    float local_rope_base = 10000.0f;
+    // What scores q . k are multiplied by; 0: 1 / sqrt(head_size).
+    float attention_scale = 0.0f;
+
     int q_dim() const { return n_heads * head_size; }
     int kv_dim() const { return n_kv_heads * head_size; }
     qjit_attention_shape attention_shape() const { return {head_size, n_heads, n_kv_heads}; }
+    bool local_layer(int layer) const {
+        return sliding_window > 0 && (swa_pattern == 0 || layer % swa_pattern < swa_pattern - 1);
+    }
     // Throws naming the first field that is out of range or does not fit the others.
     void validate() const;
 };
@@ -66,6 +86,9 @@ struct LayerWeights {
     std::vector<float> q_bias = {}, k_bias = {}, v_bias = {};
     // [head_size]: each head of q and of k RMS-normed with these weights before RoPE; empty: none.
     std::vector<float> q_norm = {}, k_norm = {};
+    // [dim]: the attention's output (after wo) and the FFN's output RMS-normed with these weights
+    // before their residual adds (Gemma's "sandwich" norms); empty: none.
+    std::vector<float> post_attention_norm = {}, post_ffn_norm = {};
 };
 
 struct Weights {
@@ -173,8 +196,9 @@ public:
     // the same shape; returns the one it held.
     std::unique_ptr<Linear> replace_linear(InputSite site, std::unique_ptr<Linear> linear);
 
-    // The FFN of every layer from `ffn` (null: the layer's own linear layers again).
-    void set_ffn_override(FfnOverride* ffn) { ffn_override_ = ffn; }
+    // The FFN of every layer from `ffn` (null: the layer's own linear layers again). An override
+    // runs SwiGLU FFNs: a model of another activation refuses one.
+    void set_ffn_override(FfnOverride* ffn);
     // Zeroes each FFN activation silu(x w1) * (x w3) of magnitude below `threshold` (0: none) before
     // w2, as a sparse FFN that skips those neurons would; counts them.
     void set_ffn_threshold(float threshold) {
@@ -234,6 +258,10 @@ private:
     // out = RMSNorm of `rows` rows of `size` values of x with `weight` (qjit_rms_norm); out may be x.
     void rms_norm(const float* x, const std::vector<float>& weight, int rows, int size, float* out);
     void add_delta(size_t count);
+    // x_ += delta_ (count rows), delta_ RMS-normed first with `post_norm` when it is not empty.
+    void add_block_output(const std::vector<float>& post_norm, int count);
+    // hb2_ = the FFN's activation of hb_ (gate) and hb2_ (up), `count` values.
+    void ffn_activation(size_t count);
 
     std::shared_ptr<const Weights> weights_;
     std::shared_ptr<qjit_context> threads_;
@@ -246,6 +274,7 @@ private:
     qjit_kv_type kv_type_ = QJIT_KV_F32;
     std::vector<std::vector<std::byte>> key_cache_, value_cache_;
     std::vector<float> rotations_;  // [position][head_size]: cos, sin of each pair's RoPE angle
+    std::vector<float> local_rotations_;  // the same with local_rope_base, for sliding-window layers
     // Activations for up to `capacity_` tokens, row-major [token][features].
     int capacity_ = 0;
     std::vector<float> x_, xb_, q_, k_, v_, att_out_, delta_, hb_, hb2_, logits_;

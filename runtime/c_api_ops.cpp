@@ -36,6 +36,17 @@ qjit_status qjit_attention_causal(qjit_context* context, const qjit_attention_sh
     });
 }
 
+qjit_status qjit_attention_causal_window(qjit_context* context, const qjit_attention_shape* shape,
+                                         const qjit_kv_cache* cache, const float* q, int32_t pos0, int32_t count,
+                                         int32_t window, float* out) {
+    return guarded([&] {
+        require(context != nullptr, "context is NULL");
+        require(shape != nullptr, "shape is NULL");
+        require(cache != nullptr, "cache is NULL");
+        qjit::ops::causal_attention(*context, *shape, *cache, q, pos0, count, out, window);
+    });
+}
+
 qjit_status qjit_rms_norm(qjit_context* context, const float* x, const float* weight, int64_t rows, int64_t size,
                           float eps, float* out) {
     return guarded([&] {

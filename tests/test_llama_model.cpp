@@ -58,6 +58,8 @@ struct FileDamage {
     std::string extra;                      // a tensor written besides the model's
     std::string reshaped;                   // a tensor written with `reshaped_dims`
     std::vector<uint64_t> reshaped_dims;
+    std::string extra_key;                  // a float metadata key written besides the model's
+    float extra_value = 0.0f;
 };
 
 // `weights` as a GGUF file with F32 tensors, laid out as llama.cpp's converter lays out a Llama model.
@@ -65,6 +67,12 @@ std::string llama_gguf(const llama::Weights& weights, const FileDamage& damage =
     const llama::Config& c = weights.config;
     GgufWriter writer;
     qjit::test::add_llama_metadata(writer, c, damage.architecture);
+    const std::string arch = damage.architecture + ".";
+    if (c.sliding_window > 0)
+        writer.value(arch + "attention.sliding_window", uint32_t(c.sliding_window))
+            .value(arch + "attention.sliding_window_pattern", uint32_t(c.swa_pattern))
+            .value(arch + "rope.freq_base_swa", c.local_rope_base);
+    if (!damage.extra_key.empty()) writer.value(damage.extra_key, damage.extra_value);
     auto add = [&](const std::string& name, std::vector<uint64_t> dims, std::span<const float> values) {
         if (name == damage.left_out) return;
         std::string data = float_bytes(values);
@@ -100,6 +108,10 @@ std::string llama_gguf(const llama::Weights& weights, const FileDamage& damage =
             if (!bias->empty()) add(qjit_models::gguf_block_bias(l, m), {uint64_t(bias->size())}, *bias);
         if (!w.q_norm.empty()) add(gguf_block_tensor(l, qjit_models::kGgufQNorm), {uint64_t(c.head_size)}, w.q_norm);
         if (!w.k_norm.empty()) add(gguf_block_tensor(l, qjit_models::kGgufKNorm), {uint64_t(c.head_size)}, w.k_norm);
+        if (!w.post_attention_norm.empty())
+            add(gguf_block_tensor(l, qjit_models::kGgufPostAttentionNorm), {uint64_t(c.dim)}, w.post_attention_norm);
+        if (!w.post_ffn_norm.empty())
+            add(gguf_block_tensor(l, qjit_models::kGgufPostFfnNorm), {uint64_t(c.dim)}, w.post_ffn_norm);
     }
     add(qjit_models::kGgufOutputNorm, {uint64_t(c.dim)}, weights.final_norm);
     if (!weights.tied_classifier) add_matrix(qjit_models::kGgufClassifier, weights.classifier);
@@ -177,10 +189,50 @@ llama::Weights tiny_qwen_weights(bool qwen3) {
     return w;
 }
 
+// A random Gemma 3 model of three layers (dim 8, FFN 16, 2 heads of 8 sharing one KV head, 6
+// tokens): per-head q and k norms, RoPE over the halves' pairs, the embedding times sqrt(dim), norms
+// of the attention's and FFN's outputs, GELU-gated FFNs, and layers 0 and 1 local (a window of 3
+// positions, RoPE base 10000), layer 2 global (base 1e6).
+llama::Weights tiny_gemma_weights() {
+    std::mt19937 rng(17);
+    std::normal_distribution<float> normal(0.0f, 0.5f);
+    auto values = [&](int64_t count) {
+        std::vector<float> v(static_cast<size_t>(count));
+        for (float& x : v) x = normal(rng);
+        return v;
+    };
+    llama::Weights w;
+    llama::Config& c = w.config;
+    c = {.dim = 8, .hidden_dim = 16, .n_layers = 3, .n_heads = 2, .n_kv_heads = 1, .head_size = 8, .vocab_size = 6,
+         .seq_len = 32, .rope_base = 1e6f, .rms_eps = 1e-6f, .rope_pairs = llama::Config::RopePairs::Halves,
+         .embedding_scale = std::sqrt(8.0f), .ffn_activation = llama::Config::FfnActivation::GeGlu,
+         .sliding_window = 3, .swa_pattern = 3, .local_rope_base = 10000.0f};
+    auto matrix = [&](const char* name, int64_t n, int64_t k) {
+        return llama::LoadedMatrix::dense(name, n, k, values(n * k));
+    };
+    w.token_embedding = matrix("embedding", c.vocab_size, c.dim);
+    for (int l = 0; l < c.n_layers; ++l) {
+        w.layers.push_back({values(c.dim), matrix("wq", c.q_dim(), c.dim), matrix("wk", c.kv_dim(), c.dim),
+                            matrix("wv", c.kv_dim(), c.dim), matrix("wo", c.dim, c.q_dim()), values(c.dim),
+                            matrix("w1", c.hidden_dim, c.dim), matrix("w2", c.dim, c.hidden_dim),
+                            matrix("w3", c.hidden_dim, c.dim)});
+        llama::LayerWeights& layer = w.layers.back();
+        layer.q_norm = values(c.head_size);
+        layer.k_norm = values(c.head_size);
+        layer.post_attention_norm = values(c.dim);
+        layer.post_ffn_norm = values(c.dim);
+    }
+    w.final_norm = values(c.dim);
+    w.classifier = w.token_embedding;
+    return w;
+}
+
 // The logits of every position, written from the architectures' definitions in double precision,
-// independently of the model's code: embedding, then per layer RMSNorm, q/k/v (+ biases), per-head
-// q/k norms, RoPE (adjacent or halves' pairs), causal grouped-query attention, the output
-// projection, RMSNorm and the SwiGLU FFN, each added to the residual; the final norm and classifier.
+// independently of the model's code: embedding (times the config's scale), then per layer RMSNorm,
+// q/k/v (+ biases), per-head q/k norms, RoPE (adjacent or halves' pairs; a local layer's own base),
+// causal grouped-query attention (a local layer's within its window), the output projection (its
+// norm, if any), RMSNorm and the SwiGLU or GELU-gated FFN (its norm, if any), each added to the
+// residual; the final norm and classifier.
 std::vector<double> reference_logits(const llama::Weights& w, const std::vector<int>& tokens) {
     const llama::Config& c = w.config;
     std::vector<float> scratch;
@@ -197,10 +249,10 @@ std::vector<double> reference_logits(const llama::Weights& w, const std::vector<
         const double scale = 1.0 / std::sqrt(ss / double(weight.size()) + double(c.rms_eps));
         for (size_t i = 0; i < weight.size(); ++i) out[i] = double(weight[i]) * x[i] * scale;
     };
-    auto rotate = [&](double* head, int pos) {
+    auto rotate = [&](double* head, int pos, double base) {
         const int half = c.head_size / 2;
         for (int i = 0; i < half; ++i) {
-            const double angle = pos * std::pow(double(c.rope_base), -2.0 * i / c.head_size);
+            const double angle = pos * std::pow(base, -2.0 * i / c.head_size);
             const bool halves = c.rope_pairs == llama::Config::RopePairs::Halves;
             double& a = head[halves ? i : 2 * i];
             double& b = head[halves ? i + half : 2 * i + 1];
@@ -216,8 +268,13 @@ std::vector<double> reference_logits(const llama::Weights& w, const std::vector<
         std::vector<float> row(size_t(c.dim));
         w.token_embedding.read_row(tokens[pos], row.data());
         std::vector<double> x(row.begin(), row.end()), xb(size_t(c.dim));
+        for (double& v : x) v *= double(c.embedding_scale);
         for (int l = 0; l < c.n_layers; ++l) {
             const llama::LayerWeights& lw = w.layers[size_t(l)];
+            const bool local = c.sliding_window > 0 && (c.swa_pattern == 0 || l % c.swa_pattern != c.swa_pattern - 1);
+            const double base = local ? c.local_rope_base : c.rope_base;
+            const size_t first = local && int(pos) >= c.sliding_window ? pos - size_t(c.sliding_window) + 1 : 0;
+            const double scale = c.attention_scale > 0 ? c.attention_scale : 1.0 / std::sqrt(double(hs));
             rms(x.data(), lw.attention_norm, xb.data());
             std::vector<double> q = times(lw.wq, xb), k = times(lw.wk, xb), v = times(lw.wv, xb);
             for (size_t i = 0; i < lw.q_bias.size(); ++i) q[i] += lw.q_bias[i];
@@ -225,37 +282,46 @@ std::vector<double> reference_logits(const llama::Weights& w, const std::vector<
             for (size_t i = 0; i < lw.v_bias.size(); ++i) v[i] += lw.v_bias[i];
             for (int h = 0; h < c.n_heads; ++h) {
                 if (!lw.q_norm.empty()) rms(&q[size_t(h * hs)], lw.q_norm, &q[size_t(h * hs)]);
-                rotate(&q[size_t(h * hs)], int(pos));
+                rotate(&q[size_t(h * hs)], int(pos), base);
             }
             for (int h = 0; h < c.n_kv_heads; ++h) {
                 if (!lw.k_norm.empty()) rms(&k[size_t(h * hs)], lw.k_norm, &k[size_t(h * hs)]);
-                rotate(&k[size_t(h * hs)], int(pos));
+                rotate(&k[size_t(h * hs)], int(pos), base);
             }
             keys[size_t(l)].push_back(k);
             values[size_t(l)].push_back(v);
             std::vector<double> attended(size_t(c.q_dim()), 0.0);
             for (int h = 0; h < c.n_heads; ++h) {
                 const int kv = h / (c.n_heads / c.n_kv_heads);
-                std::vector<double> scores(pos + 1);
+                std::vector<double> scores(pos + 1, 0.0);
                 double top = -1e300, sum = 0.0;
-                for (size_t s = 0; s <= pos; ++s) {
+                for (size_t s = first; s <= pos; ++s) {
                     double dot = 0.0;
                     for (int i = 0; i < hs; ++i) dot += q[size_t(h * hs + i)] * keys[size_t(l)][s][size_t(kv * hs + i)];
-                    scores[s] = dot / std::sqrt(double(hs));
+                    scores[s] = dot * scale;
                     top = std::max(top, scores[s]);
                 }
-                for (double& score : scores) sum += (score = std::exp(score - top));
-                for (size_t s = 0; s <= pos; ++s)
+                for (size_t s = first; s <= pos; ++s) sum += (scores[s] = std::exp(scores[s] - top));
+                for (size_t s = first; s <= pos; ++s)
                     for (int i = 0; i < hs; ++i)
                         attended[size_t(h * hs + i)] += scores[s] / sum * values[size_t(l)][s][size_t(kv * hs + i)];
             }
-            const std::vector<double> out = times(lw.wo, attended);
+            std::vector<double> out = times(lw.wo, attended);
+            if (!lw.post_attention_norm.empty()) rms(out.data(), lw.post_attention_norm, out.data());
             for (int i = 0; i < c.dim; ++i) x[size_t(i)] += out[size_t(i)];
             rms(x.data(), lw.ffn_norm, xb.data());
             std::vector<double> gate = times(lw.w1, xb);
             const std::vector<double> up = times(lw.w3, xb);
-            for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
-            const std::vector<double> down = times(lw.w2, gate);
+            const bool gelu = c.ffn_activation == llama::Config::FfnActivation::GeGlu;
+            const double sqrt_2_over_pi = std::sqrt(2.0 / 3.14159265358979323846);
+            for (size_t i = 0; i < gate.size(); ++i) {
+                const double g = gate[i];
+                gate[i] = (gelu ? 0.5 * g * (1.0 + std::tanh(sqrt_2_over_pi * (g + 0.044715 * g * g * g)))
+                                : g / (1.0 + std::exp(-g))) *
+                          up[i];
+            }
+            std::vector<double> down = times(lw.w2, gate);
+            if (!lw.post_ffn_norm.empty()) rms(down.data(), lw.post_ffn_norm, down.data());
             for (int i = 0; i < c.dim; ++i) x[size_t(i)] += down[size_t(i)];
         }
         rms(x.data(), w.final_norm, xb.data());
@@ -471,8 +537,10 @@ TEST(LlamaModel, FfnsFromAnOverrideNeedNoLinearsOfTheirOwn) {
 // architecture.
 TEST(LlamaGguf, EachArchitectureMatchesItsReferenceForward) {
     const std::vector<int> tokens = {0, 5, 2, 3, 3, 1, 4, 0, 2, 5, 1, 3};
-    const std::pair<const char*, llama::Weights> cases[] = {
-        {"llama", tiny_weights()}, {"qwen2", tiny_qwen_weights(false)}, {"qwen3", tiny_qwen_weights(true)}};
+    const std::pair<const char*, llama::Weights> cases[] = {{"llama", tiny_weights()},
+                                                            {"qwen2", tiny_qwen_weights(false)},
+                                                            {"qwen3", tiny_qwen_weights(true)},
+                                                            {"gemma3", tiny_gemma_weights()}};
     for (const auto& [architecture, weights] : cases) {
         SCOPED_TRACE(architecture);
         const LoadedGguf gguf = load(llama_gguf(weights, {.architecture = architecture}));
@@ -480,6 +548,13 @@ TEST(LlamaGguf, EachArchitectureMatchesItsReferenceForward) {
         EXPECT_EQ(gguf.weights->config.head_size, weights.config.head_size);
         EXPECT_EQ(gguf.weights->layers[0].q_bias, weights.layers[0].q_bias);
         EXPECT_EQ(gguf.weights->layers[0].k_norm, weights.layers[0].k_norm);
+        EXPECT_EQ(gguf.weights->layers[0].post_ffn_norm, weights.layers[0].post_ffn_norm);
+        const llama::Config& read = gguf.weights->config;
+        EXPECT_EQ(read.embedding_scale, weights.config.embedding_scale);
+        EXPECT_EQ(read.ffn_activation, weights.config.ffn_activation);
+        EXPECT_EQ(read.sliding_window, weights.config.sliding_window);
+        EXPECT_EQ(read.swa_pattern, weights.config.swa_pattern);
+        EXPECT_EQ(read.local_rope_base, weights.config.local_rope_base);
         llama::DenseMaker dense;
         llama::Model model(gguf.weights, dense);
         const std::span<const float> got = model.forward_sequence(tokens);
@@ -490,10 +565,76 @@ TEST(LlamaGguf, EachArchitectureMatchesItsReferenceForward) {
     }
 }
 
+// Each of Gemma 3's variations against the reference with it and without it: the model follows the
+// reference either way, and the variation changes the logits (so the reference holds it to
+// something). Then a prompt and its tokens one by one agree bit for bit across the window.
+TEST(LlamaModel, EachGemmaVariationMatchesTheReference) {
+    const std::vector<int> tokens = {0, 5, 2, 3, 3, 1, 4, 0, 2, 5, 1, 3};
+    const llama::Weights gemma = tiny_gemma_weights();
+    using Change = std::function<void(llama::Weights&)>;
+    const std::pair<const char*, Change> variants[] = {
+        {"as it is", [](llama::Weights&) {}},
+        {"no sliding window", [](llama::Weights& w) { w.config.sliding_window = 0; }},
+        {"every layer local", [](llama::Weights& w) { w.config.swa_pattern = 0; }},
+        {"one local RoPE base", [](llama::Weights& w) { w.config.local_rope_base = w.config.rope_base; }},
+        {"no post-attention norms", [](llama::Weights& w) { for (auto& l : w.layers) l.post_attention_norm.clear(); }},
+        {"no post-FFN norms", [](llama::Weights& w) { for (auto& l : w.layers) l.post_ffn_norm.clear(); }},
+        {"an unscaled embedding", [](llama::Weights& w) { w.config.embedding_scale = 1.0f; }},
+        {"SwiGLU", [](llama::Weights& w) { w.config.ffn_activation = llama::Config::FfnActivation::SwiGlu; }},
+        {"an attention scale of 0.2", [](llama::Weights& w) { w.config.attention_scale = 0.2f; }},
+    };
+    std::vector<float> as_it_is;
+    for (const auto& [name, change] : variants) {
+        SCOPED_TRACE(name);
+        auto weights = std::make_shared<llama::Weights>(gemma);
+        change(*weights);
+        llama::DenseMaker dense;
+        llama::Model model(weights, dense);
+        const std::span<const float> got = model.forward_sequence(tokens);
+        const std::vector<double> expected = reference_logits(*weights, tokens);
+        ASSERT_EQ(got.size(), expected.size());
+        for (size_t i = 0; i < expected.size(); ++i)
+            ASSERT_NEAR(got[i], expected[i], 1e-4 * (1.0 + std::fabs(expected[i]))) << "logit " << i;
+        if (as_it_is.empty()) {
+            as_it_is.assign(got.begin(), got.end());
+            model.reset();
+            const size_t vocab = size_t(weights->config.vocab_size);
+            for (size_t t = 0; t < tokens.size(); ++t) {
+                const std::span<const float> step = model.step(tokens[t]);
+                EXPECT_EQ(std::memcmp(step.data(), as_it_is.data() + t * vocab, vocab * sizeof(float)), 0)
+                    << "position " << t;
+            }
+            continue;
+        }
+        double largest_change = 0;
+        for (size_t i = 0; i < got.size(); ++i) largest_change = std::max(largest_change, double(std::fabs(got[i] - as_it_is[i])));
+        EXPECT_GT(largest_change, 1e-3);
+    }
+}
+
+// A Gemma model takes no FFN override (a flash FFN is SwiGLU), and a file with soft-capping is refused.
+TEST(LlamaGguf, GemmaRefusesWhatItCannotRun) {
+    const LoadedGguf gguf = load(llama_gguf(tiny_gemma_weights(), {.architecture = "gemma3"}));
+    llama::DenseMaker dense;
+    llama::Model model(gguf.weights, dense);
+    class NoFfn final : public llama::FfnOverride {
+        void forward(int, const float*, int, float*) override {}
+    } ffn;
+    expect_refused([&] { model.set_ffn_override(&ffn); }, "this model's FFNs are GELU-gated");
+    expect_refused(
+        [] {
+            load(llama_gguf(tiny_gemma_weights(),
+                            {.architecture = "gemma3", .extra_key = "gemma3.final_logit_softcapping", .extra_value = 30}));
+        },
+        "gemma3.final_logit_softcapping is 30: soft-capping is not supported");
+    expect_refused([] { load(llama_gguf(tiny_qwen_weights(true), {.architecture = "gemma3"})); },
+                   "tensor blk.0.post_attention_norm.weight is missing");
+}
+
 TEST(LlamaGguf, MalformedModelsAreRefusedByName) {
     const llama::Weights weights = tiny_weights();
     auto with = [&](FileDamage damage) { return [&weights, damage] { load(llama_gguf(weights, damage)); }; };
-    expect_refused(with({.architecture = "gpt2"}), "general.architecture is 'gpt2'; qjit-run runs 'llama', 'qwen2', 'qwen3'");
+    expect_refused(with({.architecture = "gpt2"}), "general.architecture is 'gpt2'; qjit-run runs 'llama', 'qwen2', 'qwen3', 'gemma3'");
     // A Qwen2 file without its biases; a Llama file with one.
     expect_refused([] { load(llama_gguf(tiny_weights(), {.architecture = "qwen2"})); }, "tensor blk.0.attn_q.bias is missing");
     expect_refused([] { load(llama_gguf(tiny_qwen_weights(false))); },

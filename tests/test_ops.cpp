@@ -67,8 +67,10 @@ struct Problem {
     size_t kv_dim() const { return size_t(shape.n_kv_heads * shape.head_size); }
 
     // Attention of the query at `t` (position t) in doubles, the textbook way, over the keys and
-    // values as the cache holds them (rounded = true) or as they were given.
-    std::vector<double> reference(int t, bool rounded = true) const {
+    // values as the cache holds them (rounded = true) or as they were given; with a window w > 0, over
+    // positions t - w < s <= t only.
+    std::vector<double> reference(int t, bool rounded = true, int window = 0) const {
+        const int first = window > 0 ? std::max(0, t - window + 1) : 0;
         auto key = [&](size_t at) { return rounded ? stored(k[at]) : double(k[at]); };
         auto value = [&](size_t at) { return rounded ? stored(v[at]) : double(v[at]); };
         const int hs = shape.head_size, kv_mul = shape.n_heads / shape.n_kv_heads;
@@ -76,30 +78,32 @@ struct Problem {
         std::vector<double> out(q_dim());
         for (int h = 0; h < shape.n_heads; ++h) {
             const size_t kv = size_t(h / kv_mul) * size_t(hs);
-            std::vector<double> score(size_t(t) + 1);
+            std::vector<double> score(size_t(t) + 1, 0.0);
             double most = -1e300, sum = 0.0;
-            for (int s = 0; s <= t; ++s) {
+            for (int s = first; s <= t; ++s) {
                 double dot = 0.0;
                 for (int i = 0; i < hs; ++i)
                     dot += double(q[size_t(t) * q_dim() + size_t(h * hs + i)]) * key(size_t(s) * kv_dim + kv + size_t(i));
                 score[size_t(s)] = dot / std::sqrt(double(hs));
                 most = std::max(most, score[size_t(s)]);
             }
-            for (double& v : score) sum += (v = std::exp(v - most));
+            for (int s = first; s <= t; ++s) sum += (score[size_t(s)] = std::exp(score[size_t(s)] - most));
             for (int i = 0; i < hs; ++i) {
                 double o = 0.0;
-                for (int s = 0; s <= t; ++s) o += score[size_t(s)] * value(size_t(s) * kv_dim + kv + size_t(i));
+                for (int s = first; s <= t; ++s) o += score[size_t(s)] * value(size_t(s) * kv_dim + kv + size_t(i));
                 out[size_t(h * hs + i)] = o / sum;
             }
         }
         return out;
     }
 
-    std::vector<float> attend(qjit_context* context, int pos0, int count) const {
+    // qjit_attention_causal, or with a window > 0 qjit_attention_causal_window.
+    std::vector<float> attend(qjit_context* context, int pos0, int count, int window = 0) const {
         std::vector<float> out(size_t(count) * q_dim(), std::numeric_limits<float>::quiet_NaN());
         const qjit_kv_cache view = cache();
-        EXPECT_EQ(qjit_attention_causal(context, &shape, &view, q.data() + size_t(pos0) * q_dim(), pos0, count,
-                                        out.data()),
+        const float* rows = q.data() + size_t(pos0) * q_dim();
+        EXPECT_EQ(window > 0 ? qjit_attention_causal_window(context, &shape, &view, rows, pos0, count, window, out.data())
+                             : qjit_attention_causal(context, &shape, &view, rows, pos0, count, out.data()),
                   QJIT_OK)
             << qjit_last_error();
         return out;
@@ -112,13 +116,14 @@ struct Shape {
 
 class Attention : public ::testing::TestWithParam<Shape> {};
 
-// Head sizes 64, 80 and 128 (the models'), and odd ones through every tail of the value sums;
+// Head sizes 64, 80, 128 and 256 (the models'), and odd ones through every tail of the value sums;
 // grouped queries 1, 3 and 8 heads a key/value head (and 4); prompts that end inside a key block,
 // on its edge, a single position, and 600 positions.
 INSTANTIATE_TEST_SUITE_P(Shapes, Attention,
                          ::testing::Values(Shape{8, 8, 8, 45}, Shape{64, 9, 3, 70}, Shape{100, 4, 1, 33},
                                            Shape{80, 8, 2, 64}, Shape{128, 2, 2, 1}, Shape{17, 3, 3, 96},
-                                           Shape{128, 8, 1, 41}, Shape{64, 3, 1, 600}, Shape{6, 2, 1, 5}));
+                                           Shape{128, 8, 1, 41}, Shape{64, 3, 1, 600}, Shape{6, 2, 1, 5},
+                                           Shape{256, 4, 1, 75}));
 
 const qjit_kv_type kCacheTypes[] = {QJIT_KV_F32, QJIT_KV_F16};
 const char* type_name(qjit_kv_type type) { return type == QJIT_KV_F16 ? "f16 cache" : "f32 cache"; }
@@ -178,6 +183,58 @@ TEST_P(Attention, BatchingAndThreadsChangeNoBit) {
             EXPECT_EQ(std::memcmp(whole.data(), pieces.data(), bytes), 0) << family_of(cap) << ", " << type_name(type);
             EXPECT_EQ(std::memcmp(whole.data(), threaded.data(), bytes), 0) << family_of(cap) << ", " << type_name(type);
         }
+    }
+}
+
+// Windows of one position, fewer than a key block, a block and one more, and most of the prompt
+// (Gemma's local layers: a query sees itself and the window - 1 positions before it): against the
+// formula over the window in every family and cache type, and a prompt, its tokens one by one and
+// two threads agree bit for bit.
+TEST_P(Attention, SlidingWindowMatchesTheFormulaAndChangesNoBitWithBatching) {
+    const Shape shape = GetParam();
+    for (const qjit_kv_type type : kCacheTypes) {
+        const Problem p({shape.head_size, shape.n_heads, shape.n_kv_heads}, shape.positions, 5, type);
+        for (const int window : {1, 5, 33, std::max(2, shape.positions * 2 / 3)}) {
+            for (qjit_isa cap : family_caps()) {
+                const auto one = make_test_context(1, cap), two = make_test_context(2, cap);
+                const std::vector<float> whole = p.attend(one.get(), 0, shape.positions, window);
+                double worst = 0.0;
+                for (int t = 0; t < shape.positions; ++t) {
+                    const std::vector<double> expected = p.reference(t, true, window);
+                    for (size_t i = 0; i < expected.size(); ++i)
+                        worst = std::max(worst, std::fabs(whole[size_t(t) * p.q_dim() + i] - expected[i]));
+                }
+                EXPECT_LT(worst, 2e-5) << family_of(cap) << ", " << type_name(type) << ", window " << window;
+                std::vector<float> stepped;
+                for (int t = 0; t < shape.positions; ++t) {
+                    const std::vector<float> step = p.attend(one.get(), t, 1, window);
+                    stepped.insert(stepped.end(), step.begin(), step.end());
+                }
+                const std::vector<float> threaded = p.attend(two.get(), 0, shape.positions, window);
+                const size_t bytes = whole.size() * sizeof(float);
+                EXPECT_EQ(std::memcmp(whole.data(), stepped.data(), bytes), 0) << family_of(cap) << ", window " << window;
+                EXPECT_EQ(std::memcmp(whole.data(), threaded.data(), bytes), 0) << family_of(cap) << ", window " << window;
+            }
+        }
+    }
+}
+
+// A window as long as the prompt or longer is plain causal attention, bit for bit.
+TEST(AttentionWindow, AWindowOverTheWholePromptIsCausalAttention) {
+    const Problem p({64, 4, 2}, 70, 3);
+    for (qjit_isa cap : family_caps()) {
+        const auto context = make_test_context(1, cap);
+        const std::vector<float> causal = p.attend(context.get(), 0, 70);
+        for (const int window : {70, 1000}) {
+            const std::vector<float> windowed = p.attend(context.get(), 0, 70, window);
+            EXPECT_EQ(std::memcmp(causal.data(), windowed.data(), causal.size() * sizeof(float)), 0)
+                << family_of(cap) << ", window " << window;
+        }
+        std::vector<float> out(p.q.size());
+        const qjit_kv_cache cache = p.cache();
+        EXPECT_EQ(qjit_attention_causal_window(context.get(), &p.shape, &cache, p.q.data(), 0, 1, -1, out.data()),
+                  QJIT_ERROR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(qjit_last_error()).find("window of -1"), std::string::npos) << qjit_last_error();
     }
 }
 

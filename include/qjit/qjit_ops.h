@@ -3,9 +3,10 @@
  * threads with kernels chosen under its instruction-set cap (qjit_context_options.max_isa,
  * $QJIT_MAX_ISA), like the layers' kernels.
  *
- *   attention   causal multi-head attention over a key/value cache, grouped-query heads included;
- *               an online softmax over blocks of positions, each key and value read once for up
- *               to four queries that share a key/value head
+ *   attention   causal multi-head attention over a key/value cache, grouped-query heads included,
+ *               optionally over a sliding window of positions; an online softmax over blocks of
+ *               positions, each key and value read once for up to four queries that share a
+ *               key/value head
  *   RMSNorm     out = weight * x / sqrt(mean(x^2) + eps), row by row
  *   RoPE        rotates pairs of each head's values by a position's angles
  *   SwiGLU      silu(gate) * up, element by element
@@ -77,6 +78,13 @@ QJIT_API qjit_status qjit_kv_cache_store(const qjit_attention_shape* shape, cons
 QJIT_API qjit_status qjit_attention_causal(qjit_context* context, const qjit_attention_shape* shape,
                                            const qjit_kv_cache* cache, const float* q, int32_t pos0,
                                            int32_t count, float* out);
+
+/* The same over a sliding window (Gemma's local layers, llama.cpp's LLAMA_SWA_TYPE_STANDARD): the
+ * query at position p attends to positions s with p - window < s <= p, itself and the window - 1
+ * before it. window 0 is qjit_attention_causal. */
+QJIT_API qjit_status qjit_attention_causal_window(qjit_context* context, const qjit_attention_shape* shape,
+                                                  const qjit_kv_cache* cache, const float* q, int32_t pos0,
+                                                  int32_t count, int32_t window, float* out);
 
 /* out[r] = weight * x[r] / sqrt(mean(x[r]^2) + eps) for rows r < rows of `size` values; out may be x. */
 QJIT_API qjit_status qjit_rms_norm(qjit_context* context, const float* x, const float* weight, int64_t rows,

@@ -78,13 +78,15 @@ struct Attend {
         alignas(64) float acc[R][kMaxHeadSize];
         alignas(64) float p[R][kBlock];
         float running_max[R], running_sum[R];
-        int pos[R], last = 0;
+        int pos[R], first[R], last = 0, start = 0x7fffffff;  // first: a row's first visible position
         for (int r = 0; r < R; ++r) {
             const int from = r < task.count ? r : 0;  // missing rows repeat the first; never stored
             for (int i = 0; i < head_size; ++i) q[r][i] = task.q[from][i] * task.scale;
             for (int i = 0; i < head_size; ++i) acc[r][i] = 0.0f;
             pos[r] = task.pos[from];
+            first[r] = task.window > 0 && pos[r] - task.window + 1 > 0 ? pos[r] - task.window + 1 : 0;
             last = pos[r] > last ? pos[r] : last;
+            start = first[r] < start ? first[r] : start;
             running_max[r] = -__builtin_inff();
             running_sum[r] = 0.0f;
         }
@@ -92,7 +94,7 @@ struct Attend {
         for (int i = 0; i < kLanesV; ++i) lane_offsets[i] = float(i);
         const V minus_infinity = splat<V>(-__builtin_inff());
 
-        for (int s0 = 0; s0 <= last; s0 += kBlock) {
+        for (int s0 = start / kBlock * kBlock; s0 <= last; s0 += kBlock) {
             const size_t block = size_t(s0 / kKeyBlock) * task.block_stride;
             const int within = s0 % kKeyBlock;  // the position block's first position in its cache block
             V score[R][B] = {};
@@ -109,15 +111,22 @@ struct Attend {
                 }
             }
             for (int r = 0; r < R; ++r) {
-                const V row_pos = splat<V>(float(pos[r]));
+                const V row_pos = splat<V>(float(pos[r])), row_first = splat<V>(float(first[r]));
                 V most = minus_infinity;
 #pragma GCC unroll 4
                 for (int b = 0; b < B; ++b) {
                     const V at = lane_offsets + float(s0 + kLanesV * b);
-                    score[r][b] = at <= row_pos ? score[r][b] : minus_infinity;
+                    score[r][b] = (at <= row_pos) & (at >= row_first) ? score[r][b] : minus_infinity;
                     most = lane_max(most, score[r][b]);
                 }
                 const float block_max = max_of_lanes(most);
+                // A block wholly outside the row's positions (before its window, or after it
+                // among longer rows) adds nothing: skipped, so that a row with no position yet
+                // does not subtract an infinite maximum from itself.
+                if (block_max == -__builtin_inff()) {
+                    for (int s = 0; s < kBlock; ++s) p[r][s] = 0.0f;
+                    continue;
+                }
                 const float new_max = block_max > running_max[r] ? block_max : running_max[r];
                 // 0 for the first block, exactly 1 while the maximum holds. The vector exp rather
                 // than a libm call, and on every block: a branch around it lets GCC fuse the

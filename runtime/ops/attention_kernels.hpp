@@ -16,7 +16,8 @@ inline constexpr int kKeyBlock = QJIT_ATTENTION_KEY_BLOCK;
 inline constexpr int kMaxHeadSize = QJIT_ATTENTION_MAX_HEAD_SIZE;
 
 // One kernel call: queries q[r] (head_size values, unscaled) at positions pos[r] over the cache
-// positions 0 .. max(pos) of one key/value head, in the cache's blocks (qjit_kv_cache): keys and
+// positions 0 .. max(pos) of one key/value head (with a window w > 0, query r sees positions
+// pos[r] - w + 1 .. pos[r] only), in the cache's blocks (qjit_kv_cache): keys and
 // values point at the head's first block, the next block block_stride elements further; elements
 // are floats or halves as the kernel was picked for. Rows past `count` are not read or written.
 struct AttentionTask {
@@ -29,6 +30,7 @@ struct AttentionTask {
     size_t block_stride = 0;
     int head_size = 0;
     float scale = 1.0f;
+    int window = 0;  // 0: every position up to the query's
 };
 
 using AttentionKernel = void (*)(const AttentionTask&);

@@ -75,8 +75,9 @@ void store_keys_and_values(const qjit_attention_shape& shape, const qjit_kv_cach
 }
 
 void causal_attention(qjit_context& context, const qjit_attention_shape& shape, const qjit_kv_cache& cache,
-                      const float* q, int pos0, int count, float* out) {
+                      const float* q, int pos0, int count, float* out, int window) {
     check(shape, cache, pos0, count);
+    require(window >= 0, "attention: a window of ", window, " positions; expected 0 (none) or more");
     require(count == 0 || (q && out), "attention: q or out is NULL");
     if (count == 0) return;
     const int head_size = shape.head_size;
@@ -109,6 +110,7 @@ void causal_attention(qjit_context& context, const qjit_attention_shape& shape, 
             task.block_stride = block_stride(shape);
             task.head_size = head_size;
             task.scale = scale;
+            task.window = window;
             for (int64_t query = group * rows; query < std::min(queries, (group + 1) * rows); ++query) {
                 const int64_t position = query / kv_mul, q_head = int64_t(kv_head) * kv_mul + query % kv_mul;
                 const size_t at = size_t(position) * q_dim + size_t(q_head) * size_t(head_size);

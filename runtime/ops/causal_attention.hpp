@@ -10,11 +10,11 @@ namespace qjit::ops {
 // As qjit_kv_element_bytes (qjit/qjit_ops.h).
 size_t kv_element_bytes(qjit_kv_type type);
 
-// As qjit_kv_cache_store and qjit_attention_causal (qjit/qjit_ops.h); throw qjit::Error naming a
-// bad argument.
+// As qjit_kv_cache_store and qjit_attention_causal(_window) (qjit/qjit_ops.h; window 0: every
+// earlier position); throw qjit::Error naming a bad argument.
 void store_keys_and_values(const qjit_attention_shape& shape, const qjit_kv_cache& cache, const float* k,
                            const float* v, int pos0, int count);
 void causal_attention(qjit_context& context, const qjit_attention_shape& shape, const qjit_kv_cache& cache,
-                      const float* q, int pos0, int count, float* out);
+                      const float* q, int pos0, int count, float* out, int window = 0);
 
 }  // namespace qjit::ops
