@@ -25,7 +25,7 @@ std::string outside(const char* name, const std::string& value, const char* rang
 float penalized(float logit, float penalty) { return logit <= 0 ? logit * penalty : logit / penalty; }
 
 // A strict total order, so that which tokens a cut keeps and the order they end in do not depend on
-// the standard library's nth_element or sort: the larger logit first, then the lower token.
+// the standard library's heap, nth_element or sort: the larger logit first, then the lower token.
 bool more_likely(float logit_a, int token_a, float logit_b, int token_b) {
     return logit_a > logit_b || (logit_a == logit_b && token_a < token_b);
 }
@@ -100,32 +100,40 @@ int Sampler::next(std::span<const float> logits, std::span<const int> previous_t
     check_logits(logits);
     penalize(logits, previous_tokens);
     if (options_.temperature == 0) return greedy(logits);
+    collect_candidates(logits);
+    keep_top_p();
+    keep_min_p();
+    return draw();
+}
 
-    // The possible tokens (-inf is impossible), in token order.
+// The possible tokens (-inf is impossible) after the penalty: all of them in token order, or with
+// top-k the k most likely, sorted most likely first. Top-k keeps a heap of the k best so far while
+// it scans (its least likely on top), so a 262144-token row costs one pass and a few hundred heap
+// steps rather than a copy and a selection of the whole row.
+void Sampler::collect_candidates(std::span<const float> logits) {
+    const auto order = [](const Candidate& a, const Candidate& b) { return more_likely(a.logit, a.token, b.logit, b.token); };
+    const size_t k = size_t(options_.top_k);
     candidates_.clear();
     size_t next_penalized = 0;
     for (size_t token = 0; token < logits.size(); ++token) {
         float logit = logits[token];
         if (next_penalized < penalized_tokens_.size() && size_t(penalized_tokens_[next_penalized]) == token)
             logit = penalized_logits_[next_penalized++];
-        if (logit > -std::numeric_limits<float>::infinity()) candidates_.push_back({int(token), logit});
+        if (!(logit > -std::numeric_limits<float>::infinity())) continue;
+        const Candidate candidate{int(token), logit};
+        if (k == 0) {
+            candidates_.push_back(candidate);
+        } else if (candidates_.size() < k) {
+            candidates_.push_back(candidate);
+            std::push_heap(candidates_.begin(), candidates_.end(), order);
+        } else if (order(candidate, candidates_.front())) {
+            std::pop_heap(candidates_.begin(), candidates_.end(), order);
+            candidates_.back() = candidate;
+            std::push_heap(candidates_.begin(), candidates_.end(), order);
+        }
     }
     if (candidates_.empty()) throw std::invalid_argument("sampler: every logit is -inf");
-
-    keep_top_k();
-    keep_top_p();
-    keep_min_p();
-    return draw();
-}
-
-// The k most likely, sorted most likely first: nth_element, then a sort of the k alone.
-void Sampler::keep_top_k() {
-    const size_t k = size_t(options_.top_k);
-    if (k == 0 || k >= candidates_.size()) return;
-    const auto order = [](const Candidate& a, const Candidate& b) { return more_likely(a.logit, a.token, b.logit, b.token); };
-    std::nth_element(candidates_.begin(), candidates_.begin() + std::ptrdiff_t(k), candidates_.end(), order);
-    candidates_.resize(k);
-    std::sort(candidates_.begin(), candidates_.end(), order);
+    if (k != 0) std::sort_heap(candidates_.begin(), candidates_.end(), order);
 }
 
 // The smallest set of the most likely tokens whose probability (softmax over the candidates left

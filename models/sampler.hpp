@@ -51,7 +51,7 @@ private:
     void check_logits(std::span<const float> logits) const;
     void penalize(std::span<const float> logits, std::span<const int> previous_tokens);
     int greedy(std::span<const float> logits) const;
-    void keep_top_k();
+    void collect_candidates(std::span<const float> logits);
     void keep_min_p();
     void keep_top_p();
     int draw();
