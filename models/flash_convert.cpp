@@ -68,6 +68,8 @@ std::vector<float> transposed(std::span<const float> values, int64_t rows, int64
 
 FfnSource gguf_source(const std::string& path) {
     const std::shared_ptr<const llama::Weights> weights = llama::load_gguf_llama(qjit::GgufFile::open(path));
+    if (weights->config.ffn_activation != llama::Config::FfnActivation::SwiGlu)
+        fail("'", path, "': its FFNs are GELU-gated (Gemma 3), but neuron files hold SwiGLU FFNs");
     FfnSource source;
     source.layers = int64_t(weights->layers.size());
     source.d_model = weights->config.dim;
