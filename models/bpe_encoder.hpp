@@ -1,8 +1,8 @@
 // Byte-level BPE (tokenizer.ggml.model "gpt2"): the text is cut into pieces by the vocabulary's
 // pre-tokenizer, each piece's bytes are written as GPT-2's byte characters, and within a piece the
 // adjacent pair of lowest merge rank (tokenizer.ggml.merges' order) is merged, the leftmost first
-// among equals, until no pair of the merges is left. Llama 3's vocabularies take a piece that is a
-// token whole, without merging (llama.cpp's ignore_merges).
+// among equals, until no pair of the merges is left (models/pair_merges.hpp). Llama 3's
+// vocabularies take a piece that is a token whole, without merging (llama.cpp's ignore_merges).
 #pragma once
 
 #include <string>

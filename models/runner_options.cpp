@@ -34,13 +34,22 @@ std::optional<int> ArgumentReader::int_value(int min, int max) {
     return int(v);
 }
 
-std::optional<double> ArgumentReader::number_value(double max) {
+std::optional<double> ArgumentReader::real_value() {
     const char* text = value();
     if (!text) return std::nullopt;
     char* end = nullptr;
     const double v = std::strtod(text, &end);
-    if (*text == '\0' || *end != '\0' || !(v >= 0 && v <= max)) {
-        std::fprintf(stderr, "%s: '%s' is not a number in [0, %g]\n", option_.c_str(), text, max);
+    if (*text == '\0' || *end != '\0') {
+        std::fprintf(stderr, "%s: '%s' is not a number\n", option_.c_str(), text);
+        return std::nullopt;
+    }
+    return v;
+}
+
+std::optional<double> ArgumentReader::number_value(double max) {
+    const std::optional<double> v = real_value();
+    if (v && !(*v >= 0 && *v <= max)) {
+        std::fprintf(stderr, "%s: %g is not a number in [0, %g]\n", option_.c_str(), *v, max);
         return std::nullopt;
     }
     return v;

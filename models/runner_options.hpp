@@ -23,6 +23,7 @@ public:
     const char* value();                                // nullptr when missing
     std::optional<int> int_value(int min, int max);     // an integer in [min, max]
     std::optional<double> number_value(double max);     // a number in [0, max]
+    std::optional<double> real_value();                 // any number (the caller checks its range)
 
 private:
     int argc_;

@@ -1,8 +1,8 @@
 // SentencePiece's BPE as GGUF files store it (tokenizer.ggml.model "llama": Llama 2, Gemma): the
 // text, spaces written as U+2581, starts as one symbol per character; the adjacent pair whose joined
 // text is the token of highest score (tokenizer.ggml.scores) is joined, the leftmost first among
-// equals, until no joined pair is a token. A character that is no token is written as its bytes'
-// <0xXX> tokens (byte fallback).
+// equals, until no joined pair is a token (models/pair_merges.hpp). A character that is no token
+// is written as its bytes' <0xXX> tokens (byte fallback).
 #pragma once
 
 #include <string_view>

@@ -19,19 +19,6 @@ namespace qjit_models {
 
 namespace {
 
-// A number as written (range checks are sampling_problem's, which names the option).
-bool parse_number(ArgumentReader& args, double& out) {
-    const char* text = args.value();
-    if (!text) return false;
-    char* end = nullptr;
-    out = std::strtod(text, &end);
-    if (*text == '\0' || *end != '\0') {
-        std::fprintf(stderr, "%s: '%s' is not a number\n", args.option().c_str(), text);
-        return false;
-    }
-    return true;
-}
-
 std::string read_file_text(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw std::runtime_error("--prompt-file '" + path + "' cannot be read: " + std::strerror(errno));
@@ -78,10 +65,10 @@ OptionParse parse_text_option(ArgumentReader& args, TextOptions& options) {
         return OptionParse::taken;
     }
     if (arg == "--temperature" || arg == "--top-p" || arg == "--min-p" || arg == "--repeat-penalty") {
-        double v = 0;
-        if (!parse_number(args, v)) return OptionParse::failed;
+        const std::optional<double> v = args.real_value();  // its range is sampling_problem's
+        if (!v) return OptionParse::failed;
         (arg == "--temperature" ? options.sampling.temperature : arg == "--top-p" ? options.sampling.top_p
-         : arg == "--min-p" ? options.sampling.min_p : options.sampling.repeat_penalty) = float(v);
+         : arg == "--min-p" ? options.sampling.min_p : options.sampling.repeat_penalty) = float(*v);
         options.sampling_given = true;
         return OptionParse::taken;
     }

@@ -22,6 +22,7 @@
 #include "models/token_sequences.hpp"
 #include "models/token_text_stream.hpp"
 #include "models/unicode_text.hpp"
+#include "sentencepiece_vocabulary.hpp"
 #include "smollm2_model.hpp"
 
 namespace {
@@ -29,6 +30,9 @@ namespace {
 using qjit_models::GgufVocabulary;
 using qjit_models::PreTokenizer;
 using qjit_models::TextTokenizer;
+using qjit::test::byte_piece_id;
+using qjit::test::kFirstSentencePiece;
+using qjit::test::sentencepiece_vocabulary;
 
 const std::filesystem::path kData = std::filesystem::path(QJIT_SOURCE_DIR) / "tests" / "data";
 
@@ -106,36 +110,6 @@ std::string vocabulary_with_pre_tokenizer(const qjit::GgufFile& source, const st
     std::vector<int32_t> types;
     for (const int64_t type : source.get_int_array("tokenizer.ggml.token_type")) types.push_back(int32_t(type));
     writer.array("tokenizer.ggml.token_type", types);
-    return writer.bytes();
-}
-
-// A small SentencePiece vocabulary: the given tokens (normal, with their scores) after the 256
-// byte tokens and <unk>, <s>, </s>.
-std::string spm_vocabulary(const std::vector<std::pair<std::string, float>>& tokens, bool space_prefix) {
-    std::vector<std::string> texts = {"<unk>", "<s>", "</s>"};
-    std::vector<float> scores = {0, 0, 0};
-    std::vector<int32_t> types = {2, 3, 3};
-    for (int b = 0; b < 256; ++b) {
-        char name[8];
-        std::snprintf(name, sizeof name, "<0x%02X>", b);
-        texts.push_back(name);
-        scores.push_back(0);
-        types.push_back(6);
-    }
-    for (const auto& [text, score] : tokens) {
-        texts.push_back(text);
-        scores.push_back(score);
-        types.push_back(1);
-    }
-    qjit::test::GgufWriter writer;
-    writer.value("general.architecture", "llama")
-        .value("tokenizer.ggml.model", "llama")
-        .array("tokenizer.ggml.tokens", texts)
-        .array("tokenizer.ggml.scores", scores)
-        .array("tokenizer.ggml.token_type", types)
-        .value("tokenizer.ggml.bos_token_id", uint32_t(1))
-        .value("tokenizer.ggml.eos_token_id", uint32_t(2))
-        .value("tokenizer.ggml.add_space_prefix", space_prefix);
     return writer.bytes();
 }
 
@@ -221,27 +195,26 @@ TEST(PreTokenizer, UnknownNameIsRefusedByName) {
 
 TEST(SentencePiece, JoinsTheHighestScoringPairsAndFallsBackToBytes) {
     // "▁ab" joins through "ab" (score -1) rather than "▁a" (score -2); "c" is no token: bytes.
-    const ParsedVocabulary v(spm_vocabulary({{"\xE2\x96\x81", -5}, {"a", -3}, {"b", -3}, {"ab", -1},
-                                             {"\xE2\x96\x81" "a", -2}, {"\xE2\x96\x81" "ab", -4}},
-                                            true));
+    const ParsedVocabulary v(sentencepiece_vocabulary({{"\xE2\x96\x81", -5}, {"a", -3}, {"b", -3}, {"ab", -1},
+                                                       {"\xE2\x96\x81" "a", -2}, {"\xE2\x96\x81" "ab", -4}},
+                                                      true));
     const TextTokenizer tokenizer(*v.vocabulary);
-    const int bytes = 3, first = 3 + 256;  // the byte tokens' ids start after <unk>, <s>, </s>
-    const int space = first, ab = first + 3, space_ab = first + 5;
+    const int space = kFirstSentencePiece, space_ab = kFirstSentencePiece + 5;
     EXPECT_EQ(tokenizer.encode("ab"), (std::vector<int>{1, space_ab}));
-    EXPECT_EQ(tokenizer.encode("abc", false), (std::vector<int>{space_ab, bytes + 'c'}));
-    EXPECT_EQ(tokenizer.encode("c ab", false), (std::vector<int>{space, bytes + 'c', space_ab}));
-    EXPECT_EQ(tokenizer.encode("\xC3\xA9", false), (std::vector<int>{space, bytes + 0xC3, bytes + 0xA9}));
-    (void)ab;
+    EXPECT_EQ(tokenizer.encode("abc", false), (std::vector<int>{space_ab, byte_piece_id('c')}));
+    EXPECT_EQ(tokenizer.encode("c ab", false), (std::vector<int>{space, byte_piece_id('c'), space_ab}));
+    EXPECT_EQ(tokenizer.encode("\xC3\xA9", false), (std::vector<int>{space, byte_piece_id(0xC3), byte_piece_id(0xA9)}));
 }
 
 TEST(SentencePiece, WithoutSpacePrefixTextStartsAsWritten) {
-    const ParsedVocabulary v(spm_vocabulary({{"a", -1}, {"\xE2\x96\x81", -1}}, false));
+    const ParsedVocabulary v(sentencepiece_vocabulary({{"a", -1}, {"\xE2\x96\x81", -1}}, false));
     const TextTokenizer tokenizer(*v.vocabulary);
-    EXPECT_EQ(tokenizer.encode("a a", false), (std::vector<int>{259, 260, 259}));
+    const int a = kFirstSentencePiece, space = kFirstSentencePiece + 1;
+    EXPECT_EQ(tokenizer.encode("a a", false), (std::vector<int>{a, space, a}));
 }
 
 TEST(TextTokenizer, InvalidUtf8IsRefusedNamingTheByte) {
-    const ParsedVocabulary v(spm_vocabulary({{"a", -1}}, true));
+    const ParsedVocabulary v(sentencepiece_vocabulary({{"a", -1}}, true));
     const TextTokenizer tokenizer(*v.vocabulary);
     try {
         tokenizer.encode("ok \xFF");
@@ -252,14 +225,13 @@ TEST(TextTokenizer, InvalidUtf8IsRefusedNamingTheByte) {
 }
 
 TEST(TokenTextStream, HoldsTheBytesOfAnUnfinishedCharacter) {
-    const ParsedVocabulary v(spm_vocabulary({{"a", -1}}, true));
+    const ParsedVocabulary v(sentencepiece_vocabulary({{"a", -1}}, true));
     qjit_models::TokenTextStream stream(*v.vocabulary);
-    const int bytes = 3;
-    EXPECT_EQ(stream.push(259), "a");
-    EXPECT_EQ(stream.push(bytes + 0xE2), "");
-    EXPECT_EQ(stream.push(bytes + 0x82), "");
-    EXPECT_EQ(stream.push(bytes + 0xAC), "\xE2\x82\xAC");
-    EXPECT_EQ(stream.push(bytes + 0xF0), "");
+    EXPECT_EQ(stream.push(kFirstSentencePiece), "a");
+    EXPECT_EQ(stream.push(byte_piece_id(0xE2)), "");
+    EXPECT_EQ(stream.push(byte_piece_id(0x82)), "");
+    EXPECT_EQ(stream.push(byte_piece_id(0xAC)), "\xE2\x82\xAC");
+    EXPECT_EQ(stream.push(byte_piece_id(0xF0)), "");
     EXPECT_EQ(stream.finish(), "\xF0");
     EXPECT_EQ(stream.push(1), "");  // a control token prints as nothing
 }
