@@ -318,7 +318,10 @@ Decoding generate_text(llama::Model& model, const GgufVocabulary& vocabulary, co
         };
     }
     const GeneratedText generated = session.generate(d.prompt, limits, sampler, print);
-    if (!options.json) std::printf("\n");
+    if (!options.json) {
+        std::printf("\n");
+        std::fflush(stdout);  // the text before the figures on stderr
+    }
     d.generated = generated.tokens;
     d.text = generated.text;
     d.stop_reason = stop_reason_name(generated.reason);
