@@ -1,7 +1,8 @@
 // The real Gemma 3 270M file (gemma-3-270m-q4_k_m.gguf in $QJIT_MODEL_DIR, default
 // ~/.cache/qjit/models; scripts/fetch_model.sh --gemma3 fetches it; skipped when absent) against
 // llama.cpp's own results on it (tests/data/gemma3-270m, made by bench/llama_cpp_nll.py): its config
-// as llama.cpp reads it, the NLL of the 200 evaluation sequences and a greedy continuation.
+// as llama.cpp reads it, the NLL of the 200 evaluation sequences and a greedy continuation; and
+// against an independent fp32 forward of the same weights (bench/gemma3_fp32_reference.py).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -87,6 +88,25 @@ TEST_F(Gemma3, NllMatchesLlamaCpp) {
     EXPECT_NEAR(nll.mean_nll, expected, 3e-3);
     std::printf("Gemma 3 270M exact import: mean NLL %.6f over %lld tokens, llama.cpp %.6f\n", nll.mean_nll,
                 static_cast<long long>(nll.tokens), expected);
+}
+
+// Exact import with fp32 activations reproduces the independent fp32 forward sequence by sequence
+// (llama.cpp's 8-bit activations put its NLL ~5e-3 above both on these sequences).
+TEST_F(Gemma3, ExactImportMatchesFp32Reference) {
+    const nlohmann::json reference = read_json(kDataDir + "eval_fp32_reference.json");
+    const std::vector<double> expected = reference.at("per_sequence_nll_sum").get<std::vector<double>>();
+    qjit_models::TokenSequences sequences = qjit_models::read_token_sequences(kDataDir + "eval.seq.u32");
+    sequences.resize(10);
+    ASSERT_GE(expected.size(), sequences.size());
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.activations = QJIT_ACTIVATIONS_F32;
+    llama::GgufImportMaker exact(&options);
+    llama::Model model(weights_, exact);
+    const llama::NllResult nll = llama::evaluate_nll(model, sequences);
+    ASSERT_EQ(nll.sequence_nll.size(), sequences.size());
+    for (size_t s = 0; s < sequences.size(); ++s)
+        EXPECT_NEAR(nll.sequence_nll[s], expected[s], 1e-3) << "sequence " << s;
 }
 
 // Greedy decoding from llama.cpp's prompt (BOS "Once upon a time") gives llama.cpp's first tokens.
