@@ -13,6 +13,9 @@ namespace qjit {
 // up[i] = silu(gate[i]) * up[i], a vector at a time with the vector SiLU (base/activations.hpp), in
 // the family of `isa` (base/simd_family.hpp). The result is the same in every family.
 void swiglu_in_place(qjit_isa isa, float* up, const float* gate, int64_t count);
+// up[i] = gelu(gate[i]) * up[i] (Gemma's GELU-gated FFN), likewise with the vector GELU: the same
+// result in every family.
+void geglu_in_place(qjit_isa isa, float* up, const float* gate, int64_t count);
 // up[i] = gelu(up[i]), GELU's tanh approximation.
 void gelu_in_place(float* up, int64_t count);
 // up[i] = max(0, up[i]).

@@ -31,4 +31,14 @@ inline float gelu(float v) {
     return 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
 }
 
+// The same on a float vector, as 0.5 (1 + tanh(u)) = 1 / (1 + e^(-2u)): v / (1 + e^(-2u)) with
+// exp_lanes (a tanh of its own would cost more and round no better).
+template <typename V>
+    requires(!std::is_arithmetic_v<V>)
+[[gnu::always_inline]] inline V gelu(V v) {
+    constexpr float kTwoSqrt2OverPi = 2.0f * 0.7978845608f;
+    const V u2 = kTwoSqrt2OverPi * (v + 0.044715f * v * v * v);
+    return v * (1.0f / (1.0f + exp_lanes(-u2)));
+}
+
 }  // namespace qjit

@@ -10,7 +10,6 @@
 #include "models/llama_eval.hpp"
 #include "models/fail.hpp"
 #include "models/parallel_loop.hpp"
-#include "base/activations.hpp"
 #include "qjit/qjit_ops.h"
 
 namespace qjit_models::llama {
@@ -332,39 +331,37 @@ bool Model::run_layer(int l, int pos0, int count) {
         add_block_output(lw.post_ffn_norm, count);
         return true;
     }
-    // The same steps one by one: layers that are not qjit layers of one context, a capture that
-    // stops at w1 or w2, or a threshold on the activations. hb_ = x w1 (gate), hb2_ = x w3 (up),
-    // then hb2_ = the activations.
-    if (capture_ == nullptr) {
-        forward_shared_input({layer.w1.get(), layer.w3.get()}, xb_.data(), count, {hb_.data(), hb2_.data()});
-    } else {
-        if (!run_linear(l, 4, xb_.data(), count, hb_.data())) return false;
-        layer.w3->forward(xb_.data(), count, hb2_.data());
+    // The same steps one by one: layers that are not qjit layers of one context, a GELU-gated FFN,
+    // a capture that stops at w1 or w2, or a threshold on the activations. hb_ = x w1 (gate),
+    // hb2_ = x w3 (up), then hb2_ = the activations.
+    {
+        const StepTimer timer(profile_, Step::Ffn);
+        if (capture_ == nullptr) {
+            forward_shared_input({layer.w1.get(), layer.w3.get()}, xb_.data(), count, {hb_.data(), hb2_.data()});
+        } else {
+            if (!run_linear(l, 4, xb_.data(), count, hb_.data())) return false;
+            layer.w3->forward(xb_.data(), count, hb2_.data());
+        }
+        ffn_activation(rows * hidden);
+        if (ffn_threshold_ > 0) {
+            for (size_t i = 0; i < rows * hidden; ++i)
+                if (std::fabs(hb2_[i]) < ffn_threshold_) {
+                    hb2_[i] = 0.0f;
+                    ++ffn_sparsity_.zeroed;
+                }
+            ffn_sparsity_.total += int64_t(rows * hidden);
+        }
+        if (!run_linear(l, 5, hb2_.data(), count, delta_.data())) return false;
     }
-    ffn_activation(rows * hidden);
-    if (ffn_threshold_ > 0) {
-        for (size_t i = 0; i < rows * hidden; ++i)
-            if (std::fabs(hb2_[i]) < ffn_threshold_) {
-                hb2_[i] = 0.0f;
-                ++ffn_sparsity_.zeroed;
-            }
-        ffn_sparsity_.total += int64_t(rows * hidden);
-    }
-    if (!run_linear(l, 5, hb2_.data(), count, delta_.data())) return false;
     add_block_output(lw.post_ffn_norm, count);
     return true;
 }
 
 void Model::ffn_activation(size_t count) {
-    if (config().ffn_activation == Config::FfnActivation::SwiGlu) {
+    if (config().ffn_activation == Config::FfnActivation::SwiGlu)
         check_qjit(qjit_swiglu(threads_.get(), hb2_.data(), hb_.data(), int64_t(count)), "qjit_swiglu");
-        return;
-    }
-    const float* gate = hb_.data();
-    float* up = hb2_.data();
-    parallel_loop(threads_.get(), int64_t(count), kParallelGrainWork, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) up[i] = qjit::gelu(gate[i]) * up[i];
-    });
+    else
+        check_qjit(qjit_geglu(threads_.get(), hb2_.data(), hb_.data(), int64_t(count)), "qjit_geglu");
 }
 
 void Model::add_block_output(const std::vector<float>& post_norm, int count) {

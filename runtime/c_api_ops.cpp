@@ -94,6 +94,17 @@ qjit_status qjit_swiglu(qjit_context* context, float* up, const float* gate, int
     });
 }
 
+qjit_status qjit_geglu(qjit_context* context, float* up, const float* gate, int64_t count) {
+    return guarded([&] {
+        require(context != nullptr, "context is NULL");
+        require(count >= 0, "geglu: count is ", count);
+        require(count == 0 || (up && gate), "geglu: up or gate is NULL");
+        qjit::ops::parallel_ranges(*context, count, qjit::ops::kOpGrainWork / 16, [&](int64_t begin, int64_t end) {
+            qjit::geglu_in_place(context->isa, up + begin, gate + begin, end - begin);
+        });
+    });
+}
+
 qjit_status qjit_op_kernel_name(const qjit_context* context, qjit_op op, const char** name) {
     return guarded([&] {
         require(context != nullptr, "context is NULL");

@@ -369,6 +369,33 @@ TEST(Swiglu, MatchesDoublesAndIsTheSameInEveryFamily) {
     }
 }
 
+// GELU's tanh form through 1 / (1 + e^(-2u)), against std::tanh in doubles.
+TEST(Geglu, MatchesDoublesAndIsTheSameInEveryFamily) {
+    for (const int64_t count : {1, 15, 16, 17, 1000, 40000}) {
+        std::vector<float> gate = random_rows(1, count, 8);
+        const std::vector<float> up = random_rows(1, count, 9);
+        if (count > 2) gate[0] = -60.0f, gate[1] = 60.0f;  // where e^(-2u) under- and overflows
+        std::vector<float> first;
+        for (qjit_isa cap : family_caps()) {
+            const auto context = make_test_context(2, cap);
+            std::vector<float> out = up;
+            ASSERT_EQ(qjit_geglu(context.get(), out.data(), gate.data(), count), QJIT_OK) << qjit_last_error();
+            for (int64_t i = 0; i < count; ++i) {
+                const double g = gate[size_t(i)];
+                const double expected =
+                    0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))) * up[size_t(i)];
+                ASSERT_NEAR(out[size_t(i)], expected, 2e-6 * (std::fabs(expected) + 1e-6)) << family_of(cap) << " " << i;
+            }
+            if (first.empty()) first = out;
+            EXPECT_EQ(out, first) << family_of(cap) << " differs from the portable family";
+        }
+    }
+    const auto context = make_test_context(1);
+    std::vector<float> x(4, 1.0f);
+    EXPECT_EQ(qjit_geglu(context.get(), x.data(), nullptr, 4), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(qjit_geglu(context.get(), x.data(), x.data(), -1), QJIT_ERROR_INVALID_ARGUMENT);
+}
+
 TEST(OpKernels, NamesAreOfTheCappedFamily) {
     for (qjit_isa cap : family_caps()) {
         const auto context = make_test_context(1, cap);

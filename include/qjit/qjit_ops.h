@@ -9,7 +9,7 @@
  *               key/value head
  *   RMSNorm     out = weight * x / sqrt(mean(x^2) + eps), row by row
  *   RoPE        rotates pairs of each head's values by a position's angles
- *   SwiGLU      silu(gate) * up, element by element
+ *   SwiGLU      silu(gate) * up, element by element; GEGLU gelu(gate) * up
  *
  * Every op's result for a row depends on that row and its inputs only, not on how many rows one
  * call takes or on the threads: a prompt and the same tokens one by one agree bit for bit.
@@ -106,6 +106,11 @@ QJIT_API qjit_status qjit_rope(qjit_context* context, float* x, int64_t rows, in
 /* up[i] = silu(gate[i]) * up[i] for i < count (SiLU: v / (1 + e^-v)), the SwiGLU FFN's activation;
  * the same result in every ISA family. */
 QJIT_API qjit_status qjit_swiglu(qjit_context* context, float* up, const float* gate, int64_t count);
+
+/* up[i] = gelu(gate[i]) * up[i] for i < count (GELU's tanh approximation, 0.5 v (1 + tanh(sqrt(2/pi)
+ * (v + 0.044715 v^3))), computed as v / (1 + e^(-2 sqrt(2/pi) (v + 0.044715 v^3)))), Gemma's
+ * GELU-gated FFN's activation; the same result in every ISA family. */
+QJIT_API qjit_status qjit_geglu(qjit_context* context, float* up, const float* gate, int64_t count);
 
 typedef enum qjit_op {
     QJIT_OP_ATTENTION = 0,
