@@ -19,7 +19,8 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_layer_file fuzz_layer_file_checksummed fuzz_tuning_db fuzz_model_config
                                      fuzz_safetensors fuzz_gguf fuzz_checkpoint fuzz_gptq_tensors fuzz_tp_mlp_file
-                                     fuzz_neuron_file fuzz_neuron_file_checksummed fuzz_pack_file fuzz_json_document)
+                                     fuzz_neuron_file fuzz_neuron_file_checksummed fuzz_pack_file fuzz_json_document
+                                     fuzz_tokenizer)
 build="$root/build-sanitize"
 target_flags=()
 for target in "${targets[@]}"; do target_flags+=(--target "$target"); done
