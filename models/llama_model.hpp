@@ -199,7 +199,7 @@ public:
     // The FFN of every layer from `ffn` (null: the layer's own linear layers again). An override
     // runs SwiGLU FFNs: a model of another activation refuses one.
     void set_ffn_override(FfnOverride* ffn);
-    // Zeroes each FFN activation silu(x w1) * (x w3) of magnitude below `threshold` (0: none) before
+    // Zeroes each FFN activation act(x w1) * (x w3) of magnitude below `threshold` (0: none) before
     // w2, as a sparse FFN that skips those neurons would; counts them.
     void set_ffn_threshold(float threshold) {
         ffn_threshold_ = threshold;
