@@ -12,6 +12,7 @@ softmax and the NLL in float64. Writes per_sequence_nll_sum and mean_nll as JSON
 
   PYTHONPATH=.../gguf-py python3 bench/gemma3_fp32_reference.py --model gemma-3-270m-q4_k_m.gguf \\
       --tokens tests/data/gemma3-270m/eval.seq.u32 --count 40 --out eval_fp32_reference.json
+  (--concatenate 900: one sequence of the first 900 tokens of all, past the sliding window)
 """
 import argparse
 import json
@@ -114,10 +115,16 @@ def main():
     parser.add_argument("--model", required=True)
     parser.add_argument("--tokens", required=True)
     parser.add_argument("--count", type=int, default=40, help="the first COUNT sequences")
+    parser.add_argument("--concatenate", type=int, default=0, metavar="N",
+                        help="score one sequence instead: the first N tokens of all sequences joined in order "
+                             "(longer than the sliding window)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     model = Gemma3(args.model)
-    sequences = read_sequences(args.tokens)[: args.count]
+    sequences = read_sequences(args.tokens)
+    if args.concatenate > 0:
+        sequences = [np.concatenate(sequences)[: args.concatenate]]
+    sequences = sequences[: args.count]
     sums = []
     for i, tokens in enumerate(sequences):
         sums.append(sequence_nll(model.logits(tokens), tokens))

@@ -109,6 +109,27 @@ TEST_F(Gemma3, ExactImportMatchesFp32Reference) {
         EXPECT_NEAR(nll.sequence_nll[s], expected[s], 1e-3) << "sequence " << s;
 }
 
+// Past the sliding window: the first 900 tokens of the evaluation sequences as one sequence, where
+// the local layers' queries from position 512 on no longer see the first positions. Exact import
+// with fp32 activations against the independent fp32 forward: within 5e-3 of its sum (they differ
+// by ~3e-4), where a window of 511 or 513 positions instead of 512 moves it by 0.04.
+TEST_F(Gemma3, SlidingWindowMatchesFp32ReferencePast512Positions) {
+    const nlohmann::json reference = read_json(kDataDir + "long_fp32_reference.json");
+    const double expected = reference.at("per_sequence_nll_sum").at(0).get<double>();
+    std::vector<int> tokens;
+    for (const std::vector<int>& sequence : qjit_models::read_token_sequences(kDataDir + "eval.seq.u32"))
+        tokens.insert(tokens.end(), sequence.begin(), sequence.end());
+    tokens.resize(900);
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.activations = QJIT_ACTIVATIONS_F32;
+    llama::GgufImportMaker exact(&options);
+    llama::Model model(weights_, exact);
+    const llama::NllResult nll = llama::evaluate_nll(model, {tokens});
+    ASSERT_EQ(nll.sequence_nll.size(), 1u);
+    EXPECT_NEAR(nll.sequence_nll[0], expected, 5e-3);
+}
+
 // Greedy decoding from llama.cpp's prompt (BOS "Once upon a time") gives llama.cpp's first tokens.
 TEST_F(Gemma3, GreedyContinuationMatchesLlamaCpp) {
     const nlohmann::json reference = read_json(kDataDir + "greedy.json");
