@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """qjit's GGUF tokenizer against llama.cpp's on TinyStories paragraphs: how many come out identical,
 and each one's speed in the same run (the median of 5 passes over all paragraphs, one Python call
-per paragraph on both sides: qjit.Model.tokenize and llama-cpp-python's Llama.tokenize, i.e.
-llama_tokenize(add_special=true, parse_special=false)).
+per paragraph on both sides: qjit.Model.tokenize, and llama_tokenize(add_special=true,
+parse_special=false) called through ctypes into a buffer made once; the binding's own
+Llama.tokenize would size its buffer from the context and, for a vocabulary-only load, tokenize
+every text twice).
 
 Needs the installed qjit package (pip install .) and llama.cpp's Python binding from the sdist
 bench/peer_llama_cpp.sh unpacks and builds (diskcache and jinja2 from pip):
@@ -52,7 +54,13 @@ def main():
         reference = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
         model = qjit.Model.from_gguf(path, threads=1)
         ours = lambda p: model.tokenize(p)  # noqa: E731
-        theirs = lambda p: reference.tokenize(p.encode(), add_bos=True, special=False)  # noqa: E731
+        vocab, buffer = reference._model.vocab, (llama_cpp.llama_token * 65536)()
+
+        def theirs(paragraph):
+            text = paragraph.encode()
+            count = llama_cpp.llama_tokenize(vocab, text, len(text), buffer, len(buffer), True, False)
+            return list(buffer[:count])
+
         identical = sum(ours(p) == theirs(p) for p in paragraphs)
         qjit_s = median_seconds(lambda: [ours(p) for p in paragraphs])
         llama_s = median_seconds(lambda: [theirs(p) for p in paragraphs])
