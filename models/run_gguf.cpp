@@ -336,6 +336,7 @@ Decoding generate_text(llama::Model& model, const GgufVocabulary& vocabulary, co
 // Everything a run reports.
 struct Report {
     std::shared_ptr<const llama::Weights> weights;
+    std::string architecture;  // general.architecture
     std::string linears;
     llama::QjitStorage storage;
     double load_seconds = 0.0;
@@ -417,6 +418,7 @@ std::vector<int> bench_prompt(int count, int vocab_size) {
 void print_json(const Options& options, const Report& r) {
     JsonLine json;
     json.text("model", options.model)
+        .text("architecture", r.architecture)
         .text("method", options.method.method)
         .text("linears", r.linears)
         .integer("threads", options.context.threads)
@@ -502,10 +504,10 @@ void print_json(const Options& options, const Report& r) {
 // The report as text on `out`: stdout, or stderr when the generated text went to stdout.
 void print_text(const Options& options, const Report& r, FILE* out) {
     const llama::Config& c = r.weights->config;
-    std::fprintf(out, "model: %s: llama, %d layers, dim %d, FFN %d, %d heads (%d KV) of %d, vocab %d, context %d, "
+    std::fprintf(out, "model: %s: %s, %d layers, dim %d, FFN %d, %d heads (%d KV) of %d, vocab %d, context %d, "
                 "RoPE base %g, RMSNorm eps %g, classifier %s\n",
-                options.model.c_str(), c.n_layers, c.dim, c.hidden_dim, c.n_heads, c.n_kv_heads, c.head_size,
-                c.vocab_size, c.seq_len, double(c.rope_base), double(c.rms_eps),
+                options.model.c_str(), r.architecture.c_str(), c.n_layers, c.dim, c.hidden_dim, c.n_heads,
+                c.n_kv_heads, c.head_size, c.vocab_size, c.seq_len, double(c.rope_base), double(c.rms_eps),
                 r.weights->tied_classifier ? "tied to the embedding" : "separate");
     std::fprintf(out, "linears: %s, %.3f bits per weight as stored, loaded in %.2f s%s\n", r.linears.c_str(),
                 r.storage.bits_per_weight(), r.load_seconds, r.ffn_linears ? "" : " (not the FFNs: --flash serves them)");
@@ -557,6 +559,7 @@ int run(const Options& options) {
     const auto load_start = std::chrono::steady_clock::now();
     const std::shared_ptr<const qjit::GgufFile> file = qjit::GgufFile::open(options.model);
     report.weights = llama::load_gguf_llama(file);
+    report.architecture = file->get_string("general.architecture");  // load_gguf_llama checked it
     const llama::Config& c = report.weights->config;
     const GgufVocabulary vocabulary(*file);
     const TokenSequences sequences = read_sequences(options.tokens, options.max_sequences, c, "--tokens");
