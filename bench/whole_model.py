@@ -13,7 +13,8 @@ Markdown (medians in tokens/s, raw rounds); --json OUT also writes everything as
 Models: smollm2-q4_1 (scripts/fetch_model.sh), smollm2-q4_0 (requantized from it by llama-quantize:
 less precise, same speed), smollm2-q4_k_m (requantized the same way; 576-wide rows are no multiple of
 256, so llama-quantize falls back to Q5_0 there and keeps Q4_K/Q6_K for ffn_down), 1b-q4_0, 1b-q4_k_m, 7b-q4_0, qwen2_0.5b-q4_0, qwen2_7b-q4_k_m (random weights,
-bench/make_llama_gguf.py; the qwen2 files are not in the default set).
+bench/make_llama_gguf.py; the qwen2 files are not in the default set), gemma3-270m-q4_k_m (a real
+file: scripts/fetch_model.sh --gemma3; not in the default set).
 Peers: bench/peer_llama_cpp.sh and bench/peer_ik_llama.sh build them into build/peers. With --pack,
 qjit-run maps its layers from a pack file per model and thread count (qjit-run --pack), which an
 untimed run writes first.
@@ -55,7 +56,8 @@ PEERS = ROOT / "build" / "peers"
 MODEL_DIR = PEERS / "models"
 PROMPT = "6403,1980,253,655,28,665,436,253,1838"  # SmolLM2: "Once upon a time, there was a little"
 ENGINES = ["llama.cpp", "ik_llama.cpp", "qjit-run"]
-MODELS = ["smollm2-q4_0", "smollm2-q4_1", "smollm2-q4_k_m", "1b-q4_0", "1b-q4_k_m", "7b-q4_0", "qwen2_0.5b-q4_0", "qwen2_7b-q4_k_m"]
+MODELS = ["smollm2-q4_0", "smollm2-q4_1", "smollm2-q4_k_m", "1b-q4_0", "1b-q4_k_m", "7b-q4_0", "qwen2_0.5b-q4_0", "qwen2_7b-q4_k_m",
+          "gemma3-270m-q4_k_m"]
 DEFAULT_MODELS = MODELS[:6]
 TIMEOUT_S = 3600
 # ISA class -> (qjit-run --isa value, /proc/cpuinfo flags the class needs: qjit's and the peers' builds).
@@ -104,9 +106,9 @@ def peer_dir(isa_class):
 
 
 def model_path(name):
-    if name == "smollm2-q4_1":
-        return Path(subprocess.run([str(ROOT / "scripts" / "fetch_model.sh")], check=True, capture_output=True,
-                                   text=True).stdout.strip())
+    if name in ("smollm2-q4_1", "gemma3-270m-q4_k_m"):
+        fetch = [str(ROOT / "scripts" / "fetch_model.sh")] + (["--gemma3"] if name.startswith("gemma3") else [])
+        return Path(subprocess.run(fetch, check=True, capture_output=True, text=True).stdout.strip())
     if name in ("smollm2-q4_0", "smollm2-q4_k_m"):
         return MODEL_DIR / f"SmolLM2-135M-Instruct.{name.split('-', 1)[1].upper()}.requantized.gguf"
     shape, type_name = name.split("-", 1)
