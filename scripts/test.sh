@@ -7,7 +7,8 @@
 # (Isa/: minutes under TSan, and nothing the rest does not already run on the thread pool), and the
 # model-scale numerics in those suites (NLL on the real models, the tune-then-create round trip of a
 # checkpoint, tuning a GGUF file with the probes, the sparse products' sweep over every format, the
-# calibration's rank search): minutes under TSan, on the same pool the layer suites run.
+# calibration's rank search, qjit-run's text modes on SmolLM2): minutes under TSan, on the same pool
+# the layer suites run.
 # The ASan builds compile the suites' own code without the sanitizers (tests/CMakeLists.txt).
 # Under ASan + UBSan the AVX2 twins of the AVX-512 format variants (AllFormats/*_avx2_*), the JIT
 # runs of the per-ISA model checks (Isa/*/avx*, Isa/*/Jit: their portable runs stay) and the NVRTC
@@ -44,7 +45,7 @@ case "${QJIT_SANITIZE:-0}" in
     build_dir="$root/build-tsan"
     "$root/scripts/build.sh" --quiet "$build_dir" -DQJIT_TSAN=ON -DQJIT_BUILD_BENCH=OFF -DQJIT_TESTS=threaded
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp"
-    exclude=(-E '^Isa/|^layering_|^install_and_consume$|RealModel|^SmolLM2\.|^checkpoint_tuned_then_created|^TuneDriver\.(TunesEach|IsaCaps)|^SparseProductJit\.MatchesTheOracleOnEveryFormat$|^CApiCalibration\.RankWithinBudget$')
+    exclude=(-E '^Isa/|^layering_|^install_and_consume$|RealModel|^SmolLM2\.|^text_cli$|^checkpoint_tuned_then_created|^TuneDriver\.(TunesEach|IsaCaps)|^SparseProductJit\.MatchesTheOracleOnEveryFormat$|^CApiCalibration\.RankWithinBudget$')
     labels_out='cuda_sweep|mpi'
     ;;
   *)
