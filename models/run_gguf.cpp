@@ -36,6 +36,7 @@ constexpr const char* kMethods[] = {"exact", "fp32", "rtn", "hqq", "milo", "gptq
 struct Options {
     std::string model;
     std::string tokens;               // sequences to score; empty: none
+    std::string text_file;            // or a text's paragraphs, tokenized here
     int max_sequences = 0;            // 0: all
     std::string calibration_tokens;   // gptq, mixed
     int calibration_sequences = 64;
@@ -63,6 +64,8 @@ void print_usage(const char* program) {
         "          [--prompt TEXT | --chat] [--generate N [--prompt-tokens 1,2,3]] [--method M ...] [--json]\n"
         "  --model FILE       a GGUF file of a llama, qwen2 or qwen3 model\n"
         "  --tokens FILE      token sequences to score (*.seq.u32: count, lengths, tokens; little-endian uint32)\n"
+        "  --text-file FILE   score the paragraphs of a UTF-8 text instead (split at blank lines, tokenized with\n"
+        "                     the file's own tokenizer, BOS as the file says)\n"
         "  --max-sequences N  score only the first N of them\n"
         "%s"
         "  --generate N       with --prompt or --chat: at most N tokens (default 128); else decode N tokens\n"
@@ -113,13 +116,14 @@ std::optional<Options> parse_args(int argc, char** argv) {
         if (parsed == OptionParse::failed) return std::nullopt;
         if (parsed == OptionParse::taken) continue;
         if (arg == "--model" || arg == "--tokens" || arg == "--calibration-tokens" || arg == "--prompt-tokens" ||
-            arg == "--pack") {
+            arg == "--pack" || arg == "--text-file") {
             const char* text = args.value();
             if (!text) return std::nullopt;
             (arg == "--model"                ? options.model
              : arg == "--tokens"             ? options.tokens
              : arg == "--calibration-tokens" ? options.calibration_tokens
              : arg == "--pack"               ? options.pack
+             : arg == "--text-file"          ? options.text_file
                                              : options.prompt_tokens) = text;
         } else if (arg == "--max-sequences" || arg == "--calibration-sequences" || arg == "--generate" ||
                    arg == "--prompt-bench" || arg == "--bench-repeats") {
@@ -183,7 +187,9 @@ std::optional<Options> parse_args(int argc, char** argv) {
         return std::nullopt;
     };
     if (options.model.empty()) return refuse("--model FILE.gguf is required");
-    if (options.max_sequences > 0 && options.tokens.empty()) return refuse("--max-sequences goes with --tokens");
+    if (!options.tokens.empty() && !options.text_file.empty()) return refuse("give --tokens or --text-file, not both");
+    if (options.max_sequences > 0 && options.tokens.empty() && options.text_file.empty())
+        return refuse("--max-sequences goes with --tokens or --text-file");
     if (!options.prompt_tokens.empty() && options.generate == 0) return refuse("--prompt-tokens goes with --generate");
     if (!options.prompt_tokens.empty() && (options.text.has_prompt() || options.text.chat))
         return refuse("give the prompt as text (--prompt, --chat) or as tokens (--prompt-tokens), not both");
@@ -244,6 +250,20 @@ TokenSequences read_sequences(const std::string& path, int limit, const llama::C
     const std::string where = what + " '" + path + "'";
     check_tokens_in_vocabulary(sequences, c.vocab_size, where);
     check_lengths(sequences, c.seq_len, where);
+    return sequences;
+}
+
+// The paragraphs of --text-file, tokenized, checked against the model as token files are.
+TokenSequences text_sequences(const std::string& path, int limit, const GgufVocabulary& vocabulary,
+                              const llama::Config& c) {
+    TokenSequences sequences;
+    try {
+        sequences = tokenize_paragraphs(vocabulary, path, limit);
+    } catch (const std::exception& e) {
+        throw std::runtime_error(std::string("--text-file ") + e.what());
+    }
+    if (sequences.empty()) throw std::runtime_error("--text-file '" + path + "' holds no paragraph");
+    check_lengths(sequences, c.seq_len, "--text-file '" + path + "'");
     return sequences;
 }
 
@@ -562,7 +582,9 @@ int run(const Options& options) {
     report.architecture = file->get_string("general.architecture");  // load_gguf_llama checked it
     const llama::Config& c = report.weights->config;
     const GgufVocabulary vocabulary(*file);
-    const TokenSequences sequences = read_sequences(options.tokens, options.max_sequences, c, "--tokens");
+    const TokenSequences sequences = options.text_file.empty()
+                                         ? read_sequences(options.tokens, options.max_sequences, c, "--tokens")
+                                         : text_sequences(options.text_file, options.max_sequences, vocabulary, c);
     const TokenSequences calibration =
         read_sequences(options.calibration_tokens, options.calibration_sequences, c, "--calibration-tokens");
     const bool text_mode = options.text.has_prompt() || options.text.chat;
@@ -615,7 +637,7 @@ int run(const Options& options) {
         model.set_ffn_override(flash.get());
     }
 
-    if (!options.tokens.empty()) {
+    if (!sequences.empty()) {
         const auto start = std::chrono::steady_clock::now();
         report.nll = llama::evaluate_nll(model, sequences, options.token_by_token);
         report.eval_seconds = seconds_since(start);

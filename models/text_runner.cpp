@@ -21,7 +21,7 @@ namespace {
 
 std::string read_file_text(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("--prompt-file '" + path + "' cannot be read: " + std::strerror(errno));
+    if (!in) throw std::runtime_error("'" + path + "' cannot be read: " + std::strerror(errno));
     std::stringstream text;
     text << in.rdbuf();
     return text.str();
@@ -112,7 +112,7 @@ bool check_text_options(TextOptions& options) {
         try {
             options.prompt = read_file_text(options.prompt_file);
         } catch (const std::exception& e) {
-            return refuse(e.what());
+            return refuse(std::string("--prompt-file ") + e.what());
         }
         if (options.prompt.empty()) return refuse("--prompt-file '" + options.prompt_file + "' is empty");
     }
@@ -129,6 +129,29 @@ std::vector<int> tokenize_prompt(const GgufVocabulary& vocabulary, const std::st
     }
     if (tokens.empty()) throw std::invalid_argument("the prompt has no tokens");
     return tokens;
+}
+
+std::vector<std::vector<int>> tokenize_paragraphs(const GgufVocabulary& vocabulary, const std::string& path,
+                                                  int limit) {
+    const std::string text = read_file_text(path);
+    const TextTokenizer tokenizer(vocabulary);
+    constexpr std::string_view kSpace = " \t\n\v\f\r";
+    std::vector<std::vector<int>> sequences;
+    for (size_t at = 0; at < text.size() && (limit == 0 || sequences.size() < size_t(limit));) {
+        const size_t end = std::min(text.find("\n\n", at), text.size());
+        std::string_view paragraph = std::string_view(text).substr(at, end - at);
+        at = end + 2;
+        const size_t first = paragraph.find_first_not_of(kSpace);
+        if (first == std::string_view::npos) continue;
+        paragraph = paragraph.substr(first, paragraph.find_last_not_of(kSpace) - first + 1);
+        try {
+            sequences.push_back(tokenizer.encode(paragraph));
+        } catch (const std::invalid_argument& e) {
+            throw std::invalid_argument("'" + path + "', paragraph " + std::to_string(sequences.size()) + ": " +
+                                        e.what());
+        }
+    }
+    return sequences;
 }
 
 int run_chat(llama::Model& model, const qjit::GgufFile& file, const GgufVocabulary& vocabulary,

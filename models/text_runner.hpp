@@ -38,6 +38,11 @@ extern const char* const kTextOptionsUsage;
 // text taken as text). Throws std::invalid_argument for an empty prompt or invalid UTF-8, naming it.
 std::vector<int> tokenize_prompt(const GgufVocabulary& vocabulary, const std::string& prompt);
 
+// The paragraphs of a UTF-8 text file (split at blank lines, each stripped of ASCII white space,
+// empty ones skipped: as shared/smollm2's evaluation tokens were made), at most `limit` of them
+// (0: all), each tokenized as tokenize_prompt does. Throws naming the file and the paragraph.
+std::vector<std::vector<int>> tokenize_paragraphs(const GgufVocabulary& vocabulary, const std::string& path, int limit);
+
 // The conversation of --chat over standard input and output; returns the exit status.
 int run_chat(llama::Model& model, const qjit::GgufFile& file, const GgufVocabulary& vocabulary,
              const TextOptions& options, int max_tokens);

@@ -2,11 +2,13 @@
 # The text modes of qjit-run, as a user types them, on SmolLM2's real file (skipped, exit 77, where
 # scripts/fetch_model.sh has not fetched it): a greedy --prompt gives the tokens of the same prompt
 # given as --prompt-tokens; a seed repeats a sampled text and another seed changes it; --stop ends
-# the text before the stop string; --chat answers a question read from standard input; bad input is
-# refused with a message naming it.
-# Usage: scripts/check_text_cli.sh QJIT_RUN          (a ctest case: text_cli)
+# the text before the stop string; --chat answers a question read from standard input; --text-file
+# scores the TinyStories paragraphs as llama.cpp's tokens of them score; bad input is refused with a
+# message naming it.
+# Usage: scripts/check_text_cli.sh QJIT_RUN SHARED_MODELS_DIR     (a ctest case: text_cli)
 set -euo pipefail
-qjit_run="${1:?usage: scripts/check_text_cli.sh QJIT_RUN}"
+qjit_run="${1:?usage: scripts/check_text_cli.sh QJIT_RUN SHARED_MODELS_DIR}"
+shared="${2:?usage: scripts/check_text_cli.sh QJIT_RUN SHARED_MODELS_DIR}"
 model="${QJIT_MODEL_DIR:-$HOME/.cache/qjit/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
 [ -f "$model" ] || { echo "text_cli: $model is absent (scripts/fetch_model.sh): skipped"; exit 77; }
 run() { "$qjit_run" --model "$model" --threads 2 "$@"; }
@@ -29,6 +31,12 @@ case "$(field text <<<"$stopped")" in *,*) fail "--stop left the stop string in 
 answer="$(printf 'What is the capital of France?\n' | run --chat --generate 24 2>/dev/null)"
 case "$answer" in *Paris*) ;; *) fail "--chat answered '$answer'" ;; esac
 
+nll() { run "$@" --max-sequences 20 --json | field nll; }
+if [ -f "$shared/text/tinystories_val.txt" ] && [ -f "$shared/../smollm2/eval.seq.u32" ]; then
+  [ "$(nll --text-file "$shared/text/tinystories_val.txt")" = "$(nll --tokens "$shared/../smollm2/eval.seq.u32")" ] ||
+    fail "--text-file scores differently from llama.cpp's tokens of the same paragraphs"
+fi
+
 refused() {  # expected status, expected message, arguments...
   local status=0 message
   message="$(run "${@:3}" 2>&1 >/dev/null)" || status=$?
@@ -40,4 +48,7 @@ refused 1 "invalid UTF-8 at byte 3" --prompt $'abc\xff'
 refused 2 "top_p 1.5 is outside (0, 1]" --prompt "Hi" --top-p 1.5
 refused 2 "go with --prompt, --prompt-file or --chat" --prompt-tokens 1,2 --generate 2 --temperature 0.5
 refused 1 "unknown chat template 'alpaca'" --chat --chat-template alpaca
-echo "text_cli: greedy, seeds, --stop, --chat and refusals as expected"
+printf 'fine\n\n\xff\n' > "${TMPDIR:-/tmp}/text_cli.$$.txt"
+refused 1 "paragraph 1: invalid UTF-8 at byte 0" --text-file "${TMPDIR:-/tmp}/text_cli.$$.txt"
+rm -f "${TMPDIR:-/tmp}/text_cli.$$.txt"
+echo "text_cli: greedy, seeds, --stop, --chat, --text-file and refusals as expected"
