@@ -180,11 +180,10 @@ class Model:
         the text as it comes, whole characters at a time. The KV cache keeps what it holds between
         calls: a prompt that continues the last one runs only its new tokens.
         """
-        context = self._context(prompt)
-        run = lambda on_text: self._native.generate_text(  # noqa: E731
-            context, _count(max_tokens, "max_tokens"), _sampling(temperature, top_k, top_p, min_p, repeat_penalty,
-                                                                 repeat_last_n, seed),
-            _stops(stop), True, on_text)
+        context, count = self._context(prompt), _count(max_tokens, "max_tokens")
+        sampling = _sampling(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
+        stops = _stops(stop)
+        run = lambda on_text: self._native.generate_text(context, count, sampling, stops, True, on_text)  # noqa: E731
         return _stream_text(run) if stream else run(None)[1]
 
     def generate_tokens(self, prompt: Union[str, Sequence[int]], max_tokens: int = 128, *,
@@ -218,11 +217,10 @@ class Model:
         if not pairs:
             raise InvalidArgumentError("messages: empty; a conversation needs at least one message")
         text, template_stops = self._native.format_chat(pairs, "" if template is None else str(template))
-        context = list(self._native.tokenize(text, True, True))
-        run = lambda on_text: self._native.generate_text(  # noqa: E731
-            context, _count(max_tokens, "max_tokens"), _sampling(temperature, top_k, top_p, min_p, repeat_penalty,
-                                                                 repeat_last_n, seed),
-            list(template_stops) + _stops(stop), True, on_text)
+        context, count = list(self._native.tokenize(text, True, True)), _count(max_tokens, "max_tokens")
+        sampling = _sampling(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed)
+        stops = list(template_stops) + _stops(stop)
+        run = lambda on_text: self._native.generate_text(context, count, sampling, stops, True, on_text)  # noqa: E731
         return _stream_text(run) if stream else run(None)[1]
 
     def _context(self, prompt: Any) -> list[int]:
@@ -270,7 +268,7 @@ def _stops(stop: Any) -> list[str]:
 
 
 def _sampling(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed) -> Any:
-    """The native sampling options; their ranges are checked natively (the message names the option)."""
+    """The native sampling options, checked against their ranges (the message names the option)."""
     options = _native.SamplingOptions()
     try:
         options.temperature, options.top_p, options.min_p = float(temperature), float(top_p), float(min_p)
@@ -279,6 +277,7 @@ def _sampling(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, s
         options.seed = _count(seed, "seed")
     except (TypeError, ValueError, OverflowError) as error:
         raise InvalidArgumentError(f"a sampling option is not a number in range: {error}") from None
+    _native.check_sampling(options)
     return options
 
 

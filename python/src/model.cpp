@@ -263,6 +263,10 @@ void register_model(nb::module_& m) {
         .def_rw("repeat_penalty", &SamplingOptions::repeat_penalty)
         .def_rw("repeat_last_n", &SamplingOptions::repeat_last_n)
         .def_rw("seed", &SamplingOptions::seed);
+    // Raises InvalidArgumentError naming the first sampling option out of its range.
+    m.def("check_sampling", [](const SamplingOptions& options) {
+        if (const std::optional<std::string> problem = qjit_models::sampling_problem(options)) invalid_argument(*problem);
+    });
 
     nb::class_<Model>(m, "Model")
         .def(nb::init<const std::string&, MethodOptions, bool, const std::string&, int, int, int,

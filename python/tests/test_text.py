@@ -55,6 +55,13 @@ def test_a_closed_stream_stops_and_the_model_goes_on(smollm2):
     assert smollm2.generate("Once upon a time", 4)
 
 
+def test_a_stream_refuses_bad_options_when_called(smollm2):
+    with pytest.raises(qjit.InvalidArgumentError, match="max_tokens is -2"):
+        smollm2.generate("Hi", -2, stream=True)
+    with pytest.raises(qjit.InvalidArgumentError, match="min_p 1.5"):
+        smollm2.chat([{"role": "user", "content": "Hi"}], min_p=1.5, stream=True)
+
+
 def test_stop_strings_end_the_text_before_them(smollm2):
     full = smollm2.generate("Once upon a time", 48)
     assert "," in full
