@@ -130,14 +130,20 @@ TEST_F(Gemma3, SlidingWindowMatchesFp32ReferencePast512Positions) {
     EXPECT_NEAR(nll.sequence_nll[0], expected, 5e-3);
 }
 
-// Greedy decoding from llama.cpp's prompt (BOS "Once upon a time") gives llama.cpp's first tokens.
+// Greedy decoding from llama.cpp's prompt (BOS "Once upon a time") on the exact path gives
+// llama.cpp's 32 tokens (its fp32 KV cache). The fifth token is a near tie: the int8 path's
+// rounding, which differs with the compiler and the threads' split of the products, can take either
+// side of it (llama.cpp's own fp16 cache takes the other one), so the test holds the exact path.
 TEST_F(Gemma3, GreedyContinuationMatchesLlamaCpp) {
     const nlohmann::json reference = read_json(kDataDir + "greedy.json");
     const std::vector<int> prompt = reference.at("prompt_tokens").get<std::vector<int>>();
     const std::vector<int> expected = reference.at("generated_tokens").get<std::vector<int>>();
-    constexpr int kSteps = 16;
-    ASSERT_GE(expected.size(), size_t(kSteps));
-    llama::GgufImportMaker exact(nullptr);
+    const int kSteps = int(expected.size());
+    ASSERT_GE(kSteps, 32);
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.activations = QJIT_ACTIVATIONS_F32;
+    llama::GgufImportMaker exact(&options);
     llama::Model model(weights_, exact);
     const llama::Generation generation = llama::greedy_decode(model, prompt, kSteps);
     ASSERT_EQ(generation.tokens.size(), prompt.size() + kSteps);
