@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "io/gguf_file.hpp"
+#include "model_files.hpp"
 #include "models/gguf_import_maker.hpp"
 #include "models/gguf_llama.hpp"
 #include "models/llama_eval.hpp"
@@ -27,12 +28,14 @@ namespace llama = qjit_models::llama;
 
 const std::string kDataDir = std::string(QJIT_SOURCE_DIR) + "/tests/data/gemma3-270m/";
 
-std::filesystem::path gemma3_model_path() {
-    const char* dir = std::getenv("QJIT_MODEL_DIR");
-    const char* home = std::getenv("HOME");
-    const std::filesystem::path folder =
-        dir && *dir ? std::filesystem::path(dir) : std::filesystem::path(home ? home : "") / ".cache/qjit/models";
-    return folder / "gemma-3-270m-q4_k_m.gguf";
+using qjit::test::gemma3_model_path;
+
+// A context whose kernels take fp32 activations: the exact path, the same on every build.
+qjit_context_options exact_activations() {
+    qjit_context_options options;
+    qjit_context_options_init(&options);
+    options.activations = QJIT_ACTIVATIONS_F32;
+    return options;
 }
 
 nlohmann::json read_json(const std::string& path) {
@@ -98,9 +101,7 @@ TEST_F(Gemma3, ExactImportMatchesFp32Reference) {
     qjit_models::TokenSequences sequences = qjit_models::read_token_sequences(kDataDir + "eval.seq.u32");
     sequences.resize(10);
     ASSERT_GE(expected.size(), sequences.size());
-    qjit_context_options options;
-    qjit_context_options_init(&options);
-    options.activations = QJIT_ACTIVATIONS_F32;
+    const qjit_context_options options = exact_activations();
     llama::GgufImportMaker exact(&options);
     llama::Model model(weights_, exact);
     const llama::NllResult nll = llama::evaluate_nll(model, sequences);
@@ -120,9 +121,7 @@ TEST_F(Gemma3, SlidingWindowMatchesFp32ReferencePast512Positions) {
     for (const std::vector<int>& sequence : qjit_models::read_token_sequences(kDataDir + "eval.seq.u32"))
         tokens.insert(tokens.end(), sequence.begin(), sequence.end());
     tokens.resize(900);
-    qjit_context_options options;
-    qjit_context_options_init(&options);
-    options.activations = QJIT_ACTIVATIONS_F32;
+    const qjit_context_options options = exact_activations();
     llama::GgufImportMaker exact(&options);
     llama::Model model(weights_, exact);
     const llama::NllResult nll = llama::evaluate_nll(model, {tokens});
@@ -140,9 +139,7 @@ TEST_F(Gemma3, GreedyContinuationMatchesLlamaCpp) {
     const std::vector<int> expected = reference.at("generated_tokens").get<std::vector<int>>();
     const int kSteps = int(expected.size());
     ASSERT_GE(kSteps, 32);
-    qjit_context_options options;
-    qjit_context_options_init(&options);
-    options.activations = QJIT_ACTIVATIONS_F32;
+    const qjit_context_options options = exact_activations();
     llama::GgufImportMaker exact(&options);
     llama::Model model(weights_, exact);
     const llama::Generation generation = llama::greedy_decode(model, prompt, kSteps);

@@ -16,7 +16,7 @@
 #include "io/gguf_file.hpp"
 #include "io/gguf_import.hpp"
 #include "format/reference.hpp"
-#include "smollm2_model.hpp"
+#include "model_files.hpp"
 #include "test_support.hpp"
 
 namespace qjit {

@@ -34,7 +34,7 @@
 #include "models/llama_eval.hpp"
 #include "models/llama_model.hpp"
 #include "models/token_sequences.hpp"
-#include "smollm2_model.hpp"
+#include "model_files.hpp"
 
 namespace {
 
@@ -133,28 +133,48 @@ LoadedGguf load(std::string bytes) {
     return loaded;
 }
 
+// Normal(0, 0.5) values from one seeded generator, drawn in the order asked for, as vectors, dense
+// matrices and the Llama layer's weights.
+class RandomWeights {
+public:
+    explicit RandomWeights(unsigned seed) : rng_(seed) {}
+
+    std::vector<float> values(int64_t count) {
+        std::vector<float> v(static_cast<size_t>(count));
+        for (float& x : v) x = normal_(rng_);
+        return v;
+    }
+    llama::LoadedMatrix matrix(const char* name, int64_t n, int64_t k) {
+        return llama::LoadedMatrix::dense(name, n, k, values(n * k));
+    }
+    // The norms and the seven matrices every layer has.
+    llama::LayerWeights layer(const llama::Config& c) {
+        return {values(c.dim),
+                matrix("wq", c.q_dim(), c.dim),
+                matrix("wk", c.kv_dim(), c.dim),
+                matrix("wv", c.kv_dim(), c.dim),
+                matrix("wo", c.dim, c.q_dim()),
+                values(c.dim),
+                matrix("w1", c.hidden_dim, c.dim),
+                matrix("w2", c.dim, c.hidden_dim),
+                matrix("w3", c.hidden_dim, c.dim)};
+    }
+
+private:
+    std::mt19937 rng_;
+    std::normal_distribution<float> normal_{0.0f, 0.5f};
+};
+
 // A random model of one layer: dim 8, FFN 16, 2 heads of 4 sharing one KV head, 6 tokens.
 llama::Weights tiny_weights() {
-    std::mt19937 rng(7);
-    std::normal_distribution<float> normal(0.0f, 0.5f);
-    auto values = [&](int64_t count) {
-        std::vector<float> v(static_cast<size_t>(count));
-        for (float& x : v) x = normal(rng);
-        return v;
-    };
+    RandomWeights random(7);
     llama::Weights w;
     llama::Config& c = w.config;
     c = {.dim = 8, .hidden_dim = 16, .n_layers = 1, .n_heads = 2, .n_kv_heads = 1, .head_size = 4, .vocab_size = 6,
          .seq_len = 16, .rope_base = 10000.0f, .rms_eps = 1e-5f};
-    auto matrix = [&](const char* name, int64_t n, int64_t k) {
-        return llama::LoadedMatrix::dense(name, n, k, values(n * k));
-    };
-    w.token_embedding = matrix("embedding", c.vocab_size, c.dim);
-    w.layers.push_back({values(c.dim), matrix("wq", c.q_dim(), c.dim), matrix("wk", c.kv_dim(), c.dim),
-                        matrix("wv", c.kv_dim(), c.dim), matrix("wo", c.dim, c.q_dim()), values(c.dim),
-                        matrix("w1", c.hidden_dim, c.dim), matrix("w2", c.dim, c.hidden_dim),
-                        matrix("w3", c.hidden_dim, c.dim)});
-    w.final_norm = values(c.dim);
+    w.token_embedding = random.matrix("embedding", c.vocab_size, c.dim);
+    w.layers.push_back(random.layer(c));
+    w.final_norm = random.values(c.dim);
     w.classifier = w.token_embedding;
     return w;
 }
@@ -165,27 +185,21 @@ llama::Weights tiny_qwen_weights(bool qwen3) {
     llama::Weights w = tiny_weights();
     llama::Config& c = w.config;
     c.rope_pairs = llama::Config::RopePairs::Halves;
-    std::mt19937 rng(qwen3 ? 11 : 13);
-    std::normal_distribution<float> normal(0.0f, 0.5f);
-    auto values = [&](int64_t count) {
-        std::vector<float> v(static_cast<size_t>(count));
-        for (float& x : v) x = normal(rng);
-        return v;
-    };
+    RandomWeights random(qwen3 ? 11 : 13);
     llama::LayerWeights& layer = w.layers[0];
     if (!qwen3) {
-        layer.q_bias = values(c.q_dim());
-        layer.k_bias = values(c.kv_dim());
-        layer.v_bias = values(c.kv_dim());
+        layer.q_bias = random.values(c.q_dim());
+        layer.k_bias = random.values(c.kv_dim());
+        layer.v_bias = random.values(c.kv_dim());
         return w;
     }
     c.head_size = 8;
-    layer.wq = llama::LoadedMatrix::dense("wq", c.q_dim(), c.dim, values(int64_t(c.q_dim()) * c.dim));
-    layer.wk = llama::LoadedMatrix::dense("wk", c.kv_dim(), c.dim, values(int64_t(c.kv_dim()) * c.dim));
-    layer.wv = llama::LoadedMatrix::dense("wv", c.kv_dim(), c.dim, values(int64_t(c.kv_dim()) * c.dim));
-    layer.wo = llama::LoadedMatrix::dense("wo", c.dim, c.q_dim(), values(int64_t(c.dim) * c.q_dim()));
-    layer.q_norm = values(c.head_size);
-    layer.k_norm = values(c.head_size);
+    layer.wq = random.matrix("wq", c.q_dim(), c.dim);
+    layer.wk = random.matrix("wk", c.kv_dim(), c.dim);
+    layer.wv = random.matrix("wv", c.kv_dim(), c.dim);
+    layer.wo = random.matrix("wo", c.dim, c.q_dim());
+    layer.q_norm = random.values(c.head_size);
+    layer.k_norm = random.values(c.head_size);
     return w;
 }
 
@@ -194,35 +208,22 @@ llama::Weights tiny_qwen_weights(bool qwen3) {
 // of the attention's and FFN's outputs, GELU-gated FFNs, and layers 0 and 1 local (a window of 3
 // positions, RoPE base 10000), layer 2 global (base 1e6).
 llama::Weights tiny_gemma_weights() {
-    std::mt19937 rng(17);
-    std::normal_distribution<float> normal(0.0f, 0.5f);
-    auto values = [&](int64_t count) {
-        std::vector<float> v(static_cast<size_t>(count));
-        for (float& x : v) x = normal(rng);
-        return v;
-    };
+    RandomWeights random(17);
     llama::Weights w;
     llama::Config& c = w.config;
     c = {.dim = 8, .hidden_dim = 16, .n_layers = 3, .n_heads = 2, .n_kv_heads = 1, .head_size = 8, .vocab_size = 6,
          .seq_len = 32, .rope_base = 1e6f, .rms_eps = 1e-6f, .rope_pairs = llama::Config::RopePairs::Halves,
          .embedding_scale = std::sqrt(8.0f), .ffn_activation = llama::Config::FfnActivation::GeGlu,
          .sliding_window = 3, .swa_pattern = 3, .local_rope_base = 10000.0f};
-    auto matrix = [&](const char* name, int64_t n, int64_t k) {
-        return llama::LoadedMatrix::dense(name, n, k, values(n * k));
-    };
-    w.token_embedding = matrix("embedding", c.vocab_size, c.dim);
+    w.token_embedding = random.matrix("embedding", c.vocab_size, c.dim);
     for (int l = 0; l < c.n_layers; ++l) {
-        w.layers.push_back({values(c.dim), matrix("wq", c.q_dim(), c.dim), matrix("wk", c.kv_dim(), c.dim),
-                            matrix("wv", c.kv_dim(), c.dim), matrix("wo", c.dim, c.q_dim()), values(c.dim),
-                            matrix("w1", c.hidden_dim, c.dim), matrix("w2", c.dim, c.hidden_dim),
-                            matrix("w3", c.hidden_dim, c.dim)});
-        llama::LayerWeights& layer = w.layers.back();
-        layer.q_norm = values(c.head_size);
-        layer.k_norm = values(c.head_size);
-        layer.post_attention_norm = values(c.dim);
-        layer.post_ffn_norm = values(c.dim);
+        llama::LayerWeights& layer = w.layers.emplace_back(random.layer(c));
+        layer.q_norm = random.values(c.head_size);
+        layer.k_norm = random.values(c.head_size);
+        layer.post_attention_norm = random.values(c.dim);
+        layer.post_ffn_norm = random.values(c.dim);
     }
-    w.final_norm = values(c.dim);
+    w.final_norm = random.values(c.dim);
     w.classifier = w.token_embedding;
     return w;
 }

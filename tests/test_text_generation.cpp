@@ -15,7 +15,7 @@
 #include "models/sampler.hpp"
 #include "models/text_generation.hpp"
 #include "models/text_tokenizer.hpp"
-#include "smollm2_model.hpp"
+#include "model_files.hpp"
 
 namespace {
 

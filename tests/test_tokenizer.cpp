@@ -23,7 +23,7 @@
 #include "models/token_text_stream.hpp"
 #include "models/unicode_text.hpp"
 #include "sentencepiece_vocabulary.hpp"
-#include "smollm2_model.hpp"
+#include "model_files.hpp"
 
 namespace {
 
@@ -90,10 +90,6 @@ void expect_tinystories_tokens(const TextTokenizer& tokenizer, const std::filesy
         tokens += expected.size();
     }
     EXPECT_GT(tokens, 5000u);
-}
-
-std::filesystem::path gemma3_model_path() {
-    return qjit::test::smollm2_model_path().parent_path() / "gemma-3-270m-q4_k_m.gguf";
 }
 
 // A GGUF file of `source`'s vocabulary alone, with tokenizer.ggml.pre set to `pre`.
@@ -261,7 +257,7 @@ TEST(TextTokenizer, Llama3AndQwen2PreTokenizersEqualLlamaCpp) {
 }
 
 TEST(TextTokenizer, Gemma3EqualsLlamaCpp) {
-    const std::filesystem::path path = gemma3_model_path();
+    const std::filesystem::path path = qjit::test::gemma3_model_path();
     if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent (scripts/fetch_model.sh --gemma3)";
     const auto file = qjit::GgufFile::open(path.string());
     const GgufVocabulary vocabulary(*file);
