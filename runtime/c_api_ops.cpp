@@ -28,12 +28,7 @@ qjit_status qjit_kv_cache_store(const qjit_attention_shape* shape, const qjit_kv
 
 qjit_status qjit_attention_causal(qjit_context* context, const qjit_attention_shape* shape, const qjit_kv_cache* cache,
                                   const float* q, int32_t pos0, int32_t count, float* out) {
-    return guarded([&] {
-        require(context != nullptr, "context is NULL");
-        require(shape != nullptr, "shape is NULL");
-        require(cache != nullptr, "cache is NULL");
-        qjit::ops::causal_attention(*context, *shape, *cache, q, pos0, count, out);
-    });
+    return qjit_attention_causal_window(context, shape, cache, q, pos0, count, 0, out);
 }
 
 qjit_status qjit_attention_causal_window(qjit_context* context, const qjit_attention_shape* shape,
@@ -83,26 +78,31 @@ qjit_status qjit_rope(qjit_context* context, float* x, int64_t rows, int64_t row
     });
 }
 
-qjit_status qjit_swiglu(qjit_context* context, float* up, const float* gate, int64_t count) {
+namespace {
+
+// up = act(gate) * up over `count` values on the context's pool, by `in_place` (one of
+// base/activation_arrays.hpp's); `name` is the op's in the messages.
+template <typename InPlace>
+qjit_status gated_activation(qjit_context* context, const char* name, float* up, const float* gate, int64_t count,
+                             InPlace in_place) {
     return guarded([&] {
         require(context != nullptr, "context is NULL");
-        require(count >= 0, "swiglu: count is ", count);
-        require(count == 0 || (up && gate), "swiglu: up or gate is NULL");
+        require(count >= 0, name, ": count is ", count);
+        require(count == 0 || (up && gate), name, ": up or gate is NULL");
         qjit::ops::parallel_ranges(*context, count, qjit::ops::kOpGrainWork / 16, [&](int64_t begin, int64_t end) {
-            qjit::swiglu_in_place(context->isa, up + begin, gate + begin, end - begin);
+            in_place(context->isa, up + begin, gate + begin, end - begin);
         });
     });
 }
 
+}  // namespace
+
+qjit_status qjit_swiglu(qjit_context* context, float* up, const float* gate, int64_t count) {
+    return gated_activation(context, "swiglu", up, gate, count, qjit::swiglu_in_place);
+}
+
 qjit_status qjit_geglu(qjit_context* context, float* up, const float* gate, int64_t count) {
-    return guarded([&] {
-        require(context != nullptr, "context is NULL");
-        require(count >= 0, "geglu: count is ", count);
-        require(count == 0 || (up && gate), "geglu: up or gate is NULL");
-        qjit::ops::parallel_ranges(*context, count, qjit::ops::kOpGrainWork / 16, [&](int64_t begin, int64_t end) {
-            qjit::geglu_in_place(context->isa, up + begin, gate + begin, end - begin);
-        });
-    });
+    return gated_activation(context, "geglu", up, gate, count, qjit::geglu_in_place);
 }
 
 qjit_status qjit_op_kernel_name(const qjit_context* context, qjit_op op, const char** name) {
