@@ -296,6 +296,16 @@ struct Decoding {
     std::optional<llama::StepProfile> profile;  // with --profile
 };
 
+// The figures of the m = 1 steps a decoding timed: their sum, tokens per second over it (a step per
+// token) and the nearest-rank p50 and p99.
+void set_step_figures(Decoding& d, const std::vector<double>& step_seconds) {
+    d.step_seconds = 0.0;
+    for (const double step : step_seconds) d.step_seconds += step;
+    d.tokens_per_second = d.step_seconds > 0 ? double(step_seconds.size()) / d.step_seconds : 0.0;
+    d.p50_ms = 1e3 * percentile(step_seconds, 0.50);
+    d.p99_ms = 1e3 * percentile(step_seconds, 0.99);
+}
+
 Decoding decode(llama::Model& model, const std::vector<int>& prompt, int steps, const GgufVocabulary& vocabulary,
                 bool profile) {
     Decoding d;
@@ -306,12 +316,7 @@ Decoding decode(llama::Model& model, const std::vector<int>& prompt, int steps, 
     d.generated.assign(generation.tokens.begin() + std::ptrdiff_t(prompt.size()), generation.tokens.end());
     d.text = vocabulary.decode(d.generated);
     d.prompt_seconds = generation.prompt_seconds;
-    double seconds = 0.0;
-    for (const double step : generation.step_seconds) seconds += step;
-    d.step_seconds = seconds;
-    d.tokens_per_second = seconds > 0 ? double(d.generated.size()) / seconds : 0.0;
-    d.p50_ms = 1e3 * percentile(generation.step_seconds, 0.50);
-    d.p99_ms = 1e3 * percentile(generation.step_seconds, 0.99);
+    set_step_figures(d, generation.step_seconds);  // a step per generated token
     return d;
 }
 
@@ -345,11 +350,8 @@ Decoding generate_text(llama::Model& model, const GgufVocabulary& vocabulary, co
     d.generated = generated.tokens;
     d.text = generated.text;
     d.stop_reason = stop_reason_name(generated.reason);
-    d.prompt_seconds = generated.prompt_seconds;
-    for (const double step : generated.step_seconds) d.step_seconds += step;
-    d.tokens_per_second = d.step_seconds > 0 ? double(generated.step_seconds.size()) / d.step_seconds : 0.0;
-    d.p50_ms = 1e3 * percentile(generated.step_seconds, 0.50);
-    d.p99_ms = 1e3 * percentile(generated.step_seconds, 0.99);
+    d.prompt_seconds = generated.prompt_seconds;  // the first token's step included
+    set_step_figures(d, generated.step_seconds);
     return d;
 }
 
