@@ -61,9 +61,6 @@ GgufVocabulary::GgufVocabulary(const qjit::GgufFile& file) : file_name_(file.fil
     model_ = model_name_ == "gpt2" ? Model::byte_level : model_name_ == "llama" ? Model::sentencepiece : Model::plain;
     pre_ = file.has("tokenizer.ggml.pre") ? file.get_string("tokenizer.ggml.pre") : "default";
 
-    ids_.reserve(tokens_.size());
-    for (size_t i = 0; i < tokens_.size(); ++i) ids_[tokens_[i]] = int(i);  // a repeated text: the last id
-
     const auto token_id = [&](const char* key) -> std::optional<int> {
         if (!file.has(key)) return std::nullopt;
         const uint64_t id = file.get_uint(key);
@@ -76,8 +73,10 @@ GgufVocabulary::GgufVocabulary(const qjit::GgufFile& file) : file_name_(file.fil
     eos_ = token_id("tokenizer.ggml.eos_token_id");
     for (const std::optional<int> end : {eos_, token_id("tokenizer.ggml.eot_token_id")})
         if (end) end_tokens_.push_back(*end);
-    for (const char* text : kEndOfTurnTexts)
-        if (const std::optional<int> id = find(text); id && type(*id) == TokenType::control) end_tokens_.push_back(*id);
+    for (int token = 0; token < size(); ++token)
+        if (type(token) == TokenType::control &&
+            std::find(std::begin(kEndOfTurnTexts), std::end(kEndOfTurnTexts), text(token)) != std::end(kEndOfTurnTexts))
+            end_tokens_.push_back(token);
 
     adds_bos_ = model_ == Model::sentencepiece;
     adds_space_prefix_ = model_ == Model::sentencepiece;
@@ -90,6 +89,10 @@ GgufVocabulary::GgufVocabulary(const qjit::GgufFile& file) : file_name_(file.fil
 }
 
 std::optional<int> GgufVocabulary::find(std::string_view text) const {
+    std::call_once(ids_built_, [this] {
+        ids_.reserve(tokens_.size());
+        for (size_t i = 0; i < tokens_.size(); ++i) ids_[tokens_[i]] = int(i);  // a repeated text: the last id
+    });
     const auto found = ids_.find(text);
     if (found == ids_.end()) return std::nullopt;
     return found->second;

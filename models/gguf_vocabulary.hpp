@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -29,7 +30,7 @@ public:
     // Throws std::runtime_error naming the file when tokenizer.ggml.tokens is missing, or when the
     // token types or scores do not list one entry per token.
     explicit GgufVocabulary(const qjit::GgufFile& file);
-    // The token lookup holds views of the tokens' text: not copyable.
+    // The token lookup holds views of the tokens' text: neither copyable nor movable.
     GgufVocabulary(const GgufVocabulary&) = delete;
     GgufVocabulary& operator=(const GgufVocabulary&) = delete;
 
@@ -42,7 +43,9 @@ public:
     const std::string& text(int token) const { return tokens_.at(size_t(token)); }  // as stored
     TokenType type(int token) const { return types_.empty() ? TokenType::normal : types_.at(size_t(token)); }
     float score(int token) const { return scores_.empty() ? 0.0f : scores_.at(size_t(token)); }
-    std::optional<int> find(std::string_view text) const;  // the token whose stored text this is
+    // The token whose stored text this is. The lookup is built at the first call (tens of ms for a
+    // 262,144-token vocabulary), so that runs that only score or print tokens never pay for it.
+    std::optional<int> find(std::string_view text) const;
     const std::vector<std::string>& merges() const { return merges_; }  // tokenizer.ggml.merges
 
     std::optional<int> bos() const { return bos_; }  // tokenizer.ggml.bos_token_id
@@ -68,7 +71,8 @@ private:
     std::vector<TokenType> types_;  // empty: every token normal
     std::vector<float> scores_;     // empty: every score 0
     std::vector<std::string> merges_;
-    std::unordered_map<std::string_view, int> ids_;
+    mutable std::once_flag ids_built_;
+    mutable std::unordered_map<std::string_view, int> ids_;
     std::optional<int> bos_, eos_;
     std::vector<int> end_tokens_;
     bool adds_bos_ = false, adds_eos_ = false, adds_space_prefix_ = false;
