@@ -281,7 +281,9 @@ std::string describe_quant_config(const qjit_quant_config& config) {
         out << " alpha " << config.mixed_alpha << " outliers " << config.outlier_fraction
             << (config.second_order_scales ? " sq4" : " f16");
     } else {
-        out << (config.symmetric ? " sym" : config.float_offsets ? " offsets" : " asym")
+        int offsets = 0;
+        qjit_quant_config_float_offsets(&config, &offsets);
+        out << (config.symmetric ? " sym" : offsets ? " offsets" : " asym")
             << (config.scale_dtype == QJIT_DTYPE_F16 ? " f16" : " f32");
     }
     if ((config.method == QJIT_QUANT_GPTQ || mixed) && config.act_order) out << " act-order";

@@ -550,8 +550,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The mean NLL of the first `count` sequences from their streams at the input of layer `from`
-// (n_layers: the final norm's), the model's layers from there on run as they are.
+}  // namespace
+
 double score_from_layer(Model& model, const std::vector<std::vector<float>>& streams,
                         const std::vector<std::vector<int>>& sequences, int from, int count) {
     double total = 0.0;
@@ -565,8 +565,6 @@ double score_from_layer(Model& model, const std::vector<std::vector<float>>& str
     }
     return tokens > 0 ? total / double(tokens) : 0.0;
 }
-
-}  // namespace
 
 CalibratedQuantization quantize_with_calibration(Model& model, QuantizingMaker& maker,
                                                  const std::vector<std::vector<int>>& sequences, bool classifier,

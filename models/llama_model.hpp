@@ -319,6 +319,12 @@ CalibratedQuantization quantize_with_calibration(Model& model, QuantizingMaker& 
                                                  const std::vector<std::vector<int>>& sequences, bool classifier,
                                                  const LayerChoice* choice = nullptr);
 
+// The mean NLL of the first `count` sequences from their residual streams at the input of layer
+// `from` (n_layers: the final norm's), the model's layers from there on run as they are. The
+// streams are left as they were.
+double score_from_layer(Model& model, const std::vector<std::vector<float>>& streams,
+                        const std::vector<std::vector<int>>& sequences, int from, int count);
+
 // What the model's qjit layers store, summed (dense fp32 layers left out).
 struct QjitStorage {
     int64_t weights = 0;       // sum of K N

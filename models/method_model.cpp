@@ -88,6 +88,9 @@ MethodModel build_method_model(std::shared_ptr<const Weights> weights, const Met
         if (options.method == "mixed" && options.share_budget)
             maker.set_bits_per_weight(share_mixed_budget(*built.model, *calibration, options.quant_config(),
                                                          options.bits_per_weight, !fp32_classifier));
+        if (options.method == "mixed" && options.share_budget_by_loss)
+            maker.set_bits_per_weight(share_mixed_budget_by_loss(*built.model, *calibration, options.quant_config(),
+                                                                 options.bits_per_weight, !fp32_classifier));
         const LayerChoice choice;
         const CalibratedQuantization q =
             quantize_with_calibration(*built.model, maker, *calibration, !fp32_classifier, choose ? &choice : nullptr);

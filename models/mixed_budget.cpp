@@ -25,6 +25,35 @@ double stored_bits(const qjit_quant_config& config, const LoadedMatrix& m, int64
     return bits;
 }
 
+int64_t group_count(const qjit_quant_config& config, const LoadedMatrix& m) {
+    return (m.k() + config.group_size - 1) / config.group_size;
+}
+
+double weight_count(const std::vector<const LoadedMatrix*>& matrices) {
+    double weights = 0.0;
+    for (const LoadedMatrix* m : matrices) weights += double(m->k()) * double(m->n());
+    return weights;
+}
+
+// The budget in bits for `matrices`, checked against their all-2-bit storage.
+double allowed_bits(const qjit_quant_config& config, const std::vector<const LoadedMatrix*>& matrices,
+                    double bits_per_weight) {
+    double narrowest = 0.0;
+    for (const LoadedMatrix* m : matrices) narrowest += stored_bits(config, *m, 0);
+    const double weights = weight_count(matrices);
+    if (narrowest > bits_per_weight * weights)
+        throw std::runtime_error("--bits-per-weight " + std::to_string(bits_per_weight) + " is below the " +
+                                 std::to_string(narrowest / weights) + " bits per weight these matrices store with "
+                                 "every group in 2 bits");
+    return bits_per_weight * weights;
+}
+
+// A matrix's share for the layer's own budget: half a bit over its stored bits, as the layer's
+// check compares products of doubles.
+double share_of(const qjit_quant_config& config, const LoadedMatrix& m, int64_t wide) {
+    return (stored_bits(config, m, wide) + 0.5) / (double(m.k()) * double(m.n()));
+}
+
 }  // namespace
 
 std::unordered_map<const LoadedMatrix*, double> share_mixed_budget(Model& model,
@@ -60,16 +89,13 @@ std::unordered_map<const LoadedMatrix*, double> share_mixed_budget(Model& model,
     if (classifier) measure(c.n_layers, {0});
     model.reset();
 
-    double weights = 0.0, total = 0.0;
+    std::vector<const LoadedMatrix*> quantized;
+    double total = 0.0;
     for (const Widenings& w : all) {
-        weights += double(w.matrix->k()) * double(w.matrix->n());
+        quantized.push_back(w.matrix);
         total += stored_bits(config, *w.matrix, 0);
     }
-    const double allowed = bits_per_weight * weights;
-    if (total > allowed)
-        throw std::runtime_error("--bits-per-weight " + std::to_string(bits_per_weight) + " is below the " +
-                                 std::to_string(total / weights) + " bits per weight these matrices store with every "
-                                 "group in 2 bits");
+    const double allowed = allowed_bits(config, quantized, bits_per_weight);
     // Greedy by gain per bit: each matrix offers its next group (its gains fall, its costs barely move).
     auto cost = [&](const Widenings& w) {
         return stored_bits(config, *w.matrix, w.taken + 1) - stored_bits(config, *w.matrix, w.taken);
@@ -87,8 +113,64 @@ std::unordered_map<const LoadedMatrix*, double> share_mixed_budget(Model& model,
         if (++w.taken < int64_t(w.gains.size())) offers.push({w.gains[size_t(w.taken)] / cost(w), size_t(&w - all.data())});
     }
     std::unordered_map<const LoadedMatrix*, double> shares;
-    for (const Widenings& w : all)  // half a bit over: the layer's own check compares products of doubles
-        shares[w.matrix] = (stored_bits(config, *w.matrix, w.taken) + 0.5) / (double(w.matrix->k()) * double(w.matrix->n()));
+    for (const Widenings& w : all) shares[w.matrix] = share_of(config, *w.matrix, w.taken);
+    return shares;
+}
+
+std::unordered_map<const LoadedMatrix*, double> share_mixed_budget_by_loss(
+    Model& model, const std::vector<std::vector<int>>& sequences, const qjit_quant_config& config,
+    double bits_per_weight, bool classifier, int score_sequences) {
+    const Config& c = model.config();
+    const std::vector<ModelMatrix> matrices = model_matrices(model.weights(), true);
+    const std::vector<std::vector<int>> scored(sequences.begin(),
+                                               sequences.begin() + std::min(sequences.size(), size_t(score_sequences)));
+    std::vector<std::vector<float>> streams;
+    for (const std::vector<int>& tokens : scored) streams.push_back(model.embed_sequence(tokens));
+    const double base = score_from_layer(model, streams, scored, 0, score_sequences);
+
+    // Each matrix wholly in 2 bits (groups by their range, rounded to nearest), the rest as they are.
+    qjit_quant_config narrow = config;
+    narrow.mixed_alpha = 0.0;
+    narrow.mixed_bits_per_weight = 0.0;
+    narrow.act_order = 0;
+    QuantizingMaker narrow_maker(narrow);
+    struct Candidate {
+        const LoadedMatrix* matrix;
+        double rise_per_bit;
+    };
+    std::vector<Candidate> candidates;
+    auto probe = [&](int layer, int which) {
+        const LoadedMatrix& m = site_matrix(matrices, {layer, which}, c.n_layers);
+        std::unique_ptr<Linear> held = model.replace_linear({layer, which}, narrow_maker.make_linear(m));
+        const double rise = score_from_layer(model, streams, scored, layer, score_sequences) - base;
+        model.replace_linear({layer, which}, std::move(held));
+        const double bits = stored_bits(config, m, group_count(config, m)) - stored_bits(config, m, 0);
+        candidates.push_back({&m, std::max(rise, 0.0) / bits});
+    };
+    for (int layer = 0; layer < c.n_layers; ++layer) {
+        for (int which = 0; which < 7; ++which) probe(layer, which);
+        for (std::vector<float>& stream : streams) model.run_layer(layer, stream);
+    }
+    if (classifier) probe(c.n_layers, 0);
+    model.reset();
+
+    std::vector<const LoadedMatrix*> quantized;
+    double total = 0.0;
+    for (const Candidate& candidate : candidates) {
+        quantized.push_back(candidate.matrix);
+        total += stored_bits(config, *candidate.matrix, 0);
+    }
+    const double allowed = allowed_bits(config, quantized, bits_per_weight);
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.rise_per_bit > b.rise_per_bit; });
+    std::unordered_map<const LoadedMatrix*, double> shares;
+    for (const Candidate& candidate : candidates) {
+        const LoadedMatrix& m = *candidate.matrix;
+        const double narrowest = stored_bits(config, m, 0), widest = stored_bits(config, m, group_count(config, m));
+        const double extra = std::clamp(allowed - total, 0.0, widest - narrowest);  // all of it, part, or none
+        total += extra;
+        shares[&m] = (narrowest + extra + 0.5) / (double(m.k()) * double(m.n()));
+    }
     return shares;
 }
 

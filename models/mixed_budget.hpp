@@ -1,5 +1,6 @@
 // A 2/4/16 bits-per-weight budget met by the whole model instead of by each matrix: 4-bit groups go
-// where they lower the output error most per stored bit, across every matrix the method quantizes.
+// where they lower the output error most per stored bit (estimated), or whole matrices go to 4 bits
+// where they lower the calibration loss most per stored bit (measured).
 #pragma once
 
 #include <unordered_map>
@@ -21,5 +22,16 @@ std::unordered_map<const LoadedMatrix*, double> share_mixed_budget(Model& model,
                                                                    const std::vector<std::vector<int>>& sequences,
                                                                    const qjit_quant_config& config,
                                                                    double bits_per_weight, bool classifier);
+
+// The loss-aware sharing: each matrix in turn (the others as `model` holds them: the runners' is
+// fp32) is quantized wholly in 2 bits, and the model's NLL on the first `score_sequences`
+// calibration sequences measured; the rise is what 4 bits in that matrix would save. Matrices then
+// take 4 bits in decreasing rise per stored bit (a fractional knapsack: the rises are taken as
+// additive) until the budget is spent, the last one partly; the rest stay in 2 bits. Returns each
+// matrix's share as share_mixed_budget does, and throws as it does. Costs one forward of the score
+// sequences, from the matrix's layer on, per matrix.
+std::unordered_map<const LoadedMatrix*, double> share_mixed_budget_by_loss(
+    Model& model, const std::vector<std::vector<int>>& sequences, const qjit_quant_config& config,
+    double bits_per_weight, bool classifier, int score_sequences = 16);
 
 }  // namespace qjit_models::llama

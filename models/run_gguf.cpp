@@ -39,6 +39,7 @@ struct Options {
     std::string text_file;            // or a text's paragraphs, tokenized here
     int max_sequences = 0;            // 0: all
     std::string calibration_tokens;   // gptq, mixed
+    std::string calibration_text;     // or a text's paragraphs, tokenized here
     int calibration_sequences = 64;
     int generate = 0;                 // tokens to decode greedily
     int prompt_bench = 0;             // tokens of the timed prompt (0: none)
@@ -81,6 +82,7 @@ void print_usage(const char* program) {
         "  --calibration-tokens FILE  gptq, mixed, hqq, milo: calibration sequences (*.seq.u32; tools/tokenize_text.py);\n"
         "                     hqq then weighs rows by their inputs and keeps a layer only where the calibration\n"
         "                     NLL is no worse than rtn's; milo fits the layers' output error\n"
+        "  --calibration-text FILE  the same from the paragraphs of a UTF-8 text (as --text-file)\n"
         "  --calibration-sequences N  how many of them (default 64)\n"
         "  --fp32-classifier  keep the classifier in dense fp32 loops whatever the method\n"
         "  --token-by-token   score --tokens one m = 1 step per position, as decoding runs\n"
@@ -116,7 +118,7 @@ std::optional<Options> parse_args(int argc, char** argv) {
         if (parsed == OptionParse::failed) return std::nullopt;
         if (parsed == OptionParse::taken) continue;
         if (arg == "--model" || arg == "--tokens" || arg == "--calibration-tokens" || arg == "--prompt-tokens" ||
-            arg == "--pack" || arg == "--text-file") {
+            arg == "--pack" || arg == "--text-file" || arg == "--calibration-text") {
             const char* text = args.value();
             if (!text) return std::nullopt;
             (arg == "--model"                ? options.model
@@ -124,6 +126,7 @@ std::optional<Options> parse_args(int argc, char** argv) {
              : arg == "--calibration-tokens" ? options.calibration_tokens
              : arg == "--pack"               ? options.pack
              : arg == "--text-file"          ? options.text_file
+             : arg == "--calibration-text"   ? options.calibration_text
                                              : options.prompt_tokens) = text;
         } else if (arg == "--max-sequences" || arg == "--calibration-sequences" || arg == "--generate" ||
                    arg == "--prompt-bench" || arg == "--bench-repeats") {
@@ -198,13 +201,16 @@ std::optional<Options> parse_args(int argc, char** argv) {
     if (options.profile && (options.text.has_prompt() || options.text.chat))
         return refuse("--profile goes with --prompt-tokens (a fixed number of greedy steps)");
     const bool fits_predictor = !options.flash.path.empty() && options.flash.target_recall > 0;
-    if ((options.method.needs_calibration() || fits_predictor) && options.calibration_tokens.empty())
+    if (!options.calibration_tokens.empty() && !options.calibration_text.empty())
+        return refuse("give --calibration-tokens or --calibration-text, not both");
+    const bool calibration = !options.calibration_tokens.empty() || !options.calibration_text.empty();
+    if ((options.method.needs_calibration() || fits_predictor) && !calibration)
         return refuse("--method gptq, a calibrated --method mixed, --milo-base gptq and --flash-recall need "
-                      "--calibration-tokens FILE.seq.u32");
-    if (!options.method.takes_calibration() && !fits_predictor && !options.calibration_tokens.empty())
-        return refuse("--calibration-tokens goes with --method gptq, hqq, milo, a calibrated --method mixed or "
-                      "--flash-recall");
-    options.method.with_calibration = !options.calibration_tokens.empty();
+                      "--calibration-tokens FILE.seq.u32 or --calibration-text FILE");
+    if (!options.method.takes_calibration() && !fits_predictor && calibration)
+        return refuse("--calibration-tokens and --calibration-text go with --method gptq, hqq, milo, a calibrated "
+                      "--method mixed or --flash-recall");
+    options.method.with_calibration = calibration;
     if (options.flash.target_recall > 0 && options.flash.path.empty()) return refuse("--flash-recall goes with --flash");
     if (!options.pack.empty() && options.method.method != "exact")
         return refuse("--pack holds the exact import's layers: it goes with --method exact (the default)");
@@ -255,15 +261,16 @@ TokenSequences read_sequences(const std::string& path, int limit, const llama::C
 
 // The paragraphs of --text-file, tokenized, checked against the model as token files are.
 TokenSequences text_sequences(const std::string& path, int limit, const GgufVocabulary& vocabulary,
-                              const llama::Config& c) {
+                              const llama::Config& c, const std::string& what) {
+    if (path.empty()) return {};
     TokenSequences sequences;
     try {
         sequences = tokenize_paragraphs(vocabulary, path, limit);
     } catch (const std::exception& e) {
-        throw std::runtime_error(std::string("--text-file ") + e.what());
+        throw std::runtime_error(what + " " + e.what());
     }
-    if (sequences.empty()) throw std::runtime_error("--text-file '" + path + "' holds no paragraph");
-    check_lengths(sequences, c.seq_len, "--text-file '" + path + "'");
+    if (sequences.empty()) throw std::runtime_error(what + " '" + path + "' holds no paragraph");
+    check_lengths(sequences, c.seq_len, what + " '" + path + "'");
     return sequences;
 }
 
@@ -586,9 +593,13 @@ int run(const Options& options) {
     const GgufVocabulary vocabulary(*file);
     const TokenSequences sequences = options.text_file.empty()
                                          ? read_sequences(options.tokens, options.max_sequences, c, "--tokens")
-                                         : text_sequences(options.text_file, options.max_sequences, vocabulary, c);
+                                         : text_sequences(options.text_file, options.max_sequences, vocabulary, c,
+                                                          "--text-file");
     const TokenSequences calibration =
-        read_sequences(options.calibration_tokens, options.calibration_sequences, c, "--calibration-tokens");
+        options.calibration_text.empty()
+            ? read_sequences(options.calibration_tokens, options.calibration_sequences, c, "--calibration-tokens")
+            : text_sequences(options.calibration_text, options.calibration_sequences, vocabulary, c,
+                             "--calibration-text");
     const bool text_mode = options.text.has_prompt() || options.text.chat;
     const std::vector<int> prompt =
         options.generate > 0 && !text_mode ? read_prompt(options, vocabulary, c) : std::vector<int>{};

@@ -151,6 +151,8 @@ const char* const kMethodOptionsUsage =
     "  --rank-budget F    milo: each matrix's rank the largest whose compensator adds at most F of its base's bytes\n"
     "  --milo-base Q      milo: the quantizer under the compensator: hqq (default), rtn or gptq (calibrated)\n"
     "  --float-offsets    rtn, hqq, milo: a real-valued offset per group instead of an integer zero point\n"
+    "                     (the default of hqq and milo over hqq)\n"
+    "  --integer-zeros    rtn, hqq, milo: integer zero points (the default of rtn)\n"
     "  --act-order        gptq, mixed: quantize rows in decreasing diag(H)\n"
     "  --damp D           gptq, mixed: D * mean(diag(H)) added to H's diagonal (default 0.01)\n"
     "  --alpha A          mixed: fraction of K-groups in 4 bits (default 0.25)\n"
@@ -158,6 +160,8 @@ const char* const kMethodOptionsUsage =
     "                     per weight\n"
     "  --share-budget     mixed: share --bits-per-weight among all matrices by their estimated gains (measured\n"
     "                     worse than each matrix alone on SmolLM2)\n"
+    "  --share-budget-by-loss  mixed: share it by each matrix's measured effect on the calibration loss:\n"
+    "                     4 bits where 2 bits would raise the NLL most per stored bit\n"
     "  --outliers F       mixed: fraction of weights kept as fp16 outliers, 0 .. 0.005 (default 0.002)\n"
     "  --no-second-order  mixed: keep the group scales in fp16 instead of 4-bit second-order codes\n"
     "  --no-calibration   mixed: rank groups by their range and round to nearest (no calibration)\n";
@@ -188,10 +192,12 @@ OptionParse parse_method_option(ArgumentReader& args, MethodOptions& options) {
          : arg == "--rank-budget"     ? options.rank_budget
          : arg == "--bits-per-weight" ? options.bits_per_weight
                                       : options.outlier_fraction) = *v;
-    } else if (arg == "--float-offsets") {
-        options.float_offsets = true;
+    } else if (arg == "--float-offsets" || arg == "--integer-zeros") {
+        options.float_offsets = arg == "--float-offsets";
     } else if (arg == "--share-budget") {
         options.share_budget = true;
+    } else if (arg == "--share-budget-by-loss") {
+        options.share_budget_by_loss = true;
     } else if (arg == "--f32-scales") {
         options.scale_dtype = QJIT_DTYPE_F32;
     } else if (arg == "--act-order") {
@@ -235,15 +241,20 @@ bool check_method_options(const MethodOptions& options, std::span<const char* co
         return false;
     }
     if (options.float_offsets && method != "rtn" && method != "hqq" && !(milo && options.milo_base != "gptq")) {
-        std::fprintf(stderr, "--float-offsets goes with --method rtn, hqq or milo over rtn or hqq\n");
+        std::fprintf(stderr, "--float-offsets and --integer-zeros go with --method rtn, hqq or milo over rtn or hqq\n");
         return false;
     }
     if (options.bits_per_weight > 0 && method != "mixed") {
         std::fprintf(stderr, "--bits-per-weight goes with --method mixed\n");
         return false;
     }
-    if (options.share_budget && !(options.bits_per_weight > 0 && options.calibrated())) {
-        std::fprintf(stderr, "--share-budget goes with a calibrated --method mixed and --bits-per-weight\n");
+    if ((options.share_budget || options.share_budget_by_loss) && !(options.bits_per_weight > 0 && options.calibrated())) {
+        std::fprintf(stderr, "--share-budget and --share-budget-by-loss go with a calibrated --method mixed and "
+                     "--bits-per-weight\n");
+        return false;
+    }
+    if (options.share_budget && options.share_budget_by_loss) {
+        std::fprintf(stderr, "give --share-budget or --share-budget-by-loss, not both\n");
         return false;
     }
     return true;
@@ -267,7 +278,7 @@ qjit_quant_config MethodOptions::quant_config() const {
     config.damp = damp;
     config.mixed_alpha = alpha;
     config.mixed_bits_per_weight = bits_per_weight;
-    config.float_offsets = float_offsets ? 1 : 0;
+    config.float_offsets = float_offsets ? (*float_offsets ? 1 : 0) : QJIT_FLOAT_OFFSETS_BY_METHOD;
     config.milo_base = milo_base == "rtn" ? QJIT_QUANT_RTN : milo_base == "gptq" ? QJIT_QUANT_GPTQ : QJIT_QUANT_HQQ;
     config.outlier_fraction = outlier_fraction;
     config.second_order_scales = second_order_scales ? 1 : 0;

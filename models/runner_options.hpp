@@ -59,7 +59,9 @@ struct MethodOptions {
     int low_rank_bits = 8;
     double rank_budget = 0;    // MiLo: > 0: each matrix's rank the largest within this fraction of its base's bytes
     std::string milo_base = "hqq";  // MiLo: the quantizer under the compensator: hqq, rtn or gptq
-    bool float_offsets = false;     // rtn, hqq, milo: a real offset per group
+    // rtn, hqq, milo: a real offset per group (true), integer zero points (false), or the method's
+    // measured choice (unset: QJIT_FLOAT_OFFSETS_BY_METHOD)
+    std::optional<bool> float_offsets;
     // gptq and mixed
     bool act_order = false;
     double damp = 0.01;
@@ -67,6 +69,7 @@ struct MethodOptions {
     double alpha = 0.25;          // mixed: fraction of K-groups in 4 bits
     double bits_per_weight = 0;   // mixed: > 0: each matrix's 4-bit groups within this budget, in place of alpha
     bool share_budget = false;    // mixed: the budget shared among the matrices by their gains (share_mixed_budget)
+    bool share_budget_by_loss = false;  // ... by their measured effect on the loss (share_mixed_budget_by_loss)
     double outlier_fraction = 0.002;
     bool second_order_scales = true;
     bool with_calibration = false;  // calibration tokens given: hqq and milo use them too

@@ -112,6 +112,7 @@ public:
         auto a = scratch_.weights.head(rows);
         if (row_weights) a = ConstGroup(row_weights, rows);
         else a.setOnes();
+        if (options_.weigh_by_magnitude) a *= w.abs() + std::sqrt(w.square().mean());
         q = codes;
         best_q = codes;
         GroupQuantizer current = start, best = start;
@@ -250,14 +251,48 @@ void validate_config(const HqqConfig& config, int64_t k, const float* weights) {
 
 }  // namespace
 
+QuantizedMatrix hqq_start(const WeightFormat& format, int64_t k, int64_t n, const float* weights) {
+    if (!format.float_offsets) return quantize_rtn(format, k, n, weights);
+    WeightFormat integer_format = format;
+    integer_format.float_offsets = false;
+    QuantizedMatrix out = quantize_rtn(integer_format, k, n, weights);
+    QuantParams& p = out.params;
+    p.float_offsets = true;
+    p.offsets.resize(p.scales.size());
+    for (size_t i = 0; i < p.scales.size(); ++i) {
+        const float offset = -float(p.zeros[i]) * p.scales[i];
+        p.offsets[i] = format.f16_scales() ? round_to_half(offset) : offset;
+    }
+    p.zeros.clear();
+    return out;
+}
+
 std::vector<float> calibration_row_weights(const Hessian& hessian) {
     const std::vector<double> diagonal = hessian.diagonal();
     return {diagonal.begin(), diagonal.end()};
 }
 
+std::vector<float> balanced_row_weights(int64_t k, int64_t n, const float* weights) {
+    std::vector<double> inverse(static_cast<size_t>(k));
+    double mean = 0.0;
+    for (int64_t r = 0; r < k; ++r) {
+        double square_sum = 0.0;
+        for (int64_t c = 0; c < n; ++c) square_sum += double(weights[r * n + c]) * double(weights[r * n + c]);
+        // A row of zeros has nothing to fit; the cap below bounds its weight.
+        inverse[size_t(r)] = square_sum > 0.0 ? double(n) / square_sum : std::numeric_limits<double>::infinity();
+    }
+    int64_t finite = 0;
+    for (double v : inverse)
+        if (std::isfinite(v)) mean += v, ++finite;
+    mean = finite > 0 ? mean / double(finite) : 1.0;
+    std::vector<float> out(static_cast<size_t>(k));
+    for (int64_t r = 0; r < k; ++r) out[size_t(r)] = float(std::min(inverse[size_t(r)], double(kMaxBalancedRowWeight) * mean));
+    return out;
+}
+
 QuantizedMatrix quantize_hqq(const HqqConfig& config, int64_t k, int64_t n, const float* weights) {
     validate_config(config, k, weights);
-    QuantizedMatrix out = quantize_rtn(config.format, k, n, weights);  // the start; also checks the weights are finite
+    QuantizedMatrix out = hqq_start(config.format, k, n, weights);  // the start; also checks the weights are finite
     if (config.options.iterations == 0) return out;
 
     QuantParams& p = out.params;
@@ -265,6 +300,7 @@ QuantizedMatrix quantize_hqq(const HqqConfig& config, int64_t k, int64_t n, cons
     GroupOptimizer optimizer(p, config.options, group_rows);
     // Row weights scaled to a mean of 1, so the weighted errors stay in float's comfortable range.
     std::vector<float> row_weights = config.row_weights;
+    if (row_weights.empty() && config.options.balance_rows) row_weights = balanced_row_weights(k, n, weights);
     if (!row_weights.empty()) {
         double mean = 0.0;
         for (float h : row_weights) mean += double(h) / double(k);

@@ -160,9 +160,16 @@ void qjit_quant_config_init(qjit_quant_config* config) {
     config->mixed_alpha = 0.25;
     config->outlier_fraction = 0.002;
     config->second_order_scales = 1;
-    config->float_offsets = 0;
+    config->float_offsets = QJIT_FLOAT_OFFSETS_BY_METHOD;
     config->mixed_bits_per_weight = 0.0;
     config->milo_base = QJIT_QUANT_HQQ;
+}
+
+qjit_status qjit_quant_config_float_offsets(const qjit_quant_config* config, int* uses) {
+    return guarded([&] {
+        require(config != nullptr && uses != nullptr, "config or uses is NULL");
+        *uses = uses_float_offsets(*config) ? 1 : 0;
+    });
 }
 
 qjit_status qjit_linear_create_from_f32(qjit_context* context, const qjit_quant_config* config, int64_t k,

@@ -84,6 +84,7 @@ qjit_status qjit_rank_within_budget(const qjit_quant_config* config, int64_t k, 
         validate_shape(k, n);
         validate_low_rank_bits(config->low_rank_bits);
         qjit_quant_config base = *config;
+        base.float_offsets = uses_float_offsets(*config) ? 1 : 0;  // the form the base takes
         base.method = QJIT_QUANT_RTN;  // the base's bytes depend on its format only
         base.rank = 0;
         base.milo_base = QJIT_QUANT_HQQ;

@@ -22,4 +22,8 @@ using QuantizerConfig = std::variant<WeightFormat, HqqConfig, MiloConfig, GptqCo
 // invalid-argument Error naming the field of `config` that is out of range.
 QuantizerConfig quantizer_config(const qjit_quant_config& config, int64_t k, int64_t n);
 
+// Whether `config` asks for float offsets, QJIT_FLOAT_OFFSETS_BY_METHOD resolved for its method.
+// Throws for an invalid method, milo_base or float_offsets.
+bool uses_float_offsets(const qjit_quant_config& config);
+
 }  // namespace qjit

@@ -319,7 +319,7 @@ TEST(CApiCalibration, MiloBaseAndMixedBudget) {
     qjit_quant_config_init(&defaults);
     EXPECT_EQ(defaults.milo_base, QJIT_QUANT_HQQ);
     EXPECT_EQ(defaults.mixed_bits_per_weight, 0.0);
-    EXPECT_EQ(defaults.float_offsets, 0);
+    EXPECT_EQ(defaults.float_offsets, QJIT_FLOAT_OFFSETS_BY_METHOD);
 
     const ContextPtr context = qjit::test::make_test_context();
     const std::vector<float> w = normal_weights(kK, kN, 23);
@@ -446,8 +446,9 @@ TEST(CApiCalibration, RankWithinBudget) {
             config.low_rank_bits = bits;
             int rank = -1;
             ASSERT_EQ(qjit_rank_within_budget(&config, kK, kN, fraction, &rank), QJIT_OK) << qjit_last_error();
-            // RTN at the same format: its stored bytes are the base's.
+            // RTN at the same format (the HQQ base's default float offsets): its stored bytes are the base's.
             qjit_quant_config base = config_of(QJIT_QUANT_RTN, 3, 32);
+            base.float_offsets = 1;
             const ContextPtr context = qjit::test::make_test_context();
             const std::vector<float> w = normal_weights(kK, kN, 2);
             const LinearPtr made = create_calibrated(context.get(), base, nullptr, w);

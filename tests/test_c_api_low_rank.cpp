@@ -103,9 +103,10 @@ std::vector<float> absolute(std::vector<float> values) {
 // What format/quantized_matrix.cpp's stored_bytes counts for a layer of K x N asymmetric codes at
 // `bits` in groups of `group` rows with fp16 scales: packed codes, one fp16 scale and one `bits`-wide
 // zero point per group and column.
-int64_t expected_quantized_bytes(int64_t k, int64_t n, int bits, int64_t group) {
+// Codes, an fp16 scale per group and an integer zero point (or an fp16 offset) per group.
+int64_t expected_quantized_bytes(int64_t k, int64_t n, int bits, int64_t group, bool float_offsets = false) {
     const int64_t metadata = (k + group - 1) / group * n;
-    return (k * n * bits + 7) / 8 + metadata * 2 + (metadata * bits + 7) / 8;
+    return (k * n * bits + 7) / 8 + metadata * 2 + (float_offsets ? metadata * 2 : (metadata * bits + 7) / 8);
 }
 
 // What format/low_rank.cpp's low_rank_stored_bytes counts for U (K x rank) and V (rank x N, stored N x rank):
@@ -158,7 +159,9 @@ TEST_P(CApiLowRankMethod, LayoutsInfoAndForward) {
     EXPECT_EQ(info.low_rank_bits, milo ? c.low_rank_bits : 0);
     const int64_t low_rank_bytes = milo ? expected_low_rank_bytes(kK, kN, c.rank, c.low_rank_bits) : 0;
     EXPECT_EQ(info.low_rank_bytes, low_rank_bytes);
-    EXPECT_EQ(info.stored_bytes, expected_quantized_bytes(kK, kN, 3, kGroup) + low_rank_bytes);
+    // HQQ and MiLo over it store float offsets by default, RTN integer zero points.
+    EXPECT_EQ(info.float_offsets, c.method == QJIT_QUANT_RTN ? 0 : 1);
+    EXPECT_EQ(info.stored_bytes, expected_quantized_bytes(kK, kN, 3, kGroup, info.float_offsets) + low_rank_bytes);
     const qjit_linear_info info_n_by_k = info_of(layer_n_by_k.get());
     EXPECT_EQ(info_n_by_k.stored_bytes, info.stored_bytes);
     EXPECT_EQ(info_n_by_k.low_rank_bytes, info.low_rank_bytes);
@@ -513,10 +516,64 @@ TEST(CApiLowRank, BadAssignRanksArgumentsAreRefused) {
                   QJIT_ERROR_INVALID_ARGUMENT, "activation_count");
 }
 
-// End to end on stories260K, every linear layer (the classifier too) INT3 g64: MiLo (rank 4, INT3
-// factors) predicts the text better than HQQ, which predicts it better than RTN, at about HQQ's
-// memory. On all 200 paragraphs the NLL rises over fp32's 1.439 by 1.128 (RTN), 0.716 (HQQ) and
-// 0.452 (MiLo), at 10 % extra memory; the first 30 paragraphs keep the order by wide margins.
+TEST(CApiQuantConfig, FloatOffsetsResolveByMethod) {
+    qjit_quant_config config;
+    qjit_quant_config_init(&config);
+    EXPECT_EQ(config.float_offsets, QJIT_FLOAT_OFFSETS_BY_METHOD);
+    struct Case {
+        qjit_quant_method method;
+        int milo_base, symmetric, float_offsets, expected;
+    };
+    const Case cases[] = {
+        {QJIT_QUANT_RTN, QJIT_QUANT_HQQ, 0, QJIT_FLOAT_OFFSETS_BY_METHOD, 0},
+        {QJIT_QUANT_HQQ, QJIT_QUANT_HQQ, 0, QJIT_FLOAT_OFFSETS_BY_METHOD, 1},
+        {QJIT_QUANT_HQQ, QJIT_QUANT_HQQ, 1, QJIT_FLOAT_OFFSETS_BY_METHOD, 0},
+        {QJIT_QUANT_HQQ, QJIT_QUANT_HQQ, 0, 0, 0},
+        {QJIT_QUANT_RTN, QJIT_QUANT_HQQ, 0, 1, 1},
+        {QJIT_QUANT_MILO, QJIT_QUANT_HQQ, 0, QJIT_FLOAT_OFFSETS_BY_METHOD, 1},
+        {QJIT_QUANT_MILO, QJIT_QUANT_RTN, 0, QJIT_FLOAT_OFFSETS_BY_METHOD, 0},
+        {QJIT_QUANT_MILO, QJIT_QUANT_GPTQ, 0, QJIT_FLOAT_OFFSETS_BY_METHOD, 0},
+        {QJIT_QUANT_GPTQ, QJIT_QUANT_HQQ, 0, QJIT_FLOAT_OFFSETS_BY_METHOD, 0},
+        {QJIT_QUANT_MIXED, QJIT_QUANT_HQQ, 0, QJIT_FLOAT_OFFSETS_BY_METHOD, 0},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(testing::Message() << "method " << int(c.method) << " base " << c.milo_base << " symmetric "
+                                        << c.symmetric << " float_offsets " << c.float_offsets);
+        config.method = c.method;
+        config.milo_base = c.milo_base;
+        config.symmetric = c.symmetric;
+        config.float_offsets = c.float_offsets;
+        int uses = -1;
+        ASSERT_EQ(qjit_quant_config_float_offsets(&config, &uses), QJIT_OK) << qjit_last_error();
+        EXPECT_EQ(uses, c.expected);
+    }
+    config = method_config(QJIT_QUANT_HQQ);
+    config.float_offsets = -2;
+    int uses = 0;
+    EXPECT_EQ(qjit_quant_config_float_offsets(&config, &uses), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qjit_last_error()).find("float_offsets is -2"), std::string::npos) << qjit_last_error();
+    EXPECT_EQ(qjit_quant_config_float_offsets(nullptr, &uses), QJIT_ERROR_INVALID_ARGUMENT);
+
+    // The layers made say the same.
+    const ContextPtr context = qjit::test::make_test_context();
+    const std::vector<float> w = heavy_tailed_weights(kK, kN, 3);
+    for (auto [method, expected] : {std::pair{QJIT_QUANT_RTN, 0}, std::pair{QJIT_QUANT_HQQ, 1}}) {
+        const LinearPtr layer = create_from_f32(context.get(), method_config(method), w.data(), QJIT_LAYOUT_K_BY_N);
+        qjit_linear_info info{};
+        ASSERT_EQ(qjit_linear_get_info(layer.get(), &info), QJIT_OK);
+        EXPECT_EQ(info.float_offsets, expected) << "method " << int(method);
+    }
+    qjit_linear* raw = nullptr;
+    config = method_config(QJIT_QUANT_HQQ);
+    config.float_offsets = -3;
+    EXPECT_EQ(qjit_linear_create_from_f32(context.get(), &config, kK, kN, w.data(), QJIT_LAYOUT_K_BY_N, &raw),
+              QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(raw, nullptr);
+}
+
+// End to end on stories260K, every linear layer (the classifier too) INT3 g64, each method in its
+// default form: MiLo (rank 4, INT3 factors) predicts the text better than HQQ, which predicts it
+// better than RTN, at about HQQ's memory; the first 30 paragraphs keep the order by wide margins.
 TEST(CApiLowRankRealModel, MiloBeatsHqqBeatsRtnOnStories260K) {
     const std::string models = QJIT_SHARED_MODELS_DIR;
     const std::string checkpoint_path = models + "/stories260K/stories260K.bin";
@@ -563,7 +620,8 @@ TEST(CApiLowRankRealModel, MiloBeatsHqqBeatsRtnOnStories260K) {
                 sequences, rtn.nll, hqq.nll, milo.nll, rtn.bits_per_weight, hqq.bits_per_weight, milo.bits_per_weight);
     EXPECT_LT(hqq.nll, rtn.nll);
     EXPECT_LT(milo.nll, hqq.nll);
-    EXPECT_EQ(hqq.bits_per_weight, rtn.bits_per_weight);  // the same codes, scales and zero points
+    // HQQ's default form stores an fp16 offset per group of 64 in place of a 3-bit zero point.
+    EXPECT_NEAR(hqq.bits_per_weight, rtn.bits_per_weight + (16.0 - 3.0) / 64.0, 0.02);
     EXPECT_GT(milo.bits_per_weight, hqq.bits_per_weight);
     EXPECT_LE(milo.bits_per_weight, 1.12 * hqq.bits_per_weight);
 }

@@ -1,5 +1,5 @@
 // The quantizers at their calibrated best: HQQ with real offsets and an error weighted by the inputs'
-// second moments (never worse than RTN by that error, per group), MiLo fitted to the layer's output
+// second moments or by the balanced rows (never worse than its RTN start by that error, per group), MiLo fitted to the layer's output
 // error over an HQQ or GPTQ base, and the 2/4/16 format within a bits-per-weight budget.
 #include <gtest/gtest.h>
 
@@ -25,13 +25,17 @@ WeightFormat uniform_format(int bits, int64_t group, bool float_offsets, qjit_dt
     return {.bits = bits, .group_size = group, .float_offsets = float_offsets, .scale_type = scale_type_of(scales)};
 }
 
-// Sum over group g of column c of weight[r] (w - deq)^2 (weight empty: 1).
-double group_error(const std::vector<float>& w, const std::vector<float>& deq, const std::vector<float>& weight,
+// HQQ's error over group g of column c: sum of row_weight[r] (|w| + the group's rms) (w - deq)^2.
+double group_error(const std::vector<float>& w, const std::vector<float>& deq, const std::vector<float>& row_weight,
                    int64_t k, int64_t n, int64_t group, int64_t g, int64_t c) {
+    const int64_t r0 = g * group, r1 = std::min(k, (g + 1) * group);
+    double square_sum = 0.0;
+    for (int64_t r = r0; r < r1; ++r) square_sum += double(w[size_t(r * n + c)]) * double(w[size_t(r * n + c)]);
+    const double rms = std::sqrt(square_sum / double(r1 - r0));
     double sum = 0.0;
-    for (int64_t r = g * group; r < std::min(k, (g + 1) * group); ++r) {
-        const double e = double(w[size_t(r * n + c)]) - double(deq[size_t(r * n + c)]);
-        sum += (weight.empty() ? 1.0 : double(weight[size_t(r)])) * e * e;
+    for (int64_t r = r0; r < r1; ++r) {
+        const double x = double(w[size_t(r * n + c)]), e = x - double(deq[size_t(r * n + c)]);
+        sum += double(row_weight[size_t(r)]) * (std::abs(x) + rms) * e * e;
     }
     return sum;
 }
@@ -45,35 +49,97 @@ std::vector<float> row_weights(int64_t k) {
 
 // ---- HQQ: float offsets and weighted errors ----
 
-TEST(HqqCalibrated, NeverWorseThanRtnPerGroupByItsError) {
-    // K not a multiple of the group, N odd; both zero kinds, plain and weighted errors, fp16 and fp32 scales.
+TEST(HqqCalibrated, NeverWorseThanItsRtnStartPerGroupByItsError) {
+    // K not a multiple of the group, N odd; both zero kinds, calibrated row weights or the balanced
+    // ones, fp16 and fp32 scales.
     const int64_t k = 150, n = 23;
     const std::vector<float> w = layer_weights(k, n, 21);
     for (bool offsets : {false, true})
-        for (bool weighted : {false, true})
+        for (bool calibrated : {false, true})
             for (qjit_dtype scales : {QJIT_DTYPE_F16, QJIT_DTYPE_F32})
                 for (int bits : {2, 3, 4})
                     for (int64_t group : {32, 64}) {
-                        SCOPED_TRACE(testing::Message() << "offsets " << offsets << " weighted " << weighted << " q"
-                                                        << bits << "g" << group << " scales " << int(scales));
+                        SCOPED_TRACE(testing::Message() << "offsets " << offsets << " calibrated " << calibrated
+                                                        << " q" << bits << "g" << group << " scales " << int(scales));
                         HqqConfig config{uniform_format(bits, group, offsets, scales), {}, {}};
-                        if (weighted) config.row_weights = row_weights(k);
+                        if (calibrated) config.row_weights = row_weights(k);
                         const QuantizedMatrix hqq = quantize_hqq(config, k, n, w.data());
                         ASSERT_NO_THROW(validate(hqq));
                         EXPECT_EQ(hqq.params.float_offsets, offsets);
-                        const QuantizedMatrix rtn = quantize_rtn(config.format, k, n, w.data());
-                        const std::vector<float> dh = dequantize(hqq), dr = dequantize(rtn);
-                        double total_hqq = 0.0, total_rtn = 0.0;
+                        const QuantizedMatrix start = hqq_start(config.format, k, n, w.data());
+                        const std::vector<float> dh = dequantize(hqq), ds = dequantize(start);
+                        const std::vector<float> rows =
+                            calibrated ? config.row_weights : balanced_row_weights(k, n, w.data());
+                        double total_hqq = 0.0, total_start = 0.0;
                         for (int64_t g = 0; g < (k + group - 1) / group; ++g)
                             for (int64_t c = 0; c < n; ++c) {
-                                const double eh = group_error(w, dh, config.row_weights, k, n, group, g, c);
-                                const double er = group_error(w, dr, config.row_weights, k, n, group, g, c);
-                                EXPECT_LE(eh, er * (1.0 + 1e-5) + 1e-12) << "group " << g << " column " << c;
+                                const double eh = group_error(w, dh, rows, k, n, group, g, c);
+                                const double es = group_error(w, ds, rows, k, n, group, g, c);
+                                EXPECT_LE(eh, es * (1.0 + 1e-5) + 1e-12) << "group " << g << " column " << c;
                                 total_hqq += eh;
-                                total_rtn += er;
+                                total_start += es;
                             }
-                        EXPECT_LT(total_hqq, 0.99 * total_rtn);  // and it improves on RTN overall
+                        EXPECT_LT(total_hqq, 0.99 * total_start);  // and it improves on it overall
                     }
+}
+
+TEST(HqqCalibrated, StartsFromRtnsIntegerGridWithZeroACode) {
+    // Float offsets start at -zero * scale: RTN's integer grid, not its min..max one (K odd, 3 groups).
+    const int64_t k = 77, n = 9;
+    const std::vector<float> w = layer_weights(k, n, 5);
+    for (qjit_dtype scales : {QJIT_DTYPE_F16, QJIT_DTYPE_F32}) {
+        const QuantizedMatrix integer = quantize_rtn(uniform_format(3, 32, false, scales), k, n, w.data());
+        const QuantizedMatrix start = hqq_start(uniform_format(3, 32, true, scales), k, n, w.data());
+        ASSERT_NO_THROW(validate(start));
+        EXPECT_EQ(start.codes, integer.codes);
+        EXPECT_EQ(start.params.scales, integer.params.scales);
+        for (size_t i = 0; i < start.params.offsets.size(); ++i) {
+            const float exact = -float(integer.params.zeros[i]) * integer.params.scales[i];
+            EXPECT_EQ(start.params.offsets[i], scales == QJIT_DTYPE_F16 ? round_to_half(exact) : exact);
+        }
+        if (scales != QJIT_DTYPE_F32) continue;
+        const std::vector<float> a = dequantize(start), b = dequantize(integer);
+        for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6f * (1.0f + std::abs(b[i]))) << i;
+    }
+}
+
+TEST(HqqBalancedRows, InverseMeanSquareCappedAndZeroRowsBounded) {
+    // 200 rows of mean square 1 and one of 4, a row of 0.01s (1e4) and a row of zeros: 1 / mean square,
+    // the last two capped at kMaxBalancedRowWeight times the mean of the finite ones.
+    const int64_t k = 203, n = 2;
+    std::vector<float> w(size_t(k * n), 1.0f);
+    w[0] = -1.0f;
+    w[2] = w[3] = 2.0f;
+    w[201 * 2] = w[201 * 2 + 1] = 0.01f;
+    w[202 * 2] = w[202 * 2 + 1] = 0.0f;
+    const std::vector<float> h = balanced_row_weights(k, n, w.data());
+    ASSERT_EQ(h.size(), size_t(k));
+    EXPECT_FLOAT_EQ(h[0], 1.0f);
+    EXPECT_FLOAT_EQ(h[1], 0.25f);
+    EXPECT_FLOAT_EQ(h[200], 1.0f);
+    const double finite_mean = (200.0 + 0.25 + 1e4) / 202.0;
+    EXPECT_FLOAT_EQ(h[201], float(kMaxBalancedRowWeight * finite_mean));
+    EXPECT_FLOAT_EQ(h[202], float(kMaxBalancedRowWeight * finite_mean));
+}
+
+TEST(HqqBalancedRows, ProtectTheSmallWeightRowsTheyWeigh) {
+    // A row whose weights are 100x smaller than the rest (a channel fed by large inputs, in a trained
+    // layer) keeps a smaller relative error with the balanced rows than with none.
+    const int64_t k = 64, n = 48;
+    std::vector<float> w = layer_weights(k, n, 13);
+    for (int64_t c = 0; c < n; ++c) w[size_t(7 * n + c)] *= 0.1f;
+    HqqConfig balanced{uniform_format(3, 64, true), {}, {}};
+    HqqConfig plain = balanced;
+    plain.options.balance_rows = false;
+    const std::vector<float> db = dequantize(quantize_hqq(balanced, k, n, w.data()));
+    const std::vector<float> dp = dequantize(quantize_hqq(plain, k, n, w.data()));
+    double eb = 0.0, ep = 0.0;
+    for (int64_t c = 0; c < n; ++c) {
+        const size_t i = size_t(7 * n + c);
+        eb += (double(w[i]) - db[i]) * (double(w[i]) - db[i]);
+        ep += (double(w[i]) - dp[i]) * (double(w[i]) - dp[i]);
+    }
+    EXPECT_LT(eb, ep);
 }
 
 TEST(HqqCalibrated, OffsetsAreStoredAtTheScalesType) {

@@ -63,9 +63,13 @@ WeightFormat rtn_config(int bits, int64_t group, bool symmetric = false, qjit_dt
     return {.bits = bits, .group_size = group, .symmetric = symmetric, .scale_type = scale_type_of(scales)};
 }
 
+// HQQ fitting the weights' plain L2 error (no row or magnitude weights), which these tests check
+// against RTN's; the weighted default is checked in test_calibrated_quantizers.cpp.
 HqqConfig hqq_config(int bits, int64_t group, bool symmetric = false, qjit_dtype scales = QJIT_DTYPE_F16) {
     HqqConfig c;
     c.format = rtn_config(bits, group, symmetric, scales);
+    c.options.balance_rows = false;
+    c.options.weigh_by_magnitude = false;
     return c;
 }
 

@@ -179,8 +179,8 @@ typedef struct qjit_context_options {
 /* How fp32 weights are quantized (all calibration-free: they need only the weights). */
 typedef enum qjit_quant_method {
     QJIT_QUANT_RTN = 0,  /* round to nearest, each group's scale and zero point from its min and max */
-    QJIT_QUANT_HQQ = 1,  /* each group's zero point and scale optimised against an lp (p < 1) norm of its
-                            error by half-quadratic splitting (HQQ), zero points kept integer */
+    QJIT_QUANT_HQQ = 1,  /* each group's offset (or integer zero point) and scale optimised against an lp
+                            (p < 1) norm of its weighted error by half-quadratic splitting (HQQ) */
     QJIT_QUANT_MILO = 2, /* MiLo: HQQ plus a low-rank compensator U (K x rank) V (rank x N) fitted to the
                             residual by alternating truncated SVDs; y = x Wq + (x U) V */
     QJIT_QUANT_GPTQ = 3,  /* GPTQ: needs a calibration (qjit_linear_create_calibrated); each row's rounding error
@@ -191,6 +191,9 @@ typedef enum qjit_quant_method {
     QJIT_QUANT_METHOD_MIN_ENUM = -0x7fffffff - 1,
     QJIT_QUANT_METHOD_MAX_ENUM = 0x7fffffff
 } qjit_quant_method;
+
+/* qjit_quant_config.float_offsets: the zero-point form measured best for the method. */
+#define QJIT_FLOAT_OFFSETS_BY_METHOD (-1)
 
 typedef struct qjit_quant_config {
     int bits;               /* 2, 3, 4 or 8 */
@@ -208,10 +211,12 @@ typedef struct qjit_quant_config {
     double outlier_fraction;/* MIXED: fraction of weights kept as fp16 outliers, 0 .. 0.005 (0.002) */
     int second_order_scales;/* MIXED: nonzero (the default): group scales quantized to 4 bits in groups of 16
                                columns with an fp16 scale and zero each */
-    int float_offsets;      /* RTN, HQQ, MILO (RTN or HQQ base): nonzero: a real-valued offset per group instead
-                               of an integer zero point, W = scale * code + offset (RTN: over each group's own
-                               min..max, as llama.cpp's Q4_1; HQQ: fitted); stored at scale_dtype. Not with
-                               symmetric (0 by default) */
+    int float_offsets;      /* RTN, HQQ, MILO (RTN or HQQ base): 1: a real-valued offset per group instead of an
+                               integer zero point, W = scale * code + offset (RTN: over each group's own
+                               min..max, as llama.cpp's Q4_1; HQQ: fitted); stored at scale_dtype. 0: integer
+                               zero points. QJIT_FLOAT_OFFSETS_BY_METHOD (the default): the form measured best
+                               for the method, float offsets for HQQ and MiLo over HQQ, integer zero points
+                               otherwise and whenever symmetric is set. 1 excludes symmetric */
     double mixed_bits_per_weight; /* MIXED: > 0: as many 4-bit groups (the most sensitive) as keep the layer's
                                stored bits per weight (qjit_linear_info) at or below this budget, in place of
                                mixed_alpha; 0 (the default): mixed_alpha decides */
@@ -325,6 +330,9 @@ QJIT_API qjit_status qjit_tuning_db_import(qjit_context* context, const char* pa
 
 /* ---- linear layers ---- */
 QJIT_API void qjit_quant_config_init(qjit_quant_config* config); /* 4-bit, group 128, asymmetric, f16 scales, RTN */
+/* Whether `config` makes float offsets: its float_offsets with QJIT_FLOAT_OFFSETS_BY_METHOD resolved for its
+   method; *uses is 1 or 0. An invalid method or milo_base is refused. */
+QJIT_API qjit_status qjit_quant_config_float_offsets(const qjit_quant_config* config, int* uses);
 
 /* Quantize fp32 weights (K x N logically, stored as `layout`). The weights are copied. */
 QJIT_API qjit_status qjit_linear_create_from_f32(qjit_context* context, const qjit_quant_config* config,

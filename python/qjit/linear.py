@@ -161,9 +161,11 @@ class Linear:
             options: the method's options: rank and low_rank_bits (milo), act_order and damp
                 (gptq, mixed), mixed_alpha, mixed_bits_per_weight (a budget in place of alpha),
                 outlier_fraction and second_order_scales (mixed),
-                float_offsets (rtn, hqq, milo: a real offset per group, W = s * q + m; rtn takes each
-                group's min), milo_base ("hqq", "rtn" or "gptq": the quantizer under the compensator).
-                With a calibration, hqq weighs each row's error by its inputs' second moment and milo
+                float_offsets (rtn, hqq, milo: True for a real offset per group, W = s * q + m, rtn
+                taking each group's min; False for integer zero points; None, the default: the
+                method's measured choice, offsets for hqq and milo over hqq), milo_base ("hqq", "rtn" or "gptq": the quantizer under the compensator).
+                hqq weighs each row's error by its inputs' second moment with a calibration (by the
+                inverse of its weights' mean square without), and milo
                 fits the layer's output error.
         """
         config = quant_config("Linear.quantize", bits, group_size, symmetric, method, scale_dtype, options)

@@ -79,7 +79,7 @@ class Model:
     @classmethod
     def from_gguf(cls, path: str | os.PathLike, method: str = "exact", *, bits: int = 4, group_size: int = 64,
                   calibration: Optional[Sequence[Sequence[int]]] = None, rank: int = 0, milo_base: str = "hqq",
-                  float_offsets: bool = False, act_order: bool = False, bits_per_weight: float = 0.0,
+                  float_offsets: Optional[bool] = None, act_order: bool = False, bits_per_weight: float = 0.0,
                   fp32_classifier: bool = False, pack: Optional[str | os.PathLike] = None, threads: int = 0,
                   activations: str = "auto", max_isa: str = "auto") -> "Model":
         """Loads a GGUF model and makes its linear layers, as ``qjit-run --method METHOD`` does.
@@ -92,7 +92,9 @@ class Model:
             calibration: token sequences the calibrated methods run the model on (gptq needs them;
                 hqq, milo and mixed use them when given), layer by layer.
             rank: milo's compensator rank (required by milo). milo_base: its base quantizer.
-            float_offsets: rtn, hqq, milo: a real offset per group. act_order: gptq, mixed.
+            float_offsets: rtn, hqq, milo: a real offset per group (True) or integer zero points
+                (False); None: the method's measured choice (hqq and milo over hqq: offsets).
+                act_order: gptq, mixed.
             bits_per_weight: mixed: the 4-bit groups of each matrix within this budget.
             fp32_classifier: keep the classifier in dense fp32 loops whatever the method.
             pack: method "exact": a pack file (docs/formats.md) the layers are mapped from when it
@@ -115,7 +117,7 @@ class Model:
         if method == "gptq" or (method == "milo" and milo_base == "gptq"):
             if not calibration:
                 raise InvalidArgumentError(f"method {method!r} (gptq) needs calibration token sequences")
-        if float_offsets and not (method in ("rtn", "hqq") or (method == "milo" and milo_base != "gptq")):
+        if float_offsets is not None and not (method in ("rtn", "hqq") or (method == "milo" and milo_base != "gptq")):
             raise InvalidArgumentError("float_offsets goes with method 'rtn', 'hqq', or 'milo' over rtn or hqq")
         if act_order and method not in ("gptq", "mixed"):
             raise InvalidArgumentError("act_order goes with method 'gptq' or 'mixed'")
@@ -128,7 +130,8 @@ class Model:
         options = _native.MethodOptions()
         options.method = method
         options.bits, options.group_size, options.rank = int(bits), int(group_size), int(rank)
-        options.milo_base, options.float_offsets, options.act_order = milo_base, bool(float_offsets), bool(act_order)
+        options.milo_base, options.act_order = milo_base, bool(act_order)
+        options.float_offsets = None if float_offsets is None else bool(float_offsets)
         options.bits_per_weight = float(bits_per_weight)
         sequences = [_tokens(s, "calibration") for s in (calibration or [])]
         path = os.fspath(path)

@@ -19,7 +19,8 @@ qjit_quant_config quant_config(const nb::dict& fields) {
     c.mixed_alpha = nb::cast<double>(fields["mixed_alpha"]);
     c.outlier_fraction = nb::cast<double>(fields["outlier_fraction"]);
     c.second_order_scales = nb::cast<bool>(fields["second_order_scales"]);
-    c.float_offsets = nb::cast<bool>(fields["float_offsets"]);
+    c.float_offsets = fields["float_offsets"].is_none() ? QJIT_FLOAT_OFFSETS_BY_METHOD
+                                                         : int(nb::cast<bool>(fields["float_offsets"]));
     c.milo_base = nb::cast<int>(fields["milo_base"]);
     c.mixed_bits_per_weight = nb::cast<double>(fields["mixed_bits_per_weight"]);
     return c;
@@ -41,7 +42,7 @@ nb::dict default_quant_config() {
     d["mixed_alpha"] = c.mixed_alpha;
     d["outlier_fraction"] = c.outlier_fraction;
     d["second_order_scales"] = bool(c.second_order_scales);
-    d["float_offsets"] = bool(c.float_offsets);
+    d["float_offsets"] = nb::none();  // QJIT_FLOAT_OFFSETS_BY_METHOD: the method's measured choice
     d["milo_base"] = c.milo_base;
     d["mixed_bits_per_weight"] = c.mixed_bits_per_weight;
     return d;
