@@ -55,10 +55,13 @@ declare -A runs=(
   [mixed25]="--method mixed --group 128 --bits-per-weight 2.5 CAL"
   [mixed30]="--method mixed --group 128 --bits-per-weight 3.0 CAL"
   [mixed35]="--method mixed --group 128 --bits-per-weight 3.5 CAL"
+  [mixed25l]="--method mixed --group 128 --bits-per-weight 2.5 --share-budget-by-loss CAL"
+  [mixed30l]="--method mixed --group 128 --bits-per-weight 3.0 --share-budget-by-loss CAL"
+  [mixed35l]="--method mixed --group 128 --bits-per-weight 3.5 --share-budget-by-loss CAL"
 )
 order=(exact rtn2 rtn3 rtn4 rtn2g32 rtn3g32 hqq2 hqq3 hqq4 hqq2g64 hqq3g64 hqq2i hqq3i hqq4i mixed25n mixed30n
        mixed35n gptq2 gptq3 gptq4 gptq3_order gptq3_damp10 gptq3_damp10_order gptq3_damp001 hqq2c hqq3c hqq4c
-       mixed25 mixed30 mixed35 milo3 milo3_integer milo3_rtn milo3c)
+       mixed25 mixed30 mixed35 mixed25l mixed30l mixed35l milo3 milo3_integer milo3_rtn milo3c)
 [ $# -gt 0 ] && order=("$@")
 for name in "${order[@]}"; do
   [ -n "${runs[$name]:-}" ] || { echo "quantizer_sweep.sh: no run named $name" >&2; exit 2; }

@@ -3,8 +3,8 @@
 # scripts/fetch_model.sh has not fetched it): a greedy --prompt gives the tokens of the same prompt
 # given as --prompt-tokens; a seed repeats a sampled text and another seed changes it; --stop ends
 # the text before the stop string; --chat answers a question read from standard input; --text-file
-# scores the TinyStories paragraphs as llama.cpp's tokens of them score; bad input is refused with a
-# message naming it.
+# scores the TinyStories paragraphs as llama.cpp's tokens of them score, and --calibration-text
+# calibrates on them as on those tokens; bad input is refused with a message naming it.
 # Usage: scripts/check_text_cli.sh QJIT_RUN SHARED_MODELS_DIR     (a ctest case: text_cli)
 set -euo pipefail
 qjit_run="${1:?usage: scripts/check_text_cli.sh QJIT_RUN SHARED_MODELS_DIR}"
@@ -35,6 +35,11 @@ nll() { run "$@" --max-sequences 20 --json | field nll; }
 if [ -f "$shared/text/tinystories_val.txt" ] && [ -f "$shared/../smollm2/eval.seq.u32" ]; then
   [ "$(nll --text-file "$shared/text/tinystories_val.txt")" = "$(nll --tokens "$shared/../smollm2/eval.seq.u32")" ] ||
     fail "--text-file scores differently from llama.cpp's tokens of the same paragraphs"
+  gptq() { run --method gptq --bits 4 --group 64 --calibration-sequences 3 "$@" --tokens "$shared/../smollm2/eval.seq.u32" \
+               --max-sequences 2 --json | field nll; }
+  [ "$(gptq --calibration-text "$shared/text/tinystories_val.txt")" = \
+    "$(gptq --calibration-tokens "$shared/../smollm2/eval.seq.u32")" ] ||
+    fail "--calibration-text calibrates differently from llama.cpp's tokens of the same paragraphs"
 fi
 
 refused() {  # expected status, expected message, arguments...
@@ -51,4 +56,5 @@ refused 1 "unknown chat template 'alpaca'" --chat --chat-template alpaca
 printf 'fine\n\n\xff\n' > "${TMPDIR:-/tmp}/text_cli.$$.txt"
 refused 1 "paragraph 1: invalid UTF-8 at byte 0" --text-file "${TMPDIR:-/tmp}/text_cli.$$.txt"
 rm -f "${TMPDIR:-/tmp}/text_cli.$$.txt"
-echo "text_cli: greedy, seeds, --stop, --chat, --text-file and refusals as expected"
+refused 2 "--calibration-tokens or --calibration-text, not both" --method gptq --calibration-text a --calibration-tokens b
+echo "text_cli: greedy, seeds, --stop, --chat, --text-file, --calibration-text and refusals as expected"

@@ -23,6 +23,7 @@
 #include "models/llama2_tokenizer.hpp"
 #include "models/llama_eval.hpp"
 #include "models/llama_model.hpp"
+#include "models/mixed_budget.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -786,6 +787,58 @@ TEST(CApiCalibrationRealModel, HqqChosenPerLayerIsNeverWorseThanRtn) {
         std::printf("stories260K INT%d g32: HQQ kept in %d of %d layers; score NLL %.4f -> %.4f\n", bits,
                     q.layers_kept, q.layers_tried, q.start_nll, q.end_nll);
     }
+}
+
+// The 2/4/16 budget shared by each matrix's measured effect on the loss: the whole budget is spent,
+// all matrices but one at all-2 or all-4 bits, and the model quantized with the shares stores no
+// more than the budget.
+TEST(CApiCalibrationRealModel, MixedBudgetByLossSpendsItWhole) {
+    namespace llama = qjit_models::llama;
+    std::string missing;
+    const std::optional<Stories> stories = load_stories(&missing);
+    if (!stories) GTEST_SKIP() << missing << " is missing";
+    qjit_quant_config config = llama::make_quant_config(4, 32, false);
+    config.method = QJIT_QUANT_MIXED;
+    const double budget = 3.6;  // this small model's matrices store 3.23 bits per weight all in 2 bits
+    config.mixed_bits_per_weight = budget;
+    llama::DenseMaker dense;
+    llama::Model model(stories->checkpoint, dense);
+    const auto shares = llama::share_mixed_budget_by_loss(model, stories->calibration, config, budget, true, 6);
+    const std::vector<const llama::LoadedMatrix*> matrices = [&] {
+        std::vector<const llama::LoadedMatrix*> out;
+        for (const llama::ModelMatrix& m : llama::model_matrices(*stories->checkpoint, true)) out.push_back(m.source);
+        return out;
+    }();
+    ASSERT_EQ(shares.size(), matrices.size());
+    double weights = 0.0, spent = 0.0;
+    int partial = 0, wide = 0;
+    for (const llama::LoadedMatrix* m : matrices) {
+        const double count = double(m->k()) * double(m->n());
+        const double bits = shares.at(m) * count - 0.5;  // the share is half a bit over
+        double narrowest = 0.0, widest = 0.0;
+        ASSERT_EQ(qjit_mixed_stored_bits(&config, m->k(), m->n(), 0, &narrowest), QJIT_OK);
+        ASSERT_EQ(qjit_mixed_stored_bits(&config, m->k(), m->n(), (m->k() + 31) / 32, &widest), QJIT_OK);
+        EXPECT_GE(bits, narrowest - 1e-6);
+        EXPECT_LE(bits, widest + 1e-6);
+        partial += bits > narrowest + 1e-6 && bits < widest - 1e-6;
+        wide += bits >= widest - 1e-6;
+        weights += count;
+        spent += bits;
+    }
+    EXPECT_LE(partial, 1);
+    EXPECT_GT(wide, 0);
+    EXPECT_NEAR(spent, budget * weights, 1e-6 * weights);
+
+    llama::QuantizingMaker maker(config, &stories->options);
+    maker.set_bits_per_weight(shares);
+    llama::Model quantized(stories->checkpoint, dense);
+    llama::quantize_with_calibration(quantized, maker, stories->calibration, true);
+    const llama::QjitStorage storage = llama::qjit_storage(quantized);
+    EXPECT_EQ(storage.weights, int64_t(weights));
+    EXPECT_LE(storage.bits_per_weight(), budget);
+    EXPECT_GT(storage.bits_per_weight(), budget - 0.1);
+    std::printf("stories260K 2/4/16 within %.1f bits per weight by loss: %d matrices in 4 bits, %d partly; %.4f stored\n",
+                budget, wide, partial, storage.bits_per_weight());
 }
 
 }  // namespace
