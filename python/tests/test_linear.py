@@ -156,6 +156,17 @@ def test_float_offsets_fit_each_groups_range(exact_context, default_context, rng
         qjit.Linear.quantize(exact_context, w, bits=4, float_offsets=True, symmetric=True)
 
 
+def test_zero_point_form_is_the_methods_measured_choice(exact_context, rng):
+    k, n = 130, 17
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    def offsets(method, **options):
+        return qjit.Linear.quantize(exact_context, w, bits=3, group_size=32, method=method, **options).info.float_offsets
+    assert offsets("hqq") and not offsets("rtn")  # hqq fits offsets, rtn keeps integer zero points
+    assert not offsets("hqq", float_offsets=False) and offsets("rtn", float_offsets=True)
+    assert not qjit.Linear.quantize(exact_context, w, bits=3, group_size=32, method="hqq",
+                                    symmetric=True).info.float_offsets
+
+
 @pytest.mark.parametrize("act_order", [False, True])
 def test_gptq_with_a_calibration(exact_context, rng, act_order):
     k, n = 128, 48
