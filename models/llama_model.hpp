@@ -158,6 +158,7 @@ public:
     // results do not depend on it: each loop's iterations are independent and computed alike.
     void share_threads(std::shared_ptr<qjit_context> context) { threads_ = std::move(context); }
     const Weights& weights() const { return *weights_; }
+    const std::shared_ptr<const Weights>& shared_weights() const { return weights_; }
 
     // Which rows of logits a forward computes: every position's (scoring), or the last one's (a
     // prompt before decoding: the classifier runs on one row).

@@ -1,6 +1,8 @@
 #include "models/mixed_budget.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <functional>
 #include <queue>
 #include <stdexcept>
@@ -11,6 +13,9 @@
 namespace qjit_models::llama {
 
 namespace {
+
+// The loss-aware sharing's levels: the share of a matrix's groups in 4 bits.
+constexpr std::array<double, 5> kLossLevels = {0.0, 0.25, 0.5, 0.75, 1.0};
 
 // One matrix's widenings, best gain first, and how many are taken.
 struct Widenings {
@@ -124,52 +129,94 @@ std::unordered_map<const LoadedMatrix*, double> share_mixed_budget_by_loss(
     const std::vector<ModelMatrix> matrices = model_matrices(model.weights(), true);
     const std::vector<std::vector<int>> scored(sequences.begin(),
                                                sequences.begin() + std::min(sequences.size(), size_t(score_sequences)));
+    // The probes run on the model with every matrix in 4 bits (groups rounded to nearest, on qjit's
+    // kernels): the rest of the model as it mostly ends, and a forward an order faster than fp32's.
+    qjit_quant_config wide = config;
+    wide.method = QJIT_QUANT_RTN;
+    wide.bits = 4;
+    wide.act_order = 0;
+    wide.mixed_bits_per_weight = 0.0;
+    QuantizingMaker wide_maker(wide);
+    Model probed(model.shared_weights(), wide_maker);
+    probed.share_threads(wide_maker.context());
     std::vector<std::vector<float>> streams;
-    for (const std::vector<int>& tokens : scored) streams.push_back(model.embed_sequence(tokens));
-    const double base = score_from_layer(model, streams, scored, 0, score_sequences);
+    for (const std::vector<int>& tokens : scored) streams.push_back(probed.embed_sequence(tokens));
+    const double base = score_from_layer(probed, streams, scored, 0, score_sequences);
 
-    // Each matrix wholly in 2 bits (groups by their range, rounded to nearest), the rest as they are.
-    qjit_quant_config narrow = config;
-    narrow.mixed_alpha = 0.0;
-    narrow.mixed_bits_per_weight = 0.0;
-    narrow.act_order = 0;
-    QuantizingMaker narrow_maker(narrow);
-    struct Candidate {
+    // Each matrix at each level in turn (a share of its groups in 4 bits, the rest in 2; by range,
+    // rounded to nearest), the rest of the model in 4 bits: the rise of the NLL over all-4-bit.
+    struct Levels {
         const LoadedMatrix* matrix;
-        double rise_per_bit;
+        std::array<double, kLossLevels.size()> rise{}, bits{};
+        size_t chosen = 0;
     };
-    std::vector<Candidate> candidates;
+    std::vector<Levels> all;
     auto probe = [&](int layer, int which) {
         const LoadedMatrix& m = site_matrix(matrices, {layer, which}, c.n_layers);
-        std::unique_ptr<Linear> held = model.replace_linear({layer, which}, narrow_maker.make_linear(m));
-        const double rise = score_from_layer(model, streams, scored, layer, score_sequences) - base;
-        model.replace_linear({layer, which}, std::move(held));
-        const double bits = stored_bits(config, m, group_count(config, m)) - stored_bits(config, m, 0);
-        candidates.push_back({&m, std::max(rise, 0.0) / bits});
+        Levels levels{&m};
+        for (size_t l = 0; l < kLossLevels.size(); ++l) {
+            const int64_t wide_groups = int64_t(std::lround(kLossLevels[l] * double(group_count(config, m))));
+            levels.bits[l] = stored_bits(config, m, wide_groups);
+            if (l + 1 == kLossLevels.size()) break;  // all in 4 bits: the base, no rise
+            qjit_quant_config level = config;
+            level.mixed_alpha = kLossLevels[l];
+            level.mixed_bits_per_weight = 0.0;
+            level.act_order = 0;
+            QuantizingMaker maker(level);
+            std::unique_ptr<Linear> held = probed.replace_linear({layer, which}, maker.make_linear(m));
+            levels.rise[l] = std::max(score_from_layer(probed, streams, scored, layer, score_sequences) - base, 0.0);
+            probed.replace_linear({layer, which}, std::move(held));
+        }
+        all.push_back(levels);
     };
     for (int layer = 0; layer < c.n_layers; ++layer) {
         for (int which = 0; which < 7; ++which) probe(layer, which);
-        for (std::vector<float>& stream : streams) model.run_layer(layer, stream);
+        for (std::vector<float>& stream : streams) probed.run_layer(layer, stream);
     }
     if (classifier) probe(c.n_layers, 0);
-    model.reset();
 
     std::vector<const LoadedMatrix*> quantized;
     double total = 0.0;
-    for (const Candidate& candidate : candidates) {
-        quantized.push_back(candidate.matrix);
-        total += stored_bits(config, *candidate.matrix, 0);
+    for (const Levels& levels : all) {
+        quantized.push_back(levels.matrix);
+        total += levels.bits[0];
     }
     const double allowed = allowed_bits(config, quantized, bits_per_weight);
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [](const Candidate& a, const Candidate& b) { return a.rise_per_bit > b.rise_per_bit; });
+    // Greedy on the multiple-choice knapsack: every matrix starts at its narrowest level and offers
+    // its best next step (the level after its current one that saves the most rise per extra bit);
+    // the best offer overall is taken while it fits.
+    auto best_step = [](const Levels& levels) {
+        std::pair<double, size_t> best{-1.0, levels.chosen};
+        for (size_t l = levels.chosen + 1; l < kLossLevels.size(); ++l) {
+            const double saved = levels.rise[levels.chosen] - levels.rise[l];
+            const double cost = levels.bits[l] - levels.bits[levels.chosen];
+            if (cost > 0 && saved / cost > best.first) best = {saved / cost, l};
+        }
+        return best;
+    };
+    for (;;) {
+        size_t pick = all.size();
+        std::pair<double, size_t> pick_step{-1.0, 0};
+        for (size_t i = 0; i < all.size(); ++i) {
+            const auto step = best_step(all[i]);
+            if (step.second == all[i].chosen) continue;
+            if (total + all[i].bits[step.second] - all[i].bits[all[i].chosen] > allowed) continue;
+            if (step.first > pick_step.first) pick = i, pick_step = step;
+        }
+        if (pick == all.size()) break;
+        total += all[pick].bits[pick_step.second] - all[pick].bits[all[pick].chosen];
+        all[pick].chosen = pick_step.second;
+    }
+    // What is left goes to the matrices with the most rise still to save, each up to its widest.
+    std::stable_sort(all.begin(), all.end(), [](const Levels& a, const Levels& b) {
+        return a.rise[a.chosen] > b.rise[b.chosen];
+    });
     std::unordered_map<const LoadedMatrix*, double> shares;
-    for (const Candidate& candidate : candidates) {
-        const LoadedMatrix& m = *candidate.matrix;
-        const double narrowest = stored_bits(config, m, 0), widest = stored_bits(config, m, group_count(config, m));
-        const double extra = std::clamp(allowed - total, 0.0, widest - narrowest);  // all of it, part, or none
+    for (const Levels& levels : all) {
+        const double at = levels.bits[levels.chosen];
+        const double extra = std::clamp(allowed - total, 0.0, levels.bits.back() - at);
         total += extra;
-        shares[&m] = (narrowest + extra + 0.5) / (double(m.k()) * double(m.n()));
+        shares[levels.matrix] = (at + extra + 0.5) / (double(levels.matrix->k()) * double(levels.matrix->n()));
     }
     return shares;
 }

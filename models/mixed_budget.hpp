@@ -23,13 +23,14 @@ std::unordered_map<const LoadedMatrix*, double> share_mixed_budget(Model& model,
                                                                    const qjit_quant_config& config,
                                                                    double bits_per_weight, bool classifier);
 
-// The loss-aware sharing: each matrix in turn (the others as `model` holds them: the runners' is
-// fp32) is quantized wholly in 2 bits, and the model's NLL on the first `score_sequences`
-// calibration sequences measured; the rise is what 4 bits in that matrix would save. Matrices then
-// take 4 bits in decreasing rise per stored bit (a fractional knapsack: the rises are taken as
-// additive) until the budget is spent, the last one partly; the rest stay in 2 bits. Returns each
-// matrix's share as share_mixed_budget does, and throws as it does. Costs one forward of the score
-// sequences, from the matrix's layer on, per matrix.
+// The loss-aware sharing: on the model with every matrix in 4 bits, each matrix in turn is quantized
+// with 0, 1/4, 1/2 and 3/4 of its groups in 4 bits (the rest in 2), and the model's NLL on the first
+// `score_sequences` calibration sequences measured: the rise over all-4-bit is what that level
+// costs the loss. A greedy multiple-choice knapsack then picks a level per matrix (the step that
+// saves the most rise per stored bit first, the rises taken as additive) until the budget is spent;
+// what is left widens the matrices with the most rise still to save. Returns each matrix's share as
+// share_mixed_budget does, and throws as it does. Costs four forwards of the score sequences, from
+// the matrix's layer on, per matrix. `model` gives the weights and is left as it is.
 std::unordered_map<const LoadedMatrix*, double> share_mixed_budget_by_loss(
     Model& model, const std::vector<std::vector<int>>& sequences, const qjit_quant_config& config,
     double bits_per_weight, bool classifier, int score_sequences = 16);

@@ -790,8 +790,8 @@ TEST(CApiCalibrationRealModel, HqqChosenPerLayerIsNeverWorseThanRtn) {
 }
 
 // The 2/4/16 budget shared by each matrix's measured effect on the loss: the whole budget is spent,
-// all matrices but one at all-2 or all-4 bits, and the model quantized with the shares stores no
-// more than the budget.
+// each matrix between all-2 and all-4 bits, and the model quantized with the shares stores no more
+// than the budget.
 TEST(CApiCalibrationRealModel, MixedBudgetByLossSpendsItWhole) {
     namespace llama = qjit_models::llama;
     std::string missing;
@@ -825,8 +825,7 @@ TEST(CApiCalibrationRealModel, MixedBudgetByLossSpendsItWhole) {
         weights += count;
         spent += bits;
     }
-    EXPECT_LE(partial, 1);
-    EXPECT_GT(wide, 0);
+    EXPECT_GT(wide + partial, 0);
     EXPECT_NEAR(spent, budget * weights, 1e-6 * weights);
 
     llama::QuantizingMaker maker(config, &stories->options);
