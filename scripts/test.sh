@@ -15,8 +15,9 @@
 # compile sweep (BitsAndArch/) are left out too: generated machine code and NVRTC are not
 # instrumented, and the C++ around them is the same for every ISA (the plain run keeps them all);
 # and so are the quantizers' quality checks on the real model (int8 NLL, MiLo/HQQ/GPTQ against
-# RTN on stories260K; Gemma 3's NLL on 200 sequences and its fp32 references): numerics over more
-# data through code the smaller tests run sanitized.
+# RTN on stories260K; Gemma 3's NLL on 200 sequences and its fp32 references), and qjit-run's text
+# modes on SmolLM2 (text_cli, which quantizes the whole model twice): numerics over more data through
+# code the smaller tests run sanitized.
 # The ASan run leaves out the CUDA kernels' host emulation (CudaEmulated*): the kernels run there
 # as uninstrumented libraries built at test time, on fibers ASan does not follow.
 # The sanitizer builds leave out the benchmarks, which no test runs, and the runs under mpirun
@@ -39,7 +40,7 @@ case "${QJIT_SANITIZE:-0}" in
     fi
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     labels_out='cuda_sweep|mpi'
-    exclude=(-E '^BitsAndArch/|^AllFormats/.*_avx2_|^Isa/.*/(avx|Jit)|CudaEmulated|Int8WeightsMeanNll|RealModel[.]Milo|RealModel[.]Gptq|RealModel[.]Hqq|^Gemma3[.](Nll|ExactImport|SlidingWindow)')
+    exclude=(-E '^BitsAndArch/|^AllFormats/.*_avx2_|^Isa/.*/(avx|Jit)|CudaEmulated|Int8WeightsMeanNll|RealModel[.]Milo|RealModel[.]Gptq|RealModel[.]Hqq|^Gemma3[.](Nll|ExactImport|SlidingWindow)|^text_cli$')
     ;;
   thread)
     build_dir="$root/build-tsan"
