@@ -46,7 +46,7 @@ declare -A runs=(
   [gptq3_damp10_order]="--method gptq --bits 3 --group 128 --damp 0.1 --act-order CAL"
   [gptq3_damp001]="--method gptq --bits 3 --group 128 --damp 0.001 CAL"
   [milo3]="--method milo --bits 3 --group 128 --rank-budget 0.10"
-  [milo3_integer]="--method milo --bits 3 --group 128 --rank-budget 0.10 --integer-zeros"
+  [milo3_offsets]="--method milo --bits 3 --group 128 --rank-budget 0.10 --float-offsets"
   [milo3_rtn]="--method milo --milo-base rtn --bits 3 --group 128 --rank-budget 0.10"
   [milo3c]="--method milo --milo-base gptq --bits 3 --group 128 --rank-budget 0.10 CAL"
   [mixed25n]="--method mixed --group 128 --bits-per-weight 2.5 --no-calibration"
@@ -61,7 +61,7 @@ declare -A runs=(
 )
 order=(exact rtn2 rtn3 rtn4 rtn2g32 rtn3g32 hqq2 hqq3 hqq4 hqq2g64 hqq3g64 hqq2i hqq3i hqq4i mixed25n mixed30n
        mixed35n gptq2 gptq3 gptq4 gptq3_order gptq3_damp10 gptq3_damp10_order gptq3_damp001 hqq2c hqq3c hqq4c
-       mixed25 mixed30 mixed35 mixed25l mixed30l mixed35l milo3 milo3_integer milo3_rtn milo3c)
+       mixed25 mixed30 mixed35 mixed25l mixed30l mixed35l milo3 milo3_offsets milo3_rtn milo3c)
 [ $# -gt 0 ] && order=("$@")
 for name in "${order[@]}"; do
   [ -n "${runs[$name]:-}" ] || { echo "quantizer_sweep.sh: no run named $name" >&2; exit 2; }

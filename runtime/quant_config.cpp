@@ -62,23 +62,23 @@ void check_mixed(const qjit_quant_config& config, int64_t group_size, int64_t k)
 }
 
 // QJIT_FLOAT_OFFSETS_BY_METHOD resolves to what measured best (docs/quantization.md): HQQ's fitted
-// offsets, for HQQ and MiLo's HQQ base; integer zero points for the rest and for symmetric formats.
-bool wants_float_offsets(const qjit_quant_config& config, qjit_quant_method method, BaseQuantizer milo_base,
-                         bool symmetric) {
+// offsets for HQQ; integer zero points for the rest (MiLo's HQQ base included) and for symmetric
+// formats.
+bool wants_float_offsets(const qjit_quant_config& config, qjit_quant_method method, bool symmetric) {
     if (config.float_offsets != QJIT_FLOAT_OFFSETS_BY_METHOD) {
         require(config.float_offsets >= 0, "config->float_offsets is ", config.float_offsets,
                 "; expected 0 (integer zero points), 1 (float offsets) or QJIT_FLOAT_OFFSETS_BY_METHOD");
         return config.float_offsets != 0;
     }
-    return !symmetric && (method == QJIT_QUANT_HQQ || (method == QJIT_QUANT_MILO && milo_base == BaseQuantizer::Hqq));
+    return !symmetric && method == QJIT_QUANT_HQQ;
 }
 
 }  // namespace
 
 bool uses_float_offsets(const qjit_quant_config& config) {
     const qjit_quant_method method = checked_method(config);
-    const BaseQuantizer milo_base = method == QJIT_QUANT_MILO ? checked_milo_base(config) : BaseQuantizer::Hqq;
-    return wants_float_offsets(config, method, milo_base, config.symmetric != 0);
+    if (method == QJIT_QUANT_MILO) checked_milo_base(config);  // refused here as by the quantizer
+    return wants_float_offsets(config, method, config.symmetric != 0);
 }
 
 QuantizerConfig quantizer_config(const qjit_quant_config& config, int64_t k, int64_t n) {
@@ -94,7 +94,7 @@ QuantizerConfig quantizer_config(const qjit_quant_config& config, int64_t k, int
             int(config.scale_dtype), "; expected QJIT_DTYPE_F32 or QJIT_DTYPE_F16");
     format.scale_type = scale_type_of(config.scale_dtype);
     const BaseQuantizer milo_base = method == QJIT_QUANT_MILO ? checked_milo_base(config) : BaseQuantizer::Hqq;
-    if (wants_float_offsets(config, method, milo_base, format.symmetric)) {
+    if (wants_float_offsets(config, method, format.symmetric)) {
         require(method == QJIT_QUANT_RTN || method == QJIT_QUANT_HQQ ||
                     (method == QJIT_QUANT_MILO && milo_base != BaseQuantizer::Gptq),
                 "config->float_offsets is for QJIT_QUANT_RTN, QJIT_QUANT_HQQ or QJIT_QUANT_MILO over RTN or HQQ; "

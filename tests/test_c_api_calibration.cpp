@@ -447,9 +447,8 @@ TEST(CApiCalibration, RankWithinBudget) {
             config.low_rank_bits = bits;
             int rank = -1;
             ASSERT_EQ(qjit_rank_within_budget(&config, kK, kN, fraction, &rank), QJIT_OK) << qjit_last_error();
-            // RTN at the same format (the HQQ base's default float offsets): its stored bytes are the base's.
+            // RTN at the same format: its stored bytes are the base's.
             qjit_quant_config base = config_of(QJIT_QUANT_RTN, 3, 32);
-            base.float_offsets = 1;
             const ContextPtr context = qjit::test::make_test_context();
             const std::vector<float> w = normal_weights(kK, kN, 2);
             const LinearPtr made = create_calibrated(context.get(), base, nullptr, w);

@@ -159,8 +159,8 @@ TEST_P(CApiLowRankMethod, LayoutsInfoAndForward) {
     EXPECT_EQ(info.low_rank_bits, milo ? c.low_rank_bits : 0);
     const int64_t low_rank_bytes = milo ? expected_low_rank_bytes(kK, kN, c.rank, c.low_rank_bits) : 0;
     EXPECT_EQ(info.low_rank_bytes, low_rank_bytes);
-    // HQQ and MiLo over it store float offsets by default, RTN integer zero points.
-    EXPECT_EQ(info.float_offsets, c.method == QJIT_QUANT_RTN ? 0 : 1);
+    // HQQ stores float offsets by default; RTN and MiLo (over HQQ) integer zero points.
+    EXPECT_EQ(info.float_offsets, c.method == QJIT_QUANT_HQQ ? 1 : 0);
     EXPECT_EQ(info.stored_bytes, expected_quantized_bytes(kK, kN, 3, kGroup, info.float_offsets) + low_rank_bytes);
     const qjit_linear_info info_n_by_k = info_of(layer_n_by_k.get());
     EXPECT_EQ(info_n_by_k.stored_bytes, info.stored_bytes);
@@ -530,7 +530,8 @@ TEST(CApiQuantConfig, FloatOffsetsResolveByMethod) {
         {QJIT_QUANT_HQQ, QJIT_QUANT_HQQ, 1, QJIT_FLOAT_OFFSETS_BY_METHOD, 0},
         {QJIT_QUANT_HQQ, QJIT_QUANT_HQQ, 0, 0, 0},
         {QJIT_QUANT_RTN, QJIT_QUANT_HQQ, 0, 1, 1},
-        {QJIT_QUANT_MILO, QJIT_QUANT_HQQ, 0, QJIT_FLOAT_OFFSETS_BY_METHOD, 1},
+        {QJIT_QUANT_MILO, QJIT_QUANT_HQQ, 0, QJIT_FLOAT_OFFSETS_BY_METHOD, 0},
+        {QJIT_QUANT_MILO, QJIT_QUANT_HQQ, 0, 1, 1},
         {QJIT_QUANT_MILO, QJIT_QUANT_RTN, 0, QJIT_FLOAT_OFFSETS_BY_METHOD, 0},
         {QJIT_QUANT_MILO, QJIT_QUANT_GPTQ, 0, QJIT_FLOAT_OFFSETS_BY_METHOD, 0},
         {QJIT_QUANT_GPTQ, QJIT_QUANT_HQQ, 0, QJIT_FLOAT_OFFSETS_BY_METHOD, 0},

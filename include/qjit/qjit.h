@@ -215,8 +215,8 @@ typedef struct qjit_quant_config {
                                integer zero point, W = scale * code + offset (RTN: over each group's own
                                min..max, as llama.cpp's Q4_1; HQQ: fitted); stored at scale_dtype. 0: integer
                                zero points. QJIT_FLOAT_OFFSETS_BY_METHOD (the default): the form measured best
-                               for the method, float offsets for HQQ and MiLo over HQQ, integer zero points
-                               otherwise and whenever symmetric is set. 1 excludes symmetric */
+                               for the method, float offsets for HQQ, integer zero points otherwise (MiLo's
+                               HQQ base included) and whenever symmetric is set. 1 excludes symmetric */
     double mixed_bits_per_weight; /* MIXED: > 0: as many 4-bit groups (the most sensitive) as keep the layer's
                                stored bits per weight (qjit_linear_info) at or below this budget, in place of
                                mixed_alpha; 0 (the default): mixed_alpha decides */

@@ -163,7 +163,7 @@ class Linear:
                 outlier_fraction and second_order_scales (mixed),
                 float_offsets (rtn, hqq, milo: True for a real offset per group, W = s * q + m, rtn
                 taking each group's min; False for integer zero points; None, the default: the
-                method's measured choice, offsets for hqq and milo over hqq), milo_base ("hqq", "rtn" or "gptq": the quantizer under the compensator).
+                method's measured choice, offsets for hqq only), milo_base ("hqq", "rtn" or "gptq": the quantizer under the compensator).
                 hqq weighs each row's error by its inputs' second moment with a calibration (by the
                 inverse of its weights' mean square without), and milo
                 fits the layer's output error.

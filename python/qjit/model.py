@@ -93,7 +93,7 @@ class Model:
                 hqq, milo and mixed use them when given), layer by layer.
             rank: milo's compensator rank (required by milo). milo_base: its base quantizer.
             float_offsets: rtn, hqq, milo: a real offset per group (True) or integer zero points
-                (False); None: the method's measured choice (hqq and milo over hqq: offsets).
+                (False); None: the method's measured choice (offsets for hqq only).
                 act_order: gptq, mixed.
             bits_per_weight: mixed: the 4-bit groups of each matrix within this budget.
             fp32_classifier: keep the classifier in dense fp32 loops whatever the method.
