@@ -9,11 +9,10 @@
 // Usage: quantizer_errors --model F.gguf --calibration-text T [--sequences 32] [--bits 3] [--group 128]
 #include <Eigen/Core>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <map>
 #include <string>
 #include <vector>
 

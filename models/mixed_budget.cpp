@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <queue>
 #include <stdexcept>
 #include <string>
@@ -34,18 +35,9 @@ int64_t group_count(const qjit_quant_config& config, const LoadedMatrix& m) {
     return (m.k() + config.group_size - 1) / config.group_size;
 }
 
-double weight_count(const std::vector<const LoadedMatrix*>& matrices) {
-    double weights = 0.0;
-    for (const LoadedMatrix* m : matrices) weights += double(m->k()) * double(m->n());
-    return weights;
-}
-
-// The budget in bits for `matrices`, checked against their all-2-bit storage.
-double allowed_bits(const qjit_quant_config& config, const std::vector<const LoadedMatrix*>& matrices,
-                    double bits_per_weight) {
-    double narrowest = 0.0;
-    for (const LoadedMatrix* m : matrices) narrowest += stored_bits(config, *m, 0);
-    const double weights = weight_count(matrices);
+// The budget in bits for matrices of `weights` weights that store `narrowest` bits with every group
+// in 2 bits; throws when the budget is below that.
+double allowed_bits(double narrowest, double weights, double bits_per_weight) {
     if (narrowest > bits_per_weight * weights)
         throw std::runtime_error("--bits-per-weight " + std::to_string(bits_per_weight) + " is below the " +
                                  std::to_string(narrowest / weights) + " bits per weight these matrices store with "
@@ -53,10 +45,10 @@ double allowed_bits(const qjit_quant_config& config, const std::vector<const Loa
     return bits_per_weight * weights;
 }
 
-// A matrix's share for the layer's own budget: half a bit over its stored bits, as the layer's
-// check compares products of doubles.
-double share_of(const qjit_quant_config& config, const LoadedMatrix& m, int64_t wide) {
-    return (stored_bits(config, m, wide) + 0.5) / (double(m.k()) * double(m.n()));
+// A matrix's share for the layer's own budget when it stores `bits`: half a bit over, as the
+// layer's check compares products of doubles.
+double share_of(const LoadedMatrix& m, double bits) {
+    return (bits + 0.5) / (double(m.k()) * double(m.n()));
 }
 
 }  // namespace
@@ -94,13 +86,12 @@ std::unordered_map<const LoadedMatrix*, double> share_mixed_budget(Model& model,
     if (classifier) measure(c.n_layers, {0});
     model.reset();
 
-    std::vector<const LoadedMatrix*> quantized;
-    double total = 0.0;
+    double weights = 0.0, total = 0.0;
     for (const Widenings& w : all) {
-        quantized.push_back(w.matrix);
+        weights += double(w.matrix->k()) * double(w.matrix->n());
         total += stored_bits(config, *w.matrix, 0);
     }
-    const double allowed = allowed_bits(config, quantized, bits_per_weight);
+    const double allowed = allowed_bits(total, weights, bits_per_weight);
     // Greedy by gain per bit: each matrix offers its next group (its gains fall, its costs barely move).
     auto cost = [&](const Widenings& w) {
         return stored_bits(config, *w.matrix, w.taken + 1) - stored_bits(config, *w.matrix, w.taken);
@@ -118,7 +109,7 @@ std::unordered_map<const LoadedMatrix*, double> share_mixed_budget(Model& model,
         if (++w.taken < int64_t(w.gains.size())) offers.push({w.gains[size_t(w.taken)] / cost(w), size_t(&w - all.data())});
     }
     std::unordered_map<const LoadedMatrix*, double> shares;
-    for (const Widenings& w : all) shares[w.matrix] = share_of(config, *w.matrix, w.taken);
+    for (const Widenings& w : all) shares[w.matrix] = share_of(*w.matrix, stored_bits(config, *w.matrix, w.taken));
     return shares;
 }
 
@@ -145,28 +136,34 @@ std::unordered_map<const LoadedMatrix*, double> share_mixed_budget_by_loss(
 
     // Each matrix at each level in turn (a share of its groups in 4 bits, the rest in 2; by range,
     // rounded to nearest), the rest of the model in 4 bits: the rise of the NLL over all-4-bit.
+    // The last level, all in 4 bits, is the base: no rise, no maker.
+    std::array<std::unique_ptr<QuantizingMaker>, kLossLevels.size() - 1> level_makers;
+    for (size_t l = 0; l < level_makers.size(); ++l) {
+        qjit_quant_config level = config;
+        level.mixed_alpha = kLossLevels[l];
+        level.mixed_bits_per_weight = 0.0;
+        level.act_order = 0;
+        level_makers[l] = std::make_unique<QuantizingMaker>(level);
+    }
     struct Levels {
         const LoadedMatrix* matrix;
         std::array<double, kLossLevels.size()> rise{}, bits{};
         size_t chosen = 0;
     };
     std::vector<Levels> all;
+    double weights = 0.0, total = 0.0;
     auto probe = [&](int layer, int which) {
         const LoadedMatrix& m = site_matrix(matrices, {layer, which}, c.n_layers);
         Levels levels{&m};
-        for (size_t l = 0; l < kLossLevels.size(); ++l) {
-            const int64_t wide_groups = int64_t(std::lround(kLossLevels[l] * double(group_count(config, m))));
-            levels.bits[l] = stored_bits(config, m, wide_groups);
-            if (l + 1 == kLossLevels.size()) break;  // all in 4 bits: the base, no rise
-            qjit_quant_config level = config;
-            level.mixed_alpha = kLossLevels[l];
-            level.mixed_bits_per_weight = 0.0;
-            level.act_order = 0;
-            QuantizingMaker maker(level);
-            std::unique_ptr<Linear> held = probed.replace_linear({layer, which}, maker.make_linear(m));
+        for (size_t l = 0; l < kLossLevels.size(); ++l)
+            levels.bits[l] = stored_bits(config, m, int64_t(std::lround(kLossLevels[l] * double(group_count(config, m)))));
+        for (size_t l = 0; l < level_makers.size(); ++l) {
+            std::unique_ptr<Linear> held = probed.replace_linear({layer, which}, level_makers[l]->make_linear(m));
             levels.rise[l] = std::max(score_from_layer(probed, streams, scored, layer, score_sequences) - base, 0.0);
             probed.replace_linear({layer, which}, std::move(held));
         }
+        weights += double(m.k()) * double(m.n());
+        total += levels.bits[0];
         all.push_back(levels);
     };
     for (int layer = 0; layer < c.n_layers; ++layer) {
@@ -175,13 +172,7 @@ std::unordered_map<const LoadedMatrix*, double> share_mixed_budget_by_loss(
     }
     if (classifier) probe(c.n_layers, 0);
 
-    std::vector<const LoadedMatrix*> quantized;
-    double total = 0.0;
-    for (const Levels& levels : all) {
-        quantized.push_back(levels.matrix);
-        total += levels.bits[0];
-    }
-    const double allowed = allowed_bits(config, quantized, bits_per_weight);
+    const double allowed = allowed_bits(total, weights, bits_per_weight);
     // Greedy on the multiple-choice knapsack: every matrix starts at its narrowest level and offers
     // its best next step (the level after its current one that saves the most rise per extra bit);
     // the best offer overall is taken while it fits.
@@ -216,7 +207,7 @@ std::unordered_map<const LoadedMatrix*, double> share_mixed_budget_by_loss(
         const double at = levels.bits[levels.chosen];
         const double extra = std::clamp(allowed - total, 0.0, levels.bits.back() - at);
         total += extra;
-        shares[levels.matrix] = (at + extra + 0.5) / (double(levels.matrix->k()) * double(levels.matrix->n()));
+        shares[levels.matrix] = share_of(*levels.matrix, at + extra);
     }
     return shares;
 }

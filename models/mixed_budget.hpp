@@ -1,6 +1,6 @@
 // A 2/4/16 bits-per-weight budget met by the whole model instead of by each matrix: 4-bit groups go
-// where they lower the output error most per stored bit (estimated), or whole matrices go to 4 bits
-// where they lower the calibration loss most per stored bit (measured).
+// where they lower the output error most per stored bit (estimated), or each matrix takes the share of
+// 4-bit groups that lowers the calibration loss most per stored bit (measured).
 #pragma once
 
 #include <unordered_map>

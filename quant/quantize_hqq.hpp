@@ -5,11 +5,13 @@
 // fit is HQQ's own: scale and offset by least squares, both real. With integer zero points the
 // zero HQQ moves is rounded to a code (the best of three) and the scale refitted, the scale being the
 // continuous freedom left. Each group keeps its best iterate by its error, starting from RTN's
-// integer grid (zero a code, also for float offsets), so it is never worse than quantize_rtn by that error.
+// integer grid (hqq_start: zero a code, also for float offsets), so it is never worse than that start
+// by that error.
 //
 // The error is weighed, because the weights' plain L2 is a poor guide to the model's loss (measured
-// in docs/quantization.md): a layer's inputs differ in second moment by up to 5000x between channels,
-// and a fit that trades error freely between rows moves it onto the few that matter.
+// in docs/quantization.md): a layer's inputs differ in second moment by hundreds of times between
+// channels, and by millions where activations are massive, and a fit that trades error freely
+// between rows moves it onto the few that matter.
 // - Rows: by a calibration's diag(H) (the inputs' second moments: the layer's output error when the
 //   inputs are uncorrelated) when there is one; without one, by the inverse of the row's own mean
 //   square weight. A trained layer balances its channels' contributions, so a channel fed by large
