@@ -46,8 +46,7 @@ void expect_matches_oracle(const qjit_linear& layer, const QuantizedMatrix& matr
     reference_forward(matrix, x.data(), m, expected.data());
     std::vector<double> bound = test::forward_error_bound(matrix, x.data(), m);
     if (test::jit_of(layer)->spec().path == jit::ActivationPath::Int8)
-        test::add_int8_activation_error(bound, matrix, x.data(), m, test::jit_of(layer)->spec().group_rows(),
-                                        test::jit_of(layer)->spec().int8_activation_max());
+        test::add_int8_activation_error(bound, matrix, x.data(), m, test::jit_of(layer)->spec());
     test::expect_within(y, expected, bound);
 }
 

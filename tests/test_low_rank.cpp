@@ -47,8 +47,7 @@ std::vector<double> product_bound(const qjit_linear& layer, const QuantizedMatri
                                   const std::vector<float>& x_magnitude, int64_t m) {
     std::vector<double> bound = test::forward_error_bound(matrix, x_magnitude.data(), m);
     if (test::jit_of(layer) && test::jit_of(layer)->spec().path == jit::ActivationPath::Int8)
-        test::add_int8_activation_error(bound, matrix, x_magnitude.data(), m, test::jit_of(layer)->spec().group_rows(),
-                                        test::jit_of(layer)->spec().int8_activation_max());
+        test::add_int8_activation_error(bound, matrix, x_magnitude.data(), m, test::jit_of(layer)->spec());
     return bound;
 }
 

@@ -150,8 +150,7 @@ void expect_matches_separate_calls_and_oracle(qjit_context* context, const std::
         std::vector<double> expert_bound = test::forward_error_bound(matrix, xe.data(), count);
         const JitExecutor* jit = test::jit_of(*layers[e]);
         if (jit && jit->spec().path == jit::ActivationPath::Int8)
-            test::add_int8_activation_error(expert_bound, matrix, xe.data(), count, jit->spec().group_rows(),
-                                            jit->spec().int8_activation_max());
+            test::add_int8_activation_error(expert_bound, matrix, xe.data(), count, jit->spec());
         for (int64_t i = 0; i < count; ++i) {
             const float w = weight_of(routing, e, size_t(i));
             for (int64_t c = 0; c < n; ++c) {

@@ -80,8 +80,7 @@ void expect_matches_oracle(const qjit_linear& layer, const QuantizedMatrix& matr
     reference_forward(matrix, x.data(), m, expected.data());
     std::vector<double> bound = test::forward_error_bound(matrix, x.data(), m);
     if (const JitExecutor* jit = test::jit_of(layer); jit && jit->spec().path == jit::ActivationPath::Int8)
-        test::add_int8_activation_error(bound, matrix, x.data(), m, jit->spec().group_rows(),
-                                        jit->spec().int8_activation_max());
+        test::add_int8_activation_error(bound, matrix, x.data(), m, jit->spec());
     test::expect_within(y, expected, bound);
 }
 
@@ -131,6 +130,42 @@ TEST_P(SuperBlockFormat, EveryTilingStaysCorrect) {
                     EXPECT_EQ(pass.first_group % (kSuperBlockRows / c.group), 0) << layer->description;
             for (const int64_t m : {1, 4}) expect_matches_oracle(*layer, matrix, m, uint32_t(m));
         }
+}
+
+// The integer sums' extremes: every code and scale code at its largest magnitude, every activation
+// at the int8 limit, both signs. Kernels that add int16 pair sums over several quads or whole
+// super-blocks in int32 (integer sub-block scales) reach their bounds here and must not wrap.
+TEST_P(SuperBlockFormat, ExtremeCodesAndActivationsDoNotOverflow) {
+    const Case& c = GetParam();
+    QuantizedMatrix matrix = random_matrix(c, 2 * kSuperBlockRows, 40, 11);
+    QuantParams& p = matrix.params;
+    const int code_range = 1 << c.code_bits;
+    for (int8_t& code : p.super_block.scale_codes) code = int8_t(c.offsets ? code_range - 1 : -code_range / 2);
+    for (uint8_t& code : p.super_block.min_codes) code = uint8_t(code_range - 1);
+    int largest = (1 << c.bits) - 1;
+    if (c.codebook)
+        for (int code = 0; code < 16; ++code)
+            if (p.value_of(code) > p.value_of(largest)) largest = code;
+    std::fill(matrix.codes.begin(), matrix.codes.end(), uint8_t(largest));
+    expand_super_block_scales(p);
+    validate(matrix);
+    for (const test::Backend backend : test::available_backends()) {
+        SCOPED_TRACE(test::backend_name(backend));
+        const test::ContextPtr context = test::make_test_context(2, backend.isa, backend.activations);
+        const auto layer = make_linear(context.get(), matrix);
+        for (const float sign : {1.0f, -1.0f})
+            for (const int64_t m : {1, 5}) {
+                SCOPED_TRACE(testing::Message() << "m=" << m << " sign " << sign);
+                const std::vector<float> x(size_t(m * p.k), sign);
+                std::vector<float> y(size_t(m * p.n)), expected(y.size());
+                linear_forward(*layer, x.data(), m, y.data());
+                reference_forward(matrix, x.data(), m, expected.data());
+                std::vector<double> bound = test::forward_error_bound(matrix, x.data(), m);
+                if (const JitExecutor* jit = test::jit_of(*layer); jit && jit->spec().path == jit::ActivationPath::Int8)
+                    test::add_int8_activation_error(bound, matrix, x.data(), m, jit->spec());
+                test::expect_within(y, expected, bound);
+            }
+    }
 }
 
 // Bits per weight as the file holds them: codes at their width, scale and min codes at theirs, fp16

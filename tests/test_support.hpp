@@ -16,6 +16,7 @@
 
 #include "qjit/qjit.h"
 #include "format/quantized_matrix.hpp"
+#include "jit/x86/cpu_kernel.hpp"
 
 // Expects `status` with a last-error message that mentions `word`.
 #define EXPECT_STATUS(call, status, word)                                                \
@@ -127,12 +128,15 @@ inline std::vector<double> forward_error_bound(const QuantizedMatrix& matrix, co
     return bound;
 }
 
-// The int8 activation path's extra error. Each activation row is quantized per group of
-// `activation_group` rows (in storage order) with step s = max|x| / qmax and round-to-nearest, so
-// every activation is off by at most s/2 and an output by at most sum_k (s_group(k) / 2) * |W[k][n]|.
-// Added to `bound` (the fp32 rounding bound of the same computation).
+// The int8 activation path's extra error. Each activation row is quantized per activation group
+// of the kernel's spec (its rows in storage order: a weight group, or a super-block) with step
+// s = max|x| / qmax and round-to-nearest, so every activation is off by at most s/2 and an output by
+// at most sum_k (s_group(k) / 2) * |W[k][n]|. Added to `bound` (the fp32 rounding bound of the same
+// computation).
 inline void add_int8_activation_error(std::vector<double>& bound, const QuantizedMatrix& matrix, const float* x,
-                                      int64_t m, int64_t activation_group, int qmax) {
+                                      int64_t m, const jit::CpuKernelSpec& spec) {
+    const int64_t activation_group = spec.activation_group_rows();
+    const int qmax = spec.int8_activation_max();
     const QuantParams& p = matrix.params;
     for (int64_t i = 0; i < m; ++i)
         for (int64_t r0 = 0; r0 < p.k; r0 += activation_group) {

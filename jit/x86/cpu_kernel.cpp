@@ -18,15 +18,15 @@ std::string kernel_name(const CpuKernelSpec& spec) {
     TextStream name;
     name << kernel_family_name(spec) << "_tu" << spec.tiling.tu << "mb" << spec.rows << "pf" << spec.tiling.prefetch;
     if (spec.tiling.ku > 1) name << "ku" << spec.tiling.ku;
+    if (spec.vectors > 0) name << "_v" << spec.first_vector << "+" << spec.vectors;
     return name.str();
 }
 
 int vector_registers_available(IsaFeatures isa) { return isa.vector_registers(); }
 
 int vector_registers_needed(const CpuKernelSpec& spec) {
-    const bool int8_without_vnni = spec.path == ActivationPath::Int8 && !spec.vnni();
-    const int accumulators = spec.tiling.tu * spec.rows;
-    int constants = int8_without_vnni ? 1 : 0;
+    const int accumulators = accumulator_registers(spec);
+    int constants = pairs_sum_by_ones(spec) ? 1 : 0;
     for (int width : kernel_widths(spec)) constants += int(code_planes(width).size());
     constants += codebook_constants(spec);
     return accumulators + std::max(main_scratch_registers(spec), kEpilogueTemporaries) + constants;
@@ -67,7 +67,10 @@ void check_spec(const CpuKernelSpec& spec) {
     if (spec.tiling.ku > 1 && (spec.group_rows() < 32 || (spec.group_rows() / 32) % spec.tiling.ku))
         reject("k-unroll " + std::to_string(spec.tiling.ku) + " does not divide the " +
                std::to_string(spec.group_rows() / 32) + " blocks of a group");
-    if (spec.rows < 1 || spec.rows > spec.tiling.mb) reject("rows must be 1 .. tiling.mb");
+    if (spec.vectors == 0 && (spec.rows < 1 || spec.rows > spec.tiling.mb)) reject("rows must be 1 .. tiling.mb");
+    if (spec.vectors != 0 && (spec.rows < 1 || spec.first_vector < 0 || spec.vectors < 0 ||
+                              spec.first_vector + spec.vectors > spec.tiling.tu))
+        reject("a kernel of part of a panel needs rows >= 1 and its vectors within the panel's tu");
     if (spec.format.second_order_scales() && spec.panel_columns() % 16 != 0)
         reject("second-order scales need panels of whole 16-column groups");
     if (vector_registers_needed(spec) > vector_registers_available(spec.isa))

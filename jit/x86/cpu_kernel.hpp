@@ -40,11 +40,17 @@ struct CpuKernelSpec {
     WeightFormat format = f16_scaled_format();  // the weights it reads (n and act-order do not change the code)
     IsaFeatures isa = IsaFeatures::of(QJIT_ISA_AVX512_VNNI);  // AVX2 at least
     ActivationPath path = ActivationPath::Int8;
-    int rows = 1;                // activation rows of this kernel (1 .. tiling.mb)
+    int rows = 1;                // activation rows of this kernel (1 .. tiling.mb, or a prompt tile's)
     CpuTiling tiling;
+    // A kernel of part of a panel: its column vectors [first_vector, first_vector + vectors) of the
+    // tiling.tu the panel holds (vectors 0: all of them). A prompt's taller row tiles run on such
+    // kernels, which leave registers for more rows (prompt_tile, runtime/cpu/jit_executor.hpp).
+    int first_vector = 0;
+    int vectors = 0;
 
     int lanes() const { return isa.lanes(); }
-    int panel_columns() const { return tiling.tu * lanes(); }
+    int kernel_vectors() const { return vectors > 0 ? vectors : tiling.tu; }
+    int panel_columns() const { return tiling.tu * lanes(); }  // of the packed layout
     bool vnni() const { return isa.vnni; }
     int64_t padded_k() const { return (format.k + 31) / 32 * 32; }
     // Rows per group as the kernel walks them: 16 or a multiple of 32 (one group: k rounded up to 32).
@@ -56,6 +62,15 @@ struct CpuKernelSpec {
     // products into int16: 8-bit codes (255) and codebook values (up to 241) need |x| <= 64 to stay
     // clear of saturation.
     int int8_activation_max() const { return !vnni() && format.value_bits() == 8 ? 63 : 127; }
+    // Whether the kernel multiplies super-block formats' integer sub-block scale codes into its
+    // integer sums (vpmaddwd by the codes instead of by ones, on the int8 path without VNNI) and
+    // applies the super-block's fp16 values once per 256 rows, instead of a float epilogue per group.
+    bool integer_sub_block_scales() const {
+        return path == ActivationPath::Int8 && !vnni() && format.super_block_scales();
+    }
+    // Rows of K that share one int8 activation step: a super-block where the integer sums run over
+    // one (integer_sub_block_scales), else a group. The sums stay per group.
+    int64_t activation_group_rows() const { return integer_sub_block_scales() ? kSuperBlockRows : group_rows(); }
 };
 
 // The K-groups a kernel's group ranges (K-split parts) start on and its group loop steps by: 2 for
@@ -95,7 +110,8 @@ struct CpuKernelArgs {
                             // float offsets: fp16 or fp32 as the scales; super-block: as its scales (dmin,
                             // min codes)
     const void* x;          // activations [rows][padded_k]: int8 (Int8) or fp32 (F32), from the range's first row
-    const float* x_scale;   // [rows][num_groups]: int8 step per row and group (Int8 only)
+    const float* x_scale;   // [rows][num_groups]: int8 step per row and group (Int8 only; the same for
+                            // every group of an activation group, CpuKernelSpec::activation_group_rows)
     const float* x_sum;     // [rows][num_groups]: per row and group, the sum of the activations
                             // (Int8: of the int8 values)
     float* y;               // [rows][panel] output tile, overwritten

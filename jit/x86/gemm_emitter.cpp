@@ -28,6 +28,15 @@
 // for a float offset, the min code times the super-min, subtracted). A codebook (IQ4_NL): each
 // unpacked 4-bit code is looked up in a 16-byte table (vpshufb) before its dot product or convert.
 //
+// Integer sub-block scales (super-block formats on the int8 path without VNNI): the pair sums of
+// vpmaddubsw are multiplied by the group's scale codes in vpmaddwd (which otherwise multiplies by
+// ones), from a table each group writes on the stack, so the accumulators sum a whole super-block
+// in integers over activations with one int8 step per 256 rows. Where the codes are small enough
+// (pair_sum_depth), the pair sums of several quads of a group are first added in int16 (vpaddw), so
+// a quad costs one multiply instead of two. The float epilogue runs once per super-block:
+// y += x_step * (d * acc - sum over groups of c * x_sum), c the group's min code times dmin (float
+// offsets) or its scale code times d times the zero point.
+//
 // Symmetry, bits, group size, rows, tu and prefetch distance are compile-time constants of the
 // generated code; the group counts are run-time arguments so one kernel serves any K range.
 #include "jit/x86/gemm_emitter.hpp"
@@ -65,7 +74,8 @@ public:
           spec_(spec),
           widths_(kernel_widths(spec)),
           planes_(code_planes(widths_.front())),
-          tu_(spec.tiling.tu),
+          tu_(spec.kernel_vectors()),
+          first_vector_(spec.first_vector),
           rows_(spec.rows),
           lanes_(spec.lanes()),
           panel_(spec.panel_columns()),
@@ -79,17 +89,21 @@ public:
           float_offsets_(spec.format.float_offsets),
           mins_in_scale_bytes_(PanelMetadataLayout{spec.format}.mins_in_scale_bytes()),
           six_bit_codes_(PanelMetadataLayout{spec.format}.six_bit_codes()),
-          codebook_(spec.format.has_codebook()) {
+          codebook_(spec.format.has_codebook()),
+          integer_scales_(spec.integer_sub_block_scales()),
+          pair_depth_(pair_sum_depth(spec)) {
         const int scratch = std::max(main_scratch_registers(spec), kEpilogueTemporaries);
-        scratch_base_ = rows_ * tu_;
+        scratch_base_ = accumulator_registers(spec);
         const_base_ = scratch_base_ + scratch;
         generate();
     }
 
 private:
     // ---- registers ----
-    // Vector registers: [accumulators rows x tu][scratch][constants].
+    // Vector registers: [accumulators rows x tu][int16 pair sums rows x tu, pair_depth_ > 1][scratch]
+    // [constants].
     Vmm acc(int i, int t) const { return Vmm(i * tu_ + t); }
+    Vmm acc16(int i, int t) const { return Vmm(rows_ * tu_ + i * tu_ + t); }
     // Merged planes on the int8 path also hold the high plane's word and its unpacked bits.
     int merged_extra() const { return merges_planes_ ? tu_ + 1 : 0; }
     Vmm word(int t) const { return Vmm(scratch_base_ + t); }
@@ -105,10 +119,15 @@ private:
         for (int w : widths_) masks += int(code_planes(w).size());
         return masks;
     }
-    Vmm int16_ones() const { return Vmm(const_base_ + total_masks()); }  // int8 without VNNI
+    Vmm int16_ones() const { return Vmm(const_base_ + total_masks()); }  // pairs_sum_by_ones
     // A codebook: its 16 values as bytes in every 128-bit lane (a vpshufb table), and on the f32
     // path the mask of a 32-bit lane's low byte.
-    int codebook_base() const { return const_base_ + total_masks() + (int8_ && !spec_.vnni() ? 1 : 0); }
+    int codebook_base() const { return const_base_ + total_masks() + (pairs_sum_by_ones(spec_) ? 1 : 0); }
+    // Integer sub-block scales: on the stack, per group of a 32-row block (two for groups of 16)
+    // and column vector t, the group's scale codes as int16 pairs (vpmaddwd's second operand).
+    int64_t vector_bytes() const { return int64_t(lanes_) * 4; }
+    int64_t scale_table_bytes() const { return integer_scales_ ? 2 * tu_ * vector_bytes() : 0; }
+    Xbyak::Address scale_table(int slot, int t) const { return ptr[regs::rsp + (slot * tu_ + t) * vector_bytes()]; }
     Vmm codebook_table() const { return Vmm(codebook_base()); }
     Vmm low_byte_mask() const { return Vmm(codebook_base() + 1); }
     // Epilogue temporaries reuse the scratch registers (the weights are dead by then).
@@ -135,10 +154,16 @@ private:
 
     static constexpr bool kZmm = std::is_same_v<Vmm, Zmm>;
 
+    // The first column of the kernel's column vector t within the panel (a kernel of part of a
+    // panel starts at its first_vector).
+    int64_t column(int t) const { return int64_t(first_vector_ + t) * lanes_; }
+
     // ---- helpers that pick the encoding for the vector width ----
     void vand(const Vmm& d, const Vmm& a, const Vmm& b) { kZmm ? vpandd(d, a, b) : vpand(d, a, b); }
     void vzero(const Vmm& d) { kZmm ? vpxord(d, d, d) : vpxor(d, d, d); }
+    void vor(const Vmm& d, const Vmm& a, const Vmm& b) { kZmm ? vpord(d, a, b) : vpor(d, a, b); }
     void vload(const Vmm& d, const Xbyak::Address& a) { kZmm ? vmovdqu32(d, a) : vmovdqu(d, a); }
+    void vstore(const Xbyak::Address& a, const Vmm& s) { kZmm ? vmovdqu32(a, s) : vmovdqu(a, s); }
 
     // The block of the width being emitted.
     int64_t block_code_bytes() const { return int64_t(width_bits_) * panel_ * 4; }
@@ -148,6 +173,7 @@ private:
     // ---- the kernel ----
     void generate() {
         preamble();
+        if (integer_scales_) sub(regs::rsp, scale_table_bytes());
         load_arguments();
         load_constants();
         zero_output_tile();
@@ -158,6 +184,7 @@ private:
         } else {
             emit_group_loop();
         }
+        if (integer_scales_) add(regs::rsp, scale_table_bytes());
         postamble();
         if (codebook_) emit_codebook_data();
         if (six_bit_codes_) emit_six_bit_code_data();
@@ -220,6 +247,7 @@ private:
         Xbyak::Label inside;
         test(steps_left, steps_per_super_block - 1);
         jnz(inside, T_NEAR);
+        if (integer_scales_) emit_super_block_epilogue();
         begin_super_block();
         L(inside);
     }
@@ -235,7 +263,7 @@ private:
             }
         }
         select_width(0);
-        if (int8_ && !spec_.vnni()) broadcast_constant(int16_ones(), 0x00010001u);
+        if (pairs_sum_by_ones(spec_)) broadcast_constant(int16_ones(), 0x00010001u);
         if (codebook_) {
             kZmm ? vbroadcasti32x4(codebook_table(), ptr[regs::rip + codebook_data_])
                  : vbroadcasti128(Ymm(codebook_table().getIdx()), ptr[regs::rip + codebook_data_]);
@@ -281,7 +309,7 @@ private:
         const Vmm zero = ep_output();
         vzero(zero);
         for (int i = 0; i < rows_; ++i)
-            for (int t = 0; t < tu_; ++t) vmovups(ptr[y_ + (i * panel_ + t * lanes_) * 4], zero);
+            for (int t = 0; t < tu_; ++t) vmovups(ptr[y_ + (i * panel_ + column(t)) * 4], zero);
     }
 
     // Groups of 16: each 32-row block holds two whole groups, so one loop iteration runs the
@@ -292,6 +320,10 @@ private:
         shr(groups_left_, 1);
         jz(done, T_NEAR);
         L(block_loop);
+        if (integer_scales_) {
+            write_scale_table(0, 0);
+            write_scale_table(1, PanelMetadataLayout{spec_.format}.code_bytes(panel_));
+        }
         emit_prefetch();
         emit_block_body(0, 4);
         emit_group_epilogue();
@@ -310,6 +342,7 @@ private:
         test(groups_left_, groups_left_);
         jz(tail, T_NEAR);
         L(group_loop);
+        if (integer_scales_) write_scale_table(0, 0);
         emit_per_width([&] {
             Xbyak::Label block_loop;
             mov(blocks_left_, spec_.group_rows() / 32 / spec_.tiling.ku);
@@ -370,7 +403,7 @@ private:
             const int quads_per_word = plane.rows_per_word() / 4;
             for (int w = q_begin / quads_per_word; w * quads_per_word < q_end; ++w) {
                 for (int t = 0; t < tu_; ++t)
-                    vload(word(t), ptr[codes_ + ((plane.first_word + w) * panel_ + t * lanes_) * 4]);
+                    vload(word(t), ptr[codes_ + ((plane.first_word + w) * panel_ + column(t)) * 4]);
                 const int first = std::max(q_begin, w * quads_per_word);
                 const int last = std::min(q_end, (w + 1) * quads_per_word);
                 for (int quad = first; quad < last; ++quad) {
@@ -395,10 +428,10 @@ private:
         for (int quad = q_begin; quad < q_end; ++quad) {
             if (quad == q_begin || quad % low_quads == 0)
                 for (int t = 0; t < tu_; ++t)
-                    vload(word(t), ptr[codes_ + ((low.first_word + quad / low_quads) * panel_ + t * lanes_) * 4]);
+                    vload(word(t), ptr[codes_ + ((low.first_word + quad / low_quads) * panel_ + column(t)) * 4]);
             if (quad == q_begin || quad % high_quads == 0)
                 for (int t = 0; t < tu_; ++t)
-                    vload(high_word(t), ptr[codes_ + ((high.first_word + quad / high_quads) * panel_ + t * lanes_) * 4]);
+                    vload(high_word(t), ptr[codes_ + ((high.first_word + quad / high_quads) * panel_ + column(t)) * 4]);
             broadcast_quad_activations(quad);
             const int low_shift = quad % low_quads * low.width - low.value_shift;
             const int high_shift = quad % high_quads * high.width - high.value_shift;
@@ -467,19 +500,123 @@ private:
             if (embedded_broadcast(spec_)) {
                 vpdpbusd(acc(i, t), codes, x_operand(i, quad * 4));
             } else {
-                emit_dot(acc(i, t), codes, x_broadcast(i));
+                if (pair_depth_ > 1) {
+                    emit_int16_dot(i, t, codes, x_broadcast(i), quad);
+                } else {
+                    emit_dot(acc(i, t), codes, x_broadcast(i), scale_table(table_slot(quad), t));
+                }
             }
         }
     }
 
-    // acc += sum over each lane's 4 bytes of u8 codes x s8 activations (register operands).
-    void emit_dot(const Vmm& accumulator, const Vmm& codes, const Vmm& activations) {
+    // acc += sum over each lane's 4 bytes of u8 codes x s8 activations (register operands); with
+    // integer sub-block scales, times the group's scale codes (`scales`, the quad's table).
+    void emit_dot(const Vmm& accumulator, const Vmm& codes, const Vmm& activations, const Xbyak::Address& scales) {
         if (spec_.vnni()) {
             vpdpbusd(accumulator, codes, activations, kZmm ? Xbyak::EvexEncoding : Xbyak::VexEncoding);
         } else {
             vpmaddubsw(pair_sums(), codes, activations);
-            vpmaddwd(pair_sums(), pair_sums(), int16_ones());
+            if (integer_scales_) {
+                vpmaddwd(pair_sums(), pair_sums(), scales);
+            } else {
+                vpmaddwd(pair_sums(), pair_sums(), int16_ones());
+            }
             vpaddd(accumulator, accumulator, pair_sums());
+        }
+    }
+
+    // The scale table of a quad of the current block: the block's second group's for groups of 16.
+    int table_slot(int quad) const { return spec_.group_rows() == 16 ? quad / 4 : 0; }
+
+    // The dot products of integer sub-block scales with int16 pair sums: over each run of
+    // pair_depth_ quads of a group, acc16 = the sum of the runs' vpmaddubsw pairs (the first quad
+    // writes it); at the run's end acc += acc16 times the group's scale codes (vpmaddwd).
+    void emit_int16_dot(int i, int t, const Vmm& codes, const Vmm& activations, int quad) {
+        const int quads_per_group = int(spec_.group_rows() / 4), position = quad % quads_per_group;
+        if (position % pair_depth_ == 0) {
+            vpmaddubsw(acc16(i, t), codes, activations);
+        } else {
+            vpmaddubsw(pair_sums(), codes, activations);
+            vpaddw(acc16(i, t), acc16(i, t), pair_sums());
+        }
+        if (position % pair_depth_ == pair_depth_ - 1 || position == quads_per_group - 1) {
+            vpmaddwd(acc16(i, t), acc16(i, t), scale_table(table_slot(quad), t));
+            vpaddd(acc(i, t), acc(i, t), acc16(i, t));
+        }
+    }
+
+    // The scale table of slot `slot` from the group's scale codes at scales_ + offset: each
+    // column's code in both int16 halves of its 32-bit lane (scale codes only where the bytes
+    // share them with min codes).
+    void write_scale_table(int slot, int64_t offset) {
+        const Vmm codes = ep_scale(), high = ep_zero(), low_half = ep_broadcast(), nibble = ep_output();
+        broadcast_constant(low_half, 0xffffu);
+        if (mins_in_scale_bytes_) broadcast_constant(nibble, 0xfu);
+        for (int t = 0; t < tu_; ++t) {
+            load_code_bytes(codes, scales_, t, spec_.format.symmetric, offset);
+            if (mins_in_scale_bytes_) vand(codes, codes, nibble);
+            vpslld(high, codes, 16);
+            vand(codes, codes, low_half);
+            vor(codes, codes, high);
+            vstore(scale_table(slot, t), codes);
+        }
+    }
+
+    // Integer sub-block scales, after a super-block's last group (its pointers past the
+    // super-block's groups, the super-values not yet moved on): y[i][t] += x_step[i] * (d * acc -
+    // sum over the groups g of c_g * x_sum[i][g]), c_g = dmin * min code (float offsets) or
+    // d * zero * scale code; then the accumulators restart.
+    void emit_super_block_epilogue() {
+        const Vmm factor = ep_scale(), correction = ep_zero(), broadcast = ep_broadcast(), out = ep_output();
+        const PanelMetadataLayout layout{spec_.format};
+        const int64_t groups = kSuperBlockRows / spec_.group_rows(), first_codes = panel_ * PanelMetadataLayout::kSuperBlockScaleBytes;
+        // Each row's value at group g of the super-block in the per-row, per-group metadata.
+        auto row_meta = [&](const Reg64& base, int i, int64_t g) {
+            return base + i * group_meta_bytes() + (g - groups) * 4;
+        };
+        auto multiply_add = [&](bool subtract, const Vmm& dst, const Vmm& a, const Xbyak::RegExp& at) {
+            if (kZmm) {
+                subtract ? vfnmadd231ps(dst, a, ptr_b[at]) : vfmadd231ps(dst, a, ptr_b[at]);
+            } else {
+                vbroadcastss(broadcast, dword[at]);
+                subtract ? vfnmadd231ps(dst, a, broadcast) : vfmadd231ps(dst, a, broadcast);
+            }
+        };
+        for (int t = 0; t < tu_; ++t) {
+            vcvtph2ps(factor, kZmm ? Xbyak::Address(yword[super_scales_ + column(t) * 2])
+                                   : Xbyak::Address(xword[super_scales_ + column(t) * 2]));
+            for (int i = 0; i < rows_; ++i) {
+                vcvtdq2ps(acc(i, t), acc(i, t));
+                vmulps(acc(i, t), acc(i, t), factor);
+            }
+            if (float_offsets_) {  // factor = dmin
+                vcvtph2ps(factor, kZmm ? Xbyak::Address(yword[super_mins_ + column(t) * 2])
+                                       : Xbyak::Address(xword[super_mins_ + column(t) * 2]));
+            } else {  // factor = d * zero
+                broadcast_constant(broadcast, float_bits(float(spec_.format.symmetric_zero())));
+                vmulps(factor, factor, broadcast);
+            }
+            for (int64_t g = 0; g < groups; ++g) {
+                const int64_t codes_at = first_codes + g * layout.code_bytes(panel_);
+                if (!float_offsets_) {
+                    load_code_bytes(correction, super_scales_, t, true, codes_at);
+                } else if (mins_in_scale_bytes_) {
+                    load_code_bytes(correction, super_scales_, t, false, codes_at);
+                    vpsrld(correction, correction, 4);
+                } else {
+                    load_code_bytes(correction, super_mins_, t, false, codes_at);
+                }
+                vcvtdq2ps(correction, correction);
+                vmulps(correction, correction, factor);
+                for (int i = 0; i < rows_; ++i) multiply_add(true, acc(i, t), correction, row_meta(x_sum_, i, g));
+            }
+            for (int i = 0; i < rows_; ++i) {
+                const Xbyak::Address y_at = ptr[y_ + (i * panel_ + column(t)) * 4];
+                vmovups(out, y_at);
+                multiply_add(false, out, acc(i, t), row_meta(x_scale_, i, groups - 1));
+                vmovups(y_at, out);
+                vzero(acc(i, t));
+            }
         }
     }
 
@@ -505,6 +642,11 @@ private:
     // offsets y[i][t] += scale * acc (* x_scale[i]) + offset * x_sum[i] (* x_scale[i]); then the
     // accumulators restart and the group pointers move on.
     void emit_group_epilogue() {
+        if (!integer_scales_) emit_group_outputs();
+        advance_group_metadata();
+    }
+
+    void emit_group_outputs() {
         const Vmm scale = ep_scale(), zero = ep_zero(), factor = ep_broadcast(), out = ep_output();
         // A symmetric zero is the same for every column: broadcast once (nothing below writes it).
         const bool constant_zero = spec_.format.symmetric && !second_order_;
@@ -524,14 +666,14 @@ private:
             } else if (constant_zero) {
                 // broadcast before the loop
             } else {
-                vpmovzxbd(zero, kZmm ? Xbyak::Address(xword[zeros_ + t * lanes_])
-                                     : Xbyak::Address(qword[zeros_ + t * lanes_]));
+                vpmovzxbd(zero, kZmm ? Xbyak::Address(xword[zeros_ + column(t)])
+                                     : Xbyak::Address(qword[zeros_ + column(t)]));
                 vcvtdq2ps(zero, zero);
             }
             for (int i = 0; i < rows_; ++i) {
                 const Vmm a = acc(i, t);
                 if (int8_) vcvtdq2ps(a, a);
-                const Xbyak::Address y_at = ptr[y_ + (i * panel_ + t * lanes_) * 4];
+                const Xbyak::Address y_at = ptr[y_ + (i * panel_ + column(t)) * 4];
                 if (float_offsets_) {
                     emit_offset_row(i, a, scale, zero, factor, out, y_at);
                     vzero(a);
@@ -554,6 +696,10 @@ private:
                 vzero(a);
             }
         }
+    }
+
+    // The group's scales, zero points, activation sums and steps are behind; the next group's follow.
+    void advance_group_metadata() {
         if (super_block_) {
             const int64_t code_bytes = PanelMetadataLayout{spec_.format}.code_bytes(panel_);
             add(scales_, code_bytes);
@@ -570,9 +716,9 @@ private:
     // Column vector t of fp16 or fp32 values stored like the scales (scales, float offsets), as fp32.
     void load_stored_floats(const Vmm& dst, const Reg64& base, int t) {
         if (spec_.format.f16_scales()) {
-            vcvtph2ps(dst, kZmm ? Xbyak::Address(yword[base + t * lanes_ * 2]) : Xbyak::Address(xword[base + t * lanes_ * 2]));
+            vcvtph2ps(dst, kZmm ? Xbyak::Address(yword[base + column(t) * 2]) : Xbyak::Address(xword[base + column(t) * 2]));
         } else {
-            vmovups(dst, ptr[base + t * lanes_ * 4]);
+            vmovups(dst, ptr[base + column(t) * 4]);
         }
     }
 
@@ -615,13 +761,13 @@ private:
     // the zero point (low nibble) and the scale's 4-bit code (high nibble); the vector's 16-column
     // group has an fp16 scale and zero (s2, z2), and scale = s2 * (code - z2), in this order.
     void load_second_order_scale_and_zero(int t, const Vmm& scale, const Vmm& zero, const Vmm& factor) {
-        vpmovzxbd(zero, kZmm ? Xbyak::Address(xword[zeros_ + t * lanes_]) : Xbyak::Address(qword[zeros_ + t * lanes_]));
+        vpmovzxbd(zero, kZmm ? Xbyak::Address(xword[zeros_ + column(t)]) : Xbyak::Address(qword[zeros_ + column(t)]));
         vpsrld(scale, zero, 4);
         broadcast_constant(factor, 0xfu);
         vand(zero, zero, factor);
         vcvtdq2ps(zero, zero);
         vcvtdq2ps(scale, scale);
-        const int64_t pair = int64_t(t) * lanes_ / SecondOrderScales::kColumns * kSecondOrderPairBytes;
+        const int64_t pair = column(t) / SecondOrderScales::kColumns * kSecondOrderPairBytes;
         broadcast_half(factor, scales_, pair + 2);  // z2
         vsubps(scale, scale, factor);
         broadcast_half(factor, scales_, pair);  // s2
@@ -646,18 +792,19 @@ private:
         times_super_value(scale, super_scales_, t, temp);
     }
 
-    // dst = column vector t's scale or min codes at `codes`, signed or unsigned, in 32-bit lanes.
-    void load_code_bytes(const Vmm& dst, const Reg64& codes, int t, bool is_signed) {
-        if (six_bit_codes_) return load_six_bit_codes(dst, codes, t, is_signed);
-        const Xbyak::Address bytes = kZmm ? Xbyak::Address(xword[codes + t * lanes_]) : Xbyak::Address(qword[codes + t * lanes_]);
+    // dst = column vector t's scale or min codes at `codes` + offset, signed or unsigned, in 32-bit lanes.
+    void load_code_bytes(const Vmm& dst, const Reg64& codes, int t, bool is_signed, int64_t offset = 0) {
+        if (six_bit_codes_) return load_six_bit_codes(dst, codes, t, is_signed, offset);
+        const Xbyak::RegExp at = codes + offset + column(t);
+        const Xbyak::Address bytes = kZmm ? Xbyak::Address(xword[at]) : Xbyak::Address(qword[at]);
         is_signed ? vpmovsxbd(dst, bytes) : vpmovzxbd(dst, bytes);
     }
 
     // The same for 6-bit codes packed four to three bytes (panel_metadata.hpp): the vector's bytes
     // in every 128-bit lane, each lane's three bytes spread and shifted, then the code's 6 bits
     // moved to the top and back (sign-extending signed codes).
-    void load_six_bit_codes(const Vmm& dst, const Reg64& codes, int t, bool is_signed) {
-        const Xbyak::Address bytes = xword[codes + t * lanes_ / 4 * 3];
+    void load_six_bit_codes(const Vmm& dst, const Reg64& codes, int t, bool is_signed, int64_t offset) {
+        const Xbyak::Address bytes = xword[codes + offset + column(t) / 4 * 3];
         kZmm ? vbroadcasti32x4(Zmm(dst.getIdx()), bytes) : vbroadcasti128(Ymm(dst.getIdx()), bytes);
         vpshufb(dst, dst, ptr[regs::rip + six_bit_control_]);
         vpsrlvd(dst, dst, ptr[regs::rip + six_bit_shifts_]);
@@ -668,7 +815,7 @@ private:
     // dst (integer codes) = float(dst) * the fp16 super-values of column vector t at `supers`.
     void times_super_value(const Vmm& dst, const Reg64& supers, int t, const Vmm& temp) {
         vcvtdq2ps(dst, dst);
-        vcvtph2ps(temp, kZmm ? Xbyak::Address(yword[supers + t * lanes_ * 2]) : Xbyak::Address(xword[supers + t * lanes_ * 2]));
+        vcvtph2ps(temp, kZmm ? Xbyak::Address(yword[supers + column(t) * 2]) : Xbyak::Address(xword[supers + column(t) * 2]));
         vmulps(dst, dst, temp);
     }
 
@@ -689,11 +836,12 @@ private:
     const std::vector<int> widths_;  // the code widths the kernel handles (one unless mixed)
     std::vector<CodePlane> planes_;  // of the width being emitted (select_width)
     int width_bits_ = 0, mask_base_ = 0;
-    const int tu_, rows_, lanes_, panel_;
+    const int tu_, first_vector_, rows_, lanes_, panel_;  // tu_: the kernel's column vectors; panel_: columns
     const bool int8_;
     const int x_bytes_, scale_bytes_;
     const bool merges_planes_, mixed_, second_order_, super_block_, float_offsets_, mins_in_scale_bytes_, six_bit_codes_,
-        codebook_;
+        codebook_, integer_scales_;
+    const int pair_depth_;  // quads whose pair sums add in int16 before vpmaddwd (1: none)
     Xbyak::Label codebook_data_, six_bit_control_, six_bit_shifts_;
     int scratch_base_ = 0, const_base_ = 0;
 };
@@ -721,11 +869,54 @@ int codebook_constants(const CpuKernelSpec& spec) {
     return spec.path == ActivationPath::F32 ? 2 : 1;
 }
 
+int pair_sum_depth(const CpuKernelSpec& spec) {
+    if (!spec.integer_sub_block_scales()) return 1;
+    int largest = (1 << spec.format.bits) - 1;  // the largest byte a dot product multiplies
+    if (spec.format.has_codebook()) {
+        largest = 0;
+        for (int code = 0; code < 16; ++code) largest = std::max(largest, int(uint8_t(spec.format.value_of(code))));
+    }
+    const int largest_pair = 2 * largest * spec.int8_activation_max();
+    return int(std::clamp<int64_t>(INT16_MAX / largest_pair, 1, spec.group_rows() / 4));
+}
+
+int accumulator_registers(const CpuKernelSpec& spec) {
+    return spec.kernel_vectors() * spec.rows * (pair_sum_depth(spec) > 1 ? 2 : 1);
+}
+
+bool pairs_sum_by_ones(const CpuKernelSpec& spec) {
+    return spec.path == ActivationPath::Int8 && !spec.vnni() && !spec.integer_sub_block_scales();
+}
+
 int main_scratch_registers(const CpuKernelSpec& spec) {
     const bool pair_sums = spec.path == ActivationPath::Int8 && !spec.vnni();
     const int broadcasts = embedded_broadcast(spec) ? 0 : spec.rows;
-    const int high_plane = merges_code_planes(spec) ? spec.tiling.tu + 1 : 0;
-    return spec.tiling.tu + 1 + high_plane + broadcasts + (pair_sums ? 1 : 0);
+    const int high_plane = merges_code_planes(spec) ? spec.kernel_vectors() + 1 : 0;
+    return spec.kernel_vectors() + 1 + high_plane + broadcasts + (pair_sums ? 1 : 0);
+}
+
+std::optional<CpuKernelSpec> prompt_tile(const CpuKernelSpec& spec) {
+    constexpr int kMostRows = 16;
+    std::optional<CpuKernelSpec> best;
+    for (int vectors = 1; vectors <= spec.tiling.tu; ++vectors) {
+        if (spec.tiling.tu % vectors != 0) continue;
+        CpuKernelSpec part = spec;
+        part.first_vector = 0;
+        part.vectors = vectors;
+        int rows = 0;
+        for (int r = 1; r <= kMostRows; ++r) {
+            part.rows = r;
+            if (vector_registers_needed(part) > vector_registers_available(part.isa)) break;
+            rows = r;
+        }
+        if (rows <= spec.tiling.mb) continue;
+        part.rows = rows;
+        const auto accumulators = [](const CpuKernelSpec& s) { return s.vectors * s.rows; };
+        if (!best || accumulators(part) > accumulators(*best) ||
+            (accumulators(part) == accumulators(*best) && part.rows > best->rows))
+            best = part;
+    }
+    return best;
 }
 
 std::unique_ptr<JitGenerator> generate_cpu_kernel(const CpuKernelSpec& spec) {

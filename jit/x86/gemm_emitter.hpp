@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "jit/x86/cpu_kernel.hpp"
@@ -33,8 +34,28 @@ bool embedded_broadcast(const CpuKernelSpec& spec);
 // 6-bit codes on the int8 path).
 bool merges_code_planes(const CpuKernelSpec& spec);
 
+// Quads of a group whose int16 pair sums (vpmaddubsw) a kernel with integer sub-block scales adds
+// in int16 before one vpmaddwd by the scale codes: as many as stay clear of int16 overflow for the
+// largest code and activation (1: each quad's pairs go to vpmaddwd, as without integer scales).
+int pair_sum_depth(const CpuKernelSpec& spec);
+
+// Accumulator registers: rows x tu int32 (or fp32) sums, and as many int16 pair sums with
+// pair_sum_depth > 1.
+int accumulator_registers(const CpuKernelSpec& spec);
+
+// Whether the int8 dot products without VNNI sum vpmaddubsw's int16 pairs by vpmaddwd with a
+// register of ones (not with integer sub-block scales, whose vpmaddwd multiplies by scale codes).
+bool pairs_sum_by_ones(const CpuKernelSpec& spec);
+
 // Constant registers a codebook takes: its table, and on the f32 path a byte mask.
 int codebook_constants(const CpuKernelSpec& spec);
+
+// The kernel of a prompt's row tiles on panels tiled as `spec`: a part of the panel (a divisor of
+// tiling.tu column vectors, first_vector 0) with the most rows the registers allow (up to 16),
+// the part chosen for the most accumulators, ties to more rows; none when no part takes more rows
+// than tiling.mb. A layer's tiling is tuned for its tuning batch (often 1, where wide panels and
+// one row win); the panels' layout stays, and a prompt runs each part of a panel in turn.
+std::optional<CpuKernelSpec> prompt_tile(const CpuKernelSpec& spec);
 
 // Weight, unpack and activation-broadcast registers of the main loop (not counting accumulators
 // and constants).

@@ -74,10 +74,11 @@ template <typename V>
 }
 
 // One activation row: gathered and padded into `row` (f32 path: the output row itself), then
-// per group its sum and, on the int8 path, its step and int8 values. Groups are 16 rows or a
-// multiple of 32, so each is whole vectors of V (4, 8 or 16 lanes). Every step is exact or
-// elementwise (maxima, integer sums, one rounding per value), so the lanes do not change the
-// result: each family writes the same values.
+// per group its sum and, on the int8 path, its int8 values and the step of its activation group
+// (the group itself, or the super-block holding it: CpuKernelSpec::activation_group_rows), written
+// for each group. Groups are 16 rows or a multiple of 32, so each is whole vectors of V (4, 8 or 16
+// lanes). Every step is exact or elementwise (maxima, integer sums, one rounding per value), so the
+// lanes do not change the result: each family writes the same values.
 template <typename V>
 [[gnu::always_inline]] inline void prepare_row_lanes(const jit::CpuKernelSpec& spec, const int32_t* row_order,
                                                      const float* src, float* row, int8_t* int8_row, float* row_scales,
@@ -89,37 +90,43 @@ template <typename V>
     else
         std::copy(src, src + k, row);
     std::fill(row + k, row + padded_k, 0.0f);
-    const float qmax = float(spec.int8_activation_max());
-    for (int64_t g = 0; g < spec.num_groups(); ++g) {
-        const int64_t r0 = g * gs, r1 = std::min(padded_k, r0 + gs);
-        if (!int8_row) {
+    if (!int8_row) {
+        for (int64_t g = 0; g < spec.num_groups(); ++g) {
+            const int64_t r0 = g * gs, r1 = std::min(padded_k, r0 + gs);
             float sum = 0.0f;
             for (int64_t r = r0; r < r1; ++r) sum += row[r];
             row_sums[g] = sum;
-            continue;
         }
-        const float amax = group_amax<V>(row + r0, r1 - r0);
+        return;
+    }
+    const float qmax = float(spec.int8_activation_max());
+    const int64_t span = spec.activation_group_rows();
+    for (int64_t s0 = 0; s0 < padded_k; s0 += span) {
+        const int64_t s1 = std::min(padded_k, s0 + span), g0 = s0 / gs, g1 = (s1 + gs - 1) / gs;
+        const float amax = group_amax<V>(row + s0, s1 - s0);
         if (std::isnan(amax)) {
-            // The group's step becomes NaN, so every output the group feeds is NaN (the kernels
-            // multiply each group's integer dot product by its step, a zero dot included); its int8
-            // values are zeros.
-            std::fill(int8_row + r0, int8_row + r1, int8_t(0));
-            row_scales[g] = std::numeric_limits<float>::quiet_NaN();
-            row_sums[g] = 0.0f;
+            // The step becomes NaN, so every output the groups feed is NaN (the kernels multiply
+            // each integer dot product by its step, a zero dot included); their int8 values are zeros.
+            std::fill(int8_row + s0, int8_row + s1, int8_t(0));
+            std::fill(row_scales + g0, row_scales + g1, std::numeric_limits<float>::quiet_NaN());
+            std::fill(row_sums + g0, row_sums + g1, 0.0f);
             continue;
         }
         // Round to nearest even for |v| < 2^22 without a libm call: adding 1.5 * 2^23 pushes the
         // fraction bits out of the mantissa.
         constexpr float kShift = 12582912.0f;
         const float inverse = amax > 0.0f ? qmax / amax : 0.0f;
-        Ints sum = {};
-        for (int64_t r = r0; r < r1; r += kLanes<V>) {
-            const Ints q = __builtin_convertvector((load_lanes<V>(row + r) * inverse + kShift) - kShift, Ints);
-            store_low_bytes(int8_row + r, q);
-            sum += q;
+        for (int64_t g = g0; g < g1; ++g) {
+            const int64_t r0 = g * gs, r1 = std::min(s1, r0 + gs);
+            Ints sum = {};
+            for (int64_t r = r0; r < r1; r += kLanes<V>) {
+                const Ints q = __builtin_convertvector((load_lanes<V>(row + r) * inverse + kShift) - kShift, Ints);
+                store_low_bytes(int8_row + r, q);
+                sum += q;
+            }
+            row_scales[g] = amax / qmax;
+            row_sums[g] = float(fold_lanes(sum, [](auto a, auto b) { return a + b; }));
         }
-        row_scales[g] = amax / qmax;
-        row_sums[g] = float(fold_lanes(sum, [](auto a, auto b) { return a + b; }));
     }
 }
 

@@ -1,6 +1,7 @@
 // Prepares activations for the generated kernels: gathers act-order rows, pads K to whole 32-row
-// blocks, and per row and group either quantizes to int8 (step = max|x| / qmax, round to nearest)
-// or keeps fp32, recording the group sums the kernels' zero-point correction needs.
+// blocks, and per row and group either quantizes to int8 (step = max|x| / qmax over the group, or
+// over its super-block for kernels with integer sub-block scales; round to nearest) or keeps fp32,
+// recording the group sums the kernels' zero-point correction needs.
 #pragma once
 
 #include <cstdint>

@@ -67,6 +67,23 @@ std::vector<std::unique_ptr<jit::JitGenerator>> generate_kernels(const jit::CpuK
     return kernels;
 }
 
+// The prompt tile's kernels (jit::prompt_tile), one per part of a panel, unless the forwards are
+// of `only_batch` rows, fewer than a tile; sets `rows` to the tile's rows (0: none).
+std::vector<std::unique_ptr<jit::JitGenerator>> generate_prompt_kernels(const jit::CpuKernelSpec& spec,
+                                                                        int64_t only_batch, const std::string& dump_dir,
+                                                                        int64_t& rows) {
+    std::vector<std::unique_ptr<jit::JitGenerator>> kernels;
+    rows = 0;
+    const std::optional<jit::CpuKernelSpec> tile = jit::prompt_tile(spec);
+    if (!tile || (only_batch > 0 && only_batch < tile->rows)) return kernels;
+    rows = tile->rows;
+    for (jit::CpuKernelSpec part = *tile; part.first_vector < spec.tiling.tu; part.first_vector += part.vectors) {
+        kernels.push_back(jit::generate_cpu_kernel(part));
+        if (!dump_dir.empty()) dump_kernel(*kernels.back(), dump_dir);
+    }
+    return kernels;
+}
+
 // params' scales and zero points in the panel layout of spec's kernels, panels packed in parallel
 // on `pool` (null: on the calling thread).
 PanelMetadata packed_metadata(const jit::CpuKernelSpec& spec, const QuantParams& p, ThreadPool* pool) {
@@ -105,6 +122,7 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
             jit::kernel_name(spec), "; its layout takes ", sizes.scale_bytes, " + ", sizes.zero_bytes);
     const auto emission_start = std::chrono::steady_clock::now();
     kernels_ = generate_kernels(spec, only_batch, dump_dir);
+    prompt_kernels_ = generate_prompt_kernels(spec, only_batch, dump_dir, prompt_rows_);
     emission_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - emission_start).count();
 
     if (!p.uniform_bits()) {
@@ -159,12 +177,13 @@ void JitExecutor::forward(const QuantParams& p, const PackedCodes& codes, const 
 void JitExecutor::run_product_task(const QuantParams& p, const PackedCodes& codes, const PreparedActivations& act,
                                    int64_t m, float* y, float* partials, int64_t task) const {
     const int64_t panel = spec_.panel_columns(), groups = spec_.num_groups(), max_rows = spec_.tiling.mb;
+    const int64_t tile_rows = std::max(max_rows, prompt_rows_);
     const int64_t x_bytes = spec_.path == jit::ActivationPath::Int8 ? 1 : 4;
     const int64_t p_index = task % panels_, part = task / panels_;
     const int64_t n0 = p_index * panel, width = std::min(panel, p.n - n0);
     const GroupRange& range = group_ranges_[size_t(part)];
     thread_local std::vector<float> tile;
-    if (tile.size() < size_t(max_rows * panel)) tile.resize(size_t(max_rows * panel));
+    if (tile.size() < size_t(tile_rows * panel)) tile.resize(size_t(tile_rows * panel));
 
     jit::CpuKernelArgs args;
     args.codes = codes.panel(n0) + codes.block_start(range.first_block) * panel;
@@ -176,12 +195,17 @@ void JitExecutor::run_product_task(const QuantParams& p, const PackedCodes& code
     args.full_groups = range.full_groups;
     args.tail_blocks = range.tail_blocks;
     float* out = part == 0 ? y : partials + (part - 1) * m * p.n;
-    for (int64_t m0 = 0; m0 < m; m0 += max_rows) {
-        const int64_t rows = std::min(max_rows, m - m0);
+    for (int64_t m0 = 0, rows = 0; m0 < m; m0 += rows) {
+        const bool prompt_tile = prompt_rows_ > 0 && m - m0 >= prompt_rows_;
+        rows = prompt_tile ? prompt_rows_ : std::min(max_rows, m - m0);
         args.x = static_cast<const uint8_t*>(act.x) + (m0 * spec_.padded_k() + range.first_block * 32) * x_bytes;
         args.x_scale = act.scale + m0 * groups + range.first;
         args.x_sum = act.sum + m0 * groups + range.first;
-        kernels_[size_t(rows - 1)]->function<jit::CpuKernelFn>()(&args);
+        if (prompt_tile) {
+            for (const auto& part : prompt_kernels_) part->function<jit::CpuKernelFn>()(&args);
+        } else {
+            kernels_[size_t(rows - 1)]->function<jit::CpuKernelFn>()(&args);
+        }
         for (int64_t i = 0; i < rows; ++i)
             std::memcpy(out + (m0 + i) * p.n + n0, tile.data() + i * panel, size_t(width) * sizeof(float));
     }

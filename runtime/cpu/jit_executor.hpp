@@ -1,5 +1,6 @@
 // Runs products on generated x86 kernels: owns the kernels (one per activation-row count up to
-// the tiling's), the scales and zero points in the panel layout (format/panel_metadata.hpp), and
+// the tiling's, and the prompt tile's kernels: one per part of a panel, for row tiles taller than
+// the tiling's, jit::prompt_tile), the scales and zero points in the panel layout (format/panel_metadata.hpp), and
 // the parallel schedule: the gather, the products and the outliers of a plan fused into one
 // dispatch. A layer's JIT backend (runtime/cpu/jit_layer.hpp) runs on one; the tuner times
 // candidates on others. Which formats it runs is the generator's answer (jit::unsupported_reason,
@@ -90,6 +91,9 @@ public:
     // Bytes of the repacked scales and zero points (and outliers) a forward streams.
     int64_t metadata_bytes() const;
     const jit::JitGenerator& kernel(int rows) const { return *kernels_[size_t(rows - 1)]; }
+    // Rows of the prompt tiles that run on parts of a panel (0: none; forwards of fewer rows, and a
+    // forward's last rows short of a tile, run on the kernels above).
+    int64_t prompt_rows() const { return prompt_rows_; }
     // The scales and zero points as the kernels read them, and their layout.
     const PanelMetadata& metadata() const { return metadata_; }
     PanelMetadataLayout metadata_layout() const {
@@ -118,6 +122,8 @@ private:
     int64_t panels_ = 0;                    // column panels of the layer
     bool gathers_ = false;                  // the plan has a gather pass
     std::vector<std::unique_ptr<jit::JitGenerator>> kernels_;  // [rows - 1]; null where not generated
+    std::vector<std::unique_ptr<jit::JitGenerator>> prompt_kernels_;  // the parts of a panel, in column order
+    int64_t prompt_rows_ = 0;  // rows of a prompt tile (0: no prompt kernels)
     int64_t only_batch_ = 0;
     PanelMetadata metadata_;           // scales and zero points in the kernels' panel layout
     std::vector<uint8_t> group_bits_;  // mixed widths: [groups] (padding groups take the last width)

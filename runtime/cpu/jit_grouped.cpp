@@ -62,6 +62,7 @@ void require_grouped_passes(const GroupedRows& member) {
 bool same_prologue(const JitExecutor& a, const JitExecutor& b, const QuantParams& pa, const QuantParams& pb) {
     const jit::CpuKernelSpec &x = a.spec(), &y = b.spec();
     return x.format.k == y.format.k && x.padded_k() == y.padded_k() && x.group_rows() == y.group_rows() &&
+           x.activation_group_rows() == y.activation_group_rows() &&
            x.num_groups() == y.num_groups() && x.path == y.path &&
            x.int8_activation_max() == y.int8_activation_max() &&
            simd_family(x.isa.level()) == simd_family(y.isa.level()) && a.activation_row_order(pa) == nullptr &&
