@@ -17,6 +17,7 @@
 #include "quant/quantize_rtn.hpp"
 #include "format/reference.hpp"
 #include "layer_internals.hpp"
+#include "test_backends.hpp"
 #include "test_support.hpp"
 #include "tuner/cpu_isa.hpp"
 
@@ -135,6 +136,31 @@ TEST(JitKernels, EveryTilingKnobChangesTheCodeOrScheduleAndStaysCorrect) {
     EXPECT_NE(codes[1], codes[2]);
     EXPECT_EQ(codes[0], codes[3]);
     EXPECT_NE(codes[0], codes[4]);
+}
+
+// A wide panel of one row tuned for decoding: a prompt runs taller tiles on parts of the panel
+// (jit::prompt_tile), then its last rows short of a tile on the layer's own kernels. Every width,
+// both paths, every ISA this CPU runs, K leaving a short group, N leaving a partial panel.
+TEST(JitKernels, PromptTilesRunPartsOfAWidePanel) {
+    for (const test::Backend backend : test::available_backends()) {
+        if (backend.isa == QJIT_ISA_PORTABLE) continue;
+        SCOPED_TRACE(test::backend_name(backend));
+        const ContextPtr context = make_context(backend.isa, backend.activations, "tu=3,mb=1,prefetch=0,ku=1,ksplit=2");
+        for (const int bits : {2, 3, 4, 5, 8}) {
+            SCOPED_TRACE(testing::Message() << bits << " bits");
+            const QuantizedMatrix matrix = test_matrix(bits, 1000, 150, 64);
+            const auto layer = make_linear(context.get(), matrix);
+            const JitExecutor* executor = test::jit_of(*layer);
+            ASSERT_TRUE(executor);
+            const int64_t tile = executor->prompt_rows();
+            const std::optional<jit::CpuKernelSpec> part = jit::prompt_tile(executor->spec());
+            ASSERT_TRUE(part);
+            EXPECT_GT(tile, 1);
+            EXPECT_EQ(tile, part->rows);
+            EXPECT_EQ(executor->spec().tiling.tu % part->vectors, 0);
+            for (const int64_t m : {tile, 2 * tile + 1}) expect_matches_oracle(*layer, matrix, m);
+        }
+    }
 }
 
 TEST(JitKernels, BadTilingIsRefusedWithAMessage) {

@@ -128,7 +128,7 @@ TEST_P(SuperBlockFormat, EveryTilingStaysCorrect) {
             for (const Pass& pass : layer->cpu->passes())
                 if (pass.kind == PassKind::Product)
                     EXPECT_EQ(pass.first_group % (kSuperBlockRows / c.group), 0) << layer->description;
-            for (const int64_t m : {1, 4}) expect_matches_oracle(*layer, matrix, m, uint32_t(m));
+            for (const int64_t m : {1, 4, 21}) expect_matches_oracle(*layer, matrix, m, uint32_t(m));
         }
 }
 
