@@ -1,5 +1,6 @@
 #include "jit/cuda/cuda_tiling.hpp"
 #include "base/error.hpp"
+#include "jit/knob_text.hpp"
 
 #include <map>
 #include <numeric>
@@ -85,39 +86,24 @@ std::string tiling_text(const CudaTiling& t) {
 }
 
 CudaTiling parse_tiling(const std::string& text, CudaTiling base) {
-    const std::map<std::string, int CudaTiling::*> knobs = {
+    const KnobTable<CudaTiling> knobs = {
         {"warps", &CudaTiling::warps},   {"cols", &CudaTiling::columns_per_warp},
-        {"inflight", &CudaTiling::chunks_in_flight}, {"bm", &CudaTiling::block_m},
-        {"bn", &CudaTiling::block_n},    {"bk", &CudaTiling::block_k},
-        {"stages", &CudaTiling::stages}, {"splitk", &CudaTiling::split_k},
-        {"ntiles", &CudaTiling::n_tiles}};
-    std::istringstream in(text);
-    std::string item;
-    while (std::getline(in, item, ',')) {
-        if (item.empty()) continue;
-        const size_t eq = item.find('=');
-        if (eq == std::string::npos) reject("CUDA tiling item '", item, "' is not knob=value");
-        const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-        if (key == "kernel") {
-            if (value == "gemv") base.kind = KernelKind::Gemv;
-            else if (value == "gemm") base.kind = KernelKind::Gemm;
-            else if (value == "mma") base.kind = KernelKind::Mma;
-            else reject("CUDA tiling kernel '", value, "'; expected gemv, mma or gemm");
-            continue;
+        {"inflight", &CudaTiling::chunks_in_flight}, {"ntiles", &CudaTiling::n_tiles},
+        {"bm", &CudaTiling::block_m},    {"bn", &CudaTiling::block_n},
+        {"bk", &CudaTiling::block_k},    {"stages", &CudaTiling::stages},
+        {"splitk", &CudaTiling::split_k}};
+    for (const KnobItem& item : knob_items(text, "CUDA tiling")) {
+        if (item.name != "kernel") {
+            set_knob(base, item, text, "CUDA tiling", knobs, {"kernel"});
+        } else if (item.value == "gemv") {
+            base.kind = KernelKind::Gemv;
+        } else if (item.value == "gemm") {
+            base.kind = KernelKind::Gemm;
+        } else if (item.value == "mma") {
+            base.kind = KernelKind::Mma;
+        } else {
+            reject("CUDA tiling kernel '", item.value, "'; expected gemv, mma or gemm");
         }
-        const auto knob = knobs.find(key);
-        if (knob == knobs.end())
-            reject("unknown CUDA tiling knob '", key,
-                   "'; expected kernel, warps, cols, inflight, ntiles, bm, bn, bk, stages, splitk");
-        size_t used = 0;
-        int number = 0;
-        try {
-            number = std::stoi(value, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used == 0 || used != value.size()) reject("CUDA tiling knob ", key, "='", value, "' is not an integer");
-        base.*(knob->second) = number;
     }
     return base;
 }

@@ -1,10 +1,9 @@
 #include "jit/x86/cpu_tiling.hpp"
 
 #include <algorithm>
-#include <sstream>
-#include <stdexcept>
 
 #include "base/error.hpp"
+#include "jit/knob_text.hpp"
 
 namespace qjit::jit {
 
@@ -44,28 +43,12 @@ std::string tiling_text(const CpuTiling& t) {
 }
 
 CpuTiling parse_tiling(const std::string& text, CpuTiling t) {
-    std::istringstream in(text);
-    std::string item;
-    while (std::getline(in, item, ',')) {
-        const size_t eq = item.find('=');
-        require(eq != std::string::npos, "tiling '", text, "': item '", item, "' is not key=value");
-        const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-        int number = 0;
-        try {
-            size_t used = 0;
-            number = std::stoi(value, &used);
-            require(used == value.size(), "tiling '", text, "': '", value, "' is not a number");
-        } catch (const std::logic_error&) {
-            fail(QJIT_ERROR_INVALID_ARGUMENT, "tiling '", text, "': '", value, "' is not a number");
-        }
-        if (key == "tu") t.tu = number;
-        else if (key == "mb") t.mb = number;
-        else if (key == "prefetch") t.prefetch = number;
-        else if (key == "ksplit") t.ksplit = number;
-        else if (key == "ku") t.ku = number;
-        else fail(QJIT_ERROR_INVALID_ARGUMENT, "tiling '", text, "': unknown key '", key,
-                  "' (tu, mb, prefetch, ku, ksplit)");
-    }
+    const KnobTable<CpuTiling> knobs = {{"tu", &CpuTiling::tu},
+                                        {"mb", &CpuTiling::mb},
+                                        {"prefetch", &CpuTiling::prefetch},
+                                        {"ku", &CpuTiling::ku},
+                                        {"ksplit", &CpuTiling::ksplit}};
+    t = read_knobs(text, "tiling", knobs, t);
     require(t.ksplit >= 1, "tiling '", text, "': ksplit must be at least 1");
     return t;
 }

@@ -53,8 +53,10 @@ int codebook_constants(const CpuKernelSpec& spec);
 // The kernel of a prompt's row tiles on panels tiled as `spec`: a part of the panel (a divisor of
 // tiling.tu column vectors, first_vector 0) with the most rows the registers allow (up to 16),
 // the part chosen for the most accumulators, ties to more rows; none when no part takes more rows
-// than tiling.mb. A layer's tiling is tuned for its tuning batch (often 1, where wide panels and
-// one row win); the panels' layout stays, and a prompt runs each part of a panel in turn.
+// than tiling.mb, or when the kernel reads activations as embedded broadcasts (each dot product
+// loads its own: taller tiles save nothing there). A layer's tiling is tuned for its tuning batch
+// (often 1, where wide panels and one row win); the panels' layout stays, and a prompt runs each
+// part of a panel in turn.
 std::optional<CpuKernelSpec> prompt_tile(const CpuKernelSpec& spec);
 
 // Weight, unpack and activation-broadcast registers of the main loop (not counting accumulators

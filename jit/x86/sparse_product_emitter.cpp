@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "jit/knob_text.hpp"
 #include "jit/x86/sparse_vector_emitter.hpp"
 
 namespace qjit::jit {
@@ -308,21 +309,13 @@ std::string tiling_text(const SparseProductTiling& t) {
 }
 
 SparseProductTiling parse_sparse_tiling(const std::string& text) {
-    SparseProductTiling t;
-    size_t start = 0;
-    while (start <= text.size()) {
-        const size_t end = std::min(text.find(',', start), text.size());
-        const std::string item = text.substr(start, end - start);
-        const size_t eq = item.find('=');
-        require(eq != std::string::npos, "sparse tiling '", text, "': item '", item, "' is not key=value");
-        const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-        int* knob = key == "vectors" ? &t.vectors : key == "blocks" ? &t.blocks : key == "prefetch" ? &t.prefetch : nullptr;
-        require(knob != nullptr, "sparse tiling '", text, "': unknown knob '", key, "' (vectors, blocks, prefetch)");
-        require(value.size() == 1 && value[0] >= '0' && value[0] <= '9', "sparse tiling '", text, "': '", value,
-                "' is not a digit");
-        *knob = value[0] - '0';
-        start = end + 1;
-    }
+    require(!text.empty(), "sparse tiling '': no knobs");
+    const KnobTable<SparseProductTiling> knobs = {{"vectors", &SparseProductTiling::vectors},
+                                                  {"blocks", &SparseProductTiling::blocks},
+                                                  {"prefetch", &SparseProductTiling::prefetch}};
+    const SparseProductTiling t = read_knobs(text, "sparse tiling", knobs, SparseProductTiling{});
+    for (const int knob : {t.vectors, t.blocks, t.prefetch})
+        require(knob >= 0 && knob <= 9, "sparse tiling '", text, "': every knob is one digit");
     return t;
 }
 
