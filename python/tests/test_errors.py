@@ -27,7 +27,7 @@ def test_context_options_are_checked_by_name():
         qjit.Context(threads=-3)
     assert error.value.status == 1 and error.value.message == str(error.value)
     forced = qjit.Context(tiling="tu=banana", tuning_db="")  # a tiling is checked against each layer's format
-    with pytest.raises(qjit.InvalidArgumentError, match="'banana' is not a number"):
+    with pytest.raises(qjit.InvalidArgumentError, match="tu='banana' is not an integer"):
         qjit.Linear.quantize(forced, np.ones((8, 64), np.float32), group_size=32)
 
 
