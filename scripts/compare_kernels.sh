@@ -7,7 +7,7 @@
 # Usage: scripts/compare_kernels.sh OLD_BUILD_DIR NEW_BUILD_DIR
 set -euo pipefail
 [ $# -eq 2 ] || { sed -n '2,7p' "${BASH_SOURCE[0]}" >&2; exit 2; }
-suites='AllFormats/FormatTest.*:JitKernels.*:AllFeatures/MixedFormatTest.*:MixedFormat.*:LowRankLayer.*:Moe.*'
+suites='AllFormats/FormatTest.*:JitKernels.*:AllFeatures/MixedFormatTest.*:MixedFormat.*:LowRankLayer.*:Moe.*:SuperBlocks/*'
 suites+=':-JitKernels.DumpSwitchWritesTheCode'
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT

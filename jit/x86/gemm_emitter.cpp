@@ -574,24 +574,14 @@ private:
         auto row_meta = [&](const Reg64& base, int i, int64_t g) {
             return base + i * group_meta_bytes() + (g - groups) * 4;
         };
-        auto multiply_add = [&](bool subtract, const Vmm& dst, const Vmm& a, const Xbyak::RegExp& at) {
-            if (kZmm) {
-                subtract ? vfnmadd231ps(dst, a, ptr_b[at]) : vfmadd231ps(dst, a, ptr_b[at]);
-            } else {
-                vbroadcastss(broadcast, dword[at]);
-                subtract ? vfnmadd231ps(dst, a, broadcast) : vfmadd231ps(dst, a, broadcast);
-            }
-        };
         for (int t = 0; t < tu_; ++t) {
-            vcvtph2ps(factor, kZmm ? Xbyak::Address(yword[super_scales_ + column(t) * 2])
-                                   : Xbyak::Address(xword[super_scales_ + column(t) * 2]));
+            load_halves(factor, super_scales_, t);
             for (int i = 0; i < rows_; ++i) {
                 vcvtdq2ps(acc(i, t), acc(i, t));
                 vmulps(acc(i, t), acc(i, t), factor);
             }
             if (float_offsets_) {  // factor = dmin
-                vcvtph2ps(factor, kZmm ? Xbyak::Address(yword[super_mins_ + column(t) * 2])
-                                       : Xbyak::Address(xword[super_mins_ + column(t) * 2]));
+                load_halves(factor, super_mins_, t);
             } else {  // factor = d * zero
                 broadcast_constant(broadcast, float_bits(float(spec_.format.symmetric_zero())));
                 vmulps(factor, factor, broadcast);
@@ -608,12 +598,13 @@ private:
                 }
                 vcvtdq2ps(correction, correction);
                 vmulps(correction, correction, factor);
-                for (int i = 0; i < rows_; ++i) multiply_add(true, acc(i, t), correction, row_meta(x_sum_, i, g));
+                for (int i = 0; i < rows_; ++i)
+                    multiply_add_row_value(true, acc(i, t), correction, row_meta(x_sum_, i, g), broadcast);
             }
             for (int i = 0; i < rows_; ++i) {
                 const Xbyak::Address y_at = ptr[y_ + (i * panel_ + column(t)) * 4];
                 vmovups(out, y_at);
-                multiply_add(false, out, acc(i, t), row_meta(x_scale_, i, groups - 1));
+                multiply_add_row_value(false, out, acc(i, t), row_meta(x_scale_, i, groups - 1), broadcast);
                 vmovups(y_at, out);
                 vzero(acc(i, t));
             }
@@ -679,17 +670,8 @@ private:
                     vzero(a);
                     continue;
                 }
-                if (kZmm) {  // the per-row factors as embedded broadcasts
-                    vfnmadd231ps(a, zero, ptr_b[x_sum_ + i * group_meta_bytes()]);
-                    if (int8_) vmulps(factor, scale, ptr_b[x_scale_ + i * group_meta_bytes()]);
-                } else {
-                    vbroadcastss(factor, dword[x_sum_ + i * group_meta_bytes()]);
-                    vfnmadd231ps(a, zero, factor);
-                    if (int8_) {
-                        vbroadcastss(factor, dword[x_scale_ + i * group_meta_bytes()]);
-                        vmulps(factor, factor, scale);
-                    }
-                }
+                multiply_add_row_value(true, a, zero, x_sum_ + i * group_meta_bytes(), factor);
+                if (int8_) scale_by_row_step(factor, scale, i * group_meta_bytes());
                 vmovups(out, y_at);
                 vfmadd231ps(out, a, int8_ ? factor : scale);
                 vmovups(y_at, out);
@@ -713,10 +695,15 @@ private:
         if (mixed_) inc(group_bits_);
     }
 
+    // Column vector t of fp16 values at `base` (one per column), as fp32.
+    void load_halves(const Vmm& dst, const Reg64& base, int t) {
+        vcvtph2ps(dst, kZmm ? Xbyak::Address(yword[base + column(t) * 2]) : Xbyak::Address(xword[base + column(t) * 2]));
+    }
+
     // Column vector t of fp16 or fp32 values stored like the scales (scales, float offsets), as fp32.
     void load_stored_floats(const Vmm& dst, const Reg64& base, int t) {
         if (spec_.format.f16_scales()) {
-            vcvtph2ps(dst, kZmm ? Xbyak::Address(yword[base + column(t) * 2]) : Xbyak::Address(xword[base + column(t) * 2]));
+            load_halves(dst, base, t);
         } else {
             vmovups(dst, ptr[base + column(t) * 4]);
         }
@@ -738,13 +725,19 @@ private:
         const Vmm& sum_factor = int8_ ? factor : offset;
         // Super-block offsets are -(dmin * m): `offset` holds dmin * m, subtracted.
         const bool subtract = super_block_;
-        if (kZmm) {
-            subtract ? vfnmadd231ps(out, sum_factor, ptr_b[x_sum_ + meta]) : vfmadd231ps(out, sum_factor, ptr_b[x_sum_ + meta]);
-        } else {
-            vbroadcastss(a, dword[x_sum_ + meta]);
-            subtract ? vfnmadd231ps(out, sum_factor, a) : vfmadd231ps(out, sum_factor, a);
-        }
+        multiply_add_row_value(subtract, out, sum_factor, x_sum_ + meta, a);
         vmovups(y_at, out);
+    }
+
+    // dst += a * (or -= with `subtract`) the float at `at`, a per-row value of the group metadata:
+    // an embedded broadcast on AVX-512, else broadcast into `temp` first.
+    void multiply_add_row_value(bool subtract, const Vmm& dst, const Vmm& a, const Xbyak::RegExp& at, const Vmm& temp) {
+        if (kZmm) {
+            subtract ? vfnmadd231ps(dst, a, ptr_b[at]) : vfmadd231ps(dst, a, ptr_b[at]);
+        } else {
+            vbroadcastss(temp, dword[at]);
+            subtract ? vfnmadd231ps(dst, a, temp) : vfmadd231ps(dst, a, temp);
+        }
     }
 
     // dst = values * the row's int8 step (x_scale at byte `meta` of the row's group metadata).
@@ -815,7 +808,7 @@ private:
     // dst (integer codes) = float(dst) * the fp16 super-values of column vector t at `supers`.
     void times_super_value(const Vmm& dst, const Reg64& supers, int t, const Vmm& temp) {
         vcvtdq2ps(dst, dst);
-        vcvtph2ps(temp, kZmm ? Xbyak::Address(yword[supers + column(t) * 2]) : Xbyak::Address(xword[supers + column(t) * 2]));
+        load_halves(temp, supers, t);
         vmulps(dst, dst, temp);
     }
 
