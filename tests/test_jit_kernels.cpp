@@ -15,8 +15,10 @@
 #include "base/error.hpp"
 #include "runtime/linear_layer.hpp"
 #include "quant/quantize_rtn.hpp"
+#include "format/packed_codes.hpp"
 #include "format/reference.hpp"
 #include "layer_internals.hpp"
+#include "runtime/cpu/jit_executor.hpp"
 #include "test_backends.hpp"
 #include "test_support.hpp"
 #include "tuner/cpu_isa.hpp"
@@ -142,31 +144,56 @@ TEST(JitKernels, EveryTilingKnobChangesTheCodeOrScheduleAndStaysCorrect) {
 // (jit::prompt_tile), then its last rows short of a tile on the layer's own kernels; kernels with
 // embedded broadcasts keep their own tiles. Every width,
 // both paths, every ISA this CPU runs, K leaving a short group, N leaving a partial panel.
-TEST(JitKernels, PromptTilesRunPartsOfAWidePanel) {
-    for (const test::Backend backend : test::available_backends()) {
-        if (backend.isa == QJIT_ISA_PORTABLE) continue;
-        SCOPED_TRACE(test::backend_name(backend));
-        const ContextPtr context = make_context(backend.isa, backend.activations, "tu=3,mb=1,prefetch=0,ku=1,ksplit=2");
-        for (const int bits : {2, 3, 4, 5, 8}) {
-            SCOPED_TRACE(testing::Message() << bits << " bits");
-            const QuantizedMatrix matrix = test_matrix(bits, 1000, 150, 64);
-            const auto layer = make_linear(context.get(), matrix);
-            const JitExecutor* executor = test::jit_of(*layer);
-            ASSERT_TRUE(executor);
-            const int64_t tile = executor->prompt_rows();
-            if (jit::embedded_broadcast(executor->spec())) {  // no taller tiles there
-                EXPECT_EQ(tile, 0);
-                EXPECT_FALSE(jit::prompt_tile(executor->spec()));
-                continue;
-            }
-            const std::optional<jit::CpuKernelSpec> part = jit::prompt_tile(executor->spec());
-            ASSERT_TRUE(part);
-            EXPECT_GT(tile, 1);
-            EXPECT_EQ(tile, part->rows);
-            EXPECT_EQ(executor->spec().tiling.tu % part->vectors, 0);
-            for (const int64_t m : {tile, 2 * tile + 1}) expect_matches_oracle(*layer, matrix, m);
-        }
+// The tuner's executors generate only the kernels a forward of their one batch meets (prompt
+// tiles, then the rows left short of a tile in the tiling's steps): for every batch up to
+// `most_rows`, such an executor runs and gives the bits of an executor holding every kernel.
+void expect_single_batch_executors_agree(const jit::CpuKernelSpec& spec, const QuantizedMatrix& matrix,
+                                         int64_t most_rows) {
+    const QuantParams& p = matrix.params;
+    const PackedCodes codes = pack_codes(matrix.codes.data(), p.bits, p.k, p.n, int(spec.panel_columns()));
+    const std::vector<Pass> plan = jit_forward_plan(spec, p);
+    const JitExecutor every(spec, p, plan, "");
+    ThreadPool pool(2);
+    for (int64_t m = 1; m <= most_rows; ++m) {
+        SCOPED_TRACE(testing::Message() << "batch " << m);
+        const JitExecutor single(spec, p, plan, "", nullptr, m);
+        const std::vector<float> x = test::random_floats(size_t(m * p.k), uint32_t(m));
+        std::vector<float> y(size_t(m * p.n)), expected(y.size());
+        single.forward(p, codes, x.data(), m, y.data(), pool);
+        every.forward(p, codes, x.data(), m, expected.data(), pool);
+        EXPECT_EQ(y, expected);
     }
+}
+
+TEST(JitKernels, PromptTilesRunPartsOfAWidePanel) {
+    // A tiling of one row with a K split, and one of two rows, whose rows left short of a tile
+    // take both counts.
+    for (const char* tiling : {"tu=3,mb=1,prefetch=0,ku=1,ksplit=2", "tu=2,mb=2,prefetch=0,ku=1,ksplit=1"})
+        for (const test::Backend backend : test::available_backends()) {
+            if (backend.isa == QJIT_ISA_PORTABLE) continue;
+            SCOPED_TRACE(testing::Message() << test::backend_name(backend) << " " << tiling);
+            const ContextPtr context = make_context(backend.isa, backend.activations, tiling);
+            for (const int bits : {2, 3, 4, 5, 8}) {
+                SCOPED_TRACE(testing::Message() << bits << " bits");
+                const QuantizedMatrix matrix = test_matrix(bits, 1000, 150, 64);
+                const auto layer = make_linear(context.get(), matrix);
+                const JitExecutor* executor = test::jit_of(*layer);
+                ASSERT_TRUE(executor);
+                const int64_t tile = executor->prompt_rows();
+                if (jit::embedded_broadcast(executor->spec())) {  // no taller tiles there
+                    EXPECT_EQ(tile, 0);
+                    EXPECT_FALSE(jit::prompt_tile(executor->spec()));
+                    continue;
+                }
+                const std::optional<jit::CpuKernelSpec> part = jit::prompt_tile(executor->spec());
+                ASSERT_TRUE(part);
+                EXPECT_GT(tile, executor->spec().tiling.mb);
+                EXPECT_EQ(tile, part->rows);
+                EXPECT_EQ(executor->spec().tiling.tu % part->vectors, 0);
+                for (const int64_t m : {tile, 2 * tile + 1}) expect_matches_oracle(*layer, matrix, m);
+                expect_single_batch_executors_agree(executor->spec(), matrix, 2 * tile + 1);
+            }
+        }
 }
 
 TEST(JitKernels, BadTilingIsRefusedWithAMessage) {

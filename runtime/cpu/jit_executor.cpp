@@ -46,25 +46,16 @@ std::vector<JitExecutor::GroupRange> group_ranges(const jit::CpuKernelSpec& spec
     return ranges;
 }
 
-// The kernels for each activation-row count a forward meets (every count up to the tiling's
-// rows, or those of `only_batch` rows), null where not generated.
-std::vector<std::unique_ptr<jit::JitGenerator>> generate_kernels(const jit::CpuKernelSpec& spec, int64_t only_batch,
-                                                                 const std::string& dump_dir) {
-    std::vector<std::unique_ptr<jit::JitGenerator>> kernels;
-    const int max_rows = spec.tiling.mb;
-    for (int rows = 1; rows <= max_rows; ++rows) {
-        const bool needed = only_batch <= 0 || rows == std::min<int64_t>(max_rows, only_batch) ||
-                            (only_batch > max_rows && rows == only_batch % max_rows);
-        if (!needed) {
-            kernels.push_back(nullptr);
-            continue;
-        }
-        jit::CpuKernelSpec variant = spec;
-        variant.rows = rows;
-        kernels.push_back(jit::generate_cpu_kernel(variant));
-        if (!dump_dir.empty()) dump_kernel(*kernels.back(), dump_dir);
-    }
-    return kernels;
+// The rows of a forward's next row tile when `remaining` rows are left: a prompt tile where that
+// many remain (prompt_rows > 0), else as many as the tiling's rows allow. The forward walks its
+// rows with it, and the kernels a batch needs are those its walk meets.
+struct RowTile {
+    int64_t rows;
+    bool prompt;
+};
+RowTile next_row_tile(int64_t remaining, int64_t prompt_rows, int64_t max_rows) {
+    if (prompt_rows > 0 && remaining >= prompt_rows) return {prompt_rows, true};
+    return {std::min(max_rows, remaining), false};
 }
 
 // The prompt tile's kernels (jit::prompt_tile), one per part of a panel, unless the forwards are
@@ -79,6 +70,31 @@ std::vector<std::unique_ptr<jit::JitGenerator>> generate_prompt_kernels(const ji
     rows = tile->rows;
     for (jit::CpuKernelSpec part = *tile; part.first_vector < spec.tiling.tu; part.first_vector += part.vectors) {
         kernels.push_back(jit::generate_cpu_kernel(part));
+        if (!dump_dir.empty()) dump_kernel(*kernels.back(), dump_dir);
+    }
+    return kernels;
+}
+
+// The kernels for each activation-row count up to the tiling's rows a forward meets besides its
+// prompt tiles: every count, or those a forward of `only_batch` rows meets; null where not generated.
+std::vector<std::unique_ptr<jit::JitGenerator>> generate_kernels(const jit::CpuKernelSpec& spec, int64_t only_batch,
+                                                                 int64_t prompt_rows, const std::string& dump_dir) {
+    const int64_t max_rows = spec.tiling.mb;
+    std::vector<bool> needed(size_t(max_rows), only_batch <= 0);
+    for (int64_t m0 = 0; m0 < only_batch;) {
+        const RowTile tile = next_row_tile(only_batch - m0, prompt_rows, max_rows);
+        if (!tile.prompt) needed[size_t(tile.rows - 1)] = true;
+        m0 += tile.rows;
+    }
+    std::vector<std::unique_ptr<jit::JitGenerator>> kernels;
+    for (int rows = 1; rows <= max_rows; ++rows) {
+        if (!needed[size_t(rows - 1)]) {
+            kernels.push_back(nullptr);
+            continue;
+        }
+        jit::CpuKernelSpec variant = spec;
+        variant.rows = rows;
+        kernels.push_back(jit::generate_cpu_kernel(variant));
         if (!dump_dir.empty()) dump_kernel(*kernels.back(), dump_dir);
     }
     return kernels;
@@ -121,8 +137,8 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
             "panel metadata of ", metadata_.scales.size(), " + ", metadata_.zeros.size(), " bytes for ",
             jit::kernel_name(spec), "; its layout takes ", sizes.scale_bytes, " + ", sizes.zero_bytes);
     const auto emission_start = std::chrono::steady_clock::now();
-    kernels_ = generate_kernels(spec, only_batch, dump_dir);
     prompt_kernels_ = generate_prompt_kernels(spec, only_batch, dump_dir, prompt_rows_);
+    kernels_ = generate_kernels(spec, only_batch, prompt_rows_, dump_dir);
     emission_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - emission_start).count();
 
     if (!p.uniform_bits()) {
@@ -196,12 +212,12 @@ void JitExecutor::run_product_task(const QuantParams& p, const PackedCodes& code
     args.tail_blocks = range.tail_blocks;
     float* out = part == 0 ? y : partials + (part - 1) * m * p.n;
     for (int64_t m0 = 0, rows = 0; m0 < m; m0 += rows) {
-        const bool prompt_tile = prompt_rows_ > 0 && m - m0 >= prompt_rows_;
-        rows = prompt_tile ? prompt_rows_ : std::min(max_rows, m - m0);
+        const RowTile row_tile = next_row_tile(m - m0, prompt_rows_, max_rows);
+        rows = row_tile.rows;
         args.x = static_cast<const uint8_t*>(act.x) + (m0 * spec_.padded_k() + range.first_block * 32) * x_bytes;
         args.x_scale = act.scale + m0 * groups + range.first;
         args.x_sum = act.sum + m0 * groups + range.first;
-        if (prompt_tile) {
+        if (row_tile.prompt) {
             for (const auto& part : prompt_kernels_) part->function<jit::CpuKernelFn>()(&args);
         } else {
             kernels_[size_t(rows - 1)]->function<jit::CpuKernelFn>()(&args);
