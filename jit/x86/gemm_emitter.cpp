@@ -91,7 +91,8 @@ public:
           six_bit_codes_(PanelMetadataLayout{spec.format}.six_bit_codes()),
           codebook_(spec.format.has_codebook()),
           integer_scales_(spec.integer_sub_block_scales()),
-          pair_depth_(pair_sum_depth(spec)) {
+          pair_depth_(pair_sum_depth(spec)),
+          per_dot_(broadcasts_per_dot(spec)) {
         const int scratch = std::max(main_scratch_registers(spec), kEpilogueTemporaries);
         scratch_base_ = accumulator_registers(spec);
         const_base_ = scratch_base_ + scratch;
@@ -110,8 +111,11 @@ private:
     Vmm unpacked() const { return Vmm(scratch_base_ + tu_); }
     Vmm high_word(int t) const { return Vmm(scratch_base_ + tu_ + 1 + t); }
     Vmm high_bit() const { return Vmm(scratch_base_ + 2 * tu_ + 1); }
-    Vmm x_broadcast(int i) const { return Vmm(scratch_base_ + tu_ + 1 + merged_extra() + i); }
-    Vmm pair_sums() const { return Vmm(scratch_base_ + tu_ + 1 + merged_extra() + rows_); }  // int8 without VNNI
+    // Row i's activations, broadcast (one register for all rows where each broadcast feeds one dot).
+    Vmm x_broadcast(int i) const { return Vmm(scratch_base_ + tu_ + 1 + merged_extra() + (per_dot_ ? 0 : i)); }
+    Vmm pair_sums() const {  // int8 without VNNI
+        return Vmm(scratch_base_ + tu_ + 1 + merged_extra() + activation_broadcasts(spec_));
+    }
     // The masks of the width being emitted: [masks of width 0's planes][width 1's]...
     Vmm plane_mask(int p) const { return Vmm(const_base_ + mask_base_ + p); }
     int total_masks() const {
@@ -490,7 +494,7 @@ private:
 
     // The four activations of the quad for every row, where they are not embedded broadcasts.
     void broadcast_quad_activations(int quad) {
-        if (!embedded_broadcast(spec_))
+        if (!embedded_broadcast(spec_) && !per_dot_)
             for (int i = 0; i < rows_; ++i) vpbroadcastd(x_broadcast(i), dword[x_ + i * x_row_bytes() + quad * 4]);
     }
 
@@ -500,6 +504,7 @@ private:
             if (embedded_broadcast(spec_)) {
                 vpdpbusd(acc(i, t), codes, x_operand(i, quad * 4));
             } else {
+                if (per_dot_) vpbroadcastd(x_broadcast(i), dword[x_ + i * x_row_bytes() + quad * 4]);
                 if (pair_depth_ > 1) {
                     emit_int16_dot(i, t, codes, x_broadcast(i), quad);
                 } else {
@@ -835,6 +840,7 @@ private:
     const bool merges_planes_, mixed_, second_order_, super_block_, float_offsets_, mins_in_scale_bytes_, six_bit_codes_,
         codebook_, integer_scales_;
     const int pair_depth_;  // quads whose pair sums add in int16 before vpmaddwd (1: none)
+    const bool per_dot_;    // broadcasts_per_dot
     Xbyak::Label codebook_data_, six_bit_control_, six_bit_shifts_;
     int scratch_base_ = 0, const_base_ = 0;
 };
@@ -881,9 +887,18 @@ bool pairs_sum_by_ones(const CpuKernelSpec& spec) {
     return spec.path == ActivationPath::Int8 && !spec.vnni() && !spec.integer_sub_block_scales();
 }
 
+bool broadcasts_per_dot(const CpuKernelSpec& spec) {
+    return spec.integer_sub_block_scales() && !embedded_broadcast(spec) && spec.kernel_vectors() == 1;
+}
+
+int activation_broadcasts(const CpuKernelSpec& spec) {
+    if (embedded_broadcast(spec)) return 0;
+    return broadcasts_per_dot(spec) ? 1 : spec.rows;
+}
+
 int main_scratch_registers(const CpuKernelSpec& spec) {
     const bool pair_sums = spec.path == ActivationPath::Int8 && !spec.vnni();
-    const int broadcasts = embedded_broadcast(spec) ? 0 : spec.rows;
+    const int broadcasts = activation_broadcasts(spec);
     const int high_plane = merges_code_planes(spec) ? spec.kernel_vectors() + 1 : 0;
     return spec.kernel_vectors() + 1 + high_plane + broadcasts + (pair_sums ? 1 : 0);
 }
