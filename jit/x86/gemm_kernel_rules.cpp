@@ -1,0 +1,94 @@
+// The kernel rules of the x86 GEMM emitter that callers also need (gemm_emitter.hpp): the widths a
+// kernel handles, how it takes activations, its register budget and the prompt tile.
+#include <algorithm>
+#include <cstdint>
+
+#include "format/code_planes.hpp"
+#include "jit/x86/gemm_emitter.hpp"
+
+namespace qjit::jit {
+
+std::vector<int> kernel_widths(const CpuKernelSpec& spec) {
+    if (spec.format.uniform_bits()) return {spec.format.bits};
+    std::vector<int> widths(spec.format.group_bits.begin(), spec.format.group_bits.end());
+    std::sort(widths.begin(), widths.end());
+    widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
+    return widths;
+}
+
+bool embedded_broadcast(const CpuKernelSpec& spec) {
+    return spec.isa.avx512 && (spec.path == ActivationPath::F32 || spec.vnni());
+}
+
+bool merges_code_planes(const CpuKernelSpec& spec) {
+    return spec.path == ActivationPath::Int8 && code_planes(spec.format.bits).size() > 1;
+}
+
+int codebook_constants(const CpuKernelSpec& spec) {
+    if (!spec.format.has_codebook()) return 0;
+    return spec.path == ActivationPath::F32 ? 2 : 1;
+}
+
+int pair_sum_depth(const CpuKernelSpec& spec) {
+    if (!spec.integer_sub_block_scales()) return 1;
+    int largest = (1 << spec.format.bits) - 1;  // the largest byte a dot product multiplies
+    if (spec.format.has_codebook()) {
+        largest = 0;
+        for (int code = 0; code < 16; ++code) largest = std::max(largest, int(uint8_t(spec.format.value_of(code))));
+    }
+    const int largest_pair = 2 * largest * spec.int8_activation_max();
+    return int(std::clamp<int64_t>(INT16_MAX / largest_pair, 1, spec.group_rows() / 4));
+}
+
+int accumulator_registers(const CpuKernelSpec& spec) {
+    return spec.kernel_vectors() * spec.rows * (pair_sum_depth(spec) > 1 ? 2 : 1);
+}
+
+bool pairs_sum_by_ones(const CpuKernelSpec& spec) {
+    return spec.path == ActivationPath::Int8 && !spec.vnni() && !spec.integer_sub_block_scales();
+}
+
+bool broadcasts_per_dot(const CpuKernelSpec& spec) {
+    return spec.integer_sub_block_scales() && !embedded_broadcast(spec) && spec.kernel_vectors() == 1;
+}
+
+int activation_broadcasts(const CpuKernelSpec& spec) {
+    if (embedded_broadcast(spec)) return 0;
+    return broadcasts_per_dot(spec) ? 1 : spec.rows;
+}
+
+int main_scratch_registers(const CpuKernelSpec& spec) {
+    const bool pair_sums = spec.path == ActivationPath::Int8 && !spec.vnni();
+    const int broadcasts = activation_broadcasts(spec);
+    const int high_plane = merges_code_planes(spec) ? spec.kernel_vectors() + 1 : 0;
+    return spec.kernel_vectors() + 1 + high_plane + broadcasts + (pair_sums ? 1 : 0);
+}
+
+std::optional<CpuKernelSpec> prompt_tile(const CpuKernelSpec& spec) {
+    // With embedded broadcasts every dot product loads its own activations, so taller tiles save
+    // no broadcasts, and narrower parts decode more weights per dot: measured slower (AVX-512 VNNI).
+    if (embedded_broadcast(spec)) return std::nullopt;
+    constexpr int kMostRows = 16;
+    std::optional<CpuKernelSpec> best;
+    for (int vectors = 1; vectors <= spec.tiling.tu; ++vectors) {
+        if (spec.tiling.tu % vectors != 0) continue;
+        CpuKernelSpec part = spec;
+        part.first_vector = 0;
+        part.vectors = vectors;
+        int rows = 0;
+        for (int r = 1; r <= kMostRows; ++r) {
+            part.rows = r;
+            if (vector_registers_needed(part) > vector_registers_available(part.isa)) break;
+            rows = r;
+        }
+        if (rows <= spec.tiling.mb) continue;
+        part.rows = rows;
+        const auto accumulators = [](const CpuKernelSpec& s) { return s.vectors * s.rows; };
+        if (!best || accumulators(part) > accumulators(*best) ||
+            (accumulators(part) == accumulators(*best) && part.rows > best->rows))
+            best = part;
+    }
+    return best;
+}
+
+}  // namespace qjit::jit
