@@ -61,9 +61,10 @@ std::optional<CpuKernelSpec> prompt_tile(const CpuKernelSpec& spec);
 
 // Whether a kernel fills one register with a row's activations right before each dot product, one
 // register serving every row: a kernel of one column vector (each broadcast feeds one dot) with
-// integer sub-block scales, whose int16 pair sums double the accumulators, so the registers freed
-// go to more rows. (For other kernels the taller prompt tiles this allows measured slower on long
-// rows: Q4_0's 8192 x 2048 layer at 64 rows under AVX2, 14.6-17.3 against 13.1 ms.)
+// integer sub-block scales, whose int16 pair sums double the accumulators, on an ISA of 16 vector
+// registers (AVX2), so the registers freed go to more rows. Elsewhere the taller prompt tiles this
+// allows measured slower on long rows (K = 8192, 64 rows: Q4_0 under AVX2 14.6-17.3 against 13.1 ms;
+// Q4_K and Q6_K under AVX-512 without VNNI, 11.1-11.9 and 15.8-16.5 against 8.5-8.6 and 11.7-11.8).
 bool broadcasts_per_dot(const CpuKernelSpec& spec);
 
 // Registers holding broadcast activations: none with embedded broadcasts, one where

@@ -49,7 +49,9 @@ bool pairs_sum_by_ones(const CpuKernelSpec& spec) {
 }
 
 bool broadcasts_per_dot(const CpuKernelSpec& spec) {
-    return spec.integer_sub_block_scales() && !embedded_broadcast(spec) && spec.kernel_vectors() == 1;
+    constexpr int kScarceRegisters = 16;  // AVX2's; AVX-512's 32 leave its K-quant tiles rows enough
+    return spec.integer_sub_block_scales() && !embedded_broadcast(spec) && spec.kernel_vectors() == 1 &&
+           vector_registers_available(spec.isa) <= kScarceRegisters;
 }
 
 int activation_broadcasts(const CpuKernelSpec& spec) {
