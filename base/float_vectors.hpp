@@ -5,8 +5,10 @@
 // function it lands in (a family's target attribute, base/simd_family.hpp, or a file's flags).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 // Helpers that take and return these vectors are always inlined into functions compiled for the
 // instruction set, so the ABI note about passing them without AVX-512 does not apply.
@@ -58,6 +60,34 @@ template <typename V>
     const Ints finite = __builtin_bit_cast(Ints, __builtin_bit_cast(V, magnitude) * 0x1p112f);
     const Ints value = (bits & 0x7c00) == 0x7c00 ? (magnitude | 0x7f800000) : finite;
     return __builtin_bit_cast(V, value | ((bits & 0x8000) << 16));
+}
+// The vector of kLanes<V> int8 values at any address, as floats (exact). GCC 12 converts an int8
+// vector to int32 or float lanes a lane at a time, so for 8 lanes the bytes are read as one
+// integer into the low lanes of a 16-byte vector (a movq; through memory, a narrow store then a
+// wide load stalls), each is copied to every byte of its 32-bit lane (one shuffle) and
+// sign-extended by an arithmetic shift of the top one.
+using Int8s16 = int8_t __attribute__((vector_size(16)));
+template <typename V, size_t... I>
+[[gnu::always_inline]] inline V bytes_to_floats(const int8_t* p, std::index_sequence<I...>) {
+    static_assert(kLanes<V> == 8, "load_bytes takes the other widths its own ways");
+    using Words2 = uint64_t __attribute__((vector_size(16)));
+    uint64_t bits;
+    __builtin_memcpy(&bits, p, sizeof bits);
+    const Int8s16 b = __builtin_bit_cast(Int8s16, Words2{bits, 0});
+    // Lane I / 4's byte in all four bytes of its lane.
+    const auto tops = __builtin_shufflevector(b, b, (I / 4)...);
+    return __builtin_convertvector(__builtin_bit_cast(IntsOf<V>, tops) >> 24, V);
+}
+template <typename V>
+[[gnu::always_inline]] inline V load_bytes(const int8_t* p) {
+    if constexpr (kLanes<V> == 16) {  // two halves joined: GCC 12 widens 16 bytes to 64 through memory
+        const Floats8 low = load_bytes<Floats8>(p), high = load_bytes<Floats8>(p + 8);
+        return __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    } else if constexpr (kLanes<V> == 4) {  // SSE2 has no byte shuffle: four sign-extending loads
+        return __builtin_convertvector((IntsOf<V>{p[0], p[1], p[2], p[3]}), V);
+    } else {
+        return bytes_to_floats<V>(p, std::make_index_sequence<4 * kLanes<V>>{});
+    }
 }
 // Every lane v, as one broadcast: through v's bits, since an integer 0 + x folds away where a float
 // 0 + v costs an add before each broadcast (0 + -0 is +0) and GCC 12 builds float vectors written

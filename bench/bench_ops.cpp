@@ -10,15 +10,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "base/half.hpp"
 #include "bench/bench_common.hpp"
 #include "qjit/qjit.h"
 #include "qjit/qjit_ops.h"
@@ -99,30 +100,36 @@ struct Heads {
     qjit_attention_shape shape;
 };
 
-// A cache of `positions` + 1 random keys and values and as many queries.
+// A cache of `positions` + 1 random keys and values and as many queries, stored in each cache type.
 struct AttentionData {
+    static constexpr qjit_kv_type kTypes[] = {QJIT_KV_F32, QJIT_KV_F16, QJIT_KV_INT8};
     qjit_attention_shape shape;
     int64_t capacity;
-    std::vector<float> keys, values, q, out;
-    std::vector<uint16_t> half_keys, half_values;  // the same cache in fp16
+    std::vector<float> q, out;
+    std::vector<std::byte> keys[3], values[3];  // per kTypes
     AttentionData(qjit_attention_shape s, int positions) : shape(s) {
         capacity = (positions + 1 + QJIT_ATTENTION_KEY_BLOCK - 1) / QJIT_ATTENTION_KEY_BLOCK * QJIT_ATTENTION_KEY_BLOCK;
         const size_t kv_dim = size_t(s.n_kv_heads * s.head_size), q_dim = size_t(s.n_heads * s.head_size);
         std::mt19937 rng(1);
         std::normal_distribution<float> normal(0.0f, 1.0f);
-        keys.resize(kv_dim * size_t(capacity));
-        values.resize(keys.size());
+        std::vector<float> k(kv_dim * size_t(capacity)), v(k.size());
         q.resize(q_dim * size_t(positions + 1));
         out.resize(q.size());
-        for (auto* v : {&keys, &values, &q})
-            for (float& x : *v) x = normal(rng);
-        for (float x : keys) half_keys.push_back(qjit::float_to_half(x));
-        for (float x : values) half_values.push_back(qjit::float_to_half(x));
+        for (auto* rows : {&k, &v, &q})
+            for (float& x : *rows) x = normal(rng);
+        for (size_t i = 0; i < std::size(kTypes); ++i) {
+            keys[i].assign(qjit_kv_cache_bytes(&shape, capacity, kTypes[i]), std::byte{0});
+            values[i].assign(keys[i].size(), std::byte{0});
+            const qjit_kv_cache cache = view(kTypes[i]);
+            check(qjit_kv_cache_store(&shape, &cache, k.data(), v.data(), 0, int(capacity)), "qjit_kv_cache_store");
+        }
+    }
+    qjit_kv_cache view(qjit_kv_type type) {
+        const size_t i = size_t(std::find(std::begin(kTypes), std::end(kTypes), type) - std::begin(kTypes));
+        return {keys[i].data(), values[i].data(), capacity, type};
     }
     void run(qjit_context* context, qjit_kv_type type, int pos0, int count) {
-        const qjit_kv_cache cache = type == QJIT_KV_F16
-                                        ? qjit_kv_cache{half_keys.data(), half_values.data(), capacity, type}
-                                        : qjit_kv_cache{keys.data(), values.data(), capacity, type};
+        const qjit_kv_cache cache = view(type);
         check(qjit_attention_causal(context, &shape, &cache, q.data(), pos0, count, out.data()), "qjit_attention_causal");
     }
 };
@@ -142,9 +149,9 @@ void attention_table(const Options& options, const std::vector<Family>& families
     std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Heads& h : heads) {
         AttentionData data(h.shape, options.positions);
-        for (const qjit_kv_type type : {QJIT_KV_F32, QJIT_KV_F16})
+        for (const qjit_kv_type type : AttentionData::kTypes)
             for (int threads : options.threads) {
-                const char* cache = type == QJIT_KV_F16 ? "f16" : "f32";
+                const char* cache = type == QJIT_KV_F16 ? "f16" : type == QJIT_KV_INT8 ? "int8" : "f32";
                 double portable_prompt = 0, portable_decode = 0;
                 for (auto f = families.rbegin(); f != families.rend(); ++f) {  // portable first
                     qjit_context* context = capped_context(f->cap, threads);

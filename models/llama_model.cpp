@@ -180,7 +180,8 @@ void Model::ensure_cache(int positions) {
     const int most = (c.seq_len + kBlock - 1) / kBlock * kBlock;
     const int grown = std::min(most, (std::max({positions, 2 * cache_positions_, 64}) + kBlock - 1) / kBlock * kBlock);
     // Whole blocks of positions, each head's block one run (qjit_kv_cache): growing appends blocks.
-    const size_t bytes = size_t(grown) * size_t(c.kv_dim()) * qjit_kv_element_bytes(kv_type_);
+    const qjit_attention_shape shape = c.attention_shape();
+    const size_t bytes = qjit_kv_cache_bytes(&shape, grown, kv_type_);
     for (std::vector<std::byte>& cache : key_cache_) cache.resize(bytes);
     for (std::vector<std::byte>& cache : value_cache_) cache.resize(bytes);
     fill_rotations(rotations_, c.rope_base, c.head_size, cache_positions_, grown);

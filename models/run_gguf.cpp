@@ -10,6 +10,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,21 @@ struct Options {
     TextOptions text;                 // --prompt, --chat and sampling
 };
 
+// The --kv-cache names of the key/value cache types.
+constexpr std::pair<const char*, qjit_kv_type> kKvTypes[] = {{"f32", QJIT_KV_F32}, {"f16", QJIT_KV_F16}, {"int8", QJIT_KV_INT8}};
+
+std::optional<qjit_kv_type> kv_type_named(const std::string& name) {
+    for (const auto& [text, type] : kKvTypes)
+        if (name == text) return type;
+    return std::nullopt;
+}
+
+const char* kv_type_name(qjit_kv_type type) {
+    for (const auto& [text, kv] : kKvTypes)
+        if (kv == type) return text;
+    return "?";
+}
+
 void print_usage(const char* program) {
     std::printf(
         "usage: %s --model FILE.gguf [--tokens FILE.seq.u32 [--max-sequences N]]\n"
@@ -87,8 +103,9 @@ void print_usage(const char* program) {
         "  --fp32-classifier  keep the classifier in dense fp32 loops whatever the method\n"
         "  --token-by-token   score --tokens one m = 1 step per position, as decoding runs\n"
         "  --profile          with --generate: the decode steps' time per token, by step of the forward\n"
-        "  --kv-cache T       how the key/value cache stores keys and values: f32 (default) or f16 (half\n"
-        "                     the bytes decoding reads per position; each rounded to fp16)\n"
+        "  --kv-cache T       how the key/value cache stores keys and values: f32 (default), f16 (half\n"
+        "                     the bytes decoding reads per position; each rounded to fp16) or int8 (int8\n"
+        "                     codes and a step per position and head: about a quarter of the bytes)\n"
         "  --ffn-threshold T  zero every FFN activation silu(x w1)*(x w3) of magnitude below T (reports the sparsity)\n"
         "  --flash FILE       the FFNs from a neuron file (qjit-flash-convert), read neuron by neuron (docs/flash.md)\n"
         "  --flash-budget F   the DRAM budget as a share of what every neuron resident takes (0.5)\n"
@@ -140,12 +157,12 @@ std::optional<Options> parse_args(int argc, char** argv) {
         } else if (arg == "--kv-cache") {
             const char* text = args.value();
             if (!text) return std::nullopt;
-            const std::string type = text;
-            if (type != "f32" && type != "f16") {
-                std::fprintf(stderr, "--kv-cache: '%s' is not f32 or f16\n", text);
+            const std::optional<qjit_kv_type> type = kv_type_named(text);
+            if (!type) {
+                std::fprintf(stderr, "--kv-cache: '%s' is not f32, f16 or int8\n", text);
                 return std::nullopt;
             }
-            options.kv_cache = type == "f16" ? QJIT_KV_F16 : QJIT_KV_F32;
+            options.kv_cache = *type;
         } else if (arg == "--flash") {
             const char* text = args.value();
             if (!text) return std::nullopt;
@@ -452,7 +469,7 @@ void print_json(const Options& options, const Report& r) {
         .text("linears", r.linears)
         .integer("threads", options.context.threads)
         .text("activations", activations_name(options.context.activations))
-        .text("kv_cache", options.kv_cache == QJIT_KV_F16 ? "f16" : "f32")
+        .text("kv_cache", kv_type_name(options.kv_cache))
         .number("bits_per_weight", r.storage.bits_per_weight(), 4)
         .integer("stored_bytes", r.storage.stored_bytes)
         .integer("weights", r.storage.weights)

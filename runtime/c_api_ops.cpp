@@ -17,6 +17,10 @@ using qjit::require;
 
 size_t qjit_kv_element_bytes(qjit_kv_type type) { return qjit::ops::kv_element_bytes(type); }
 
+size_t qjit_kv_cache_bytes(const qjit_attention_shape* shape, int64_t capacity, qjit_kv_type type) {
+    return shape == nullptr ? 0 : qjit::ops::kv_cache_bytes(*shape, capacity, type);
+}
+
 qjit_status qjit_kv_cache_store(const qjit_attention_shape* shape, const qjit_kv_cache* cache, const float* k,
                                 const float* v, int32_t pos0, int32_t count) {
     return guarded([&] {

@@ -465,31 +465,36 @@ TEST(LlamaModel, StepProfileTimesTheDecodeStepsForwards) {
     EXPECT_EQ(profile.seconds, after.seconds);
 }
 
-// An fp16 KV cache: logits within fp16's rounding of the fp32 cache's, and a prompt and its tokens
-// one by one still agree bit for bit.
-TEST(LlamaModel, Fp16CacheKeepsTheLogitsAndTheirPromise) {
+// An fp16 or int8 KV cache: logits within the cache's rounding of the fp32 cache's (fp16: 2^-11
+// relative per key and value; int8: half a step, 1/254 of each head's largest), and a prompt and
+// its tokens one by one still agree bit for bit.
+TEST(LlamaModel, RoundedCachesKeepTheLogitsAndTheirPromise) {
     const LoadedGguf gguf = load(llama_gguf(tiny_weights()));
     llama::DenseMaker dense;
     llama::Model model(gguf.weights, dense);
     const std::vector<int> tokens = {0, 5, 2, 3, 4, 1};
     const std::span<const float> f32_logits = model.forward_sequence(tokens);
     const std::vector<float> f32(f32_logits.begin(), f32_logits.end());
-    model.set_kv_type(QJIT_KV_F16);
-    EXPECT_EQ(model.kv_type(), QJIT_KV_F16);
-    const std::span<const float> f16_logits = model.forward_sequence(tokens);
-    const std::vector<float> f16(f16_logits.begin(), f16_logits.end());
-    ASSERT_EQ(f16.size(), f32.size());
-    float worst = 0, largest = 0;
-    for (size_t i = 0; i < f32.size(); ++i) {
-        worst = std::max(worst, std::fabs(f16[i] - f32[i]));
-        largest = std::max(largest, std::fabs(f32[i]));
-    }
-    EXPECT_LT(worst, 1e-2f * std::max(1.0f, largest));
-    model.reset();
-    const size_t vocab = size_t(gguf.weights->config.vocab_size);
-    for (size_t t = 0; t < tokens.size(); ++t) {
-        const std::span<const float> step = model.step(tokens[t]);
-        EXPECT_EQ(std::memcmp(step.data(), f16.data() + t * vocab, vocab * sizeof(float)), 0) << "position " << t;
+    for (const auto& [type, bound] : {std::pair{QJIT_KV_F16, 1e-2f}, {QJIT_KV_INT8, 5e-2f}}) {
+        SCOPED_TRACE(int(type));
+        model.set_kv_type(type);
+        EXPECT_EQ(model.kv_type(), type);
+        const std::span<const float> rounded_logits = model.forward_sequence(tokens);
+        const std::vector<float> rounded(rounded_logits.begin(), rounded_logits.end());
+        ASSERT_EQ(rounded.size(), f32.size());
+        float worst = 0, largest = 0;
+        for (size_t i = 0; i < f32.size(); ++i) {
+            worst = std::max(worst, std::fabs(rounded[i] - f32[i]));
+            largest = std::max(largest, std::fabs(f32[i]));
+        }
+        EXPECT_GT(worst, 0.0f);  // the cache rounds
+        EXPECT_LT(worst, bound * std::max(1.0f, largest));
+        model.reset();
+        const size_t vocab = size_t(gguf.weights->config.vocab_size);
+        for (size_t t = 0; t < tokens.size(); ++t) {
+            const std::span<const float> step = model.step(tokens[t]);
+            EXPECT_EQ(std::memcmp(step.data(), rounded.data() + t * vocab, vocab * sizeof(float)), 0) << "position " << t;
+        }
     }
     expect_refused([&] { model.set_kv_type(qjit_kv_type(9)); }, "not a qjit_kv_type");
 }

@@ -39,10 +39,15 @@ typedef struct qjit_attention_shape {
 /* How a key/value cache stores its values. fp16 halves the bytes attention reads per position
  * (decoding a long context reads the whole cache for every token) at the cost of rounding each
  * key and value to 11 significant bits (a relative error of at most 2^-11, 4.9e-4); values beyond
- * fp16's range (65504) become infinities. */
+ * fp16's range (65504) become infinities. int8 stores each position's key (and value) of a head as
+ * int8 codes c = x * 127 / amax rounded to nearest even, amax the largest magnitude of those
+ * head_size values, and their step amax / 127 as a float: a quarter of fp32's bytes plus 4 bytes
+ * per position and head, each key and value off by at most amax / 254 (half a step). A row of a
+ * head holding a NaN or an infinity is stored as NaNs. */
 typedef enum qjit_kv_type {
-    QJIT_KV_F32 = 0, /* float */
-    QJIT_KV_F16 = 1, /* IEEE binary16 (uint16_t), rounded to nearest even when stored */
+    QJIT_KV_F32 = 0,  /* float */
+    QJIT_KV_F16 = 1,  /* IEEE binary16 (uint16_t), rounded to nearest even when stored */
+    QJIT_KV_INT8 = 2, /* int8_t codes with a float step per position and key/value head */
     QJIT_KV_MIN_ENUM = -0x7fffffff - 1,
     QJIT_KV_MAX_ENUM = 0x7fffffff
 } qjit_kv_type;
@@ -54,6 +59,9 @@ typedef enum qjit_kv_type {
  * block = s / B and j = s % B:
  *   keys[((block * n_kv_heads + h) * head_size + i) * B + j]     a feature across the block's positions
  *   values[((block * n_kv_heads + h) * B + j) * head_size + i]   a position's values together
+ * An int8 cache follows each head's block of codes with the block's B steps (floats, position j's
+ * at j), so one head's block is head_size * B + 4 * B bytes and the elements' offsets above count
+ * those bytes too: qjit_kv_cache_bytes gives an array's size for every type.
  * qjit_kv_cache_store writes rows into it. Attention reads the last block in full: its positions
  * past the stored ones must hold finite values (a zero-filled cache does). A zero-initialised
  * struct's type is QJIT_KV_F32. */
@@ -64,8 +72,13 @@ typedef struct qjit_kv_cache {
     qjit_kv_type type;
 } qjit_kv_cache;
 
-/* Bytes of one element of a cache of `type` (4 or 2); 0 for a type that is none of the above. */
+/* Bytes of one element of a cache of `type` (4, 2, or 1 for int8's codes, whose steps take more:
+ * see qjit_kv_cache_bytes); 0 for a type that is none of the above. */
 QJIT_API size_t qjit_kv_element_bytes(qjit_kv_type type);
+
+/* Bytes of the keys (and of the values) of a cache of `capacity` positions (a multiple of
+ * QJIT_ATTENTION_KEY_BLOCK) for `shape`, steps included; 0 for a bad type, shape or capacity. */
+QJIT_API size_t qjit_kv_cache_bytes(const qjit_attention_shape* shape, int64_t capacity, qjit_kv_type type);
 
 /* Stores k and v (count rows of n_kv_heads * head_size values, positions pos0 ..) in the cache,
  * converted to its type. */

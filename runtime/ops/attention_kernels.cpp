@@ -19,9 +19,12 @@ namespace {
 //
 // R: queries; B: score vectors per row of a position block (the block is B * kLanes<V> positions);
 // J: value vectors per row in the weighted sum. R * B and R * J accumulators stay in registers.
-// Element: the cache's, float or uint16_t (binary16, converted exactly as it is loaded).
+// Element: the cache's, float, uint16_t (binary16, converted exactly as it is loaded) or int8_t
+// (codes, converted exactly; a block's scores and value weights times its positions' steps).
 template <typename V, int R, int B, int J, bool kFma, typename Element>
 struct Attend {
+    static constexpr bool kCodes = std::is_same_v<Element, int8_t>;
+
     // a * b + c for the scalar steps, fused exactly where the family has FMA: left to the compiler,
     // contraction differs between the row counts' kernels (clang fused the tail in some, not all).
     [[gnu::always_inline]] static float multiply_add(float a, float b, float c) {
@@ -33,17 +36,25 @@ struct Attend {
 
     [[gnu::always_inline]] static V load(const Element* p) {
         if constexpr (std::is_same_v<Element, float>) return load_lanes<V>(p);
+        else if constexpr (kCodes) return load_bytes<V>(p);
         else return load_halves<V>(p);
     }
     // The last features of a value row past the whole vectors: one at a time.
     [[gnu::always_inline]] static float element(const Element* p) {
         if constexpr (std::is_same_v<Element, float>) return *p;
+        else if constexpr (kCodes) return float(*p);
         else return half_to_float(*p);
+    }
+    // A head's block at `at`: its elements, then with codes its positions' steps.
+    [[gnu::always_inline]] static const Element* elements(const char* at) { return reinterpret_cast<const Element*>(at); }
+    [[gnu::always_inline]] static const float* steps(const char* at, int head_size) {
+        return reinterpret_cast<const float*>(at + size_t(head_size) * kKeyBlock);
     }
     static constexpr int kBlock = B * kLanesV;
     static_assert(kKeyBlock % kBlock == 0, "a position block lies within one cache block");
 
     // acc[r][j .. j + J * lanes) += sum over the block's `valid` positions s of p[r][s] * values[s][j ..].
+    // (With codes p holds the weights times the values' steps.)
     template <int Vectors>
     [[gnu::always_inline]] static void add_weighted_values(float (*acc)[kMaxHeadSize], const float (*p)[kBlock],
                                                            const Element* values, size_t value_row, int valid, int j) {
@@ -72,8 +83,8 @@ struct Attend {
 
     [[gnu::always_inline]] static void run(const AttentionTask& task) {
         const int head_size = task.head_size;
-        const Element* const keys = static_cast<const Element*>(task.keys);
-        const Element* const values = static_cast<const Element*>(task.values);
+        const char* const keys = static_cast<const char*>(task.keys);
+        const char* const values = static_cast<const char*>(task.values);
         alignas(64) float q[R][kMaxHeadSize];  // scaled
         alignas(64) float acc[R][kMaxHeadSize];
         alignas(64) float p[R][kBlock];
@@ -95,11 +106,11 @@ struct Attend {
         const V minus_infinity = splat<V>(-__builtin_inff());
 
         for (int s0 = start / kBlock * kBlock; s0 <= last; s0 += kBlock) {
-            const size_t block = size_t(s0 / kKeyBlock) * task.block_stride;
+            const size_t block = size_t(s0 / kKeyBlock) * task.block_bytes;
             const int within = s0 % kKeyBlock;  // the position block's first position in its cache block
             V score[R][B] = {};
             for (int i = 0; i < head_size; ++i) {
-                const Element* key = keys + block + size_t(i) * kKeyBlock + size_t(within);
+                const Element* key = elements(keys + block) + size_t(i) * kKeyBlock + size_t(within);
                 V k[B];
 #pragma GCC unroll 4
                 for (int b = 0; b < B; ++b) k[b] = load(key + kLanesV * b);
@@ -108,6 +119,15 @@ struct Attend {
                     const V qi = splat<V>(q[r][i]);
 #pragma GCC unroll 4
                     for (int b = 0; b < B; ++b) score[r][b] += qi * k[b];
+                }
+            }
+            if constexpr (kCodes) {
+                const float* key_steps = steps(keys + block, head_size) + within;
+#pragma GCC unroll 4
+                for (int b = 0; b < B; ++b) {
+                    const V step = load_lanes<V>(key_steps + kLanesV * b);
+#pragma GCC unroll 4
+                    for (int r = 0; r < R; ++r) score[r][b] *= step;
                 }
             }
             for (int r = 0; r < R; ++r) {
@@ -146,8 +166,17 @@ struct Attend {
                     for (int i = 0; i < head_size; ++i) acc[r][i] *= rescale;
             }
             const int valid = last - s0 + 1 < kBlock ? last - s0 + 1 : kBlock;
+            if constexpr (kCodes) {
+                const float* value_steps = steps(values + block, head_size) + within;
+#pragma GCC unroll 4
+                for (int b = 0; b < B; ++b) {
+                    const V step = load_lanes<V>(value_steps + kLanesV * b);
+#pragma GCC unroll 4
+                    for (int r = 0; r < R; ++r) store_lanes(p[r] + kLanesV * b, load_lanes<V>(p[r] + kLanesV * b) * step);
+                }
+            }
             const size_t value_row = size_t(head_size);
-            const Element* block_values = values + block + size_t(within) * value_row;
+            const Element* block_values = elements(values + block) + size_t(within) * value_row;
             int j = 0;
             for (; j + J * kLanesV <= head_size; j += J * kLanesV)
                 add_weighted_values<J>(acc, p, block_values, value_row, valid, j);
@@ -196,8 +225,11 @@ constexpr PerFamily<AttentionKernel> kByRows[kMaxAttentionRows] = {kAttend<1, El
 AttentionKernel attention_kernel(qjit_isa isa, qjit_kv_type type, int rows) {
     require(rows >= 1 && rows <= kMaxAttentionRows, "attention kernel: ", rows, " rows; expected 1 to ",
             kMaxAttentionRows);
-    const auto& by_rows = type == QJIT_KV_F16 ? kByRows<uint16_t> : kByRows<float>;
-    return by_rows[rows - 1][simd_family(isa)];
+    switch (type) {
+        case QJIT_KV_F16: return kByRows<uint16_t>[rows - 1][simd_family(isa)];
+        case QJIT_KV_INT8: return kByRows<int8_t>[rows - 1][simd_family(isa)];
+        default: return kByRows<float>[rows - 1][simd_family(isa)];
+    }
 }
 
 }  // namespace qjit::ops

@@ -18,8 +18,9 @@ inline constexpr int kMaxHeadSize = QJIT_ATTENTION_MAX_HEAD_SIZE;
 // One kernel call: queries q[r] (head_size values, unscaled) at positions pos[r] over the cache
 // positions 0 .. max(pos) of one key/value head (with a window w > 0, query r sees positions
 // pos[r] - w + 1 .. pos[r] only), in the cache's blocks (qjit_kv_cache): keys and
-// values point at the head's first block, the next block block_stride elements further; elements
-// are floats or halves as the kernel was picked for. Rows past `count` are not read or written.
+// values point at the head's first block, the next block block_bytes further; elements are
+// floats, halves or int8 codes (each head's block then followed by its positions' steps) as the
+// kernel was picked for. Rows past `count` are not read or written.
 struct AttentionTask {
     const float* q[kMaxAttentionRows] = {};
     float* out[kMaxAttentionRows] = {};
@@ -27,7 +28,7 @@ struct AttentionTask {
     int count = 0;
     const void* keys = nullptr;    // [head_size][kKeyBlock] per block
     const void* values = nullptr;  // [kKeyBlock][head_size] per block
-    size_t block_stride = 0;
+    size_t block_bytes = 0;
     int head_size = 0;
     float scale = 1.0f;
     int window = 0;  // 0: every position up to the query's
@@ -36,7 +37,7 @@ struct AttentionTask {
 using AttentionKernel = void (*)(const AttentionTask&);
 
 // The kernel of `rows` (1 .. kMaxAttentionRows) queries over a cache of `type` in the family of
-// `isa` (base/simd_family.hpp); `type` is one causal_attention checked (QJIT_KV_F32 or QJIT_KV_F16).
+// `isa` (base/simd_family.hpp); `type` is one causal_attention checked.
 AttentionKernel attention_kernel(qjit_isa isa, qjit_kv_type type, int rows);
 
 }  // namespace qjit::ops

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "base/error.hpp"
@@ -16,8 +17,31 @@ size_t kv_element_bytes(qjit_kv_type type) {
     switch (type) {
         case QJIT_KV_F32: return sizeof(float);
         case QJIT_KV_F16: return sizeof(uint16_t);
+        case QJIT_KV_INT8: return sizeof(int8_t);
         default: return 0;
     }
+}
+
+namespace {
+
+// Bytes of one key/value head's block of the cache: its elements, and for int8 its positions' steps.
+size_t head_block_bytes(const qjit_attention_shape& shape, qjit_kv_type type) {
+    const size_t steps = type == QJIT_KV_INT8 ? kKeyBlock * sizeof(float) : 0;
+    return size_t(shape.head_size) * kKeyBlock * kv_element_bytes(type) + steps;
+}
+
+// Bytes from one block of the cache to the next (keys and values alike).
+size_t block_bytes(const qjit_attention_shape& shape, qjit_kv_type type) {
+    return size_t(shape.n_kv_heads) * head_block_bytes(shape, type);
+}
+
+}  // namespace
+
+size_t kv_cache_bytes(const qjit_attention_shape& shape, int64_t capacity, qjit_kv_type type) {
+    if (kv_element_bytes(type) == 0 || shape.head_size < 1 || shape.head_size > kMaxHeadSize ||
+        shape.n_kv_heads < 1 || capacity < 0 || capacity % kKeyBlock != 0)
+        return 0;
+    return size_t(capacity / kKeyBlock) * block_bytes(shape, type);
 }
 
 namespace {
@@ -32,15 +56,29 @@ void check(const qjit_attention_shape& shape, const qjit_kv_cache& cache, int po
             cache.capacity, " positions for ", int64_t(pos0) + count, " (it must be a multiple of ", kKeyBlock, ")");
     require(count == 0 || (cache.keys && cache.values), "attention: the cache's keys or values are NULL");
     require(kv_element_bytes(cache.type) != 0, "attention: the cache's type is ", int(cache.type),
-            "; expected QJIT_KV_F32 (0) or QJIT_KV_F16 (1)");
+            "; expected QJIT_KV_F32 (0), QJIT_KV_F16 (1) or QJIT_KV_INT8 (2)");
 }
 
-// Elements from one block of the cache to the next (keys and values alike).
-size_t block_stride(const qjit_attention_shape& shape) {
-    return size_t(shape.n_kv_heads) * size_t(shape.head_size) * kKeyBlock;
+// One head's row of head_size keys or values as int8 codes (qjit_kv_type), written `stride`
+// codes apart; returns its step.
+float store_int8_row(const float* row, size_t head_size, int8_t* codes, size_t stride) {
+    float amax = 0.0f;
+    bool finite = true;
+    for (size_t i = 0; i < head_size; ++i) {
+        finite = finite && std::isfinite(row[i]);
+        amax = std::max(amax, std::fabs(row[i]));
+    }
+    if (!finite) {
+        for (size_t i = 0; i < head_size; ++i) codes[i * stride] = 0;
+        return std::numeric_limits<float>::quiet_NaN();
+    }
+    const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (size_t i = 0; i < head_size; ++i) codes[i * stride] = int8_t(std::nearbyint(row[i] * inverse));
+    return amax / 127.0f;
 }
 
-// Writes rows of keys and values into a cache of Element (float, or uint16_t for binary16).
+// Writes rows of keys and values into a cache of Element: float, uint16_t for binary16, or int8_t
+// for int8 codes with their steps after each head's block.
 template <typename Element>
 void store_rows(const qjit_attention_shape& shape, const qjit_kv_cache& cache, const float* k, const float* v,
                 int pos0, int count) {
@@ -48,18 +86,26 @@ void store_rows(const qjit_attention_shape& shape, const qjit_kv_cache& cache, c
         if constexpr (std::is_same_v<Element, float>) return x;
         else return float_to_half(x);
     };
-    Element* const keys = static_cast<Element*>(cache.keys);
-    Element* const values = static_cast<Element*>(cache.values);
+    const qjit_kv_type type = cache.type;
     const size_t head_size = size_t(shape.head_size), kv_dim = size_t(shape.n_kv_heads) * head_size;
     for (int t = 0; t < count; ++t) {
         const int s = pos0 + t;
-        const size_t block = size_t(s / kKeyBlock) * block_stride(shape), j = size_t(s % kKeyBlock);
+        const size_t j = size_t(s % kKeyBlock);
         for (int h = 0; h < shape.n_kv_heads; ++h) {
-            const size_t head = block + size_t(h) * head_size * kKeyBlock;
+            const size_t head = size_t(s / kKeyBlock) * block_bytes(shape, type) + size_t(h) * head_block_bytes(shape, type);
+            auto* const keys = reinterpret_cast<Element*>(static_cast<char*>(cache.keys) + head);
+            auto* const values = reinterpret_cast<Element*>(static_cast<char*>(cache.values) + head);
             const float* k_row = k + size_t(t) * kv_dim + size_t(h) * head_size;
             const float* v_row = v + size_t(t) * kv_dim + size_t(h) * head_size;
-            for (size_t i = 0; i < head_size; ++i) keys[head + i * kKeyBlock + j] = convert(k_row[i]);
-            for (size_t i = 0; i < head_size; ++i) values[head + j * head_size + i] = convert(v_row[i]);
+            if constexpr (std::is_same_v<Element, int8_t>) {
+                float* const key_steps = reinterpret_cast<float*>(keys + head_size * kKeyBlock);
+                float* const value_steps = reinterpret_cast<float*>(values + head_size * kKeyBlock);
+                key_steps[j] = store_int8_row(k_row, head_size, keys + j, kKeyBlock);
+                value_steps[j] = store_int8_row(v_row, head_size, values + j * head_size, 1);
+            } else {
+                for (size_t i = 0; i < head_size; ++i) keys[i * kKeyBlock + j] = convert(k_row[i]);
+                for (size_t i = 0; i < head_size; ++i) values[j * head_size + i] = convert(v_row[i]);
+            }
         }
     }
 }
@@ -70,8 +116,11 @@ void store_keys_and_values(const qjit_attention_shape& shape, const qjit_kv_cach
                            const float* v, int pos0, int count) {
     check(shape, cache, pos0, count);
     require(count == 0 || (k && v), "kv_cache_store: k or v is NULL");
-    if (cache.type == QJIT_KV_F32) store_rows<float>(shape, cache, k, v, pos0, count);
-    else store_rows<uint16_t>(shape, cache, k, v, pos0, count);
+    switch (cache.type) {
+        case QJIT_KV_F32: return store_rows<float>(shape, cache, k, v, pos0, count);
+        case QJIT_KV_F16: return store_rows<uint16_t>(shape, cache, k, v, pos0, count);
+        default: return store_rows<int8_t>(shape, cache, k, v, pos0, count);
+    }
 }
 
 void causal_attention(qjit_context& context, const qjit_attention_shape& shape, const qjit_kv_cache& cache,
@@ -90,7 +139,6 @@ void causal_attention(qjit_context& context, const qjit_attention_shape& shape, 
     const AttentionKernel kernel = attention_kernel(context.isa, cache.type, rows);
     const int64_t groups = (queries + rows - 1) / rows;
     const float scale = 1.0f / std::sqrt(float(head_size));
-    const size_t element_bytes = kv_element_bytes(cache.type);
 
     // Task t: key/value head t / groups, so that a thread's contiguous range of tasks reuses one
     // head's keys and values from its cache; within a head the query groups are taken from both
@@ -103,11 +151,11 @@ void causal_attention(qjit_context& context, const qjit_attention_shape& shape, 
             const int kv_head = int(t / groups);
             const int64_t k = t % groups;
             const int64_t group = k % 2 == 0 ? k / 2 : groups - 1 - k / 2;
-            const size_t head = size_t(kv_head) * size_t(head_size) * kKeyBlock * element_bytes;
+            const size_t head = size_t(kv_head) * head_block_bytes(shape, cache.type);
             AttentionTask task;
             task.keys = static_cast<const char*>(cache.keys) + head;
             task.values = static_cast<const char*>(cache.values) + head;
-            task.block_stride = block_stride(shape);
+            task.block_bytes = block_bytes(shape, cache.type);
             task.head_size = head_size;
             task.scale = scale;
             task.window = window;

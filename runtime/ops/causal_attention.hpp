@@ -1,4 +1,4 @@
-// Causal multi-head attention over a key/value cache of floats or halves on a context's threads, with the
+// Causal multi-head attention over a key/value cache of floats, halves or int8 codes on a context's threads, with the
 // attention kernel of the context's ISA family (runtime/ops/attention_kernels.hpp), and the
 // cache's store.
 #pragma once
@@ -7,8 +7,9 @@
 
 namespace qjit::ops {
 
-// As qjit_kv_element_bytes (qjit/qjit_ops.h).
+// As qjit_kv_element_bytes and qjit_kv_cache_bytes (qjit/qjit_ops.h).
 size_t kv_element_bytes(qjit_kv_type type);
+size_t kv_cache_bytes(const qjit_attention_shape& shape, int64_t capacity, qjit_kv_type type);
 
 // As qjit_kv_cache_store and qjit_attention_causal(_window) (qjit/qjit_ops.h; window 0: every
 // earlier position); throw qjit::Error naming a bad argument.
