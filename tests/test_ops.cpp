@@ -288,6 +288,18 @@ TEST(HalfLoads, EveryHalfConvertsExactlyAtEveryWidth) {
     }
 }
 
+// An int8 cache stores a head's row holding an infinity or a NaN as NaNs (it has no step): a query
+// that attends to it gets NaNs, and one before it (alone in its call) does not.
+TEST(Int8Cache, ANonFiniteRowIsStoredAsNaNs) {
+    Problem p({8, 2, 1}, 3, 9, QJIT_KV_INT8);
+    p.k[1 * 8 + 3] = std::numeric_limits<float>::infinity();
+    const qjit_kv_cache view = p.cache();
+    ASSERT_EQ(qjit_kv_cache_store(&p.shape, &view, p.k.data(), p.v.data(), 0, 3), QJIT_OK) << qjit_last_error();
+    const auto context = make_test_context(1);
+    for (const float o : p.attend(context.get(), 0, 1)) EXPECT_TRUE(std::isfinite(o));
+    for (const float o : p.attend(context.get(), 2, 1)) EXPECT_TRUE(std::isnan(o));
+}
+
 // The int8 cache's loads convert all 256 codes exactly at every vector width.
 TEST(ByteLoads, EveryInt8ConvertsExactlyAtEveryWidth) {
     std::vector<int8_t> codes(256 + 16);
