@@ -173,7 +173,8 @@ qjit_status qjit_flash_ffn_create(qjit_context* context, const char* path, const
                 int(QJIT_ACTIVATIONS_F32), ")");
         flash.activations = qjit_activations(o.activations);
         flash.isa = context->isa;
-        flash.kernel_tuning = {&context->tuning, TuningPolicy{.mode = context->tuning_mode,
+        flash.kernel_tuning = {&context->tuning, TuningPolicy{.forced = "",
+                                                              .mode = context->tuning_mode,
                                                               .budget_ms = context->tuning_budget_ms}};
         {
             std::lock_guard<std::mutex> lock(context->tuning.mutex);
