@@ -47,8 +47,19 @@ struct Attend {
     }
     // A head's block at `at`: its elements, then with codes its positions' steps.
     [[gnu::always_inline]] static const Element* elements(const char* at) { return reinterpret_cast<const Element*>(at); }
-    [[gnu::always_inline]] static const float* steps(const char* at, int head_size) {
-        return reinterpret_cast<const float*>(at + size_t(head_size) * kKeyBlock);
+    // With codes, the steps of the position block from `within` of the head's block at `at`, one
+    // vector per score vector; nothing otherwise.
+    [[gnu::always_inline]] static void load_steps(const char* at, int head_size, int within, V (&steps)[B]) {
+        if constexpr (kCodes) {
+            const float* first = reinterpret_cast<const float*>(at + size_t(head_size) * kKeyBlock) + within;
+#pragma GCC unroll 4
+            for (int b = 0; b < B; ++b) steps[b] = load_lanes<V>(first + kLanesV * b);
+        }
+    }
+    // x times a position's step with codes; x itself otherwise.
+    [[gnu::always_inline]] static V times_step(V x, V step) {
+        if constexpr (kCodes) return x * step;
+        else return x;
     }
     static constexpr int kBlock = B * kLanesV;
     static_assert(kKeyBlock % kBlock == 0, "a position block lies within one cache block");
@@ -121,22 +132,16 @@ struct Attend {
                     for (int b = 0; b < B; ++b) score[r][b] += qi * k[b];
                 }
             }
-            if constexpr (kCodes) {
-                const float* key_steps = steps(keys + block, head_size) + within;
-#pragma GCC unroll 4
-                for (int b = 0; b < B; ++b) {
-                    const V step = load_lanes<V>(key_steps + kLanesV * b);
-#pragma GCC unroll 4
-                    for (int r = 0; r < R; ++r) score[r][b] *= step;
-                }
-            }
+            V key_steps[B] = {}, value_steps[B] = {};
+            load_steps(keys + block, head_size, within, key_steps);
+            load_steps(values + block, head_size, within, value_steps);
             for (int r = 0; r < R; ++r) {
                 const V row_pos = splat<V>(float(pos[r])), row_first = splat<V>(float(first[r]));
                 V most = minus_infinity;
 #pragma GCC unroll 4
                 for (int b = 0; b < B; ++b) {
                     const V at = lane_offsets + float(s0 + kLanesV * b);
-                    score[r][b] = (at <= row_pos) & (at >= row_first) ? score[r][b] : minus_infinity;
+                    score[r][b] = (at <= row_pos) & (at >= row_first) ? times_step(score[r][b], key_steps[b]) : minus_infinity;
                     most = lane_max(most, score[r][b]);
                 }
                 const float block_max = max_of_lanes(most);
@@ -157,7 +162,7 @@ struct Attend {
 #pragma GCC unroll 4
                 for (int b = 0; b < B; ++b) {
                     const V e = exp_lanes(score[r][b] - new_max);
-                    store_lanes(p[r] + kLanesV * b, e);
+                    store_lanes(p[r] + kLanesV * b, times_step(e, value_steps[b]));  // the sum takes e
                     sum += e;
                 }
                 running_sum[r] = multiply_add(running_sum[r], rescale, sum_of_lanes(sum));
@@ -166,15 +171,6 @@ struct Attend {
                     for (int i = 0; i < head_size; ++i) acc[r][i] *= rescale;
             }
             const int valid = last - s0 + 1 < kBlock ? last - s0 + 1 : kBlock;
-            if constexpr (kCodes) {
-                const float* value_steps = steps(values + block, head_size) + within;
-#pragma GCC unroll 4
-                for (int b = 0; b < B; ++b) {
-                    const V step = load_lanes<V>(value_steps + kLanesV * b);
-#pragma GCC unroll 4
-                    for (int r = 0; r < R; ++r) store_lanes(p[r] + kLanesV * b, load_lanes<V>(p[r] + kLanesV * b) * step);
-                }
-            }
             const size_t value_row = size_t(head_size);
             const Element* block_values = elements(values + block) + size_t(within) * value_row;
             int j = 0;

@@ -86,13 +86,13 @@ void store_rows(const qjit_attention_shape& shape, const qjit_kv_cache& cache, c
         if constexpr (std::is_same_v<Element, float>) return x;
         else return float_to_half(x);
     };
-    const qjit_kv_type type = cache.type;
     const size_t head_size = size_t(shape.head_size), kv_dim = size_t(shape.n_kv_heads) * head_size;
+    const size_t block_size = block_bytes(shape, cache.type), head_block = head_block_bytes(shape, cache.type);
     for (int t = 0; t < count; ++t) {
         const int s = pos0 + t;
         const size_t j = size_t(s % kKeyBlock);
         for (int h = 0; h < shape.n_kv_heads; ++h) {
-            const size_t head = size_t(s / kKeyBlock) * block_bytes(shape, type) + size_t(h) * head_block_bytes(shape, type);
+            const size_t head = size_t(s / kKeyBlock) * block_size + size_t(h) * head_block;
             auto* const keys = reinterpret_cast<Element*>(static_cast<char*>(cache.keys) + head);
             auto* const values = reinterpret_cast<Element*>(static_cast<char*>(cache.values) + head);
             const float* k_row = k + size_t(t) * kv_dim + size_t(h) * head_size;
