@@ -3,7 +3,8 @@
 // (tools/probe_loops.hpp) and the portable family (the reference twin every family is tested
 // against). Attention: a prompt of P positions from an empty cache (causal) and one decode step
 // after P positions, for SmolLM2-135M's heads (64 x 9, 3 key/value heads) and Llama-2-7B's (128 x
-// 32, 32) and Llama-3-8B's (128 x 32, 8). Row ops: RMSNorm, RoPE and SwiGLU over a 512-token
+// 32, 32) and Llama-3-8B's (128 x 32, 8), in each family untimed and in the plan a context timing
+// under the widest cap chooses (qjit_attention_tune; "tuned" rows). Row ops: RMSNorm, RoPE and SwiGLU over a 512-token
 // prompt's rows of a 4096-wide model. Medians of --repeats calls after a warm-up; Markdown out.
 //
 // Usage: bench_ops [--threads 1,2] [--positions 512] [--repeats 9]
@@ -43,12 +44,14 @@ struct Family {
     std::map<int, double> peak_flops;  // by thread count, measured once
 };
 
-qjit_context* capped_context(qjit_isa cap, int threads) {
+// A context under `cap`; budget 0: attention runs the cap's family untimed (the model's pick).
+qjit_context* capped_context(qjit_isa cap, int threads, double tuning_budget_ms = 0) {
     qjit_context_options options;
     qjit_context_options_init(&options);
     options.num_threads = threads;
     options.max_isa = cap;
     options.tuning_db_path = "";
+    options.tuning_budget_ms = tuning_budget_ms;
     qjit_context* context = nullptr;
     if (qjit_context_create(&options, &context) != QJIT_OK) {
         std::fprintf(stderr, "bench_ops: %s\n", qjit_last_error());
@@ -142,6 +145,13 @@ double attention_flops(const qjit_attention_shape& s, int pos0, int count) {
     return 2.0 * 2.0 * double(s.head_size) * double(s.n_heads) * positions;
 }
 
+// The FMA peak of the family a kernel name says it runs ("attention_avx2_r4": AVX2's).
+double families_peak(const std::vector<Family>& families, const char* kernel, int threads) {
+    for (const Family& f : families)
+        if (std::strstr(kernel, (std::string("_") + f.name + "_").c_str())) return f.peak_flops.at(threads);
+    return families.back().peak_flops.at(threads);
+}
+
 void attention_table(const Options& options, const std::vector<Family>& families) {
     const Heads heads[] = {{"SmolLM2-135M", {64, 9, 3}}, {"Llama-2-7B", {128, 32, 32}}, {"Llama-3-8B", {128, 32, 8}}};
     std::printf("\n## Attention, %d positions\n\n", options.positions);
@@ -153,23 +163,28 @@ void attention_table(const Options& options, const std::vector<Family>& families
             for (int threads : options.threads) {
                 const char* cache = type == QJIT_KV_F16 ? "f16" : type == QJIT_KV_INT8 ? "int8" : "f32";
                 double portable_prompt = 0, portable_decode = 0;
-                for (auto f = families.rbegin(); f != families.rend(); ++f) {  // portable first
-                    qjit_context* context = capped_context(f->cap, threads);
+                // Each family's kernels untimed (portable first), then the plan a timed context
+                // chooses under the widest cap.
+                for (size_t i = 0; i <= families.size(); ++i) {
+                    const bool tuned = i == families.size();
+                    const Family& f = tuned ? families.front() : families[families.size() - 1 - i];
+                    qjit_context* context = capped_context(f.cap, threads, tuned ? 300 : 0);
                     const char* kernel = nullptr;
-                    qjit_op_kernel_name(context, QJIT_OP_ATTENTION, &kernel);
-                    const double peak = f->peak_flops.at(threads);
+                    check(qjit_attention_tune(context, &h.shape, type, &kernel), "qjit_attention_tune");
+                    const char* family = tuned ? "tuned" : f.name;
+                    const double peak = families_peak(families, kernel, threads);
                     const double prompt =
                         time_median(options.repeats, [&] { data.run(context, type, 0, options.positions); });
                     const double decode =
                         time_median(options.repeats * 10, [&] { data.run(context, type, options.positions, 1); });
-                    if (f->cap == QJIT_ISA_PORTABLE) portable_prompt = prompt, portable_decode = decode;
+                    if (f.cap == QJIT_ISA_PORTABLE) portable_prompt = prompt, portable_decode = decode;
                     const double prompt_rate = attention_flops(h.shape, 0, options.positions) / prompt;
                     const double decode_rate = attention_flops(h.shape, options.positions, 1) / decode;
                     std::printf("| %s %dx%d/%d | prompt | %s | %d | %s | %s | %.2f | %.1f | %.2f | %.1f |\n", h.model,
-                                h.shape.head_size, h.shape.n_heads, h.shape.n_kv_heads, cache, threads, f->name,
+                                h.shape.head_size, h.shape.n_heads, h.shape.n_kv_heads, cache, threads, family,
                                 kernel, prompt * 1e3, prompt_rate / 1e9, prompt_rate / peak, portable_prompt / prompt);
                     std::printf("| %s %dx%d/%d | decode | %s | %d | %s | %s | %.3f | %.1f | %.2f | %.1f |\n", h.model,
-                                h.shape.head_size, h.shape.n_heads, h.shape.n_kv_heads, cache, threads, f->name,
+                                h.shape.head_size, h.shape.n_heads, h.shape.n_kv_heads, cache, threads, family,
                                 kernel, decode * 1e3, decode_rate / 1e9, decode_rate / peak, portable_decode / decode);
                     std::fflush(stdout);
                     qjit_context_destroy(context);

@@ -153,6 +153,14 @@ Model::Model(std::shared_ptr<const Weights> weights, LayerMaker& maker, LayerMak
     for (Layer& layer : layers_) compose_ffn(layer);
     key_cache_.resize(size_t(config().n_layers));
     value_cache_.resize(size_t(config().n_layers));
+    choose_attention();
+}
+
+// The attention kernels for this model's heads and cache type, chosen (timed on a tuning database
+// miss) now rather than inside the first forward.
+void Model::choose_attention() {
+    const qjit_attention_shape shape = config().attention_shape();
+    check_qjit(qjit_attention_tune(threads_.get(), &shape, kv_type_, nullptr), "qjit_attention_tune");
 }
 
 void Model::ensure_capacity(int tokens) {
@@ -196,6 +204,7 @@ qjit_kv_cache Model::layer_cache(int layer) {
 void Model::set_kv_type(qjit_kv_type type) {
     if (qjit_kv_element_bytes(type) == 0) fail("Model::set_kv_type: ", int(type), " is not a qjit_kv_type");
     kv_type_ = type;
+    choose_attention();
     for (auto* caches : {&key_cache_, &value_cache_})
         for (std::vector<std::byte>& cache : *caches) cache = {};
     cache_positions_ = 0;

@@ -239,6 +239,7 @@ private:
 
     void ensure_capacity(int tokens);
     void ensure_cache(int positions);
+    void choose_attention();
     // The forward's steps on x_ (count rows at positions pos0..): the token embedding, one layer, the
     // final norm and classifier (into logits_). The last two return false where a capture stopped them.
     void embed(std::span<const int> tokens, int pos0);

@@ -46,6 +46,19 @@ qjit_status qjit_attention_causal_window(qjit_context* context, const qjit_atten
     });
 }
 
+qjit_status qjit_attention_tune(qjit_context* context, const qjit_attention_shape* shape, qjit_kv_type type,
+                               const char** kernel) {
+    return guarded([&] {
+        require(context != nullptr, "context is NULL");
+        require(shape != nullptr, "shape is NULL");
+        require(qjit::ops::kv_element_bytes(type) != 0, "attention: the cache's type is ", int(type),
+                "; expected QJIT_KV_F32 (0), QJIT_KV_F16 (1) or QJIT_KV_INT8 (2)");
+        qjit::ops::check_shape(*shape);
+        const qjit::ops::AttentionPlan plan = qjit::ops::attention_plan(*context, *shape, type);
+        if (kernel) *kernel = qjit::ops::plan_kernel_name(plan);
+    });
+}
+
 qjit_status qjit_rms_norm(qjit_context* context, const float* x, const float* weight, int64_t rows, int64_t size,
                           float eps, float* out) {
     return guarded([&] {

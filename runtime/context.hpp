@@ -12,6 +12,7 @@
 #include "qjit/qjit.h"
 #include "runtime/cuda/cuda_driver.hpp"
 #include "runtime/cpu/thread_pool.hpp"
+#include "runtime/ops/attention_plan.hpp"
 #include "tuner/tuning_sequence.hpp"
 
 struct qjit_context {
@@ -33,6 +34,7 @@ struct qjit_context {
     std::string cubin_cache_dir;  // the NVRTC cubin cache on disk; empty: memory only
 
     qjit::TuningMemory tuning;  // the tuning database (resolved path; empty: none) and this context's choices
+    qjit::ops::AttentionPlans attention_plans;  // by shape and cache type, chosen on first use
     std::string db_listing;                               // the text qjit_tuning_db_list hands out
     std::string description;                              // qjit_context_describe's text
 };

@@ -207,6 +207,10 @@ TEST_F(RealModel, EveryKernelTheModelUsesIsWithinTheIsaCap) {
                 ASSERT_EQ(qjit_op_kernel_name(maker.context().get(), op, &name), QJIT_OK);
                 names.push_back(name);
             }
+            const qjit_attention_shape shape = model.config().attention_shape();
+            const char* attention = nullptr;  // the plan the forward ran
+            ASSERT_EQ(qjit_attention_tune(maker.context().get(), &shape, model.kv_type(), &attention), QJIT_OK);
+            names.push_back(attention);
             qjit_isa most = QJIT_ISA_PORTABLE;
             for (const std::string& name : names) {
                 const qjit_isa used = isa_in_kernel_name(name);

@@ -13,7 +13,8 @@
  *
  * Every op's result for a row depends on that row and its inputs only, not on how many rows one
  * call takes or on the threads: a prompt and the same tokens one by one agree bit for bit.
- * qjit_op_kernel_name names the kernel a context runs for an op (its ISA family in the name).
+ * qjit_op_kernel_name names the kernel a context runs for an op (its ISA family in the name);
+ * attention's kernels are chosen per shape and cache type by timing (qjit_attention_tune).
  * Threads: as qjit.h (a context serves several threads; one call uses its pool).
  */
 #ifndef QJIT_QJIT_OPS_H
@@ -99,6 +100,18 @@ QJIT_API qjit_status qjit_attention_causal_window(qjit_context* context, const q
                                                   const qjit_kv_cache* cache, const float* q, int32_t pos0,
                                                   int32_t count, int32_t window, float* out);
 
+/* Chooses how `context` runs attention for `shape` over caches of `type`, as layers choose their
+ * tilings (qjit.h's tuning options): the kernels' instruction-set family, at or below the cap, and
+ * the most queries of one key/value head a task takes; a tuning database record, else the model's
+ * pick (the widest family, 4 queries; tuning budget 0) or a timed search over a prompt chunk and 8
+ * decode steps at 512 positions, stored in the database. The context keeps the choice for every
+ * later call of that shape and type, prompts and decode steps alike (so they still agree bit for
+ * bit). Calling it is optional: the first attention call of a shape and type chooses otherwise, and
+ * the timing then falls inside that call. kernel (may be NULL) receives the choice's name, e.g.
+ * "attention_avx2_r4" (static storage). */
+QJIT_API qjit_status qjit_attention_tune(qjit_context* context, const qjit_attention_shape* shape,
+                                         qjit_kv_type type, const char** kernel);
+
 /* out[r] = weight * x[r] / sqrt(mean(x[r]^2) + eps) for rows r < rows of `size` values; out may be x. */
 QJIT_API qjit_status qjit_rms_norm(qjit_context* context, const float* x, const float* weight, int64_t rows,
                                    int64_t size, float eps, float* out);
@@ -134,8 +147,10 @@ typedef enum qjit_op {
     QJIT_OP_MAX_ENUM = 0x7fffffff
 } qjit_op;
 
-/* The name of the kernel `context` runs for `op` (e.g. "attention_avx2_r4", "rms_norm_avx512"):
- * its ISA family is at or below the context's cap. Static storage. */
+/* The name of the kernel `context` runs for `op` (e.g. "rms_norm_avx512"): its ISA family is at or
+ * below the context's cap. For attention, the family of the cap ("attention_avx512"), which a
+ * context tuned with a budget may trade for another below it per shape: qjit_attention_tune names
+ * that choice. Static storage. */
 QJIT_API qjit_status qjit_op_kernel_name(const qjit_context* context, qjit_op op, const char** name);
 
 #ifdef __cplusplus

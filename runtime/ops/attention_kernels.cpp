@@ -194,7 +194,7 @@ struct Attend {
 
 // One entry point per family, element type and row count. The blocks and value widths fill each
 // family's registers: 16 xmm (SSE2) and 16 ymm (AVX2) hold 4 x 2 accumulators beside their
-// operands, 32 zmm (AVX-512) hold 4 x 4 in the weighted sum.
+// operands, 32 zmm (AVX-512) hold 4 x 4 in the weighted sum, or 8 x 2 with eight rows.
 template <int R, typename Element>
 void attend_portable(const AttentionTask& task) {
     Attend<Floats4, R, 2, 2, false, Element>::run(task);
@@ -205,26 +205,30 @@ QJIT_TARGET_AVX2 void attend_avx2(const AttentionTask& task) {
 }
 template <int R, typename Element>
 QJIT_TARGET_AVX512 void attend_avx512(const AttentionTask& task) {
-    Attend<Floats16, R, 2, 4, true, Element>::run(task);
+    Attend<Floats16, R, 2, (R > 4 ? 2 : 4), true, Element>::run(task);
 }
 
 template <int R, typename Element>
 constexpr PerFamily<AttentionKernel> kAttend{attend_portable<R, Element>, attend_avx2<R, Element>,
                                              attend_avx512<R, Element>};
 
+// Rows 1 to 4 in every family; 8 (tasks of 5 to 8 rows) in AVX-512 only.
 template <typename Element>
-constexpr PerFamily<AttentionKernel> kByRows[kMaxAttentionRows] = {kAttend<1, Element>, kAttend<2, Element>,
-                                                                   kAttend<3, Element>, kAttend<4, Element>};
+constexpr PerFamily<AttentionKernel> kByRows[5] = {kAttend<1, Element>, kAttend<2, Element>, kAttend<3, Element>,
+                                                   kAttend<4, Element>, {nullptr, nullptr, attend_avx512<8, Element>}};
 
 }  // namespace
 
-AttentionKernel attention_kernel(qjit_isa isa, qjit_kv_type type, int rows) {
-    require(rows >= 1 && rows <= kMaxAttentionRows, "attention kernel: ", rows, " rows; expected 1 to ",
-            kMaxAttentionRows);
+int max_attention_rows(SimdFamily family) { return family == SimdFamily::Avx512 ? 8 : 4; }
+
+AttentionKernel attention_kernel(SimdFamily family, qjit_kv_type type, int rows) {
+    require(rows >= 1 && rows <= max_attention_rows(family), "attention kernel: ", rows, " rows; the ",
+            simd_family_name(family), " family takes 1 to ", max_attention_rows(family));
+    const int slot = rows <= 4 ? rows - 1 : 4;
     switch (type) {
-        case QJIT_KV_F16: return kByRows<uint16_t>[rows - 1][simd_family(isa)];
-        case QJIT_KV_INT8: return kByRows<int8_t>[rows - 1][simd_family(isa)];
-        default: return kByRows<float>[rows - 1][simd_family(isa)];
+        case QJIT_KV_F16: return kByRows<uint16_t>[slot][family];
+        case QJIT_KV_INT8: return kByRows<int8_t>[slot][family];
+        default: return kByRows<float>[slot][family];
     }
 }
 

@@ -1,16 +1,17 @@
 // The inner kernel of causal attention: up to kMaxAttentionRows queries that share one key/value
 // head, walked over the cache once in blocks of positions with an online softmax. One kernel per
-// instruction-set family (portable SSE2, AVX2 with FMA, AVX-512 with FMA) and row count, picked
-// under the context's ISA cap by runtime/ops/causal_attention.cpp.
+// instruction-set family (portable SSE2, AVX2 with FMA, AVX-512 with FMA) and row count; the
+// family and the most rows a task takes are an attention plan (runtime/ops/attention_plan.hpp).
 #pragma once
 
 #include <cstddef>
 
+#include "base/simd_family.hpp"
 #include "qjit/qjit_ops.h"
 
 namespace qjit::ops {
 
-inline constexpr int kMaxAttentionRows = 4;
+inline constexpr int kMaxAttentionRows = 8;
 // Positions of one cache block: every kernel reads keys in position blocks within one.
 inline constexpr int kKeyBlock = QJIT_ATTENTION_KEY_BLOCK;
 inline constexpr int kMaxHeadSize = QJIT_ATTENTION_MAX_HEAD_SIZE;
@@ -36,8 +37,12 @@ struct AttentionTask {
 
 using AttentionKernel = void (*)(const AttentionTask&);
 
-// The kernel of `rows` (1 .. kMaxAttentionRows) queries over a cache of `type` in the family of
-// `isa` (base/simd_family.hpp); `type` is one causal_attention checked.
-AttentionKernel attention_kernel(qjit_isa isa, qjit_kv_type type, int rows);
+// The most rows a task of `family` takes: 8 where 32 vector registers hold 8 rows' accumulators
+// (AVX-512), else 4.
+int max_attention_rows(SimdFamily family);
+
+// A kernel of `family` over a cache of `type` (one causal_attention checked) for a task of `rows`
+// queries (1 .. max_attention_rows(family)): 5 to 7 rows run in the 8-row kernel.
+AttentionKernel attention_kernel(SimdFamily family, qjit_kv_type type, int rows);
 
 }  // namespace qjit::ops

@@ -46,11 +46,19 @@ size_t kv_cache_bytes(const qjit_attention_shape& shape, int64_t capacity, qjit_
 
 namespace {
 
-void check(const qjit_attention_shape& shape, const qjit_kv_cache& cache, int pos0, int count) {
+}  // namespace
+
+void check_shape(const qjit_attention_shape& shape) {
     require(shape.head_size >= 1 && shape.head_size <= kMaxHeadSize, "attention: heads of ", shape.head_size,
             " values; expected 1 to ", kMaxHeadSize);
     require(shape.n_kv_heads >= 1 && shape.n_heads >= 1 && shape.n_heads % shape.n_kv_heads == 0, "attention: ",
             shape.n_heads, " query heads do not share ", shape.n_kv_heads, " key/value heads evenly");
+}
+
+namespace {
+
+void check(const qjit_attention_shape& shape, const qjit_kv_cache& cache, int pos0, int count) {
+    check_shape(shape);
     require(pos0 >= 0 && count >= 0, "attention: positions from ", pos0, ", ", count, " of them");
     require(cache.capacity % kKeyBlock == 0 && cache.capacity >= int64_t(pos0) + count, "attention: a cache of ",
             cache.capacity, " positions for ", int64_t(pos0) + count, " (it must be a multiple of ", kKeyBlock, ")");
@@ -126,8 +134,16 @@ void store_keys_and_values(const qjit_attention_shape& shape, const qjit_kv_cach
 void causal_attention(qjit_context& context, const qjit_attention_shape& shape, const qjit_kv_cache& cache,
                       const float* q, int pos0, int count, float* out, int window) {
     check(shape, cache, pos0, count);
+    causal_attention(context, attention_plan(context, shape, cache.type), shape, cache, q, pos0, count, out, window);
+}
+
+void causal_attention(qjit_context& context, const AttentionPlan& plan, const qjit_attention_shape& shape,
+                      const qjit_kv_cache& cache, const float* q, int pos0, int count, float* out, int window) {
+    check(shape, cache, pos0, count);
     require(window >= 0, "attention: a window of ", window, " positions; expected 0 (none) or more");
     require(count == 0 || (q && out), "attention: q or out is NULL");
+    require(plan.family <= simd_family(context.isa), "attention: a plan of the ", simd_family_name(plan.family),
+            " family above the context's cap");
     if (count == 0) return;
     const int head_size = shape.head_size;
     const int kv_mul = shape.n_heads / shape.n_kv_heads;
@@ -135,8 +151,8 @@ void causal_attention(qjit_context& context, const qjit_attention_shape& shape, 
     // A task: up to `rows` queries of one key/value head (its heads of one position, then the
     // next positions'). Fewer rows than the most only when there are fewer queries.
     const int64_t queries = int64_t(count) * kv_mul;  // of one key/value head
-    const int rows = int(std::min<int64_t>(kMaxAttentionRows, queries));
-    const AttentionKernel kernel = attention_kernel(context.isa, cache.type, rows);
+    const int rows = int(std::min<int64_t>(plan.rows, queries));
+    const AttentionKernel kernel = attention_kernel(plan.family, cache.type, rows);
     const int64_t groups = (queries + rows - 1) / rows;
     const float scale = 1.0f / std::sqrt(float(head_size));
 

@@ -1,9 +1,10 @@
-// Causal multi-head attention over a key/value cache of floats, halves or int8 codes on a context's threads, with the
-// attention kernel of the context's ISA family (runtime/ops/attention_kernels.hpp), and the
-// cache's store.
+// Causal multi-head attention over a key/value cache of floats, halves or int8 codes on a
+// context's threads, with the kernels of the context's attention plan for the shape
+// (runtime/ops/attention_plan.hpp), and the cache's store.
 #pragma once
 
 #include "qjit/qjit_ops.h"
+#include "runtime/ops/attention_plan.hpp"
 
 namespace qjit::ops {
 
@@ -11,11 +12,17 @@ namespace qjit::ops {
 size_t kv_element_bytes(qjit_kv_type type);
 size_t kv_cache_bytes(const qjit_attention_shape& shape, int64_t capacity, qjit_kv_type type);
 
+// Throws qjit::Error naming what in `shape` attention cannot run.
+void check_shape(const qjit_attention_shape& shape);
+
 // As qjit_kv_cache_store and qjit_attention_causal(_window) (qjit/qjit_ops.h; window 0: every
 // earlier position); throw qjit::Error naming a bad argument.
 void store_keys_and_values(const qjit_attention_shape& shape, const qjit_kv_cache& cache, const float* k,
                            const float* v, int pos0, int count);
 void causal_attention(qjit_context& context, const qjit_attention_shape& shape, const qjit_kv_cache& cache,
                       const float* q, int pos0, int count, float* out, int window = 0);
+// The same with a given plan (its family at or below the context's cap; tuning and tests).
+void causal_attention(qjit_context& context, const AttentionPlan& plan, const qjit_attention_shape& shape,
+                      const qjit_kv_cache& cache, const float* q, int pos0, int count, float* out, int window = 0);
 
 }  // namespace qjit::ops
