@@ -3,11 +3,13 @@
 // (tools/probe_loops.hpp) and the portable family (the reference twin every family is tested
 // against). Attention: a prompt of P positions from an empty cache (causal) and one decode step
 // after P positions, for SmolLM2-135M's heads (64 x 9, 3 key/value heads) and Llama-2-7B's (128 x
-// 32, 32) and Llama-3-8B's (128 x 32, 8), in each family untimed and in the plan a context timing
+// 32, 32) and Llama-3-8B's (128 x 32, 8), the step also with the cache flushed from the CPU's
+// caches first (as a decoding model finds it), in each family untimed and in the plan a context timing
 // under the widest cap chooses (qjit_attention_tune; "tuned" rows). Row ops: RMSNorm, RoPE and SwiGLU over a 512-token
 // prompt's rows of a 4096-wide model. Medians of --repeats calls after a warm-up; Markdown out.
 //
 // Usage: bench_ops [--threads 1,2] [--positions 512] [--repeats 9]
+//                  [--heads SmolLM2-135M,Llama-2-7B,Llama-3-8B] [--caches f32,f16,int8]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -35,7 +37,14 @@ struct Options {
     std::vector<int> threads{1, 2};
     int positions = 512;
     int repeats = 9;
+    std::string heads = "SmolLM2-135M,Llama-2-7B,Llama-3-8B";  // the attention tables' models
+    std::string caches = "f32,f16,int8";
 };
+
+// Whether `name` is one of the comma-separated `list`.
+bool listed(const std::string& list, const std::string& name) {
+    return ("," + list + ",").find("," + name + ",") != std::string::npos;
+}
 
 struct Family {
     const char* name;
@@ -79,11 +88,12 @@ std::vector<Family> families(const std::vector<int>& threads) {
     return all;  // widest first
 }
 
-// Median seconds of `repeats` calls after one warm-up.
-double time_median(int repeats, const std::function<void()>& call) {
+// Median seconds of `repeats` calls after one warm-up, `prepare` untimed before each.
+double time_median(int repeats, const std::function<void()>& call, const std::function<void()>& prepare = [] {}) {
     call();
     std::vector<double> seconds;
     for (int i = 0; i < repeats; ++i) {
+        prepare();
         const auto start = std::chrono::steady_clock::now();
         call();
         seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -96,6 +106,15 @@ void check(qjit_status status, const char* call) {
         std::fprintf(stderr, "bench_ops: %s: %s\n", call, qjit_last_error());
         std::exit(1);
     }
+}
+
+// Reads 256 MiB a line at a time: what the caches held before is gone (a decoding model's layer
+// finds its KV cache so, every other layer's weights and cache having passed since).
+void flush_caches() {
+    static std::vector<unsigned char> lines(size_t(256) << 20, 1);
+    unsigned sum = 0;
+    for (size_t i = 0; i < lines.size(); i += 64) sum += lines[i];
+    if (sum == 0) std::fprintf(stderr, "bench_ops: the flush buffer reads as zeros\n");  // keeps the reads
 }
 
 struct Heads {
@@ -158,11 +177,13 @@ void attention_table(const Options& options, const std::vector<Family>& families
     std::printf("| heads | test | cache | threads | family | kernel | ms | GFLOP/s | of the FMA peak | x portable |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Heads& h : heads) {
+        if (!listed(options.heads, h.model)) continue;
         AttentionData data(h.shape, options.positions);
         for (const qjit_kv_type type : AttentionData::kTypes)
             for (int threads : options.threads) {
                 const char* cache = type == QJIT_KV_F16 ? "f16" : type == QJIT_KV_INT8 ? "int8" : "f32";
-                double portable_prompt = 0, portable_decode = 0;
+                if (!listed(options.caches, cache)) continue;
+                double portable_prompt = 0, portable_decode = 0, portable_cold = 0;
                 // Each family's kernels untimed (portable first), then the plan a timed context
                 // chooses under the widest cap.
                 for (size_t i = 0; i <= families.size(); ++i) {
@@ -177,7 +198,9 @@ void attention_table(const Options& options, const std::vector<Family>& families
                         time_median(options.repeats, [&] { data.run(context, type, 0, options.positions); });
                     const double decode =
                         time_median(options.repeats * 10, [&] { data.run(context, type, options.positions, 1); });
-                    if (f.cap == QJIT_ISA_PORTABLE) portable_prompt = prompt, portable_decode = decode;
+                    const double cold = time_median(
+                        options.repeats, [&] { data.run(context, type, options.positions, 1); }, flush_caches);
+                    if (f.cap == QJIT_ISA_PORTABLE) portable_prompt = prompt, portable_decode = decode, portable_cold = cold;
                     const double prompt_rate = attention_flops(h.shape, 0, options.positions) / prompt;
                     const double decode_rate = attention_flops(h.shape, options.positions, 1) / decode;
                     std::printf("| %s %dx%d/%d | prompt | %s | %d | %s | %s | %.2f | %.1f | %.2f | %.1f |\n", h.model,
@@ -186,6 +209,10 @@ void attention_table(const Options& options, const std::vector<Family>& families
                     std::printf("| %s %dx%d/%d | decode | %s | %d | %s | %s | %.3f | %.1f | %.2f | %.1f |\n", h.model,
                                 h.shape.head_size, h.shape.n_heads, h.shape.n_kv_heads, cache, threads, family,
                                 kernel, decode * 1e3, decode_rate / 1e9, decode_rate / peak, portable_decode / decode);
+                    const double cold_rate = attention_flops(h.shape, options.positions, 1) / cold;
+                    std::printf("| %s %dx%d/%d | decode, cold | %s | %d | %s | %s | %.3f | %.1f | %.2f | %.1f |\n", h.model,
+                                h.shape.head_size, h.shape.n_heads, h.shape.n_kv_heads, cache, threads, family,
+                                kernel, cold * 1e3, cold_rate / 1e9, cold_rate / peak, portable_cold / cold);
                     std::fflush(stdout);
                     qjit_context_destroy(context);
                 }
@@ -240,8 +267,11 @@ int main(int argc, char** argv) {
         if (flag == "--threads") options.threads = qjit_bench::parse_list<int>("bench_ops", argv[i + 1]);
         else if (flag == "--positions") options.positions = std::max(1, std::atoi(argv[i + 1]));
         else if (flag == "--repeats") options.repeats = std::max(1, std::atoi(argv[i + 1]));
+        else if (flag == "--heads") options.heads = argv[i + 1];
+        else if (flag == "--caches") options.caches = argv[i + 1];
         else {
-            std::fprintf(stderr, "usage: bench_ops [--threads 1,2] [--positions 512] [--repeats 9]\n");
+            std::fprintf(stderr, "usage: bench_ops [--threads 1,2] [--positions 512] [--repeats 9] [--heads "
+                                 "SmolLM2-135M,Llama-2-7B,Llama-3-8B] [--caches f32,f16,int8]\n");
             return 2;
         }
     }

@@ -103,12 +103,13 @@ QJIT_API qjit_status qjit_attention_causal_window(qjit_context* context, const q
 /* Chooses how `context` runs attention for `shape` over caches of `type`, as layers choose their
  * tilings (qjit.h's tuning options): the kernels' instruction-set family, at or below the cap, and
  * the most queries of one key/value head a task takes; a tuning database record, else the model's
- * pick (the widest family, 4 queries; tuning budget 0) or a timed search over a prompt chunk and 8
- * decode steps at 512 positions, stored in the database. The context keeps the choice for every
- * later call of that shape and type, prompts and decode steps alike (so they still agree bit for
- * bit). Calling it is optional: the first attention call of a shape and type chooses otherwise, and
- * the timing then falls inside that call. kernel (may be NULL) receives the choice's name, e.g.
- * "attention_avx2_r4" (static storage). */
+ * pick (the widest family, 4 queries; tuning budget 0) or a timed search over a decode step and a
+ * prompt chunk at 512 positions, the cache cold as a decoding model finds it, stored in the
+ * database. The context keeps the choice for every later call of that shape and type, prompts and
+ * decode steps alike (so they still agree bit for bit). Calling it is optional: the first
+ * attention call of a shape and type chooses otherwise, and the timing then falls inside that
+ * call. kernel (may be NULL) receives the choice's name, e.g. "attention_avx2_r4" (static
+ * storage). */
 QJIT_API qjit_status qjit_attention_tune(qjit_context* context, const qjit_attention_shape* shape,
                                          qjit_kv_type type, const char** kernel);
 

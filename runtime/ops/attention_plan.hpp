@@ -3,7 +3,8 @@
 // task takes. A context chooses once per shape and cache type, through the one tuning sequence
 // (tuner/tuning_sequence.hpp) as layers choose their tilings: a remembered choice, the tuning
 // database, the model's pick (the widest family, 4 rows) or a timed search within the budget,
-// which times a 16-query prompt chunk and 8 decode steps at 512 positions with each candidate.
+// which times a decode step and a 4-query prompt chunk at 512 positions with each candidate, the
+// cache flushed from the CPU's caches before each call (as a decoding model finds it).
 // One family serves prompts and decode steps alike, so that a prompt and its tokens one by one
 // still agree bit for bit; the rows do not change a query's bits (each row's arithmetic is its own).
 #pragma once
