@@ -51,8 +51,7 @@ qjit_status qjit_attention_tune(qjit_context* context, const qjit_attention_shap
     return guarded([&] {
         require(context != nullptr, "context is NULL");
         require(shape != nullptr, "shape is NULL");
-        require(qjit::ops::kv_element_bytes(type) != 0, "attention: the cache's type is ", int(type),
-                "; expected QJIT_KV_F32 (0), QJIT_KV_F16 (1) or QJIT_KV_INT8 (2)");
+        qjit::ops::check_kv_type(type);
         qjit::ops::check_shape(*shape);
         const qjit::ops::AttentionPlan plan = qjit::ops::attention_plan(*context, *shape, type);
         if (kernel) *kernel = qjit::ops::plan_kernel_name(plan);

@@ -19,6 +19,9 @@
 
 namespace qjit::test {
 
+// Every type a key/value cache stores.
+inline constexpr qjit_kv_type kCacheTypes[] = {QJIT_KV_F32, QJIT_KV_F16, QJIT_KV_INT8};
+
 // The caps whose family differs: portable, AVX2 and AVX-512, those this CPU runs.
 inline std::vector<qjit_isa> family_caps() {
     std::vector<qjit_isa> caps{QJIT_ISA_PORTABLE};

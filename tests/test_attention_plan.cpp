@@ -24,11 +24,11 @@ namespace {
 using qjit::SimdFamily;
 using qjit::ops::AttentionPlan;
 using qjit::test::family_caps;
+using qjit::test::kCacheTypes;
 using qjit::test::family_of;
 using qjit::test::make_test_context;
 using qjit::test::Problem;
 
-const qjit_kv_type kCacheTypes[] = {QJIT_KV_F32, QJIT_KV_F16, QJIT_KV_INT8};
 
 // A context under `cap` tuning with `budget_ms` against the database at `db` ("" for none).
 qjit::test::ContextPtr tuning_context(qjit_isa cap, double budget_ms, const std::string& db = "") {
@@ -43,7 +43,7 @@ qjit::test::ContextPtr tuning_context(qjit_isa cap, double budget_ms, const std:
     return qjit::test::ContextPtr(context);
 }
 
-// The prompt's outputs under `plan`, then its positions one by one appended.
+// The outputs of the queries at positions pos0 .. pos0 + count - 1 under `plan`.
 std::vector<float> attend_with(qjit_context& context, const AttentionPlan& plan, const Problem& p, int pos0, int count) {
     std::vector<float> out(size_t(count) * p.q_dim());
     const qjit_kv_cache view = p.cache();

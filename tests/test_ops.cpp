@@ -24,6 +24,7 @@
 namespace {
 
 using qjit::test::family_caps;
+using qjit::test::kCacheTypes;
 using qjit::test::family_of;
 using qjit::test::make_test_context;
 using qjit::test::Problem;
@@ -43,7 +44,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Attention,
                                            Shape{128, 8, 1, 41}, Shape{64, 3, 1, 600}, Shape{6, 2, 1, 5},
                                            Shape{256, 4, 1, 75}));
 
-const qjit_kv_type kCacheTypes[] = {QJIT_KV_F32, QJIT_KV_F16, QJIT_KV_INT8};
 const char* type_name(qjit_kv_type type) {
     return type == QJIT_KV_F16 ? "f16 cache" : type == QJIT_KV_INT8 ? "int8 cache" : "f32 cache";
 }

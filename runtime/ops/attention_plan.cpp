@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "jit/knob_text.hpp"
 #include "runtime/context.hpp"
 #include "runtime/cpu/cache_eviction.hpp"
 #include "runtime/ops/attention_kernels.hpp"
@@ -121,32 +122,27 @@ std::string plan_text(const AttentionPlan& plan) {
 }
 
 AttentionPlan parse_plan(const std::string& text) {
+    constexpr const char* kWhat = "attention plan";
     AttentionPlan plan;
     bool family = false, rows = false;
-    size_t at = 0;
-    while (at <= text.size()) {
-        const size_t end = std::min(text.find(',', at), text.size());
-        const std::string knob = text.substr(at, end - at);
-        const size_t equals = knob.find('=');
-        const std::string name = knob.substr(0, equals), value = equals == std::string::npos ? "" : knob.substr(equals + 1);
-        if (name == "family") {
+    for (const jit::KnobItem& item : jit::knob_items(text, kWhat)) {
+        if (item.name == "family") {
             bool known = false;
             for (SimdFamily f : kFamilies)
-                if (value == simd_family_name(f)) plan.family = f, known = true;
-            require(known, "attention plan ", text, ": family ", value, " is not portable, avx2 or avx512");
+                if (item.value == simd_family_name(f)) plan.family = f, known = true;
+            require(known, kWhat, " '", text, "': family ", item.value, " is not portable, avx2 or avx512");
             family = true;
-        } else if (name == "rows") {
-            require(value.size() == 1 && value[0] >= '1' && value[0] <= '8', "attention plan ", text, ": rows ",
-                    value, " is not 1 to 8");
-            plan.rows = value[0] - '0';
+        } else if (item.name == "rows") {
+            plan.rows = jit::knob_integer(item, text, kWhat);
+            require(plan.rows >= 1 && plan.rows <= kMaxAttentionRows, kWhat, " '", text, "': rows ", plan.rows,
+                    " is not 1 to ", kMaxAttentionRows);
             rows = true;
         } else {
-            fail(QJIT_ERROR_INVALID_ARGUMENT, "attention plan ", text, ": ", knob, " is not family=... or rows=...");
+            jit::refuse_unknown_knob(item, text, kWhat, {"family", "rows"});
         }
-        at = end + 1;
     }
-    require(family && rows, "attention plan ", text, ": expected family=...,rows=...");
-    require(plan.rows <= max_attention_rows(plan.family), "attention plan ", text, ": the ",
+    require(family && rows, kWhat, " '", text, "': expected family=...,rows=...");
+    require(plan.rows <= max_attention_rows(plan.family), kWhat, " '", text, "': the ",
             simd_family_name(plan.family), " family takes at most ", max_attention_rows(plan.family), " rows");
     return plan;
 }

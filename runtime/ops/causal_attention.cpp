@@ -44,15 +44,16 @@ size_t kv_cache_bytes(const qjit_attention_shape& shape, int64_t capacity, qjit_
     return size_t(capacity / kKeyBlock) * block_bytes(shape, type);
 }
 
-namespace {
-
-}  // namespace
-
 void check_shape(const qjit_attention_shape& shape) {
     require(shape.head_size >= 1 && shape.head_size <= kMaxHeadSize, "attention: heads of ", shape.head_size,
             " values; expected 1 to ", kMaxHeadSize);
     require(shape.n_kv_heads >= 1 && shape.n_heads >= 1 && shape.n_heads % shape.n_kv_heads == 0, "attention: ",
             shape.n_heads, " query heads do not share ", shape.n_kv_heads, " key/value heads evenly");
+}
+
+void check_kv_type(qjit_kv_type type) {
+    require(kv_element_bytes(type) != 0, "attention: the cache's type is ", int(type),
+            "; expected QJIT_KV_F32 (0), QJIT_KV_F16 (1) or QJIT_KV_INT8 (2)");
 }
 
 namespace {
@@ -63,8 +64,7 @@ void check(const qjit_attention_shape& shape, const qjit_kv_cache& cache, int po
     require(cache.capacity % kKeyBlock == 0 && cache.capacity >= int64_t(pos0) + count, "attention: a cache of ",
             cache.capacity, " positions for ", int64_t(pos0) + count, " (it must be a multiple of ", kKeyBlock, ")");
     require(count == 0 || (cache.keys && cache.values), "attention: the cache's keys or values are NULL");
-    require(kv_element_bytes(cache.type) != 0, "attention: the cache's type is ", int(cache.type),
-            "; expected QJIT_KV_F32 (0), QJIT_KV_F16 (1) or QJIT_KV_INT8 (2)");
+    check_kv_type(cache.type);
 }
 
 // One head's row of head_size keys or values as int8 codes (qjit_kv_type), written `stride`
@@ -131,20 +131,11 @@ void store_keys_and_values(const qjit_attention_shape& shape, const qjit_kv_cach
     }
 }
 
-void causal_attention(qjit_context& context, const qjit_attention_shape& shape, const qjit_kv_cache& cache,
-                      const float* q, int pos0, int count, float* out, int window) {
-    check(shape, cache, pos0, count);
-    causal_attention(context, attention_plan(context, shape, cache.type), shape, cache, q, pos0, count, out, window);
-}
+namespace {
 
-void causal_attention(qjit_context& context, const AttentionPlan& plan, const qjit_attention_shape& shape,
-                      const qjit_kv_cache& cache, const float* q, int pos0, int count, float* out, int window) {
-    check(shape, cache, pos0, count);
-    require(window >= 0, "attention: a window of ", window, " positions; expected 0 (none) or more");
-    require(count == 0 || (q && out), "attention: q or out is NULL");
-    require(plan.family <= simd_family(context.isa), "attention: a plan of the ", simd_family_name(plan.family),
-            " family above the context's cap");
-    if (count == 0) return;
+// Attention with a plan, for arguments the entry points below checked.
+void attend_checked(qjit_context& context, const AttentionPlan& plan, const qjit_attention_shape& shape,
+                    const qjit_kv_cache& cache, const float* q, int pos0, int count, float* out, int window) {
     const int head_size = shape.head_size;
     const int kv_mul = shape.n_heads / shape.n_kv_heads;
     const size_t q_dim = size_t(shape.n_heads) * size_t(head_size);
@@ -186,6 +177,32 @@ void causal_attention(qjit_context& context, const AttentionPlan& plan, const qj
             kernel(task);
         }
     });
+}
+
+// The checks of both entry points but the plan's.
+void check_call(const qjit_attention_shape& shape, const qjit_kv_cache& cache, const float* q, int pos0, int count,
+                const float* out, int window) {
+    check(shape, cache, pos0, count);
+    require(window >= 0, "attention: a window of ", window, " positions; expected 0 (none) or more");
+    require(count == 0 || (q && out), "attention: q or out is NULL");
+}
+
+}  // namespace
+
+void causal_attention(qjit_context& context, const qjit_attention_shape& shape, const qjit_kv_cache& cache,
+                      const float* q, int pos0, int count, float* out, int window) {
+    check_call(shape, cache, q, pos0, count, out, window);
+    if (count == 0) return;
+    attend_checked(context, attention_plan(context, shape, cache.type), shape, cache, q, pos0, count, out, window);
+}
+
+void causal_attention(qjit_context& context, const AttentionPlan& plan, const qjit_attention_shape& shape,
+                      const qjit_kv_cache& cache, const float* q, int pos0, int count, float* out, int window) {
+    check_call(shape, cache, q, pos0, count, out, window);
+    require(plan.family <= simd_family(context.isa), "attention: a plan of the ", simd_family_name(plan.family),
+            " family above the context's cap");
+    if (count == 0) return;
+    attend_checked(context, plan, shape, cache, q, pos0, count, out, window);
 }
 
 }  // namespace qjit::ops

@@ -12,8 +12,9 @@ namespace qjit::ops {
 size_t kv_element_bytes(qjit_kv_type type);
 size_t kv_cache_bytes(const qjit_attention_shape& shape, int64_t capacity, qjit_kv_type type);
 
-// Throws qjit::Error naming what in `shape` attention cannot run.
+// Throw qjit::Error naming what in `shape`, or a cache `type` that is none, attention cannot run.
 void check_shape(const qjit_attention_shape& shape);
+void check_kv_type(qjit_kv_type type);
 
 // As qjit_kv_cache_store and qjit_attention_causal(_window) (qjit/qjit_ops.h; window 0: every
 // earlier position); throw qjit::Error naming a bad argument.
