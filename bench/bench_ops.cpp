@@ -6,7 +6,9 @@
 // 32, 32) and Llama-3-8B's (128 x 32, 8), the step also with the cache flushed from the CPU's
 // caches first (as a decoding model finds it), in each family untimed and in the plan a context timing
 // under the widest cap chooses (qjit_attention_tune; "tuned" rows). Row ops: RMSNorm, RoPE and SwiGLU over a 512-token
-// prompt's rows of a 4096-wide model. Medians of --repeats calls after a warm-up; Markdown out.
+// prompt's rows of a 4096-wide model, and the argmax of one row of 49152 logits (beside its
+// reference, a loop one value at a time). Medians of --repeats calls after a warm-up; Markdown
+// out; --heads none leaves attention out.
 //
 // Usage: bench_ops [--threads 1,2] [--positions 512] [--repeats 9]
 //                  [--heads SmolLM2-135M,Llama-2-7B,Llama-3-8B] [--caches f32,f16,int8]
@@ -225,6 +227,13 @@ void row_ops_table(const Options& options, const std::vector<Family>& families) 
     std::vector<float> x(size_t(rows) * dim, 0.5f), weight(dim, 1.1f), out(x.size());
     std::vector<float> rotations(size_t(rows) * head_size, 0.7f), gate(size_t(rows) * hidden, 0.3f),
         up(gate.size(), 0.2f);
+    // One row of logits over SmolLM2's vocabulary, the classifier's output a greedy step reads.
+    const int64_t vocab = 49152;
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    for (float& logit : logits) logit = normal(rng);
+    int64_t token = 0;
     std::printf("\n## Row ops, %d rows\n\n", rows);
     std::printf("| op | threads | family | kernel | us | x portable |\n|---|---|---|---|---|---|\n");
     struct RowOp {
@@ -240,7 +249,9 @@ void row_ops_table(const Options& options, const std::vector<Family>& families) 
              check(qjit_rope(c, x.data(), rows, dim, head_size, rotations.data(), QJIT_ROPE_ADJACENT), "rope");
          }},
         {"SwiGLU 11008", QJIT_OP_SWIGLU,
-         [&](qjit_context* c) { check(qjit_swiglu(c, up.data(), gate.data(), int64_t(rows) * hidden), "swiglu"); }}};
+         [&](qjit_context* c) { check(qjit_swiglu(c, up.data(), gate.data(), int64_t(rows) * hidden), "swiglu"); }},
+        {"argmax 49152 (one row)", QJIT_OP_ARGMAX,
+         [&](qjit_context* c) { check(qjit_argmax(c, logits.data(), 1, vocab, &token), "argmax"); }}};
     for (const RowOp& op : ops)
         for (int threads : options.threads) {
             double portable = 0;
@@ -256,6 +267,14 @@ void row_ops_table(const Options& options, const std::vector<Family>& families) 
                 qjit_context_destroy(context);
             }
         }
+    // The argmax's reference: one value at a time, as the tests check the kernels against.
+    const double scalar = time_median(options.repeats, [&] {
+        int64_t best = 0;
+        for (int64_t i = 1; i < vocab; ++i)
+            if (logits[size_t(i)] > logits[size_t(best)]) best = i;
+        token = best;
+    });
+    std::printf("| argmax 49152 (one row) | 1 | - | one value at a time | %.1f | - |\n", scalar * 1e6);
 }
 
 }  // namespace

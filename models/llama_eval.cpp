@@ -93,7 +93,7 @@ Generation greedy_decode(Model& model, std::span<const int> prompt, int steps, S
     model.set_step_profile(profile);
     for (int i = 0; i < steps; ++i) {
         const auto start = std::chrono::steady_clock::now();
-        const int next = argmax(model.step(generation.tokens.back()));
+        const int next = model.greedy_token(model.step(generation.tokens.back()));
         generation.step_seconds.push_back(seconds_since(start));
         generation.tokens.push_back(next);
     }

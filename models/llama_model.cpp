@@ -416,6 +416,12 @@ void Model::reserve(int tokens) {
     ensure_cache(tokens);
 }
 
+int Model::greedy_token(std::span<const float> logits) const {
+    int64_t token = 0;
+    check_qjit(qjit_argmax(threads_.get(), logits.data(), 1, int64_t(logits.size()), &token), "qjit_argmax");
+    return int(token);
+}
+
 std::span<const float> Model::step(int token) { return forward(std::span<const int>(&token, 1), cached_positions_); }
 
 std::unique_ptr<Linear>& Model::linear_at(InputSite site) {

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "base/activation_arrays.hpp"
 #include "base/error.hpp"
 #include "runtime/context.hpp"
+#include "runtime/ops/argmax.hpp"
 #include "runtime/ops/causal_attention.hpp"
 #include "runtime/ops/op_loops.hpp"
 #include "runtime/ops/row_kernels.hpp"
@@ -121,6 +123,15 @@ qjit_status qjit_geglu(qjit_context* context, float* up, const float* gate, int6
     return gated_activation(context, "geglu", up, gate, count, qjit::geglu_in_place);
 }
 
+qjit_status qjit_argmax(qjit_context* context, const float* values, int64_t rows, int64_t size, int64_t* indices) {
+    return guarded([&] {
+        require(context != nullptr, "context is NULL");
+        require(rows >= 0 && size >= 1, "argmax: ", rows, " rows of ", size, " values");
+        require(rows == 0 || (values && indices), "argmax: values or indices is NULL");
+        qjit::ops::argmax_rows(*context, values, rows, size, indices);
+    });
+}
+
 qjit_status qjit_op_kernel_name(const qjit_context* context, qjit_op op, const char** name) {
     return guarded([&] {
         require(context != nullptr, "context is NULL");
@@ -129,8 +140,9 @@ qjit_status qjit_op_kernel_name(const qjit_context* context, qjit_op op, const c
         static constexpr const char* names[][3] = {{"attention_portable", "attention_avx2", "attention_avx512"},
                                                    {"rms_norm_portable", "rms_norm_avx2", "rms_norm_avx512"},
                                                    {"rope_portable", "rope_avx2", "rope_avx512"},
-                                                   {"swiglu_portable", "swiglu_avx2", "swiglu_avx512"}};
-        require(int(op) >= 0 && int(op) < 4, "op is ", int(op), "; expected a qjit_op");
+                                                   {"swiglu_portable", "swiglu_avx2", "swiglu_avx512"},
+                                                   {"argmax_portable", "argmax_avx2", "argmax_avx512"}};
+        require(int(op) >= 0 && int(op) < int(std::size(names)), "op is ", int(op), "; expected a qjit_op");
         *name = names[int(op)][family];
     });
 }

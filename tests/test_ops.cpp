@@ -1,5 +1,5 @@
 // The forward's ops (qjit/qjit_ops.h) in every instruction-set family this CPU runs, each under a
-// context capped to it: attention, RMSNorm, RoPE and SwiGLU against double-precision references on
+// context capped to it: attention, RMSNorm, RoPE, SwiGLU and argmax against double-precision references on
 // odd sizes, the promises of attention (a prompt, its tokens one by one and two threads agree bit
 // for bit), the kernel names within the cap, and bad input refused by name.
 #include <gtest/gtest.h>
@@ -365,10 +365,76 @@ TEST(Geglu, MatchesDoublesAndIsTheSameInEveryFamily) {
     EXPECT_EQ(qjit_geglu(context.get(), x.data(), x.data(), -1), QJIT_ERROR_INVALID_ARGUMENT);
 }
 
+// The reference: the first index of the largest value, one value at a time (NaN-free rows).
+int64_t first_maximum(const float* row, int64_t size) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < size; ++i)
+        if (row[i] > row[best]) best = i;
+    return best;
+}
+
+// Ties placed where a lane, a vector or a thread's chunk of a split row would decide them wrongly:
+// the maximum repeated in the last lane of one vector and the first of the next, near the row's
+// end and in its scalar tail.
+TEST(Argmax, FindsTheFirstMaximumInEveryFamilyOnOddSizes) {
+    for (const int64_t size : {1, 3, 15, 16, 17, 33, 1000, 8191, 49152, 49159, 151936}) {
+        for (const int64_t rows : {1, 3}) {
+            std::vector<float> x = random_rows(rows, size, uint32_t(size));
+            std::vector<int64_t> expected(static_cast<size_t>(rows));
+            for (int64_t r = 0; r < rows; ++r) {
+                float* row = x.data() + r * size;
+                for (int64_t at : {size - 1, size / 2 + 1, size / 2, int64_t(15), int64_t(16), int64_t(31)})
+                    if (at < size && (r + at) % 2 == 0) row[at] = 1e6f;  // ties in some rows, a single maximum in others
+                expected[size_t(r)] = first_maximum(row, size);
+            }
+            for (qjit_isa cap : family_caps())
+                for (int threads : {1, 2, 3}) {
+                    const auto context = make_test_context(threads, cap);
+                    std::vector<int64_t> indices(size_t(rows), -7);
+                    ASSERT_EQ(qjit_argmax(context.get(), x.data(), rows, size, indices.data()), QJIT_OK)
+                        << qjit_last_error();
+                    EXPECT_EQ(indices, expected) << family_of(cap) << " size " << size << " threads " << threads;
+                }
+        }
+    }
+}
+
+TEST(Argmax, InfinitiesAreValuesAndNaNsAreRefusedByName) {
+    const int64_t size = 20000;
+    for (qjit_isa cap : family_caps()) {
+        const auto context = make_test_context(2, cap);
+        std::vector<float> x(size_t(size), -std::numeric_limits<float>::infinity());
+        int64_t index = -1;
+        ASSERT_EQ(qjit_argmax(context.get(), x.data(), 1, size, &index), QJIT_OK);
+        EXPECT_EQ(index, 0) << family_of(cap) << ": a row of -inf alone";
+        x[12345] = std::numeric_limits<float>::infinity();
+        x[17000] = std::numeric_limits<float>::infinity();
+        ASSERT_EQ(qjit_argmax(context.get(), x.data(), 1, size, &index), QJIT_OK);
+        EXPECT_EQ(index, 12345) << family_of(cap);
+        x[19999] = std::numeric_limits<float>::quiet_NaN();
+        EXPECT_EQ(qjit_argmax(context.get(), x.data(), 1, size, &index), QJIT_ERROR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(qjit_last_error()).find("values[0][19999] is NaN"), std::string::npos) << qjit_last_error();
+        std::vector<float> two(2 * 7, 1.0f);
+        two[7 + 3] = std::numeric_limits<float>::quiet_NaN();
+        int64_t indices[2];
+        EXPECT_EQ(qjit_argmax(context.get(), two.data(), 2, 7, indices), QJIT_ERROR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(qjit_last_error()).find("values[1][3] is NaN"), std::string::npos) << qjit_last_error();
+    }
+    const auto context = make_test_context(1);
+    float v = 1.0f;
+    int64_t index = 0;
+    EXPECT_EQ(qjit_argmax(nullptr, &v, 1, 1, &index), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(qjit_argmax(context.get(), &v, 1, 0, &index), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(qjit_argmax(context.get(), &v, -1, 1, &index), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(qjit_argmax(context.get(), nullptr, 1, 1, &index), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(qjit_argmax(context.get(), &v, 1, 1, nullptr), QJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(qjit_argmax(context.get(), nullptr, 0, 1, nullptr), QJIT_OK);
+}
+
 TEST(OpKernels, NamesAreOfTheCappedFamily) {
     for (qjit_isa cap : family_caps()) {
         const auto context = make_test_context(1, cap);
-        for (qjit_op op : {QJIT_OP_ATTENTION, QJIT_OP_RMS_NORM, QJIT_OP_ROPE, QJIT_OP_SWIGLU}) {
+        for (qjit_op op : {QJIT_OP_ATTENTION, QJIT_OP_RMS_NORM, QJIT_OP_ROPE, QJIT_OP_SWIGLU, QJIT_OP_ARGMAX}) {
             const char* name = nullptr;
             ASSERT_EQ(qjit_op_kernel_name(context.get(), op, &name), QJIT_OK);
             const std::string text(name);

@@ -202,7 +202,7 @@ TEST_F(RealModel, EveryKernelTheModelUsesIsWithinTheIsaCap) {
                     const std::string text = model.layer_linear(layer, which).describe();
                     names.push_back(text.substr(0, text.find(' ')));
                 }
-            for (qjit_op op : {QJIT_OP_ATTENTION, QJIT_OP_RMS_NORM, QJIT_OP_ROPE, QJIT_OP_SWIGLU}) {
+            for (qjit_op op : {QJIT_OP_ATTENTION, QJIT_OP_RMS_NORM, QJIT_OP_ROPE, QJIT_OP_SWIGLU, QJIT_OP_ARGMAX}) {
                 const char* name = nullptr;
                 ASSERT_EQ(qjit_op_kernel_name(maker.context().get(), op, &name), QJIT_OK);
                 names.push_back(name);

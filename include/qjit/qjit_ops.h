@@ -139,11 +139,19 @@ QJIT_API qjit_status qjit_swiglu(qjit_context* context, float* up, const float* 
  * GELU-gated FFN's activation; the same result in every ISA family. */
 QJIT_API qjit_status qjit_geglu(qjit_context* context, float* up, const float* gate, int64_t count);
 
+/* indices[r] = the first index of the largest value of row r (rows r < rows of `size` values at
+ * values + r * size): a classifier's greedy token without a softmax. +inf is a value like any
+ * other; a row of -inf alone gives 0; a NaN is refused (QJIT_ERROR_INVALID_ARGUMENT naming its row
+ * and index). A long row is split among the context's threads. */
+QJIT_API qjit_status qjit_argmax(qjit_context* context, const float* values, int64_t rows, int64_t size,
+                                 int64_t* indices);
+
 typedef enum qjit_op {
     QJIT_OP_ATTENTION = 0,
     QJIT_OP_RMS_NORM = 1,
     QJIT_OP_ROPE = 2,
     QJIT_OP_SWIGLU = 3, /* the FFN's activation step (qjit/qjit_ffn.h) */
+    QJIT_OP_ARGMAX = 4,
     QJIT_OP_MIN_ENUM = -0x7fffffff - 1,
     QJIT_OP_MAX_ENUM = 0x7fffffff
 } qjit_op;

@@ -59,6 +59,40 @@ template <typename V>
     }
 }
 
+// Each lane keeps its largest value so far and where it was (a strictly larger value moves it, so
+// a lane keeps its first), and whether it met a NaN; the lanes are then merged, the lower index
+// winning a tie, and the last count % lanes values looked at one by one.
+template <typename V>
+[[gnu::always_inline]] inline RangeMaximum argmax_lanes(const float* x, int64_t count) {
+    using Ints = IntsOf<V>;
+    constexpr int kWidth = kLanes<V>;
+    RangeMaximum best{-__builtin_inff(), -1, false};
+    int64_t i = 0;
+    if (count >= kWidth) {
+        Ints lane{};
+        for (int l = 0; l < kWidth; ++l) lane[l] = l;
+        V most = splat<V>(-__builtin_inff());
+        Ints at = lane - lane - 1, nan = lane - lane;
+        for (; i + kWidth <= count; i += kWidth, lane += kWidth) {
+            const V v = load_lanes<V>(x + i);
+            const Ints larger = v > most;
+            most = larger ? v : most;
+            at = larger ? lane : at;
+            nan |= v != v;
+        }
+        for (int l = 0; l < kWidth; ++l) {
+            best.has_nan |= nan[l] != 0;
+            if (at[l] < 0) continue;
+            if (most[l] > best.value || (most[l] == best.value && at[l] < best.index)) best = {most[l], at[l], best.has_nan};
+        }
+    }
+    for (; i < count; ++i) {
+        best.has_nan |= x[i] != x[i];
+        if (x[i] > best.value) best = {x[i], i, best.has_nan};
+    }
+    return best;
+}
+
 void rms_norm_portable(const float* x, const float* weight, int64_t size, float eps, float* out) {
     rms_norm_lanes<Floats4>(x, weight, size, eps, out);
 }
@@ -81,9 +115,14 @@ QJIT_TARGET_AVX512 void rope_avx512(float* x, int64_t row_size, int head_size, c
     rope_loops(x, row_size, head_size, rotations, pairs);
 }
 
+RangeMaximum argmax_portable(const float* x, int64_t count) { return argmax_lanes<Floats4>(x, count); }
+QJIT_TARGET_AVX2 RangeMaximum argmax_avx2(const float* x, int64_t count) { return argmax_lanes<Floats8>(x, count); }
+QJIT_TARGET_AVX512 RangeMaximum argmax_avx512(const float* x, int64_t count) { return argmax_lanes<Floats16>(x, count); }
+
 }  // namespace
 
 const PerFamily<RmsNormRow> kRmsNormRow{rms_norm_portable, rms_norm_avx2, rms_norm_avx512};
 const PerFamily<RopeRow> kRopeRow{rope_portable, rope_avx2, rope_avx512};
+const PerFamily<ArgmaxRange> kArgmaxRange{argmax_portable, argmax_avx2, argmax_avx512};
 
 }  // namespace qjit::ops
