@@ -140,6 +140,46 @@ TEST(JitKernels, EveryTilingKnobChangesTheCodeOrScheduleAndStaysCorrect) {
     EXPECT_NE(codes[0], codes[4]);
 }
 
+// Kernels with registers to spare hold the zero point and the output tile in registers
+// (jit::spare_register_use); kernels of many rows keep the tile in memory. The arithmetic is the
+// same, so m rows through one-row kernels and through a kernel of m rows agree bit for bit: every
+// width, symmetric and not (fp16 scales), both paths, every ISA this CPU runs.
+TEST(JitKernels, OutputTilesInRegistersChangeNoBit) {
+    const int64_t k = 544, n = 72;  // K leaves a short group; N a partial panel
+    std::vector<QuantizedMatrix> matrices;
+    for (const int bits : {2, 3, 4, 5, 6, 8})
+        for (const bool symmetric : {true, false}) {
+            const std::vector<float> weights = test::random_floats(size_t(k * n), uint32_t(bits * 7 + symmetric));
+            matrices.push_back(quantize_rtn({.bits = bits, .group_size = bits == 6 ? 16 : 32,
+                                             .symmetric = symmetric, .scale_type = ScaleType::F16},
+                                            k, n, weights.data()));
+        }
+    for (const test::Backend backend : test::available_backends()) {
+        if (backend.isa == QJIT_ISA_PORTABLE) continue;
+        for (const QuantizedMatrix& matrix : matrices) {
+            SCOPED_TRACE(testing::Message() << test::backend_name(backend) << " " << matrix.params.bits << " bits"
+                                            << (matrix.params.symmetric ? " symmetric" : ""));
+            const ContextPtr one_row = make_context(backend.isa, backend.activations, "tu=2,mb=1,prefetch=0,ku=1,ksplit=1");
+            const auto narrow = make_linear(one_row.get(), matrix);
+            ASSERT_TRUE(test::jit_of(*narrow));
+            jit::CpuKernelSpec spec = test::jit_of(*narrow)->spec();
+            ASSERT_TRUE(jit::spare_register_use(spec).output_tile);
+            // The most rows two column vectors take: their tile leaves no registers for the output.
+            int rows = 16;
+            for (spec.rows = rows; vector_registers_needed(spec) > vector_registers_available(spec.isa);) spec.rows = --rows;
+            ASSERT_FALSE(jit::spare_register_use(spec).output_tile) << rows << " rows";
+            const std::string tall_tiling = concat("tu=2,mb=", rows, ",prefetch=0,ku=1,ksplit=1");
+            const ContextPtr many_rows = make_context(backend.isa, backend.activations, tall_tiling.c_str());
+            const auto tall = make_linear(many_rows.get(), matrix);
+            const std::vector<float> x = test::random_floats(size_t(rows * k), 5);
+            std::vector<float> y(size_t(rows * n)), expected(y.size());
+            for (int i = 0; i < rows; ++i) linear_forward(*narrow, x.data() + i * k, 1, y.data() + i * n);
+            linear_forward(*tall, x.data(), rows, expected.data());
+            EXPECT_EQ(y, expected);
+        }
+    }
+}
+
 // A wide panel of one row tuned for decoding: a prompt runs taller tiles on parts of the panel
 // (jit::prompt_tile), then its last rows short of a tile on the layer's own kernels; kernels with
 // embedded broadcasts keep their own tiles. Every width,

@@ -15,6 +15,9 @@
 //     y[i][t] += scale * (acc[i][t] - zero * x_sum[i]) [* x_scale[i]]   (group epilogue; with float
 //                offsets: scale * acc[i][t] [* x_scale[i]] + offset * x_sum[i] [* x_scale[i]])
 //
+// The y tile lives in registers where the tiling leaves enough free (spare_register_use), stored
+// once at the end; else in memory, loaded and stored by each group's epilogue.
+//
 // 3-, 5- and 6-bit codes on the int8 path walk the low plane's words and merge in the high plane's
 // bits before the dot products (emit_merged_planes_body), so each quad costs one dot per row.
 //
@@ -42,6 +45,7 @@
 #include "jit/x86/gemm_emitter_class.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 
 #include "format/quantized_matrix.hpp"
@@ -82,7 +86,8 @@ GemmEmitter::GemmEmitter(const CpuKernelSpec& spec)
       codebook_(spec.format.has_codebook()),
       integer_scales_(spec.integer_sub_block_scales()),
       pair_depth_(pair_sum_depth(spec)),
-      per_dot_(broadcasts_per_dot(spec)) {
+      per_dot_(broadcasts_per_dot(spec)),
+      spare_(spare_register_use(spec)) {
     const int scratch = std::max(main_scratch_registers(spec), kEpilogueTemporaries);
     scratch_base_ = accumulator_registers(spec);
     const_base_ = scratch_base_ + scratch;
@@ -108,6 +113,7 @@ void GemmEmitter::generate() {
     } else {
         emit_group_loop();
     }
+    store_output_tile();
     if (integer_scales_) add(regs::rsp, scale_table_bytes());
     postamble();
     if (codebook_) emit_codebook_data();
@@ -188,6 +194,7 @@ void GemmEmitter::load_constants() {
     }
     select_width(0);
     if (pairs_sum_by_ones(spec_)) broadcast_constant(int16_ones(), 0x00010001u);
+    if (spare_.zero_point) broadcast_constant(zero_point(), std::bit_cast<uint32_t>(float(spec_.format.symmetric_zero())));
     if (codebook_) {
         zmm_ ? vbroadcasti32x4(Zmm(codebook_table().getIdx()), ptr[regs::rip + codebook_data_])
              : vbroadcasti128(Ymm(codebook_table().getIdx()), ptr[regs::rip + codebook_data_]);
@@ -205,10 +212,31 @@ void GemmEmitter::select_width(size_t w) {
 }
 
 void GemmEmitter::zero_output_tile() {
+    if (spare_.output_tile) {
+        for (int i = 0; i < rows_; ++i)
+            for (int t = 0; t < tu_; ++t) vzero(output(i, t));
+        return;
+    }
     const Vmm zero = ep_output();
     vzero(zero);
     for (int i = 0; i < rows_; ++i)
-        for (int t = 0; t < tu_; ++t) vmovups(ptr[y_ + (i * panel_ + column(t)) * 4], zero);
+        for (int t = 0; t < tu_; ++t) vmovups(output_at(i, t), zero);
+}
+
+void GemmEmitter::store_output_tile() {
+    if (!spare_.output_tile) return;
+    for (int i = 0; i < rows_; ++i)
+        for (int t = 0; t < tu_; ++t) vmovups(output_at(i, t), output(i, t));
+}
+
+Vmm GemmEmitter::load_output(int i, int t, const Vmm& temp) {
+    if (spare_.output_tile) return output(i, t);
+    vmovups(temp, output_at(i, t));
+    return temp;
+}
+
+void GemmEmitter::store_output(int i, int t, const Vmm& value) {
+    if (!spare_.output_tile) vmovups(output_at(i, t), value);
 }
 
 // Groups of 16: each 32-row block holds two whole groups, so one loop iteration runs the

@@ -75,4 +75,15 @@ int activation_broadcasts(const CpuKernelSpec& spec);
 // and constants).
 int main_scratch_registers(const CpuKernelSpec& spec);
 
+// What the vector registers a tiling leaves free hold, where they suffice: first a symmetric
+// format's zero point (broadcast once, not per group), then the output tile (each group's
+// epilogue adds to registers, stored once at the end, instead of loading and storing the tile in
+// memory per group: a store-to-load round trip in every group's dependency chain). The same
+// arithmetic in the same order either way, so the results are bit for bit the same.
+struct SpareRegisterUse {
+    bool zero_point = false;
+    bool output_tile = false;
+};
+SpareRegisterUse spare_register_use(const CpuKernelSpec& spec);
+
 }  // namespace qjit::jit

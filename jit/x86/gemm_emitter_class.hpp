@@ -55,6 +55,12 @@ private:
     Xbyak::Address scale_table(int slot, int t) const { return ptr[regs::rsp + (slot * tu_ + t) * vector_bytes()]; }
     Vmm codebook_table() const { return vec(codebook_base()); }
     Vmm low_byte_mask() const { return vec(codebook_base() + 1); }
+    // The registers the tiling leaves free (spare_register_use), after the constants: the zero
+    // point, then the output tile.
+    int spare_base() const { return codebook_base() + codebook_constants(spec_); }
+    Vmm zero_point() const { return vec(spare_base()); }
+    Vmm output(int i, int t) const { return vec(spare_base() + (spare_.zero_point ? 1 : 0) + i * tu_ + t); }
+    Xbyak::Address output_at(int i, int t) const { return ptr[y_ + (i * panel_ + column(t)) * 4]; }
     // Epilogue temporaries reuse the scratch registers (the weights are dead by then).
     Vmm ep_scale() const { return vec(scratch_base_ + 0); }
     Vmm ep_zero() const { return vec(scratch_base_ + 1); }
@@ -105,6 +111,11 @@ private:
     void load_constants();
     void select_width(size_t w);
     void zero_output_tile();
+    void store_output_tile();
+    // Row i, column vector t of the output tile, to add to: its register, or `temp` loaded from
+    // the tile in memory; store_output writes a loaded one back.
+    Vmm load_output(int i, int t, const Vmm& temp);
+    void store_output(int i, int t, const Vmm& value);
     void emit_blocks_of_two_groups();
     void emit_group_loop();
     void jnz_after_super_block_check(Xbyak::Label& loop);
@@ -130,8 +141,7 @@ private:
     void advance_group_metadata();
     void load_halves(const Vmm& dst, const Reg64& base, int t);
     void load_stored_floats(const Vmm& dst, const Reg64& base, int t);
-    void emit_offset_row(int i, const Vmm& a, const Vmm& scale, const Vmm& offset, const Vmm& factor, const Vmm& out,
-                         const Xbyak::Address& y_at);
+    void emit_offset_row(int i, int t, const Vmm& a, const Vmm& scale, const Vmm& offset, const Vmm& factor);
     void multiply_add_row_value(bool subtract, const Vmm& dst, const Vmm& a, const Xbyak::RegExp& at, const Vmm& temp);
     void scale_by_row_step(const Vmm& dst, const Vmm& values, int64_t meta);
     void load_second_order_scale_and_zero(int t, const Vmm& scale, const Vmm& zero, const Vmm& factor);
@@ -186,6 +196,7 @@ private:
         codebook_, integer_scales_;
     const int pair_depth_;  // quads whose pair sums add in int16 before vpmaddwd (1: none)
     const bool per_dot_;    // broadcasts_per_dot
+    const SpareRegisterUse spare_;
     Xbyak::Label codebook_data_, six_bit_control_, six_bit_shifts_;
     int scratch_base_ = 0, const_base_ = 0;
 };

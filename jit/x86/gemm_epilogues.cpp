@@ -60,7 +60,9 @@ void GemmEmitter::emit_super_block_epilogue() {
         }
         if (float_offsets_) {  // factor = dmin
             load_halves(factor, super_mins_, t);
-        } else {  // factor = d * zero
+        } else if (spare_.zero_point) {  // factor = d * zero
+            vmulps(factor, factor, zero_point());
+        } else {
             broadcast_constant(broadcast, float_bits(float(spec_.format.symmetric_zero())));
             vmulps(factor, factor, broadcast);
         }
@@ -80,10 +82,9 @@ void GemmEmitter::emit_super_block_epilogue() {
                 multiply_add_row_value(true, acc(i, t), correction, row_meta(x_sum_, i, g), broadcast);
         }
         for (int i = 0; i < rows_; ++i) {
-            const Xbyak::Address y_at = ptr[y_ + (i * panel_ + column(t)) * 4];
-            vmovups(out, y_at);
-            multiply_add_row_value(false, out, acc(i, t), row_meta(x_scale_, i, groups - 1), broadcast);
-            vmovups(y_at, out);
+            const Vmm y = load_output(i, t, out);
+            multiply_add_row_value(false, y, acc(i, t), row_meta(x_scale_, i, groups - 1), broadcast);
+            store_output(i, t, y);
             vzero(acc(i, t));
         }
     }
@@ -98,10 +99,12 @@ void GemmEmitter::emit_group_epilogue() {
 }
 
 void GemmEmitter::emit_group_outputs() {
-    const Vmm scale = ep_scale(), zero = ep_zero(), factor = ep_broadcast(), out = ep_output();
-    // A symmetric zero is the same for every column: broadcast once (nothing below writes it).
+    // A symmetric zero is the same for every column: broadcast once per kernel where a spare
+    // register holds it, else once per group (nothing below writes it).
     const bool constant_zero = spec_.format.symmetric && !second_order_;
-    if (constant_zero) broadcast_constant(zero, float_bits(float(spec_.format.symmetric_zero())));
+    const Vmm scale = ep_scale(), zero = spare_.zero_point ? zero_point() : ep_zero(), factor = ep_broadcast(),
+              out = ep_output();
+    if (constant_zero && !spare_.zero_point) broadcast_constant(zero, float_bits(float(spec_.format.symmetric_zero())));
     for (int t = 0; t < tu_; ++t) {
         if (second_order_) {
             load_second_order_scale_and_zero(t, scale, zero, factor);
@@ -124,17 +127,16 @@ void GemmEmitter::emit_group_outputs() {
         for (int i = 0; i < rows_; ++i) {
             const Vmm a = acc(i, t);
             if (int8_) vcvtdq2ps(a, a);
-            const Xbyak::Address y_at = ptr[y_ + (i * panel_ + column(t)) * 4];
             if (float_offsets_) {
-                emit_offset_row(i, a, scale, zero, factor, out, y_at);
+                emit_offset_row(i, t, a, scale, zero, factor);
                 vzero(a);
                 continue;
             }
             multiply_add_row_value(true, a, zero, x_sum_ + i * group_meta_bytes(), factor);
             if (int8_) scale_by_row_step(factor, scale, i * group_meta_bytes());
-            vmovups(out, y_at);
-            vfmadd231ps(out, a, int8_ ? factor : scale);
-            vmovups(y_at, out);
+            const Vmm y = load_output(i, t, out);
+            vfmadd231ps(y, a, int8_ ? factor : scale);
+            store_output(i, t, y);
             vzero(a);
         }
     }
@@ -171,10 +173,9 @@ void GemmEmitter::load_stored_floats(const Vmm& dst, const Reg64& base, int t) {
 
 // Row i of the float-offset epilogue: y += scale * acc + offset * x_sum, each term times the
 // row's int8 step on the int8 path (x_sum then sums the int8 values). `a` is free afterwards.
-void GemmEmitter::emit_offset_row(int i, const Vmm& a, const Vmm& scale, const Vmm& offset, const Vmm& factor, const Vmm& out,
-                     const Xbyak::Address& y_at) {
+void GemmEmitter::emit_offset_row(int i, int t, const Vmm& a, const Vmm& scale, const Vmm& offset, const Vmm& factor) {
     const int64_t meta = int64_t(i) * group_meta_bytes();
-    vmovups(out, y_at);
+    const Vmm out = load_output(i, t, ep_output());
     if (int8_) {
         scale_by_row_step(factor, scale, meta);
         vfmadd231ps(out, a, factor);
@@ -186,7 +187,7 @@ void GemmEmitter::emit_offset_row(int i, const Vmm& a, const Vmm& scale, const V
     // Super-block offsets are -(dmin * m): `offset` holds dmin * m, subtracted.
     const bool subtract = super_block_;
     multiply_add_row_value(subtract, out, sum_factor, x_sum_ + meta, a);
-    vmovups(y_at, out);
+    store_output(i, t, out);
 }
 
 // dst += a * (or -= with `subtract`) the float at `at`, a per-row value of the group metadata:

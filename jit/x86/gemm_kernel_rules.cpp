@@ -66,6 +66,18 @@ int main_scratch_registers(const CpuKernelSpec& spec) {
     return spec.kernel_vectors() + 1 + high_plane + broadcasts + (pair_sums ? 1 : 0);
 }
 
+SpareRegisterUse spare_register_use(const CpuKernelSpec& spec) {
+    int spare = vector_registers_available(spec.isa) - vector_registers_needed(spec);
+    SpareRegisterUse use;
+    // The epilogues broadcast the symmetric zero point wherever a format has one for every column.
+    if (spec.format.symmetric && !spec.format.second_order_scales() && spare >= 1) {
+        use.zero_point = true;
+        --spare;
+    }
+    use.output_tile = spare >= spec.kernel_vectors() * spec.rows;
+    return use;
+}
+
 std::optional<CpuKernelSpec> prompt_tile(const CpuKernelSpec& spec) {
     // With embedded broadcasts every dot product loads its own activations, so taller tiles save
     // no broadcasts, and narrower parts decode more weights per dot: measured slower (AVX-512 VNNI).
