@@ -264,13 +264,17 @@ struct FakeCandidates {
     explicit FakeCandidates(std::vector<double> seconds_) : FakeCandidates({}, std::move(seconds_)) {
         for (size_t i = 0; i < seconds.size(); ++i) structures.push_back("block" + std::to_string(i));
     }
+    // Calls that start in [slow_from, slow_until) take slow_factor times as long: a machine that
+    // slows down for a while.
+    double slow_from = 0, slow_until = 0, slow_factor = 3;
     qjit::MakeTimedCall make_call() {
         return [this](size_t i) -> qjit::TimedCall {
             order.push_back(i);
             return [this, i] {
                 ++calls[i];
-                now += seconds[i];
-                return seconds[i];
+                const double taken = seconds[i] * (now >= slow_from && now < slow_until ? slow_factor : 1.0);
+                now += taken;
+                return taken;
             };
         };
     }
@@ -349,6 +353,31 @@ TEST(TunerMeasure, StructuresFirstThenVariantsOfTheFastest) {
     // Representatives in model order (a, b, c), then variants by structure speed: b's, a's, c's.
     const std::vector<size_t> expected = {0, 1, 2, 4, 3, 5};
     EXPECT_EQ(fake.order, expected);
+}
+
+// Screening times its candidates in interleaved rounds: a slow spell of the machine as long as
+// one candidate's three slowed calls slows a call or two of several candidates, not every call of
+// one. (Screened one after another, candidate 1's three calls all fell in the spell: 2.7 ms
+// against the others' 1 ms, and the four finalists were the others.)
+TEST(TunerMeasure, ASlowSpellDuringScreeningSlowsEveryCandidateAlike) {
+    FakeCandidates fake({1e-3, 0.9e-3, 1e-3, 1e-3, 1e-3, 1e-3});
+    fake.slow_from = 4.9e-3;  // after the first candidate's screening and the second's warm-up
+    fake.slow_until = 12.9e-3;  // as long as three of its slowed calls
+    const qjit::SearchResult result = fake.search();
+    EXPECT_EQ(result.best, 1u);
+    EXPECT_EQ(result.measured.median_seconds, 0.9e-3);
+}
+
+// At most half of the finalists are of one structure while another structure can take a place:
+// four fast variants of "a" leave the confirmation a place for "b", which confirms faster.
+TEST(TunerMeasure, VariantsOfOneStructureLeaveRivalsAPlaceInTheConfirmation) {
+    FakeCandidates fake({"a", "b", "a", "a", "a"}, {0.90e-3, 0.95e-3, 0.91e-3, 0.92e-3, 0.93e-3});
+    (void)fake.search();
+    EXPECT_GT(fake.calls[1], 4) << "b was screened (a warm-up and three calls) but never confirmed";
+    EXPECT_EQ(fake.calls[4], 4) << "a's fourth variant took b's place";
+    FakeCandidates alone({"a", "a", "a", "a", "a"}, {0.90e-3, 0.95e-3, 0.91e-3, 0.92e-3, 0.93e-3});
+    (void)alone.search();
+    EXPECT_GT(alone.calls[3], 4) << "with no rival, every place goes to the structure's variants";
 }
 
 // A budget too small for even one screening still times one candidate, and returns it.

@@ -43,30 +43,71 @@ public:
     const std::map<std::string, double>& structure_best() const { return structure_best_; }
 
     // Screens the candidates of `order` until `until_seconds` have passed since the start (always
-    // at least one candidate in all).
+    // at least one candidate in all). Each is made and warmed up first, as many as the forecast
+    // allows; then all of them are timed in interleaved rounds, one call of each per round, so
+    // that a machine that slows down for a while (a neighbour's burst on a shared host, a
+    // frequency change) slows every candidate alike instead of the one timed at that moment.
     void screen(const std::vector<size_t>& order, double until_seconds) {
+        std::vector<Screened> batch;
+        double pending = 0;  // forecast seconds of the batch's timed rounds
         for (size_t i : order) {
             if (screened_[i]) continue;
-            if (timed_ > 0 && elapsed() + slowest_screen_ > until_seconds) break;
-            const double screen_start = clock_();
+            const double forecast = slowest_make_ + (1 + kScreenRepeats) * slowest_call_;
+            if (timed_ + int(batch.size()) > 0 && elapsed() + pending + forecast > until_seconds) break;
+            const double make_start = clock_();
             TimedCall call = make_call_(i);
-            const Measurement m = measure(call, kScreenRepeats);
-            slowest_screen_ = std::max(slowest_screen_, clock_() - screen_start);
+            const double warm_start = clock_();
+            call();  // warm-up: first-touch buffers, instruction cache
+            const double call_seconds = clock_() - warm_start;
+            slowest_make_ = std::max(slowest_make_, warm_start - make_start);
+            slowest_call_ = std::max(slowest_call_, call_seconds);
+            pending += kScreenRepeats * call_seconds;
             screened_[i] = true;
+            batch.push_back({i, std::move(call), {}});
+        }
+        time_in_rounds(batch);
+        for (Screened& candidate : batch) {
             ++timed_;
-            auto [best, inserted] = structure_best_.try_emplace(structures_[i], m.median_seconds);
-            if (!inserted) best->second = std::min(best->second, m.median_seconds);
-            keep_if_fast({i, std::move(call), m});
+            auto [best, inserted] = structure_best_.try_emplace(structures_[candidate.index], candidate.measured.median_seconds);
+            if (!inserted) best->second = std::min(best->second, candidate.measured.median_seconds);
+            keep_if_fast(std::move(candidate));
         }
     }
 
 private:
+    // kScreenRepeats interleaved rounds; then, while a candidate's spread is above kUnstableSpread,
+    // rounds of the unstable ones, kMaxRounds times kScreenRepeats samples at most (as measure()).
+    static void time_in_rounds(std::vector<Screened>& batch) {
+        std::vector<std::vector<double>> samples(batch.size());
+        std::vector<size_t> timing(batch.size());
+        for (size_t b = 0; b < batch.size(); ++b) timing[b] = b;
+        for (int round = 0; round < kMaxRounds * kScreenRepeats && !timing.empty(); ++round) {
+            for (size_t b : timing) samples[b].push_back(batch[b].call());
+            if ((round + 1) % kScreenRepeats != 0) continue;
+            std::erase_if(timing, [&](size_t b) {
+                batch[b].measured = summarize(samples[b]);
+                return batch[b].measured.stable;
+            });
+        }
+    }
+
+    // The kFinalists fastest screened, at most half of them of one structure while others can
+    // fill the places: variants of one structure screened at one moment must not crowd out a
+    // rival structure that the confirmation would time beside them.
     void keep_if_fast(Screened candidate) {
-        finalists_.push_back(std::move(candidate));
-        std::stable_sort(finalists_.begin(), finalists_.end(), [](const Screened& a, const Screened& b) {
+        const auto faster = [](const Screened& a, const Screened& b) {
             return a.measured.median_seconds < b.measured.median_seconds;
-        });
-        if (finalists_.size() > size_t(kFinalists)) finalists_.resize(size_t(kFinalists));
+        };
+        finalists_.push_back(std::move(candidate));
+        std::stable_sort(finalists_.begin(), finalists_.end(), faster);
+        std::map<std::string, int> per_structure;
+        std::vector<Screened> kept, crowded;
+        for (Screened& f : finalists_)
+            (++per_structure[structures_[f.index]] > kFinalists / 2 ? crowded : kept).push_back(std::move(f));
+        for (Screened& f : crowded) kept.push_back(std::move(f));  // after every uncrowded one
+        if (kept.size() > size_t(kFinalists)) kept.resize(size_t(kFinalists));
+        std::stable_sort(kept.begin(), kept.end(), faster);
+        finalists_ = std::move(kept);
     }
 
     const std::vector<std::string>& structures_;
@@ -77,7 +118,8 @@ private:
     std::map<std::string, double> structure_best_;  // fastest median screened per structure
     std::vector<bool> screened_;
     int timed_ = 0;
-    double slowest_screen_ = 0;  // seconds one screening took: the forecast for the next
+    double slowest_make_ = 0;  // seconds the slowest candidate took to make: the forecasts'
+    double slowest_call_ = 0;  // and one call of the slowest
 };
 
 // The model's best candidate of each structure, in model order.

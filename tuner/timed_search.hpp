@@ -53,7 +53,10 @@ struct SearchResult {
 using MakeTimedCall = std::function<TimedCall(size_t)>;
 
 // Times ranked candidates within `budget_seconds` (infinity: all of them, the exhaustive search),
-// each screened with kScreenRepeats calls (always at least one candidate). `structures[i]` names
+// each screened with kScreenRepeats calls (always at least one candidate): the candidates of a
+// phase are made and warmed up, then timed in interleaved rounds (one call of each per round, and
+// more rounds for those whose spread is unstable, as measure()), so that a slow spell of a shared
+// machine slows them alike. `structures[i]` names
 // candidate i's structure (CPU: its register block; GPU: its kernel kind and tile); candidates of
 // one structure differ only in knobs that matter less (prefetch, unrolling, pipeline depth, split).
 //  1. structure: the model's best candidate of each structure, in the model's order, until
@@ -62,8 +65,11 @@ using MakeTimedCall = std::function<TimedCall(size_t)>;
 //  2. refinement: the other candidates of the screened structures, fastest structure first and
 //     each structure's in the model's order, until kScreeningShare of the budget is spent (a
 //     small layer's budget covers every structure; a large one's, the fastest few);
-//  3. confirmation: the kFinalists fastest screened, re-timed with kConfirmRepeats calls each,
-//     interleaved so that drift in the machine's speed hits them alike; the fastest median wins.
+//  3. confirmation: the kFinalists fastest screened, at most half of them of one structure
+//     while others can take the places (the refinement's variants, screened at one moment, must
+//     not crowd out a rival structure screened at another), re-timed with kConfirmRepeats calls
+//     each, interleaved so that drift in the machine's speed hits them alike; the fastest median
+//     wins.
 // `structures` must not be empty.
 inline constexpr int kScreenRepeats = 3;
 inline constexpr int kConfirmRepeats = 7;
