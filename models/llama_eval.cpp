@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "qjit/qjit.h"
+
 namespace qjit_models::llama {
 
 namespace {
@@ -93,9 +95,10 @@ Generation greedy_decode(Model& model, std::span<const int> prompt, int steps, S
     model.set_step_profile(profile);
     for (int i = 0; i < steps; ++i) {
         const auto start = std::chrono::steady_clock::now();
-        const int next = model.greedy_token(model.step(generation.tokens.back()));
+        const std::optional<int> next = model.greedy_token(model.step(generation.tokens.back()));
+        if (!next) throw std::runtime_error(std::string("greedy_decode: ") + qjit_last_error());
         generation.step_seconds.push_back(seconds_since(start));
-        generation.tokens.push_back(next);
+        generation.tokens.push_back(*next);
     }
     model.set_step_profile(nullptr);
     return generation;

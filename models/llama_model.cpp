@@ -416,9 +416,9 @@ void Model::reserve(int tokens) {
     ensure_cache(tokens);
 }
 
-int Model::greedy_token(std::span<const float> logits) const {
+std::optional<int> Model::greedy_token(std::span<const float> logits) const {
     int64_t token = 0;
-    check_qjit(qjit_argmax(threads_.get(), logits.data(), 1, int64_t(logits.size()), &token), "qjit_argmax");
+    if (qjit_argmax(threads_.get(), logits.data(), 1, int64_t(logits.size()), &token) != QJIT_OK) return std::nullopt;
     return int(token);
 }
 

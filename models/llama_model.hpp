@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -176,8 +177,9 @@ public:
     // Single-token step (m = 1) at the next position of the KV cache; reset() starts over.
     std::span<const float> step(int token);
     // The first index of the largest of `logits` (one row), on the forward's threads (qjit_argmax):
-    // the greedy token. NaN logits are refused.
-    int greedy_token(std::span<const float> logits) const;
+    // the greedy token; nullopt where qjit_argmax refuses the row (a NaN: qjit_last_error() says
+    // where).
+    std::optional<int> greedy_token(std::span<const float> logits) const;
     void reset() { cached_positions_ = 0; }
     // Allocates (and touches) the activations and the KV cache for `tokens` positions ahead of a
     // forward, so that the forward does not pay for fresh memory.

@@ -96,7 +96,15 @@ int Sampler::greedy(std::span<const float> logits) const {
     return best;
 }
 
-int Sampler::next(std::span<const float> logits, std::span<const int> previous_tokens) {
+int Sampler::next(std::span<const float> logits, std::span<const int> previous_tokens, const Argmax& argmax) {
+    const bool penalty_off = options_.repeat_penalty == 1 || options_.repeat_last_n == 0;
+    if (options_.temperature == 0 && penalty_off && argmax && !logits.empty()) {
+        // The first largest logit is greedy()'s token whenever it is finite; a NaN, an infinite
+        // largest logit or an empty row go the checked way below.
+        if (const std::optional<int> token = argmax(logits);
+            token && *token >= 0 && size_t(*token) < logits.size() && std::isfinite(logits[size_t(*token)]))
+            return *token;
+    }
     check_logits(logits);
     penalize(logits, previous_tokens);
     if (options_.temperature == 0) return greedy(logits);

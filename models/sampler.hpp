@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <random>
 #include <span>
@@ -34,11 +35,17 @@ public:
     // Throws std::invalid_argument with sampling_problem's message.
     explicit Sampler(const SamplingOptions& options);
 
+    // A search for the first largest logit of a row (the model's qjit_argmax, on its threads):
+    // the token, or nullopt where it refuses the row.
+    using Argmax = std::function<std::optional<int>(std::span<const float>)>;
+
     // The next token for `logits` (one per vocabulary entry) after `previous_tokens` (the context so
     // far, prompt included; only its last repeat_last_n are penalized). A logit of -inf is a token
     // that cannot be picked. Throws std::invalid_argument naming the token for a NaN or +inf logit or
-    // a previous token outside the vocabulary, and when every logit is -inf.
-    int next(std::span<const float> logits, std::span<const int> previous_tokens);
+    // a previous token outside the vocabulary, and when every logit is -inf. Greedy without a
+    // penalty, `argmax` (when given) finds the token; a row it refuses, or whose largest logit is
+    // not finite, takes the checked path, which names the problem.
+    int next(std::span<const float> logits, std::span<const int> previous_tokens, const Argmax& argmax = {});
 
     const SamplingOptions& options() const { return options_; }
 

@@ -119,7 +119,7 @@ GeneratedText TextSession::generate(std::span<const int> context, const Generati
     TokenTextStream stream(vocabulary_);
     StopStringFilter filter(limits.stop_strings, on_text);
     while (true) {
-        const int token = sampler.next(logits, cached_);
+        const int token = sampler.next(logits, cached_, [this](std::span<const float> row) { return model_.greedy_token(row); });
         result.tokens.push_back(token);
         if (limits.stop_at_end_token && vocabulary_.ends_generation(token)) {
             result.reason = StopReason::end_token;

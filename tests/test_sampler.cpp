@@ -6,12 +6,16 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <optional>
 #include <set>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "models/sampler.hpp"
+#include "qjit/qjit.h"
+#include "qjit/qjit_ops.h"
 
 namespace qjit_models {
 namespace {
@@ -255,13 +259,65 @@ TEST(Sampler, EachInvalidOptionIsRefusedByName) {
     expect_refused({.repeat_last_n = -1}, "repeat_last_n -1 is outside [0, inf)");
 }
 
-std::string refusal(Sampler& sampler, const std::vector<float>& row, const std::vector<int>& previous) {
+std::string refusal(Sampler& sampler, const std::vector<float>& row, const std::vector<int>& previous,
+                    const Sampler::Argmax& argmax = {}) {
     try {
-        sampler.next(row, previous);
+        sampler.next(row, previous, argmax);
     } catch (const std::invalid_argument& error) {
         return error.what();
     }
     return "(accepted)";
+}
+
+// The library's argmax on a context of two threads, as a text session hands the sampler its model's,
+// counting its calls.
+struct LibraryArgmax {
+    qjit_context* context = nullptr;
+    int calls = 0;
+    LibraryArgmax() {
+        qjit_context_options options;
+        qjit_context_options_init(&options);
+        options.num_threads = 2;
+        options.tuning_db_path = "";
+        EXPECT_EQ(qjit_context_create(&options, &context), QJIT_OK) << qjit_last_error();
+    }
+    ~LibraryArgmax() { qjit_context_destroy(context); }
+    Sampler::Argmax function() {
+        return [this](std::span<const float> row) -> std::optional<int> {
+            ++calls;
+            int64_t token = 0;
+            if (qjit_argmax(context, row.data(), 1, int64_t(row.size()), &token) != QJIT_OK) return std::nullopt;
+            return int(token);
+        };
+    }
+};
+
+// Greedy without a penalty, the argmax picks the token: the one the sampler picks alone, on rows
+// long enough to be split among threads and with ties. A penalty or a temperature leaves it out;
+// rows it refuses or whose largest logit is infinite are refused with the sampler's own message.
+TEST(Sampler, AnArgmaxServesPlainGreedyAndTheRefusalsStayTheSamplers) {
+    LibraryArgmax library;
+    Sampler greedy(SamplingOptions{});
+    for (uint64_t seed = 1; seed <= 10; ++seed) {
+        std::vector<float> row = random_row(49152 + seed, seed);
+        row[20000] = row[40000] = 9.0f;  // a tie for the largest, across the threads' halves
+        EXPECT_EQ(greedy.next(row, {}, library.function()), greedy.next(row, {})) << "row " << seed;
+        EXPECT_EQ(greedy.next(row, {}, library.function()), 20000);
+    }
+    EXPECT_EQ(library.calls, 20);
+    Sampler penalized({.repeat_penalty = 1.3f});
+    Sampler warm({.temperature = 0.7f, .seed = 3});
+    const std::vector<float> row = random_row(1000, 5);
+    const std::vector<int> previous = {1, 2, 3};
+    penalized.next(row, previous, library.function());
+    warm.next(row, {}, library.function());
+    EXPECT_EQ(library.calls, 20) << "the argmax ran where a penalty or a temperature decides";
+    EXPECT_EQ(refusal(greedy, {0.0f, 1.0f, std::nanf(""), 2.0f}, {}, library.function()),
+              "sampler: the logit of token 2 is NaN");
+    EXPECT_EQ(refusal(greedy, {1.0f, std::numeric_limits<float>::infinity(), 1.0f}, {}, library.function()),
+              "sampler: the logit of token 1 is +inf");
+    EXPECT_EQ(refusal(greedy, {kMinusInf, kMinusInf}, {}, library.function()), "sampler: every logit is -inf");
+    EXPECT_EQ(refusal(greedy, {}, {}, library.function()), "sampler: the logit row is empty");
 }
 
 TEST(Sampler, BadLogitsAndPreviousTokensAreRefusedByIndex) {
