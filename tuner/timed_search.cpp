@@ -22,6 +22,25 @@ Measurement summarize(std::vector<double> samples) {
     return m;
 }
 
+// Calls warmed up already, timed in interleaved rounds, one call of each per round: `repeats`
+// rounds, then, while a call's spread is above kUnstableSpread, `repeats` more rounds of the
+// unstable ones, kMaxRounds times `repeats` samples at most.
+std::vector<Measurement> measure_interleaved(const std::vector<const TimedCall*>& calls, int repeats) {
+    std::vector<std::vector<double>> samples(calls.size());
+    std::vector<Measurement> measured(calls.size());
+    std::vector<size_t> timing(calls.size());
+    for (size_t c = 0; c < calls.size(); ++c) timing[c] = c;
+    for (int round = 0; round < kMaxRounds * repeats && !timing.empty(); ++round) {
+        for (size_t c : timing) samples[c].push_back((*calls[c])());
+        if ((round + 1) % repeats != 0) continue;
+        std::erase_if(timing, [&](size_t c) {
+            measured[c] = summarize(samples[c]);
+            return measured[c].stable;
+        });
+    }
+    return measured;
+}
+
 // A screened candidate: its call, kept for the confirmation, and its screening's measurement.
 struct Screened {
     size_t index;
@@ -65,7 +84,10 @@ public:
             screened_[i] = true;
             batch.push_back({i, std::move(call), {}});
         }
-        time_in_rounds(batch);
+        std::vector<const TimedCall*> calls;
+        for (const Screened& candidate : batch) calls.push_back(&candidate.call);
+        const std::vector<Measurement> measured = measure_interleaved(calls, kScreenRepeats);
+        for (size_t b = 0; b < batch.size(); ++b) batch[b].measured = measured[b];
         for (Screened& candidate : batch) {
             ++timed_;
             auto [best, inserted] = structure_best_.try_emplace(structures_[candidate.index], candidate.measured.median_seconds);
@@ -75,22 +97,6 @@ public:
     }
 
 private:
-    // kScreenRepeats interleaved rounds; then, while a candidate's spread is above kUnstableSpread,
-    // rounds of the unstable ones, kMaxRounds times kScreenRepeats samples at most (as measure()).
-    static void time_in_rounds(std::vector<Screened>& batch) {
-        std::vector<std::vector<double>> samples(batch.size());
-        std::vector<size_t> timing(batch.size());
-        for (size_t b = 0; b < batch.size(); ++b) timing[b] = b;
-        for (int round = 0; round < kMaxRounds * kScreenRepeats && !timing.empty(); ++round) {
-            for (size_t b : timing) samples[b].push_back(batch[b].call());
-            if ((round + 1) % kScreenRepeats != 0) continue;
-            std::erase_if(timing, [&](size_t b) {
-                batch[b].measured = summarize(samples[b]);
-                return batch[b].measured.stable;
-            });
-        }
-    }
-
     // The kFinalists fastest screened, at most half of them of one structure while others can
     // fill the places: variants of one structure screened at one moment must not crowd out a
     // rival structure that the confirmation would time beside them.
@@ -184,14 +190,7 @@ TimedCall timed_on_host(CandidateRun candidate) {
 
 Measurement measure(const TimedCall& call, int repeats) {
     call();  // warm-up: first-touch buffers, instruction cache
-    std::vector<double> samples;
-    Measurement m;
-    for (int round = 0; round < kMaxRounds; ++round) {
-        for (int i = 0; i < repeats; ++i) samples.push_back(call());
-        m = summarize(samples);
-        if (m.stable) break;
-    }
-    return m;
+    return measure_interleaved({&call}, repeats).front();
 }
 
 SearchResult timed_search(const std::vector<std::string>& structures, const MakeTimedCall& make_call,

@@ -45,7 +45,6 @@
 #include "jit/x86/gemm_emitter_class.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cstddef>
 
 #include "format/quantized_matrix.hpp"
@@ -194,7 +193,7 @@ void GemmEmitter::load_constants() {
     }
     select_width(0);
     if (pairs_sum_by_ones(spec_)) broadcast_constant(int16_ones(), 0x00010001u);
-    if (spare_.zero_point) broadcast_constant(zero_point(), std::bit_cast<uint32_t>(float(spec_.format.symmetric_zero())));
+    if (spare_.zero_point) broadcast_symmetric_zero(zero_point());
     if (codebook_) {
         zmm_ ? vbroadcasti32x4(Zmm(codebook_table().getIdx()), ptr[regs::rip + codebook_data_])
              : vbroadcasti128(Ymm(codebook_table().getIdx()), ptr[regs::rip + codebook_data_]);

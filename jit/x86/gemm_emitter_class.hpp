@@ -138,6 +138,10 @@ private:
     void emit_super_block_epilogue();
     void emit_group_epilogue();
     void emit_group_outputs();
+    // The format's symmetric zero point in every lane, as a float: broadcast into dst; or the
+    // spare register that holds it (spare_register_use), else broadcast into `temp`.
+    void broadcast_symmetric_zero(const Vmm& dst);
+    Vmm symmetric_zero(const Vmm& temp);
     void advance_group_metadata();
     void load_halves(const Vmm& dst, const Reg64& base, int t);
     void load_stored_floats(const Vmm& dst, const Reg64& base, int t);

@@ -60,11 +60,8 @@ void GemmEmitter::emit_super_block_epilogue() {
         }
         if (float_offsets_) {  // factor = dmin
             load_halves(factor, super_mins_, t);
-        } else if (spare_.zero_point) {  // factor = d * zero
-            vmulps(factor, factor, zero_point());
-        } else {
-            broadcast_constant(broadcast, float_bits(float(spec_.format.symmetric_zero())));
-            vmulps(factor, factor, broadcast);
+        } else {  // factor = d * zero
+            vmulps(factor, factor, symmetric_zero(broadcast));
         }
         for (int64_t g = 0; g < groups; ++g) {
             const int64_t codes_at = first_codes + g * layout.code_bytes(panel_);
@@ -99,12 +96,11 @@ void GemmEmitter::emit_group_epilogue() {
 }
 
 void GemmEmitter::emit_group_outputs() {
-    // A symmetric zero is the same for every column: broadcast once per kernel where a spare
-    // register holds it, else once per group (nothing below writes it).
+    // A symmetric zero is the same for every column: once per group, or none where a spare
+    // register holds it (nothing below writes it).
     const bool constant_zero = spec_.format.symmetric && !second_order_;
-    const Vmm scale = ep_scale(), zero = spare_.zero_point ? zero_point() : ep_zero(), factor = ep_broadcast(),
+    const Vmm scale = ep_scale(), zero = constant_zero ? symmetric_zero(ep_zero()) : ep_zero(), factor = ep_broadcast(),
               out = ep_output();
-    if (constant_zero && !spare_.zero_point) broadcast_constant(zero, float_bits(float(spec_.format.symmetric_zero())));
     for (int t = 0; t < tu_; ++t) {
         if (second_order_) {
             load_second_order_scale_and_zero(t, scale, zero, factor);
@@ -140,6 +136,16 @@ void GemmEmitter::emit_group_outputs() {
             vzero(a);
         }
     }
+}
+
+void GemmEmitter::broadcast_symmetric_zero(const Vmm& dst) {
+    broadcast_constant(dst, float_bits(float(spec_.format.symmetric_zero())));
+}
+
+Vmm GemmEmitter::symmetric_zero(const Vmm& temp) {
+    if (spare_.zero_point) return zero_point();
+    broadcast_symmetric_zero(temp);
+    return temp;
 }
 
 // The group's scales, zero points, activation sums and steps are behind; the next group's follow.
