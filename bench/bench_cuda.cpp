@@ -8,7 +8,7 @@
 //
 //   bench_cuda [--shapes llama7b,llama70b,mixtral,granite] [--batches 1,4,16,32,64] [--reps 50]
 //              [--bits 4,3] [--all] [--dtype f16|bf16] [--tuning-db PATH] [--budget MS] [--tuner-check]
-//              [--low-rank R] [--low-rank-bits 3|8|16] [--mixed]
+//              [--low-rank R] [--low-rank-bits 3|8|16] [--mixed] [--tilings "T1;T2;..."]
 //
 // --low-rank R adds, for each width, the same layer with a rank-R compensator (MiLo's y += (x U) V,
 // U and V stored at --low-rank-bits, 3 by default) and its time over the plain layer's.
@@ -19,6 +19,10 @@
 // --tuner-check prints, instead of the main table, the GPU tuner against an exhaustive search for
 // each shape, batch and width: the budgeted search's tiling and time, the exhaustive one's, their
 // ratio, each search's wall time, and a second creation's time once the database holds the record.
+//
+// --tilings prints, instead of the main table, each named CUDA tiling (QJIT_CUDA_TILING's form, e.g.
+// "kernel=gemm,bm=128,bn=128,bk=64,warps=8,wm=2"; ';' between tilings) forced on every shape, batch
+// and width, beside cuBLAS: what the tuner's model and search choose among, measured.
 //
 // --all is --bits 4,3,2,8. Every qjit layer is GPTQ-style, group 128, asymmetric, with random codes,
 // and is created in a context whose tuning_batch is the row's batch (tuned for it, within --budget).
@@ -92,6 +96,7 @@ struct Options {
     int low_rank = 0;                      // --low-rank: the compensated layers' rank (0: none)
     int low_rank_bits = 3;                 // --low-rank-bits: how their U and V are stored
     bool mixed = false;                    // --mixed: the 2/4/16 layers too
+    std::vector<std::string> tilings;      // --tilings: forced tilings timed instead of the main table
 };
 
 [[noreturn]] void usage(const char* problem) {
@@ -100,7 +105,7 @@ struct Options {
                  "usage: bench_cuda [--shapes llama7b,llama70b,mixtral,granite] [--batches 1,4,16,32,64]\n"
                  "                  [--reps N] [--bits 4,3] [--all] [--dtype f16|bf16] [--tuning-db PATH]\n"
                  "                  [--budget MS] [--tuner-check] [--low-rank R] [--low-rank-bits 3|8|16]\n"
-                 "                  [--mixed]\n",
+                 "                  [--mixed] [--tilings \"T1;T2;...\"]\n",
                  problem);
     std::exit(2);
 }
@@ -121,7 +126,7 @@ int64_t parse_int(const std::string& text, int64_t min) {
 }
 
 const std::string kValuedFlags[] = {"--shapes",    "--batches", "--bits",     "--reps",         "--dtype",
-                                    "--tuning-db", "--budget",  "--low-rank", "--low-rank-bits"};
+                                    "--tuning-db", "--budget",  "--low-rank", "--low-rank-bits", "--tilings"};
 
 Options parse_args(int argc, char** argv) {
     Options options;
@@ -167,6 +172,10 @@ Options parse_args(int argc, char** argv) {
             options.tuning_db = value;
         } else if (flag == "--budget") {
             options.budget_ms = std::atof(value.c_str());
+        } else if (flag == "--tilings") {
+            std::stringstream stream(value);
+            for (std::string tiling; std::getline(stream, tiling, ';');)
+                if (!tiling.empty()) options.tilings.push_back(tiling);
         } else if (flag == "--low-rank") {
             options.low_rank = int(parse_int(value, 0));
         } else if (flag == "--low-rank-bits") {
@@ -660,6 +669,35 @@ void tuner_check(const Options& options, const std::vector<Shape>& shapes, ColdL
             }
 }
 
+// Each of --tilings forced (QJIT_CUDA_TILING, read at a context's creation) on every shape, batch
+// and width, in a context and layer of its own, beside cuBLAS on the same shape and batch.
+void forced_tilings(const Options& options, const std::vector<Shape>& shapes, ColdL2Timer& timer, cudaStream_t stream,
+                    const CublasGemm& cublas, const DeviceBuffer& weights, const DeviceBuffer& x, const DeviceBuffer& y) {
+    std::printf("\n| shape | m | bits | tiling | us | cuBLAS f16 us | qjit / cuBLAS speed |\n|---|---|---|---|---|---|---|\n");
+    for (const Shape& shape : shapes)
+        for (int64_t m : options.batches) {
+            const double cublas_us = timer.median_us(options.reps, [&] {
+                cublas.enqueue(weights.data(), x.data(), y.data(), m, shape.k, shape.n);
+            });
+            for (int bits : options.bits)
+                for (const std::string& tiling : options.tilings) {
+                    setenv("QJIT_CUDA_TILING", tiling.c_str(), 1);
+                    qjit_context* context = make_context(options, m, QJIT_TUNING_DEFAULT, "");
+                    unsetenv("QJIT_CUDA_TILING");
+                    const QjitLayer layer = make_layer(context, shape, bits);
+                    const double us = timer.median_us(options.reps, [&] {
+                        QJIT_CHECK(qjit_linear_forward_cuda(layer.layer, x.data(), y.data(), m, options.dtype, stream));
+                    });
+                    std::printf("| %s | %lld | %d | %s | %.1f | %.1f | %.2fx |\n", shape_label(shape).c_str(),
+                                (long long)m, bits, cuda_tiling(layer.layer, m, options.dtype).c_str(), us, cublas_us,
+                                cublas_us / us);
+                    std::fflush(stdout);
+                    QJIT_CHECK(qjit_linear_destroy(layer.layer));
+                    QJIT_CHECK(qjit_context_destroy(context));
+                }
+        }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -710,6 +748,11 @@ int main(int argc, char** argv) {
         return 0;
     }
     CublasGemm cublas(stream, options.dtype);
+    if (!options.tilings.empty()) {
+        forced_tilings(options, shapes, timer, stream, cublas, weights, x, y);
+        CUDA_CHECK(cudaStreamDestroy(stream));
+        return 0;
+    }
     const Bench bench{options, stream, timer, cublas, weights, x, y, copy_gbps};
     std::map<int64_t, qjit_context*> contexts;
     for (int64_t m : options.batches) contexts[m] = make_context(options, m);

@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 
 #ifndef QJIT_MODEL_CONFIGS_DIR  // set by the build to the source tree's configs/models
@@ -35,8 +37,21 @@ ModelConfig load_model_config(const std::string& path) {
     return model;
 }
 
+namespace {
+
+// $QJIT_MODEL_CONFIGS_DIR, else the build's source tree, else (a build carried to a machine
+// without that tree, run from a checkout's root) configs/models in the working folder.
+std::string shipped_configs_dir() {
+    if (const char* dir = std::getenv("QJIT_MODEL_CONFIGS_DIR"); dir && *dir) return dir;
+    std::error_code ignored;
+    if (std::filesystem::is_directory(QJIT_MODEL_CONFIGS_DIR, ignored)) return QJIT_MODEL_CONFIGS_DIR;
+    return "configs/models";
+}
+
+}  // namespace
+
 ModelConfig shipped_model_config(const std::string& name) {
-    return load_model_config(std::string(QJIT_MODEL_CONFIGS_DIR) + "/" + name + ".yaml");
+    return load_model_config(shipped_configs_dir() + "/" + name + ".yaml");
 }
 
 ModelConfig llama2_7b_config() {

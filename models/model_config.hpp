@@ -30,8 +30,9 @@ struct ModelConfig {
 // Throws std::runtime_error naming the file and what is wrong.
 ModelConfig load_model_config(const std::string& path);
 
-// The shipped configs/models/NAME.yaml of the source tree qjit was built from (the benchmarks'
-// model shapes). Throws as load_model_config does.
+// The shipped configs/models/NAME.yaml (the benchmarks' model shapes): in $QJIT_MODEL_CONFIGS_DIR
+// when set, else in the source tree qjit was built from, else, where that tree is absent (a build
+// carried to a GPU machine), under the working folder. Throws as load_model_config does.
 ModelConfig shipped_model_config(const std::string& name);
 
 // Llama-2-7B's layers (as configs/models/llama-2-7b.yaml): hidden 4096, MLP 11008. qjit-tune's

@@ -8,14 +8,17 @@
 #
 # Usage: [QJIT_BUILD_DIR=build-carry] [QJIT_GPU_BUDGET_S=540] [OUT=folder] scripts/gpu_bench.sh STEP...
 # Steps, most valuable first:
-#   tests     every CUDA test (qjit_tests, compile-only tests left out) in $QJIT_TEST_SHARDS (12)
-#             processes at once: 229 s on an H200 with a cold cubin cache, most of it NVRTC
+#   tests     every CUDA device test (qjit_tests; the compile-only tests and the host emulation, which
+#             reads the source tree, left out) in $QJIT_TEST_SHARDS (12) processes at once: 229 s on
+#             an H200 with a cold cubin cache, most of it NVRTC
+#   tiles     the device tests of the prefill tiles (128 and 256 rows) and of split-K at every batch
 #   shard     the device tests of tensor-parallel shards and MLPs alone
 #   nccl      the NCCL adapter on the device (one rank) with a tensor-parallel MLP
 #   b70       bench_cuda: Llama-2-70B layers, batches 1/16/64, 4 and 3 bits
 #   peer      bench/peer_torch.py: cuBLAS fp16/bf16 and PyTorch's int4 kernel, same shapes and batches
 #   b7        bench_cuda: Llama-2-7B layers, batches 1/4/16/64, 4 and 3 bits, rank-16 INT8 and 2/4/16
-#   prefill   bench_cuda: batches 128/256/512, 4 bits, both models
+#   prefill   bench_cuda: batches 64/128/256/512, 4 bits, both models, tuned within 3 s each
+#   tilings   bench_cuda --tilings: candidate prefill tilings forced, Llama-2-7B, batches 128 and 512
 #   tuner     bench_cuda --tuner-check on Llama-2-7B, batches 1/16/64, 4 bits
 # A step that would start with less than a minute of budget left is skipped; a running step is
 # stopped when the budget ends. A carried gpu-cubins.tgz seeds the cubin cache. Exits nonzero when
@@ -39,17 +42,27 @@ if ldd "$build/bench/bench_cuda" | grep 'not found'; then
 fi
 
 bench="$build/bench/bench_cuda"
+# The prefill tilings `tilings` times: the old 64-row tile, then 128 and 256 rows in warp grids.
+prefill_tilings="kernel=gemm,bm=64,bn=128,bk=128,warps=8,wm=1,stages=3"
+for tiling in bm=64,bn=128,bk=64,warps=8,wm=2,stages=4 bm=128,bn=128,bk=64,warps=8,wm=2,stages=3 \
+    bm=128,bn=128,bk=64,warps=8,wm=4,stages=4 bm=128,bn=64,bk=128,warps=4,wm=2,stages=4 \
+    bm=128,bn=256,bk=64,warps=8,wm=2,stages=3 bm=128,bn=128,bk=64,warps=4,wm=2,stages=5 \
+    bm=256,bn=128,bk=64,warps=8,wm=4,stages=3 bm=128,bn=64,bk=128,warps=4,wm=2,stages=4,splitk=2; do
+  prefill_tilings+=";kernel=gemm,$tiling"
+done
 step_command() {
   case "$1" in
     tests) echo scripts/gpu_test_shards.sh "${QJIT_TEST_SHARDS:-12}" "$logs/tests" "$build/tests/qjit_tests" \
-          --gtest_filter='*Cuda*:-*CompileSweep*:*CudaCompile.*' ;;
+          --gtest_filter='*Cuda*:-*CompileSweep*:*CudaCompile.*:*CudaEmulated*' ;;
+    tiles) echo "$build/tests/qjit_tests" --gtest_filter='CudaDevice.PrefillTiles*:CudaDevice.SplitKAndEveryBatch' ;;
     shard) echo "$build/tests/qjit_tests" --gtest_filter='CudaDevice.Shard*:CudaDevice.TensorParallel*' ;;
     nccl) echo "$build/tests/qjit_nccl_tests" ;;
     b70) echo "$bench" --shapes llama70b --batches 1,16,64 --bits 4,3 --budget 1000 --reps 30 ;;
     peer) echo python3 bench/peer_torch.py --shapes llama7b,llama70b --batches 1,16,64,128,256,512 --reps 30 ;;
     b7) echo "$bench" --shapes llama7b --batches 1,4,16,64 --bits 4,3 --budget 1000 --reps 30 --low-rank 16 \
           --low-rank-bits 8 --mixed ;;
-    prefill) echo "$bench" --shapes llama7b,llama70b --batches 128,256,512 --bits 4 --budget 1000 --reps 20 ;;
+    prefill) echo "$bench" --shapes llama7b,llama70b --batches 64,128,256,512 --bits 4 --budget 3000 --reps 20 ;;
+    tilings) echo "$bench" --shapes llama7b --batches 128,512 --bits 4 --reps 20 --tilings $prefill_tilings ;;  # no spaces: one word
     tuner) echo "$bench" --tuner-check --shapes llama7b --batches 1,16,64 --bits 4 --budget 1000 --reps 20 ;;
     *) return 1 ;;
   esac

@@ -20,7 +20,7 @@ done
 rm -rf "$carry"
 mkdir -p "$carry/carried-libs"
 # Everything but objects, archives and CMake's own work folders; other programs' folders stay out.
-(cd "$build" && find . \( -name CMakeFiles -o -name models -o -name tools -o -name python -o -name _deps -o -name cuda_host_kernels \) -prune \
+(cd "$build" && find . \( -name CMakeFiles -o -name models -o -name tools -o -name python -o -name _deps -o -name cuda_host_kernels -o -name peers -o -name pip -o -name Testing \) -prune \
    -o \( -type f -o -type l \) ! -name '*.o' ! -name '*.a' -print) |
   while read -r file; do
     mkdir -p "$carry/$(dirname "$file")"

@@ -1,5 +1,5 @@
 // The generated CUDA kernel variants the tests cover: bits x group x symmetry x tile shape x
-// pipeline stages for the GEMM, bits x group x symmetry x rows for the GEMV, plus sweeps of the
+// pipeline stages for the GEMM, its prefill tiles (128 and 256 rows, warps in a grid), bits x group x symmetry x rows for the GEMV, plus sweeps of the
 // remaining knobs (activation type, fp32 scales, tile height, warps, GEMV columns and loads in
 // flight) on fewer formats; float offsets in place of zero points at every width, and super-block
 // scales at groups of 32 (every_super_block_cuda_format, for K a multiple of 256). Shared by the
@@ -95,6 +95,17 @@ inline std::vector<jit::cuda::CudaKernelSpec> cuda_variants(const CudaFormat& fo
             spec.tiling.warps = bn / 8 % 16 == 0 ? 8 : 4;  // at least 16 columns per warp
             add(spec);
         }
+    // Prefill tiles: 128 and 256 rows, the block's warps in a grid (rows x columns); K steps of 64,
+    // or of 128 in two stages where 64 rows of codes are not whole 16-byte copies (3 and 5 bits).
+    for (auto [bm, warps_m, bn] : {std::tuple{128, 2, 128}, {256, 4, 128}, {64, 2, 256}}) {
+        CudaKernelSpec spec = base;
+        spec.rows = bm;
+        spec.tiling.kind = KernelKind::Gemm;
+        spec.tiling.block_m = bm, spec.tiling.warps_m = warps_m, spec.tiling.block_n = bn, spec.tiling.warps = 8;
+        const bool whole_copies = 64 * format.bits % 128 == 0;
+        spec.tiling.block_k = whole_copies ? 64 : 128, spec.tiling.stages = whole_copies ? 3 : 2;
+        add(spec);
+    }
     // The other knobs, on the group-128 asymmetric formats of each width and its super-block format
     // with float offsets (whose scale type is its own).
     const bool super_block = format.scale_code_bits > 0;
@@ -129,16 +140,20 @@ inline std::vector<jit::cuda::CudaKernelSpec> cuda_variants(const CudaFormat& fo
 
 // A fixed, deterministic sample of `variants`: the first variant of each combination of kernel
 // kind, activation type, scale type (super-block too), symmetry, float offsets and per-column grouping
-// they contain. What CI
-// compiles; the sweep compiles them all.
+// they contain, and the first GEMM of each prefill tile (warps in a grid). What CI compiles; the
+// sweep compiles them all.
 inline std::vector<jit::cuda::CudaKernelSpec> sample_of(const std::vector<jit::cuda::CudaKernelSpec>& variants) {
     std::set<std::tuple<jit::cuda::KernelKind, jit::cuda::ActivationType, bool, bool, bool, bool, bool>> seen;
+    std::set<std::pair<int, int>> prefill_tiles_seen;  // block_m, warps_m
     std::vector<jit::cuda::CudaKernelSpec> sample;
-    for (const jit::cuda::CudaKernelSpec& spec : variants)
+    for (const jit::cuda::CudaKernelSpec& spec : variants) {
+        const bool prefill_tile = spec.tiling.kind == jit::cuda::KernelKind::Gemm && spec.tiling.warps_m > 1;
         if (seen.insert({spec.tiling.kind, spec.activations, spec.format.f16_scales(), spec.format.symmetric,
                          spec.format.float_offsets, spec.format.super_block_scales(), spec.per_column()})
-                .second)
+                .second ||
+            (prefill_tile && prefill_tiles_seen.insert({spec.tiling.block_m, spec.tiling.warps_m}).second))
             sample.push_back(spec);
+    }
     return sample;
 }
 

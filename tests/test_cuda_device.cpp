@@ -147,13 +147,14 @@ TEST_P(CudaDevice, EveryVariantMatchesTheOracle) {
                 // GEMV and MMA: a partial and a full bucket of the rows compiled for (MMA at 64 also
                 // m = 100, two row slices); GEMM: several row blocks, partial ones too.
                 std::vector<int64_t> batches{17, 33, 64, 100};
+                if (spec.tiling.block_m > 64) batches.push_back(300);  // a partial block of 128 or 256 rows
                 if (spec.tiling.kind != KernelKind::Gemm) {
-                    const int bucket = int(batch_bucket(spec.rows));
+                    const int bucket = int(cuda_batch_bucket(spec.rows));
                     batches = {bucket / 2 + 1, bucket};
                     if (spec.tiling.kind == KernelKind::Mma && bucket == jit::cuda::kMaxMmaRows) batches.push_back(100);
                 }
                 for (int64_t m : batches) {
-                    const int64_t bucket = batch_bucket(m);
+                    const int64_t bucket = cuda_batch_bucket(m);
                     executor.install(spec.activations, bucket, spec.tiling);
                     run_and_check(executor, matrix, m, spec.activations, name, uint32_t(m));
                 }
@@ -180,12 +181,52 @@ TEST(CudaDevice, SplitKAndEveryBatch) {
             run_and_check(executor, matrix, 20, type, "split_k=" + std::to_string(split), 5);
         }
         for (int64_t m = 1; m <= 64; ++m) {
-            const int64_t bucket = batch_bucket(m);
+            const int64_t bucket = cuda_batch_bucket(m);
             if (!executor.plan(type, bucket) || bucket == 32)
                 executor.install(type, bucket, ranked_cuda_tilings(executor.format(type, bucket), 200, *device).front());
             run_and_check(executor, matrix, m, type, "model pick", uint32_t(m));
         }
     }
+}
+
+// The prefill tiles (128 and 256 rows, warps in a grid) at every width, symmetric per column and
+// asymmetric in groups, fp16 and bf16, split-K too, on an odd act-order shape and a longer K, at
+// one partial block to several; then the model's pick for each bucket past 64 rows.
+TEST(CudaDevice, PrefillTilesMatchTheOracle) {
+    REQUIRE_DEVICE(device);
+    struct Shape { int64_t k, n; bool act_order; };
+    const Shape shapes[] = {{515, 300, true}, {2048, 520, false}};
+    int index = 0;
+    for (int bits : {2, 3, 4, 5, 6, 8})
+        for (const test::CudaFormat format : {test::CudaFormat{bits, 128, false}, test::CudaFormat{bits, 0, true}}) {
+            const Shape& shape = shapes[index % 2];
+            const QuantizedMatrix matrix = random_matrix(format, shape.k, shape.n, shape.act_order, 13);
+            cuda::CudaExecutor executor(*device, [&] { return matrix; }, "", "");
+            std::vector<CudaKernelSpec> tiles;
+            for (const CudaKernelSpec& spec : test::cuda_variants(format, shape.k, device->arch()))
+                if (spec.tiling.kind == KernelKind::Gemm && spec.tiling.warps_m > 1) tiles.push_back(spec);
+            ASSERT_FALSE(tiles.empty()) << bits << "-bit";
+            precompile(tiles);
+            for (CudaKernelSpec spec : tiles) {
+                spec.activations = index % 2 ? ActivationType::BF16 : ActivationType::F16;
+                if (index % 3 == 2) spec.tiling.split_k = 2;
+                const std::string name = jit::cuda::kernel_name(spec) + " split_k=" + std::to_string(spec.tiling.split_k) +
+                                         " K=" + std::to_string(shape.k) + " N=" + std::to_string(shape.n);
+                for (int64_t m : {17, 100, 300, 512}) {
+                    executor.install(spec.activations, cuda_batch_bucket(m), spec.tiling);
+                    run_and_check(executor, matrix, m, spec.activations, name, uint32_t(m + index));
+                }
+                ++index;
+                if (HasFailure()) return;
+            }
+            for (int64_t m : {65, 200, 256, 700}) {
+                const ActivationType type = m % 2 ? ActivationType::BF16 : ActivationType::F16;
+                const int64_t bucket = cuda_batch_bucket(m);
+                executor.install(type, bucket, ranked_cuda_tilings(executor.format(type, bucket), shape.n, *device).front());
+                run_and_check(executor, matrix, m, type, "model pick", uint32_t(m));
+            }
+            if (HasFailure()) return;
+        }
 }
 
 // Mixed widths, second-order scales and outliers through the executor: the mixed GEMV at every
@@ -201,7 +242,7 @@ TEST(CudaDevice, MixedFormatsMatchTheOracle) {
         cuda::CudaExecutor executor(*device, [&] { return matrix; }, "", "");
         for (ActivationType type : {ActivationType::F16, ActivationType::BF16})
             for (int64_t m : {1, 3, 8, 13, 40}) {
-                const int64_t bucket = batch_bucket(m);
+                const int64_t bucket = cuda_batch_bucket(m);
                 executor.install(type, bucket, ranked_cuda_tilings(executor.format(type, bucket), 300, *device).front());
                 run_and_check(executor, matrix, m, type, test::features_name(features), uint32_t(m));
             }
@@ -294,8 +335,8 @@ TEST(CudaDevice, ShardColumnsEqualTheUnshardedLayers) {
                                "kernel=gemm,bm=32,bn=128,bk=128,warps=4,stages=3"}) {
         const auto t = jit::cuda::parse_tiling(tiling);
         const int64_t m = t.kind == KernelKind::Gemv ? 3 : 20;
-        whole.install(type, batch_bucket(m), t);
-        part.install(type, batch_bucket(m), t);
+        whole.install(type, cuda_batch_bucket(m), t);
+        part.install(type, cuda_batch_bucket(m), t);
         std::vector<float> x = test::random_floats(size_t(m * k), 33);
         const std::vector<uint16_t> x_bits = test::to_activation_bits(x, type);
         cuda::DeviceBuffer xd(x_bits.data(), x_bits.size() * 2), yw(size_t(m * n) * 2), yp(size_t(m * shard_n) * 2);

@@ -169,6 +169,7 @@ void expect_variant_matches_the_oracle(const test::CudaFormat& format, const Cud
     SCOPED_TRACE(name);
     const HostModule kernel(jit::cuda::generate_kernel(spec).source);
     std::vector<int64_t> batches{17, 100};  // gemm: partial row blocks, two of them
+    if (spec.tiling.block_m > 64) batches.push_back(300);  // several blocks of 128 or 256 rows, the last partial
     if (spec.tiling.kind != KernelKind::Gemm) batches = {spec.rows / 2 + 1, spec.rows};
     for (int64_t m : batches) {
         std::vector<float> x = test::random_floats(size_t(m * shape.k), uint32_t(m));
@@ -239,6 +240,27 @@ TEST(CudaEmulatedSuperBlock, EveryKindMatchesTheOracle) {
             if (HasFailure()) return;
             ++index;
         }
+}
+
+// The prefill tiles (128 and 256 rows, 64 rows by two warps; the block's warps in a grid of rows
+// and columns), one per width in rotation, symmetric and not, both activation types and split-K
+// in rotation too.
+TEST(CudaEmulatedPrefillTiles, GridsOfWarpsMatchTheOracle) {
+    int index = 0;
+    for (int bits : {2, 3, 4, 5, 6, 8}) {
+        const test::CudaFormat format{bits, 128, index % 2 == 1};
+        const Shape& shape = kOddShapes[index % 2];
+        std::vector<CudaKernelSpec> tiles;
+        for (const CudaKernelSpec& spec : test::cuda_variants(format, shape.k, 90))
+            if (spec.tiling.kind == KernelKind::Gemm && spec.tiling.warps_m > 1) tiles.push_back(spec);
+        ASSERT_EQ(tiles.size(), 3u) << bits << "-bit";
+        CudaKernelSpec spec = tiles[size_t(index) % tiles.size()];
+        spec.activations = index % 3 == 1 ? ActivationType::BF16 : ActivationType::F16;
+        if (index % 4 == 2) spec.tiling.split_k = 2;
+        expect_variant_matches_the_oracle(format, spec, shape);
+        if (HasFailure()) return;
+        ++index;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Bits, CudaEmulated, ::testing::Values(2, 3, 4, 5, 6, 8),

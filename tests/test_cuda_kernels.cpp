@@ -311,6 +311,10 @@ TEST(CudaTuner, KeysAndBuckets) {
     EXPECT_EQ(batch_bucket(3), 4);
     EXPECT_EQ(batch_bucket(9), 16);
     EXPECT_EQ(batch_bucket(500), 64);
+    EXPECT_EQ(cuda_batch_bucket(64), 64);  // the GPU's buckets go on: its tiles change past 64 rows
+    EXPECT_EQ(cuda_batch_bucket(65), 128);
+    EXPECT_EQ(cuda_batch_bucket(300), 512);
+    EXPECT_EQ(cuda_batch_bucket(5000), 512);
 }
 
 // The tuner screens one tiling per structure first: pipeline depth, split-K and loads in flight
@@ -367,6 +371,26 @@ TEST(CudaTuner, MmaKernelRanksFirstUpTo64Rows) {
         EXPECT_EQ(ranked.front().kind, rows <= 64 ? KernelKind::Mma : KernelKind::Gemm) << "rows " << rows;
         for (const CudaTiling& t : ranked) EXPECT_TRUE(jit::cuda::kind_serves(t.kind, rows)) << jit::cuda::tiling_text(t);
     }
+}
+
+// Past 64 rows only the GEMM serves; at 512 rows the model ranks first a tile of 128 rows or more
+// (each weight decoded at most four times), with 64-row tiles close behind it at 256 rows, where
+// they fill the SMs better (timing decides between them).
+TEST(CudaTuner, PrefillRanksTallTilesFirst) {
+    GpuProperties h200;
+    h200.name = "H200-like", h200.compute_major = 9, h200.sm_count = 132;
+    h200.shared_memory_per_sm = 228 * 1024, h200.shared_memory_per_block_optin = 227 * 1024;
+    for (auto [k, n] : {std::pair<int64_t, int64_t>{4096, 4096}, {4096, 11008}, {8192, 28672}})
+        for (int rows : {128, 512}) {
+            CudaKernelSpec spec = test::cuda_spec({4, 128, false}, k, 90);
+            spec.rows = rows;
+            const std::vector<CudaTiling> ranked = ranked_cuda_tilings(spec, n, h200);
+            ASSERT_FALSE(ranked.empty());
+            for (const CudaTiling& t : ranked) ASSERT_EQ(t.kind, KernelKind::Gemm) << jit::cuda::tiling_text(t);
+            if (rows == 512)
+                EXPECT_GE(ranked.front().block_m, 128) << k << "x" << n << " m=" << rows << ": "
+                                                   << jit::cuda::tiling_text(ranked.front());
+        }
 }
 
 // The device layout: every code reads back from where cuda_code_layout.hpp puts it, padding is zero.

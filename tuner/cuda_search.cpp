@@ -22,6 +22,46 @@ double weight_bytes(const CudaKernelSpec& f, int64_t n) {
     return double(jit::cuda::padded_k(f.format.k)) * double(n) * f.format.bits / 8;
 }
 
+// Warps of a GEMM tiling resident on one SM: its blocks are limited by shared memory and by
+// registers (the accumulators plus about 90 for fragments, addresses and decoding, which is what
+// ptxas reports for the 64- and 128-accumulator tiles).
+double resident_gemm_warps(const CudaKernelSpec& spec, const GpuProperties& device) {
+    const CudaTiling& t = spec.tiling;
+    const double per_sm = double(std::max(device.shared_memory_per_sm, device.shared_memory_per_block_optin + 1024));
+    const double by_shared = std::floor(per_sm / std::max(1, jit::cuda::shared_memory_bytes(spec)));
+    const int accumulators = t.block_m / t.warps_m / 16 * (t.block_n / (t.warps / t.warps_m) / 8) * 4;
+    const double registers = std::min(255.0, accumulators * 1.15 + 90);
+    const double by_registers = std::floor(65536.0 / (registers * 32 * t.warps));
+    return std::max(1.0, std::min(by_shared, by_registers)) * t.warps;
+}
+
+// The GEMM's predicted time in bytes of weight traffic (a constant factor from seconds): the
+// larger of the weights' stream and the block's work, over the share of the SMs its grid fills.
+// The work is the tensor-core products, each widened by the shared-memory fragment loads a warp
+// issues per product (a taller or wider warp tile shares its fragments more), plus decoding every
+// weight once per row block, and stretched where few warps per SM are left to hide latency. The
+// rates are an H200's per byte of memory bandwidth (18 bytes per SM and cycle): about 113 mma.sync
+// flops (2048 per SM and cycle) and 5.5 decoded weights (some 40 instructions per 32-code block,
+// 128 lanes' instructions per SM and cycle).
+double gemm_cost(const CudaKernelSpec& spec, int64_t n, const GpuProperties& device) {
+    constexpr double kFlopsPerByte = 113, kWeightsDecodedPerByte = 5.5;
+    const CudaTiling& t = spec.tiling;
+    const double k = double(jit::cuda::padded_k(spec.format.k)), columns = double(jit::cuda::padded_n(n));
+    const double tiles_n = columns / t.block_n;
+    const double tiles_m = double((spec.rows + t.block_m - 1) / t.block_m);
+    const double blocks = tiles_n * tiles_m * t.split_k;
+    const double sms = std::max(1, device.sm_count);
+    const double fill = blocks / (std::ceil(blocks / sms) * sms);
+    const double warp_rows = double(t.block_m / t.warps_m), warp_columns = double(t.block_n / (t.warps / t.warps_m));
+    const double fragment_loads = warp_rows / 16 + warp_columns / 16, products = warp_rows / 16 * (warp_columns / 8);
+    const double math = 2 * tiles_m * t.block_m * columns * k * (1 + fragment_loads / products) / kFlopsPerByte;
+    const double decode = columns * k * tiles_m / kWeightsDecodedPerByte;
+    const double stages_factor = 1 + 0.5 / t.stages;       // shallow pipelines expose latency
+    const double split_cost = 1 + 0.1 * (t.split_k - 1);  // atomics, the zeroing and the cast
+    const double latency_factor = 1 + 2 / resident_gemm_warps(spec, device);
+    return std::max(weight_bytes(spec, n), math + decode) / fill * stages_factor * split_cost * latency_factor;
+}
+
 // Predicted seconds, up to a constant factor: weight traffic over the usable bandwidth, the
 // fraction of the device the launch keeps busy, and the latency the loads in flight can hide.
 double predicted_cost(const CudaKernelSpec& spec, int64_t n, const GpuProperties& device) {
@@ -54,15 +94,7 @@ double predicted_cost(const CudaKernelSpec& spec, int64_t n, const GpuProperties
         return weight_bytes(spec, n) / (hidden * busy) * activation_cost * split_cost * latency_cost *
                (1 + 0.01 * t.warps);
     }
-    const double tiles_n = double(jit::cuda::padded_n(n) / t.block_n);
-    const double tiles_m = double((spec.rows + t.block_m - 1) / t.block_m);
-    const double blocks = tiles_n * tiles_m * t.split_k;
-    const double waves = std::ceil(blocks / sms);
-    const double fill = blocks / (waves * sms);
-    const double stages_factor = 1 + 0.5 / t.stages;         // shallow pipelines expose latency
-    const double split_cost = 1 + 0.1 * (t.split_k - 1);    // atomics and the cast
-    const double waste = double(tiles_m * t.block_m) / double(spec.rows);  // padded rows multiplied
-    return weight_bytes(spec, n) * tiles_m / fill * stages_factor * split_cost * std::sqrt(waste);
+    return gemm_cost(spec, n, device);
 }
 
 }  // namespace
@@ -98,18 +130,19 @@ std::vector<CudaTiling> enumerate_cuda_tilings(const CudaKernelSpec& spec) {
                 }
         return tilings;
     }
-    for (int bm : {16, 32, 64}) {
+    for (int bm : {16, 32, 64, 128, 256}) {
         if (bm > spec.rows) continue;
         for (auto [bn, bk] : {std::pair{128, 128}, {256, 64}, {64, 256}, {128, 64}, {64, 128}, {256, 128}})
             for (int warps : {4, 8})
-                for (int stages = 2; stages <= 5; ++stages)
-                    for (int split : {1, 2, 4}) {
-                        CudaTiling t;
-                        t.kind = KernelKind::Gemm;
-                        t.block_m = bm, t.block_n = bn, t.block_k = bk, t.warps = warps, t.stages = stages;
-                        t.split_k = split;
-                        keep(t);
-                    }
+                for (int warps_m : {1, 2, 4})
+                    for (int stages = 2; stages <= 5; ++stages)
+                        for (int split : {1, 2, 4}) {
+                            CudaTiling t;
+                            t.kind = KernelKind::Gemm;
+                            t.block_m = bm, t.block_n = bn, t.block_k = bk, t.warps = warps, t.warps_m = warps_m;
+                            t.stages = stages, t.split_k = split;
+                            keep(t);
+                        }
     }
     return tilings;
 }
@@ -157,7 +190,7 @@ std::string cuda_tiling_structure(const CudaTiling& t) {
     else if (t.kind == KernelKind::Mma)
         out << "mma tiles=" << t.n_tiles << " warps=" << t.warps;
     else
-        out << "gemm " << t.block_m << "x" << t.block_n << "x" << t.block_k << " warps=" << t.warps;
+        out << "gemm " << t.block_m << "x" << t.block_n << "x" << t.block_k << " warps=" << t.warps << "x" << t.warps_m;
     return out.str();
 }
 

@@ -6,9 +6,9 @@
 
 namespace qjit {
 
-int64_t batch_bucket(int64_t rows) {
+int64_t batch_bucket(int64_t rows, int64_t largest) {
     int64_t bucket = 1;
-    while (bucket < rows && bucket < 64) bucket *= 2;
+    while (bucket < rows && bucket < largest) bucket *= 2;
     return bucket;
 }
 

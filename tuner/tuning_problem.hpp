@@ -33,8 +33,12 @@ int64_t timing_slice_columns(const jit::CpuKernelSpec& spec, const TuningProblem
 // dynamically and cost alike. The whole layer's padding and uneven spread count in full.
 double slice_time_factor(const jit::CpuKernelSpec& spec, const TuningProblem& problem, int64_t slice_columns);
 
-// The bucket tilings are tuned and stored for: the next power of two, at most 64.
-int64_t batch_bucket(int64_t rows);
+// The bucket tilings are tuned and stored for: the next power of two, at most `largest` (64 for the
+// CPU's kernels, whose time grows with the rows past it alike for every tiling; the GPU's kernel
+// kinds and tiles change up to kLargestCudaBatchBucket).
+inline constexpr int64_t kLargestCpuBatchBucket = 64, kLargestCudaBatchBucket = 512;
+int64_t batch_bucket(int64_t rows, int64_t largest = kLargestCpuBatchBucket);
+inline int64_t cuda_batch_bucket(int64_t rows) { return batch_bucket(rows, kLargestCudaBatchBucket); }
 
 // "q4g128_asym_gemm_i8_avx512vnni K=4096 N=11008 m=1 threads=2".
 std::string kernel_key(const TuningProblem& problem);

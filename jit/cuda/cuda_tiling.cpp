@@ -66,9 +66,11 @@ std::string kernel_name(const CudaKernelSpec& spec) {
     else if (t.kind == KernelKind::Mma)
         out << "_mma_r" << spec.rows << "w" << t.warps << "t" << t.n_tiles << "f" << t.chunks_in_flight << "z"
             << t.split_k;
-    else
-        out << "_gemm_m" << t.block_m << "n" << t.block_n << "k" << t.block_k << "w" << t.warps << "s" << t.stages << "z"
-            << t.split_k;
+    else {
+        out << "_gemm_m" << t.block_m << "n" << t.block_n << "k" << t.block_k << "w" << t.warps;
+        if (t.warps_m > 1) out << "y" << t.warps_m;
+        out << "s" << t.stages << "z" << t.split_k;
+    }
     return out.str();
 }
 
@@ -81,7 +83,7 @@ std::string tiling_text(const CudaTiling& t) {
             << ",splitk=" << t.split_k;
     else
         out << "kernel=gemm,bm=" << t.block_m << ",bn=" << t.block_n << ",bk=" << t.block_k << ",warps=" << t.warps
-            << ",stages=" << t.stages << ",splitk=" << t.split_k;
+            << ",wm=" << t.warps_m << ",stages=" << t.stages << ",splitk=" << t.split_k;
     return out.str();
 }
 
@@ -91,7 +93,7 @@ CudaTiling parse_tiling(const std::string& text, CudaTiling base) {
         {"inflight", &CudaTiling::chunks_in_flight}, {"ntiles", &CudaTiling::n_tiles},
         {"bm", &CudaTiling::block_m},    {"bn", &CudaTiling::block_n},
         {"bk", &CudaTiling::block_k},    {"stages", &CudaTiling::stages},
-        {"splitk", &CudaTiling::split_k}};
+        {"splitk", &CudaTiling::split_k}, {"wm", &CudaTiling::warps_m}};
     for (const KnobItem& item : knob_items(text, "CUDA tiling")) {
         if (item.name != "kernel") {
             set_knob(base, item, text, "CUDA tiling", knobs, {"kernel"});
@@ -198,7 +200,7 @@ void check_spec(const CudaKernelSpec& spec) {
             reject("MMA rows ", spec.rows, " x ntiles ", t.n_tiles, " needs too many accumulators per thread");
         return;
     }
-    if (!one_of(t.block_m, {16, 32, 64})) reject("GEMM bm ", t.block_m, "; expected 16, 32 or 64");
+    if (!one_of(t.block_m, {16, 32, 64, 128, 256})) reject("GEMM bm ", t.block_m, "; expected 16, 32, 64, 128 or 256");
     if (!one_of(t.block_n, {64, 128, 256})) reject("GEMM bn ", t.block_n, "; expected 64, 128 or 256");
     if (!one_of(t.block_k, {64, 128, 256})) reject("GEMM bk ", t.block_k, "; expected 64, 128 or 256");
     if (!one_of(t.warps, {4, 8})) reject("GEMM warps ", t.warps, "; expected 4 or 8");
@@ -208,12 +210,15 @@ void check_spec(const CudaKernelSpec& spec) {
     if (t.block_k * spec.format.bits % 128 != 0)
         reject("GEMM bk ", t.block_k, " gives ", t.block_k * spec.format.bits / 8, " code bytes per column (", spec.format.bits,
                "-bit), not a multiple of 16");
-    const int warp_columns = t.block_n / t.warps;
-    if (warp_columns % 16 != 0) reject("GEMM bn ", t.block_n, " over ", t.warps, " warps leaves ", warp_columns,
+    if (!one_of(t.warps_m, {1, 2, 4}) || t.warps_m > t.warps) reject("GEMM wm ", t.warps_m, "; expected 1, 2 or 4, at most the warps");
+    const int warp_rows = t.block_m / t.warps_m, warp_columns = t.block_n / (t.warps / t.warps_m);
+    if (warp_rows % 16 != 0) reject("GEMM bm ", t.block_m, " over ", t.warps_m, " warps leaves ", warp_rows,
+                                    " rows per warp, not a multiple of 16");
+    if (warp_columns % 16 != 0) reject("GEMM bn ", t.block_n, " over ", t.warps / t.warps_m, " warps leaves ", warp_columns,
                                        " columns per warp, not a multiple of 16");
-    const int accumulators = t.block_m / 16 * (warp_columns / 8) * 4;
+    const int accumulators = warp_rows / 16 * (warp_columns / 8) * 4;
     if (accumulators > kMaxAccumulators)
-        reject("GEMM tile bm=", t.block_m, " x ", warp_columns, " columns per warp needs ", accumulators,
+        reject("GEMM warp tile of ", warp_rows, " rows x ", warp_columns, " columns needs ", accumulators,
                " fp32 accumulators per thread (at most ", kMaxAccumulators, ")");
 }
 

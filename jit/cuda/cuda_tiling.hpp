@@ -13,7 +13,7 @@
 //         straight from memory, warps split K and reduce through shared memory. No shared-memory
 //         staging of weights: the decoding-bound kernel for small batches.
 //   gemm: more than 8 rows; mma.sync fed by a cp.async pipeline that dequantizes column blocks
-//         into shared memory.
+//         into shared memory once per block of up to 256 rows, which a grid of warps shares.
 #pragma once
 
 #include <cstdint>
@@ -38,11 +38,13 @@ struct CudaTiling {
                                // mma: 1 loads each 128-row step when its turn comes, 2 issues the next
                                // step's loads before this step's math (a register double buffer)
     int n_tiles = 2;           // mma: 8-column tiles per block (1, 2, 4)
-    int block_m = 64;          // gemm: activation rows per block (16, 32, 64)
+    int block_m = 64;          // gemm: activation rows per block (16, 32, 64, 128, 256)
     int block_n = 128;         // gemm: output columns per block (64, 128, 256)
     int block_k = 128;         // gemm: K per pipeline stage (64, 128, 256)
     int stages = 3;            // gemm: cp.async pipeline depth (2 .. 5)
     int split_k = 1;           // gemm, mma: blocks sharing one output tile along K (fp32 atomics, then a cast)
+    int warps_m = 1;           // gemm: warps along the rows (1, 2, 4); the block's warps form a warps_m x
+                               // (warps / warps_m) grid, each multiplying its own sub-tile
 
     bool operator==(const CudaTiling&) const = default;
 };
@@ -72,12 +74,12 @@ using cuda_layout::padded_n;
 // "q4g128_asym_cuda_f16_sm90", "q3col_sym_s32_cuda_bf16_sm80": the format, the activation type and
 // the architecture, whichever kernel kind runs it; the tuning database's key starts with it.
 std::string kernel_family_name(const CudaKernelSpec& spec);
-// The family plus the kind and tiling: "q4g128_asym_cuda_f16_sm90_gemm_m64n128k128w8s3z1", a C
-// identifier.
+// The family plus the kind and tiling: "q4g128_asym_cuda_f16_sm90_gemm_m64n128k128w8s3z1" (with
+// "y2" after the warps where two or more of them are stacked along the rows), a C identifier.
 std::string kernel_name(const CudaKernelSpec& spec);
 
 // "kernel=gemv,warps=4,cols=1,inflight=2" / "kernel=mma,warps=4,ntiles=2,inflight=1,splitk=1" /
-// "kernel=gemm,bm=64,bn=128,bk=128,warps=8,stages=3,splitk=1".
+// "kernel=gemm,bm=64,bn=128,bk=128,warps=8,wm=1,stages=3,splitk=1".
 std::string tiling_text(const CudaTiling& tiling);
 // Parses tiling_text's form; knobs left out keep `base`'s values. Throws an invalid-argument
 // Error naming the bad knob.

@@ -5,8 +5,9 @@ namespace qjit::jit::cuda {
 namespace {
 
 const char* const kGemmTileConstants = R"(constexpr int LDS = BK + 8;                        // halves per shared row (padding: conflict-free ldmatrix)
-constexpr int WARP_N = BN / WARPS;                   // columns each warp multiplies
-constexpr int M_TILES = BM / 16, N_TILES = WARP_N / 8;
+constexpr int WARPS_N = WARPS / WARPS_M;             // the block's warps form a WARPS_M x WARPS_N grid
+constexpr int WARP_M = BM / WARPS_M, WARP_N = BN / WARPS_N;  // the rows and columns each warp multiplies
+constexpr int M_TILES = WARP_M / 16, N_TILES = WARP_N / 8;
 constexpr int A_BYTES = BM * LDS * 2;
 constexpr int CODE_BYTES_PER_COLUMN = BK * BITS / 8;
 constexpr int CODE_BYTES = BN * CODE_BYTES_PER_COLUMN;
@@ -121,6 +122,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_gemm(
     const int tiles = tile_end - tile_begin;
     u16* b = reinterpret_cast<u16*>(shared + STAGES * STAGE_BYTES);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int warp_row = warp / WARPS_N * WARP_M, warp_column = warp % WARPS_N * WARP_N;
 
     float c[M_TILES][N_TILES][4];
 #pragma unroll
@@ -152,11 +154,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_gemm(
             u32 a[M_TILES][4];
 #pragma unroll
             for (int mi = 0; mi < M_TILES; ++mi)
-                load_matrix_x4(a[mi], stage.a + (mi * 16 + (lane & 15)) * LDS + kk + (lane >> 4) * 8);
+                load_matrix_x4(a[mi], stage.a + (warp_row + mi * 16 + (lane & 15)) * LDS + kk + (lane >> 4) * 8);
 #pragma unroll
             for (int nj = 0; nj < N_TILES / 2; ++nj) {
                 u32 bf[4];  // k 0-7 and 8-15 of columns 0-7, then of columns 8-15
-                load_matrix_x4(bf, b + (warp * WARP_N + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS + kk +
+                load_matrix_x4(bf, b + (warp_column + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS + kk +
                                        ((lane >> 3) & 1) * 8);
 #pragma unroll
                 for (int mi = 0; mi < M_TILES; ++mi) {
@@ -168,19 +170,30 @@ extern "C" __global__ void __launch_bounds__(THREADS) qjit_gemm(
     }
     wait_async<0>();
 
-    // Accumulator (mi, nj): rows mi*16 + lane/4 (+8), columns nj*8 + 2*(lane%4) (+1).
+    // Accumulator (mi, nj): the warp's rows mi*16 + lane/4 (+8), its columns nj*8 + 2*(lane%4) (+1).
     const bool split = gridDim.z > 1;
+    // Two adjacent outputs in one 4-byte store where every row starts 4-byte aligned.
+    const bool paired = n % 2 == 0 && (reinterpret_cast<unsigned long long>(y) & 3) == 0;
 #pragma unroll
     for (int mi = 0; mi < M_TILES; ++mi)
 #pragma unroll
         for (int nj = 0; nj < N_TILES; ++nj)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int row = m0 + mi * 16 + (lane >> 2) + (e >> 1) * 8;
-                const int col = n0 + warp * WARP_N + nj * 8 + (lane & 3) * 2 + (e & 1);
+            for (int half = 0; half < 2; ++half) {  // e = 2 * half + (0, 1): one row, two adjacent columns
+                const int row = m0 + warp_row + mi * 16 + (lane >> 2) + half * 8;
+                const int col = n0 + warp_column + nj * 8 + (lane & 3) * 2;
                 if (row >= m || col >= n) continue;
-                if (split) atomicAdd(partial + (long long)row * n + col, c[mi][nj][e]);
-                else y[(long long)row * n + col] = to_output(c[mi][nj][e]);
+                const float c0 = c[mi][nj][2 * half], c1 = c[mi][nj][2 * half + 1];
+                const long long at = (long long)row * n + col;
+                if (split) {
+                    atomicAdd(partial + at, c0);
+                    if (col + 1 < n) atomicAdd(partial + at + 1, c1);
+                } else if (paired && col + 1 < n) {
+                    *reinterpret_cast<u32*>(y + at) = (u32)to_output(c0) | (u32)to_output(c1) << 16;
+                } else {
+                    y[at] = to_output(c0);
+                    if (col + 1 < n) y[at + 1] = to_output(c1);
+                }
             }
 }
 )";
@@ -195,7 +208,8 @@ std::string CudaSourceWriter::gemm() {
          << kPrelude << kAsyncCopy;
     constants();
     out_ << "constexpr int BM = " << t.block_m << ", BN = " << t.block_n << ", BK = " << t.block_k << ";\n"
-         << "constexpr int WARPS = " << t.warps << ", THREADS = WARPS * 32, STAGES = " << t.stages << ";\n"
+         << "constexpr int WARPS = " << t.warps << ", WARPS_M = " << t.warps_m << ", THREADS = WARPS * 32, STAGES = "
+         << t.stages << ";\n"
          << "constexpr int GROUPS_PER_TILE = " << (group_spans_tile ? 1 : t.block_k / spec_.format.group_size) << ";\n";
     out_ << kGemmTileConstants;
     decode_block();

@@ -271,7 +271,7 @@ void CudaExecutor::forward(cuda::CUdeviceptr x, cuda::CUdeviceptr y, int64_t m, 
                            cuda::CUstream stream) {
     cuda::Driver::get().make_current(device_.ordinal);
     std::lock_guard lock(mutex_);
-    const int64_t bucket = batch_bucket(m);
+    const int64_t bucket = cuda_batch_bucket(m);
     const auto it = plans_.find({activations, bucket});
     if (it == plans_.end()) fail(QJIT_ERROR_INTERNAL, "no CUDA kernel installed for ", bucket, " rows");
     launch(*it->second, x, y, m, stream);
@@ -322,7 +322,7 @@ double CudaExecutor::time_us(const CudaPlan* plan, int64_t m, ActivationType act
 }
 
 std::function<double()> CudaExecutor::timed_tiling(int64_t m, ActivationType activations, const CudaTiling& tiling) {
-    CudaKernelSpec spec = format(activations, batch_bucket(m));
+    CudaKernelSpec spec = format(activations, cuda_batch_bucket(m));
     spec.tiling = tiling;
     cuda::Driver::get().make_current(device_.ordinal);
     {

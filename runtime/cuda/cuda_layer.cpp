@@ -22,7 +22,7 @@ namespace {
 class CudaTuningTarget final : public TuningTarget {
 public:
     CudaTuningTarget(CudaExecutor& executor, ActivationType type, int64_t m)
-        : executor_(executor), type_(type), m_(m), format_(executor.format(type, batch_bucket(m))) {}
+        : executor_(executor), type_(type), m_(m), format_(executor.format(type, cuda_batch_bucket(m))) {}
 
     std::string kernel_key() const override { return cuda_kernel_key(format_, executor_.n()); }
     std::string fingerprint() const override { return executor_.device().fingerprint(); }
@@ -79,7 +79,7 @@ private:
         for (const RankedTiling& candidate : ranked)
             if (first.size() < cores && structures.insert(candidate.structure).second)
                 first.push_back(tiling(candidate.text));
-        executor_.compile_ahead(type_, batch_bucket(m_), first);
+        executor_.compile_ahead(type_, cuda_batch_bucket(m_), first);
     }
 
     CudaExecutor& executor_;
@@ -116,14 +116,14 @@ const CudaTilingChoice& CudaLayer::choose_and_install(ActivationType type, int64
     const TuningPolicy policy{context_.cuda_tiling, context_.tuning_mode, context_.tuning_budget_ms, may_search};
     CudaTilingChoice choice;
     static_cast<TuningOutcome&>(choice) = tune(target, policy, context_.tuning);
-    choice.compile_ms = executor_->install(type, batch_bucket(m), target.tiling(choice.tiling)).compile_ms;
+    choice.compile_ms = executor_->install(type, cuda_batch_bucket(m), target.tiling(choice.tiling)).compile_ms;
     executor_->release_unused_codes();  // the search may have uploaded both code layouts
-    return choices_[{type, batch_bucket(m)}] = choice;
+    return choices_[{type, cuda_batch_bucket(m)}] = choice;
 }
 
 const CudaTilingChoice& CudaLayer::tiling_for(ActivationType type, int64_t m) const {
     std::lock_guard lock(mutex_);
-    const auto it = choices_.find({type, batch_bucket(m)});
+    const auto it = choices_.find({type, cuda_batch_bucket(m)});
     if (it != choices_.end()) return it->second;
     return choose_and_install(type, m, false);
 }
@@ -156,7 +156,7 @@ double CudaLayer::time_forward_us(int64_t m, ActivationType type, int repeats) c
 std::string CudaLayer::kernel_name() const {
     const ActivationType type = context_.cuda_activations;
     tiling_for(type, context_.tuning_batch);
-    return executor_->plan(type, batch_bucket(context_.tuning_batch))->kernel.name;
+    return executor_->plan(type, cuda_batch_bucket(context_.tuning_batch))->kernel.name;
 }
 
 std::string CudaLayer::kernel_fields() const {
