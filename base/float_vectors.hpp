@@ -1,14 +1,19 @@
 // Float vectors as GCC vector types (Floats16: one AVX-512 register, two AVX2 ones; Floats8 and
 // Floats4 for the narrower instruction sets), their loads and stores at any float address, lane
 // reductions, and exp over a vector: the pieces the vectorised loops of the library and the Llama
-// forward share. Everything here is always inlined, so it compiles for the instruction set of the
-// function it lands in (a family's target attribute, base/simd_family.hpp, or a file's flags).
+// forward share. Everything here but the F16C loads is always inlined, so it compiles for the
+// instruction set of the function it lands in (a family's target attribute, base/simd_family.hpp,
+// or a file's flags).
 #pragma once
+
+#include <immintrin.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
+
+#include "base/simd_family.hpp"
 
 // Helpers that take and return these vectors are always inlined into functions compiled for the
 // instruction set, so the ABI note about passing them without AVX-512 does not apply.
@@ -61,6 +66,20 @@ template <typename V>
     const Ints value = (bits & 0x7c00) == 0x7c00 ? (magnitude | 0x7f800000) : finite;
     return __builtin_bit_cast(V, value | ((bits & 0x8000) << 16));
 }
+// The same conversion through F16C (vcvtph2ps), for kernels of the families that have it (AVX2
+// and AVX-512, base/simd_family.hpp): the same floats for every half but a signaling NaN, which
+// comes out quiet. Plain inline functions with their family's target rather than always_inline,
+// which GCC refuses inside the target-less templates between them and the kernels' entry points;
+// it inlines them into the entry points, whose target is theirs. Call them only from functions of
+// their target: a vector returned across targets changes the ABI. The second argument picks the
+// width.
+QJIT_TARGET_AVX2 inline Floats8 load_halves_f16c(const uint16_t* p, Floats8) {
+    return reinterpret_cast<Floats8>(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+QJIT_TARGET_AVX512 inline Floats16 load_halves_f16c(const uint16_t* p, Floats16) {
+    return reinterpret_cast<Floats16>(_mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+}
+
 // The vector of kLanes<V> int8 values at any address, as floats (exact). GCC 12 converts an int8
 // vector to int32 or float lanes a lane at a time, so for 8 lanes the bytes are read as one
 // integer into the low lanes of a 16-byte vector (a movq; through memory, a narrow store then a
@@ -101,13 +120,21 @@ template <typename V>
 [[gnu::always_inline]] inline V lane_max(V a, V b) {
     return a > b ? a : b;
 }
-// The lanes' largest value and their sum, lane 0 first (the same order on every call).
+// The lanes' largest value: the upper half folded onto the lower until one lane is left, a chain
+// of log2(lanes) steps (the largest value is the same in any order).
 template <typename V>
 [[gnu::always_inline]] inline float max_of_lanes(V v) {
-    float most = v[0];
-    for (int i = 1; i < kLanes<V>; ++i) most = most > v[i] ? most : v[i];
-    return most;
+    if constexpr (kLanes<V> == 16) {
+        return max_of_lanes(lane_max(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7),
+                                     __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)));
+    } else if constexpr (kLanes<V> == 8) {
+        return max_of_lanes(lane_max(__builtin_shufflevector(v, v, 0, 1, 2, 3), __builtin_shufflevector(v, v, 4, 5, 6, 7)));
+    } else {
+        const V pairs = lane_max(v, __builtin_shufflevector(v, v, 2, 3, 0, 1));
+        return pairs[0] > pairs[1] ? pairs[0] : pairs[1];
+    }
 }
+// The lanes' sum, lane 0 first (the same order on every call).
 template <typename V>
 [[gnu::always_inline]] inline float sum_of_lanes(V v) {
     float sum = 0.0f;

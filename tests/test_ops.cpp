@@ -189,6 +189,44 @@ TEST(HalfLoads, EveryHalfConvertsExactlyAtEveryWidth) {
     }
 }
 
+// The F16C loads through functions of their families' targets, as the kernels call them (a vector
+// returned from a function of another target would cross an ABI boundary).
+QJIT_TARGET_AVX2 void load_eight_f16c(const uint16_t* p, float* out) {
+    const qjit::Floats8 v = qjit::load_halves_f16c(p, qjit::Floats8{});
+    std::memcpy(out, &v, sizeof v);
+}
+QJIT_TARGET_AVX512 void load_sixteen_f16c(const uint16_t* p, float* out) {
+    const qjit::Floats16 v = qjit::load_halves_f16c(p, qjit::Floats16{});
+    std::memcpy(out, &v, sizeof v);
+}
+
+// The F16C loads of the AVX2 and AVX-512 kernels, where the CPU runs them: every half but a NaN
+// converts to the exact software conversion's float, and every NaN to a NaN of its sign.
+TEST(HalfLoads, F16cLoadsMatchTheExactConversion) {
+    std::vector<uint16_t> halves(65536 + 16);
+    for (size_t i = 0; i < halves.size(); ++i) halves[i] = uint16_t(i);
+    auto bits = [](float f) { return std::bit_cast<uint32_t>(f); };
+    auto check = [&](size_t at, float loaded) {
+        const float expected = qjit::half_to_float(halves[at]);
+        if (std::isnan(expected)) {
+            ASSERT_TRUE(std::isnan(loaded)) << "half 0x" << std::hex << at << " read as 0x" << bits(loaded);
+            ASSERT_EQ(std::signbit(loaded), std::signbit(expected)) << "half 0x" << std::hex << at;
+        } else {
+            ASSERT_EQ(bits(loaded), bits(expected)) << "half 0x" << std::hex << at;
+        }
+    };
+    const bool avx2 = qjit::cpu_supports(QJIT_ISA_AVX2), avx512 = qjit::cpu_supports(QJIT_ISA_AVX512);
+    if (!avx2) GTEST_SKIP() << "the CPU runs neither F16C family";
+    float loaded[16];
+    for (size_t i = 0; i < 65536; i += 16) {
+        load_eight_f16c(halves.data() + i, loaded);
+        for (size_t j = 0; j < 8; ++j) check(i + j, loaded[j]);
+        if (!avx512) continue;
+        load_sixteen_f16c(halves.data() + i, loaded);
+        for (size_t j = 0; j < 16; ++j) check(i + j, loaded[j]);
+    }
+}
+
 // An int8 cache stores a head's row holding an infinity or a NaN as NaNs (it has no step): a query
 // that attends to it gets NaNs, and one before it (alone in its call) does not.
 TEST(Int8Cache, ANonFiniteRowIsStoredAsNaNs) {

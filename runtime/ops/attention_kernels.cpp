@@ -37,6 +37,7 @@ struct Attend {
     [[gnu::always_inline]] static V load(const Element* p) {
         if constexpr (std::is_same_v<Element, float>) return load_lanes<V>(p);
         else if constexpr (kCodes) return load_bytes<V>(p);
+        else if constexpr (kLanesV > 4) return load_halves_f16c(p, V{});  // the AVX2 and AVX-512 families
         else return load_halves<V>(p);
     }
     // The last features of a value row past the whole vectors: one at a time.
@@ -92,6 +93,68 @@ struct Attend {
             for (int v = 0; v < Vectors; ++v) store_lanes(acc[r] + j + kLanesV * v, sum[r][v]);
     }
 
+    // The online softmax of one position block for every row: masks the scores to each row's
+    // positions, takes the block's maximum, rescales the row's sums to it, and leaves the weights
+    // in p. It goes in phases across the rows (maxima, then one exponential of all rows' rescales,
+    // then the scores' exponentials, then the sums), so that the rows' chains of lane reductions
+    // and exponentials overlap instead of running one after another; each row's arithmetic is
+    // what it would be alone. The exponentials run on every block, not behind a branch: with a
+    // branch, GCC fuses the sum's update into an FMA in some row counts' kernels and not in others,
+    // and a query's result would depend on the rows beside it.
+    [[gnu::always_inline]] static void softmax_block(V (&score)[R][B], const V (&key_steps)[B], const V (&value_steps)[B],
+                                                     V lane_offsets, int s0, const int (&pos)[R], const int (&first)[R],
+                                                     float (&running_max)[R], float (&running_sum)[R],
+                                                     float (*p)[kBlock], float (*acc)[kMaxHeadSize], int head_size) {
+        static_assert(R <= kLanesV, "one lane per row holds the rescales");
+        const V minus_infinity = splat<V>(-__builtin_inff());
+        float new_max[R];
+        bool outside[R];  // the block lies wholly outside the row's positions
+        V rescale_exponents = {};
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const V row_pos = splat<V>(float(pos[r])), row_first = splat<V>(float(first[r]));
+            V most = minus_infinity;
+#pragma GCC unroll 4
+            for (int b = 0; b < B; ++b) {
+                const V at = lane_offsets + float(s0 + kLanesV * b);
+                score[r][b] = (at <= row_pos) & (at >= row_first) ? times_step(score[r][b], key_steps[b]) : minus_infinity;
+                most = lane_max(most, score[r][b]);
+            }
+            const float block_max = max_of_lanes(most);
+            // Such a block (before the row's window, or after its last position among longer
+            // rows) adds nothing, and a row with no position yet must not subtract an infinite
+            // maximum from itself.
+            outside[r] = block_max == -__builtin_inff();
+            new_max[r] = outside[r] || running_max[r] > block_max ? running_max[r] : block_max;
+            // 0 on the first block (its exponential 0), and exactly 0 (1) while the maximum holds.
+            rescale_exponents[r] = outside[r] ? 0.0f : running_max[r] - new_max[r];
+        }
+        const V rescales = exp_lanes(rescale_exponents);
+        V sums[R] = {};
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            if (outside[r]) continue;
+#pragma GCC unroll 4
+            for (int b = 0; b < B; ++b) {
+                const V e = exp_lanes(score[r][b] - new_max[r]);
+                store_lanes(p[r] + kLanesV * b, times_step(e, value_steps[b]));  // the sum takes e
+                sums[r] += e;
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            if (outside[r]) {
+                for (int s = 0; s < kBlock; ++s) p[r][s] = 0.0f;
+                continue;
+            }
+            const float rescale = rescales[r];
+            running_sum[r] = multiply_add(running_sum[r], rescale, sum_of_lanes(sums[r]));
+            running_max[r] = new_max[r];
+            if (rescale != 1.0f)
+                for (int i = 0; i < head_size; ++i) acc[r][i] *= rescale;
+        }
+    }
+
     [[gnu::always_inline]] static void run(const AttentionTask& task) {
         const int head_size = task.head_size;
         const char* const keys = static_cast<const char*>(task.keys);
@@ -114,7 +177,6 @@ struct Attend {
         }
         V lane_offsets;
         for (int i = 0; i < kLanesV; ++i) lane_offsets[i] = float(i);
-        const V minus_infinity = splat<V>(-__builtin_inff());
 
         for (int s0 = start / kBlock * kBlock; s0 <= last; s0 += kBlock) {
             const size_t block = size_t(s0 / kKeyBlock) * task.block_bytes;
@@ -135,41 +197,8 @@ struct Attend {
             V key_steps[B] = {}, value_steps[B] = {};
             load_steps(keys + block, head_size, within, key_steps);
             load_steps(values + block, head_size, within, value_steps);
-            for (int r = 0; r < R; ++r) {
-                const V row_pos = splat<V>(float(pos[r])), row_first = splat<V>(float(first[r]));
-                V most = minus_infinity;
-#pragma GCC unroll 4
-                for (int b = 0; b < B; ++b) {
-                    const V at = lane_offsets + float(s0 + kLanesV * b);
-                    score[r][b] = (at <= row_pos) & (at >= row_first) ? times_step(score[r][b], key_steps[b]) : minus_infinity;
-                    most = lane_max(most, score[r][b]);
-                }
-                const float block_max = max_of_lanes(most);
-                // A block wholly outside the row's positions (before its window, or after it
-                // among longer rows) adds nothing: skipped, so that a row with no position yet
-                // does not subtract an infinite maximum from itself.
-                if (block_max == -__builtin_inff()) {
-                    for (int s = 0; s < kBlock; ++s) p[r][s] = 0.0f;
-                    continue;
-                }
-                const float new_max = block_max > running_max[r] ? block_max : running_max[r];
-                // 0 for the first block, exactly 1 while the maximum holds. The vector exp rather
-                // than a libm call, and on every block: a branch around it lets GCC fuse the
-                // update below into an FMA in some row counts' kernels and not in others, and a
-                // query's result would then depend on the rows beside it.
-                const float rescale = exp_lanes(splat<V>(running_max[r] - new_max))[0];
-                V sum = {};
-#pragma GCC unroll 4
-                for (int b = 0; b < B; ++b) {
-                    const V e = exp_lanes(score[r][b] - new_max);
-                    store_lanes(p[r] + kLanesV * b, times_step(e, value_steps[b]));  // the sum takes e
-                    sum += e;
-                }
-                running_sum[r] = multiply_add(running_sum[r], rescale, sum_of_lanes(sum));
-                running_max[r] = new_max;
-                if (rescale != 1.0f)
-                    for (int i = 0; i < head_size; ++i) acc[r][i] *= rescale;
-            }
+            softmax_block(score, key_steps, value_steps, lane_offsets, s0, pos, first, running_max, running_sum, p,
+                          acc, head_size);
             const int valid = last - s0 + 1 < kBlock ? last - s0 + 1 : kBlock;
             const size_t value_row = size_t(head_size);
             const Element* block_values = elements(values + block) + size_t(within) * value_row;
