@@ -1,7 +1,7 @@
 // Float vectors as GCC vector types (Floats16: one AVX-512 register, two AVX2 ones; Floats8 and
 // Floats4 for the narrower instruction sets), their loads and stores at any float address, lane
 // reductions, and exp over a vector: the pieces the vectorised loops of the library and the Llama
-// forward share. Everything here but the F16C loads is always inlined, so it compiles for the
+// forward share. Everything here but the families' own loads is always inlined, so it compiles for the
 // instruction set of the function it lands in (a family's target attribute, base/simd_family.hpp,
 // or a file's flags).
 #pragma once
@@ -66,20 +66,6 @@ template <typename V>
     const Ints value = (bits & 0x7c00) == 0x7c00 ? (magnitude | 0x7f800000) : finite;
     return __builtin_bit_cast(V, value | ((bits & 0x8000) << 16));
 }
-// The same conversion through F16C (vcvtph2ps), for kernels of the families that have it (AVX2
-// and AVX-512, base/simd_family.hpp): the same floats for every half but a signaling NaN, which
-// comes out quiet. Plain inline functions with their family's target rather than always_inline,
-// which GCC refuses inside the target-less templates between them and the kernels' entry points;
-// it inlines them into the entry points, whose target is theirs. Call them only from functions of
-// their target: a vector returned across targets changes the ABI. The second argument picks the
-// width.
-QJIT_TARGET_AVX2 inline Floats8 load_halves_f16c(const uint16_t* p, Floats8) {
-    return reinterpret_cast<Floats8>(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-QJIT_TARGET_AVX512 inline Floats16 load_halves_f16c(const uint16_t* p, Floats16) {
-    return reinterpret_cast<Floats16>(_mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
-}
-
 // The vector of kLanes<V> int8 values at any address, as floats (exact). GCC 12 converts an int8
 // vector to int32 or float lanes a lane at a time, so for 8 lanes the bytes are read as one
 // integer into the low lanes of a 16-byte vector (a movq; through memory, a narrow store then a
@@ -108,6 +94,28 @@ template <typename V>
         return bytes_to_floats<V>(p, std::make_index_sequence<4 * kLanes<V>>{});
     }
 }
+// The AVX2 and AVX-512 families' own conversions (base/simd_family.hpp), for their kernels:
+// halves through F16C (vcvtph2ps; the same floats as load_halves for every half but a signaling
+// NaN, which comes out quiet) and int8 values sign-extended and converted (vpmovsxbd, vcvtdq2ps;
+// the same floats as load_bytes), one or two instructions where the portable forms take several.
+// Plain inline functions with their family's target rather than always_inline, which GCC refuses
+// inside the target-less templates between them and the kernels' entry points; it inlines them
+// into the entry points, whose target is theirs. Call them only from functions of their target:
+// a vector returned across targets changes the ABI. The second argument picks the width.
+QJIT_TARGET_AVX2 inline Floats8 family_load_halves(const uint16_t* p, Floats8) {
+    return reinterpret_cast<Floats8>(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+QJIT_TARGET_AVX512 inline Floats16 family_load_halves(const uint16_t* p, Floats16) {
+    return reinterpret_cast<Floats16>(_mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+}
+QJIT_TARGET_AVX2 inline Floats8 family_load_bytes(const int8_t* p, Floats8) {
+    return reinterpret_cast<Floats8>(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
+}
+QJIT_TARGET_AVX512 inline Floats16 family_load_bytes(const int8_t* p, Floats16) {
+    return reinterpret_cast<Floats16>(
+        _mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
+}
+
 // Every lane v, as one broadcast: through v's bits, since an integer 0 + x folds away where a float
 // 0 + v costs an add before each broadcast (0 + -0 is +0) and GCC 12 builds float vectors written
 // lane by lane, or v - 0, a lane at a time on AVX-512.
