@@ -98,22 +98,22 @@ template <typename V>
 // halves through F16C (vcvtph2ps; the same floats as load_halves for every half but a signaling
 // NaN, which comes out quiet) and int8 values sign-extended and converted (vpmovsxbd, vcvtdq2ps;
 // the same floats as load_bytes), one or two instructions where the portable forms take several.
-// Plain inline functions with their family's target rather than always_inline, which GCC refuses
-// inside the target-less templates between them and the kernels' entry points; it inlines them
-// into the entry points, whose target is theirs. Call them only from functions of their target:
-// a vector returned across targets changes the ABI. The second argument picks the width.
-QJIT_TARGET_AVX2 inline Floats8 family_load_halves(const uint16_t* p, Floats8) {
-    return reinterpret_cast<Floats8>(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+// Plain inline functions with their family's target, which the compilers inline into the
+// kernels' entry points (whose target is theirs) but refuse as always_inline inside the
+// target-less templates between; the lanes go through an array, since a vector passed to or
+// returned from a function of another target changes the ABI. The array's size picks the width.
+QJIT_TARGET_AVX2 inline void family_load_halves(const uint16_t* p, float (&lanes)[8]) {
+    _mm256_storeu_ps(lanes, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
-QJIT_TARGET_AVX512 inline Floats16 family_load_halves(const uint16_t* p, Floats16) {
-    return reinterpret_cast<Floats16>(_mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+QJIT_TARGET_AVX512 inline void family_load_halves(const uint16_t* p, float (&lanes)[16]) {
+    _mm512_storeu_ps(lanes, _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
 }
-QJIT_TARGET_AVX2 inline Floats8 family_load_bytes(const int8_t* p, Floats8) {
-    return reinterpret_cast<Floats8>(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
+QJIT_TARGET_AVX2 inline void family_load_bytes(const int8_t* p, float (&lanes)[8]) {
+    _mm256_storeu_ps(lanes, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
 }
-QJIT_TARGET_AVX512 inline Floats16 family_load_bytes(const int8_t* p, Floats16) {
-    return reinterpret_cast<Floats16>(
-        _mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
+QJIT_TARGET_AVX512 inline void family_load_bytes(const int8_t* p, float (&lanes)[16]) {
+    _mm512_storeu_ps(lanes, _mm512_maskz_cvtepi32_ps(
+                                0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
 }
 
 // Every lane v, as one broadcast: through v's bits, since an integer 0 + x folds away where a float

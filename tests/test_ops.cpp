@@ -189,23 +189,16 @@ TEST(HalfLoads, EveryHalfConvertsExactlyAtEveryWidth) {
     }
 }
 
-// The families' own loads through functions of their targets, as the kernels call them (a vector
-// returned from a function of another target would cross an ABI boundary).
+// The families' own loads, called from functions of their targets as the kernels call them.
 template <typename Element>
-QJIT_TARGET_AVX2 void load_eight(const Element* p, float* out) {
-    const qjit::Floats8 v = [&] {
-        if constexpr (sizeof(Element) == 2) return qjit::family_load_halves(p, qjit::Floats8{});
-        else return qjit::family_load_bytes(p, qjit::Floats8{});
-    }();
-    std::memcpy(out, &v, sizeof v);
+QJIT_TARGET_AVX2 void load_eight(const Element* p, float (&out)[8]) {
+    if constexpr (sizeof(Element) == 2) qjit::family_load_halves(p, out);
+    else qjit::family_load_bytes(p, out);
 }
 template <typename Element>
-QJIT_TARGET_AVX512 void load_sixteen(const Element* p, float* out) {
-    const qjit::Floats16 v = [&] {
-        if constexpr (sizeof(Element) == 2) return qjit::family_load_halves(p, qjit::Floats16{});
-        else return qjit::family_load_bytes(p, qjit::Floats16{});
-    }();
-    std::memcpy(out, &v, sizeof v);
+QJIT_TARGET_AVX512 void load_sixteen(const Element* p, float (&out)[16]) {
+    if constexpr (sizeof(Element) == 2) qjit::family_load_halves(p, out);
+    else qjit::family_load_bytes(p, out);
 }
 
 // The F16C loads of the AVX2 and AVX-512 kernels, where the CPU runs them: every half but a NaN
@@ -225,13 +218,13 @@ TEST(HalfLoads, F16cLoadsMatchTheExactConversion) {
     };
     const bool avx2 = qjit::cpu_supports(QJIT_ISA_AVX2), avx512 = qjit::cpu_supports(QJIT_ISA_AVX512);
     if (!avx2) GTEST_SKIP() << "the CPU runs neither F16C family";
-    float loaded[16];
+    float eight[8], sixteen[16];
     for (size_t i = 0; i < 65536; i += 16) {
-        load_eight(halves.data() + i, loaded);
-        for (size_t j = 0; j < 8; ++j) check(i + j, loaded[j]);
+        load_eight(halves.data() + i, eight);
+        for (size_t j = 0; j < 8; ++j) check(i + j, eight[j]);
         if (!avx512) continue;
-        load_sixteen(halves.data() + i, loaded);
-        for (size_t j = 0; j < 16; ++j) check(i + j, loaded[j]);
+        load_sixteen(halves.data() + i, sixteen);
+        for (size_t j = 0; j < 16; ++j) check(i + j, sixteen[j]);
     }
 }
 
@@ -240,15 +233,15 @@ TEST(ByteLoads, FamilyLoadsMatchThePortableOnes) {
     if (!qjit::cpu_supports(QJIT_ISA_AVX2)) GTEST_SKIP() << "the CPU runs neither family";
     std::vector<int8_t> bytes(256 + 16);
     for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = int8_t(i * 37 + 11);  // every value, at every lane
-    float loaded[16];
+    float eight[8], sixteen[16];
     for (size_t i = 0; i < 256; ++i) {
         const qjit::Floats4 four = qjit::load_bytes<qjit::Floats4>(bytes.data() + i);
-        load_eight(bytes.data() + i, loaded);
-        for (size_t j = 0; j < 8; ++j) ASSERT_EQ(loaded[j], float(bytes[i + j])) << i << "+" << j;
+        load_eight(bytes.data() + i, eight);
+        for (size_t j = 0; j < 8; ++j) ASSERT_EQ(eight[j], float(bytes[i + j])) << i << "+" << j;
         for (size_t j = 0; j < 4; ++j) ASSERT_EQ(four[j], float(bytes[i + j])) << i << "+" << j;
         if (!qjit::cpu_supports(QJIT_ISA_AVX512)) continue;
-        load_sixteen(bytes.data() + i, loaded);
-        for (size_t j = 0; j < 16; ++j) ASSERT_EQ(loaded[j], float(bytes[i + j])) << i << "+" << j;
+        load_sixteen(bytes.data() + i, sixteen);
+        for (size_t j = 0; j < 16; ++j) ASSERT_EQ(sixteen[j], float(bytes[i + j])) << i << "+" << j;
     }
 }
 

@@ -35,11 +35,17 @@ struct Attend {
     static constexpr int kLanesV = kLanes<V>;
 
     [[gnu::always_inline]] static V load(const Element* p) {
-        if constexpr (std::is_same_v<Element, float>) return load_lanes<V>(p);
-        else if constexpr (kCodes && kLanesV == 4) return load_bytes<V>(p);  // the portable family
-        else if constexpr (kCodes) return family_load_bytes(p, V{});
-        else if constexpr (kLanesV == 4) return load_halves<V>(p);
-        else return family_load_halves(p, V{});
+        if constexpr (std::is_same_v<Element, float>) {
+            return load_lanes<V>(p);
+        } else if constexpr (kLanesV == 4) {  // the portable family
+            if constexpr (kCodes) return load_bytes<V>(p);
+            else return load_halves<V>(p);
+        } else {
+            float lanes[kLanesV];
+            if constexpr (kCodes) family_load_bytes(p, lanes);
+            else family_load_halves(p, lanes);
+            return load_lanes<V>(lanes);
+        }
     }
     // The last features of a value row past the whole vectors: one at a time.
     [[gnu::always_inline]] static float element(const Element* p) {
