@@ -25,11 +25,15 @@ const char* kv_type_name(qjit_kv_type type) {
 
 // The work a candidate is timed on, over a cache of values drawn once and flushed from the CPU's
 // caches before each call, as a decoding model finds a layer's cache (every other layer's weights
-// and cache passed through since): a decode step at 512 positions, then the last 4 queries of a
-// 512-position prompt, which take about as long as the step on the 7B heads. (Timed hot, the
-// decode step ranked the families otherwise than a model's forward does.)
+// and cache passed through since): a decode step at 512 positions, then the last 16 positions of a
+// 512-position prompt, which take about as long as the step. (Timed hot, the decode step ranked
+// the families otherwise than a model's forward does.) A cold step is bound by memory, and two
+// families often run it at one speed; with 4 prompt positions, noise then chose between them
+// (SmolLM2's heads got AVX-512, whose prompts ran a quarter slower on a Zen 4). With 16, the
+// prompt decides such ties, and a family whose cold steps are clearly faster (AVX-512 on the
+// Llama-2-7B heads: 15-40 %) still wins.
 struct AttentionRig {
-    static constexpr int kPrompt = 512, kChunk = 4;
+    static constexpr int kPrompt = 512, kChunk = 16;
 
     AttentionRig(const qjit_attention_shape& shape, qjit_kv_type type) : shape(shape) {
         const int64_t capacity = (kPrompt + 1 + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
