@@ -105,9 +105,9 @@ struct Attend {
     // in p. It goes in phases across the rows (maxima, then one exponential of all rows' rescales,
     // then the scores' exponentials, then the sums), so that the rows' chains of lane reductions
     // and exponentials overlap instead of running one after another; each row's arithmetic is
-    // what it would be alone. The exponentials run on every block, not behind a branch: with a
-    // branch, GCC fuses the sum's update into an FMA in some row counts' kernels and not in others,
-    // and a query's result would depend on the rows beside it.
+    // what it would be alone. The rescales' exponential runs on every block, not behind a branch:
+    // with a branch, GCC fused the sum's update into an FMA in some row counts' kernels and not in
+    // others, and a query's result would depend on the rows beside it.
     [[gnu::always_inline]] static void softmax_block(V (&score)[R][B], const V (&key_steps)[B], const V (&value_steps)[B],
                                                      V lane_offsets, int s0, const int (&pos)[R], const int (&first)[R],
                                                      float (&running_max)[R], float (&running_sum)[R],
@@ -133,7 +133,8 @@ struct Attend {
             // maximum from itself.
             outside[r] = block_max == -__builtin_inff();
             new_max[r] = outside[r] || running_max[r] > block_max ? running_max[r] : block_max;
-            // 0 on the first block (its exponential 0), and exactly 0 (1) while the maximum holds.
+            // -inf on the row's first block (a factor of 0), exactly 0 (a factor of 1) while the
+            // maximum holds.
             rescale_exponents[r] = outside[r] ? 0.0f : running_max[r] - new_max[r];
         }
         const V rescales = exp_lanes(rescale_exponents);
