@@ -1,9 +1,9 @@
 // Float vectors as GCC vector types (Floats16: one AVX-512 register, two AVX2 ones; Floats8 and
 // Floats4 for the narrower instruction sets), their loads and stores at any float address, lane
 // reductions, and exp over a vector: the pieces the vectorised loops of the library and the Llama
-// forward share. Everything here but the families' own loads is always inlined, so it compiles for the
-// instruction set of the function it lands in (a family's target attribute, base/simd_family.hpp,
-// or a file's flags).
+// forward share. Everything here but the families' own loads is always inlined, so it compiles
+// for the instruction set of the function it lands in (a family's target attribute,
+// base/simd_family.hpp, or a file's flags).
 #pragma once
 
 #include <immintrin.h>
