@@ -29,8 +29,7 @@ double resident_gemm_warps(const CudaKernelSpec& spec, const GpuProperties& devi
     const CudaTiling& t = spec.tiling;
     const double per_sm = double(std::max(device.shared_memory_per_sm, device.shared_memory_per_block_optin + 1024));
     const double by_shared = std::floor(per_sm / std::max(1, jit::cuda::shared_memory_bytes(spec)));
-    const int accumulators = t.block_m / t.warps_m / 16 * (t.block_n / (t.warps / t.warps_m) / 8) * 4;
-    const double registers = std::min(255.0, accumulators * 1.15 + 90);
+    const double registers = std::min(255.0, jit::cuda::gemm_warp_tile(t).accumulators() * 1.15 + 90);
     const double by_registers = std::floor(65536.0 / (registers * 32 * t.warps));
     return std::max(1.0, std::min(by_shared, by_registers)) * t.warps;
 }
@@ -52,8 +51,8 @@ double gemm_cost(const CudaKernelSpec& spec, int64_t n, const GpuProperties& dev
     const double blocks = tiles_n * tiles_m * t.split_k;
     const double sms = std::max(1, device.sm_count);
     const double fill = blocks / (std::ceil(blocks / sms) * sms);
-    const double warp_rows = double(t.block_m / t.warps_m), warp_columns = double(t.block_n / (t.warps / t.warps_m));
-    const double fragment_loads = warp_rows / 16 + warp_columns / 16, products = warp_rows / 16 * (warp_columns / 8);
+    const jit::cuda::GemmWarpTile warp = jit::cuda::gemm_warp_tile(t);
+    const double fragment_loads = (warp.rows + warp.columns) / 16.0, products = double(warp.rows / 16 * (warp.columns / 8));
     const double math = 2 * tiles_m * t.block_m * columns * k * (1 + fragment_loads / products) / kFlopsPerByte;
     const double decode = columns * k * tiles_m / kWeightsDecodedPerByte;
     const double stages_factor = 1 + 0.5 / t.stages;       // shallow pipelines expose latency

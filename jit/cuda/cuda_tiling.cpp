@@ -110,6 +110,8 @@ CudaTiling parse_tiling(const std::string& text, CudaTiling base) {
     return base;
 }
 
+GemmWarpTile gemm_warp_tile(const CudaTiling& t) { return {t.block_m / t.warps_m, t.block_n / (t.warps / t.warps_m)}; }
+
 bool kind_serves(KernelKind kind, int64_t rows) {
     switch (kind) {
         case KernelKind::Gemv: return rows >= 1 && rows <= 8;
@@ -211,14 +213,13 @@ void check_spec(const CudaKernelSpec& spec) {
         reject("GEMM bk ", t.block_k, " gives ", t.block_k * spec.format.bits / 8, " code bytes per column (", spec.format.bits,
                "-bit), not a multiple of 16");
     if (!one_of(t.warps_m, {1, 2, 4}) || t.warps_m > t.warps) reject("GEMM wm ", t.warps_m, "; expected 1, 2 or 4, at most the warps");
-    const int warp_rows = t.block_m / t.warps_m, warp_columns = t.block_n / (t.warps / t.warps_m);
-    if (warp_rows % 16 != 0) reject("GEMM bm ", t.block_m, " over ", t.warps_m, " warps leaves ", warp_rows,
+    const GemmWarpTile warp = gemm_warp_tile(t);
+    if (warp.rows % 16 != 0) reject("GEMM bm ", t.block_m, " over ", t.warps_m, " warps leaves ", warp.rows,
                                     " rows per warp, not a multiple of 16");
-    if (warp_columns % 16 != 0) reject("GEMM bn ", t.block_n, " over ", t.warps / t.warps_m, " warps leaves ", warp_columns,
+    if (warp.columns % 16 != 0) reject("GEMM bn ", t.block_n, " over ", t.warps / t.warps_m, " warps leaves ", warp.columns,
                                        " columns per warp, not a multiple of 16");
-    const int accumulators = warp_rows / 16 * (warp_columns / 8) * 4;
-    if (accumulators > kMaxAccumulators)
-        reject("GEMM warp tile of ", warp_rows, " rows x ", warp_columns, " columns needs ", accumulators,
+    if (warp.accumulators() > kMaxAccumulators)
+        reject("GEMM warp tile of ", warp.rows, " rows x ", warp.columns, " columns needs ", warp.accumulators(),
                " fp32 accumulators per thread (at most ", kMaxAccumulators, ")");
 }
 

@@ -90,6 +90,15 @@ CudaTiling parse_tiling(const std::string& text, CudaTiling base = {});
 // warp, up to 8 rows per launch), whose device layout is format/cuda_mixed_weights.hpp.
 bool needs_mixed_kernel(const WeightFormat& format);
 
+// A GEMM warp's sub-tile (block_m / warps_m rows by block_n / (warps / warps_m) columns) and the
+// fp32 accumulators each of its threads holds for it: what check_spec bounds and the tuner's
+// model weighs. The tiling's warps_m must divide its warps.
+struct GemmWarpTile {
+    int rows, columns;
+    int accumulators() const { return rows / 16 * (columns / 8) * 4; }
+};
+GemmWarpTile gemm_warp_tile(const CudaTiling& tiling);
+
 // Whether a kernel kind serves `rows` activation rows (gemv up to 8, mma up to 64, gemm above 8).
 bool kind_serves(KernelKind kind, int64_t rows);
 // The most rows the mma kernel takes.
