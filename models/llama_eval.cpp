@@ -16,18 +16,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-}  // namespace
-
-int argmax(std::span<const float> values) {
-    int best = 0;
-    for (size_t i = 1; i < values.size(); ++i) {
-        if (values[i] > values[size_t(best)]) best = int(i);
-    }
-    return best;
-}
-
-namespace {
-
 // -log softmax(row)[target].
 double token_nll(const float* row, int vocab, int target) {
     if (target < 0 || target >= vocab)

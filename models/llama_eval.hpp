@@ -44,8 +44,4 @@ Generation greedy_decode(Model& model, std::span<const int> prompt, int steps, S
 // for the prompt (as llama-bench's prompt test does); the cache is left empty.
 std::vector<double> time_prompts(Model& model, std::span<const int> prompt, int repeats);
 
-// The first index of the maximum, as in run.c, one value at a time: the reference of the library's
-// qjit_argmax, which Model::greedy_token runs.
-int argmax(std::span<const float> values);
-
 }  // namespace qjit_models::llama

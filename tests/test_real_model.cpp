@@ -98,7 +98,7 @@ TEST_F(RealModel, Fp32LogitsMatchReference) {
     ASSERT_EQ(logits.size(), reference.size());
     EXPECT_LE(max_abs_diff(logits, reference), 1e-4f);
     for (int t = 0; t < positions; ++t) {
-        EXPECT_EQ(llama::argmax(logits.subspan(size_t(t) * vocab, size_t(vocab))), greedy[size_t(t) + 1])
+        EXPECT_EQ(model.greedy_token(logits.subspan(size_t(t) * vocab, size_t(vocab))), greedy[size_t(t) + 1])
             << "position " << t;
     }
 
