@@ -39,6 +39,12 @@ bool merges_code_planes(const CpuKernelSpec& spec);
 // largest code and activation (1: each quad's pairs go to vpmaddwd, as without integer scales).
 int pair_sum_depth(const CpuKernelSpec& spec);
 
+// Whether a kernel without VNNI or integer sub-block scales adds a whole group's vpmaddubsw pair
+// sums in int16 (vpaddw) in its accumulators and widens them once, in the group's epilogue
+// (vpmaddwd by ones), instead of once per quad: where the group is one 32-row block or less and its
+// sums stay clear of int16 overflow for the largest code and activation (4-bit groups of 32).
+bool group_sums_in_int16(const CpuKernelSpec& spec);
+
 // Accumulator registers: rows x tu int32 (or fp32) sums, and as many int16 pair sums with
 // pair_sum_depth > 1.
 int accumulator_registers(const CpuKernelSpec& spec);

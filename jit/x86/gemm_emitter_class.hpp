@@ -131,6 +131,7 @@ private:
     void emit_quad_dots(int t, const Vmm& codes, int quad);
     void emit_dot(const Vmm& accumulator, const Vmm& codes, const Vmm& activations, const Xbyak::Address& scales);
     void emit_int16_dot(int i, int t, const Vmm& codes, const Vmm& activations, int quad);
+    void emit_group_int16_dot(int i, int t, const Vmm& codes, const Vmm& activations, int quad);
     void emit_f32_row(int p, int field, int byte, int row);
 
     // ---- scales, zero points, offsets and outputs (gemm_epilogues.cpp) ----
@@ -199,6 +200,7 @@ private:
     const bool merges_planes_, mixed_, second_order_, super_block_, float_offsets_, mins_in_scale_bytes_, six_bit_codes_,
         codebook_, integer_scales_;
     const int pair_depth_;  // quads whose pair sums add in int16 before vpmaddwd (1: none)
+    const bool group_int16_;  // group_sums_in_int16: acc holds the group's int16 pair sums
     const bool per_dot_;    // broadcasts_per_dot
     const SpareRegisterUse spare_;
     Xbyak::Label codebook_data_, six_bit_control_, six_bit_shifts_;

@@ -122,18 +122,18 @@ void GemmEmitter::emit_group_outputs() {
         }
         for (int i = 0; i < rows_; ++i) {
             const Vmm a = acc(i, t);
+            if (group_int16_) vpmaddwd(a, a, int16_ones());
             if (int8_) vcvtdq2ps(a, a);
             if (float_offsets_) {
                 emit_offset_row(i, t, a, scale, zero, factor);
-                vzero(a);
-                continue;
+            } else {
+                multiply_add_row_value(true, a, zero, x_sum_ + i * group_meta_bytes(), factor);
+                if (int8_) scale_by_row_step(factor, scale, i * group_meta_bytes());
+                const Vmm y = load_output(i, t, out);
+                vfmadd231ps(y, a, int8_ ? factor : scale);
+                store_output(i, t, y);
             }
-            multiply_add_row_value(true, a, zero, x_sum_ + i * group_meta_bytes(), factor);
-            if (int8_) scale_by_row_step(factor, scale, i * group_meta_bytes());
-            const Vmm y = load_output(i, t, out);
-            vfmadd231ps(y, a, int8_ ? factor : scale);
-            store_output(i, t, y);
-            vzero(a);
+            if (!group_int16_) vzero(a);  // else the next group's first quad writes it
         }
     }
 }

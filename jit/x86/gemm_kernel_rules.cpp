@@ -29,15 +29,29 @@ int codebook_constants(const CpuKernelSpec& spec) {
     return spec.path == ActivationPath::F32 ? 2 : 1;
 }
 
-int pair_sum_depth(const CpuKernelSpec& spec) {
-    if (!spec.integer_sub_block_scales()) return 1;
-    int largest = (1 << spec.format.bits) - 1;  // the largest byte a dot product multiplies
+namespace {
+
+// The largest int16 pair sum of one quad's vpmaddubsw: two of the largest code byte a dot product
+// multiplies times the largest activation.
+int largest_pair_sum(const CpuKernelSpec& spec) {
+    int largest = (1 << kernel_widths(spec).back()) - 1;
     if (spec.format.has_codebook()) {
         largest = 0;
         for (int code = 0; code < 16; ++code) largest = std::max(largest, int(uint8_t(spec.format.value_of(code))));
     }
-    const int largest_pair = 2 * largest * spec.int8_activation_max();
-    return int(std::clamp<int64_t>(INT16_MAX / largest_pair, 1, spec.group_rows() / 4));
+    return 2 * largest * spec.int8_activation_max();
+}
+
+}  // namespace
+
+int pair_sum_depth(const CpuKernelSpec& spec) {
+    if (!spec.integer_sub_block_scales()) return 1;
+    return int(std::clamp<int64_t>(INT16_MAX / largest_pair_sum(spec), 1, spec.group_rows() / 4));
+}
+
+bool group_sums_in_int16(const CpuKernelSpec& spec) {
+    return pairs_sum_by_ones(spec) && spec.group_rows() <= 32 &&
+           spec.group_rows() / 4 * largest_pair_sum(spec) <= INT16_MAX;
 }
 
 int accumulator_registers(const CpuKernelSpec& spec) {
