@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -177,6 +178,44 @@ TEST(JitKernels, OutputTilesInRegistersChangeNoBit) {
             linear_forward(*tall, x.data(), rows, expected.data());
             EXPECT_EQ(y, expected);
         }
+    }
+}
+
+// The int8 dot products keep vpmaddubsw's pair sums in int16 for a while (a whole 4-bit group
+// without VNNI: jit::group_sums_in_int16; runs of quads with integer sub-block scales), where a
+// bound set too loose wraps around. Random data stays far from it, so here every code is its
+// width's largest or smallest and every activation is +max or -max: every width, groups of 16 and
+// 32, K leaving a short group, one row and three, every int8 backend this CPU runs.
+TEST(JitKernels, LargestCodesAndActivationsStayClearOfInt16Overflow) {
+    const int64_t k = 544, n = 24;
+    for (const test::Backend backend : test::available_backends()) {
+        if (backend.activations != QJIT_ACTIVATIONS_INT8) continue;
+        const ContextPtr context = make_context(backend.isa, backend.activations);
+        for (const int bits : {2, 3, 4, 5, 6, 8})
+            for (const int64_t group : {16, 32})
+                for (const float weight : {1.0f, -1.0f}) {
+                    SCOPED_TRACE(testing::Message() << test::backend_name(backend) << " " << bits << " bits, group "
+                                                    << group << ", weights " << weight);
+                    const std::vector<float> weights(size_t(k * n), weight);
+                    const QuantizedMatrix matrix = quantize_rtn(
+                        {.bits = bits, .group_size = group, .symmetric = true, .scale_type = ScaleType::F16}, k, n,
+                        weights.data());
+                    const auto [lowest, highest] = std::minmax_element(matrix.codes.begin(), matrix.codes.end());
+                    ASSERT_EQ(*lowest, *highest) << "one code everywhere";
+                    ASSERT_TRUE(*highest == 0 || *highest == (1 << bits) - 1) << "an extreme code: " << int(*highest);
+                    const auto layer = make_linear(context.get(), matrix);
+                    ASSERT_EQ(test::jit_of(*layer)->spec().path, jit::ActivationPath::Int8);
+                    for (const int64_t m : {1, 3})
+                        for (const float sign : {1.0f, -1.0f}) {
+                            const std::vector<float> x(size_t(m * k), sign);
+                            std::vector<float> y(size_t(m * n)), expected(y.size());
+                            linear_forward(*layer, x.data(), m, y.data());
+                            reference_forward(matrix, x.data(), m, expected.data());
+                            std::vector<double> bound = test::forward_error_bound(matrix, x.data(), m);
+                            test::add_int8_activation_error(bound, matrix, x.data(), m, test::jit_of(*layer)->spec());
+                            test::expect_within(y, expected, bound);
+                        }
+                }
     }
 }
 
