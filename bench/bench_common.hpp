@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -160,14 +161,16 @@ inline std::map<int, double> print_floors(const qjit_tools::BandwidthProbe& prob
 }
 
 // A context tuned for `batch` on `threads` threads, int8 activations, without a tuning database
-// (every layer tuned with the library's budget); null with qjit_last_error() on failure.
-inline qjit_context* batch_tuned_context(int threads, int64_t batch) {
+// (every layer tuned with the library's budget, or given `tiling` when not null); null with
+// qjit_last_error() on failure.
+inline qjit_context* batch_tuned_context(int threads, int64_t batch, const char* tiling = nullptr) {
     qjit_context_options options;
     qjit_context_options_init(&options);
     options.num_threads = threads;
     options.tuning_db_path = "";
     options.tuning_batch = batch;
     options.activations = QJIT_ACTIVATIONS_INT8;
+    options.tiling = tiling;
     qjit_context* context = nullptr;
     return qjit_context_create(&options, &context) == QJIT_OK ? context : nullptr;
 }
@@ -197,6 +200,28 @@ inline ColdTiming time_cold(qjit_linear* layer, int64_t batch, int threads, qjit
     run_probe();
     timing.micros = median(times);
     return timing;
+}
+
+// Layers timed naturally cold, as a model's forward finds them: `layers` (as many as it takes to
+// overflow the caches) run one after another at `batch` rows, `rounds` times; the median of one
+// call's time within a round, the median over rounds. Where flushing a layer's lines (time_cold)
+// leaves the memory system in another state than streaming many layers does, the two differ.
+// Negative when a forward fails.
+inline double time_in_chain(const std::vector<qjit_linear*>& layers, int64_t batch, int64_t k, int64_t n,
+                            int rounds) {
+    std::vector<float> x(size_t(batch * k)), y(size_t(batch * n));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 61) - 30) / 16.0f;
+    std::vector<double> round_medians;
+    for (int r = 0; r < rounds; ++r) {
+        std::vector<double> calls;
+        for (qjit_linear* layer : layers) {
+            const auto start = std::chrono::steady_clock::now();
+            if (qjit_linear_forward(layer, x.data(), batch, y.data()) != QJIT_OK) return -1;
+            calls.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+        }
+        round_medians.push_back(median(calls));
+    }
+    return median(round_medians);
 }
 
 }  // namespace qjit_bench

@@ -10,6 +10,11 @@
 //   bench_gguf_types                                 every type, 4096x11008 and 11008x4096, 1 and all
 //                                                    threads, batch 1 and 16
 //   bench_gguf_types --types=Q4_K,Q6_K --threads=2 --batches=1 --shapes=3584x18944,18944x3584
+//   bench_gguf_types --types=Q4_0 --threads=1 --batches=1 --shapes=4096x4096 --chain=40 --tiling=tu=1,...
+//
+// --chain=N also times the row's layer as a model meets it, naturally cold: N copies of it run one
+// after another (time_in_chain; N large enough that they overflow the caches). --tiling=T forces
+// a tiling on every row instead of tuning one.
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -51,6 +56,8 @@ struct Options {
     std::vector<Shape> shapes = {{4096, 11008}, {11008, 4096}};
     std::vector<int64_t> batches = {1, 16};
     std::vector<int> threads = {1, qjit_bench::hardware_threads()};
+    int chain = 0;       // copies of a row's layer timed one after another; 0: none
+    std::string tiling;  // forced on every row; empty: tuned
 };
 
 [[noreturn]] void die(const char* what) {
@@ -76,6 +83,16 @@ std::vector<Shape> parse_shapes(const char* text) {
     return shapes;
 }
 
+int parse_chain(const char* text) {
+    char* end = nullptr;
+    const long copies = std::strtol(text, &end, 10);
+    if (end == text || *end != '\0' || copies < 2 || copies > 1000) {
+        std::fprintf(stderr, "bench_gguf_types: bad --chain '%s' (copies of a layer, 2 to 1000)\n", text);
+        std::exit(2);
+    }
+    return int(copies);
+}
+
 Options parse(int argc, char** argv) {
     Options options;
     for (const TypeName& t : kTypes) options.types.push_back(t.name);
@@ -86,9 +103,11 @@ Options parse(int argc, char** argv) {
         else if (const char* v = value("--batches=")) options.batches = parse_list<int64_t>("bench_gguf_types", v);
         else if (const char* v = value("--threads=")) options.threads = parse_list<int>("bench_gguf_types", v);
         else if (const char* v = value("--shapes=")) options.shapes = parse_shapes(v);
+        else if (const char* v = value("--chain=")) options.chain = parse_chain(v);
+        else if (const char* v = value("--tiling=")) options.tiling = v;
         else {
             std::fprintf(stderr, "usage: bench_gguf_types [--types=Q4_0,Q4_K,...] [--batches=1,16] [--threads=1,2] "
-                                 "[--shapes=4096x11008,...]\n");
+                                 "[--shapes=4096x11008,...] [--chain=N] [--tiling=T]\n");
             std::exit(2);
         }
     }
@@ -109,11 +128,30 @@ struct Row {
     int64_t batch;
     std::string tiling;
     double micros = 0, held_bits = 0, streamed_bits = 0, file_bits = 0, gbps = 0, probe_gbps = 0, macs = 0, peak_macs = 0;
+    double chain_micros = 0;  // naturally cold, in a chain of copies (--chain); 0: not timed
 };
 
+// The row's layer timed in a chain of `copies` layers made from the same bytes in `context`.
+double chain_micros(qjit_context* context, const TypeName& t, Shape shape, const std::vector<uint8_t>& bytes,
+                    int copies, int64_t batch) {
+    constexpr int kChainRounds = 9;
+    std::vector<qjit_linear*> layers;
+    for (int i = 0; i < copies; ++i) {
+        qjit_linear* layer = nullptr;
+        if (qjit_linear_create_from_gguf(context, t.type, bytes.data(), bytes.size(), shape.k, shape.n, &layer) != QJIT_OK)
+            die("qjit_linear_create_from_gguf (chain)");
+        layers.push_back(layer);
+    }
+    const double micros = qjit_bench::time_in_chain(layers, batch, shape.k, shape.n, kChainRounds);
+    for (qjit_linear* layer : layers) qjit_linear_destroy(layer);
+    if (micros < 0) die("qjit_linear_forward (chain)");
+    return micros;
+}
+
 Row measure_row(const TypeName& t, Shape shape, const std::vector<uint8_t>& bytes, int threads, int64_t batch,
-                qjit_tools::BandwidthProbe& probe, double peak_macs) {
-    qjit_context* context = qjit_bench::batch_tuned_context(threads, batch);
+                qjit_tools::BandwidthProbe& probe, double peak_macs, const Options& options) {
+    qjit_context* context = qjit_bench::batch_tuned_context(threads, batch,
+                                                            options.tiling.empty() ? nullptr : options.tiling.c_str());
     if (context == nullptr) die("qjit_context_create");
     qjit_linear* layer = nullptr;
     if (qjit_linear_create_from_gguf(context, t.type, bytes.data(), bytes.size(), shape.k, shape.n, &layer) != QJIT_OK)
@@ -140,6 +178,7 @@ Row measure_row(const TypeName& t, Shape shape, const std::vector<uint8_t>& byte
     row.gbps = double(info.weight_bytes) / row.micros * 1e-3;
     row.macs = double(batch) * weights / row.micros * 1e6;
     row.peak_macs = peak_macs;
+    if (options.chain > 0) row.chain_micros = chain_micros(context, t, shape, bytes, options.chain, batch);
     qjit_linear_destroy(layer);
     qjit_context_destroy(context);
     return row;
@@ -152,8 +191,8 @@ int main(int argc, char** argv) {
     qjit_tools::BandwidthProbe probe;
     std::map<int, double> peak_macs = qjit_bench::print_floors(probe, options.threads);
     std::printf("\n| type | stored as | shape | threads | batch | tiling | bits/weight held / streamed / file | µs "
-                "| GB/s | read probe GB/s | of read probe | GB/s per Q4_0's | of int8 peak |\n"
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+                "| GB/s | read probe GB/s | of read probe | GB/s per Q4_0's | of int8 peak | µs in a chain |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     // Q4_0 first, so that every other type's row has its per-byte reference.
     std::vector<std::string> types = {"Q4_0"};
     for (const std::string& name : options.types)
@@ -173,15 +212,16 @@ int main(int argc, char** argv) {
                 t.type, shape.k, shape.n, seed, [&] { return qjit_tools::benchmark_half(rng.next()); });
             for (int threads : options.threads)
                 for (int64_t batch : options.batches) {
-                    const Row r = measure_row(t, shape, bytes, threads, batch, probe, peak_macs[threads]);
+                    const Row r = measure_row(t, shape, bytes, threads, batch, probe, peak_macs[threads], options);
                     const auto key = std::make_tuple(shape.k, shape.n, threads, batch);
                     if (name == "Q4_0") q4_0_gbps[key] = r.gbps;
                     std::printf("| %s | %s | %lldx%lld | %d | %lld | %s | %.3f / %.3f / %.3f | %.0f | %.1f | %.1f | %.2f "
-                                "| %.2f | %.2f |\n",
+                                "| %.2f | %.2f | %s |\n",
                                 r.type.c_str(), r.format.c_str(), (long long)shape.k, (long long)shape.n, threads,
                                 (long long)batch, r.tiling.c_str(), r.held_bits, r.streamed_bits, r.file_bits, r.micros,
                                 r.gbps, r.probe_gbps, r.gbps / r.probe_gbps, r.gbps / q4_0_gbps[key],
-                                r.peak_macs > 0 ? r.macs / r.peak_macs : 0.0);
+                                r.peak_macs > 0 ? r.macs / r.peak_macs : 0.0,
+                                r.chain_micros > 0 ? std::to_string(int64_t(r.chain_micros + 0.5)).c_str() : "-");
                     std::fflush(stdout);
                 }
         }
