@@ -13,7 +13,7 @@ namespace {
 // Index of word `word` of row block `block` for `column`.
 size_t word_index(const PackedCodes& p, int64_t block, int word, int64_t column) {
     const int64_t panel = column / p.panel_columns;
-    return size_t(panel * p.panel_words() + (p.block_start(block) + word) * p.panel_columns + column % p.panel_columns);
+    return size_t(panel * p.panel_words() + p.block_offset(block) + word * p.panel_columns + column % p.panel_columns);
 }
 
 }  // namespace
@@ -140,7 +140,7 @@ std::vector<uint8_t> unpack_codes(const PackedCodes& packed) {
             const PlaneSlot slot = plane_slot(plane, r);
             const uint32_t mask = (1u << plane.width) - 1u;
             const int value_shift = plane.value_shift, shift = slot.shift;
-            const uint32_t* words = packed.words.data() + (packed.block_start(block) + slot.word) * panel_columns;
+            const uint32_t* words = packed.words.data() + packed.block_offset(block) + slot.word * panel_columns;
             for (int64_t c0 = 0; c0 < n; c0 += panel_columns, words += panel_words) {
                 const int64_t width = std::min<int64_t>(panel_columns, n - c0);
                 uint8_t* target = code_row + c0;
@@ -152,6 +152,7 @@ std::vector<uint8_t> unpack_codes(const PackedCodes& packed) {
 }
 
 void copy_panels(const PackedCodes& from, int64_t first_panel, int64_t end_panel, PackedCodes& to) {
+    require(!from.has_slots() && !to.has_slots(), "copy_panels: codes with metadata slots");
     const int64_t column_words = from.column_words();  // a column's words, block after block
     for (int64_t panel = first_panel; panel < end_panel; ++panel) {
         const int64_t c0 = panel * to.panel_columns, c1 = std::min(to.n, c0 + to.panel_columns);

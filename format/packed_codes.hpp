@@ -8,8 +8,14 @@
 // format/code_planes.hpp says which word and bits of a block hold each row's code. A layer of mixed
 // widths (2 and 4 bits by K-group) stores each block at its group's width, so a block starts
 // after the words of the blocks before it: block_start(block) words per column.
+//
+// Metadata slots (the x86 kernels' inline metadata): after each K-group's blocks a panel may hold
+// `slot_words` words of that group's scales and zero points for the whole panel
+// (format/inline_metadata.hpp), so a kernel reads codes and metadata from one stream. A block then
+// starts block_offset(block) words into its panel.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -28,9 +34,13 @@ struct PackedCodes {
     Words words;
     std::vector<uint8_t> block_bits;    // mixed widths: each 32-row block's width; empty: all `bits`
     std::vector<int64_t> block_starts;  // mixed widths: words per column before each block [num_blocks + 1]
+    int64_t slot_group_blocks = 0;      // metadata slots: blocks per K-group, a slot after each (0: no slots)
+    int64_t slot_words = 0;             // words of one slot (the whole panel's metadata of one group)
 
     static constexpr int kBlockRows = 32;
     static constexpr const char* kLayoutName = "kblock32_quad";
+    static constexpr const char* kSlottedLayoutName = "kblock32_quad_inline";  // with metadata slots
+    const char* layout_name() const { return has_slots() ? kSlottedLayoutName : kLayoutName; }
 
     int64_t num_blocks() const { return (k + kBlockRows - 1) / kBlockRows; }
     int64_t num_panels() const { return (n + panel_columns - 1) / panel_columns; }
@@ -38,13 +48,20 @@ struct PackedCodes {
     int block_width(int64_t block) const { return mixed() ? int(block_bits[size_t(block)]) : bits; }
     int64_t block_start(int64_t block) const { return mixed() ? block_starts[size_t(block)] : block * bits; }
     int64_t column_words() const { return block_start(num_blocks()); }  // a column's words in all blocks
-    int64_t panel_words() const { return column_words() * panel_columns; }
+    bool has_slots() const { return slot_group_blocks > 0; }
+    int64_t slot_groups() const { return has_slots() ? (num_blocks() + slot_group_blocks - 1) / slot_group_blocks : 0; }
+    // Words from the start of a panel to block `block` (block num_blocks(): past the last block's
+    // codes, before its group's slot), and to the slot of K-group `group`.
+    int64_t block_offset(int64_t block) const {
+        return block_start(block) * panel_columns + (has_slots() ? block / slot_group_blocks * slot_words : 0);
+    }
+    int64_t slot_offset(int64_t group) const {
+        const int64_t end = std::min((group + 1) * slot_group_blocks, num_blocks());
+        return block_start(end) * panel_columns + group * slot_words;
+    }
+    int64_t panel_words() const { return column_words() * panel_columns + slot_groups() * slot_words; }
     // First word of the panel that holds column n0 (a multiple of panel_columns).
     const uint32_t* panel(int64_t n0) const { return words.data() + n0 / panel_columns * panel_words(); }
-    static size_t word_count(int bits, int64_t k, int64_t n, int panel_columns) {
-        const int64_t panels = (n + panel_columns - 1) / panel_columns;
-        return size_t((k + kBlockRows - 1) / kBlockRows * bits * panels * panel_columns);
-    }
     uint8_t code(int64_t row, int64_t column) const;
 };
 

@@ -1,12 +1,15 @@
 #include "runtime/layer_file.hpp"
 
 #include "base/replace_file.hpp"
+#include "format/inline_metadata.hpp"
 #include "io/framed_file.hpp"
 
 namespace qjit {
 
 std::string serialize_layer(const qjit_linear& layer) {
-    return serialize_layer(layer_params(layer), layer.cpu->codes(), unpack_low_rank(layer));
+    const PackedCodes& codes = layer.cpu->codes();  // a file holds the codes without metadata slots
+    return serialize_layer(layer_params(layer), codes.has_slots() ? without_metadata_slots(codes) : codes,
+                           unpack_low_rank(layer));
 }
 
 void save_layer(const qjit_linear& layer, const std::string& path) { replace_file(path, serialize_layer(layer)); }

@@ -81,18 +81,19 @@ std::unique_ptr<qjit_linear> layer_from_panels(qjit_context* context, const Pack
     const auto start = std::chrono::steady_clock::now();
     QuantParams params = panel_params(*entry.fields);
     const jit::CpuKernelSpec spec = panel_kernel(*context, params, *entry.fields);
-    require(entry.fields->at("layout").get<std::string>() == PackedCodes::kLayoutName, "layout is not ",
-            PackedCodes::kLayoutName);
     require(entry.sections.size() == 3, "a panels entry has 3 sections, not ", entry.sections.size());
     PackedCodes codes;
     codes.bits = params.bits;
     codes.k = params.k;
     codes.n = params.n;
     codes.panel_columns = spec.panel_columns();
-    codes.words = borrowed<uint32_t>(pack, entry.sections[0],
-                                     PackedCodes::word_count(params.bits, params.k, params.n, spec.panel_columns()), "codes");
+    jit::assign_kernel_slots(spec, codes);
+    require(entry.fields->at("layout").get<std::string>() == codes.layout_name(), "layout is not ", codes.layout_name());
+    codes.words = borrowed<uint32_t>(pack, entry.sections[0], size_t(codes.num_panels() * codes.panel_words()), "codes");
     const PanelMetadataSizes sizes =
-        panel_metadata_sizes(params, PanelMetadataLayout{spec.format, spec.panel_columns(), spec.num_groups()});
+        spec.inline_metadata
+            ? PanelMetadataSizes{}
+            : panel_metadata_sizes(params, PanelMetadataLayout{spec.format, spec.panel_columns(), spec.num_groups()});
     PanelMetadata metadata{borrowed<uint8_t>(pack, entry.sections[1], sizes.scale_bytes, "scales"),
                            borrowed<uint8_t>(pack, entry.sections[2], sizes.zero_bytes, "zero points")};
     TilingChoice choice;
@@ -131,7 +132,7 @@ void write_pack_entry(PackWriter& writer, const std::string& name, const qjit_li
     const PackedCodes& codes = layer.cpu->codes();
     const nlohmann::json fields = {
         {"kind", kPanelsKind},
-        {"layout", PackedCodes::kLayoutName},
+        {"layout", codes.layout_name()},
         {"k", p.k},
         {"n", p.n},
         {"bits", p.bits},

@@ -28,7 +28,7 @@ std::string describe(const qjit_linear& layer) {
     const std::string low_rank = backend.low_rank() ? backend.low_rank()->describe() : std::string();
     return concat(backend.kernel_name(), " format=", p.name(), " K=", p.k, " N=", p.n, " bits=", p.bits,
                   " group=", p.group_size, p.symmetric ? " symmetric" : " asymmetric", " act_order=", p.act_order ? "yes" : "no",
-                  " scales=", scale_type_name(p.scale_type), " layout=", PackedCodes::kLayoutName,
+                  " scales=", scale_type_name(p.scale_type), " layout=", backend.codes().layout_name(),
                   " panel=", backend.codes().panel_columns, " threads=", layer.context->num_threads,
                   " passes=", passes_text(backend.passes()), low_rank.empty() ? "" : " ", low_rank, " ",
                   backend.kernel_fields());
@@ -215,8 +215,8 @@ const BackendLayer& layer_on(const qjit_linear& layer, int device) {
 QuantParams layer_params(const qjit_linear& layer) {
     QuantParams params = layer.params;
     if (layer.metadata_in_kernels) {
-        const JitExecutor& executor = static_cast<const JitLayer&>(*layer.cpu).executor();
-        unpack_panel_metadata(executor.metadata(), executor.metadata_layout(), params);
+        const JitLayer& jit = static_cast<const JitLayer&>(*layer.cpu);
+        unpack_panel_metadata(jit.panel_metadata(), jit.executor().metadata_layout(), params);
     }
     return params;
 }

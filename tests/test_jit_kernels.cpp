@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "jit/x86/cpu_kernel.hpp"
+#include "jit/x86/cpu_tiling.hpp"
 #include "jit/x86/gemm_emitter.hpp"
 #include "base/error.hpp"
 #include "runtime/linear_layer.hpp"
@@ -229,7 +231,8 @@ TEST(JitKernels, LargestCodesAndActivationsStayClearOfInt16Overflow) {
 void expect_single_batch_executors_agree(const jit::CpuKernelSpec& spec, const QuantizedMatrix& matrix,
                                          int64_t most_rows) {
     const QuantParams& p = matrix.params;
-    const PackedCodes codes = pack_codes(matrix.codes.data(), p.bits, p.k, p.n, int(spec.panel_columns()));
+    const PackedCodes codes =
+        kernel_codes(spec, p, pack_codes(matrix.codes.data(), p.bits, p.k, p.n, int(spec.panel_columns())));
     const std::vector<Pass> plan = jit_forward_plan(spec, p);
     const JitExecutor every(spec, p, plan, "");
     ThreadPool pool(2);
@@ -241,6 +244,64 @@ void expect_single_batch_executors_agree(const jit::CpuKernelSpec& spec, const Q
         single.forward(p, codes, x.data(), m, y.data(), pool);
         every.forward(p, codes, x.data(), m, expected.data(), pool);
         EXPECT_EQ(y, expected);
+    }
+}
+
+// Kernels that read each group's metadata from a slot after its codes (the layers' default where
+// the format allows) give the bits of the same kernels reading it from streams of their own: for
+// every metadata kind (fp16 and fp32 scales, byte zero points, float offsets, one group per column), both paths, every ISA this CPU runs, K leaving a short last group, N a partial
+// panel, a K split, and batches from 1 to past the prompt tile.
+TEST(JitKernels, InlineMetadataGivesTheBitsOfSeparateStreams) {
+    struct Case {
+        const char* name;
+        WeightFormat format;
+    };
+    const std::vector<Case> cases = {
+        {"q4g32 sym f16", {.bits = 4, .group_size = 32, .symmetric = true, .scale_type = ScaleType::F16}},
+        {"q3g64 asym f16", {.bits = 3, .group_size = 64, .scale_type = ScaleType::F16}},
+        {"q4g128 asym f32", {.bits = 4, .group_size = 128, .scale_type = ScaleType::F32}},
+        {"q5g32 offsets", {.bits = 5, .group_size = 32, .float_offsets = true, .scale_type = ScaleType::F16}},
+        {"q8 per column", {.bits = 8, .group_size = 1000, .symmetric = true, .scale_type = ScaleType::F16}},
+        {"q2g32 asym", {.bits = 2, .group_size = 32, .scale_type = ScaleType::F16}},
+    };
+    const int64_t k = 1000, n = 150;
+    ThreadPool pool(2);
+    for (const test::Backend backend : test::available_backends()) {
+        if (backend.isa == QJIT_ISA_PORTABLE) continue;
+        for (const Case& c : cases)
+            for (const char* tiling : {"tu=3,mb=2,prefetch=0,ku=1,ksplit=2", "tu=2,mb=3,prefetch=4,ku=1,ksplit=1",
+                                        "tu=1,mb=2,prefetch=2,ku=1,ksplit=3"}) {
+                SCOPED_TRACE(testing::Message() << test::backend_name(backend) << " " << c.name << " " << tiling);
+                const std::vector<float> weights = test::random_floats(size_t(k * n), 7);
+                const QuantizedMatrix matrix = quantize_rtn(c.format, k, n, weights.data());
+                const QuantParams& p = matrix.params;
+                std::optional<jit::CpuKernelSpec> made = jit::cpu_kernel_format(backend.isa, backend.activations, p);
+                ASSERT_TRUE(made);
+                jit::CpuKernelSpec inline_spec = *made;
+                inline_spec.tiling = jit::parse_tiling(tiling);
+                inline_spec.rows = inline_spec.tiling.mb;
+                if (jit::vector_registers_needed(inline_spec) > jit::vector_registers_available(inline_spec.isa))
+                    continue;  // a tiling this format's kernels cannot hold in this ISA's registers
+                ASSERT_TRUE(inline_spec.inline_metadata) << "the layers' kernels read this format's metadata inline";
+                jit::CpuKernelSpec separate_spec = inline_spec;
+                separate_spec.inline_metadata = false;
+                EXPECT_NE(jit::kernel_family_name(inline_spec), jit::kernel_family_name(separate_spec));
+                const PackedCodes plain =
+                    pack_codes(matrix.codes.data(), p.bits, p.k, p.n, int(inline_spec.panel_columns()));
+                const PackedCodes slotted = kernel_codes(inline_spec, p, plain);
+                ASSERT_TRUE(slotted.has_slots());
+                const JitExecutor with_slots(inline_spec, p, jit_forward_plan(inline_spec, p), "");
+                const JitExecutor beside(separate_spec, p, jit_forward_plan(separate_spec, p), "");
+                EXPECT_EQ(with_slots.metadata_bytes(), 0) << "no metadata beside the codes";
+                for (const int64_t m : {1, 3, 17}) {
+                    SCOPED_TRACE(testing::Message() << "batch " << m);
+                    const std::vector<float> x = test::random_floats(size_t(m * k), uint32_t(m));
+                    std::vector<float> y(size_t(m * n)), expected(y.size());
+                    with_slots.forward(p, slotted, x.data(), m, y.data(), pool);
+                    beside.forward(p, plain, x.data(), m, expected.data(), pool);
+                    ASSERT_EQ(y, expected);
+                }
+            }
     }
 }
 

@@ -1,10 +1,11 @@
 // Packing round trips are bit-exact for every bit width and panel width, including K not a
-// multiple of 32 and N not a multiple of the panel.
+// multiple of 32 and N not a multiple of the panel, with and without metadata slots.
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
 
+#include "format/inline_metadata.hpp"
 #include "format/packed_codes.hpp"
 
 namespace qjit {
@@ -59,6 +60,48 @@ TEST(PackingTest3Bit, UsesTwoBitPlaneAndOneBitPlaneInQuadOrder) {
     EXPECT_EQ(packed.words[0], 0u);
     EXPECT_EQ(packed.words[8], 0b10u << 8);
     EXPECT_EQ(packed.words[16], 1u << 12);
+}
+
+// Metadata slots after each group: the codes read back as they were, each slot holds its group's
+// metadata of its panel (then zeros), and taking the slots out gives the words back. K leaves a
+// short last group; N a partial panel; fp16 scales with byte zero points, and fp32 scales alone.
+TEST_P(PackingTest, MetadataSlotsKeepCodesAndMetadata) {
+    const int bits = GetParam();
+    std::mt19937 rng(static_cast<uint32_t>(bits) + 40);
+    for (const bool symmetric : {false, true}) {
+        const int64_t k = 200, n = 37, group = 64, panel = 16, groups = 4;  // 7 blocks: the last group has 1
+        std::vector<uint8_t> codes(size_t(k * n));
+        for (uint8_t& c : codes) c = uint8_t(rng() & ((1u << bits) - 1u));
+        const PackedCodes plain = pack_codes(codes.data(), bits, k, n, panel);
+        WeightFormat format{.k = k, .n = n, .bits = bits, .group_size = group, .symmetric = symmetric,
+                            .scale_type = symmetric ? ScaleType::F32 : ScaleType::F16};
+        const PanelMetadataLayout layout{format, panel, groups};
+        const PanelMetadataSizes sizes = panel_metadata_sizes(format, layout);
+        PanelMetadata metadata;
+        metadata.scales.assign(sizes.scale_bytes, 0);
+        metadata.zeros.assign(sizes.zero_bytes, 0);
+        for (size_t i = 0; i < metadata.scales.size(); ++i) metadata.scales[i] = uint8_t(rng() | 1);
+        for (size_t i = 0; i < metadata.zeros.size(); ++i) metadata.zeros[i] = uint8_t(rng() | 1);
+        const int64_t slot_bytes = 96;
+        ASSERT_GE(slot_bytes, inline_metadata_bytes(layout));
+        const PackedCodes slotted = with_metadata_slots(plain, metadata, layout, group / 32, slot_bytes);
+        SCOPED_TRACE(symmetric ? "fp32 scales" : "fp16 scales and zero points");
+        ASSERT_EQ(slotted.slot_groups(), groups);
+        EXPECT_EQ(slotted.panel_words(), plain.panel_words() + groups * slot_bytes / 4);
+        EXPECT_EQ(slotted.block_offset(2), 2 * bits * panel + slot_bytes / 4) << "block 2 starts the second group";
+        EXPECT_EQ(slotted.slot_offset(3), 7 * bits * panel + 3 * slot_bytes / 4) << "the short last group's slot";
+        EXPECT_EQ(unpack_codes(slotted), codes);
+        for (int64_t row : {int64_t(0), int64_t(63), int64_t(64), k - 1})
+            for (int64_t column : {int64_t(0), int64_t(17), n - 1})
+                EXPECT_EQ(slotted.code(row, column), codes[size_t(row * n + column)]) << row << ", " << column;
+        const PanelMetadata back = metadata_from_slots(slotted, layout);
+        EXPECT_EQ(back.scales, metadata.scales);
+        EXPECT_EQ(back.zeros, metadata.zeros);
+        EXPECT_EQ(without_metadata_slots(slotted).words, plain.words);
+        // The padding after the metadata is zero.
+        const uint8_t* slot = reinterpret_cast<const uint8_t*>(slotted.words.data() + slotted.slot_offset(1));
+        for (int64_t b = inline_metadata_bytes(layout); b < slot_bytes; ++b) EXPECT_EQ(slot[b], 0) << b;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Bits, PackingTest, ::testing::Values(2, 3, 4, 8),

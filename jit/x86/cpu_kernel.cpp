@@ -11,7 +11,34 @@ namespace qjit::jit {
 
 std::string kernel_family_name(const CpuKernelSpec& spec) {
     return spec.format.kernel_name() + (spec.path == ActivationPath::Int8 ? "_gemm_i8_" : "_gemm_f32_") +
-           spec.isa.tag();
+           spec.isa.tag() + (spec.inline_metadata ? "_inline" : "");
+}
+
+bool inline_metadata_fits(const CpuKernelSpec& spec) {
+    const WeightFormat& f = spec.format;
+    return !f.super_block_scales() && !f.second_order_scales() && f.uniform_bits() && spec.group_rows() % 32 == 0;
+}
+
+int64_t inline_slot_bytes(const CpuKernelSpec& spec) {
+    const int64_t vector_bytes = int64_t(spec.lanes()) * 4;
+    const int64_t bytes = spec.panel_columns() * (spec.format.scale_bytes() + spec.format.zero_point_bytes());
+    return (bytes + vector_bytes - 1) / vector_bytes * vector_bytes;
+}
+
+void assign_kernel_slots(const CpuKernelSpec& spec, PackedCodes& codes) {
+    codes.slot_group_blocks = spec.inline_metadata ? spec.group_rows() / 32 : 0;
+    codes.slot_words = spec.inline_metadata ? inline_slot_bytes(spec) / 4 : 0;
+}
+
+int64_t kernel_stream_words(const CpuKernelSpec& spec, int64_t n) {
+    PackedCodes layout;
+    layout.bits = spec.format.bits;
+    layout.k = spec.format.k;
+    layout.n = n;
+    layout.panel_columns = spec.panel_columns();
+    assign_block_widths(layout, block_widths(spec.format));
+    assign_kernel_slots(spec, layout);
+    return layout.num_panels() * layout.panel_words();
 }
 
 std::string kernel_name(const CpuKernelSpec& spec) {
@@ -71,6 +98,8 @@ void check_spec(const CpuKernelSpec& spec) {
     if (spec.vectors != 0 && (spec.rows < 1 || spec.first_vector < 0 || spec.vectors < 0 ||
                               spec.first_vector + spec.vectors > spec.tiling.tu))
         reject("a kernel of part of a panel needs rows >= 1 and its vectors within the panel's tu");
+    if (spec.inline_metadata && !inline_metadata_fits(spec))
+        refuse("inline metadata needs plain per-group scales, one width and groups of whole 32-row blocks");
     if (spec.format.second_order_scales() && spec.panel_columns() % 16 != 0)
         reject("second-order scales need panels of whole 16-column groups");
     if (vector_registers_needed(spec) > vector_registers_available(spec.isa))

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "format/packed_codes.hpp"
 #include "format/weight_format.hpp"
 #include "jit/x86/isa_features.hpp"
 #include "qjit/qjit.h"
@@ -47,6 +48,10 @@ struct CpuKernelSpec {
     // kernels, which leave registers for more rows (prompt_tile, runtime/cpu/jit_executor.hpp).
     int first_vector = 0;
     int vectors = 0;
+    // Each group's scales and zero points follow its codes in the panel's stream (PackedCodes'
+    // metadata slots, format/inline_metadata.hpp), instead of streams of their own: set for every
+    // format that allows it (inline_metadata_fits) by the layers' kernels.
+    bool inline_metadata = false;
 
     int lanes() const { return isa.lanes(); }
     int kernel_vectors() const { return vectors > 0 ? vectors : tiling.tu; }
@@ -77,6 +82,18 @@ struct CpuKernelSpec {
 // groups of 16 (a 32-row block holds two), a super-block's groups with super-block scales (the
 // kernel finds each super-block's super-scales at the start of its range), else 1.
 int64_t groups_per_kernel_step(const CpuKernelSpec& spec);
+
+// Whether a kernel of `spec`'s format can read its metadata inline: plain per-group scales (no
+// super-block or second-order ones), one width, and groups of whole 32-row blocks.
+bool inline_metadata_fits(const CpuKernelSpec& spec);
+// Bytes of one group's metadata slot in a panel of spec's kernels: the panel's scales and zero
+// points or offsets, padded to a vector, so that the codes after it stay aligned.
+int64_t inline_slot_bytes(const CpuKernelSpec& spec);
+// The layout the kernels of `spec` read `codes` (packed at spec's panel width) in: metadata slots
+// after every group when spec.inline_metadata, else none.
+void assign_kernel_slots(const CpuKernelSpec& spec, PackedCodes& codes);
+// Words of the stream the kernels of `spec` read for n columns: codes, and slots where inline.
+int64_t kernel_stream_words(const CpuKernelSpec& spec, int64_t n);
 
 // A name that says what the kernel is, in the style used across qjit (describe strings, the
 // tuning database, dumps), starting with its format's name: q4g128_asym_gemm_i8_avx512vnni_tu4mb4pf0.

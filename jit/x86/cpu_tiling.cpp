@@ -24,6 +24,7 @@ std::optional<CpuKernelSpec> cpu_kernel_format(qjit_isa isa, qjit_activations ac
                 : activations == QJIT_ACTIVATIONS_INT8 ? ActivationPath::Int8
                                                        : default_activation_path(p.bits);
     spec.format = p.format();
+    spec.inline_metadata = inline_metadata_fits(spec);
     return spec;
 }
 

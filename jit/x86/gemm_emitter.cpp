@@ -90,6 +90,7 @@ GemmEmitter::GemmEmitter(const CpuKernelSpec& spec)
       integer_scales_(spec.integer_sub_block_scales()),
       pair_depth_(pair_sum_depth(spec)),
       group_int16_(group_sums_in_int16(spec)),
+      inline_metadata_(spec.inline_metadata),
       per_dot_(broadcasts_per_dot(spec)),
       spare_(spare_register_use(spec)) {
     const int scratch = std::max(main_scratch_registers(spec), kEpilogueTemporaries);

@@ -201,6 +201,7 @@ private:
         codebook_, integer_scales_;
     const int pair_depth_;  // quads whose pair sums add in int16 before vpmaddwd (1: none)
     const bool group_int16_;  // group_sums_in_int16: acc holds the group's int16 pair sums
+    const bool inline_metadata_;  // the group's metadata in a slot after its codes (codes_ is at it in the epilogue)
     const bool per_dot_;    // broadcasts_per_dot
     const SpareRegisterUse spare_;
     Xbyak::Label codebook_data_, six_bit_control_, six_bit_shifts_;

@@ -91,6 +91,10 @@ void GemmEmitter::emit_super_block_epilogue() {
 // offsets y[i][t] += scale * acc (* x_scale[i]) + offset * x_sum[i] (* x_scale[i]); then the
 // accumulators restart and the group pointers move on.
 void GemmEmitter::emit_group_epilogue() {
+    if (inline_metadata_) {  // past the group's codes: its slot holds the scales, then the zero points
+        mov(scales_, codes_);
+        if (!spec_.format.symmetric) lea(zeros_, ptr[codes_ + panel_ * scale_bytes_]);
+    }
     if (!integer_scales_) emit_group_outputs();
     advance_group_metadata();
 }
@@ -154,6 +158,8 @@ void GemmEmitter::advance_group_metadata() {
         const int64_t code_bytes = PanelMetadataLayout{spec_.format}.code_bytes(panel_);
         add(scales_, code_bytes);
         if (float_offsets_ && !mins_in_scale_bytes_) add(zeros_, code_bytes);
+    } else if (inline_metadata_) {
+        add(codes_, inline_slot_bytes(spec_));
     } else {
         add(scales_, second_order_ ? panel_ / SecondOrderScales::kColumns * kSecondOrderPairBytes : panel_ * scale_bytes_);
         if (!spec_.format.symmetric) add(zeros_, float_offsets_ ? panel_ * scale_bytes_ : panel_);

@@ -39,7 +39,7 @@ CandidateBench::CandidateBench(const TuningProblem& problem, const std::vector<C
 
     size_t words = 0;
     for (const Candidate& c : candidates)
-        words = std::max(words, packed_word_count(f.format, max_columns, c.spec.panel_columns()));
+        words = std::max(words, size_t(jit::kernel_stream_words(c.spec, max_columns)));
     codes_.bits = f.format.bits;
     codes_.k = f.format.k;
     assign_block_widths(codes_, block_widths(f.format));
@@ -51,6 +51,7 @@ CandidateBench::CandidateBench(const TuningProblem& problem, const std::vector<C
 }
 
 int64_t forward_weight_bytes(const jit::CpuKernelSpec& spec, int64_t n) {
+    if (spec.inline_metadata) return jit::kernel_stream_words(spec, n) * 4;
     WeightFormat format = spec.format;
     format.n = n;
     const PanelMetadataSizes metadata =
@@ -62,7 +63,7 @@ CandidateRun CandidateBench::make_run(const jit::CpuKernelSpec& spec, int64_t co
     params_.n = columns;
     auto executor = std::make_shared<const JitExecutor>(spec, params_, jit_forward_plan(spec, params_), "", nullptr,
                                                         problem_.batch);
-    const size_t code_bytes = packed_word_count(spec.format, columns, spec.panel_columns()) * 4;
+    const size_t code_bytes = size_t(jit::kernel_stream_words(spec, columns)) * 4;
     CandidateRun candidate;
     candidate.prepare = [this, executor, code_bytes] {
         evict_from_caches(codes_.words.data(), code_bytes);
@@ -71,6 +72,7 @@ CandidateRun CandidateBench::make_run(const jit::CpuKernelSpec& spec, int64_t co
     candidate.run = [this, executor, columns] {
         params_.n = codes_.n = columns;
         codes_.panel_columns = executor->spec().panel_columns();
+        jit::assign_kernel_slots(executor->spec(), codes_);
         executor->forward(params_, codes_, x_.data(), problem_.batch, y_.data(), pool_);
     };
     return candidate;

@@ -9,6 +9,7 @@
 #include "jit/x86/gemm_emitter.hpp"
 #include "base/error.hpp"
 #include "base/half.hpp"
+#include "format/inline_metadata.hpp"
 #include "runtime/cpu/cache_eviction.hpp"
 #include "runtime/cpu/outlier_add.hpp"
 #include "tuner/cpu_isa.hpp"
@@ -100,8 +101,9 @@ std::vector<std::unique_ptr<jit::JitGenerator>> generate_kernels(const jit::CpuK
     return kernels;
 }
 
-// params' scales and zero points in the panel layout of spec's kernels, panels packed in parallel
-// on `pool` (null: on the calling thread).
+
+}  // namespace
+
 PanelMetadata packed_metadata(const jit::CpuKernelSpec& spec, const QuantParams& p, ThreadPool* pool) {
     const PanelMetadataLayout layout{spec.format, spec.panel_columns(), spec.num_groups()};
     PanelMetadata metadata = allocate_panel_metadata(p, layout);
@@ -114,7 +116,13 @@ PanelMetadata packed_metadata(const jit::CpuKernelSpec& spec, const QuantParams&
     return metadata;
 }
 
-}  // namespace
+PackedCodes kernel_codes(const jit::CpuKernelSpec& spec, const QuantParams& params, PackedCodes codes,
+                         ThreadPool* pool) {
+    if (!spec.inline_metadata) return codes;
+    const PanelMetadataLayout layout{spec.format, spec.panel_columns(), spec.num_groups()};
+    return with_metadata_slots(codes, packed_metadata(spec, params, pool), layout, spec.group_rows() / 32,
+                               jit::inline_slot_bytes(spec));
+}
 
 std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightFormat& format) {
     return plan_forward(format, spec.num_groups(), spec.tiling.ksplit, jit::groups_per_kernel_step(spec));
@@ -122,7 +130,8 @@ std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightF
 
 JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::vector<Pass>& passes,
                          const std::string& dump_dir, ThreadPool* pool, int64_t only_batch)
-    : JitExecutor(spec, p, passes, dump_dir, packed_metadata(spec, p, pool), only_batch) {}
+    : JitExecutor(spec, p, passes, dump_dir, spec.inline_metadata ? PanelMetadata{} : packed_metadata(spec, p, pool),
+                  only_batch) {}
 
 JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, const std::vector<Pass>& passes,
                          const std::string& dump_dir, PanelMetadata metadata, int64_t only_batch)
@@ -132,7 +141,8 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
       gathers_(has_pass(passes, PassKind::Gather)),
       only_batch_(only_batch),
       metadata_(std::move(metadata)) {
-    const PanelMetadataSizes sizes = panel_metadata_sizes(p, metadata_layout());
+    const PanelMetadataSizes sizes =
+        spec.inline_metadata ? PanelMetadataSizes{} : panel_metadata_sizes(p, metadata_layout());
     require(metadata_.scales.size() == sizes.scale_bytes && metadata_.zeros.size() == sizes.zero_bytes,
             "panel metadata of ", metadata_.scales.size(), " + ", metadata_.zeros.size(), " bytes for ",
             jit::kernel_name(spec), "; its layout takes ", sizes.scale_bytes, " + ", sizes.zero_bytes);
@@ -202,11 +212,13 @@ void JitExecutor::run_product_task(const QuantParams& p, const PackedCodes& code
     if (tile.size() < size_t(tile_rows * panel)) tile.resize(size_t(tile_rows * panel));
 
     jit::CpuKernelArgs args;
-    args.codes = codes.panel(n0) + codes.block_start(range.first_block) * panel;
-    const PanelMetadataOffsets metadata = panel_metadata_offsets(metadata_layout(), p_index, range.first);
-    args.scales = metadata_.scales.data() + metadata.scales;
+    args.codes = codes.panel(n0) + codes.block_offset(range.first_block);
+    if (!spec_.inline_metadata) {
+        const PanelMetadataOffsets metadata = panel_metadata_offsets(metadata_layout(), p_index, range.first);
+        args.scales = metadata_.scales.data() + metadata.scales;
+        args.zeros = metadata_.zeros.empty() ? nullptr : metadata_.zeros.data() + metadata.zeros;
+    }
     args.group_bits = group_bits_.empty() ? nullptr : group_bits_.data() + range.first;
-    args.zeros = metadata_.zeros.empty() ? nullptr : metadata_.zeros.data() + metadata.zeros;
     args.y = tile.data();
     args.full_groups = range.full_groups;
     args.tail_blocks = range.tail_blocks;

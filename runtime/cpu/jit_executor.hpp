@@ -44,6 +44,16 @@ void run_product_tasks(ThreadPool& pool, int64_t tasks, int64_t cost, int64_t mu
     });
 }
 
+// params' scales and zero points in the panel layout of spec's kernels, panels packed in parallel
+// on `pool` (null: on the calling thread).
+PanelMetadata packed_metadata(const jit::CpuKernelSpec& spec, const QuantParams& params, ThreadPool* pool);
+
+// `codes` (packed at spec's panel width, without slots) as spec's kernels read them: with params'
+// metadata in their slots (format/inline_metadata.hpp) where the kernels read it inline, else as
+// they are.
+PackedCodes kernel_codes(const jit::CpuKernelSpec& spec, const QuantParams& params, PackedCodes codes,
+                         ThreadPool* pool = nullptr);
+
 class JitExecutor {
 public:
     // spec.rows must equal spec.tiling.mb; codes must be packed with spec.panel_columns().
@@ -51,13 +61,15 @@ public:
     // gather is fused into the activation prologue, its products run as one parallel dispatch and
     // its outliers are added in the task of a panel's first K part.
     // dump_dir: where to write each kernel's machine code ("" for nowhere). pool: where the
-    // metadata is repacked, panels in parallel (null: on the calling thread). only_batch: when
+    // metadata is repacked, panels in parallel (null: on the calling thread); none is where the
+    // kernels read it inline, from the slots of the codes they are given. only_batch: when
     // positive, kernels are generated only for the row counts a forward of that many rows meets
     // (the tuner's candidates), and a forward of any other m is refused.
     JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& params, const std::vector<Pass>& passes,
                 const std::string& dump_dir, ThreadPool* pool = nullptr, int64_t only_batch = 0);
     // The same with the metadata in the panel layout already (a pack file's, mapped): sized for
-    // metadata_layout() (panel_metadata_sizes), which is checked.
+    // metadata_layout() (panel_metadata_sizes), which is checked; empty where the kernels read it
+    // inline (spec.inline_metadata: from the codes' slots).
     JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& params, const std::vector<Pass>& passes,
                 const std::string& dump_dir, PanelMetadata metadata, int64_t only_batch = 0);
 

@@ -25,6 +25,9 @@ public:
              PanelMetadata metadata, ThreadPool& pool, const std::string& dump_dir);
 
     const JitExecutor& executor() const { return executor_; }
+    // The scales and zero points in the panel layout (metadata_layout()), wherever the kernels read
+    // them: beside the codes, or from their slots.
+    PanelMetadata panel_metadata() const;
 
     void forward(const float* x, int64_t m, float* y) const override;
     // Every layer of `group` must be a JitLayer (runtime/cpu/jit_grouped.cpp).
@@ -33,6 +36,12 @@ public:
     std::string kernel_fields() const override;
 
 private:
+    struct KernelStream;  // codes and metadata as the kernels read them (jit_layer.cpp)
+    static KernelStream kernel_stream(const jit::CpuKernelSpec& spec, const QuantParams& params, PackedCodes codes,
+                                      ThreadPool& pool);
+    JitLayer(const jit::CpuKernelSpec& spec, std::string tiling, const QuantParams& params, KernelStream stream,
+             std::unique_ptr<LowRankPass> low_rank, ThreadPool& pool, const std::string& dump_dir);
+
     int64_t metadata_bytes() const override { return executor_.metadata_bytes(); }
     void evict_metadata() const override { executor_.evict_metadata(); }
 
