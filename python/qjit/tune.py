@@ -40,7 +40,7 @@ class TuneRow:
     n: int
     batch: int  #: activation rows per call the tiling is tuned for
     source: str  #: where the tiling came from: "hit" (database), "tuned", "same", "model", "forced", "portable"
-    kernel: str  #: e.g. "q4g128_asym_gemm_i8_avx512vnni"
+    kernel: str  #: e.g. "q4g128_asym_gemm_i8_avx512vnni_inline"
     tiling: str  #: e.g. "tu=4,mb=6,prefetch=8,ku=2,ksplit=1"
     tuning_ms: float  #: time spent choosing the tiling
     us: float  #: median cold call, microseconds
