@@ -90,10 +90,7 @@ std::unique_ptr<qjit_linear> layer_from_panels(qjit_context* context, const Pack
     jit::assign_kernel_slots(spec, codes);
     require(entry.fields->at("layout").get<std::string>() == codes.layout_name(), "layout is not ", codes.layout_name());
     codes.words = borrowed<uint32_t>(pack, entry.sections[0], size_t(codes.num_panels() * codes.panel_words()), "codes");
-    const PanelMetadataSizes sizes =
-        spec.inline_metadata
-            ? PanelMetadataSizes{}
-            : panel_metadata_sizes(params, PanelMetadataLayout{spec.format, spec.panel_columns(), spec.num_groups()});
+    const PanelMetadataSizes sizes = jit::beside_codes_metadata_sizes(spec, params);
     PanelMetadata metadata{borrowed<uint8_t>(pack, entry.sections[1], sizes.scale_bytes, "scales"),
                            borrowed<uint8_t>(pack, entry.sections[2], sizes.zero_bytes, "zero points")};
     TilingChoice choice;

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "format/code_planes.hpp"
+#include "format/inline_metadata.hpp"
 #include "jit/x86/gemm_emitter.hpp"
 
 namespace qjit::jit {
@@ -19,9 +20,17 @@ bool inline_metadata_fits(const CpuKernelSpec& spec) {
     return !f.super_block_scales() && !f.second_order_scales() && f.uniform_bits() && spec.group_rows() % 32 == 0;
 }
 
+PanelMetadataLayout metadata_layout(const CpuKernelSpec& spec) {
+    return {spec.format, spec.panel_columns(), spec.num_groups()};
+}
+
+PanelMetadataSizes beside_codes_metadata_sizes(const CpuKernelSpec& spec, const WeightFormat& format) {
+    return spec.inline_metadata ? PanelMetadataSizes{} : panel_metadata_sizes(format, metadata_layout(spec));
+}
+
 int64_t inline_slot_bytes(const CpuKernelSpec& spec) {
     const int64_t vector_bytes = int64_t(spec.lanes()) * 4;
-    const int64_t bytes = spec.panel_columns() * (spec.format.scale_bytes() + spec.format.zero_point_bytes());
+    const int64_t bytes = inline_metadata_bytes(metadata_layout(spec));
     return (bytes + vector_bytes - 1) / vector_bytes * vector_bytes;
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "format/packed_codes.hpp"
+#include "format/panel_metadata.hpp"
 #include "format/weight_format.hpp"
 #include "jit/x86/isa_features.hpp"
 #include "qjit/qjit.h"
@@ -83,6 +84,11 @@ struct CpuKernelSpec {
 // kernel finds each super-block's super-scales at the start of its range), else 1.
 int64_t groups_per_kernel_step(const CpuKernelSpec& spec);
 
+// The panel layout of the scales and zero points of spec's kernels (format/panel_metadata.hpp).
+PanelMetadataLayout metadata_layout(const CpuKernelSpec& spec);
+// Bytes of the scales and zero points spec's kernels read beside their codes, for `format`'s N
+// columns: none where they read them inline.
+PanelMetadataSizes beside_codes_metadata_sizes(const CpuKernelSpec& spec, const WeightFormat& format);
 // Whether a kernel of `spec`'s format can read its metadata inline: plain per-group scales (no
 // super-block or second-order ones), one width, and groups of whole 32-row blocks.
 bool inline_metadata_fits(const CpuKernelSpec& spec);

@@ -51,12 +51,10 @@ CandidateBench::CandidateBench(const TuningProblem& problem, const std::vector<C
 }
 
 int64_t forward_weight_bytes(const jit::CpuKernelSpec& spec, int64_t n) {
-    if (spec.inline_metadata) return jit::kernel_stream_words(spec, n) * 4;
     WeightFormat format = spec.format;
     format.n = n;
-    const PanelMetadataSizes metadata =
-        panel_metadata_sizes(format, PanelMetadataLayout{spec.format, spec.panel_columns(), spec.num_groups()});
-    return int64_t(packed_word_count(spec.format, n, spec.panel_columns()) * 4 + metadata.scale_bytes + metadata.zero_bytes);
+    const PanelMetadataSizes metadata = jit::beside_codes_metadata_sizes(spec, format);
+    return jit::kernel_stream_words(spec, n) * 4 + int64_t(metadata.scale_bytes + metadata.zero_bytes);
 }
 
 CandidateRun CandidateBench::make_run(const jit::CpuKernelSpec& spec, int64_t columns) {

@@ -101,11 +101,10 @@ std::vector<std::unique_ptr<jit::JitGenerator>> generate_kernels(const jit::CpuK
     return kernels;
 }
 
-
 }  // namespace
 
 PanelMetadata packed_metadata(const jit::CpuKernelSpec& spec, const QuantParams& p, ThreadPool* pool) {
-    const PanelMetadataLayout layout{spec.format, spec.panel_columns(), spec.num_groups()};
+    const PanelMetadataLayout layout = jit::metadata_layout(spec);
     PanelMetadata metadata = allocate_panel_metadata(p, layout);
     const int64_t panels = (p.n + spec.panel_columns() - 1) / spec.panel_columns();
     auto pack_panel = [&](int64_t panel) { pack_panel_metadata(p, layout, panel, metadata); };
@@ -119,9 +118,8 @@ PanelMetadata packed_metadata(const jit::CpuKernelSpec& spec, const QuantParams&
 PackedCodes kernel_codes(const jit::CpuKernelSpec& spec, const QuantParams& params, PackedCodes codes,
                          ThreadPool* pool) {
     if (!spec.inline_metadata) return codes;
-    const PanelMetadataLayout layout{spec.format, spec.panel_columns(), spec.num_groups()};
-    return with_metadata_slots(codes, packed_metadata(spec, params, pool), layout, spec.group_rows() / 32,
-                               jit::inline_slot_bytes(spec));
+    return with_metadata_slots(codes, packed_metadata(spec, params, pool), jit::metadata_layout(spec),
+                               spec.group_rows() / 32, jit::inline_slot_bytes(spec));
 }
 
 std::vector<Pass> jit_forward_plan(const jit::CpuKernelSpec& spec, const WeightFormat& format) {
@@ -141,8 +139,7 @@ JitExecutor::JitExecutor(const jit::CpuKernelSpec& spec, const QuantParams& p, c
       gathers_(has_pass(passes, PassKind::Gather)),
       only_batch_(only_batch),
       metadata_(std::move(metadata)) {
-    const PanelMetadataSizes sizes =
-        spec.inline_metadata ? PanelMetadataSizes{} : panel_metadata_sizes(p, metadata_layout());
+    const PanelMetadataSizes sizes = jit::beside_codes_metadata_sizes(spec, p);
     require(metadata_.scales.size() == sizes.scale_bytes && metadata_.zeros.size() == sizes.zero_bytes,
             "panel metadata of ", metadata_.scales.size(), " + ", metadata_.zeros.size(), " bytes for ",
             jit::kernel_name(spec), "; its layout takes ", sizes.scale_bytes, " + ", sizes.zero_bytes);

@@ -108,9 +108,7 @@ public:
     int64_t prompt_rows() const { return prompt_rows_; }
     // The scales and zero points as the kernels read them, and their layout.
     const PanelMetadata& metadata() const { return metadata_; }
-    PanelMetadataLayout metadata_layout() const {
-        return {spec_.format, spec_.panel_columns(), spec_.num_groups()};
-    }
+    PanelMetadataLayout metadata_layout() const { return jit::metadata_layout(spec_); }
     // Flushes what metadata_bytes() counts from every cache (cold timing).
     void evict_metadata() const;
 

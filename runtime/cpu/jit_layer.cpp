@@ -14,8 +14,8 @@ struct JitLayer::KernelStream {
     PanelMetadata metadata;
 };
 
-JitLayer::KernelStream JitLayer::kernel_stream(const jit::CpuKernelSpec& spec, const QuantParams& params, PackedCodes codes,
-                           ThreadPool& pool) {
+JitLayer::KernelStream JitLayer::kernel_stream(const jit::CpuKernelSpec& spec, const QuantParams& params,
+                                               PackedCodes codes, ThreadPool& pool) {
     if (spec.inline_metadata) return {kernel_codes(spec, params, std::move(codes), &pool), {}};
     return {std::move(codes), packed_metadata(spec, params, &pool)};
 }
@@ -25,8 +25,7 @@ JitLayer::JitLayer(const jit::CpuKernelSpec& spec, std::string tiling, const Qua
     : JitLayer(spec, std::move(tiling), params, kernel_stream(spec, params, std::move(codes), pool),
                std::move(low_rank), pool, dump_dir) {}
 
-JitLayer::JitLayer(const jit::CpuKernelSpec& spec, std::string tiling, const QuantParams& params,
-                   KernelStream stream,
+JitLayer::JitLayer(const jit::CpuKernelSpec& spec, std::string tiling, const QuantParams& params, KernelStream stream,
                    std::unique_ptr<LowRankPass> low_rank, ThreadPool& pool, const std::string& dump_dir)
     : CpuLayer(BackendKind::X86Jit, jit_forward_plan(spec, params), params, std::move(stream.codes), std::move(low_rank),
                pool),
